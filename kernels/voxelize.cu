@@ -1,0 +1,232 @@
+// Voxelization: points (structure of arrays, several samples concatenated) -> voxels with
+// batch-first coordinates, sorted by packed key. Host side and the algorithm: src/sparse/voxelize_cuda.rs.
+// The arithmetic mirrors the CPU reference in src/sparse/voxelize.rs operation for operation
+// (compiled with --fmad=false and IEEE division) so both give identical coordinates.
+#include <cuda_fp16.h>
+
+struct VoxParams {
+    double voxel[3];
+    double lo[3];
+    double hi[3];
+    u32 has_range;
+    u32 clip;       // 1: clamp onto the range box, 0: drop points outside it
+    u32 origin;     // 0: per-sample min, 1: range min, 2: zero
+    u32 use_f64;    // key arithmetic in double (1) or float (0)
+    u32 batch;      // samples
+    u32 n;          // points, all samples
+};
+
+#define COUNT_VALID 0
+#define COUNT_NON_FINITE 1
+#define COUNT_OUT_OF_RANGE 2
+#define COUNT_OUT_OF_GRID 3
+#define INVALID_COORD (-2147483647 - 1)
+#define GRID_LIMIT 1073741824.0
+
+// Sample of point i: offsets has batch + 1 entries, offsets[b] <= i < offsets[b + 1].
+__device__ __forceinline__ u32 sample_of(const u32* offsets, u32 batch, u32 i) {
+    u32 lo = 0, hi = batch;  // invariant: offsets[lo] <= i < offsets[hi]
+    while (hi - lo > 1) {
+        u32 mid = (lo + hi) >> 1;
+        if (offsets[mid] <= i) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+// Doubles ordered as unsigned integers, so atomicMin on u64 computes a floating-point min.
+__device__ __forceinline__ u64 order_f64(double v) {
+    u64 b = (u64)__double_as_longlong(v);
+    return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
+}
+__device__ __forceinline__ double unorder_f64(u64 o) {
+    u64 b = (o >> 63) ? (o & 0x7fffffffffffffffull) : ~o;
+    return __longlong_as_double((long long)b);
+}
+
+// The coordinate used for voxels on one axis, in precision R: clipped onto the range if asked.
+// Returns false when the point is dropped for being outside the range.
+template <typename R>
+__device__ __forceinline__ bool voxel_space(const VoxParams& P, int axis, float p, R& c) {
+    c = (R)p;
+    if (P.has_range) {
+        const R lo = (R)P.lo[axis], hi = (R)P.hi[axis];
+        if (P.clip) {
+            c = fmin(fmax(c, lo), hi);
+        } else if (!(c >= lo && c < hi)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+__device__ __forceinline__ bool finite3(float x, float y, float z) {
+    return isfinite(x) && isfinite(y) && isfinite(z);
+}
+
+template <typename R>
+__device__ void scan_min_impl(const float* x, const float* y, const float* z, const u32* offsets,
+                              VoxParams P, u64* mins) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= P.n) return;
+    const float p[3] = {x[i], y[i], z[i]};
+    if (!finite3(p[0], p[1], p[2])) return;
+    R c[3];
+    for (int a = 0; a < 3; ++a)
+        if (!voxel_space<R>(P, a, p[a], c[a])) return;
+    const u32 b = sample_of(offsets, P.batch, i);
+    for (int a = 0; a < 3; ++a) atomicMin(&mins[b * 3 + a], order_f64((double)c[a]));
+}
+
+// Per-sample minimum of the voxel-space coordinates (origin `scan_min`). mins: batch * 3,
+// initialised to all ones by the host.
+extern "C" __global__ void vox_scan_min(const float* __restrict__ x, const float* __restrict__ y,
+                                        const float* __restrict__ z, const u32* __restrict__ offsets,
+                                        VoxParams P, u64* mins) {
+    if (P.use_f64) scan_min_impl<double>(x, y, z, offsets, P, mins);
+    else scan_min_impl<float>(x, y, z, offsets, P, mins);
+}
+
+template <typename R>
+__device__ void coords_impl(const float* x, const float* y, const float* z, const u32* offsets,
+                            VoxParams P, const u64* mins, i32* coords, i32* bounds, u32* counters) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= P.n) return;
+    coords[i * 3 + 0] = INVALID_COORD;
+    const float p[3] = {x[i], y[i], z[i]};
+    if (!finite3(p[0], p[1], p[2])) {
+        atomicAdd(&counters[COUNT_NON_FINITE], 1u);
+        return;
+    }
+    const u32 b = sample_of(offsets, P.batch, i);
+    i32 q[3];
+    for (int a = 0; a < 3; ++a) {
+        R c;
+        if (!voxel_space<R>(P, a, p[a], c)) {
+            atomicAdd(&counters[COUNT_OUT_OF_RANGE], 1u);
+            return;
+        }
+        R o = (R)0;
+        if (P.origin == 0) o = (R)unorder_f64(mins[b * 3 + a]);
+        else if (P.origin == 1) o = (R)P.lo[a];
+        const R f = floor((c - o) / (R)P.voxel[a]);
+        if (!(f >= (R)-GRID_LIMIT && f <= (R)GRID_LIMIT)) {
+            atomicAdd(&counters[COUNT_OUT_OF_GRID], 1u);
+            return;
+        }
+        q[a] = (i32)f;
+    }
+    for (int a = 0; a < 3; ++a) {
+        coords[i * 3 + a] = q[a];
+        atomicMin(&bounds[a], q[a]);
+        atomicMax(&bounds[3 + a], q[a]);
+    }
+    atomicAdd(&counters[COUNT_VALID], 1u);
+}
+
+// Integer voxel coordinates of every point (INVALID_COORD in x when it has none), the
+// coordinate bounds over valid points (bounds: min xyz, max xyz; host-initialised) and counts.
+extern "C" __global__ void vox_point_coords(const float* __restrict__ x, const float* __restrict__ y,
+                                            const float* __restrict__ z, const u32* __restrict__ offsets,
+                                            VoxParams P, const u64* __restrict__ mins,
+                                            i32* __restrict__ coords, i32* bounds, u32* counters) {
+    if (P.use_f64) coords_impl<double>(x, y, z, offsets, P, mins, coords, bounds, counters);
+    else coords_impl<float>(x, y, z, offsets, P, mins, coords, bounds, counters);
+}
+
+// Mixed-radix key (b, x - min_x, y - min_y, z - min_z) with radices (dx, dy, dz): the key order
+// is the lexicographic order of [b, x, y, z]. Points without a voxel get `invalid_key`, above
+// every valid key, so they sort to the end. vals gets the identity permutation.
+extern "C" __global__ void vox_keys(const i32* __restrict__ coords, const u32* __restrict__ offsets,
+                                    u32 batch, u32 n, const i32* __restrict__ bounds,
+                                    u64 dx, u64 dy, u64 dz, u64 invalid_key,
+                                    u64* __restrict__ keys, u32* __restrict__ vals) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    vals[i] = i;
+    const i32 cx = coords[i * 3 + 0];
+    if (cx == INVALID_COORD) {
+        keys[i] = invalid_key;
+        return;
+    }
+    const u64 b = sample_of(offsets, batch, i);
+    const u64 rx = (u64)(i64)(cx - bounds[0]);
+    const u64 ry = (u64)(i64)(coords[i * 3 + 1] - bounds[1]);
+    const u64 rz = (u64)(i64)(coords[i * 3 + 2] - bounds[2]);
+    keys[i] = ((b * dx + rx) * dy + ry) * dz + rz;
+}
+
+// flags[i] = 1 where sorted position i starts a new voxel.
+extern "C" __global__ void vox_heads(const u64* __restrict__ keys, u32 n_valid, u32 n, u32* __restrict__ flags) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    flags[i] = (i < n_valid && (i == 0 || keys[i] != keys[i - 1])) ? 1u : 0u;
+}
+
+// Voxel id of each sorted point (exclusive scan of heads + head - 1); first sorted position of
+// each voxel; point -> voxel map in input order (-1: no voxel, or voxel past the cap).
+extern "C" __global__ void vox_assign(const u32* __restrict__ vals, const u32* __restrict__ flags,
+                                      const u32* __restrict__ excl, u32 n, u32 n_valid, u32 max_voxels,
+                                      u32* __restrict__ voxel_start, i32* __restrict__ point_to_voxel) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (i >= n_valid) {
+        point_to_voxel[vals[i]] = -1;
+        return;
+    }
+    const u32 vid = excl[i] + flags[i] - 1u;
+    if (flags[i]) voxel_start[vid] = i;
+    if (i == n_valid - 1) voxel_start[vid + 1] = n_valid;
+    point_to_voxel[vals[i]] = vid < max_voxels ? (i32)vid : -1;
+}
+
+template <typename R>
+__device__ void reduce_impl(const float* x, const float* y, const float* z, const float* intensity,
+                            const u32* offsets, VoxParams P, const u64* keys, const u32* vals,
+                            const u32* voxel_start, u32 m, const i32* bounds, u64 dx, u64 dy, u64 dz,
+                            i32* out_coords, __half* out_feats, float* out_xyz, u32* out_counts) {
+    const u32 v = blockIdx.x * blockDim.x + threadIdx.x;
+    if (v >= m) return;
+    const u32 s = voxel_start[v], e = voxel_start[v + 1];
+    float sf[4] = {0.f, 0.f, 0.f, 0.f};
+    float sx[3] = {0.f, 0.f, 0.f};
+    for (u32 j = s; j < e; ++j) {  // sorted order = input order within a voxel (stable sort)
+        const u32 p = vals[j];
+        const float raw[4] = {x[p], y[p], z[p], intensity[p]};
+        for (int c = 0; c < 4; ++c) sf[c] += raw[c];
+        for (int a = 0; a < 3; ++a) {
+            R c;
+            voxel_space<R>(P, a, raw[a], c);
+            sx[a] += (float)c;
+        }
+    }
+    const float cnt = (float)(e - s);
+    for (int c = 0; c < 4; ++c) out_feats[v * 4 + c] = __float2half_rn(sf[c] / cnt);
+    for (int a = 0; a < 3; ++a) out_xyz[v * 3 + a] = sx[a] / cnt;
+    out_counts[v] = e - s;
+    u64 k = keys[s];
+    const u64 rz = k % dz; k /= dz;
+    const u64 ry = k % dy; k /= dy;
+    const u64 rx = k % dx; k /= dx;
+    out_coords[v * 4 + 0] = (i32)k;
+    out_coords[v * 4 + 1] = (i32)((i64)rx + bounds[0]);
+    out_coords[v * 4 + 2] = (i32)((i64)ry + bounds[1]);
+    out_coords[v * 4 + 3] = (i32)((i64)rz + bounds[2]);
+}
+
+// One thread per kept voxel: coordinates [b, x, y, z], mean features (x, y, z, intensity as
+// given, FP16), mean voxel-space position (metres, f32) and point count.
+extern "C" __global__ void vox_reduce(const float* __restrict__ x, const float* __restrict__ y,
+                                      const float* __restrict__ z, const float* __restrict__ intensity,
+                                      const u32* __restrict__ offsets, VoxParams P,
+                                      const u64* __restrict__ keys, const u32* __restrict__ vals,
+                                      const u32* __restrict__ voxel_start, u32 m, const i32* __restrict__ bounds,
+                                      u64 dx, u64 dy, u64 dz,
+                                      i32* __restrict__ out_coords, __half* __restrict__ out_feats,
+                                      float* __restrict__ out_xyz, u32* __restrict__ out_counts) {
+    if (P.use_f64)
+        reduce_impl<double>(x, y, z, intensity, offsets, P, keys, vals, voxel_start, m, bounds, dx, dy, dz,
+                            out_coords, out_feats, out_xyz, out_counts);
+    else
+        reduce_impl<float>(x, y, z, intensity, offsets, P, keys, vals, voxel_start, m, bounds, dx, dy, dz,
+                           out_coords, out_feats, out_xyz, out_counts);
+}

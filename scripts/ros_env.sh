@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# ROS 2 (Kilted) from PyPI wheels, for building and testing sptr's `ros` feature (r2r 0.9.7)
+# on machines without /opt/ros. Idempotent; the venv is cached outside the clone.
+#
+#   source scripts/ros_env.sh       set up (first time only) and export the build environment
+#   scripts/ros_env.sh --print      set up and print the `export` lines (for eval or CI env files)
+#   scripts/ros_env.sh              set up only
+#
+# Environment:
+#   SPTR_CACHE     cache root (default $HOME/.cache/sptr); the venv is $SPTR_CACHE/ros-venv
+#   SPTR_ROS_VENV  use this venv path instead (also what this script exports once set up)
+#   SPTR_PYTHON    interpreter to create the venv with (default python3)
+#
+# With a ROS 2 install already sourced (ROS_DISTRO and AMENT_PREFIX_PATH set, SPTR_ROS_VENV not
+# set), this script does nothing: r2r builds against that install as usual.
+#
+# Sourced, it must never kill the caller's shell: all the work runs in a child bash process
+# (`bash ros_env.sh --print`, strict mode there), and the caller only evals the export lines.
+
+# Shared by both modes: is a ROS 2 install (not ours) already sourced?
+if [[ -n "${ROS_DISTRO:-}" && -n "${AMENT_PREFIX_PATH:-}" && -z "${SPTR_ROS_VENV:-}" ]]; then
+    echo "ros_env.sh: ROS 2 '${ROS_DISTRO}' is already sourced (AMENT_PREFIX_PATH=${AMENT_PREFIX_PATH}); using it, nothing to do" >&2
+    # shellcheck disable=SC2317  # `exit` is reached when executed, `return` when sourced
+    return 0 2>/dev/null || exit 0
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Sourced: run ourselves as a child process, eval its export lines.
+# ---------------------------------------------------------------------------------------------
+if [[ "${BASH_SOURCE[0]}" != "${0}" ]]; then
+    if _sptr_ros_exports="$(bash "${BASH_SOURCE[0]}" --print)"; then
+        eval "${_sptr_ros_exports}"
+        echo "ros_env.sh: ROS 2 build environment exported (SPTR_ROS_VENV=${SPTR_ROS_VENV})" >&2
+        unset _sptr_ros_exports
+        return 0
+    else
+        echo "ros_env.sh: setting up the ROS 2 environment FAILED (see above); nothing exported" >&2
+        unset _sptr_ros_exports
+        return 1
+    fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Executed.
+# ---------------------------------------------------------------------------------------------
+set -euo pipefail
+
+PKGS=('ros-rclpy[fastrtps]' ros-sensor-msgs ros-nav-msgs ros-std-msgs ros-diagnostic-msgs
+      ros-visualization-msgs)
+IDL_FILTER='std_msgs;sensor_msgs;geometry_msgs;nav_msgs;diagnostic_msgs'
+STAMP_VERSION=1
+
+CACHE="${SPTR_CACHE:-$HOME/.cache/sptr}"
+V="${SPTR_ROS_VENV:-$CACHE/ros-venv}"
+PY="${SPTR_PYTHON:-python3}"
+STAMP="$V/.sptr-ros-env.stamp"
+WANT="sptr-ros-env $STAMP_VERSION: ${PKGS[*]}"
+
+die() { echo "ros_env.sh: ERROR: $*" >&2; exit 1; }
+say() { echo "ros_env.sh: $*" >&2; }
+
+print=0
+case "${1:-}" in
+    --print) print=1 ;;
+    "") ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) die "unknown argument '$1' (use --print, or source this file)" ;;
+esac
+
+# libclang for bindgen (r2r's build scripts). The same places clang-sys looks; libclang-cpp is
+# a different library and does not count.
+have_libclang() {
+    local d f
+    if [[ -n "${LIBCLANG_PATH:-}" ]]; then
+        compgen -G "${LIBCLANG_PATH}/libclang*.so*" >/dev/null && return 0
+    fi
+    if command -v ldconfig >/dev/null 2>&1 \
+        && ldconfig -p 2>/dev/null | grep -Eq '[[:space:]]libclang(-[0-9.]+)?\.so(\.[0-9.]+)?[[:space:]]'; then
+        return 0
+    fi
+    for d in /usr/lib/llvm-*/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib; do
+        for f in "$d"/libclang.so* "$d"/libclang-[0-9]*.so*; do
+            [[ -e "$f" ]] && return 0
+        done
+    done
+    return 1
+}
+
+ready() {
+    [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] || return 1
+    [[ -x "$V/bin/python" ]] && "$V/bin/python" -c '' 2>/dev/null || return 1
+    [[ -e "$V/lib/librmw_implementation.so" ]] || return 1
+    have_libclang
+}
+
+install_libclang() {
+    say "libclang not found (bindgen needs it): installing libclang-dev with apt-get"
+    local sudo=()
+    if [[ "$(id -u)" -ne 0 ]]; then
+        command -v sudo >/dev/null 2>&1 || die "libclang is missing and we are not root (no sudo): install libclang-dev, or set LIBCLANG_PATH"
+        sudo=(sudo)
+    fi
+    command -v apt-get >/dev/null 2>&1 || die "libclang is missing and there is no apt-get: install libclang (dev) yourself, or set LIBCLANG_PATH"
+    "${sudo[@]}" apt-get update
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends libclang-dev
+    have_libclang || die "libclang-dev installed but libclang still not found"
+}
+
+setup() {
+    if ready; then
+        return 0
+    fi
+    mkdir -p "$CACHE" "$(dirname "$V")"
+    # One setup at a time (parallel CI jobs share the cache).
+    if command -v flock >/dev/null 2>&1; then
+        exec 9>"$CACHE/.ros-venv.lock"
+        flock 9
+        ready && return 0
+    fi
+
+    have_libclang || install_libclang
+
+    if [[ ! -x "$V/bin/python" ]] || ! "$V/bin/python" -c '' 2>/dev/null; then
+        command -v "$PY" >/dev/null 2>&1 || die "no '$PY' to create the venv with (set SPTR_PYTHON)"
+        say "creating venv $V with $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
+        rm -rf "$V"
+        "$PY" -m venv "$V"
+    fi
+    rm -f "$STAMP"
+    say "installing ROS 2 wheels into $V: ${PKGS[*]}"
+    "$V/bin/python" -m pip install --disable-pip-version-check "${PKGS[@]}"
+
+    [[ -e "$V/lib/librmw_fastrtps_cpp.so" ]] || die "$V/lib/librmw_fastrtps_cpp.so missing after pip install (did ros-rclpy[fastrtps] change?)"
+    # The wheels ship no librmw_implementation.so; r2r links it. Fast DDS it is.
+    ln -sfn librmw_fastrtps_cpp.so "$V/lib/librmw_implementation.so"
+
+    "$V/bin/python" -c 'import rclpy, sensor_msgs.msg, nav_msgs.msg, diagnostic_msgs.msg' \
+        || die "the venv's rclpy / message packages do not import"
+    mkdir -p "$CACHE/ros-log"
+    printf '%s\n' "$WANT" >"$STAMP"
+    say "ROS 2 venv ready: $V"
+}
+
+print_exports() {
+    local ld="$V/lib"
+    case ":${LD_LIBRARY_PATH:-}:" in
+        *":$V/lib:"*) ld="${LD_LIBRARY_PATH}" ;;
+        *) ld="$V/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;
+    esac
+    local name value
+    for name in SPTR_ROS_VENV ROS_DISTRO AMENT_PREFIX_PATH CMAKE_PREFIX_PATH IDL_PACKAGE_FILTER \
+                LD_LIBRARY_PATH ROS_LOG_DIR; do
+        case "$name" in
+            SPTR_ROS_VENV | AMENT_PREFIX_PATH | CMAKE_PREFIX_PATH) value="$V" ;;
+            ROS_DISTRO) value=rolling ;;  # r2r 0.9.7 does not know "kilted"; "rolling" works
+            IDL_PACKAGE_FILTER) value="$IDL_FILTER" ;;
+            LD_LIBRARY_PATH) value="$ld" ;;  # r2r's build scripts load the introspection libs
+            ROS_LOG_DIR) value="${ROS_LOG_DIR:-$CACHE/ros-log}" ;;
+        esac
+        printf 'export %s=%q\n' "$name" "$value"
+    done
+}
+
+setup
+if [[ $print -eq 1 ]]; then
+    print_exports
+else
+    say "done; 'source scripts/ros_env.sh' exports the build environment"
+fi

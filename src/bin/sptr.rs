@@ -1,0 +1,292 @@
+//! `sptr`: the command-line tool. Subcommands: `voxelize` (a cloud file -> voxel summary),
+//! `kernels` (compile every CUDA kernel with NVRTC), `bench voxelize` (JSON timings), `info`.
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use sptr::config::ModelConfig;
+use sptr::sparse::voxelize::{voxelize_cpu, VoxelParams, Voxels};
+use sptr::Points;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "sptr", version, about = "Sparse LiDAR perception: voxelization, sparse conv, window attention")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DeviceArg {
+    /// CUDA when a GPU and this build's CUDA support are there, else CPU.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Voxelize a point cloud file (.bin float32 rows) as a model's preprocessing does; print a summary.
+    Voxelize {
+        /// KITTI (x, y, z, intensity) or nuScenes (x, y, z, intensity, ring) .bin file.
+        cloud: PathBuf,
+        /// Model YAML whose voxel settings to use.
+        #[arg(long, default_value = "config/models/sphereformer_nuscenes.yaml")]
+        model: PathBuf,
+        /// float32 columns per point: 4 (KITTI), 5 (nuScenes), 3 (x, y, z only).
+        #[arg(long, default_value_t = 5)]
+        stride: usize,
+        #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+        device: DeviceArg,
+    },
+    /// Compile every CUDA kernel with NVRTC for the given architectures (needs libnvrtc, no GPU).
+    Kernels {
+        #[arg(long, value_delimiter = ',', default_value = "sm_90,sm_87,sm_86")]
+        arch: Vec<String>,
+    },
+    /// Benchmarks with machine-readable JSON output.
+    Bench {
+        #[command(subcommand)]
+        what: BenchCmd,
+    },
+    /// What this build and machine offer: version, features, GPU, kernels.
+    Info,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Voxelization time, CPU and (if available) CUDA, on a cloud and on a batch of it.
+    Voxelize {
+        cloud: PathBuf,
+        #[arg(long, default_value_t = 3)]
+        stride: usize,
+        #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
+        model: PathBuf,
+        /// Voxel size override in metres (the dense cloud benchmark uses 0.05).
+        #[arg(long)]
+        voxel_size: Option<f64>,
+        #[arg(long, default_value_t = 20)]
+        iters: usize,
+        /// Also time a batch of the cloud plus a copy rotated about z.
+        #[arg(long)]
+        batch2: bool,
+    },
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("sptr: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Voxelize { cloud, model, stride, device } => voxelize_cmd(&cloud, &model, stride, device),
+        Cmd::Kernels { arch } => kernels_cmd(&arch),
+        Cmd::Bench { what: BenchCmd::Voxelize { cloud, stride, model, voxel_size, iters, batch2 } } => {
+            bench_voxelize(&cloud, stride, &model, voxel_size, iters, batch2)
+        }
+        Cmd::Info => info_cmd(),
+    }
+}
+
+fn load_model(path: &Path) -> Result<ModelConfig> {
+    ModelConfig::load(path).with_context(|| format!("loading model config {}", path.display()))
+}
+
+/// A copy of `p` rotated by `deg` degrees about z (for a second batch sample).
+fn rotated_z(p: &Points, deg: f32) -> Points {
+    let (s, c) = deg.to_radians().sin_cos();
+    let mut q = p.clone();
+    for i in 0..p.len() {
+        q.x[i] = c * p.x[i] - s * p.y[i];
+        q.y[i] = s * p.x[i] + c * p.y[i];
+    }
+    q
+}
+
+fn summarize(v: &Voxels, took_ms: f64, device: &str) {
+    let st = &v.stats;
+    println!("device            {device}");
+    println!("points            {}", st.points_in);
+    println!("  non-finite      {}", st.non_finite);
+    println!("  out of range    {}", st.out_of_range);
+    println!("  out of grid     {}", st.out_of_grid);
+    println!("  capped          {}", st.points_capped);
+    println!("voxels            {} kept of {} ({} dropped by max_voxels)", st.voxels_kept, st.voxels_total, st.voxels_dropped());
+    if !v.is_empty() {
+        let mut lo = [i32::MAX; 4];
+        let mut hi = [i32::MIN; 4];
+        for c in &v.coords {
+            for a in 0..4 {
+                lo[a] = lo[a].min(c[a]);
+                hi[a] = hi[a].max(c[a]);
+            }
+        }
+        let max_pts = v.counts.iter().max().copied().unwrap_or(0);
+        let mean_pts = v.counts.iter().map(|&c| c as f64).sum::<f64>() / v.len() as f64;
+        println!("coords [b,x,y,z]  min {:?} max {:?}", lo, hi);
+        println!("points per voxel  mean {mean_pts:.2}, max {max_pts}");
+    }
+    println!("time              {took_ms:.2} ms");
+}
+
+fn voxelize_cmd(cloud: &Path, model: &Path, stride: usize, device: DeviceArg) -> Result<()> {
+    let m = load_model(model)?;
+    let pts = Points::read_bin(cloud, stride)?;
+    let params = m.voxel_params();
+    let use_cuda = match device {
+        DeviceArg::Cpu => false,
+        DeviceArg::Cuda => true,
+        DeviceArg::Auto => cuda_usable(),
+    };
+    println!("cloud             {}", cloud.display());
+    println!("model             {}", model.display());
+    if use_cuda {
+        return voxelize_cuda_cmd(&pts, &params);
+    }
+    let t = Instant::now();
+    let v = voxelize_cpu(&[&pts], &params)?;
+    summarize(&v, t.elapsed().as_secs_f64() * 1e3, "cpu");
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_usable() -> bool {
+    sptr::device::cuda::driver_available() && sptr::device::cuda::CudaDevice::new(0).is_ok()
+}
+#[cfg(not(feature = "cuda"))]
+fn cuda_usable() -> bool {
+    false
+}
+
+#[cfg(feature = "cuda")]
+fn voxelize_cuda_cmd(pts: &Points, params: &VoxelParams) -> Result<()> {
+    let dev = sptr::device::cuda::CudaDevice::new(0)?;
+    // First call compiles or loads the kernels; time the second.
+    sptr::sparse::voxelize_cuda::voxelize_cuda(&dev, &[pts], params)?;
+    dev.synchronize()?;
+    let t = Instant::now();
+    let v = sptr::sparse::voxelize_cuda::voxelize_cuda(&dev, &[pts], params)?;
+    dev.synchronize()?;
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    summarize(&v.to_host(&dev)?, ms, &format!("cuda ({}, {})", dev.name, dev.arch.sm()));
+    Ok(())
+}
+#[cfg(not(feature = "cuda"))]
+fn voxelize_cuda_cmd(_: &Points, _: &VoxelParams) -> Result<()> {
+    anyhow::bail!("this build has no CUDA support: rebuild with `--features cuda`, or pass --device cpu")
+}
+
+#[cfg(feature = "cuda")]
+fn kernels_cmd(archs: &[String]) -> Result<()> {
+    use sptr::device::nvrtc;
+    let v = nvrtc::nvrtc_version()?;
+    println!("NVRTC {}.{}", v.0, v.1);
+    for a in archs {
+        let arch: nvrtc::Arch = a.parse()?;
+        for k in sptr::device::kernels::ALL {
+            let t = Instant::now();
+            let c = nvrtc::compile(k, arch)?;
+            println!("{:<12} {:<6} {:>8} bytes  {:>6.0} ms", k.name, arch.sm(), c.cubin.len(), t.elapsed().as_secs_f64() * 1e3);
+            if !c.log.is_empty() {
+                println!("{}", c.log);
+            }
+        }
+    }
+    Ok(())
+}
+#[cfg(not(feature = "cuda"))]
+fn kernels_cmd(_: &[String]) -> Result<()> {
+    anyhow::bail!("this build has no CUDA support: rebuild with `--features cuda`")
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[v.len() / 2]
+}
+
+fn bench_voxelize(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>, iters: usize, batch2: bool) -> Result<()> {
+    let m = load_model(model)?;
+    let mut params = m.voxel_params();
+    if let Some(v) = voxel {
+        params.voxel_size = [v; 3];
+    }
+    let pts = Points::read_bin(cloud, stride)?;
+    let rot = rotated_z(&pts, 90.0);
+    let mut cases: Vec<(&str, Vec<&Points>)> = vec![("single", vec![&pts])];
+    if batch2 {
+        cases.push(("batch2_rotated", vec![&pts, &rot]));
+    }
+    let iters = iters.max(1);
+    let mut rows = Vec::new();
+    for (name, batch) in &cases {
+        let cpu = voxelize_cpu(batch, &params)?;
+        let mut t_cpu = Vec::new();
+        for _ in 0..iters.min(5) {
+            let t = Instant::now();
+            voxelize_cpu(batch, &params)?;
+            t_cpu.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let cuda_ms = bench_voxelize_cuda(batch, &params, iters)?;
+        rows.push(format!(
+            "{{\"case\":\"{name}\",\"points\":{},\"voxels\":{},\"cpu_ms\":{:.3},\"cuda_ms\":{},\"speedup\":{}}}",
+            cpu.stats.points_in,
+            cpu.len(),
+            median(t_cpu.clone()),
+            cuda_ms.map(|v| format!("{v:.4}")).unwrap_or("null".into()),
+            cuda_ms.map(|v| format!("{:.1}", median(t_cpu.clone()) / v)).unwrap_or("null".into()),
+        ));
+    }
+    println!("{{\"bench\":\"voxelize\",\"voxel_size\":{:?},\"iters\":{iters},\"results\":[{}]}}", params.voxel_size, rows.join(","));
+    Ok(())
+}
+
+/// Median wall time of a warm CUDA voxelization (upload + all kernels + readbacks), ms.
+#[cfg(feature = "cuda")]
+fn bench_voxelize_cuda(batch: &[&Points], params: &VoxelParams, iters: usize) -> Result<Option<f64>> {
+    if !cuda_usable() {
+        return Ok(None);
+    }
+    let dev = sptr::device::cuda::CudaDevice::new(0)?;
+    for _ in 0..3 {
+        sptr::sparse::voxelize_cuda::voxelize_cuda(&dev, batch, params)?;
+    }
+    dev.synchronize()?;
+    let mut t = Vec::new();
+    for _ in 0..iters {
+        let t0 = Instant::now();
+        let v = sptr::sparse::voxelize_cuda::voxelize_cuda(&dev, batch, params)?;
+        dev.synchronize()?;
+        t.push(t0.elapsed().as_secs_f64() * 1e3);
+        drop(v);
+    }
+    Ok(Some(median(t)))
+}
+#[cfg(not(feature = "cuda"))]
+fn bench_voxelize_cuda(_: &[&Points], _: &VoxelParams, _: usize) -> Result<Option<f64>> {
+    Ok(None)
+}
+
+fn info_cmd() -> Result<()> {
+    println!("sptr {}", env!("CARGO_PKG_VERSION"));
+    println!("features: cuda={} ros={}", cfg!(feature = "cuda"), cfg!(feature = "ros"));
+    println!("kernel modules: {}", sptr::device::kernels::ALL.iter().map(|k| k.name).collect::<Vec<_>>().join(", "));
+    #[cfg(feature = "cuda")]
+    {
+        use sptr::device::{cuda, nvrtc};
+        match nvrtc::nvrtc_version() {
+            Ok(v) => println!("NVRTC {}.{}; kernel cache {}", v.0, v.1, nvrtc::cache_dir().display()),
+            Err(e) => println!("NVRTC: {e}"),
+        }
+        match cuda::CudaDevice::new(0) {
+            Ok(d) => println!("GPU 0: {} ({})", d.name, d.arch.sm()),
+            Err(e) => println!("GPU: {e}"),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! Typed configuration: the model YAMLs under `config/models/` and the node's ROS 2 params file.
+//!
+//! Both are parsed with serde_yaml into structs that deny unknown keys; every value is then
+//! range-checked, and every error names the file and the key so the user knows what to fix.
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {reason}")]
+    Read { file: String, reason: String },
+    /// serde's message names the unknown or mistyped key and its line.
+    #[error("{file}: {reason}")]
+    Parse { file: String, reason: String },
+    #[error("{file}: `{key}` {reason}")]
+    Value { file: String, key: String, reason: String },
+}
+
+fn value_err(file: &str, key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Value { file: file.to_string(), key: key.to_string(), reason: reason.into() }
+}
+
+/// What happens to points outside `pc_range`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutOfRange {
+    /// Clamp the coordinates used for voxels onto the range box (SphereFormer's SemanticKITTI
+    /// preprocessing: `np.clip(xyz, pc_range[0], pc_range[1])`); features keep the raw values.
+    Clip,
+    /// Drop the point; it gets no voxel and is counted.
+    Drop,
+}
+
+/// Where voxel coordinate 0 lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VoxelOrigin {
+    /// The per-sample minimum of the (clipped) coordinates, as SphereFormer's inference does:
+    /// coordinates are non-negative and relative to each scan.
+    ScanMin,
+    /// The lower corner of `pc_range` (fixed grid; needs `pc_range`).
+    RangeMin,
+    /// The sensor frame origin: `floor(p / voxel_size)`, negative coordinates allowed.
+    Zero,
+}
+
+/// Arithmetic precision of the voxel key `floor((p - origin) / voxel_size)`. SphereFormer computes
+/// it in float64 for SemanticKITTI (its clip bounds are float64) and float32 for nuScenes; at a
+/// voxel boundary the two can differ, so reproducing a model's preprocessing exactly needs this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyPrecision {
+    F32,
+    F64,
+}
+
+/// Our voxelization settings that have no upstream key.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VoxelizationYaml {
+    pub origin: VoxelOrigin,
+    pub out_of_range: OutOfRange,
+    pub key_precision: KeyPrecision,
+    /// Voxels beyond this many (in key order) are dropped and counted: it bounds device memory.
+    pub max_voxels: usize,
+    /// Points beyond this many make the frame an error (the node drops it): bounds host memory.
+    pub max_points: usize,
+}
+
+/// A model YAML: the upstream SphereFormer config keys (flattened from its DATA/TRAIN sections,
+/// same names and units so numbers copy across) plus `voxelization`, `class_names`, `palette`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelYaml {
+    pub arch: String,
+    pub classes: usize,
+    pub input_c: usize,
+    pub m: usize,
+    pub block_reps: usize,
+    pub block_residual: bool,
+    pub layers: Vec<usize>,
+    pub quant_size_scale: f64,
+    pub patch_size: usize,
+    pub window_size: f64,
+    pub window_size_sphere: [f64; 3],
+    pub window_size_scale: [f64; 2],
+    pub sphere_layers: Vec<usize>,
+    pub a: f64,
+    pub rel_query: bool,
+    pub rel_key: bool,
+    pub rel_value: bool,
+    pub use_xyz: bool,
+    pub xyz_norm: bool,
+    pub voxel_size: [f64; 3],
+    /// `[[xmin, ymin, zmin], [xmax, ymax, zmax]]` in metres, or null (nuScenes has none).
+    pub pc_range: Option<[[f64; 3]; 2]>,
+    pub voxelization: VoxelizationYaml,
+    pub class_names: Vec<String>,
+    /// RGB per class, for the BEV colour image and visualisation.
+    pub palette: Vec<[u8; 3]>,
+}
+
+/// The validated model configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub source: PathBuf,
+    pub yaml: ModelYaml,
+}
+
+impl ModelConfig {
+    pub fn load(path: &Path) -> Result<ModelConfig, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read { file: file.clone(), reason: e.to_string() })?;
+        ModelConfig::parse(&text, &file).map(|yaml| ModelConfig { source: path.to_path_buf(), yaml })
+    }
+
+    /// Parses and validates YAML text; `file` is only used in error messages.
+    pub fn parse(text: &str, file: &str) -> Result<ModelYaml, ConfigError> {
+        let yaml: ModelYaml = serde_yaml::from_str(text)
+            .map_err(|e| ConfigError::Parse { file: file.to_string(), reason: e.to_string() })?;
+        validate_model(&yaml, file)?;
+        Ok(yaml)
+    }
+
+    /// The voxelization parameters this model's preprocessing uses.
+    pub fn voxel_params(&self) -> crate::sparse::voxelize::VoxelParams {
+        let y = &self.yaml;
+        crate::sparse::voxelize::VoxelParams {
+            voxel_size: y.voxel_size,
+            range: y.pc_range,
+            out_of_range: y.voxelization.out_of_range,
+            origin: y.voxelization.origin,
+            precision: y.voxelization.key_precision,
+            max_voxels: y.voxelization.max_voxels,
+        }
+    }
+}
+
+fn validate_model(y: &ModelYaml, file: &str) -> Result<(), ConfigError> {
+    let positive = |key: &str, v: f64| {
+        if v.is_finite() && v > 0.0 {
+            Ok(())
+        } else {
+            Err(value_err(file, key, format!("must be a positive number, got {v}")))
+        }
+    };
+    if y.arch != "unet_spherical_transformer" {
+        return Err(value_err(file, "arch", format!("must be `unet_spherical_transformer`, got `{}`", y.arch)));
+    }
+    if !(1..=255).contains(&y.classes) {
+        return Err(value_err(file, "classes", format!("must be in 1..=255 (class ids are uint8), got {}", y.classes)));
+    }
+    if !(3..=16).contains(&y.input_c) {
+        return Err(value_err(file, "input_c", format!("must be in 3..=16, got {}", y.input_c)));
+    }
+    if y.m == 0 || y.block_reps == 0 || y.patch_size == 0 {
+        return Err(value_err(file, "m/block_reps/patch_size", "must be at least 1"));
+    }
+    if y.layers.is_empty() || y.layers.iter().any(|&c| c == 0 || c % 2 != 0) {
+        return Err(value_err(file, "layers", format!("must be a non-empty list of even channel counts, got {:?}", y.layers)));
+    }
+    positive("quant_size_scale", y.quant_size_scale)?;
+    positive("window_size", y.window_size)?;
+    positive("a", y.a)?;
+    for (i, v) in y.window_size_sphere.iter().enumerate() {
+        positive(&format!("window_size_sphere[{i}]"), *v)?;
+    }
+    for (i, v) in y.window_size_scale.iter().enumerate() {
+        positive(&format!("window_size_scale[{i}]"), *v)?;
+    }
+    for (i, v) in y.voxel_size.iter().enumerate() {
+        positive(&format!("voxel_size[{i}]"), *v)?;
+    }
+    if let Some(&bad) = y.sphere_layers.iter().find(|&&l| l == 0 || l > y.layers.len()) {
+        return Err(value_err(file, "sphere_layers", format!("entries must be in 1..={} (levels of `layers`), got {bad}", y.layers.len())));
+    }
+    if let Some(r) = &y.pc_range {
+        for axis in 0..3 {
+            if !(r[0][axis].is_finite() && r[1][axis].is_finite() && r[0][axis] < r[1][axis]) {
+                return Err(value_err(file, "pc_range", format!("axis {axis}: need finite min < max, got {} .. {}", r[0][axis], r[1][axis])));
+            }
+        }
+    }
+    let v = &y.voxelization;
+    if y.pc_range.is_none() && (v.origin == VoxelOrigin::RangeMin || v.out_of_range == OutOfRange::Clip) {
+        // Clip with no range is what nuScenes does: nothing to clip. RangeMin needs a range.
+        if v.origin == VoxelOrigin::RangeMin {
+            return Err(value_err(file, "voxelization.origin", "`range_min` needs `pc_range`"));
+        }
+    }
+    if v.max_voxels == 0 || v.max_voxels > (1 << 31) - 1 {
+        return Err(value_err(file, "voxelization.max_voxels", format!("must be in 1..2^31, got {}", v.max_voxels)));
+    }
+    if v.max_points == 0 || v.max_points > (1 << 31) - 1 {
+        return Err(value_err(file, "voxelization.max_points", format!("must be in 1..2^31, got {}", v.max_points)));
+    }
+    if y.class_names.len() != y.classes {
+        return Err(value_err(file, "class_names", format!("has {} names but `classes` is {}", y.class_names.len(), y.classes)));
+    }
+    if y.palette.len() != y.classes {
+        return Err(value_err(file, "palette", format!("has {} colours but `classes` is {}", y.palette.len(), y.classes)));
+    }
+    Ok(())
+}
+
+/// Which backend runs the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    Cuda,
+    Cpu,
+}
+
+/// `sptr: ros__parameters:` of `config/perception.yaml`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeParams {
+    pub device: DeviceKind,
+    pub model: ModelParams,
+    pub input: InputParams,
+    pub bev: BevParams,
+    pub budget: BudgetParams,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelParams {
+    /// Model YAML; a relative path is resolved against the params file's directory.
+    pub config: String,
+    /// safetensors weights; empty means none given (the node refuses to start without them).
+    pub weights: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputParams {
+    pub qos_depth: usize,
+    /// Camera topic prefixes (`<prefix>/image`, `<prefix>/camera_info`), used by the camera branch.
+    pub cameras: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BevParams {
+    pub frame_id: String,
+    /// `[xmin, ymin, xmax, ymax]` in metres, in `frame_id`.
+    pub range: [f64; 4],
+    pub resolution: f64,
+    /// Class ids counted as obstacles in the occupancy grid.
+    pub obstacle_classes: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetParams {
+    pub processing_ms: f64,
+    pub error_after_s: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RosParamsFile {
+    sptr: RosParamsNode,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RosParamsNode {
+    #[serde(rename = "ros__parameters")]
+    ros_parameters: NodeParams,
+}
+
+impl NodeParams {
+    pub fn load(path: &Path) -> Result<NodeParams, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Read { file: file.clone(), reason: e.to_string() })?;
+        NodeParams::parse(&text, &file)
+    }
+
+    pub fn parse(text: &str, file: &str) -> Result<NodeParams, ConfigError> {
+        let parsed: RosParamsFile = serde_yaml::from_str(text)
+            .map_err(|e| ConfigError::Parse { file: file.to_string(), reason: e.to_string() })?;
+        let p = parsed.sptr.ros_parameters;
+        if p.model.config.is_empty() {
+            return Err(value_err(file, "model.config", "must name a model YAML"));
+        }
+        if !(1..=100).contains(&p.input.qos_depth) {
+            return Err(value_err(file, "input.qos_depth", format!("must be in 1..=100, got {}", p.input.qos_depth)));
+        }
+        let r = p.bev.range;
+        if !(r.iter().all(|v| v.is_finite()) && r[0] < r[2] && r[1] < r[3]) {
+            return Err(value_err(file, "bev.range", format!("must be [xmin, ymin, xmax, ymax] with min < max, got {r:?}")));
+        }
+        if !(p.bev.resolution.is_finite() && p.bev.resolution > 0.0) {
+            return Err(value_err(file, "bev.resolution", format!("must be positive, got {}", p.bev.resolution)));
+        }
+        let cells = ((r[2] - r[0]) / p.bev.resolution).ceil() * ((r[3] - r[1]) / p.bev.resolution).ceil();
+        if cells > 16.0e6 {
+            return Err(value_err(file, "bev.resolution", format!("gives {cells} cells (over 16 million); use a coarser resolution or a smaller range")));
+        }
+        if !(p.budget.processing_ms.is_finite() && p.budget.processing_ms > 0.0) {
+            return Err(value_err(file, "budget.processing_ms", format!("must be positive, got {}", p.budget.processing_ms)));
+        }
+        if !(p.budget.error_after_s.is_finite() && p.budget.error_after_s >= 0.0) {
+            return Err(value_err(file, "budget.error_after_s", format!("must be zero or positive, got {}", p.budget.error_after_s)));
+        }
+        Ok(p)
+    }
+}

@@ -1,0 +1,97 @@
+//! The CUDA backend's handle: context, stream, and the kernel modules loaded so far.
+//!
+//! `CudaDevice::new` checks for the driver before touching it (cudarc panics when libcuda is
+//! absent) and turns every failure into an error that says what is missing.
+
+use crate::device::kernels;
+use crate::device::nvrtc::{self, Arch, Origin};
+use crate::Error;
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Turns a driver error into ours, naming what was being done.
+pub fn cuda_err(what: impl Into<String>) -> impl Fn(DriverError) -> Error {
+    let what = what.into();
+    move |e| Error::Cuda(format!("{what}: {e:?}"))
+}
+
+/// Whether a CUDA driver library can be loaded on this machine.
+pub fn driver_available() -> bool {
+    // SAFETY: only tries to dlopen libcuda by name.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+pub struct CudaDevice {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub arch: Arch,
+    pub name: String,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+}
+
+impl CudaDevice {
+    /// Opens GPU `ordinal`. Errors (never panics) when there is no driver, no GPU or no NVRTC.
+    pub fn new(ordinal: usize) -> Result<CudaDevice, Error> {
+        if !driver_available() {
+            return Err(Error::Cuda(
+                "no CUDA driver (libcuda.so) on this machine: install the NVIDIA driver, or run with device `cpu`".into(),
+            ));
+        }
+        let count = CudaContext::device_count().map_err(cuda_err("counting GPUs"))?;
+        if count <= 0 || ordinal >= count as usize {
+            return Err(Error::Cuda(format!("GPU {ordinal} requested but the driver sees {count} GPU(s)")));
+        }
+        if !nvrtc::nvrtc_available() {
+            return Err(Error::Cuda(
+                "the CUDA driver is here but libnvrtc is not: install CUDA's NVRTC (13.x) or set LD_LIBRARY_PATH to it".into(),
+            ));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(cuda_err("creating the CUDA context"))?;
+        // One stream per pipeline branch, synchronised explicitly: cudarc's per-buffer event
+        // tracking would only add overhead.
+        // SAFETY: no buffers exist yet on this context.
+        unsafe { ctx.disable_event_tracking() };
+        let (major, minor) = ctx.compute_capability().map_err(cuda_err("reading the compute capability"))?;
+        let name = ctx.name().map_err(cuda_err("reading the device name"))?;
+        let stream = ctx.default_stream();
+        Ok(CudaDevice {
+            ctx,
+            stream,
+            arch: Arch { major: major as u32, minor: minor as u32 },
+            name,
+            modules: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The loaded module `name` (compiled by NVRTC or taken from the disk cache on first use).
+    pub fn module(&self, name: &'static str) -> Result<Arc<CudaModule>, Error> {
+        let mut map = self.modules.lock().map_err(|_| Error::Cuda("module cache lock poisoned".into()))?;
+        if let Some(m) = map.get(name) {
+            return Ok(m.clone());
+        }
+        let src = kernels::find(name).ok_or_else(|| Error::KernelCompile(format!("no kernel module `{name}`")))?;
+        let (cubin, origin) = nvrtc::cubin_cached(src, self.arch)?;
+        if std::env::var_os("SPTR_VERBOSE").is_some() {
+            let how = if origin == Origin::Cache { "from cache" } else { "compiled" };
+            eprintln!("sptr: kernel module {name} for {} {how}", self.arch.sm());
+        }
+        let m = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+            .map_err(cuda_err(format!("loading kernel module {name}")))?;
+        map.insert(name, m.clone());
+        Ok(m)
+    }
+
+    /// Function `func` of module `module`.
+    pub fn function(&self, module: &'static str, func: &str) -> Result<CudaFunction, Error> {
+        self.module(module)?
+            .load_function(func)
+            .map_err(|e| Error::Cuda(format!("kernel {module}::{func}: {e:?}")))
+    }
+
+    pub fn synchronize(&self) -> Result<(), Error> {
+        self.stream.synchronize().map_err(cuda_err("synchronizing the stream"))
+    }
+}

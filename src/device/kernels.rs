@@ -1,0 +1,38 @@
+//! The CUDA C++ sources in `kernels/`, embedded in the binary so one file ships everything.
+//!
+//! Each source is compiled separately by NVRTC (see `nvrtc.rs`) with `PRELUDE` prepended; the
+//! prelude holds what every kernel file shares, since NVRTC cannot read include files that are
+//! not on disk.
+
+/// One kernel source file.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSource {
+    /// Module name: the file stem, also the cache-file prefix.
+    pub name: &'static str,
+    pub src: &'static str,
+}
+
+/// Shared definitions, prepended to every module.
+pub const PRELUDE: &str = include_str!("../../kernels/prelude.cuh");
+
+/// Every kernel module the crate uses.
+pub const ALL: &[KernelSource] = &[
+    KernelSource { name: "scan_sort", src: include_str!("../../kernels/scan_sort.cu") },
+    KernelSource { name: "voxelize", src: include_str!("../../kernels/voxelize.cu") },
+];
+
+/// The source of module `name`, if there is one.
+pub fn find(name: &str) -> Option<&'static KernelSource> {
+    ALL.iter().find(|k| k.name == name)
+}
+
+/// The full text NVRTC compiles for `k`.
+pub fn full_source(k: &KernelSource) -> String {
+    let mut s = String::with_capacity(PRELUDE.len() + k.src.len() + 64);
+    s.push_str(PRELUDE);
+    s.push_str("\n#line 1 \"");
+    s.push_str(k.name);
+    s.push_str(".cu\"\n");
+    s.push_str(k.src);
+    s
+}

@@ -1,0 +1,34 @@
+//! Backends. Every op has a CPU reference (f32, rayon) and, with feature `cuda`, a CUDA
+//! implementation (FP16 storage, FP32 accumulation) whose kernels come from `kernels/*.cu`.
+//!
+//! `kernels` (the embedded sources) is always compiled so tools can list them; `nvrtc` (compile
+//! and on-disk cache) and `cuda` (context, stream, loaded modules) need feature `cuda`.
+
+pub mod kernels;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod nvrtc;
+#[cfg(feature = "cuda")]
+pub mod primitives;
+
+/// Which backend a caller asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Cpu,
+    Cuda,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "cpu" => Ok(Backend::Cpu),
+            "cuda" | "gpu" => Ok(Backend::Cuda),
+            other => Err(crate::Error::InvalidInput(format!("unknown device `{other}`: use `cpu` or `cuda`"))),
+        }
+    }
+}
+
+/// Whether this build has the CUDA backend compiled in.
+pub const CUDA_COMPILED: bool = cfg!(feature = "cuda");

@@ -1,0 +1,232 @@
+//! Run-time kernel compilation with NVRTC, cached on disk.
+//!
+//! Kernels are compiled to a CUBIN for the exact device architecture (`sm_XY`): no PTX JIT in the
+//! driver at load time, and no "PTX too new for this driver" failure. The CUBIN is cached under
+//! `$SPTR_KERNEL_CACHE` (default `$XDG_CACHE_HOME/sptr/kernels` or `~/.cache/sptr/kernels`) in a
+//! file whose name holds a SHA-256 of the source, the options, the architecture and the NVRTC
+//! version, so an edited kernel, another GPU or another NVRTC never reuses a stale binary.
+//! This module needs libnvrtc only, not the driver: CI uses it to compile every kernel.
+
+use crate::device::kernels::{self, KernelSource};
+use crate::Error;
+use cudarc::nvrtc::sys;
+use sha2::{Digest, Sha256};
+use std::ffi::{CStr, CString};
+use std::path::{Path, PathBuf};
+
+/// A compute capability such as 9.0 (H100) or 8.7 (Jetson Orin).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arch {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl Arch {
+    pub fn sm(&self) -> String {
+        format!("sm_{}{}", self.major, self.minor)
+    }
+}
+
+impl std::str::FromStr for Arch {
+    type Err = Error;
+    /// Accepts `sm_90`, `90`, `9.0`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || Error::InvalidInput(format!("bad architecture `{s}`: write e.g. sm_90, sm_87 or 9.0"));
+        let t = s.trim_start_matches("sm_").trim_start_matches("compute_");
+        let (maj, min) = match t.split_once('.') {
+            Some((a, b)) => (a, b),
+            None if t.len() >= 2 => t.split_at(t.len() - 1),
+            None => return Err(bad()),
+        };
+        Ok(Arch { major: maj.parse().map_err(|_| bad())?, minor: min.parse().map_err(|_| bad())? })
+    }
+}
+
+/// Whether libnvrtc can be loaded (cudarc panics on first use when it cannot).
+pub fn nvrtc_available() -> bool {
+    // SAFETY: only tries to dlopen the library by name.
+    unsafe { sys::is_culib_present() }
+}
+
+fn require_nvrtc() -> Result<(), Error> {
+    if nvrtc_available() {
+        Ok(())
+    } else {
+        Err(Error::KernelCompile(
+            "libnvrtc (CUDA 13) not found: install the CUDA toolkit or the PyPI wheel \
+             nvidia-cuda-nvrtc==13.0.*, and put its lib directory on LD_LIBRARY_PATH \
+             (scripts/cuda_env.sh does both)"
+                .into(),
+        ))
+    }
+}
+
+/// NVRTC's version, e.g. (13, 0).
+pub fn nvrtc_version() -> Result<(i32, i32), Error> {
+    require_nvrtc()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two valid out-pointers.
+    let r = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
+    check(r, "nvrtcVersion")?;
+    Ok((major, minor))
+}
+
+fn check(r: sys::nvrtcResult, what: &str) -> Result<(), Error> {
+    if r == sys::nvrtcResult::NVRTC_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::KernelCompile(format!("{what} failed: {r:?}")))
+    }
+}
+
+/// Directories searched for the CUDA headers (`cuda_fp16.h`): `$SPTR_CUDA_INCLUDE`,
+/// `$CUDA_HOME/include`, `/usr/local/cuda/include`; only those that exist.
+pub fn include_dirs() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Ok(p) = std::env::var("SPTR_CUDA_INCLUDE") {
+        v.push(PathBuf::from(p));
+    }
+    if let Ok(p) = std::env::var("CUDA_HOME") {
+        v.push(Path::new(&p).join("include"));
+    }
+    v.push(PathBuf::from("/usr/local/cuda/include"));
+    v.retain(|p| p.join("cuda_fp16.h").is_file());
+    v
+}
+
+fn options(arch: Arch, includes: &[PathBuf]) -> Vec<String> {
+    let mut o = vec![
+        format!("--gpu-architecture={}", arch.sm()),
+        "--std=c++17".to_string(),
+        // IEEE division and no FMA contraction: the voxel key `floor((p - o) / v)` must round
+        // exactly as the CPU reference does, or CPU and GPU disagree on boundary points.
+        "--fmad=false".to_string(),
+        "--prec-div=true".to_string(),
+        "-default-device".to_string(),
+        "-lineinfo".to_string(),
+    ];
+    for i in includes {
+        o.push(format!("--include-path={}", i.display()));
+    }
+    o
+}
+
+/// A compiled module: CUBIN bytes and the compiler's log (warnings).
+pub struct Compiled {
+    pub cubin: Vec<u8>,
+    pub log: String,
+}
+
+/// Compiles `k` for `arch` to a CUBIN. Does not touch the cache.
+pub fn compile(k: &KernelSource, arch: Arch) -> Result<Compiled, Error> {
+    require_nvrtc()?;
+    let includes = include_dirs();
+    let src = CString::new(kernels::full_source(k))
+        .map_err(|_| Error::KernelCompile(format!("{}: source contains a NUL byte", k.name)))?;
+    let name = CString::new(format!("{}.cu", k.name)).map_err(|_| Error::KernelCompile("bad name".into()))?;
+    let opts: Vec<CString> = options(arch, &includes)
+        .into_iter()
+        .map(|o| CString::new(o).map_err(|_| Error::KernelCompile("option with NUL".into())))
+        .collect::<Result<_, _>>()?;
+    let opt_ptrs: Vec<*const std::ffi::c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+
+    let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: all pointers are valid C strings that outlive the calls; `prog` is destroyed below.
+    unsafe {
+        check(
+            sys::nvrtcCreateProgram(&mut prog, src.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null()),
+            "nvrtcCreateProgram",
+        )?;
+        let compiled = sys::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
+        let log = program_log(prog);
+        let result = if compiled != sys::nvrtcResult::NVRTC_SUCCESS {
+            let hint = if includes.is_empty() && log.contains("cuda_fp16.h") {
+                "\nhint: no CUDA headers found; set SPTR_CUDA_INCLUDE to a directory holding cuda_fp16.h"
+            } else {
+                ""
+            };
+            Err(Error::KernelCompile(format!("{}.cu for {} ({compiled:?}):\n{log}{hint}", k.name, arch.sm())))
+        } else {
+            cubin(prog).map(|cubin| Compiled { cubin, log })
+        };
+        let mut p = prog;
+        sys::nvrtcDestroyProgram(&mut p);
+        result
+    }
+}
+
+unsafe fn program_log(prog: sys::nvrtcProgram) -> String {
+    let mut size = 0usize;
+    if sys::nvrtcGetProgramLogSize(prog, &mut size) != sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+        return String::new();
+    }
+    let mut buf = vec![0 as std::ffi::c_char; size];
+    if sys::nvrtcGetProgramLog(prog, buf.as_mut_ptr()) != sys::nvrtcResult::NVRTC_SUCCESS {
+        return String::new();
+    }
+    CStr::from_ptr(buf.as_ptr()).to_string_lossy().trim().to_string()
+}
+
+unsafe fn cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>, Error> {
+    let mut size = 0usize;
+    check(sys::nvrtcGetCUBINSize(prog, &mut size), "nvrtcGetCUBINSize")?;
+    let mut buf = vec![0 as std::ffi::c_char; size];
+    check(sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr()), "nvrtcGetCUBIN")?;
+    Ok(buf.into_iter().map(|c| c as u8).collect())
+}
+
+/// The kernel cache directory.
+pub fn cache_dir() -> PathBuf {
+    if let Ok(p) = std::env::var("SPTR_KERNEL_CACHE") {
+        return PathBuf::from(p);
+    }
+    let base = std::env::var("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|_| std::env::var("HOME").map(|h| Path::new(&h).join(".cache")))
+        .unwrap_or_else(|_| std::env::temp_dir());
+    base.join("sptr").join("kernels")
+}
+
+/// The cache file for `k` on `arch` with this NVRTC.
+pub fn cache_path(k: &KernelSource, arch: Arch, nvrtc: (i32, i32)) -> PathBuf {
+    let mut h = Sha256::new();
+    h.update(kernels::full_source(k).as_bytes());
+    for o in options(arch, &[]) {
+        h.update(o.as_bytes());
+        h.update([0u8]);
+    }
+    h.update(format!("nvrtc {}.{}", nvrtc.0, nvrtc.1).as_bytes());
+    let digest = h.finalize();
+    let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    cache_dir().join(format!("{}-{}-{hex}.cubin", k.name, arch.sm()))
+}
+
+/// Where a module came from, for logs and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Cache,
+    Compiled,
+}
+
+/// The CUBIN of `k` for `arch`: from the disk cache, or compiled and then cached. A cache that
+/// cannot be written (read-only home, full disk) costs a recompile next time, nothing more.
+pub fn cubin_cached(k: &KernelSource, arch: Arch) -> Result<(Vec<u8>, Origin), Error> {
+    let path = cache_path(k, arch, nvrtc_version()?);
+    if let Ok(bytes) = std::fs::read(&path) {
+        if !bytes.is_empty() {
+            return Ok((bytes, Origin::Cache));
+        }
+    }
+    let c = compile(k, arch)?;
+    if let Some(dir) = path.parent() {
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|_| std::fs::write(&tmp, &c.cubin))
+            .and_then(|_| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            eprintln!("sptr: warning: could not cache kernel {} at {}: {e}", k.name, path.display());
+        }
+    }
+    Ok((c.cubin, Origin::Compiled))
+}

@@ -1,0 +1,110 @@
+//! Device-wide building blocks on CUDA (kernels in `kernels/scan_sort.cu`): exclusive scan of
+//! u32 and a stable LSD radix sort of (u64 key, u32 value) pairs over the low `bits` of the key.
+
+use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::Error;
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+const SCAN_THREADS: u32 = 1024;
+const SCAN_TILE: u32 = SCAN_THREADS * 4;
+const RADIX_THREADS: u32 = 256;
+const RADIX_TILE: u32 = RADIX_THREADS * 8;
+
+pub(crate) fn grid_1d(n: u32, threads: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (n.div_ceil(threads).max(1), 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
+}
+
+fn len_u32(n: usize, what: &str) -> Result<u32, Error> {
+    u32::try_from(n).map_err(|_| Error::InvalidInput(format!("{what}: {n} elements, at most 2^32-1")))
+}
+
+/// `output[i] = sum(input[..i])` for `i < n`; returns the total (one value read back, so this
+/// synchronises the stream).
+pub fn exclusive_scan_u32(
+    dev: &CudaDevice,
+    input: &CudaSlice<u32>,
+    output: &mut CudaSlice<u32>,
+    n: usize,
+) -> Result<u32, Error> {
+    let n32 = len_u32(n, "scan")?;
+    let ntiles = n32.div_ceil(SCAN_TILE).max(1);
+    let s = &dev.stream;
+    let mut sums = s.alloc_zeros::<u32>(ntiles as usize + 1).map_err(cuda_err("scan: allocating tile sums"))?;
+    let f_sums = dev.function("scan_sort", "scan_tile_sums")?;
+    let f_offs = dev.function("scan_sort", "scan_tile_offsets")?;
+    let f_scan = dev.function("scan_sort", "scan_tiles")?;
+    let tiles = LaunchConfig { grid_dim: (ntiles, 1, 1), block_dim: (SCAN_THREADS, 1, 1), shared_mem_bytes: 0 };
+    let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (SCAN_THREADS, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: argument lists match the kernels' signatures; input/output hold >= n elements,
+    // sums ntiles + 1.
+    unsafe {
+        s.launch_builder(&f_sums).arg(input).arg(&mut sums).arg(&n32).launch(tiles).map_err(cuda_err("scan_tile_sums"))?;
+        s.launch_builder(&f_offs).arg(&mut sums).arg(&ntiles).launch(one).map_err(cuda_err("scan_tile_offsets"))?;
+        s.launch_builder(&f_scan).arg(input).arg(output).arg(&sums).arg(&n32).launch(tiles).map_err(cuda_err("scan_tiles"))?;
+    }
+    let total = s.clone_dtoh(&sums.slice(ntiles as usize..)).map_err(cuda_err("scan: reading the total"))?;
+    Ok(total[0])
+}
+
+/// Stable sort of `(keys[i], vals[i])`, `i < n`, by the low `bits` bits of the key (8 bits a
+/// pass). Keys must be below `2^bits`. Sorts in place (the buffers may be swapped with scratch).
+pub fn radix_sort_pairs(
+    dev: &CudaDevice,
+    keys: &mut CudaSlice<u64>,
+    vals: &mut CudaSlice<u32>,
+    n: usize,
+    bits: u32,
+) -> Result<(), Error> {
+    let n32 = len_u32(n, "sort")?;
+    if n32 <= 1 || bits == 0 {
+        return Ok(());
+    }
+    let s = &dev.stream;
+    let ntiles = n32.div_ceil(RADIX_TILE);
+    let hist_len = 256 * ntiles as usize;
+    let mut keys_alt = s.alloc_zeros::<u64>(n).map_err(cuda_err("sort: allocating scratch keys"))?;
+    let mut vals_alt = s.alloc_zeros::<u32>(n).map_err(cuda_err("sort: allocating scratch values"))?;
+    let mut hist = s.alloc_zeros::<u32>(hist_len).map_err(cuda_err("sort: allocating histograms"))?;
+    let mut offsets = s.alloc_zeros::<u32>(hist_len).map_err(cuda_err("sort: allocating offsets"))?;
+    let f_hist = dev.function("scan_sort", "radix_histogram")?;
+    let f_scatter = dev.function("scan_sort", "radix_scatter")?;
+    let cfg = LaunchConfig { grid_dim: (ntiles, 1, 1), block_dim: (RADIX_THREADS, 1, 1), shared_mem_bytes: 0 };
+    let mut shift = 0u32;
+    while shift < bits.min(64) {
+        // SAFETY: signatures match; keys/vals/alt hold n elements, hist/offsets 256 * ntiles.
+        unsafe {
+            s.launch_builder(&f_hist)
+                .arg(&*keys)
+                .arg(&n32)
+                .arg(&shift)
+                .arg(&mut hist)
+                .arg(&ntiles)
+                .launch(cfg)
+                .map_err(cuda_err("radix_histogram"))?;
+        }
+        exclusive_scan_u32(dev, &hist, &mut offsets, hist_len)?;
+        // SAFETY: as above.
+        unsafe {
+            s.launch_builder(&f_scatter)
+                .arg(&*keys)
+                .arg(&*vals)
+                .arg(&mut keys_alt)
+                .arg(&mut vals_alt)
+                .arg(&n32)
+                .arg(&shift)
+                .arg(&offsets)
+                .arg(&ntiles)
+                .launch(cfg)
+                .map_err(cuda_err("radix_scatter"))?;
+        }
+        std::mem::swap(keys, &mut keys_alt);
+        std::mem::swap(vals, &mut vals_alt);
+        shift += 8;
+    }
+    Ok(())
+}
+
+/// Number of bits needed to hold every value up to and including `max`.
+pub fn bits_for(max: u64) -> u32 {
+    64 - max.leading_zeros()
+}

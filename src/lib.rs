@@ -1,0 +1,17 @@
+//! sptr: LiDAR/camera perception on sparse tensors, CPU reference and CUDA FP16 backends.
+//!
+//! Module map (see README.md and the design notes): `cloud` decodes/encodes PointCloud2 buffers,
+//! `points` holds decoded clouds, `config` parses the YAML configs, `device` owns the backends and
+//! the NVRTC kernel pipeline, `sparse` builds sparse tensors (voxelization first).
+
+pub mod cloud;
+pub mod config;
+pub mod device;
+pub mod error;
+pub mod points;
+pub mod sparse;
+
+pub use error::{Error, Result};
+pub use points::Points;
+#[cfg(feature = "ros")]
+pub mod ros;
