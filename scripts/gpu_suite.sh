@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The GPU runner: build here, run there.
+#
+#   scripts/gpu_suite.sh build            # on the dev machine (no GPU needed): builds the release
+#                                         # GPU test and bench binaries (--no-default-features
+#                                         # --features cuda, no r2r) into gpu-stage/
+#   scripts/gpu_suite.sh run OUT_DIR      # on the GPU host, from the repo root with gpu-stage/
+#                                         # beside it: runs every test binary with
+#                                         # SPTR_REQUIRE_GPU=1 and the benchmarks; logs in OUT_DIR
+#
+# gpu-stage/ is git-ignored and self-contained (binaries, a manifest, the benchmark cloud), so it
+# can be shipped to a GPU host as it is (e.g. carried by the device tool, or rsync'ed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STAGE=gpu-stage
+
+build() {
+    rm -rf "$STAGE" && mkdir -p "$STAGE/bin"
+    local json
+    json=$(cargo test --release --no-default-features --features cuda --no-run --message-format=json 2>/dev/null)
+    echo "$json" | python3 -c '
+import json, sys, shutil, os
+stage = sys.argv[1]
+names = []
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        kind = m["target"]["kind"][0]
+        name = m["target"]["name"] + ("-lib" if kind == "lib" else "")
+        shutil.copy2(m["executable"], os.path.join(stage, "bin", "test-" + name))
+        os.system("strip --strip-debug " + os.path.join(stage, "bin", "test-" + name))
+        names.append("test-" + name)
+open(os.path.join(stage, "tests.txt"), "w").write("\n".join(sorted(names)) + "\n")
+print("staged tests:", " ".join(sorted(names)))
+' "$STAGE"
+    cargo build --release --no-default-features --features cuda --bin sptr
+    cp target/release/sptr "$STAGE/bin/sptr" && strip --strip-debug "$STAGE/bin/sptr"
+    local dense=../shared/data/dense-cloud/benchmark-pc.bin
+    if [ -f "$dense" ]; then
+        cp "$dense" "$STAGE/benchmark-pc.bin"
+    fi
+    git rev-parse --short HEAD > "$STAGE/commit.txt" 2>/dev/null || true
+    du -sh "$STAGE"
+}
+
+run() {
+    local out=${1:?usage: gpu_suite.sh run OUT_DIR}
+    mkdir -p "$out"
+    export SPTR_REQUIRE_GPU=1 SPTR_REQUIRE_NVRTC=1 SPTR_ROOT="$PWD"
+    export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export SPTR_KERNEL_CACHE="${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}"
+    local summary="$out/summary.txt" failed=0
+    {
+        echo "commit $(cat "$STAGE/commit.txt" 2>/dev/null || echo unknown)"
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
+        "$STAGE/bin/sptr" info 2>&1 || true
+    } | tee "$summary"
+    while read -r t; do
+        [ -n "$t" ] || continue
+        if "$STAGE/bin/$t" --test-threads=1 --nocapture > "$out/$t.log" 2>&1; then
+            echo "PASS $t $(grep -E '^test result' "$out/$t.log" | tail -1)" | tee -a "$summary"
+        else
+            failed=1
+            echo "FAIL $t (log: $out/$t.log)" | tee -a "$summary"
+            grep -E "panicked|FAILED|error" "$out/$t.log" | head -20 | tee -a "$summary"
+        fi
+    done < "$STAGE/tests.txt"
+    # Per-case GPU numbers printed by the tests (errors vs CPU, timings).
+    grep -hE "rel err|cuda [0-9.]+ ms" "$out"/test-*.log | tee -a "$summary" > /dev/null || true
+    local cloud="$STAGE/benchmark-pc.bin"
+    [ -f "$cloud" ] || cloud=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)
+    local stride=3
+    case "$cloud" in *.pcd.bin) stride=5 ;; esac
+    "$STAGE/bin/sptr" bench voxelize "$cloud" --stride "$stride" --voxel-size 0.05 --batch2 --iters 50 \
+        > "$out/bench_voxelize_dense.json" 2>> "$out/bench.log" || failed=1
+    local nus=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)
+    "$STAGE/bin/sptr" bench voxelize "$nus" --stride 5 --model config/models/sphereformer_nuscenes.yaml --iters 50 \
+        > "$out/bench_voxelize_nuscenes.json" 2>> "$out/bench.log" || failed=1
+    cat "$out"/bench_*.json | tee -a "$summary"
+    [ "$failed" = 0 ] && echo "GPU SUITE: ALL PASSED" | tee -a "$summary" || echo "GPU SUITE: FAILURES" | tee -a "$summary"
+    return "$failed"
+}
+
+case "${1:-}" in
+    build) build ;;
+    run) shift; run "$@" ;;
+    *) echo "usage: $0 build | run OUT_DIR" >&2; exit 2 ;;
+esac

@@ -1,0 +1,59 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// The repository root: `$SPTR_ROOT` when set (test binaries shipped to a GPU host run from
+/// another directory than they were built in), else the crate directory at build time.
+pub fn root() -> PathBuf {
+    std::env::var_os("SPTR_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// Path of a file under tests/data.
+pub fn data(rel: &str) -> PathBuf {
+    root().join("tests/data").join(rel)
+}
+
+/// The nuScenes LiDAR sweep committed under tests/data/nuscenes.
+pub fn nuscenes_sweep() -> sptr::Points {
+    let dir = data("nuscenes");
+    let file = std::fs::read_dir(&dir)
+        .expect("tests/data/nuscenes exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".pcd.bin"))
+        .expect("a .pcd.bin sweep in tests/data/nuscenes");
+    sptr::Points::read_bin(&file, 5).expect("nuScenes sweep reads")
+}
+
+/// Deterministic splitmix64 generator: fixed seeds, no dependency.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [lo, hi).
+    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        lo + (hi - lo) * u
+    }
+}
+
+/// A copy of `p` rotated by `deg` degrees about z.
+pub fn rotated_z(p: &sptr::Points, deg: f32) -> sptr::Points {
+    let (s, c) = deg.to_radians().sin_cos();
+    let mut q = p.clone();
+    for i in 0..p.len() {
+        q.x[i] = c * p.x[i] - s * p.y[i];
+        q.y[i] = s * p.x[i] + c * p.y[i];
+    }
+    q
+}
+
+/// Whether GPU tests must run (`SPTR_REQUIRE_GPU=1`): then a missing GPU fails instead of skipping.
+pub fn gpu_required() -> bool {
+    std::env::var("SPTR_REQUIRE_GPU").map(|v| v == "1").unwrap_or(false)
+}
