@@ -190,11 +190,11 @@ fn validate_model(y: &ModelYaml, file: &str) -> Result<(), ConfigError> {
             return Err(value_err(file, "voxelization.origin", "`range_min` needs `pc_range`"));
         }
     }
-    if v.max_voxels == 0 || v.max_voxels > (1 << 31) - 1 {
-        return Err(value_err(file, "voxelization.max_voxels", format!("must be in 1..2^31, got {}", v.max_voxels)));
+    if v.max_voxels == 0 || v.max_voxels >= i32::MAX as usize {
+        return Err(value_err(file, "voxelization.max_voxels", format!("must be in 1..2^31-1, got {}", v.max_voxels)));
     }
-    if v.max_points == 0 || v.max_points > (1 << 31) - 1 {
-        return Err(value_err(file, "voxelization.max_points", format!("must be in 1..2^31, got {}", v.max_points)));
+    if v.max_points == 0 || v.max_points >= i32::MAX as usize {
+        return Err(value_err(file, "voxelization.max_points", format!("must be in 1..2^31-1, got {}", v.max_points)));
     }
     if y.class_names.len() != y.classes {
         return Err(value_err(file, "class_names", format!("has {} names but `classes` is {}", y.class_names.len(), y.classes)));

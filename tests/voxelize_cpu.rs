@@ -869,6 +869,19 @@ fn mismatched_column_lengths_are_an_error() {
 }
 
 #[test]
+fn batch_of_more_than_65536_samples_is_an_error() {
+    let e = Points::default();
+    let p = zero_params(1.0);
+    let ok: Vec<&Points> = vec![&e; 1 << 16];
+    assert!(voxelize_cpu(&ok, &p).unwrap().is_empty());
+    let too_many: Vec<&Points> = vec![&e; (1 << 16) + 1];
+    match voxelize_cpu(&too_many, &p) {
+        Err(Error::InvalidInput(msg)) => assert!(msg.contains("65536"), "{msg}"),
+        other => panic!("expected InvalidInput, got {other:?}"),
+    }
+}
+
+#[test]
 fn too_many_voxels_for_a_64_bit_key_is_an_error() {
     // ±1e6 m at 1 mm: |coordinate| = 1e9 < 2^30, so every point is on the grid, but the cloud
     // spans (2e9+1)^3 voxels, which no 64-bit key holds.

@@ -1,0 +1,48 @@
+"""Starts the sptr perception node (executable `perception_node` of package `sptr`).
+
+    ros2 launch sptr perception.launch.py weights:=/path/model.safetensors device:=cuda \
+        input_points:=/sensing/lidar/concatenated/pointcloud
+
+Arguments: params_file (default: the installed config/perception.yaml), weights, device
+(cuda | cpu), namespace, use_sim_time, input_points (remap of ~/input/points).
+"""
+
+import os
+
+from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+
+
+def generate_launch_description():
+    default_params = os.path.join(get_package_share_directory("sptr"), "config", "perception.yaml")
+    args = [
+        DeclareLaunchArgument("params_file", default_value=default_params,
+                              description="ROS 2 params file of the node"),
+        DeclareLaunchArgument("weights", default_value="",
+                              description="safetensors weights; empty keeps the params file's value"),
+        DeclareLaunchArgument("device", default_value="cuda", description="cuda or cpu"),
+        DeclareLaunchArgument("namespace", default_value="", description="node namespace"),
+        DeclareLaunchArgument("use_sim_time", default_value="false"),
+        DeclareLaunchArgument("input_points", default_value="~/input/points",
+                              description="LiDAR PointCloud2 topic"),
+    ]
+    node = Node(
+        package="sptr",
+        executable="perception_node",
+        name="sptr",
+        namespace=LaunchConfiguration("namespace"),
+        output="screen",
+        parameters=[
+            LaunchConfiguration("params_file"),
+            {
+                "device": LaunchConfiguration("device"),
+                "model.weights": LaunchConfiguration("weights"),
+                "use_sim_time": LaunchConfiguration("use_sim_time"),
+            },
+        ],
+        remappings=[("~/input/points", LaunchConfiguration("input_points"))],
+    )
+    return LaunchDescription(args + [node])

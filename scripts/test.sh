@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# README's test command: all set-up on a fresh machine, then every test.
+#   1. NVRTC + CUDA headers from PyPI wheels (scripts/cuda_env.sh; cached)
+#   2. cargo test --features cuda: CPU unit/property tests, the NVRTC compile test of every
+#      kernel for sm_90/sm_87/sm_86, GPU tests (skipped without a GPU)
+#   3. the ROS 2 smoke test: r2r node <-> rclpy peer over DDS (scripts/test_ros.sh; the ROS 2
+#      venv from PyPI wheels is created and cached by scripts/ros_env.sh)
+# Builds go to ${CARGO_TARGET_DIR:-$SPTR_CACHE/target} so a fresh clone reuses them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export SPTR_CACHE="${SPTR_CACHE:-$HOME/.cache/sptr}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SPTR_CACHE/target}"
+export SPTR_KERNEL_CACHE="${SPTR_KERNEL_CACHE:-$SPTR_CACHE/kernels}"
+start=$(date +%s)
+step() { echo; echo "== $* ($(( $(date +%s) - start )) s)"; }
+
+step "CUDA NVRTC environment"
+# shellcheck source=scripts/cuda_env.sh
+source scripts/cuda_env.sh
+export SPTR_REQUIRE_NVRTC=1
+
+step "cargo test --features cuda (CPU tests, NVRTC compile of every kernel, GPU tests if a GPU is present)"
+cargo test --features cuda 2>&1
+
+step "ROS 2 smoke test (r2r <-> rclpy over DDS)"
+scripts/test_ros.sh 2>&1
+
+step "all tests passed in $(( $(date +%s) - start )) s"
