@@ -19,6 +19,7 @@ pub const PRELUDE: &str = include_str!("../../kernels/prelude.cuh");
 pub const ALL: &[KernelSource] = &[
     KernelSource { name: "scan_sort", src: include_str!("../../kernels/scan_sort.cu") },
     KernelSource { name: "voxelize", src: include_str!("../../kernels/voxelize.cu") },
+    KernelSource { name: "bev_grid", src: include_str!("../../kernels/bev_grid.cu") },
 ];
 
 /// The source of module `name`, if there is one.

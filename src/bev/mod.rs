@@ -1,0 +1,6 @@
+//! Bird's-eye-view grids. Today: the labeled-points -> BEV class/colour/occupancy grids the node
+//! publishes. Camera geometry, the LSS lift and `bev_pool` come with the camera branch.
+
+pub mod label_grid;
+#[cfg(feature = "cuda")]
+pub mod label_grid_cuda;
