@@ -1,5 +1,8 @@
 //! Sparse tensors: voxelization now; hash tables, kernel maps and sparse convolution next.
 
+pub mod conv_cpu;
+pub mod kernel_map;
+pub mod tensor;
 pub mod voxelize;
 #[cfg(feature = "cuda")]
 pub mod voxelize_cuda;
