@@ -101,8 +101,8 @@ install_libclang() {
         sudo=(sudo)
     fi
     command -v apt-get >/dev/null 2>&1 || die "libclang is missing and there is no apt-get: install libclang (dev) yourself, or set LIBCLANG_PATH"
-    "${sudo[@]}" apt-get update
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends libclang-dev
+    "${sudo[@]}" apt-get update >&2
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends libclang-dev >&2
     have_libclang || die "libclang-dev installed but libclang still not found"
 }
 
@@ -124,11 +124,11 @@ setup() {
         command -v "$PY" >/dev/null 2>&1 || die "no '$PY' to create the venv with (set SPTR_PYTHON)"
         say "creating venv $V with $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
         rm -rf "$V"
-        "$PY" -m venv "$V"
+        "$PY" -m venv "$V" >&2
     fi
     rm -f "$STAMP"
     say "installing ROS 2 wheels into $V: ${PKGS[*]}"
-    "$V/bin/python" -m pip install --disable-pip-version-check "${PKGS[@]}"
+    "$V/bin/python" -m pip install --disable-pip-version-check "${PKGS[@]}" >&2
 
     [[ -e "$V/lib/librmw_fastrtps_cpp.so" ]] || die "$V/lib/librmw_fastrtps_cpp.so missing after pip install (did ros-rclpy[fastrtps] change?)"
     # The wheels ship no librmw_implementation.so; r2r links it. Fast DDS it is.
