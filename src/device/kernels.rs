@@ -20,6 +20,8 @@ pub const ALL: &[KernelSource] = &[
     KernelSource { name: "scan_sort", src: include_str!("../../kernels/scan_sort.cu") },
     KernelSource { name: "voxelize", src: include_str!("../../kernels/voxelize.cu") },
     KernelSource { name: "bev_grid", src: include_str!("../../kernels/bev_grid.cu") },
+    KernelSource { name: "sparse_map", src: include_str!("../../kernels/sparse_map.cu") },
+    KernelSource { name: "sparse_conv", src: include_str!("../../kernels/sparse_conv.cu") },
 ];
 
 /// The source of module `name`, if there is one.

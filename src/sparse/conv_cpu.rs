@@ -103,7 +103,7 @@ pub struct ConvOptions<'a> {
 }
 
 /// Weight repacked as `[K][Cin][Cout]` for row-vector times matrix products.
-fn repack(
+pub(crate) fn repack(
     weight: &[f32],
     layout: WeightLayout,
     kv: usize,

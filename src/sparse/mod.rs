@@ -6,3 +6,7 @@ pub mod tensor;
 pub mod voxelize;
 #[cfg(feature = "cuda")]
 pub mod voxelize_cuda;
+#[cfg(feature = "cuda")]
+pub mod kernel_map_cuda;
+#[cfg(feature = "cuda")]
+pub mod conv_cuda;

@@ -1,0 +1,154 @@
+// Kernel maps on the GPU: an open-addressing hash of packed coordinates, and neighbour tables
+// nbr[out * K + k] = input row feeding output `out` through kernel offset k, or -1.
+// Semantics (spconv 2.3.8) and the CPU reference: src/sparse/kernel_map.rs; host side:
+// src/sparse/kernel_map_cuda.rs.
+
+#define EMPTY_KEY 0xffffffffffffffffull
+#define COORD_BIAS 32768
+
+// [b, x, y, z] -> 64 bits: b in the top 16, then x, y, z biased by 2^15 into 16 bits each.
+// Unsigned order of keys = lexicographic order of [b, x, y, z]. Returns EMPTY_KEY when a
+// coordinate does not fit (such a site cannot be in the table: the host checks the inputs).
+__device__ __forceinline__ u64 pack_coord(i32 b, i32 x, i32 y, i32 z) {
+    if (b < 0 || b >= 65535 || x < -COORD_BIAS || x >= COORD_BIAS || y < -COORD_BIAS || y >= COORD_BIAS ||
+        z < -COORD_BIAS || z >= COORD_BIAS)
+        return EMPTY_KEY;
+    return ((u64)b << 48) | ((u64)(x + COORD_BIAS) << 32) | ((u64)(y + COORD_BIAS) << 16) | (u64)(z + COORD_BIAS);
+}
+
+__device__ __forceinline__ u32 hash_slot(u64 k, u32 mask) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ull;
+    k ^= k >> 33;
+    return (u32)k & mask;
+}
+
+extern "C" __global__ void hash_insert(const i32* __restrict__ coords, u32 n, u64* keys, i32* vals, u32 mask) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const u64 key = pack_coord(coords[i * 4], coords[i * 4 + 1], coords[i * 4 + 2], coords[i * 4 + 3]);
+    if (key == EMPTY_KEY) return;
+    u32 slot = hash_slot(key, mask);
+    while (true) {
+        const u64 prev = atomicCAS(&keys[slot], EMPTY_KEY, key);
+        if (prev == EMPTY_KEY || prev == key) {
+            vals[slot] = (i32)i;
+            return;
+        }
+        slot = (slot + 1) & mask;
+    }
+}
+
+__device__ __forceinline__ i32 hash_find(const u64* keys, const i32* vals, u32 mask, u64 key) {
+    if (key == EMPTY_KEY) return -1;
+    u32 slot = hash_slot(key, mask);
+    while (true) {
+        const u64 k = keys[slot];
+        if (k == key) return vals[slot];
+        if (k == EMPTY_KEY) return -1;
+        slot = (slot + 1) & mask;
+    }
+}
+
+// Geometry of one conv, per axis.
+struct MapGeom {
+    i32 kernel[3], stride[3], padding[3], dilation[3];
+    i32 in_origin[3], out_origin[3], out_shape[3];
+    u32 kv;
+};
+
+__device__ __forceinline__ void offset_of(const MapGeom& G, u32 k, i32 r[3]) {
+    r[2] = k % G.kernel[2];
+    r[1] = (k / G.kernel[2]) % G.kernel[1];
+    r[0] = k / (G.kernel[2] * G.kernel[1]);
+}
+
+// Submanifold: input at c + (r - center) * d feeds output c. One thread per (output, offset).
+extern "C" __global__ void submanifold_nbr(const i32* __restrict__ coords, u32 n, MapGeom G,
+                                           const u64* __restrict__ keys, const i32* __restrict__ vals, u32 mask,
+                                           i32* __restrict__ nbr) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)n * G.kv) return;
+    const u32 o = (u32)(t / G.kv), k = (u32)(t % G.kv);
+    i32 r[3];
+    offset_of(G, k, r);
+    i32 c[3];
+    for (int a = 0; a < 3; ++a) c[a] = coords[o * 4 + 1 + a] + (r[a] - G.kernel[a] / 2) * G.dilation[a];
+    nbr[t] = hash_find(keys, vals, mask, pack_coord(coords[o * 4], c[0], c[1], c[2]));
+}
+
+// Strided: every (input, offset) proposes output q = (rel + p - r*d) / s when exact and inside
+// the output shape; cand[i * K + k] = its packed absolute coordinate or EMPTY_KEY.
+extern "C" __global__ void strided_candidates(const i32* __restrict__ coords, u32 n, MapGeom G, u64* __restrict__ cand) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)n * G.kv) return;
+    const u32 i = (u32)(t / G.kv), k = (u32)(t % G.kv);
+    i32 r[3], q[3];
+    offset_of(G, k, r);
+    u64 key = EMPTY_KEY;
+    bool ok = true;
+    for (int a = 0; a < 3; ++a) {
+        const i32 num = coords[i * 4 + 1 + a] - G.in_origin[a] + G.padding[a] - r[a] * G.dilation[a];
+        if (num < 0 || num % G.stride[a] != 0) { ok = false; break; }
+        q[a] = num / G.stride[a];
+        if (q[a] >= G.out_shape[a]) { ok = false; break; }
+    }
+    if (ok) key = pack_coord(coords[i * 4], q[0] + G.out_origin[0], q[1] + G.out_origin[1], q[2] + G.out_origin[2]);
+    cand[t] = key;
+}
+
+// heads[i] = 1 where sorted candidate i starts a new (valid) output site.
+extern "C" __global__ void unique_heads(const u64* __restrict__ keys, u32 n, u32* __restrict__ heads) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    heads[i] = (keys[i] != EMPTY_KEY && (i == 0 || keys[i] != keys[i - 1])) ? 1u : 0u;
+}
+
+// Output coordinates of the unique sorted keys.
+extern "C" __global__ void unique_coords(const u64* __restrict__ keys, const u32* __restrict__ heads,
+                                         const u32* __restrict__ excl, u32 n, i32* __restrict__ out) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || !heads[i]) return;
+    const u64 key = keys[i];
+    const u32 o = excl[i];
+    out[o * 4 + 0] = (i32)(key >> 48);
+    out[o * 4 + 1] = (i32)((key >> 32) & 0xffff) - COORD_BIAS;
+    out[o * 4 + 2] = (i32)((key >> 16) & 0xffff) - COORD_BIAS;
+    out[o * 4 + 3] = (i32)(key & 0xffff) - COORD_BIAS;
+}
+
+// Strided neighbour table: output q (relative to its origin) reads input q*s - p + r*d.
+extern "C" __global__ void strided_nbr(const i32* __restrict__ out_coords, u32 m, MapGeom G,
+                                       const u64* __restrict__ keys, const i32* __restrict__ vals, u32 mask,
+                                       i32* __restrict__ nbr) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)m * G.kv) return;
+    const u32 o = (u32)(t / G.kv), k = (u32)(t % G.kv);
+    i32 r[3], c[3];
+    offset_of(G, k, r);
+    for (int a = 0; a < 3; ++a) {
+        const i32 q = out_coords[o * 4 + 1 + a] - G.out_origin[a];
+        c[a] = q * G.stride[a] - G.padding[a] + r[a] * G.dilation[a] + G.in_origin[a];
+    }
+    nbr[t] = hash_find(keys, vals, mask, pack_coord(out_coords[o * 4], c[0], c[1], c[2]));
+}
+
+// Inverse of a strided table: inv[i * K + k] = o where nbr[o * K + k] == i (at most one o per
+// (i, k): the output is determined by the input and the offset). inv must be preset to -1.
+extern "C" __global__ void invert_nbr(const i32* __restrict__ nbr, u32 m, u32 kv, i32* __restrict__ inv) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)m * kv) return;
+    const i32 i = nbr[t];
+    if (i >= 0) inv[(u64)i * kv + (t % kv)] = (i32)(t / kv);
+}
+
+extern "C" __global__ void fill_i32(i32* __restrict__ p, u64 n, i32 v) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v;
+}
+extern "C" __global__ void fill_u64(u64* __restrict__ p, u64 n, u64 v) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v;
+}

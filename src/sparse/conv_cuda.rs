@@ -1,0 +1,110 @@
+//! Sparse convolution on CUDA (kernels in `kernels/sparse_conv.cu`): FP16 features and weights,
+//! FP32 accumulation, over a `CudaKernelMap`'s neighbour table; the same function as
+//! `conv_cpu::conv_with` (bias, pre-activation on the gather, residual add).
+
+use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::sparse::conv_cpu::{repack, WeightLayout};
+use crate::sparse::kernel_map_cuda::CudaKernelMap;
+use crate::Error;
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use half::f16;
+
+/// Widest input the direct kernel stages in shared memory.
+pub const MAX_CIN: usize = 512;
+
+/// A conv layer's parameters on the GPU: weight repacked to `[K][Cin][Cout]` FP16, bias f32.
+pub struct CudaConvWeights {
+    pub kv: usize,
+    pub cin: usize,
+    pub cout: usize,
+    w: CudaSlice<f16>,
+    bias: Option<CudaSlice<f32>>,
+}
+
+impl CudaConvWeights {
+    /// `weight` as stored upstream in `layout` (spconv: `Krsc`, or `Rsck` for its 1x1x1 layers).
+    pub fn upload(dev: &CudaDevice, weight: &[f32], layout: WeightLayout, kv: usize, cin: usize, cout: usize, bias: Option<&[f32]>) -> Result<Self, Error> {
+        if cin == 0 || cout == 0 || cin > MAX_CIN {
+            return Err(Error::InvalidInput(format!("conv: Cin {cin} must be in 1..={MAX_CIN} and Cout {cout} >= 1")));
+        }
+        let w = repack(weight, layout, kv, cin, cout)?;
+        let w16: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+        let s = &dev.stream;
+        let bias = match bias {
+            Some(b) if b.len() != cout => return Err(Error::InvalidInput(format!("conv bias has {} values, expected Cout {cout}", b.len()))),
+            Some(b) => Some(s.clone_htod(b).map_err(cuda_err("uploading bias"))?),
+            None => None,
+        };
+        Ok(CudaConvWeights { kv, cin, cout, w: s.clone_htod(&w16).map_err(cuda_err("uploading weight"))?, bias })
+    }
+}
+
+/// Per-input-channel affine (+ ReLU) applied to the gathered input: folded inference BatchNorm.
+pub struct CudaPreActivation<'a> {
+    pub scale: &'a CudaSlice<f32>,
+    pub shift: &'a CudaSlice<f32>,
+    pub relu: bool,
+}
+
+/// `x`: `[map.in_count, cin]` FP16. Returns `[map.out_count, cout]` FP16.
+pub fn conv_cuda(
+    dev: &CudaDevice,
+    x: &CudaSlice<f16>,
+    map: &CudaKernelMap,
+    w: &CudaConvWeights,
+    pre: Option<&CudaPreActivation<'_>>,
+    residual: Option<&CudaSlice<f16>>,
+) -> Result<CudaSlice<f16>, Error> {
+    if w.kv != map.kv {
+        return Err(Error::InvalidInput(format!("conv weight has kernel volume {}, the map {}", w.kv, map.kv)));
+    }
+    if x.len() < map.in_count * w.cin {
+        return Err(Error::InvalidInput(format!("conv input holds {} values, need {} x {}", x.len(), map.in_count, w.cin)));
+    }
+    if let Some(r) = residual {
+        if r.len() < map.out_count * w.cout {
+            return Err(Error::InvalidInput("conv residual is smaller than the output".into()));
+        }
+    }
+    if let Some(p) = pre {
+        if p.scale.len() < w.cin || p.shift.len() < w.cin {
+            return Err(Error::InvalidInput("conv pre-activation needs Cin scales and shifts".into()));
+        }
+    }
+    let s = &dev.stream;
+    let mut out = s.alloc_zeros::<f16>((map.out_count * w.cout).max(1)).map_err(cuda_err("allocating conv output"))?;
+    if map.out_count == 0 {
+        return Ok(out);
+    }
+    let f = dev.function("sparse_conv", "conv_direct")?;
+    let threads = (w.cout.min(256) as u32).div_ceil(32) * 32;
+    let cfg = LaunchConfig {
+        grid_dim: (map.out_count as u32, (w.cout as u32).div_ceil(threads), 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let null: u64 = 0; // a NULL device pointer for absent optional inputs
+    let (m32, kv32, cin32, cout32) = (map.out_count as u32, w.kv as u32, w.cin as u32, w.cout as u32);
+    let (pre_on, relu) = (pre.is_some() as u32, pre.map(|p| p.relu as u32).unwrap_or(0));
+    // SAFETY: argument list matches conv_direct; buffer sizes checked above.
+    unsafe {
+        let mut b = s.launch_builder(&f);
+        b.arg(x).arg(&map.nbr).arg(&m32).arg(&kv32).arg(&w.w).arg(&cin32).arg(&cout32);
+        match &w.bias {
+            Some(bias) => b.arg(bias),
+            None => b.arg(&null),
+        };
+        match pre {
+            Some(p) => b.arg(p.scale).arg(p.shift),
+            None => b.arg(&null).arg(&null),
+        };
+        b.arg(&pre_on).arg(&relu);
+        match residual {
+            Some(r) => b.arg(r),
+            None => b.arg(&null),
+        };
+        b.arg(&mut out);
+        b.launch(cfg).map_err(cuda_err("conv_direct"))?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,265 @@
+//! Kernel maps on the GPU (kernels in `kernels/sparse_map.cu`): the same maps as
+//! `kernel_map.rs`, as neighbour tables `nbr[out * K + k]` (input row or -1), the form the conv
+//! kernels read. Input sites go into an open-addressing hash of packed `[b, x, y, z]` (64-bit
+//! keys, capacity a power of two at least twice the sites). Strided outputs are proposed by every
+//! (input, offset), sorted with the radix sort and deduplicated, so they come out in
+//! `[b, x, y, z]` order like the CPU reference.
+
+use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::device::primitives::{bits_for, exclusive_scan_u32, grid_1d, radix_sort_pairs};
+use crate::sparse::kernel_map::{conv_output_shape, ConvGeometry, MapKind};
+use crate::sparse::tensor::SparseTensor;
+use crate::Error;
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+
+/// Mirror of `struct MapGeom` in sparse_map.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct MapGeomC {
+    kernel: [i32; 3],
+    stride: [i32; 3],
+    padding: [i32; 3],
+    dilation: [i32; 3],
+    in_origin: [i32; 3],
+    out_origin: [i32; 3],
+    out_shape: [i32; 3],
+    kv: u32,
+}
+// SAFETY: plain-old-data, same layout as the C struct.
+unsafe impl DeviceRepr for MapGeomC {}
+
+const THREADS: u32 = 256;
+const EMPTY_KEY: u64 = u64::MAX;
+
+/// Sites of a sparse tensor on the GPU: coordinates `[b, x, y, z]` and their hash.
+pub struct CudaSites {
+    pub coords: CudaSlice<i32>,
+    pub len: usize,
+    keys: CudaSlice<u64>,
+    vals: CudaSlice<i32>,
+    mask: u32,
+}
+
+/// A kernel map on the GPU.
+pub struct CudaKernelMap {
+    pub kind: MapKind,
+    pub kv: usize,
+    pub in_count: usize,
+    pub out_count: usize,
+    /// Output sites (`Submanifold`: the input's; `Inverse`: the strided map's inputs).
+    pub out: CudaSites,
+    /// `out_count * kv` input rows, -1 where no input.
+    pub nbr: CudaSlice<i32>,
+}
+
+fn grid_u64(n: u64) -> Result<LaunchConfig, Error> {
+    let blocks = n.div_ceil(THREADS as u64).max(1);
+    let blocks = u32::try_from(blocks).map_err(|_| Error::InvalidInput(format!("kernel map of {n} entries is too large")))?;
+    Ok(LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 })
+}
+
+fn check_packable(t: &SparseTensor) -> Result<(), Error> {
+    let (o, s) = (t.origin(), t.spatial_shape());
+    for a in 0..3 {
+        if o[a] < -32768 || o[a] as i64 + s[a] as i64 > 32768 {
+            return Err(Error::InvalidInput(format!(
+                "GPU kernel maps pack coordinates into 16 bits: axis {a} spans {}..{}, outside -32768..32768",
+                o[a],
+                o[a] as i64 + s[a] as i64
+            )));
+        }
+    }
+    if t.batch_size() >= 65535 {
+        return Err(Error::InvalidInput(format!("GPU kernel maps take at most 65534 samples, got {}", t.batch_size())));
+    }
+    Ok(())
+}
+
+impl CudaSites {
+    /// Hashes `len` sites already on the GPU (`coords`: `len * 4`, at least 1 element).
+    pub fn build(dev: &CudaDevice, coords: CudaSlice<i32>, len: usize) -> Result<CudaSites, Error> {
+        let s = &dev.stream;
+        let cap = (2 * len).max(64).next_power_of_two();
+        let mask = (cap - 1) as u32;
+        let mut keys = s.alloc_zeros::<u64>(cap).map_err(cuda_err("allocating hash keys"))?;
+        let vals = s.alloc_zeros::<i32>(cap).map_err(cuda_err("allocating hash values"))?;
+        let fill = dev.function("sparse_map", "fill_u64")?;
+        let insert = dev.function("sparse_map", "hash_insert")?;
+        let (cap64, n32) = (cap as u64, len as u32);
+        let mut sites = CudaSites { coords, len, keys: s.alloc_zeros::<u64>(1).map_err(cuda_err("alloc"))?, vals, mask };
+        // SAFETY: argument lists match sparse_map.cu; keys/vals hold `cap` entries, coords len*4.
+        unsafe {
+            s.launch_builder(&fill).arg(&mut keys).arg(&cap64).arg(&EMPTY_KEY).launch(grid_u64(cap64)?).map_err(cuda_err("fill_u64"))?;
+            if len > 0 {
+                s.launch_builder(&insert)
+                    .arg(&sites.coords).arg(&n32).arg(&mut keys).arg(&mut sites.vals).arg(&mask)
+                    .launch(grid_1d(n32, THREADS))
+                    .map_err(cuda_err("hash_insert"))?;
+            }
+        }
+        sites.keys = keys;
+        Ok(sites)
+    }
+
+    /// Uploads and hashes the sites of a host tensor.
+    pub fn upload(dev: &CudaDevice, t: &SparseTensor) -> Result<CudaSites, Error> {
+        check_packable(t)?;
+        let flat: Vec<i32> = if t.is_empty() { vec![0; 4] } else { t.coords().iter().flatten().copied().collect() };
+        let coords = dev.stream.clone_htod(&flat).map_err(cuda_err("uploading coordinates"))?;
+        CudaSites::build(dev, coords, t.len())
+    }
+
+    pub fn coords_to_host(&self, dev: &CudaDevice) -> Result<Vec<[i32; 4]>, Error> {
+        if self.len == 0 {
+            return Ok(vec![]);
+        }
+        let v = dev.stream.clone_dtoh(&self.coords.slice(..self.len * 4)).map_err(cuda_err("reading coordinates"))?;
+        Ok(v.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect())
+    }
+}
+
+impl CudaKernelMap {
+    pub fn nbr_to_host(&self, dev: &CudaDevice) -> Result<Vec<i32>, Error> {
+        if self.out_count * self.kv == 0 {
+            return Ok(vec![]);
+        }
+        dev.stream.clone_dtoh(&self.nbr.slice(..self.out_count * self.kv)).map_err(cuda_err("reading neighbour table"))
+    }
+}
+
+fn kernel_volume(kernel: [i32; 3]) -> usize {
+    kernel.iter().map(|&k| k as usize).product()
+}
+
+/// Submanifold map (odd kernel, stride 1) of `t`, whose sites `sites` were uploaded from it.
+pub fn submanifold_cuda(dev: &CudaDevice, t: &SparseTensor, sites: CudaSites, kernel: [i32; 3], dilation: [i32; 3]) -> Result<CudaKernelMap, Error> {
+    if kernel.iter().any(|&k| k < 1 || k % 2 == 0) || dilation.iter().any(|&d| d < 1) {
+        return Err(Error::InvalidInput(format!("submanifold kernel {kernel:?} must be odd and dilation {dilation:?} >= 1")));
+    }
+    let kv = kernel_volume(kernel);
+    let n = t.len();
+    let g = MapGeomC { kernel, dilation, stride: [1; 3], kv: kv as u32, ..Default::default() };
+    let mut nbr = dev.stream.alloc_zeros::<i32>((n * kv).max(1)).map_err(cuda_err("allocating neighbour table"))?;
+    let f = dev.function("sparse_map", "submanifold_nbr")?;
+    let n32 = n as u32;
+    if n > 0 {
+        // SAFETY: argument list matches sparse_map.cu; nbr holds n * kv entries.
+        unsafe {
+            dev.stream
+                .launch_builder(&f)
+                .arg(&sites.coords).arg(&n32).arg(&g).arg(&sites.keys).arg(&sites.vals).arg(&sites.mask).arg(&mut nbr)
+                .launch(grid_u64((n * kv) as u64)?)
+                .map_err(cuda_err("submanifold_nbr"))?;
+        }
+    }
+    Ok(CudaKernelMap { kind: MapKind::Submanifold, kv, in_count: n, out_count: n, out: sites, nbr })
+}
+
+/// Strided map (`SparseConv3d`, spconv's output rule) of `t` (sites uploaded from it).
+/// Returns the map and the output tensor's spatial shape and origin.
+pub fn strided_cuda(dev: &CudaDevice, t: &SparseTensor, sites: &CudaSites, g: ConvGeometry) -> Result<(CudaKernelMap, [i32; 3], [i32; 3]), Error> {
+    for (name, v, min) in [("kernel", g.kernel, 1), ("stride", g.stride, 1), ("dilation", g.dilation, 1), ("padding", g.padding, 0)] {
+        if v.iter().any(|&x| x < min) {
+            return Err(Error::InvalidInput(format!("strided conv: {name} {v:?} must be >= {min}")));
+        }
+    }
+    let origin = t.origin();
+    if (0..3).any(|a| origin[a].rem_euclid(g.stride[a]) != 0) {
+        return Err(Error::InvalidInput(format!("strided conv: input origin {origin:?} must be a multiple of the stride {:?}", g.stride)));
+    }
+    let out_shape = conv_output_shape(t.spatial_shape(), &g);
+    if out_shape.iter().any(|&v| v < 1) {
+        return Err(Error::InvalidInput(format!("strided conv: empty output shape {out_shape:?}")));
+    }
+    let out_origin = [0, 1, 2].map(|a| origin[a].div_euclid(g.stride[a]));
+    let kv = kernel_volume(g.kernel);
+    let n = t.len();
+    let s = &dev.stream;
+    let geom = MapGeomC {
+        kernel: g.kernel,
+        stride: g.stride,
+        padding: g.padding,
+        dilation: g.dilation,
+        in_origin: origin,
+        out_origin,
+        out_shape,
+        kv: kv as u32,
+    };
+    let total = n * kv;
+    let total32 = u32::try_from(total).map_err(|_| Error::InvalidInput(format!("strided conv: {n} sites x {kv} offsets is too many")))?;
+    let mut cand = s.alloc_zeros::<u64>(total.max(1)).map_err(cuda_err("allocating candidates"))?;
+    let mut idx = s.alloc_zeros::<u32>(total.max(1)).map_err(cuda_err("allocating candidate index"))?;
+    let n32 = n as u32;
+    let f_cand = dev.function("sparse_map", "strided_candidates")?;
+    let m = if total > 0 {
+        // SAFETY: argument list matches sparse_map.cu; cand holds n * kv entries.
+        unsafe {
+            s.launch_builder(&f_cand).arg(&sites.coords).arg(&n32).arg(&geom).arg(&mut cand)
+                .launch(grid_u64(total as u64)?).map_err(cuda_err("strided_candidates"))?;
+        }
+        radix_sort_pairs(dev, &mut cand, &mut idx, total, bits_for(EMPTY_KEY))?;
+        let mut heads = s.alloc_zeros::<u32>(total).map_err(cuda_err("allocating heads"))?;
+        let mut excl = s.alloc_zeros::<u32>(total).map_err(cuda_err("allocating output ids"))?;
+        let f_heads = dev.function("sparse_map", "unique_heads")?;
+        // SAFETY: as above.
+        unsafe {
+            s.launch_builder(&f_heads).arg(&cand).arg(&total32).arg(&mut heads)
+                .launch(grid_1d(total32, THREADS)).map_err(cuda_err("unique_heads"))?;
+        }
+        let m = exclusive_scan_u32(dev, &heads, &mut excl, total)? as usize;
+        let mut out_coords = s.alloc_zeros::<i32>(m.max(1) * 4).map_err(cuda_err("allocating output coordinates"))?;
+        let f_uc = dev.function("sparse_map", "unique_coords")?;
+        // SAFETY: as above; out_coords holds m * 4.
+        unsafe {
+            s.launch_builder(&f_uc).arg(&cand).arg(&heads).arg(&excl).arg(&total32).arg(&mut out_coords)
+                .launch(grid_1d(total32, THREADS)).map_err(cuda_err("unique_coords"))?;
+        }
+        Some((m, out_coords))
+    } else {
+        None
+    };
+    let (m, out_coords) = match m {
+        Some(v) => v,
+        None => (0, s.alloc_zeros::<i32>(4).map_err(cuda_err("alloc"))?),
+    };
+    let out = CudaSites::build(dev, out_coords, m)?;
+    let mut nbr = s.alloc_zeros::<i32>((m * kv).max(1)).map_err(cuda_err("allocating neighbour table"))?;
+    if m > 0 {
+        let f_nbr = dev.function("sparse_map", "strided_nbr")?;
+        let m32 = m as u32;
+        // SAFETY: as above; nbr holds m * kv.
+        unsafe {
+            s.launch_builder(&f_nbr)
+                .arg(&out.coords).arg(&m32).arg(&geom).arg(&sites.keys).arg(&sites.vals).arg(&sites.mask).arg(&mut nbr)
+                .launch(grid_u64((m * kv) as u64)?)
+                .map_err(cuda_err("strided_nbr"))?;
+        }
+    }
+    Ok((CudaKernelMap { kind: MapKind::Strided, kv, in_count: n, out_count: m, out, nbr }, out_shape, out_origin))
+}
+
+/// The inverse of a strided map (`SparseInverseConv3d` with the same `indice_key`): outputs are
+/// the strided map's input sites (`in_sites`, in their order).
+pub fn inverse_cuda(dev: &CudaDevice, down: &CudaKernelMap, in_sites: CudaSites) -> Result<CudaKernelMap, Error> {
+    if down.kind != MapKind::Strided {
+        return Err(Error::InvalidInput("inverse conv needs a strided map".into()));
+    }
+    if in_sites.len != down.in_count {
+        return Err(Error::InvalidInput(format!("inverse conv: {} sites given, the strided map has {} inputs", in_sites.len, down.in_count)));
+    }
+    let (kv, n, m) = (down.kv, down.in_count, down.out_count);
+    let s = &dev.stream;
+    let mut inv = s.alloc_zeros::<i32>((n * kv).max(1)).map_err(cuda_err("allocating inverse table"))?;
+    let fill = dev.function("sparse_map", "fill_i32")?;
+    let f_inv = dev.function("sparse_map", "invert_nbr")?;
+    let (len, minus1, m32, kv32) = ((n * kv).max(1) as u64, -1i32, m as u32, kv as u32);
+    // SAFETY: argument lists match sparse_map.cu; inv holds n * kv, down.nbr m * kv.
+    unsafe {
+        s.launch_builder(&fill).arg(&mut inv).arg(&len).arg(&minus1).launch(grid_u64(len)?).map_err(cuda_err("fill_i32"))?;
+        if m * kv > 0 {
+            s.launch_builder(&f_inv).arg(&down.nbr).arg(&m32).arg(&kv32).arg(&mut inv)
+                .launch(grid_u64((m * kv) as u64)?).map_err(cuda_err("invert_nbr"))?;
+        }
+    }
+    Ok(CudaKernelMap { kind: MapKind::Inverse, kv, in_count: m, out_count: n, out: in_sites, nbr: inv })
+}
