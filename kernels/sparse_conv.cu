@@ -41,3 +41,129 @@ extern "C" __global__ void conv_direct(const __half* __restrict__ x, const i32* 
     if (residual) acc += __half2float(residual[(u64)o * cout + co]);
     out[(u64)o * cout + co] = __float2half_rn(acc);
 }
+
+// ---- Implicit GEMM on tensor cores (mma.sync m16n8k16, FP16 x FP16 -> FP32).
+// out[BM rows, BN channels] of one block = sum over offsets k and Cin chunks of
+// A (BM x BK: gathered input rows, zero where nbr = -1) x B (BK x BN: W[k][c][n]).
+// 4 warps in a 2 x 2 grid, each 32 x 32 = 2 x 4 mma tiles. Needs Cin % 8 == 0 and
+// Cout % 8 == 0 (16-byte loads); the host falls back to conv_direct otherwise.
+#define IG_BM 64
+#define IG_BN 64
+#define IG_BK 32
+#define IG_APAD 8
+#define IG_BPAD 8
+
+__device__ __forceinline__ void mma_16816(float c[4], const u32 a[4], const u32 b[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ u32 pack_half2(__half lo, __half hi) {
+    return (u32)__half_as_ushort(lo) | ((u32)__half_as_ushort(hi) << 16);
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+conv_implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr, u32 m, u32 kv,
+                   const __half* __restrict__ w, u32 cin, u32 cout,
+                   const float* __restrict__ bias, const float* __restrict__ pre_scale,
+                   const float* __restrict__ pre_shift, u32 pre, u32 relu,
+                   const __half* __restrict__ residual, __half* __restrict__ out) {
+    __shared__ __align__(16) __half As[IG_BM][IG_BK + IG_APAD];
+    __shared__ __align__(16) __half Bs[IG_BK][IG_BN + IG_BPAD];
+    __shared__ i32 rows[IG_BM];
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const u32 o0 = blockIdx.x * IG_BM, n0 = blockIdx.y * IG_BN;
+    float acc[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    for (u32 k = 0; k < kv; ++k) {
+        __syncthreads();
+        if (tid < IG_BM) {
+            const u32 o = o0 + tid;
+            rows[tid] = o < m ? nbr[(u64)o * kv + k] : -1;
+        }
+        const int any = __syncthreads_or(tid < IG_BM && rows[tid] >= 0);
+        if (!any) continue;  // no output row of this tile has an input at offset k
+        for (u32 c0 = 0; c0 < cin; c0 += IG_BK) {
+            // A: 64 rows x 32 halves = 256 vectors of 8 halves, 2 per thread.
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+                const u32 idx = tid + v * 128;
+                const u32 r = idx >> 2, cv = (idx & 3u) * 8;
+                const i32 i = rows[r];
+                uint4 val = make_uint4(0, 0, 0, 0);
+                if (i >= 0 && c0 + cv < cin) {
+                    val = *reinterpret_cast<const uint4*>(x + (u64)i * cin + c0 + cv);
+                    if (pre) {
+                        __half* h = reinterpret_cast<__half*>(&val);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) {
+                            float f = __half2float(h[e]) * pre_scale[c0 + cv + e] + pre_shift[c0 + cv + e];
+                            if (relu) f = fmaxf(f, 0.f);
+                            h[e] = __float2half_rn(f);
+                        }
+                    }
+                }
+                *reinterpret_cast<uint4*>(&As[r][cv]) = val;
+            }
+            // B: 32 rows (cin) x 64 halves (cout) = 256 vectors, 2 per thread.
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+                const u32 idx = tid + v * 128;
+                const u32 r = idx >> 3, nv = (idx & 7u) * 8;
+                uint4 val = make_uint4(0, 0, 0, 0);
+                if (c0 + r < cin && n0 + nv < cout)
+                    val = *reinterpret_cast<const uint4*>(w + ((u64)k * cin + c0 + r) * cout + n0 + nv);
+                *reinterpret_cast<uint4*>(&Bs[r][nv]) = val;
+            }
+            __syncthreads();
+#pragma unroll
+            for (u32 kk = 0; kk < IG_BK; kk += 16) {
+                u32 a[2][4], b[4][2];
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const u32 r = wm + i * 16 + g;
+                    a[i][0] = *reinterpret_cast<const u32*>(&As[r][kk + 2 * t]);
+                    a[i][1] = *reinterpret_cast<const u32*>(&As[r + 8][kk + 2 * t]);
+                    a[i][2] = *reinterpret_cast<const u32*>(&As[r][kk + 2 * t + 8]);
+                    a[i][3] = *reinterpret_cast<const u32*>(&As[r + 8][kk + 2 * t + 8]);
+                }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const u32 n = wn + j * 8 + g;
+                    b[j][0] = pack_half2(Bs[kk + 2 * t][n], Bs[kk + 2 * t + 1][n]);
+                    b[j][1] = pack_half2(Bs[kk + 2 * t + 8][n], Bs[kk + 2 * t + 9][n]);
+                }
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
+            }
+            __syncthreads();
+        }
+    }
+    // Epilogue: bias, residual, FP16 store. acc[i][j] = rows (wm + 16i + g, +8), cols (wn + 8j + 2t, +1).
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const u32 o = o0 + wm + i * 16 + g + (e >= 2 ? 8 : 0);
+                const u32 n = n0 + wn + j * 8 + 2 * t + (e & 1);
+                if (o >= m || n >= cout) continue;
+                float v = acc[i][j][e];
+                if (bias) v += bias[n];
+                if (residual) v += __half2float(residual[(u64)o * cout + n]);
+                out[(u64)o * cout + n] = __float2half_rn(v);
+            }
+}

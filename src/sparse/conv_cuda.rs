@@ -46,7 +46,29 @@ pub struct CudaPreActivation<'a> {
     pub relu: bool,
 }
 
-/// `x`: `[map.in_count, cin]` FP16. Returns `[map.out_count, cout]` FP16.
+/// Which kernel computes a conv.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvAlgo {
+    /// Tensor-core implicit GEMM (`conv_implicit_gemm`): the default where it applies
+    /// (Cin and Cout multiples of 8).
+    ImplicitGemm,
+    /// One thread per output channel, FP32 FMA (`conv_direct`): any channel count; the oracle
+    /// the fast kernel is tested against.
+    Direct,
+}
+
+impl ConvAlgo {
+    /// The fastest kernel that supports these channel counts.
+    pub fn best_for(cin: usize, cout: usize) -> ConvAlgo {
+        if cin % 8 == 0 && cout % 8 == 0 {
+            ConvAlgo::ImplicitGemm
+        } else {
+            ConvAlgo::Direct
+        }
+    }
+}
+
+/// `x`: `[map.in_count, cin]` FP16. Returns `[map.out_count, cout]` FP16. Uses the best kernel.
 pub fn conv_cuda(
     dev: &CudaDevice,
     x: &CudaSlice<f16>,
@@ -55,6 +77,22 @@ pub fn conv_cuda(
     pre: Option<&CudaPreActivation<'_>>,
     residual: Option<&CudaSlice<f16>>,
 ) -> Result<CudaSlice<f16>, Error> {
+    conv_cuda_algo(dev, x, map, w, pre, residual, ConvAlgo::best_for(w.cin, w.cout))
+}
+
+/// [`conv_cuda`] with the kernel chosen by the caller.
+pub fn conv_cuda_algo(
+    dev: &CudaDevice,
+    x: &CudaSlice<f16>,
+    map: &CudaKernelMap,
+    w: &CudaConvWeights,
+    pre: Option<&CudaPreActivation<'_>>,
+    residual: Option<&CudaSlice<f16>>,
+    algo: ConvAlgo,
+) -> Result<CudaSlice<f16>, Error> {
+    if algo == ConvAlgo::ImplicitGemm && (w.cin % 8 != 0 || w.cout % 8 != 0) {
+        return Err(Error::InvalidInput(format!("implicit GEMM conv needs Cin and Cout multiples of 8, got {} and {}", w.cin, w.cout)));
+    }
     if w.kv != map.kv {
         return Err(Error::InvalidInput(format!("conv weight has kernel volume {}, the map {}", w.kv, map.kv)));
     }
@@ -76,17 +114,30 @@ pub fn conv_cuda(
     if map.out_count == 0 {
         return Ok(out);
     }
-    let f = dev.function("sparse_conv", "conv_direct")?;
-    let threads = (w.cout.min(256) as u32).div_ceil(32) * 32;
-    let cfg = LaunchConfig {
-        grid_dim: (map.out_count as u32, (w.cout as u32).div_ceil(threads), 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: 0,
+    let (f, cfg) = match algo {
+        ConvAlgo::Direct => {
+            let threads = (w.cout.min(256) as u32).div_ceil(32) * 32;
+            let cfg = LaunchConfig {
+                grid_dim: (map.out_count as u32, (w.cout as u32).div_ceil(threads), 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            (dev.function("sparse_conv", "conv_direct")?, cfg)
+        }
+        ConvAlgo::ImplicitGemm => {
+            // 64 x 64 output tiles, 128 threads (sparse_conv.cu IG_BM, IG_BN).
+            let cfg = LaunchConfig {
+                grid_dim: ((map.out_count as u32).div_ceil(64), (w.cout as u32).div_ceil(64), 1),
+                block_dim: (128, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            (dev.function("sparse_conv", "conv_implicit_gemm")?, cfg)
+        }
     };
     let null: u64 = 0; // a NULL device pointer for absent optional inputs
     let (m32, kv32, cin32, cout32) = (map.out_count as u32, w.kv as u32, w.cin as u32, w.cout as u32);
     let (pre_on, relu) = (pre.is_some() as u32, pre.map(|p| p.relu as u32).unwrap_or(0));
-    // SAFETY: argument list matches conv_direct; buffer sizes checked above.
+    // SAFETY: both kernels take this argument list; buffer sizes checked above.
     unsafe {
         let mut b = s.launch_builder(&f);
         b.arg(x).arg(&map.nbr).arg(&m32).arg(&kv32).arg(&w.w).arg(&cin32).arg(&cout32);
@@ -104,7 +155,7 @@ pub fn conv_cuda(
             None => b.arg(&null),
         };
         b.arg(&mut out);
-        b.launch(cfg).map_err(cuda_err("conv_direct"))?;
+        b.launch(cfg).map_err(cuda_err(format!("sparse conv ({algo:?})")))?;
     }
     Ok(out)
 }
