@@ -79,7 +79,11 @@ run() {
     local nus=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)
     "$STAGE/bin/sptr" bench voxelize "$nus" --stride 5 --model config/models/sphereformer_nuscenes.yaml --iters 50 \
         > "$out/bench_voxelize_nuscenes.json" 2>> "$out/bench.log" || failed=1
-    cat "$out"/bench_*.json | tee -a "$summary"
+    "$STAGE/bin/sptr" bench spconv "$cloud" --stride "$stride" --voxel-size 0.05 --batch2 --iters 50 \
+        > "$out/bench_spconv_dense.jsonl" 2>> "$out/bench.log" || failed=1
+    "$STAGE/bin/sptr" bench spconv "$nus" --stride 5 --voxel-size 0.05 --iters 50 \
+        > "$out/bench_spconv_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
+    cat "$out"/bench_*.json "$out"/bench_*.jsonl | tee -a "$summary"
     [ "$failed" = 0 ] && echo "GPU SUITE: ALL PASSED" | tee -a "$summary" || echo "GPU SUITE: FAILURES" | tee -a "$summary"
     return "$failed"
 }

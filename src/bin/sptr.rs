@@ -71,6 +71,22 @@ enum BenchCmd {
         #[arg(long)]
         batch2: bool,
     },
+    /// Sparse conv (CUDA): SubM k3 C=32..256 with the map cached and built in the call, strided
+    /// k2 s2 32->64..128->256, on a cloud voxelized at --voxel-size (JSON lines).
+    Spconv {
+        cloud: PathBuf,
+        #[arg(long, default_value_t = 3)]
+        stride: usize,
+        #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
+        model: PathBuf,
+        #[arg(long, default_value_t = 0.05)]
+        voxel_size: f64,
+        /// Batch of the cloud plus a copy rotated 90 degrees about z (>= 250k voxels on the dense cloud).
+        #[arg(long)]
+        batch2: bool,
+        #[arg(long, default_value_t = 50)]
+        iters: usize,
+    },
 }
 
 fn main() {
@@ -86,6 +102,9 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Kernels { arch } => kernels_cmd(&arch),
         Cmd::Bench { what: BenchCmd::Voxelize { cloud, stride, model, voxel_size, iters, batch2 } } => {
             bench_voxelize(&cloud, stride, &model, voxel_size, iters, batch2)
+        }
+        Cmd::Bench { what: BenchCmd::Spconv { cloud, stride, model, voxel_size, batch2, iters } } => {
+            bench_spconv_cmd(&cloud, stride, &model, voxel_size, batch2, iters)
         }
         Cmd::Info => info_cmd(),
     }
@@ -270,6 +289,41 @@ fn bench_voxelize_cuda(batch: &[&Points], params: &VoxelParams, iters: usize) ->
 #[cfg(not(feature = "cuda"))]
 fn bench_voxelize_cuda(_: &[&Points], _: &VoxelParams, _: usize) -> Result<Option<f64>> {
     Ok(None)
+}
+
+/// Voxel coordinates of a cloud (optionally with a rotated copy as sample 1) and a spatial
+/// shape covering them, for the sparse-conv benchmark.
+fn bench_sites(cloud: &Path, stride: usize, model: &Path, voxel: f64, batch2: bool) -> Result<(Vec<[i32; 4]>, [i32; 3])> {
+    let mut params = load_model(model)?.voxel_params();
+    params.voxel_size = [voxel; 3];
+    let pts = Points::read_bin(cloud, stride)?;
+    let rot = rotated_z(&pts, 90.0);
+    let batch: Vec<&Points> = if batch2 { vec![&pts, &rot] } else { vec![&pts] };
+    let v = voxelize_cpu(&batch, &params)?;
+    let mut shape = [128; 3];
+    for c in &v.coords {
+        for a in 0..3 {
+            shape[a] = shape[a].max(c[a + 1] + 1);
+        }
+    }
+    Ok((v.coords, shape.map(|s| (s + 7) / 8 * 8)))
+}
+
+#[cfg(feature = "cuda")]
+fn bench_spconv_cmd(cloud: &Path, stride: usize, model: &Path, voxel: f64, batch2: bool, iters: usize) -> Result<()> {
+    let (coords, shape) = bench_sites(cloud, stride, model, voxel, batch2)?;
+    let dev = sptr::device::cuda::CudaDevice::new(0)?;
+    let name = cloud.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = if batch2 { format!("{name}+rot90") } else { name };
+    for row in sptr::sparse::bench::bench_spconv(&dev, &name, coords, shape, iters)? {
+        println!("{}", row.json());
+    }
+    Ok(())
+}
+#[cfg(not(feature = "cuda"))]
+fn bench_spconv_cmd(cloud: &Path, stride: usize, model: &Path, voxel: f64, batch2: bool, _: usize) -> Result<()> {
+    let _ = bench_sites(cloud, stride, model, voxel, batch2)?;
+    anyhow::bail!("`bench spconv` needs the CUDA backend: rebuild with `--features cuda`")
 }
 
 fn info_cmd() -> Result<()> {

@@ -95,3 +95,28 @@ impl CudaDevice {
         self.stream.synchronize().map_err(cuda_err("synchronizing the stream"))
     }
 }
+
+impl CudaDevice {
+    /// Median time of `iters` runs of `f` (after `warmup` runs), measured with CUDA events
+    /// around each run on this device's stream, in milliseconds. `f` may allocate and launch;
+    /// host work inside it counts only as far as it delays the launches.
+    pub fn time_median_ms(&self, warmup: usize, iters: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
+        use cudarc::driver::sys::CUevent_flags;
+        for _ in 0..warmup {
+            f()?;
+        }
+        self.synchronize()?;
+        let start = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err("creating a timing event"))?;
+        let stop = self.ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(cuda_err("creating a timing event"))?;
+        let mut times = Vec::with_capacity(iters.max(1));
+        for _ in 0..iters.max(1) {
+            start.record(&self.stream).map_err(cuda_err("recording an event"))?;
+            f()?;
+            stop.record(&self.stream).map_err(cuda_err("recording an event"))?;
+            stop.synchronize().map_err(cuda_err("waiting for an event"))?;
+            times.push(start.elapsed_ms(&stop).map_err(cuda_err("reading an event time"))? as f64);
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        Ok(times[times.len() / 2])
+    }
+}

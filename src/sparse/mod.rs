@@ -10,3 +10,5 @@ pub mod voxelize_cuda;
 pub mod kernel_map_cuda;
 #[cfg(feature = "cuda")]
 pub mod conv_cuda;
+#[cfg(feature = "cuda")]
+pub mod bench;
