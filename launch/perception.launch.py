@@ -11,9 +11,31 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
+
+
+def _node(context):
+    # Only arguments the user gave override the params file: an empty `weights` keeps its value.
+    overrides = {
+        "device": LaunchConfiguration("device").perform(context),
+        "use_sim_time": LaunchConfiguration("use_sim_time").perform(context).lower() == "true",
+    }
+    weights = LaunchConfiguration("weights").perform(context)
+    if weights:
+        overrides["model.weights"] = weights
+    return [
+        Node(
+            package="sptr",
+            executable="perception_node",
+            name="sptr",
+            namespace=LaunchConfiguration("namespace"),
+            output="screen",
+            parameters=[LaunchConfiguration("params_file"), overrides],
+            remappings=[("~/input/points", LaunchConfiguration("input_points"))],
+        )
+    ]
 
 
 def generate_launch_description():
@@ -29,20 +51,4 @@ def generate_launch_description():
         DeclareLaunchArgument("input_points", default_value="~/input/points",
                               description="LiDAR PointCloud2 topic"),
     ]
-    node = Node(
-        package="sptr",
-        executable="perception_node",
-        name="sptr",
-        namespace=LaunchConfiguration("namespace"),
-        output="screen",
-        parameters=[
-            LaunchConfiguration("params_file"),
-            {
-                "device": LaunchConfiguration("device"),
-                "model.weights": LaunchConfiguration("weights"),
-                "use_sim_time": LaunchConfiguration("use_sim_time"),
-            },
-        ],
-        remappings=[("~/input/points", LaunchConfiguration("input_points"))],
-    )
-    return LaunchDescription(args + [node])
+    return LaunchDescription(args + [OpaqueFunction(function=_node)])
