@@ -8,5 +8,5 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=scripts/ros_env.sh
 source scripts/ros_env.sh
 
-echo "test_ros.sh: cargo test --features ros --test ros_smoke $* (target dir: ${CARGO_TARGET_DIR:-target})" >&2
-cargo test --features ros --test ros_smoke "$@"
+echo "test_ros.sh: cargo test --features ros --test ros_smoke --test ros_node $* (target dir: ${CARGO_TARGET_DIR:-target})" >&2
+cargo test --features ros --test ros_smoke --test ros_node "$@"

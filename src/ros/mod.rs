@@ -3,6 +3,13 @@
 //! For now: `sensor_msgs/PointCloud2` messages ⇄ the codec's types in [`crate::cloud`]. Decoding
 //! borrows the message's data bytes (only the small field table is converted); encoding moves
 //! the encoder's buffer into the message.
+//!
+//! The node itself is [`node`] (binary `perception_node`): [`params`] validates its parameters,
+//! [`mailbox`] hands frames from the subscription to the processing thread.
+
+pub mod mailbox;
+pub mod node;
+pub mod params;
 
 use r2r::sensor_msgs::msg::{PointCloud2, PointField as MsgField};
 use r2r::std_msgs::msg::Header;
