@@ -4,21 +4,11 @@
 
 mod common;
 
-use common::{gpu_required, nuscenes_sweep, Rng};
+use common::{gpu, nuscenes_sweep, Rng};
 use sptr::bev::label_grid::{label_grid_cpu, BevGridParams};
 use sptr::bev::label_grid_cuda::label_grid_cuda;
 use sptr::device::cuda::CudaDevice;
 
-fn gpu(test: &str) -> Option<CudaDevice> {
-    match CudaDevice::new(0) {
-        Ok(d) => Some(d),
-        Err(e) if gpu_required() => panic!("{test}: SPTR_REQUIRE_GPU=1 but no usable GPU: {e}"),
-        Err(e) => {
-            eprintln!("SKIPPED {test}: no GPU ({e})");
-            None
-        }
-    }
-}
 
 fn check(dev: &CudaDevice, case: &str, x: &[f32], y: &[f32], c: &[u8], p: &[f32], params: &BevGridParams) {
     let cpu = label_grid_cpu(x, y, c, p, params).unwrap();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{gpu_required, nuscenes_sweep, Rng};
+use common::{gpu, rel_err, nuscenes_sweep, Rng};
 use half::f16;
 use sptr::config::ModelConfig;
 use sptr::device::cuda::CudaDevice;
@@ -16,30 +16,11 @@ use sptr::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda
 use sptr::sparse::tensor::SparseTensor;
 use sptr::sparse::voxelize::voxelize_cpu;
 
-fn gpu(test: &str) -> Option<CudaDevice> {
-    match CudaDevice::new(0) {
-        Ok(d) => Some(d),
-        Err(e) if gpu_required() => panic!("{test}: SPTR_REQUIRE_GPU=1 but no usable GPU: {e}"),
-        Err(e) => {
-            eprintln!("SKIPPED {test}: no GPU ({e})");
-            None
-        }
-    }
-}
 
 fn round16(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| f16::from_f32(x).to_f32()).collect()
 }
 
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let (mut num, mut den) = (0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        num += (*x as f64 - *y as f64).powi(2);
-        den += (*y as f64).powi(2);
-    }
-    (num / den.max(1e-30)).sqrt()
-}
 
 /// The CPU map as a neighbour table.
 fn nbr_of(map: &KernelMap) -> Vec<i32> {

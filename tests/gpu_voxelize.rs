@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{gpu_required, nuscenes_sweep, rotated_z, Rng};
+use common::{gpu, rel_err, nuscenes_sweep, rotated_z, Rng};
 use sptr::config::{KeyPrecision, ModelConfig, OutOfRange, VoxelOrigin};
 use sptr::device::cuda::{driver_available, CudaDevice};
 use sptr::device::primitives::{bits_for, exclusive_scan_u32, radix_sort_pairs};
@@ -12,32 +12,12 @@ use sptr::sparse::voxelize::{voxelize_cpu, VoxelParams, Voxels};
 use sptr::sparse::voxelize_cuda::voxelize_cuda;
 use sptr::Points;
 
-fn gpu(test: &str) -> Option<CudaDevice> {
-    match CudaDevice::new(0) {
-        Ok(d) => Some(d),
-        Err(e) if gpu_required() => panic!("{test}: SPTR_REQUIRE_GPU=1 but no usable GPU: {e}"),
-        Err(e) => {
-            eprintln!("SKIPPED {test}: no GPU ({e})");
-            None
-        }
-    }
-}
 
 fn model_params(name: &str) -> VoxelParams {
     let path = common::root().join("config/models").join(name);
     ModelConfig::load(&path).expect("model yaml loads").voxel_params()
 }
 
-/// ‖a − b‖ / ‖b‖ over all elements.
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let (mut num, mut den) = (0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        num += (*x as f64 - *y as f64).powi(2);
-        den += (*y as f64).powi(2);
-    }
-    if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
-}
 
 /// CUDA equals CPU: exact coordinates, counts, map and stats; features within FP16 rounding.
 fn assert_same(case: &str, gpu: &Voxels, cpu: &Voxels) {

@@ -57,3 +57,28 @@ pub fn rotated_z(p: &sptr::Points, deg: f32) -> sptr::Points {
 pub fn gpu_required() -> bool {
     std::env::var("SPTR_REQUIRE_GPU").map(|v| v == "1").unwrap_or(false)
 }
+
+/// The GPU for a CUDA test, or None (the test then reports itself skipped); with
+/// SPTR_REQUIRE_GPU=1 a missing GPU panics instead.
+#[cfg(feature = "cuda")]
+pub fn gpu(test: &str) -> Option<sptr::device::cuda::CudaDevice> {
+    match sptr::device::cuda::CudaDevice::new(0) {
+        Ok(d) => Some(d),
+        Err(e) if gpu_required() => panic!("{test}: SPTR_REQUIRE_GPU=1 but no usable GPU: {e}"),
+        Err(e) => {
+            eprintln!("SKIPPED {test}: no GPU ({e})");
+            None
+        }
+    }
+}
+
+/// ‖a − b‖ / ‖b‖ over all elements (‖a − b‖ when b is all zero).
+pub fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "rel_err: lengths differ");
+    let (mut num, mut den) = (0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        num += (*x as f64 - *y as f64).powi(2);
+        den += (*y as f64).powi(2);
+    }
+    if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
+}
