@@ -64,8 +64,10 @@ __device__ __forceinline__ u32 pack_half2(__half lo, __half hi) {
     return (u32)__half_as_ushort(lo) | ((u32)__half_as_ushort(hi) << 16);
 }
 
+// `order` (may be NULL): tile row r of block b is output order[b * IG_BM + r] (outputs sorted by
+// neighbour mask, so rows of a tile share active offsets and more offsets are skipped).
 extern "C" __global__ void __launch_bounds__(128)
-conv_implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr, u32 m, u32 kv,
+conv_implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr, const u32* __restrict__ order, u32 m, u32 kv,
                    const __half* __restrict__ w, u32 cin, u32 cout,
                    const float* __restrict__ bias, const float* __restrict__ pre_scale,
                    const float* __restrict__ pre_shift, u32 pre, u32 relu,
@@ -73,6 +75,7 @@ conv_implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr, u3
     __shared__ __align__(16) __half As[IG_BM][IG_BK + IG_APAD];
     __shared__ __align__(16) __half Bs[IG_BK][IG_BN + IG_BPAD];
     __shared__ i32 rows[IG_BM];
+    __shared__ u32 outs[IG_BM];  // output row of each tile row (m when past the end)
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
     const u32 g = lane >> 2, t = lane & 3u;
@@ -85,10 +88,14 @@ conv_implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr, u3
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
+    if (tid < IG_BM) {
+        const u32 p = o0 + tid;
+        outs[tid] = p < m ? (order ? order[p] : p) : m;
+    }
     for (u32 k = 0; k < kv; ++k) {
         __syncthreads();
         if (tid < IG_BM) {
-            const u32 o = o0 + tid;
+            const u32 o = outs[tid];
             rows[tid] = o < m ? nbr[(u64)o * kv + k] : -1;
         }
         const int any = __syncthreads_or(tid < IG_BM && rows[tid] >= 0);
@@ -158,7 +165,7 @@ conv_implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr, u3
         for (int j = 0; j < 4; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const u32 o = o0 + wm + i * 16 + g + (e >= 2 ? 8 : 0);
+                const u32 o = outs[wm + i * 16 + g + (e >= 2 ? 8 : 0)];
                 const u32 n = n0 + wn + j * 8 + 2 * t + (e & 1);
                 if (o >= m || n >= cout) continue;
                 float v = acc[i][j][e];

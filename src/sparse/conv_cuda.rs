@@ -137,10 +137,18 @@ pub fn conv_cuda_algo(
     let null: u64 = 0; // a NULL device pointer for absent optional inputs
     let (m32, kv32, cin32, cout32) = (map.out_count as u32, w.kv as u32, w.cin as u32, w.cout as u32);
     let (pre_on, relu) = (pre.is_some() as u32, pre.map(|p| p.relu as u32).unwrap_or(0));
-    // SAFETY: both kernels take this argument list; buffer sizes checked above.
+    // SAFETY: the argument lists match the kernels (conv_implicit_gemm also takes `order`);
+    // buffer sizes checked above.
     unsafe {
         let mut b = s.launch_builder(&f);
-        b.arg(x).arg(&map.nbr).arg(&m32).arg(&kv32).arg(&w.w).arg(&cin32).arg(&cout32);
+        b.arg(x).arg(&map.nbr);
+        if algo == ConvAlgo::ImplicitGemm {
+            match &map.order {
+                Some(order) => b.arg(order),
+                None => b.arg(&null),
+            };
+        }
+        b.arg(&m32).arg(&kv32).arg(&w.w).arg(&cin32).arg(&cout32);
         match &w.bias {
             Some(bias) => b.arg(bias),
             None => b.arg(&null),

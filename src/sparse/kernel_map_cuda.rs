@@ -50,6 +50,9 @@ pub struct CudaKernelMap {
     pub out: CudaSites,
     /// `out_count * kv` input rows, -1 where no input.
     pub nbr: CudaSlice<i32>,
+    /// Outputs sorted by neighbour bitmask (the order the implicit-GEMM conv walks them in);
+    /// None when the kernel volume exceeds 64 (then outputs are walked in their own order).
+    pub order: Option<CudaSlice<u32>>,
 }
 
 fn grid_u64(n: u64) -> Result<LaunchConfig, Error> {
@@ -127,6 +130,26 @@ impl CudaKernelMap {
     }
 }
 
+/// Outputs sorted by their neighbour bitmask (stable, so equal masks keep output order): computed
+/// once per map, reused by every conv on it. None for kernel volumes over 64.
+fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize) -> Result<Option<CudaSlice<u32>>, Error> {
+    if kv > 64 || m == 0 {
+        return Ok(None);
+    }
+    let s = &dev.stream;
+    let mut keys = s.alloc_zeros::<u64>(m).map_err(cuda_err("allocating mask keys"))?;
+    let mut order = s.alloc_zeros::<u32>(m).map_err(cuda_err("allocating mask order"))?;
+    let f = dev.function("sparse_map", "nbr_masks")?;
+    let (m32, kv32) = (m as u32, kv as u32);
+    // SAFETY: argument list matches sparse_map.cu; nbr holds m * kv, keys/order m.
+    unsafe {
+        s.launch_builder(&f).arg(nbr).arg(&m32).arg(&kv32).arg(&mut keys).arg(&mut order)
+            .launch(grid_1d(m32, THREADS)).map_err(cuda_err("nbr_masks"))?;
+    }
+    radix_sort_pairs(dev, &mut keys, &mut order, m, kv as u32)?;
+    Ok(Some(order))
+}
+
 fn kernel_volume(kernel: [i32; 3]) -> usize {
     kernel.iter().map(|&k| k as usize).product()
 }
@@ -152,7 +175,8 @@ pub fn submanifold_cuda(dev: &CudaDevice, t: &SparseTensor, sites: CudaSites, ke
                 .map_err(cuda_err("submanifold_nbr"))?;
         }
     }
-    Ok(CudaKernelMap { kind: MapKind::Submanifold, kv, in_count: n, out_count: n, out: sites, nbr })
+    let order = mask_order(dev, &nbr, n, kv)?;
+    Ok(CudaKernelMap { kind: MapKind::Submanifold, kv, in_count: n, out_count: n, out: sites, nbr, order })
 }
 
 /// Strided map (`SparseConv3d`, spconv's output rule) of `t` (sites uploaded from it).
@@ -235,7 +259,8 @@ pub fn strided_cuda(dev: &CudaDevice, t: &SparseTensor, sites: &CudaSites, g: Co
                 .map_err(cuda_err("strided_nbr"))?;
         }
     }
-    Ok((CudaKernelMap { kind: MapKind::Strided, kv, in_count: n, out_count: m, out, nbr }, out_shape, out_origin))
+    let order = mask_order(dev, &nbr, m, kv)?;
+    Ok((CudaKernelMap { kind: MapKind::Strided, kv, in_count: n, out_count: m, out, nbr, order }, out_shape, out_origin))
 }
 
 /// The inverse of a strided map (`SparseInverseConv3d` with the same `indice_key`): outputs are
@@ -261,5 +286,6 @@ pub fn inverse_cuda(dev: &CudaDevice, down: &CudaKernelMap, in_sites: CudaSites)
                 .launch(grid_u64((m * kv) as u64)?).map_err(cuda_err("invert_nbr"))?;
         }
     }
-    Ok(CudaKernelMap { kind: MapKind::Inverse, kv, in_count: m, out_count: n, out: in_sites, nbr: inv })
+    let order = mask_order(dev, &inv, n, kv)?;
+    Ok(CudaKernelMap { kind: MapKind::Inverse, kv, in_count: m, out_count: n, out: in_sites, nbr: inv, order })
 }
