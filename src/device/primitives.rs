@@ -26,6 +26,19 @@ pub fn exclusive_scan_u32(
     output: &mut CudaSlice<u32>,
     n: usize,
 ) -> Result<u32, Error> {
+    let (sums, ntiles) = exclusive_scan_u32_async(dev, input, output, n)?;
+    let total = dev.stream.clone_dtoh(&sums.slice(ntiles..)).map_err(cuda_err("scan: reading the total"))?;
+    Ok(total[0])
+}
+
+/// [`exclusive_scan_u32`] without reading the total back (no host synchronisation). Returns the
+/// tile-sum buffer (its entry `ntiles` holds the total) and `ntiles`.
+fn exclusive_scan_u32_async(
+    dev: &CudaDevice,
+    input: &CudaSlice<u32>,
+    output: &mut CudaSlice<u32>,
+    n: usize,
+) -> Result<(CudaSlice<u32>, usize), Error> {
     let n32 = len_u32(n, "scan")?;
     let ntiles = n32.div_ceil(SCAN_TILE).max(1);
     let s = &dev.stream;
@@ -42,8 +55,7 @@ pub fn exclusive_scan_u32(
         s.launch_builder(&f_offs).arg(&mut sums).arg(&ntiles).launch(one).map_err(cuda_err("scan_tile_offsets"))?;
         s.launch_builder(&f_scan).arg(input).arg(output).arg(&sums).arg(&n32).launch(tiles).map_err(cuda_err("scan_tiles"))?;
     }
-    let total = s.clone_dtoh(&sums.slice(ntiles as usize..)).map_err(cuda_err("scan: reading the total"))?;
-    Ok(total[0])
+    Ok((sums, ntiles as usize))
 }
 
 /// Stable sort of `(keys[i], vals[i])`, `i < n`, by the low `bits` bits of the key (8 bits a
@@ -82,7 +94,8 @@ pub fn radix_sort_pairs(
                 .launch(cfg)
                 .map_err(cuda_err("radix_histogram"))?;
         }
-        exclusive_scan_u32(dev, &hist, &mut offsets, hist_len)?;
+        // The digit offsets stay on the device: no host round trip per pass.
+        exclusive_scan_u32_async(dev, &hist, &mut offsets, hist_len)?;
         // SAFETY: as above.
         unsafe {
             s.launch_builder(&f_scatter)
