@@ -45,9 +45,10 @@ extern "C" __global__ void conv_direct(const __half* __restrict__ x, const i32* 
 // ---- Implicit GEMM on tensor cores (mma.sync m16n8k16, FP16 x FP16 -> FP32).
 // out[BM rows, BN channels] of one block = sum over offsets k and Cin chunks of
 // A (BM x BK: gathered input rows, zero where nbr = -1) x B (BK x BN: W[k][c][n]).
-// 4 warps in a 2 x 2 grid, each 32 x 32 = 2 x 4 mma tiles. Needs Cin % 8 == 0 and
-// Cout % 8 == 0 (16-byte loads); the host falls back to conv_direct otherwise.
-#define IG_BM 64
+// 4 warps in a 2 x 2 grid, each (16 * MI) x 32 = MI x 4 mma tiles; BM = 32 * MI. A smaller BM
+// (MI = 1) mixes fewer neighbour masks in a tile (fewer offsets computed for nothing), a larger
+// one (MI = 2) reuses each weight tile over more rows. Needs Cin % 8 == 0 and Cout % 8 == 0
+// (16-byte loads); the host falls back to conv_direct otherwise.
 #define IG_BN 64
 #define IG_BK 32
 #define IG_APAD 8
@@ -64,46 +65,48 @@ __device__ __forceinline__ u32 pack_half2(__half lo, __half hi) {
     return (u32)__half_as_ushort(lo) | ((u32)__half_as_ushort(hi) << 16);
 }
 
-// `order` (may be NULL): tile row r of block b is output order[b * IG_BM + r] (outputs sorted by
+// `order` (may be NULL): tile row r of block b is output order[b * BM + r] (outputs sorted by
 // neighbour mask, so rows of a tile share active offsets and more offsets are skipped).
-extern "C" __global__ void __launch_bounds__(128)
-conv_implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr, const u32* __restrict__ order, u32 m, u32 kv,
-                   const __half* __restrict__ w, u32 cin, u32 cout,
-                   const float* __restrict__ bias, const float* __restrict__ pre_scale,
-                   const float* __restrict__ pre_shift, u32 pre, u32 relu,
-                   const __half* __restrict__ residual, __half* __restrict__ out) {
-    __shared__ __align__(16) __half As[IG_BM][IG_BK + IG_APAD];
+template <int MI>
+__device__ __forceinline__ void implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr,
+                                              const u32* __restrict__ order, u32 m, u32 kv,
+                                              const __half* __restrict__ w, u32 cin, u32 cout,
+                                              const float* __restrict__ bias, const float* __restrict__ pre_scale,
+                                              const float* __restrict__ pre_shift, u32 pre, u32 relu,
+                                              const __half* __restrict__ residual, __half* __restrict__ out) {
+    constexpr int BM = 32 * MI;
+    __shared__ __align__(16) __half As[BM][IG_BK + IG_APAD];
     __shared__ __align__(16) __half Bs[IG_BK][IG_BN + IG_BPAD];
-    __shared__ i32 rows[IG_BM];
-    __shared__ u32 outs[IG_BM];  // output row of each tile row (m when past the end)
+    __shared__ i32 rows[BM];
+    __shared__ u32 outs[BM];  // output row of each tile row (m when past the end)
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-    const u32 wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+    const u32 wm = (warp >> 1) * (16 * MI), wn = (warp & 1) * 32;
     const u32 g = lane >> 2, t = lane & 3u;
-    const u32 o0 = blockIdx.x * IG_BM, n0 = blockIdx.y * IG_BN;
-    float acc[2][4][4];
+    const u32 o0 = blockIdx.x * BM, n0 = blockIdx.y * IG_BN;
+    float acc[MI][4][4];
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    if (tid < IG_BM) {
+    if (tid < BM) {
         const u32 p = o0 + tid;
         outs[tid] = p < m ? (order ? order[p] : p) : m;
     }
     for (u32 k = 0; k < kv; ++k) {
         __syncthreads();
-        if (tid < IG_BM) {
+        if (tid < BM) {
             const u32 o = outs[tid];
             rows[tid] = o < m ? nbr[(u64)o * kv + k] : -1;
         }
-        const int any = __syncthreads_or(tid < IG_BM && rows[tid] >= 0);
+        const int any = __syncthreads_or(tid < BM && rows[tid] >= 0);
         if (!any) continue;  // no output row of this tile has an input at offset k
         for (u32 c0 = 0; c0 < cin; c0 += IG_BK) {
-            // A: 64 rows x 32 halves = 256 vectors of 8 halves, 2 per thread.
+            // A: BM rows x 32 halves = BM * 4 vectors of 8 halves, MI per thread.
 #pragma unroll
-            for (int v = 0; v < 2; ++v) {
+            for (int v = 0; v < MI; ++v) {
                 const u32 idx = tid + v * 128;
                 const u32 r = idx >> 2, cv = (idx & 3u) * 8;
                 const i32 i = rows[r];
@@ -135,9 +138,9 @@ conv_implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr, co
             __syncthreads();
 #pragma unroll
             for (u32 kk = 0; kk < IG_BK; kk += 16) {
-                u32 a[2][4], b[4][2];
+                u32 a[MI][4], b[4][2];
 #pragma unroll
-                for (int i = 0; i < 2; ++i) {
+                for (int i = 0; i < MI; ++i) {
                     const u32 r = wm + i * 16 + g;
                     a[i][0] = *reinterpret_cast<const u32*>(&As[r][kk + 2 * t]);
                     a[i][1] = *reinterpret_cast<const u32*>(&As[r + 8][kk + 2 * t]);
@@ -151,7 +154,7 @@ conv_implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr, co
                     b[j][1] = pack_half2(Bs[kk + 2 * t + 8][n], Bs[kk + 2 * t + 9][n]);
                 }
 #pragma unroll
-                for (int i = 0; i < 2; ++i)
+                for (int i = 0; i < MI; ++i)
 #pragma unroll
                     for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
             }
@@ -160,7 +163,7 @@ conv_implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr, co
     }
     // Epilogue: bias, residual, FP16 store. acc[i][j] = rows (wm + 16i + g, +8), cols (wn + 8j + 2t, +1).
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -173,4 +176,20 @@ conv_implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr, co
                 if (residual) v += __half2float(residual[(u64)o * cout + n]);
                 out[(u64)o * cout + n] = __float2half_rn(v);
             }
+}
+
+#define IMPLICIT_GEMM_ARGS                                                                                   \
+    const __half *__restrict__ x, const i32 *__restrict__ nbr, const u32 *__restrict__ order, u32 m, u32 kv, \
+        const __half *__restrict__ w, u32 cin, u32 cout, const float *__restrict__ bias,                    \
+        const float *__restrict__ pre_scale, const float *__restrict__ pre_shift, u32 pre, u32 relu,        \
+        const __half *__restrict__ residual, __half *__restrict__ out
+#define IMPLICIT_GEMM_CALL x, nbr, order, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out
+
+// 64-row tiles (128 threads).
+extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm(IMPLICIT_GEMM_ARGS) {
+    implicit_gemm<2>(IMPLICIT_GEMM_CALL);
+}
+// 32-row tiles (128 threads).
+extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm_m32(IMPLICIT_GEMM_ARGS) {
+    implicit_gemm<1>(IMPLICIT_GEMM_CALL);
 }

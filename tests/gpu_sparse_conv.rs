@@ -111,8 +111,9 @@ fn check_conv(
     let dres = s.clone_htod(&residual.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()).unwrap();
     let pre = CudaPreActivation { scale: &dscale, shift: &dshift, relu: true };
     let mut algos = vec![ConvAlgo::Direct];
-    if ConvAlgo::best_for(cin, cout) == ConvAlgo::ImplicitGemm {
+    if ConvAlgo::best_for(cin, cout, cpu_map.out_count()) != ConvAlgo::Direct {
         algos.push(ConvAlgo::ImplicitGemm);
+        algos.push(ConvAlgo::ImplicitGemm32);
     }
     for algo in algos {
         let run = || conv_cuda_algo(dev, &x, gpu_map, &weights, fused.then_some(&pre), fused.then_some(&dres), algo).unwrap();

@@ -4,7 +4,7 @@
 
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::sparse::conv_cpu::WeightLayout;
-use crate::sparse::conv_cuda::{conv_cuda, CudaConvWeights};
+use crate::sparse::conv_cuda::{conv_cuda, conv_cuda_algo, ConvAlgo, CudaConvWeights};
 use crate::sparse::kernel_map::ConvGeometry;
 use crate::sparse::kernel_map_cuda::{strided_cuda, submanifold_cuda, CudaSites};
 use crate::sparse::tensor::SparseTensor;
@@ -71,9 +71,14 @@ pub fn bench_spconv(dev: &CudaDevice, name: &str, coords: Vec<[i32; 4]>, shape: 
         let x16: Vec<f16> = values(n * c, 1.0, 1).into_iter().map(f16::from_f32).collect();
         let x = s.clone_htod(&x16).map_err(cuda_err("uploading features"))?;
         let w = CudaConvWeights::upload(dev, &values(27 * c * c, 0.05, 2), WeightLayout::Krsc, 27, c, c, None)?;
-        let ms = dev.time_median_ms(3, iters, || conv_cuda(dev, &x, &subm, &w, None, None).map(|_| ()))?;
         let flops = 2.0 * subm_pairs as f64 * (c * c) as f64;
+        let ms = dev.time_median_ms(3, iters, || conv_cuda(dev, &x, &subm, &w, None, None).map(|_| ()))?;
         rows.push(BenchRow { case: format!("{name}/subm_k3_map_cached"), sites_in: n, sites_out: n, cin: c, cout: c, ms, tflops: flops / ms / 1e9 });
+        // The other kernels on the same map, to choose the default from measurements.
+        for algo in [ConvAlgo::ImplicitGemm, ConvAlgo::ImplicitGemm32, ConvAlgo::Direct] {
+            let ms = dev.time_median_ms(3, iters, || conv_cuda_algo(dev, &x, &subm, &w, None, None, algo).map(|_| ()))?;
+            rows.push(BenchRow { case: format!("{name}/subm_k3_map_cached/{algo:?}"), sites_in: n, sites_out: n, cin: c, cout: c, ms, tflops: flops / ms / 1e9 });
+        }
         let ms = dev.time_median_ms(3, iters, || {
             let fresh = s.clone_dtod(&coords_dev).map_err(cuda_err("copying coordinates"))?;
             let sites = CudaSites::build(dev, fresh, n)?;

@@ -49,21 +49,28 @@ pub struct CudaPreActivation<'a> {
 /// Which kernel computes a conv.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConvAlgo {
-    /// Tensor-core implicit GEMM (`conv_implicit_gemm`): the default where it applies
-    /// (Cin and Cout multiples of 8).
+    /// Tensor-core implicit GEMM with 64-row tiles (`conv_implicit_gemm`): the default where it
+    /// applies (Cin and Cout multiples of 8).
     ImplicitGemm,
+    /// The same with 32-row tiles (`conv_implicit_gemm_m32`): fewer neighbour masks mixed in a
+    /// tile, more weight traffic.
+    ImplicitGemm32,
     /// One thread per output channel, FP32 FMA (`conv_direct`): any channel count; the oracle
     /// the fast kernel is tested against.
     Direct,
 }
 
 impl ConvAlgo {
-    /// The fastest kernel that supports these channel counts.
-    pub fn best_for(cin: usize, cout: usize) -> ConvAlgo {
-        if cin % 8 == 0 && cout % 8 == 0 {
-            ConvAlgo::ImplicitGemm
-        } else {
+    /// The fastest kernel that supports these channel counts (`outputs`: the map's output rows).
+    /// Measured on an H100 (kernels/PERF.md, v3): 32-row tiles are 15-25% faster at 22.7k
+    /// outputs (a 64-row grid under-fills the GPU), 3-7% slower at 320k.
+    pub fn best_for(cin: usize, cout: usize, outputs: usize) -> ConvAlgo {
+        if cin % 8 != 0 || cout % 8 != 0 {
             ConvAlgo::Direct
+        } else if outputs < 100_000 {
+            ConvAlgo::ImplicitGemm32
+        } else {
+            ConvAlgo::ImplicitGemm
         }
     }
 }
@@ -77,7 +84,7 @@ pub fn conv_cuda(
     pre: Option<&CudaPreActivation<'_>>,
     residual: Option<&CudaSlice<f16>>,
 ) -> Result<CudaSlice<f16>, Error> {
-    conv_cuda_algo(dev, x, map, w, pre, residual, ConvAlgo::best_for(w.cin, w.cout))
+    conv_cuda_algo(dev, x, map, w, pre, residual, ConvAlgo::best_for(w.cin, w.cout, map.out_count))
 }
 
 /// [`conv_cuda`] with the kernel chosen by the caller.
@@ -90,7 +97,7 @@ pub fn conv_cuda_algo(
     residual: Option<&CudaSlice<f16>>,
     algo: ConvAlgo,
 ) -> Result<CudaSlice<f16>, Error> {
-    if algo == ConvAlgo::ImplicitGemm && (w.cin % 8 != 0 || w.cout % 8 != 0) {
+    if algo != ConvAlgo::Direct && (w.cin % 8 != 0 || w.cout % 8 != 0) {
         return Err(Error::InvalidInput(format!("implicit GEMM conv needs Cin and Cout multiples of 8, got {} and {}", w.cin, w.cout)));
     }
     if w.kv != map.kv {
@@ -124,14 +131,15 @@ pub fn conv_cuda_algo(
             };
             (dev.function("sparse_conv", "conv_direct")?, cfg)
         }
-        ConvAlgo::ImplicitGemm => {
-            // 64 x 64 output tiles, 128 threads (sparse_conv.cu IG_BM, IG_BN).
+        ConvAlgo::ImplicitGemm | ConvAlgo::ImplicitGemm32 => {
+            // BM x 64 output tiles, 128 threads (sparse_conv.cu: BM = 32 * MI, IG_BN).
+            let (bm, name) = if algo == ConvAlgo::ImplicitGemm { (64, "conv_implicit_gemm") } else { (32, "conv_implicit_gemm_m32") };
             let cfg = LaunchConfig {
-                grid_dim: ((map.out_count as u32).div_ceil(64), (w.cout as u32).div_ceil(64), 1),
+                grid_dim: ((map.out_count as u32).div_ceil(bm), (w.cout as u32).div_ceil(64), 1),
                 block_dim: (128, 1, 1),
                 shared_mem_bytes: 0,
             };
-            (dev.function("sparse_conv", "conv_implicit_gemm")?, cfg)
+            (dev.function("sparse_conv", name)?, cfg)
         }
     };
     let null: u64 = 0; // a NULL device pointer for absent optional inputs
@@ -142,7 +150,7 @@ pub fn conv_cuda_algo(
     unsafe {
         let mut b = s.launch_builder(&f);
         b.arg(x).arg(&map.nbr);
-        if algo == ConvAlgo::ImplicitGemm {
+        if algo != ConvAlgo::Direct {
             match &map.order {
                 Some(order) => b.arg(order),
                 None => b.arg(&null),
