@@ -15,24 +15,8 @@ use sptr::sparse::kernel_map::{
 use sptr::sparse::tensor::SparseTensor;
 use std::collections::{HashMap, HashSet};
 
-struct SplitMix64(u64);
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// Uniform in [-1, 1).
-    fn sym(&mut self) -> f32 {
-        (self.unit() * 2.0 - 1.0) as f32
-    }
-}
+mod common;
+use common::Rng as SplitMix64;
 
 const SHAPE: [i32; 3] = [8, 7, 6];
 const BATCHES: i32 = 2;
