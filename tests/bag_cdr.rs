@@ -144,7 +144,7 @@ fn check_fixture(name: &str, endian: &str) {
             let m = PointCloud2::from_cdr(&raw).unwrap();
             check_pointcloud2(&m, e);
             assert_eq!(
-                m.to_cdr(le),
+                m.to_cdr(le).unwrap(),
                 raw,
                 "{name}.{endian}: re-encoded bytes differ"
             );
@@ -153,7 +153,7 @@ fn check_fixture(name: &str, endian: &str) {
             let m = Image::from_cdr(&raw).unwrap();
             check_image(&m, e);
             assert_eq!(
-                m.to_cdr(le),
+                m.to_cdr(le).unwrap(),
                 raw,
                 "{name}.{endian}: re-encoded bytes differ"
             );
@@ -162,7 +162,7 @@ fn check_fixture(name: &str, endian: &str) {
             let m = CompressedImage::from_cdr(&raw).unwrap();
             check_compressed(&m, e);
             assert_eq!(
-                m.to_cdr(le),
+                m.to_cdr(le).unwrap(),
                 raw,
                 "{name}.{endian}: re-encoded bytes differ"
             );
@@ -171,7 +171,7 @@ fn check_fixture(name: &str, endian: &str) {
             let m = CameraInfo::from_cdr(&raw).unwrap();
             check_camera_info(&m, e);
             assert_eq!(
-                m.to_cdr(le),
+                m.to_cdr(le).unwrap(),
                 raw,
                 "{name}.{endian}: re-encoded bytes differ"
             );
@@ -407,7 +407,7 @@ fn absurd_sequence_counts_allocate_nothing() {
     w.write_u32(1);
     w.write_u32(5);
     w.write_u32(u32::MAX);
-    let bad = w.finish();
+    let bad = w.finish().unwrap();
     assert!(matches!(
         PointCloud2::from_cdr(&bad),
         Err(CdrError::SequenceTooLong {
@@ -425,7 +425,7 @@ fn absurd_sequence_counts_allocate_nothing() {
     w.write_u32(ci.height);
     w.write_u32(ci.width);
     w.write_string(&ci.distortion_model);
-    let pos = w.finish().len() - 4;
+    let pos = w.finish().unwrap().len() - 4;
     let count_at = 4 + pos.div_ceil(4) * 4;
     assert_eq!(
         &raw[count_at..count_at + 4],
@@ -612,7 +612,7 @@ proptest! {
 
     #[test]
     fn camera_info_round_trips(m in arb_camera_info(), little in any::<bool>()) {
-        let raw = m.to_cdr(little);
+        let raw = m.to_cdr(little).unwrap();
         let back = CameraInfo::from_cdr(&raw).unwrap();
         prop_assert_eq!(&back.header, &m.header);
         prop_assert_eq!(&back.distortion_model, &m.distortion_model);
@@ -636,7 +636,7 @@ proptest! {
         enc in "[a-z0-9]{0,10}",
         ib in any::<u8>(),
     ) {
-        let raw = m.to_cdr(little);
+        let raw = m.to_cdr(little).unwrap();
         prop_assert_eq!(PointCloud2::from_cdr(&raw).unwrap(), m.clone());
         let img = Image {
             header: m.header.clone(),
@@ -647,8 +647,21 @@ proptest! {
             step: m.cloud.row_step,
             data: m.cloud.data.clone(),
         };
-        prop_assert_eq!(Image::from_cdr(&img.to_cdr(little)).unwrap(), img);
+        prop_assert_eq!(Image::from_cdr(&img.to_cdr(little).unwrap()).unwrap(), img);
         let ci = CompressedImage { header: m.header.clone(), format: enc, data: m.cloud.data.clone() };
-        prop_assert_eq!(CompressedImage::from_cdr(&ci.to_cdr(little)).unwrap(), ci);
+        prop_assert_eq!(CompressedImage::from_cdr(&ci.to_cdr(little).unwrap()).unwrap(), ci);
     }
+}
+
+#[test]
+fn writer_reports_a_count_over_32_bits_instead_of_panicking() {
+    let mut w = sptr::bag::cdr::CdrWriter::new(true);
+    w.write_count(u32::MAX as usize + 1);
+    match w.finish() {
+        Err(sptr::bag::CdrError::CountTooLarge { count }) => assert_eq!(count, u32::MAX as usize + 1),
+        other => panic!("expected CountTooLarge, got {other:?}"),
+    }
+    let mut ok = sptr::bag::cdr::CdrWriter::new(true);
+    ok.write_count(u32::MAX as usize);
+    assert_eq!(ok.finish().unwrap().len(), 8);
 }

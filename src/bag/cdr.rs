@@ -27,7 +27,7 @@
 //!
 //! ```
 //! use sptr::bag::cdr::{CdrMessage, Image};
-//! # let bytes = Image::default().to_cdr(true);
+//! # let bytes = Image::default().to_cdr(true)?;
 //! let img = Image::from_cdr(&bytes)?;                    // rosbag2 message data
 //! assert_eq!(img.header.frame_id, "");
 //! # Ok::<(), sptr::bag::CdrError>(())
@@ -83,6 +83,9 @@ pub enum CdrError {
         min_elem: usize,
         have: usize,
     },
+
+    #[error("cannot write a CDR sequence or string of {count} elements: CDR counts are 32-bit")]
+    CountTooLarge { count: usize },
 
     #[error("CDR bool {what} at offset {offset} has byte value {value}, expected 0 or 1")]
     InvalidBool {
@@ -319,6 +322,8 @@ impl<'a> CdrReader<'a> {
 pub struct CdrWriter {
     out: Vec<u8>,
     big_endian: bool,
+    /// First count that did not fit in 32 bits; `finish` reports it.
+    too_large: Option<usize>,
 }
 
 macro_rules! write_prim {
@@ -342,6 +347,7 @@ impl CdrWriter {
         CdrWriter {
             out: vec![0x00, id, 0x00, 0x00],
             big_endian: !little_endian,
+            too_large: None,
         }
     }
 
@@ -368,12 +374,14 @@ impl CdrWriter {
         self.out.push(v as u8);
     }
 
-    /// Writes a sequence count.
-    ///
-    /// # Panics
-    /// When `n` exceeds `u32::MAX` (CDR cannot represent it).
+    /// Writes a sequence count. A count over `u32::MAX` (CDR cannot represent it) makes
+    /// `finish` fail with `CountTooLarge`.
     pub fn write_count(&mut self, n: usize) {
-        self.write_u32(u32::try_from(n).expect("CDR sequence longer than u32::MAX"));
+        let v = u32::try_from(n).unwrap_or_else(|_| {
+            self.too_large.get_or_insert(n);
+            u32::MAX
+        });
+        self.write_u32(v);
     }
 
     pub fn write_string(&mut self, s: &str) {
@@ -401,8 +409,12 @@ impl CdrWriter {
     }
 
     /// The message: encapsulation header and payload.
-    pub fn finish(self) -> Vec<u8> {
-        self.out
+    /// The message bytes, or the error of a count that did not fit.
+    pub fn finish(self) -> Result<Vec<u8>, CdrError> {
+        match self.too_large {
+            Some(count) => Err(CdrError::CountTooLarge { count }),
+            None => Ok(self.out),
+        }
     }
 }
 
@@ -429,7 +441,7 @@ pub trait CdrMessage: Sized {
     }
 
     /// Encodes the message with its encapsulation header.
-    fn to_cdr(&self, little_endian: bool) -> Vec<u8> {
+    fn to_cdr(&self, little_endian: bool) -> Result<Vec<u8>, CdrError> {
         let mut w = CdrWriter::new(little_endian);
         self.write(&mut w);
         w.finish()
@@ -811,7 +823,7 @@ mod tests {
         w.write_u8(7);
         w.write_u32(0x0102_0304);
         w.write_f64(1.5);
-        let b = w.finish();
+        let b = w.finish().unwrap();
         assert_eq!(b.len(), 4 + 1 + 3 + 4 + 8);
         let mut r = CdrReader::new(&b).unwrap();
         assert_eq!(r.read_u8("a").unwrap(), 7);

@@ -595,7 +595,10 @@ impl SqliteFileIter {
     }
 
     fn fetch_page(&mut self) -> Result<(), rusqlite::Error> {
-        let conn = self.conn.as_ref().expect("connection opened");
+        // `open` runs before the first page; without a connection there is nothing to read.
+        let Some(conn) = self.conn.as_ref() else {
+            return Err(rusqlite::Error::InvalidQuery);
+        };
         let mut sql = String::from(
             "SELECT m.timestamp, m.id, t.name, t.type, m.data \
              FROM messages m JOIN topics t ON m.topic_id = t.id \
@@ -608,7 +611,8 @@ impl SqliteFileIter {
             sql.push_str(&format!(" AND t.name IN ({})", marks.join(", ")));
         }
         sql.push_str(" ORDER BY m.timestamp, m.id LIMIT ?3");
-        let mut stmt = conn.prepare(&sql)?;
+        // Same SQL for every page of this file: prepared once, then taken from the cache.
+        let mut stmt = conn.prepare_cached(&sql)?;
         let (ts, id) = match self.cursor {
             Some((t, i)) => (Some(t), i),
             None => (None, 0),

@@ -208,7 +208,8 @@ fn set_dotted(m: &mut Mapping, dotted: &str, value: Value) {
         if !entry.is_mapping() {
             *entry = Value::Mapping(Mapping::new());
         }
-        cur = entry.as_mapping_mut().expect("just made a mapping");
+        let Value::Mapping(next) = entry else { return };
+        cur = next;
     }
 }
 
