@@ -147,6 +147,24 @@ fn index_of(coords: &[[i32; 4]]) -> HashMap<[i32; 4], u32> {
     h
 }
 
+/// Downsampling maps: per-offset `(input, output coordinate)` candidates -> the output sites
+/// (unique, sorted by `[b, x, y, z]`) and per-offset `(input, output row)` pairs.
+fn number_outputs(raw: Vec<Vec<(u32, [i32; 4])>>) -> (Vec<[i32; 4]>, Vec<Vec<(u32, u32)>>) {
+    let mut out_coords: Vec<[i32; 4]> = raw.iter().flatten().map(|&(_, q)| q).collect();
+    out_coords.sort_unstable();
+    out_coords.dedup();
+    // Every candidate's coordinate is in `out_coords` by construction, so the search succeeds.
+    let pairs = raw
+        .into_iter()
+        .map(|list| {
+            list.into_iter()
+                .filter_map(|(i, q)| out_coords.binary_search(&q).ok().map(|o| (i, o as u32)))
+                .collect()
+        })
+        .collect();
+    (out_coords, pairs)
+}
+
 fn check_positive(name: &str, v: [i32; 3]) -> Result<(), Error> {
     if v.iter().any(|&x| x < 1) {
         return Err(Error::InvalidInput(format!(
@@ -300,14 +318,7 @@ pub fn strided(input: &SparseTensor, g: ConvGeometry) -> Result<KernelMap, Error
             }
         }
     }
-    let mut out_coords: Vec<[i32; 4]> = raw.iter().flatten().map(|&(_, q)| q).collect();
-    out_coords.sort_unstable();
-    out_coords.dedup();
-    let table = index_of(&out_coords);
-    let pairs = raw
-        .into_iter()
-        .map(|list| list.into_iter().map(|(i, q)| (i, table[&q])).collect())
-        .collect();
+    let (out_coords, pairs) = number_outputs(raw);
     let out_stride = [
         input.stride()[0].saturating_mul(g.stride[0]),
         input.stride()[1].saturating_mul(g.stride[1]),
@@ -364,14 +375,7 @@ pub fn minkowski_down(input: &SparseTensor, stride: [i32; 3]) -> Result<KernelMa
         let k = ((r[0] * stride[1] + r[1]) * stride[2] + r[2]) as usize;
         raw[k].push((i as u32, q));
     }
-    let mut out_coords: Vec<[i32; 4]> = raw.iter().flatten().map(|&(_, q)| q).collect();
-    out_coords.sort_unstable();
-    out_coords.dedup();
-    let table = index_of(&out_coords);
-    let pairs = raw
-        .into_iter()
-        .map(|list| list.into_iter().map(|(i, q)| (i, table[&q])).collect())
-        .collect();
+    let (out_coords, pairs) = number_outputs(raw);
     let out_stride = [
         input.stride()[0].saturating_mul(stride[0]),
         input.stride()[1].saturating_mul(stride[1]),
