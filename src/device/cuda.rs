@@ -28,6 +28,8 @@ pub struct CudaDevice {
     pub arch: Arch,
     pub name: String,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    /// Kernel handles by (module, function): looked up in the driver once, not per launch.
+    functions: Mutex<HashMap<(&'static str, &'static str), CudaFunction>>,
 }
 
 impl CudaDevice {
@@ -61,6 +63,7 @@ impl CudaDevice {
             arch: Arch { major: major as u32, minor: minor as u32 },
             name,
             modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
         })
     }
 
@@ -84,11 +87,22 @@ impl CudaDevice {
         Ok(m)
     }
 
-    /// Function `func` of module `module`.
-    pub fn function(&self, module: &'static str, func: &str) -> Result<CudaFunction, Error> {
-        self.module(module)?
+    /// Function `func` of module `module` (cached after the first call).
+    pub fn function(&self, module: &'static str, func: &'static str) -> Result<CudaFunction, Error> {
+        let key = (module, func);
+        {
+            let map = self.functions.lock().map_err(|_| Error::Cuda("function cache lock poisoned".into()))?;
+            if let Some(f) = map.get(&key) {
+                return Ok(f.clone());
+            }
+        }
+        let f = self
+            .module(module)?
             .load_function(func)
-            .map_err(|e| Error::Cuda(format!("kernel {module}::{func}: {e:?}")))
+            .map_err(|e| Error::Cuda(format!("kernel {module}::{func}: {e:?}")))?;
+        let mut map = self.functions.lock().map_err(|_| Error::Cuda("function cache lock poisoned".into()))?;
+        map.insert(key, f.clone());
+        Ok(f)
     }
 
     pub fn synchronize(&self) -> Result<(), Error> {
