@@ -4,6 +4,7 @@
 //! `points` holds decoded clouds, `config` parses the YAML configs, `device` owns the backends and
 //! the NVRTC kernel pipeline, `sparse` builds sparse tensors (voxelization first).
 
+pub mod attention;
 pub mod bag;
 pub mod bev;
 pub mod cloud;
