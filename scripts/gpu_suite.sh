@@ -83,6 +83,10 @@ run() {
         > "$out/bench_spconv_dense.jsonl" 2>> "$out/bench.log" || failed=1
     "$STAGE/bin/sptr" bench spconv "$nus" --stride 5 --voxel-size 0.05 --iters 50 \
         > "$out/bench_spconv_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
+    "$STAGE/bin/sptr" bench attention "$cloud" --stride "$stride" --voxel-size 0.05 --batch2 --iters 30 \
+        > "$out/bench_attention_dense.jsonl" 2>> "$out/bench.log" || failed=1
+    "$STAGE/bin/sptr" bench attention "$nus" --stride 5 --model config/models/sphereformer_nuscenes.yaml --iters 30 \
+        > "$out/bench_attention_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
     cat "$out"/bench_*.json "$out"/bench_*.jsonl | tee -a "$summary"
     [ "$failed" = 0 ] && echo "GPU SUITE: ALL PASSED" | tee -a "$summary" || echo "GPU SUITE: FAILURES" | tee -a "$summary"
     return "$failed"

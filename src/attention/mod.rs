@@ -19,3 +19,7 @@ pub use cpu::{
 pub use partition::{window_partition, Partition};
 pub use rpe::{cart2sphere, RpeGeometry};
 pub use sphere::{sphere_attention_cpu, SphereLevel, SphereTables, SphereWindows};
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod bench;

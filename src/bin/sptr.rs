@@ -87,6 +87,26 @@ enum BenchCmd {
         #[arg(long, default_value_t = 50)]
         iters: usize,
     },
+    /// SphereFormer stage attention (CUDA): cubic and spherical window attention with RPE, the
+    /// partitions, and the whole stage, at C=32/2 heads and C=64/4 heads (JSON lines).
+    Attention {
+        cloud: PathBuf,
+        #[arg(long, default_value_t = 3)]
+        stride: usize,
+        #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
+        model: PathBuf,
+        /// Voxel size override in metres (the dense cloud benchmark uses 0.05).
+        #[arg(long)]
+        voxel_size: Option<f64>,
+        /// U-Net level whose windows to use (1 = full resolution).
+        #[arg(long, default_value_t = 1)]
+        level: usize,
+        /// Batch of the cloud plus a copy rotated 90 degrees about z.
+        #[arg(long)]
+        batch2: bool,
+        #[arg(long, default_value_t = 30)]
+        iters: usize,
+    },
 }
 
 fn main() {
@@ -105,6 +125,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench { what: BenchCmd::Spconv { cloud, stride, model, voxel_size, batch2, iters } } => {
             bench_spconv_cmd(&cloud, stride, &model, voxel_size, batch2, iters)
+        }
+        Cmd::Bench { what: BenchCmd::Attention { cloud, stride, model, voxel_size, level, batch2, iters } } => {
+            bench_attention_cmd(&cloud, stride, &model, voxel_size, level, batch2, iters)
         }
         Cmd::Info => info_cmd(),
     }
@@ -324,6 +347,44 @@ fn bench_spconv_cmd(cloud: &Path, stride: usize, model: &Path, voxel: f64, batch
 fn bench_spconv_cmd(cloud: &Path, stride: usize, model: &Path, voxel: f64, batch2: bool, _: usize) -> Result<()> {
     let _ = bench_sites(cloud, stride, model, voxel, batch2)?;
     anyhow::bail!("`bench spconv` needs the CUDA backend: rebuild with `--features cuda`")
+}
+
+/// Voxel positions (float32 mean of each voxel's points, metres) and batch indices of a cloud
+/// (optionally with a rotated copy as sample 1), voxelized with the model's rule.
+fn bench_voxel_positions(cloud: &Path, stride: usize, model: &ModelConfig, voxel: Option<f64>, batch2: bool) -> Result<(Vec<[f32; 3]>, Vec<i32>)> {
+    let mut params = model.voxel_params();
+    if let Some(v) = voxel {
+        params.voxel_size = [v; 3];
+    }
+    let pts = Points::read_bin(cloud, stride)?;
+    let rot = rotated_z(&pts, 90.0);
+    let batch: Vec<&Points> = if batch2 { vec![&pts, &rot] } else { vec![&pts] };
+    let v = voxelize_cpu(&batch, &params)?;
+    let b = v.coords.iter().map(|c| c[0]).collect();
+    Ok((v.xyz, b))
+}
+
+#[cfg(feature = "cuda")]
+fn bench_attention_cmd(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>, level: usize, batch2: bool, iters: usize) -> Result<()> {
+    let cfg = load_model(model)?;
+    let mut m = cfg.yaml.clone();
+    if let Some(v) = voxel {
+        m.voxel_size = [v; 3];
+    }
+    let lvl = sptr::attention::SphereLevel::from_model(&m, level)?;
+    let (xyz, batch) = bench_voxel_positions(cloud, stride, &cfg, voxel, batch2)?;
+    let dev = sptr::device::cuda::CudaDevice::new(0)?;
+    let name = cloud.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = if batch2 { format!("{name}+rot90") } else { name };
+    for row in sptr::attention::bench::bench_attention(&dev, &format!("{name}/level{level}"), &xyz, &batch, &lvl, iters)? {
+        println!("{}", row.json());
+    }
+    Ok(())
+}
+#[cfg(not(feature = "cuda"))]
+fn bench_attention_cmd(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>, _: usize, batch2: bool, _: usize) -> Result<()> {
+    let _ = bench_voxel_positions(cloud, stride, &load_model(model)?, voxel, batch2)?;
+    anyhow::bail!("`bench attention` needs the CUDA backend: rebuild with `--features cuda`")
 }
 
 fn info_cmd() -> Result<()> {

@@ -22,6 +22,7 @@ pub const ALL: &[KernelSource] = &[
     KernelSource { name: "bev_grid", src: include_str!("../../kernels/bev_grid.cu") },
     KernelSource { name: "sparse_map", src: include_str!("../../kernels/sparse_map.cu") },
     KernelSource { name: "sparse_conv", src: include_str!("../../kernels/sparse_conv.cu") },
+    KernelSource { name: "attention", src: include_str!("../../kernels/attention.cu") },
 ];
 
 /// The source of module `name`, if there is one.

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Parity against the upstream libraries on the GPU host (see tests/parity/README.md).
+#
+#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention]     # default: both
+#
+# Runs from the repo root with gpu-stage/ (scripts/gpu_suite.sh build) and .parity-wheels/
+# (scripts/parity_wheels.sh for spconv, scripts/parity_sptr.sh for sptr) beside it. spconv comes
+# as packed wheels; sptr 1.1.1 (a PyPI sdist) is built there with the host's PyTorch
+# (TORCH_CUDA_ARCH_LIST=9.0, a minute or two). Each Python harness writes a reference directory,
+# then the matching Rust test (gpu-stage/bin/test-gpu_*_parity) checks and times ours beside it.
+# Logs and JSON lines land in OUT_DIR; the exit status is non-zero if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention]}
+shift
+what=${*:-spconv attention}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 SPTR_ROOT=$PWD SPTR_KERNEL_CACHE=${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}
+export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+rc=0
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/parity_gpu.txt" 2>&1
+for w in $what; do
+    case $w in
+    spconv)
+        python3 -c 'import tarfile; tarfile.open(".parity-wheels/site.tar.xz").extractall("/tmp/site")' || { rc=1; continue; }
+        PYTHONPATH=/tmp/site python3 tests/parity/spconv_parity.py --out /tmp/parity > "$out/spconv_py.log" 2>&1 || rc=1
+        SPTR_PARITY_DIR=/tmp/parity gpu-stage/bin/test-gpu_spconv_parity --test-threads=1 --nocapture > "$out/spconv_rust.log" 2>&1 || rc=1
+        grep '^{"case"' "$out/spconv_rust.log" > "$out/spconv_parity.jsonl"
+        ;;
+    attention)
+        if [ ! -d /tmp/sptr-site/sptr ] && ! ls /tmp/sptr-site/sptr* > /dev/null 2>&1; then
+            MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0 python3 -m pip install -q --no-build-isolation --no-deps --no-index \
+                --target /tmp/sptr-site .parity-wheels/sptr-1.1.1-src.tar.gz > "$out/sptr_build.log" 2>&1 \
+                || { tail -n 60 "$out/sptr_build.log"; rc=1; continue; }
+        fi
+        PYTHONPATH=/tmp/sptr-site python3 tests/parity/sptr_parity.py --out /tmp/sptr-parity > "$out/sptr_py.log" 2>&1 || rc=1
+        cp /tmp/sptr-parity/manifest.json "$out/sptr_manifest.json" 2>/dev/null
+        SPTR_ATTN_PARITY_DIR=/tmp/sptr-parity gpu-stage/bin/test-gpu_attention_parity --test-threads=1 --nocapture \
+            > "$out/attention_rust.log" 2>&1 || rc=1
+        grep '^{"case"' "$out/attention_rust.log" > "$out/attention_parity.jsonl"
+        ;;
+    *) echo "gpu_parity: unknown part $w" >&2; rc=2 ;;
+    esac
+done
+tail -n 5 "$out"/*.log
+exit $rc

@@ -1,0 +1,165 @@
+//! `sptr bench attention`: SphereFormer stage attention on real voxels, JSON rows.
+//!
+//! Cases per channel count (C = 32 / 2 heads and C = 64 / 4 heads, head_dim 16, the level's
+//! SphereFormer windows):
+//! - `cubic_core_rpe`: the cubic heads' attention with contextual RPE, partition and quantized
+//!   positions prebuilt (what sptr's `dot_prod_with_idx_all` + softmax +
+//!   `attention_step2_with_rel_pos_value` do for those heads);
+//! - `sphere_core_rpe`: the same for the spherical heads;
+//! - `cubic_core_plain`: the cubic heads without RPE;
+//! - `stage`: the whole attention core from q, k, v, xyz and batch on the device: cart2sphere,
+//!   both partitions, both RPE quantizations, both branches (the qkv and proj Linears excluded);
+//! - `stage_windows_cached`: the same with the level's windows already built (every block of a
+//!   level after the first).
+//!
+//! Memory: `held_mb` is the device memory the stage holds at its end (windows, quantized
+//! positions, sphere positions, output), read as the drop in free device memory; the radix
+//! sort's scratch (12 bytes a voxel plus histograms) is freed inside the stage and is added
+//! from its size to give `extra_mb`.
+
+use super::cpu::HeadSlice;
+use super::cuda::{
+    sphere_attention_cuda, window_attention_cuda, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm,
+    QkvView,
+};
+use super::sphere::{cubic_heads, SphereLevel, SPHEREFORMER_HEAD_DIM};
+use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::Error;
+use half::f16;
+
+/// One timed case.
+#[derive(Debug, Clone)]
+pub struct AttnBenchRow {
+    pub case: String,
+    pub n: usize,
+    pub channels: usize,
+    pub heads: usize,
+    pub windows_cubic: usize,
+    pub n_max_cubic: usize,
+    pub pairs_cubic: u64,
+    pub windows_sphere: usize,
+    pub n_max_sphere: usize,
+    pub pairs_sphere: u64,
+    /// Median, CUDA events.
+    pub ms: f64,
+    /// Extra device memory of the case (stage cases only).
+    pub extra_mb: Option<f64>,
+}
+
+impl AttnBenchRow {
+    pub fn json(&self) -> String {
+        let mem = self.extra_mb.map(|m| format!("{m:.1}")).unwrap_or_else(|| "null".into());
+        format!(
+            "{{\"bench\":\"attention\",\"case\":\"{}\",\"n\":{},\"channels\":{},\"heads\":{},\"windows_cubic\":{},\"n_max_cubic\":{},\"pairs_cubic\":{},\"windows_sphere\":{},\"n_max_sphere\":{},\"pairs_sphere\":{},\"ms\":{:.4},\"extra_mb\":{}}}",
+            self.case, self.n, self.channels, self.heads, self.windows_cubic, self.n_max_cubic, self.pairs_cubic,
+            self.windows_sphere, self.n_max_sphere, self.pairs_sphere, self.ms, mem
+        )
+    }
+}
+
+/// Deterministic values in [-a, a] (splitmix64).
+fn values(n: usize, a: f32, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_add(0x9E3779B97F4A7C15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+            z ^= z >> 31;
+            ((z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
+        })
+        .collect()
+}
+
+fn free_bytes() -> Result<usize, Error> {
+    cudarc::driver::result::mem_get_info().map(|(free, _)| free).map_err(cuda_err("reading free device memory"))
+}
+
+/// Runs the workload on voxel positions `xyz` (metres) and batch indices.
+pub fn bench_attention(
+    dev: &CudaDevice,
+    name: &str,
+    xyz: &[[f32; 3]],
+    batch: &[i32],
+    level: &SphereLevel,
+    iters: usize,
+) -> Result<Vec<AttnBenchRow>, Error> {
+    let n = xyz.len();
+    let s = &dev.stream;
+    let flat: Vec<f32> = xyz.iter().flatten().copied().collect();
+    let xyz_d = s.clone_htod(&flat).map_err(cuda_err("uploading positions"))?;
+    let batch_d = s.clone_htod(batch).map_err(cuda_err("uploading batch"))?;
+    let windows = CudaSphereWindows::build(dev, &xyz_d, &batch_d, n, level)?;
+    let cubic = windows.cubic.to_host(dev)?;
+    let sphere = windows.sphere.to_host(dev)?;
+    let d = SPHEREFORMER_HEAD_DIM;
+    let mut rows = Vec::new();
+    for channels in [32usize, 64] {
+        let heads = channels / d;
+        let (hc, hs) = (cubic_heads(heads), heads - cubic_heads(heads));
+        let row = |case: &str, ms: f64, extra_mb: Option<f64>| AttnBenchRow {
+            case: format!("{name}/{case}"),
+            n,
+            channels,
+            heads,
+            windows_cubic: cubic.windows(),
+            n_max_cubic: cubic.n_max(),
+            pairs_cubic: cubic.pair_count(),
+            windows_sphere: sphere.windows(),
+            n_max_sphere: sphere.n_max(),
+            pairs_sphere: sphere.pair_count(),
+            ms,
+            extra_mb,
+        };
+        let up = |v: Vec<f32>| s.clone_htod(&v.into_iter().map(f16::from_f32).collect::<Vec<_>>()).map_err(cuda_err("uploading q/k/v"));
+        let q = up(values(n * channels, 0.25, 1))?;
+        let k = up(values(n * channels, 1.0, 2))?;
+        let v = up(values(n * channels, 1.0, 3))?;
+        let qkv = QkvView { q: &q, k: &k, v: &v, ld: channels };
+        let table = |rows: usize, h: usize, seed| values(rows * 3 * h * d, 0.03, seed);
+        let (rc, rs) = (windows.cubic_rpe.table_rows(), windows.sphere_rpe.table_rows());
+        let (tc, ts) = ([table(rc, hc, 4), table(rc, hc, 5), table(rc, hc, 6)], [table(rs, hs, 7), table(rs, hs, 8), table(rs, hs, 9)]);
+        let tables = CudaSphereTables::upload(dev, [&tc[0], &tc[1], &tc[2]], [&ts[0], &ts[1], &ts[2]])?;
+        let mut out = s.alloc_zeros::<f16>(n * channels).map_err(cuda_err("allocating output"))?;
+
+        let cubic_term = CudaTerm::Contextual(CudaContextual {
+            geometry: windows.cubic_rpe,
+            quant: &windows.cubic_quant,
+            positions: &xyz_d,
+            tables: [&tables.cubic[0], &tables.cubic[1], &tables.cubic[2]],
+        });
+        let cubic_slice = HeadSlice { heads, head_dim: d, first: 0, count: hc };
+        let ms = dev.time_median_ms(3, iters, || window_attention_cuda(dev, qkv, cubic_slice, &windows.cubic, cubic_term, &mut out, channels))?;
+        rows.push(row("cubic_core_rpe", ms, None));
+        let ms = dev.time_median_ms(3, iters, || window_attention_cuda(dev, qkv, cubic_slice, &windows.cubic, CudaTerm::None, &mut out, channels))?;
+        rows.push(row("cubic_core_plain", ms, None));
+        let sphere_term = CudaTerm::Contextual(CudaContextual {
+            geometry: windows.sphere_rpe,
+            quant: &windows.sphere_quant,
+            positions: &windows.sphere_pos,
+            tables: [&tables.sphere[0], &tables.sphere[1], &tables.sphere[2]],
+        });
+        let sphere_slice = HeadSlice { heads, head_dim: d, first: hc, count: hs };
+        let ms = dev.time_median_ms(3, iters, || window_attention_cuda(dev, qkv, sphere_slice, &windows.sphere, sphere_term, &mut out, channels))?;
+        rows.push(row("sphere_core_rpe", ms, None));
+        let ms = dev.time_median_ms(3, iters, || sphere_attention_cuda(dev, qkv, heads, d, &xyz_d, &windows, &tables, &mut out))?;
+        rows.push(row("stage_windows_cached", ms, None));
+        let ms = dev.time_median_ms(3, iters, || {
+            let w = CudaSphereWindows::build(dev, &xyz_d, &batch_d, n, level)?;
+            sphere_attention_cuda(dev, qkv, heads, d, &xyz_d, &w, &tables, &mut out)
+        })?;
+        // memory: what one stage call holds at its end, plus the sort scratch it freed
+        dev.synchronize()?;
+        let before = free_bytes()?;
+        let w = CudaSphereWindows::build(dev, &xyz_d, &batch_d, n, level)?;
+        let mut out2 = s.alloc_zeros::<f16>(n * channels).map_err(cuda_err("allocating output"))?;
+        sphere_attention_cuda(dev, qkv, heads, d, &xyz_d, &w, &tables, &mut out2)?;
+        dev.synchronize()?;
+        let held = before.saturating_sub(free_bytes()?);
+        drop((w, out2));
+        let sort_scratch = 12 * n + 4 * 256 * 2 * n.div_ceil(2048);
+        rows.push(row("stage", ms, Some((held + sort_scratch) as f64 / 1e6)));
+    }
+    Ok(rows)
+}

@@ -1,0 +1,484 @@
+//! Window attention on CUDA (kernels in `kernels/attention.cu`): the same functions as the CPU
+//! reference in `cpu.rs`, `partition.rs` and `sphere.rs`, on FP16 q/k/v with FP32 accumulation.
+//!
+//! Partition: per-axis bounds → mixed-radix window key per voxel → stable radix sort of
+//! (key, voxel) over just the bits the keys need → run heads → scan = window of every sorted
+//! position, window offsets. Two small reads to the host per partition (the bounds, the window
+//! count), nothing per pair is ever stored.
+//!
+//! Attention: one thread per (query, head) walks the keys of its window with an online softmax;
+//! RPE table rows are computed from packed quantized positions in the kernel.
+
+use super::cpu::HeadSlice;
+use super::partition::Partition;
+use super::rpe::RpeGeometry;
+use super::sphere::{cubic_heads, SphereLevel};
+use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::device::primitives::{bits_for, exclusive_scan_u32, grid_1d, radix_sort_pairs};
+use crate::Error;
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use half::f16;
+
+const THREADS: u32 = 256;
+const ATTN_THREADS: u32 = 128;
+
+/// Mirror of `struct WindowGrid` in attention.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct WindowGridC {
+    window: [f32; 3],
+    start: [f32; 3],
+    cells: [u64; 3],
+    batch_min: u32,
+    shift: u32,
+    n: u32,
+}
+// SAFETY: plain-old-data, same layout as the C struct.
+unsafe impl DeviceRepr for WindowGridC {}
+
+/// Mirror of `struct RpeGeom`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct RpeGeomC {
+    min: [f32; 3],
+    window: [f32; 3],
+    quant: [f32; 3],
+    a: f32,
+    grid_length: i32,
+    rows: i32,
+    shift: u32,
+    split: u32,
+    n: u32,
+}
+// SAFETY: as above.
+unsafe impl DeviceRepr for RpeGeomC {}
+
+/// Mirror of `struct AttnParams`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct AttnParamsC {
+    ld: u32,
+    out_ld: u32,
+    head0: u32,
+    heads_b: u32,
+    n: u32,
+    grid_length: i32,
+    rows: i32,
+    split: u32,
+    a: f32,
+    win_h: i32,
+    win_w: i32,
+}
+// SAFETY: as above.
+unsafe impl DeviceRepr for AttnParamsC {}
+
+fn n_u32(n: usize, what: &str) -> Result<u32, Error> {
+    u32::try_from(n).map_err(|_| Error::InvalidInput(format!("{what}: {n} voxels exceed 2^32 - 1")))
+}
+
+/// A window partition on the device (the varlen layout the attention kernel reads).
+pub struct CudaPartition {
+    /// Sorted position → voxel, `n`.
+    pub order: CudaSlice<u32>,
+    /// Sorted position → window, `n`.
+    pub win_of: CudaSlice<u32>,
+    /// Window → first sorted position, `windows + 1`.
+    pub offsets: CudaSlice<u32>,
+    pub n: usize,
+    pub windows: usize,
+    /// Per-axis minimum of the positions (the grid start, also the RPE minimum).
+    pub min: [f32; 3],
+}
+
+impl CudaPartition {
+    /// Copies the partition back (for tests and statistics).
+    pub fn to_host(&self, dev: &CudaDevice) -> Result<Partition, Error> {
+        if self.n == 0 {
+            return Ok(Partition::default());
+        }
+        let s = &dev.stream;
+        let order = s.clone_dtoh(&self.order.slice(..self.n)).map_err(cuda_err("reading the window order"))?;
+        let offsets = s
+            .clone_dtoh(&self.offsets.slice(..self.windows + 1))
+            .map_err(cuda_err("reading the window offsets"))?;
+        Ok(Partition { order, offsets })
+    }
+}
+
+/// Groups `n` voxels with positions `pos` (`[n, 3]`) and batch indices into windows, exactly as
+/// [`super::partition::window_partition`] does (same groups; windows in the same order).
+pub fn window_partition_cuda(
+    dev: &CudaDevice,
+    pos: &CudaSlice<f32>,
+    batch: &CudaSlice<i32>,
+    n: usize,
+    window: [f32; 3],
+    shift: bool,
+) -> Result<CudaPartition, Error> {
+    if window.iter().any(|w| !(w.is_finite() && *w > 0.0)) {
+        return Err(Error::InvalidInput(format!("window partition: window {window:?} must be finite and > 0")));
+    }
+    let n32 = n_u32(n, "window partition")?;
+    let s = &dev.stream;
+    if n == 0 {
+        let one = || s.alloc_zeros::<u32>(1).map_err(cuda_err("allocating an empty partition"));
+        return Ok(CudaPartition { order: one()?, win_of: one()?, offsets: one()?, n: 0, windows: 0, min: [0.0; 3] });
+    }
+    if pos.len() < n * 3 || batch.len() < n {
+        return Err(Error::InvalidInput(format!(
+            "window partition: {} position values and {} batch indices for {n} voxels",
+            pos.len(),
+            batch.len()
+        )));
+    }
+    // bounds: order_f32 min/max per axis, batch min/max
+    let init: [u32; 8] = [u32::MAX, u32::MAX, u32::MAX, 0, 0, 0, u32::MAX, 0];
+    let mut bounds = s.clone_htod(&init).map_err(cuda_err("uploading bounds"))?;
+    let f_bounds = dev.function("attention", "attn_bounds")?;
+    // SAFETY: pos holds n*3 floats, batch n ints, bounds 8 u32; signature matches.
+    unsafe {
+        s.launch_builder(&f_bounds).arg(pos).arg(batch).arg(&n32).arg(&mut bounds).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_bounds"))?;
+    }
+    let b = s.clone_dtoh(&bounds).map_err(cuda_err("reading bounds"))?;
+    let unorder = |o: u32| f32::from_bits(if o & 0x8000_0000 != 0 { o & 0x7fff_ffff } else { !o });
+    let min = [unorder(b[0]), unorder(b[1]), unorder(b[2])];
+    let max = [unorder(b[3]), unorder(b[4]), unorder(b[5])];
+    if min.iter().chain(max.iter()).any(|v| !v.is_finite()) {
+        return Err(Error::InvalidInput("window partition: a position is not finite".into()));
+    }
+    if (b[6] as i32) < 0 {
+        return Err(Error::InvalidInput(format!("window partition: negative batch index {}", b[6] as i32)));
+    }
+    let mut cells = [0u64; 3];
+    let mut total: u128 = (b[7] - b[6]) as u128 + 1;
+    for a in 0..3 {
+        let top = if shift { max[a] + 0.5 * window[a] } else { max[a] };
+        cells[a] = ((top - min[a]) / window[a]) as u64 + 1;
+        total *= cells[a] as u128;
+    }
+    if total > u64::MAX as u128 / 2 {
+        return Err(Error::InvalidInput(format!(
+            "window partition: {total} window cells over the positions' extent; the window {window:?} is too small for them"
+        )));
+    }
+    let bits = bits_for((total - 1) as u64);
+    let grid = WindowGridC { window, start: min, cells, batch_min: b[6], shift: shift as u32, n: n32 };
+    let mut keys = s.alloc_zeros::<u64>(n).map_err(cuda_err("allocating window keys"))?;
+    let mut order = s.alloc_zeros::<u32>(n).map_err(cuda_err("allocating the window order"))?;
+    let f_keys = dev.function("attention", "attn_window_keys")?;
+    // SAFETY: buffers hold n entries; signature matches.
+    unsafe {
+        s.launch_builder(&f_keys).arg(pos).arg(batch).arg(&grid).arg(&mut keys).arg(&mut order).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_keys"))?;
+    }
+    radix_sort_pairs(dev, &mut keys, &mut order, n, bits)?;
+    let mut flags = s.alloc_zeros::<u32>(n).map_err(cuda_err("allocating window heads"))?;
+    let f_heads = dev.function("attention", "attn_window_heads")?;
+    // SAFETY: as above.
+    unsafe {
+        s.launch_builder(&f_heads).arg(&keys).arg(&n32).arg(&mut flags).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_heads"))?;
+    }
+    let mut excl = s.alloc_zeros::<u32>(n).map_err(cuda_err("allocating the window scan"))?;
+    let windows = exclusive_scan_u32(dev, &flags, &mut excl, n)? as usize;
+    let mut win_of = s.alloc_zeros::<u32>(n).map_err(cuda_err("allocating window ids"))?;
+    let mut offsets = s.alloc_zeros::<u32>(windows + 1).map_err(cuda_err("allocating window offsets"))?;
+    let f_offs = dev.function("attention", "attn_window_offsets")?;
+    // SAFETY: flags/excl/win_of hold n entries, offsets windows + 1.
+    unsafe {
+        s.launch_builder(&f_offs).arg(&flags).arg(&excl).arg(&n32).arg(&mut win_of).arg(&mut offsets).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_offsets"))?;
+    }
+    Ok(CudaPartition { order, win_of, offsets, n, windows, min })
+}
+
+/// SphereFormer's `cart2sphere` of `[n, 3]` positions.
+pub fn cart2sphere_cuda(dev: &CudaDevice, xyz: &CudaSlice<f32>, n: usize) -> Result<CudaSlice<f32>, Error> {
+    let n32 = n_u32(n, "cart2sphere")?;
+    let s = &dev.stream;
+    let mut out = s.alloc_zeros::<f32>((n * 3).max(1)).map_err(cuda_err("allocating sphere positions"))?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let f = dev.function("attention", "attn_cart2sphere")?;
+    // SAFETY: xyz and out hold n*3 floats.
+    unsafe {
+        s.launch_builder(&f).arg(xyz).arg(&n32).arg(&mut out).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_cart2sphere"))?;
+    }
+    Ok(out)
+}
+
+/// Packed quantized in-window positions (10 bits per axis) under `geometry`.
+pub fn rpe_quantize_cuda(dev: &CudaDevice, pos: &CudaSlice<f32>, n: usize, geometry: &RpeGeometry) -> Result<CudaSlice<u32>, Error> {
+    if geometry.grid_length > 1024 {
+        return Err(Error::InvalidInput(format!(
+            "RPE: quant grid length {} exceeds the CUDA kernel's 1024",
+            geometry.grid_length
+        )));
+    }
+    let n32 = n_u32(n, "RPE quantize")?;
+    let s = &dev.stream;
+    let mut quant = s.alloc_zeros::<u32>(n.max(1)).map_err(cuda_err("allocating quantized positions"))?;
+    if n == 0 {
+        return Ok(quant);
+    }
+    let g = RpeGeomC {
+        min: geometry.min,
+        window: geometry.window,
+        quant: geometry.quant,
+        a: geometry.radial_split.unwrap_or(0.0),
+        grid_length: geometry.grid_length,
+        rows: geometry.table_rows() as i32,
+        shift: geometry.shift as u32,
+        split: geometry.radial_split.is_some() as u32,
+        n: n32,
+    };
+    let f = dev.function("attention", "attn_rpe_quantize")?;
+    // SAFETY: pos holds n*3 floats, quant n u32.
+    unsafe {
+        s.launch_builder(&f).arg(pos).arg(&g).arg(&mut quant).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_rpe_quantize"))?;
+    }
+    Ok(quant)
+}
+
+/// q, k, v as rows of FP16 buffers: voxel `i`, head `h` starts at `i * ld + h * head_dim` (so a
+/// packed qkv Linear output `[N, 3, H, D]` is three views with offsets… or three buffers).
+#[derive(Clone, Copy)]
+pub struct QkvView<'a> {
+    pub q: &'a CudaSlice<f16>,
+    pub k: &'a CudaSlice<f16>,
+    pub v: &'a CudaSlice<f16>,
+    /// Elements between consecutive voxel rows.
+    pub ld: usize,
+}
+
+/// Contextual RPE on the device: the geometry, packed quantized positions (from
+/// [`rpe_quantize_cuda`] with the same geometry), the positions (their column 2 is the radius the
+/// radial split reads) and the tables `[rows, 3, heads.count, head_dim]` (f32).
+#[derive(Clone, Copy)]
+pub struct CudaContextual<'a> {
+    pub geometry: RpeGeometry,
+    pub quant: &'a CudaSlice<u32>,
+    pub positions: &'a CudaSlice<f32>,
+    pub tables: [&'a CudaSlice<f32>; 3],
+}
+
+/// 2-D relative position bias: packed `(row << 16) | col` per token and a `[heads.count,
+/// (2h - 1)(2w - 1)]` table.
+#[derive(Clone, Copy)]
+pub struct CudaBias2d<'a> {
+    pub window: [i32; 2],
+    pub rc_packed: &'a CudaSlice<u32>,
+    pub table: &'a CudaSlice<f32>,
+}
+
+#[derive(Clone, Copy)]
+pub enum CudaTerm<'a> {
+    None,
+    Contextual(CudaContextual<'a>),
+    Bias2d(CudaBias2d<'a>),
+}
+
+/// Window attention over `heads` (a slice of the row's heads), written into those heads of `out`
+/// (rows of `out_ld` elements). The CUDA counterpart of [`super::cpu::window_attention_into`].
+pub fn window_attention_cuda(
+    dev: &CudaDevice,
+    qkv: QkvView,
+    heads: HeadSlice,
+    part: &CudaPartition,
+    term: CudaTerm,
+    out: &mut CudaSlice<f16>,
+    out_ld: usize,
+) -> Result<(), Error> {
+    let n = part.n;
+    if heads.head_dim == 0 || heads.count == 0 || heads.first + heads.count > heads.heads {
+        return Err(Error::InvalidInput(format!("window attention: bad head slice {heads:?}")));
+    }
+    let d = heads.head_dim;
+    if n == 0 {
+        return Ok(());
+    }
+    let row_end = (heads.first + heads.count) * d;
+    let need = (n - 1) * qkv.ld + row_end;
+    if qkv.ld < row_end || qkv.q.len() < need || qkv.k.len() < need || qkv.v.len() < need {
+        return Err(Error::InvalidInput(format!(
+            "window attention: q/k/v buffers of {}/{}/{} halves with row stride {} are too small for {n} voxels x {} heads x {d}",
+            qkv.q.len(),
+            qkv.k.len(),
+            qkv.v.len(),
+            qkv.ld,
+            heads.heads
+        )));
+    }
+    if out_ld < row_end || out.len() < (n - 1) * out_ld + row_end {
+        return Err(Error::InvalidInput(format!("window attention: output of {} halves too small", out.len())));
+    }
+    if qkv.ld % 8 != 0 || out_ld % 2 != 0 {
+        return Err(Error::InvalidInput(format!(
+            "window attention: row strides must be multiples of 8 halves (16-byte loads); got {} and {out_ld}",
+            qkv.ld
+        )));
+    }
+    let mode = match term {
+        CudaTerm::None => "plain",
+        CudaTerm::Contextual(_) => "ctx",
+        CudaTerm::Bias2d(_) => "bias2d",
+    };
+    let name: &'static str = match (mode, d) {
+        ("plain", 16) => "attn_plain_d16",
+        ("plain", 32) => "attn_plain_d32",
+        ("plain", 64) => "attn_plain_d64",
+        ("ctx", 16) => "attn_ctx_d16",
+        ("ctx", 32) => "attn_ctx_d32",
+        ("ctx", 64) => "attn_ctx_d64",
+        ("bias2d", 16) => "attn_bias2d_d16",
+        ("bias2d", 32) => "attn_bias2d_d32",
+        ("bias2d", 64) => "attn_bias2d_d64",
+        _ => {
+            return Err(Error::InvalidInput(format!(
+                "window attention on CUDA supports head_dim 16, 32 and 64, not {d}"
+            )))
+        }
+    };
+    let mut p = AttnParamsC {
+        ld: qkv.ld as u32,
+        out_ld: out_ld as u32,
+        head0: heads.first as u32,
+        heads_b: heads.count as u32,
+        n: n as u32,
+        ..Default::default()
+    };
+    // Unused buffer slots get `order` (any valid device pointer; the kernel never reads them).
+    let (quant, pos, tq, tk, tv): (&CudaSlice<u32>, Option<&CudaSlice<f32>>, Option<&CudaSlice<f32>>, Option<&CudaSlice<f32>>, Option<&CudaSlice<f32>>) =
+        match term {
+            CudaTerm::None => (&part.order, None, None, None, None),
+            CudaTerm::Contextual(c) => {
+                let rows = c.geometry.table_rows();
+                let want = rows * 3 * heads.count * d;
+                if c.tables.iter().any(|t| t.len() != want) || c.quant.len() < n || c.positions.len() < 3 * n {
+                    return Err(Error::InvalidInput(format!(
+                        "window attention: RPE tables must be [{rows}, 3, {}, {d}] = {want} floats and positions/quant cover {n} voxels",
+                        heads.count
+                    )));
+                }
+                p.grid_length = c.geometry.grid_length;
+                p.rows = rows as i32;
+                p.split = c.geometry.radial_split.is_some() as u32;
+                p.a = c.geometry.radial_split.unwrap_or(0.0);
+                (c.quant, Some(c.positions), Some(c.tables[0]), Some(c.tables[1]), Some(c.tables[2]))
+            }
+            CudaTerm::Bias2d(b) => {
+                let tl = ((2 * b.window[0] - 1) * (2 * b.window[1] - 1)).max(0) as usize;
+                if b.window[0] < 1 || b.window[1] < 1 || b.table.len() != heads.count * tl || b.rc_packed.len() < n {
+                    return Err(Error::InvalidInput(format!(
+                        "window attention: 2-D bias table must be [{}, {tl}] for window {:?}",
+                        heads.count, b.window
+                    )));
+                }
+                p.win_h = b.window[0];
+                p.win_w = b.window[1];
+                (b.rc_packed, None, Some(b.table), None, None)
+            }
+        };
+    let f = dev.function("attention", name)?;
+    let cfg = LaunchConfig {
+        grid_dim: ((n as u32).div_ceil(ATTN_THREADS), heads.count as u32, 1),
+        block_dim: (ATTN_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let s = &dev.stream;
+    let mut b = s.launch_builder(&f);
+    b.arg(qkv.q).arg(qkv.k).arg(qkv.v).arg(out).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(quant);
+    // Missing float buffers: pass the order buffer (same pointer size; never dereferenced).
+    match pos {
+        Some(x) => b.arg(x),
+        None => b.arg(&part.order),
+    };
+    for t in [tq, tk, tv] {
+        match t {
+            Some(x) => b.arg(x),
+            None => b.arg(&part.order),
+        };
+    }
+    b.arg(&p);
+    // SAFETY: argument list matches ATTN_PARAMS; sizes checked above.
+    unsafe { b.launch(cfg) }.map_err(cuda_err(name))?;
+    Ok(())
+}
+
+/// One level's partitions and RPE inputs on the device (built once, reused by every block of the
+/// level).
+pub struct CudaSphereWindows {
+    pub cubic: CudaPartition,
+    pub sphere: CudaPartition,
+    /// Voxels.
+    pub n: usize,
+    pub sphere_pos: CudaSlice<f32>,
+    pub cubic_quant: CudaSlice<u32>,
+    pub sphere_quant: CudaSlice<u32>,
+    pub cubic_rpe: RpeGeometry,
+    pub sphere_rpe: RpeGeometry,
+}
+
+impl CudaSphereWindows {
+    /// `xyz`: `[n, 3]` f32 positions (metres), `batch`: `[n]`.
+    pub fn build(dev: &CudaDevice, xyz: &CudaSlice<f32>, batch: &CudaSlice<i32>, n: usize, level: &SphereLevel) -> Result<Self, Error> {
+        let sphere_pos = cart2sphere_cuda(dev, xyz, n)?;
+        let cubic = window_partition_cuda(dev, xyz, batch, n, level.cubic_window, level.shift)?;
+        let sphere = window_partition_cuda(dev, &sphere_pos, batch, n, level.sphere_window, level.shift)?;
+        let geometry = |min, window, quant, l, split| RpeGeometry { min, window, quant, shift: level.shift, grid_length: l, radial_split: split };
+        let cubic_rpe = geometry(cubic.min, level.cubic_window, level.cubic_quant, level.cubic_grid_length, None);
+        let sphere_rpe = geometry(sphere.min, level.sphere_window, level.sphere_quant, level.sphere_grid_length, Some(level.a));
+        let cubic_quant = rpe_quantize_cuda(dev, xyz, n, &cubic_rpe)?;
+        let sphere_quant = rpe_quantize_cuda(dev, &sphere_pos, n, &sphere_rpe)?;
+        Ok(Self { cubic, sphere, n, sphere_pos, cubic_quant, sphere_quant, cubic_rpe, sphere_rpe })
+    }
+}
+
+/// Both branches' RPE tables on the device, `[q, k, v]` each.
+pub struct CudaSphereTables {
+    pub cubic: [CudaSlice<f32>; 3],
+    pub sphere: [CudaSlice<f32>; 3],
+}
+
+impl CudaSphereTables {
+    pub fn upload(dev: &CudaDevice, cubic: [&[f32]; 3], sphere: [&[f32]; 3]) -> Result<Self, Error> {
+        let s = &dev.stream;
+        let up = |t: &[f32]| s.clone_htod(t).map_err(cuda_err("uploading RPE tables"));
+        Ok(Self {
+            cubic: [up(cubic[0])?, up(cubic[1])?, up(cubic[2])?],
+            sphere: [up(sphere[0])?, up(sphere[1])?, up(sphere[2])?],
+        })
+    }
+}
+
+/// SphereFormer's attention core on CUDA: heads `[0, heads / 2)` on cubic windows of `xyz`, the
+/// rest on spherical windows; output rows `[n, heads * head_dim]` in `out`.
+pub fn sphere_attention_cuda(
+    dev: &CudaDevice,
+    qkv: QkvView,
+    heads: usize,
+    head_dim: usize,
+    xyz: &CudaSlice<f32>,
+    windows: &CudaSphereWindows,
+    tables: &CudaSphereTables,
+    out: &mut CudaSlice<f16>,
+) -> Result<(), Error> {
+    let hc = cubic_heads(heads);
+    let out_ld = heads * head_dim;
+    if hc > 0 {
+        let term = CudaTerm::Contextual(CudaContextual {
+            geometry: windows.cubic_rpe,
+            quant: &windows.cubic_quant,
+            positions: xyz,
+            tables: [&tables.cubic[0], &tables.cubic[1], &tables.cubic[2]],
+        });
+        let slice = HeadSlice { heads, head_dim, first: 0, count: hc };
+        window_attention_cuda(dev, qkv, slice, &windows.cubic, term, out, out_ld)?;
+    }
+    let term = CudaTerm::Contextual(CudaContextual {
+        geometry: windows.sphere_rpe,
+        quant: &windows.sphere_quant,
+        positions: &windows.sphere_pos,
+        tables: [&tables.sphere[0], &tables.sphere[1], &tables.sphere[2]],
+    });
+    let slice = HeadSlice { heads, head_dim, first: hc, count: heads - hc };
+    window_attention_cuda(dev, qkv, slice, &windows.sphere, term, out, out_ld)
+}
