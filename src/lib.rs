@@ -11,6 +11,8 @@ pub mod cloud;
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod model;
+pub mod pipeline;
 pub mod points;
 pub mod sparse;
 

@@ -39,6 +39,26 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
     },
+    /// Label every point of a cloud with a SphereFormer model (CPU): writes a SemanticKITTI
+    /// `.label` file (SemanticKITTI raw ids for the SemanticKITTI classes, else class id + 1;
+    /// 0 = no voxel) and prints a class histogram and per-stage timings.
+    Segment {
+        /// KITTI `.bin` (float32 x 4), nuScenes `.pcd.bin` (float32 x 5) or `.pcd` (ascii/binary).
+        cloud: PathBuf,
+        /// Model YAML (`config/models/sphereformer_*.yaml`).
+        #[arg(long)]
+        model: PathBuf,
+        /// safetensors weights with the upstream state_dict names.
+        #[arg(long)]
+        weights: PathBuf,
+        /// Where to write the labels (default: none written).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Cloud layout: kitti, nuscenes, xyz (float32 x 3, no intensity) or pcd; default from
+        /// the file name (`.pcd`, `.pcd.bin` = nuScenes, other `.bin` = KITTI).
+        #[arg(long)]
+        format: Option<String>,
+    },
     /// Compile every CUDA kernel with NVRTC for the given architectures (needs libnvrtc, no GPU).
     Kernels {
         #[arg(long, value_delimiter = ',', default_value = "sm_90,sm_87,sm_86")]
@@ -119,6 +139,7 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Voxelize { cloud, model, stride, device } => voxelize_cmd(&cloud, &model, stride, device),
+        Cmd::Segment { cloud, model, weights, out, format } => segment_cmd(&cloud, &model, &weights, out.as_deref(), format.as_deref()),
         Cmd::Kernels { arch } => kernels_cmd(&arch),
         Cmd::Bench { what: BenchCmd::Voxelize { cloud, stride, model, voxel_size, iters, batch2 } } => {
             bench_voxelize(&cloud, stride, &model, voxel_size, iters, batch2)
@@ -402,6 +423,53 @@ fn info_cmd() -> Result<()> {
             Ok(d) => println!("GPU 0: {} ({})", d.name, d.arch.sm()),
             Err(e) => println!("GPU: {e}"),
         }
+    }
+    Ok(())
+}
+
+/// `sptr segment`: read, segment on the CPU, report, optionally write a `.label` file.
+fn segment_cmd(cloud: &Path, model: &Path, weights: &Path, out: Option<&Path>, format: Option<&str>) -> Result<()> {
+    use sptr::pipeline::files::{read_cloud, write_label_file, CloudFormat, LabelIds};
+    use sptr::pipeline::{Segmenter, UNLABELED};
+    let fmt = match format {
+        Some("kitti") => CloudFormat::KittiBin,
+        Some("nuscenes") => CloudFormat::NuScenesBin,
+        Some("pcd") => CloudFormat::Pcd,
+        Some("xyz") => CloudFormat::XyzBin,
+        Some(other) => anyhow::bail!("--format {other}: use kitti, nuscenes, xyz or pcd"),
+        None => CloudFormat::from_path(cloud)
+            .with_context(|| format!("{}: cannot tell the layout from the name; pass --format", cloud.display()))?,
+    };
+    let pts = read_cloud(cloud, fmt).with_context(|| format!("reading {}", cloud.display()))?;
+    let t0 = Instant::now();
+    let seg = Segmenter::from_files(model, weights)
+        .with_context(|| format!("loading {} with {}", model.display(), weights.display()))?;
+    println!("model loaded in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+    let r = seg.segment(&[&pts]).context("segmenting")?;
+    let names = &seg.config().class_names;
+    let mut hist = vec![0usize; names.len()];
+    let mut unlabeled = 0usize;
+    for &l in &r.labels {
+        match hist.get_mut(l as usize) {
+            Some(h) if l != UNLABELED => *h += 1,
+            _ => unlabeled += 1,
+        }
+    }
+    println!("{} points, {} voxels ({} coordinate collisions resolved)", pts.len(), r.voxels, r.coord_fixups);
+    for (name, count) in names.iter().zip(&hist).filter(|(_, &c)| c > 0) {
+        println!("  {name:<22} {count:>9}  {:5.1} %", 100.0 * *count as f64 / pts.len().max(1) as f64);
+    }
+    if unlabeled > 0 {
+        println!("  {:<22} {unlabeled:>9}  (no voxel: NaN/Inf, out of range or over max_voxels)", "unlabeled");
+    }
+    for (stage, d) in &r.times.stages {
+        println!("  {stage:<16} {:9.2} ms", d.as_secs_f64() * 1e3);
+    }
+    println!("  {:<16} {:9.2} ms", "total", r.times.total().as_secs_f64() * 1e3);
+    if let Some(path) = out {
+        let ids = LabelIds::for_classes(names);
+        write_label_file(path, &r.labels, ids).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {} ({ids:?} ids)", path.display());
     }
     Ok(())
 }

@@ -1,0 +1,83 @@
+//! Networks and their weights: SphereFormer's `Semantic` segmentation network (`sphereformer`),
+//! the layers it is built from (`layers`), safetensors weights with the upstream `state_dict`
+//! names (`weights`), deterministic random weights for tests (`random`) and the upstream
+//! inference preprocessing that turns points into the network's inputs (`preprocess`).
+
+pub mod layers;
+pub mod preprocess;
+pub mod random;
+pub mod sphereformer;
+pub mod weights;
+
+pub use preprocess::{prepare_inputs, NetworkInputs};
+pub use sphereformer::{weight_specs, SphereFormer};
+pub use weights::{WeightSpec, Weights};
+
+/// What can go wrong loading a model: the weights file, its contents against the architecture,
+/// or a configuration the architecture cannot be built from.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The file cannot be read or is not a valid safetensors file (truncated, bad header,
+    /// unsupported dtype, two tensors with one name).
+    #[error("{file}: {reason}")]
+    File { file: String, reason: String },
+    /// The tensors do not match the architecture; every problem is listed at once so a user fixes
+    /// a conversion script in one go.
+    #[error("{}", mismatch_text(.file, .missing, .unexpected, .misshaped))]
+    Mismatch {
+        file: String,
+        /// Names the architecture needs that the file lacks.
+        missing: Vec<String>,
+        /// Names in the file the architecture does not have.
+        unexpected: Vec<String>,
+        /// Names present in both with a different shape.
+        misshaped: Vec<Misshaped>,
+    },
+    /// The model configuration cannot be built (e.g. upstream itself would fail with it).
+    #[error("model config: {0}")]
+    Config(String),
+}
+
+/// A tensor whose shape in the file differs from the architecture's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Misshaped {
+    pub name: String,
+    pub expected: Vec<usize>,
+    pub found: Vec<usize>,
+}
+
+fn mismatch_text(
+    file: &str,
+    missing: &[String],
+    unexpected: &[String],
+    misshaped: &[Misshaped],
+) -> String {
+    let mut s = format!(
+        "{file}: weights do not match the model ({} missing, {} unexpected, {} mis-shaped)",
+        missing.len(),
+        unexpected.len(),
+        misshaped.len()
+    );
+    for n in missing {
+        s.push_str(&format!("\n  missing: {n}"));
+    }
+    for n in unexpected {
+        s.push_str(&format!("\n  unexpected: {n}"));
+    }
+    for m in misshaped {
+        s.push_str(&format!(
+            "\n  mis-shaped: {} expected {:?} found {:?}",
+            m.name, m.expected, m.found
+        ));
+    }
+    s
+}
+
+impl From<ModelError> for crate::Error {
+    fn from(e: ModelError) -> Self {
+        match e {
+            ModelError::File { .. } => crate::Error::Io(e.to_string()),
+            _ => crate::Error::InvalidInput(e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! A frame in, labels out: points → SphereFormer's preprocessing → the network → every point's
+//! class and probability, with per-stage timings. CPU backend now (the CUDA one comes next).
+//!
+//! Every input point gets an entry. A point that has no voxel (NaN/Inf coordinates, dropped as
+//! out of range, beyond the grid, or in a voxel past `max_voxels`) gets [`UNLABELED`] and
+//! probability 0. A batch whose points all lack a voxel, zero points included, is not an error:
+//! every point (possibly none) is `UNLABELED` and the network does not run.
+
+pub mod files;
+
+use crate::config::ModelYaml;
+use crate::model::preprocess::{prepare_inputs, NetworkInputs};
+use crate::model::sphereformer::{SphereFormer, StageTimes};
+use crate::model::weights::Weights;
+use crate::sparse::voxelize::{sample_offsets, VoxelStats};
+use crate::{Error, Points};
+use rayon::prelude::*;
+use std::time::Instant;
+
+/// Class id of a point that got no voxel (never a real class: ids are `0..classes`, ≤ 255).
+pub const UNLABELED: u32 = u32::MAX;
+
+/// One batch's result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Segmentation {
+    /// Per input point (samples concatenated in order): class id in `0..classes` or [`UNLABELED`].
+    pub labels: Vec<u32>,
+    /// Softmax probability of that class (0 for unlabeled points).
+    pub probs: Vec<f32>,
+    /// Start of each sample in `labels`/`probs`, plus the total.
+    pub offsets: Vec<usize>,
+    /// Voxels the network ran on.
+    pub voxels: usize,
+    pub voxel_stats: VoxelStats,
+    /// Voxels whose coordinate collided and was resolved (see `model::preprocess`).
+    pub coord_fixups: usize,
+    /// `voxelize`, the network's stages (`input_conv`, `l<k>.blocks`, `l<k>.attention`,
+    /// `l<k>.down`, `l<k>.up`, `l<k>.tail`, `head`), `devoxelize`.
+    pub times: StageTimes,
+}
+
+impl Segmentation {
+    /// Labels of sample `b`.
+    pub fn sample_labels(&self, b: usize) -> Option<&[u32]> {
+        Some(&self.labels[*self.offsets.get(b)?..*self.offsets.get(b + 1)?])
+    }
+}
+
+/// A loaded model and its configuration.
+#[derive(Debug, Clone)]
+pub struct Segmenter {
+    cfg: ModelYaml,
+    model: SphereFormer,
+}
+
+impl Segmenter {
+    /// Builds the network from `weights` (checked against the config: one error lists every
+    /// missing, unexpected and mis-shaped tensor).
+    pub fn new(cfg: ModelYaml, weights: Weights) -> Result<Self, Error> {
+        let model = SphereFormer::from_weights(&cfg, weights)?;
+        Ok(Self { cfg, model })
+    }
+
+    /// Loads a model YAML and a safetensors file.
+    pub fn from_files(model_yaml: &std::path::Path, weights: &std::path::Path) -> Result<Self, Error> {
+        let cfg = crate::config::ModelConfig::load(model_yaml)?.yaml;
+        Self::new(cfg, Weights::from_file(weights)?)
+    }
+
+    pub fn config(&self) -> &ModelYaml {
+        &self.cfg
+    }
+    pub fn model(&self) -> &SphereFormer {
+        &self.model
+    }
+
+    /// Segments a batch of clouds (see the module docs for points without a voxel).
+    pub fn segment(&self, clouds: &[&Points]) -> Result<Segmentation, Error> {
+        let mut times = StageTimes::default();
+        let start = Instant::now();
+        let inputs = prepare_inputs(clouds, &self.cfg)?;
+        times.record("voxelize", start);
+        let offsets = sample_offsets(clouds);
+        let n_points = offsets.last().copied().unwrap_or(0);
+        let mut out = Segmentation {
+            labels: vec![UNLABELED; n_points],
+            probs: vec![0.0; n_points],
+            offsets,
+            voxels: inputs.len(),
+            voxel_stats: inputs.stats,
+            coord_fixups: inputs.coord_fixups,
+            times,
+        };
+        if inputs.is_empty() {
+            return Ok(out);
+        }
+        let logits = self.run_network(&inputs, &mut out.times)?;
+        let start = Instant::now();
+        let per_voxel = argmax_softmax(&logits, self.model.classes());
+        devoxelize(&inputs.point_to_voxel, &per_voxel, &mut out.labels, &mut out.probs);
+        out.times.record("devoxelize", start);
+        Ok(out)
+    }
+
+    /// Voxel logits `[voxels, classes]` for prepared inputs.
+    pub fn run_network(&self, inputs: &NetworkInputs, times: &mut StageTimes) -> Result<Vec<f32>, Error> {
+        self.model.forward_cpu_timed(&inputs.coords, &inputs.feats, &inputs.xyz, &inputs.batch, inputs.spatial_shape, times)
+    }
+}
+
+/// Per row of `[N, classes]` logits: arg-max (first one on ties, as `torch.max`) and its softmax
+/// probability `1 / Σ exp(l - l_max)` (f64).
+pub fn argmax_softmax(logits: &[f32], classes: usize) -> Vec<(u32, f32)> {
+    logits
+        .par_chunks(classes.max(1))
+        .map(|row| {
+            let mut best = 0usize;
+            for (c, &v) in row.iter().enumerate() {
+                if v > row[best] {
+                    best = c;
+                }
+            }
+            let max = row[best] as f64;
+            let denom: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+            (best as u32, (1.0 / denom) as f32)
+        })
+        .collect()
+}
+
+/// Every point takes its voxel's label and probability; points without a voxel keep
+/// [`UNLABELED`] / 0.
+fn devoxelize(point_to_voxel: &[i32], per_voxel: &[(u32, f32)], labels: &mut [u32], probs: &mut [f32]) {
+    labels.par_iter_mut().zip(probs.par_iter_mut()).zip(point_to_voxel.par_iter()).for_each(|((l, p), &v)| {
+        if let Some(&(c, pr)) = usize::try_from(v).ok().and_then(|v| per_voxel.get(v)) {
+            *l = c;
+            *p = pr;
+        }
+    });
+}
