@@ -239,13 +239,23 @@ __device__ void attention_impl(ATTN_PARAMS) {
             if (A.split) idx[2] = exponential_split(r_i - pos[(u64)j * 3 + 2], A.a) + 24;
 #pragma unroll
             for (int a = 0; a < 3; ++a) idx[a] = idx[a] < 0 ? 0 : (idx[a] > hi ? hi : idx[a]);
+            // the three table rows of each table, summed once (16-byte loads: rows are 64-byte aligned)
+            float tqs[D], tks[D];
+#pragma unroll
+            for (int c = 0; c < D; ++c) tqs[c] = tks[c] = 0.0f;
 #pragma unroll
             for (int a = 0; a < 3; ++a) {
-                const float* rq = tq + ((u64)(idx[a] * 3 + a) * A.heads_b + hb) * D;
-                const float* rk = tk + ((u64)(idx[a] * 3 + a) * A.heads_b + hb) * D;
+                const float4* rq = reinterpret_cast<const float4*>(tq + ((u64)(idx[a] * 3 + a) * A.heads_b + hb) * D);
+                const float4* rk = reinterpret_cast<const float4*>(tk + ((u64)(idx[a] * 3 + a) * A.heads_b + hb) * D);
 #pragma unroll
-                for (int c = 0; c < D; ++c) logit += qi[c] * __ldg(rq + c) + kj[c] * __ldg(rk + c);
+                for (int c = 0; c < D / 4; ++c) {
+                    const float4 x = __ldg(rq + c), y = __ldg(rk + c);
+                    tqs[4 * c] += x.x; tqs[4 * c + 1] += x.y; tqs[4 * c + 2] += x.z; tqs[4 * c + 3] += x.w;
+                    tks[4 * c] += y.x; tks[4 * c + 1] += y.y; tks[4 * c + 2] += y.z; tks[4 * c + 3] += y.w;
+                }
             }
+#pragma unroll
+            for (int c = 0; c < D; ++c) logit += qi[c] * tqs[c] + kj[c] * tks[c];
         } else if (MODE == MODE_BIAS2D) {
             const u32 pj = quant[j];
             int dr = (int)(quant_i >> 16) - (int)(pj >> 16) + A.win_h - 1;
@@ -270,9 +280,12 @@ __device__ void attention_impl(ATTN_PARAMS) {
         if (MODE == MODE_CONTEXTUAL) {
 #pragma unroll
             for (int a = 0; a < 3; ++a) {
-                const float* rv = tv + ((u64)(idx[a] * 3 + a) * A.heads_b + hb) * D;
+                const float4* rv = reinterpret_cast<const float4*>(tv + ((u64)(idx[a] * 3 + a) * A.heads_b + hb) * D);
 #pragma unroll
-                for (int c = 0; c < D; ++c) vj[c] += __ldg(rv + c);
+                for (int c = 0; c < D / 4; ++c) {
+                    const float4 x = __ldg(rv + c);
+                    vj[4 * c] += x.x; vj[4 * c + 1] += x.y; vj[4 * c + 2] += x.z; vj[4 * c + 3] += x.w;
+                }
             }
         }
 #pragma unroll

@@ -76,19 +76,21 @@ fn partitions_and_rpe_positions_equal_the_cpu() {
     let xyz_d = s.clone_htod(&flat(&xyz2)).unwrap();
     let batch_d = s.clone_htod(&batch2).unwrap();
 
-    // spherical coordinates: both use atan2/sqrt in the same op order; libm and CUDA may differ
-    // in the last bit of atan2
+    // spherical coordinates: both sides run the same float32 ops in the same order; only atan2
+    // may differ (libm vs CUDA, each within 2 ulp: 2 x 2.4e-7 rad near pi, i.e. 3e-5 degrees after
+    // the + pi and the degree conversion) and sqrt is exact on both
     let sph_d = cart2sphere_cuda(&dev, &xyz_d, n).unwrap();
     let sph_gpu: Vec<f32> = s.clone_dtoh(&sph_d).unwrap();
-    let mut worst = 0f32;
+    let (mut worst_deg, mut worst_r, mut differ) = (0f32, 0f32, 0usize);
     for (i, p) in xyz2.iter().enumerate() {
         let c = cart2sphere(*p);
-        for a in 0..3 {
-            worst = worst.max((c[a] - sph_gpu[i * 3 + a]).abs() / c[a].abs().max(1.0));
-        }
+        let g = &sph_gpu[i * 3..i * 3 + 3];
+        differ += (c[0] != g[0] || c[1] != g[1] || c[2] != g[2]) as usize;
+        worst_deg = worst_deg.max((c[0] - g[0]).abs()).max((c[1] - g[1]).abs());
+        worst_r = worst_r.max((c[2] - g[2]).abs() / c[2].max(1e-6));
     }
-    eprintln!("cart2sphere: worst relative difference {worst:.2e}");
-    assert!(worst < 1e-6, "cart2sphere differs by {worst}");
+    eprintln!("cart2sphere: {differ} of {n} voxels differ in some bit; worst angle {worst_deg:.2e} deg, worst radius rel {worst_r:.2e}");
+    assert!(worst_deg <= 1e-4 && worst_r <= 1e-6, "cart2sphere differs: {worst_deg} deg, {worst_r} rel");
     let sph: Vec<[f32; 3]> = sph_gpu.chunks(3).map(|c| [c[0], c[1], c[2]]).collect();
 
     for level in [1usize, 3] {
