@@ -126,14 +126,22 @@ impl ModelConfig {
 
     /// The voxelization parameters this model's preprocessing uses.
     pub fn voxel_params(&self) -> crate::sparse::voxelize::VoxelParams {
-        let y = &self.yaml;
+        self.yaml.voxel_params()
+    }
+}
+
+impl ModelYaml {
+    /// Voxelization parameters as upstream uses them: its `voxel_size` is a float32 array, so the
+    /// key divides by `f64(f32(voxel_size))` even where the arithmetic is float64 (with the decimal
+    /// 0.05, the clipped x = 51.2 face lands in voxel 2048 instead of upstream's 2047).
+    pub fn voxel_params(&self) -> crate::sparse::voxelize::VoxelParams {
         crate::sparse::voxelize::VoxelParams {
-            voxel_size: y.voxel_size,
-            range: y.pc_range,
-            out_of_range: y.voxelization.out_of_range,
-            origin: y.voxelization.origin,
-            precision: y.voxelization.key_precision,
-            max_voxels: y.voxelization.max_voxels,
+            voxel_size: self.voxel_size.map(|v| v as f32 as f64),
+            range: self.pc_range,
+            out_of_range: self.voxelization.out_of_range,
+            origin: self.voxelization.origin,
+            precision: self.voxelization.key_precision,
+            max_voxels: self.voxelization.max_voxels,
         }
     }
 }

@@ -64,17 +64,10 @@ impl NetworkInputs {
 }
 
 /// The voxelization parameters of a model YAML with the voxel size rounded to float32 as
-/// upstream's datasets hold it (module docs, step 2). Identical to the YAML's value in float32
-/// key arithmetic; in float64 it reproduces upstream's keys at voxel boundaries.
+/// upstream's datasets hold it (module docs, step 2): `ModelYaml::voxel_params`, which every
+/// path (CLI, node, pipeline) uses.
 pub fn upstream_voxel_params(cfg: &ModelYaml) -> VoxelParams {
-    VoxelParams {
-        voxel_size: cfg.voxel_size.map(|v| v as f32 as f64),
-        range: cfg.pc_range,
-        out_of_range: cfg.voxelization.out_of_range,
-        origin: cfg.voxelization.origin,
-        precision: cfg.voxelization.key_precision,
-        max_voxels: cfg.voxelization.max_voxels,
-    }
+    cfg.voxel_params()
 }
 
 /// Points of a batch → network inputs, as upstream's val-mode preprocessing.
