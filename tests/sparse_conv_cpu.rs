@@ -5,8 +5,8 @@
 //! spconv's output-coordinate rule, transposed conv for the inverse), not from the sparse code.
 
 use sptr::sparse::conv_cpu::{
-    conv, conv_with, fold_batch_norm, spconv_weight_layout, ConvOptions, PreActivation,
-    WeightLayout,
+    conv, conv_with, fold_batch_norm, spconv_layout, spconv_weight_layout, to_rsck, ConvOptions,
+    PreActivation, WeightLayout,
 };
 use sptr::sparse::kernel_map::{
     conv_output_shape, inverse, kernel_offsets, minkowski_down, strided, submanifold, ConvGeometry,
@@ -220,6 +220,11 @@ fn run_subm(k: i32, origin: [i32; 3], seed: u64) {
     // Deterministic: same bits twice.
     let again = conv(&t, &m, &w, WeightLayout::Krsc, Some(&b), CIN, COUT).unwrap();
     assert_eq!(got, again);
+    // Repacked once to Rsck (what a model does at load), the same bits.
+    let packed = to_rsck(&w, WeightLayout::Krsc, kv, CIN, COUT).unwrap();
+    let from_packed = conv(&t, &m, &packed, WeightLayout::Rsck, Some(&b), CIN, COUT).unwrap();
+    assert_eq!(got, from_packed, "subm k{k}: Rsck weight repacked at load");
+    assert_eq!(spconv_layout(kv, true), spconv_weight_layout(&m));
 }
 
 #[test]

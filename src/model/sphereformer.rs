@@ -32,7 +32,7 @@ use crate::attention::sphere::{
     cubic_heads, sphere_attention_cpu, SphereLevel, SphereTables, SphereWindows, SPHEREFORMER_HEAD_DIM,
 };
 use crate::config::ModelYaml;
-use crate::sparse::conv_cpu::{conv_with, spconv_weight_layout, ConvOptions};
+use crate::sparse::conv_cpu::{conv_with, spconv_layout, to_rsck, ConvOptions, WeightLayout};
 use crate::sparse::kernel_map::{inverse, strided, submanifold, ConvGeometry, KernelMap};
 use crate::sparse::tensor::SparseTensor;
 use crate::Error;
@@ -92,9 +92,13 @@ fn layer_norm(src: &mut dyn Source, prefix: &str, c: usize) -> Result<LayerNorm,
     LayerNorm::new(g, b).map_err(|e| bad_weights(prefix, e))
 }
 
-/// A spconv conv weight `[Cout, k, k, k, Cin]`.
+/// A spconv conv weight `[Cout, k, k, k, Cin]`, repacked once here to `Rsck` (the layout the
+/// conv reads without copying) from the layout spconv reads it in. Every conv of the model is
+/// submanifold (k 1, 3) or a k2 s2 down/inverse conv, so k = 1 is spconv's 1x1 quirk layout.
 fn conv_weight(src: &mut dyn Source, name: &str, cout: usize, k: usize, cin: usize) -> Result<Vec<f32>, ModelError> {
-    src.tensor(name, &[cout, k, k, k, cin])
+    let w = src.tensor(name, &[cout, k, k, k, cin])?;
+    let kv = k * k * k;
+    to_rsck(&w, spconv_layout(kv, k != 2), kv, cin, cout).map_err(|e| bad_weights(name, e))
 }
 
 /// `ResidualBlock` or `VGGBlock`.
@@ -141,7 +145,7 @@ impl Block {
         let subm = &maps.subm;
         match self {
             Block::Vgg { cout, bn, conv } => {
-                let f = conv_with(x, subm, conv, spconv_weight_layout(subm), x.channels(), *cout, &pre(bn))?;
+                let f = conv_with(x, subm, conv, WeightLayout::Rsck, x.channels(), *cout, &pre(bn))?;
                 x.with_feats(f, *cout)
             }
             Block::Residual { cin, cout, i_branch, bn1, conv1, bn2, conv2 } => {
@@ -149,13 +153,13 @@ impl Block {
                     None => x.feats().to_vec(),
                     Some(w) => {
                         let one = maps.one_by_one(x)?;
-                        conv_with(x, one, w, spconv_weight_layout(one), *cin, *cout, &ConvOptions::default())?
+                        conv_with(x, one, w, WeightLayout::Rsck, *cin, *cout, &ConvOptions::default())?
                     }
                 };
-                let h = conv_with(x, subm, conv1, spconv_weight_layout(subm), *cin, *cout, &pre(bn1))?;
+                let h = conv_with(x, subm, conv1, WeightLayout::Rsck, *cin, *cout, &pre(bn1))?;
                 let h = x.with_feats(h, *cout)?;
                 let opts = ConvOptions { residual: Some(&identity), ..pre(bn2) };
-                let f = conv_with(&h, subm, conv2, spconv_weight_layout(subm), *cout, *cout, &opts)?;
+                let f = conv_with(&h, subm, conv2, WeightLayout::Rsck, *cout, *cout, &opts)?;
                 x.with_feats(f, *cout)
             }
         }
@@ -358,14 +362,14 @@ impl UBlock {
         let start = Instant::now();
         let map = strided(&x, DOWN)?;
         let cout = d.next.channels;
-        let coarse = conv_with(&x, &map, &d.conv, spconv_weight_layout(&map), self.channels, cout, &pre(&d.bn))?;
+        let coarse = conv_with(&x, &map, &d.conv, WeightLayout::Rsck, self.channels, cout, &pre(&d.bn))?;
         let coarse = map.output_tensor(coarse, cout)?;
         let (xyz_next, batch_next) = downsample_positions(&map, xyz)?;
         t.record(format!("l{k}.down"), start);
         let deep = d.next.forward(coarse, &xyz_next, &batch_next, t)?;
         let start = Instant::now();
         let inv = inverse(&map)?;
-        let up = conv_with(&deep, &inv, &d.deconv, spconv_weight_layout(&inv), cout, self.channels, &pre(&d.up_bn))?;
+        let up = conv_with(&deep, &inv, &d.deconv, WeightLayout::Rsck, cout, self.channels, &pre(&d.up_bn))?;
         let cat = concat_channels(x.feats(), self.channels, &up, self.channels);
         let mut y = x.with_feats(cat, 2 * self.channels)?;
         t.record(format!("l{k}.up"), start);
@@ -531,7 +535,7 @@ impl SphereFormer {
         let start = Instant::now();
         let x = SparseTensor::new(coords.to_vec(), feats.to_vec(), self.input_c, spatial_shape)?;
         let subm1 = submanifold(&x, [3; 3], [1; 3])?;
-        let f = conv_with(&x, &subm1, &self.input_conv, spconv_weight_layout(&subm1), self.input_c, self.m, &ConvOptions::default())?;
+        let f = conv_with(&x, &subm1, &self.input_conv, WeightLayout::Rsck, self.input_c, self.m, &ConvOptions::default())?;
         let x = x.with_feats(f, self.m)?;
         t.record("input_conv", start);
         let y = self.unet.forward(x, xyz, batch, t)?;

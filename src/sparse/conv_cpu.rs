@@ -32,6 +32,7 @@ use super::kernel_map::{KernelMap, MapKind};
 use super::tensor::SparseTensor;
 use crate::Error;
 use rayon::prelude::*;
+use std::borrow::Cow;
 
 /// How a conv weight is laid out in memory (all row-major).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -49,9 +50,13 @@ pub enum WeightLayout {
 /// `Rsck` for its `conv1x1` layers (kernel volume 1 and submanifold or stride 1, see the module
 /// docs), `Krsc` for every other layer.
 pub fn spconv_weight_layout(map: &KernelMap) -> WeightLayout {
-    let conv1x1 = map.kernel_volume() == 1
-        && (map.kind == MapKind::Submanifold || map.geometry.stride == [1, 1, 1]);
-    if conv1x1 {
+    spconv_layout(map.kernel_volume(), map.kind == MapKind::Submanifold || map.geometry.stride == [1, 1, 1])
+}
+
+/// [`spconv_weight_layout`] from the layer's kernel volume and whether it is submanifold or of
+/// stride 1 (for callers that know the layer before its map exists, e.g. at weight load).
+pub fn spconv_layout(kernel_volume: usize, submanifold_or_stride1: bool) -> WeightLayout {
+    if kernel_volume == 1 && submanifold_or_stride1 {
         WeightLayout::Rsck
     } else {
         WeightLayout::Krsc
@@ -102,14 +107,15 @@ pub struct ConvOptions<'a> {
     pub residual: Option<&'a [f32]>,
 }
 
-/// Weight repacked as `[K][Cin][Cout]` for row-vector times matrix products.
+/// Weight as `[K][Cin][Cout]` (`Rsck`) for row-vector times matrix products: borrowed when it
+/// already is, so a model that repacks its weights once at load ([`to_rsck`]) copies nothing per call.
 pub(crate) fn repack(
     weight: &[f32],
     layout: WeightLayout,
     kv: usize,
     cin: usize,
     cout: usize,
-) -> Result<Vec<f32>, Error> {
+) -> Result<Cow<'_, [f32]>, Error> {
     let expected = kv
         .checked_mul(cin)
         .and_then(|v| v.checked_mul(cout))
@@ -122,6 +128,9 @@ pub(crate) fn repack(
             expected,
             layout
         )));
+    }
+    if layout == WeightLayout::Rsck {
+        return Ok(Cow::Borrowed(weight));
     }
     let mut w = vec![0.0f32; expected];
     for k in 0..kv {
@@ -136,7 +145,12 @@ pub(crate) fn repack(
             }
         }
     }
-    Ok(w)
+    Ok(Cow::Owned(w))
+}
+
+/// `weight` (in `layout`) repacked to `Rsck`, the layout [`conv_with`] reads without copying.
+pub fn to_rsck(weight: &[f32], layout: WeightLayout, kv: usize, cin: usize, cout: usize) -> Result<Vec<f32>, Error> {
+    Ok(repack(weight, layout, kv, cin, cout)?.into_owned())
 }
 
 /// Sparse convolution over `map` (any kind). Returns the output features `[map.out_count(), cout]`.
