@@ -204,10 +204,7 @@ fn sphere_attention_matches_cpu_on_nuscenes() {
         let wd = CudaSphereWindows::build(&dev, &xyz_d, &batch_d, n, &lvl).unwrap();
         // the CPU reference on the GPU's spherical coordinates, so both partition identical inputs
         let sph: Vec<[f32; 3]> = s.clone_dtoh(&wd.sphere_pos).unwrap().chunks(3).map(|c| [c[0], c[1], c[2]]).collect();
-        let mut w = SphereWindows::build(&xyz, &batch, &lvl).unwrap();
-        w.sphere = window_partition(&sph, &batch, lvl.sphere_window, false).unwrap();
-        w.sphere_rpe = RpeGeometry::new(&sph, lvl.sphere_window, lvl.sphere_quant, false, lvl.sphere_grid_length, Some(lvl.a)).unwrap();
-        w.sphere_pos = sph;
+        let w = SphereWindows::from_sphere_positions(&xyz, sph, &batch, &lvl).unwrap();
         assert_eq!(wd.cubic.to_host(&dev).unwrap(), w.cubic);
         assert_eq!(wd.sphere.to_host(&dev).unwrap(), w.sphere);
         for channels in [32usize, 64] {

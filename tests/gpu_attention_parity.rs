@@ -22,7 +22,7 @@ use sptr::attention::cpu::HeadSlice;
 use sptr::attention::cuda::{
     sphere_attention_cuda, window_attention_cuda, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView,
 };
-use sptr::attention::{sphere_attention_cpu, window_partition, RpeGeometry, RpeTables, SphereLevel, SphereTables, SphereWindows};
+use sptr::attention::{sphere_attention_cpu, RpeTables, SphereLevel, SphereTables, SphereWindows};
 use sptr::device::cuda::CudaDevice;
 use std::path::Path;
 
@@ -112,10 +112,7 @@ fn attention_matches_sptr_and_is_timed_beside_it() {
 
         // the f64 CPU reference on the GPU's spherical coordinates (same partition inputs)
         let sph: Vec<[f32; 3]> = s.clone_dtoh(&windows.sphere_pos).unwrap().chunks(3).map(|c| [c[0], c[1], c[2]]).collect();
-        let mut w = SphereWindows::build(&xyz, &batch, &level).unwrap();
-        w.sphere = window_partition(&sph, &batch, level.sphere_window, level.shift).unwrap();
-        w.sphere_rpe = RpeGeometry::new(&sph, level.sphere_window, level.sphere_quant, level.shift, level.sphere_grid_length, Some(level.a)).unwrap();
-        w.sphere_pos = sph;
+        let w = SphereWindows::from_sphere_positions(&xyz, sph, &batch, &level).unwrap();
         let exact = sphere_attention_cpu(
             &q,
             &k,

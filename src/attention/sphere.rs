@@ -86,7 +86,25 @@ pub struct SphereWindows {
 
 impl SphereWindows {
     pub fn build(xyz: &[[f32; 3]], batch: &[i32], level: &SphereLevel) -> Result<Self, Error> {
-        let sphere_pos: Vec<[f32; 3]> = xyz.iter().map(|&p| cart2sphere(p)).collect();
+        let sphere_pos = xyz.iter().map(|&p| cart2sphere(p)).collect();
+        Self::from_sphere_positions(xyz, sphere_pos, batch, level)
+    }
+
+    /// [`Self::build`] with the spherical coordinates given (e.g. the GPU's, so a CPU reference
+    /// partitions exactly the positions the CUDA path did: atan2 may differ in its last bit).
+    pub fn from_sphere_positions(
+        xyz: &[[f32; 3]],
+        sphere_pos: Vec<[f32; 3]>,
+        batch: &[i32],
+        level: &SphereLevel,
+    ) -> Result<Self, Error> {
+        if sphere_pos.len() != xyz.len() {
+            return Err(Error::InvalidInput(format!(
+                "sphere windows: {} spherical positions for {} voxels",
+                sphere_pos.len(),
+                xyz.len()
+            )));
+        }
         let cubic = window_partition(xyz, batch, level.cubic_window, level.shift)?;
         let sphere = window_partition(&sphere_pos, batch, level.sphere_window, level.shift)?;
         let cubic_rpe = RpeGeometry::new(
