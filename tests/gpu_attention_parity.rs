@@ -18,6 +18,7 @@ mod common;
 use common::rel_err;
 use half::f16;
 use serde_yaml::Value;
+use sptr::attention::bench::stage_extra_bytes;
 use sptr::attention::cpu::HeadSlice;
 use sptr::attention::cuda::{
     sphere_attention_cuda, window_attention_cuda, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView,
@@ -167,17 +168,7 @@ fn attention_matches_sptr_and_is_timed_beside_it() {
             })
             .unwrap();
         let cached_ms = dev.time_median_ms(10, 50, || sphere_attention_cuda(&dev, qkv, heads, d, &xyz_d, &windows, &tables, &mut out)).unwrap();
-        // memory held at the end of one stage call (windows + output) plus the sort scratch it freed
-        dev.synchronize().unwrap();
-        let free = || cudarc::driver::result::mem_get_info().unwrap().0;
-        let before = free();
-        let w2 = CudaSphereWindows::build(&dev, &xyz_d, &batch_d, n, &level).unwrap();
-        let mut out2 = s.alloc_zeros::<f16>(n * channels).unwrap();
-        sphere_attention_cuda(&dev, qkv, heads, d, &xyz_d, &w2, &tables, &mut out2).unwrap();
-        dev.synchronize().unwrap();
-        let held = before.saturating_sub(free());
-        drop((w2, out2));
-        let ours_mb = (held + 12 * n + 2048 * n.div_ceil(2048)) as f64 / 1e6;
+        let ours_mb = stage_extra_bytes(&dev, qkv, heads, d, &xyz_d, &batch_d, n, &level, &tables).unwrap() as f64 / 1e6;
         for (mode, ours_ms, key) in [("cubic_core", core_ms, "cubic_core"), ("stage", stage_ms, "stage"), ("stage_windows_cached", cached_ms, "stage_cached")] {
             let s16 = tm[format!("{key}_fp16_ms").as_str()].as_f64();
             let s32 = tm[format!("{key}_fp32_ms").as_str()].as_f64();

@@ -24,7 +24,9 @@ use super::cuda::{
 };
 use super::sphere::{cubic_heads, SphereLevel, SPHEREFORMER_HEAD_DIM};
 use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::sparse::bench::values;
 use crate::Error;
+use cudarc::driver::CudaSlice;
 use half::f16;
 
 /// One timed case.
@@ -57,23 +59,35 @@ impl AttnBenchRow {
     }
 }
 
-/// Deterministic values in [-a, a] (splitmix64).
-fn values(n: usize, a: f32, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_add(0x9E3779B97F4A7C15);
-            let mut z = s;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-            z ^= z >> 31;
-            ((z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * a
-        })
-        .collect()
-}
-
 fn free_bytes() -> Result<usize, Error> {
     cudarc::driver::result::mem_get_info().map(|(free, _)| free).map_err(cuda_err("reading free device memory"))
+}
+
+/// Extra device memory of one whole-stage call (windows built, both branches run): what it holds
+/// at its end (windows, quantized and spherical positions, the output), read as the drop in free
+/// device memory, plus the radix sort's scratch that it freed inside (12 bytes a voxel and the
+/// digit histograms).
+#[allow(clippy::too_many_arguments)]
+pub fn stage_extra_bytes(
+    dev: &CudaDevice,
+    qkv: QkvView,
+    heads: usize,
+    head_dim: usize,
+    xyz: &CudaSlice<f32>,
+    batch: &CudaSlice<i32>,
+    n: usize,
+    level: &SphereLevel,
+    tables: &CudaSphereTables,
+) -> Result<usize, Error> {
+    dev.synchronize()?;
+    let before = free_bytes()?;
+    let windows = CudaSphereWindows::build(dev, xyz, batch, n, level)?;
+    let mut out = dev.stream.alloc_zeros::<f16>((n * heads * head_dim).max(1)).map_err(cuda_err("allocating output"))?;
+    sphere_attention_cuda(dev, qkv, heads, head_dim, xyz, &windows, tables, &mut out)?;
+    dev.synchronize()?;
+    let held = before.saturating_sub(free_bytes()?);
+    let sort_scratch = 12 * n + 4 * 256 * 2 * n.div_ceil(2048);
+    Ok(held + sort_scratch)
 }
 
 /// Runs the workload on voxel positions `xyz` (metres) and batch indices.
@@ -149,17 +163,8 @@ pub fn bench_attention(
             let w = CudaSphereWindows::build(dev, &xyz_d, &batch_d, n, level)?;
             sphere_attention_cuda(dev, qkv, heads, d, &xyz_d, &w, &tables, &mut out)
         })?;
-        // memory: what one stage call holds at its end, plus the sort scratch it freed
-        dev.synchronize()?;
-        let before = free_bytes()?;
-        let w = CudaSphereWindows::build(dev, &xyz_d, &batch_d, n, level)?;
-        let mut out2 = s.alloc_zeros::<f16>(n * channels).map_err(cuda_err("allocating output"))?;
-        sphere_attention_cuda(dev, qkv, heads, d, &xyz_d, &w, &tables, &mut out2)?;
-        dev.synchronize()?;
-        let held = before.saturating_sub(free_bytes()?);
-        drop((w, out2));
-        let sort_scratch = 12 * n + 4 * 256 * 2 * n.div_ceil(2048);
-        rows.push(row("stage", ms, Some((held + sort_scratch) as f64 / 1e6)));
+        let extra = stage_extra_bytes(dev, qkv, heads, d, &xyz_d, &batch_d, n, level, &tables)?;
+        rows.push(row("stage", ms, Some(extra as f64 / 1e6)));
     }
     Ok(rows)
 }

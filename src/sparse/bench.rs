@@ -35,7 +35,7 @@ impl BenchRow {
 }
 
 /// Deterministic pseudo-random values in [-a, a] (splitmix64), for features and weights.
-fn values(n: usize, a: f32, seed: u64) -> Vec<f32> {
+pub(crate) fn values(n: usize, a: f32, seed: u64) -> Vec<f32> {
     let mut s = seed;
     (0..n)
         .map(|_| {
