@@ -255,8 +255,8 @@ pub fn window_attention_into(
                                 g.pair_index(quant[i], quant[j], rpe.positions[i][2], rpe.positions[j][2]);
                             for (a, &r) in idx.iter().enumerate() {
                                 let t = table_row(r as usize, a, hs, heads);
-                                for c in 0..d {
-                                    acc[c] += p * rpe.tables.v[t + c] as f64;
+                                for (a, &tv) in acc.iter_mut().zip(&rpe.tables.v[t..t + d]) {
+                                    *a += p * tv as f64;
                                 }
                             }
                         }

@@ -310,7 +310,7 @@ pub fn window_attention_cuda(
     if out_ld < row_end || out.len() < (n - 1) * out_ld + row_end {
         return Err(Error::InvalidInput(format!("window attention: output of {} halves too small", out.len())));
     }
-    if qkv.ld % 8 != 0 || out_ld % 2 != 0 {
+    if !qkv.ld.is_multiple_of(8) || !out_ld.is_multiple_of(2) {
         return Err(Error::InvalidInput(format!(
             "window attention: row strides must be multiples of 8 halves (16-byte loads); got {} and {out_ld}",
             qkv.ld
@@ -346,9 +346,10 @@ pub fn window_attention_cuda(
         ..Default::default()
     };
     // Unused buffer slots get `order` (any valid device pointer; the kernel never reads them).
-    let (quant, pos, tq, tk, tv): (&CudaSlice<u32>, Option<&CudaSlice<f32>>, Option<&CudaSlice<f32>>, Option<&CudaSlice<f32>>, Option<&CudaSlice<f32>>) =
+    // The float buffer slots are (positions, tq, tk, tv); a mode leaves some unused.
+    let (quant, floats): (&CudaSlice<u32>, [Option<&CudaSlice<f32>>; 4]) =
         match term {
-            CudaTerm::None => (&part.order, None, None, None, None),
+            CudaTerm::None => (&part.order, [None; 4]),
             CudaTerm::Contextual(c) => {
                 let rows = c.geometry.table_rows();
                 let want = rows * 3 * heads.count * d;
@@ -362,7 +363,7 @@ pub fn window_attention_cuda(
                 p.rows = rows as i32;
                 p.split = c.geometry.radial_split.is_some() as u32;
                 p.a = c.geometry.radial_split.unwrap_or(0.0);
-                (c.quant, Some(c.positions), Some(c.tables[0]), Some(c.tables[1]), Some(c.tables[2]))
+                (c.quant, [Some(c.positions), Some(c.tables[0]), Some(c.tables[1]), Some(c.tables[2])])
             }
             CudaTerm::Bias2d(b) => {
                 let tl = ((2 * b.window[0] - 1) * (2 * b.window[1] - 1)).max(0) as usize;
@@ -374,7 +375,7 @@ pub fn window_attention_cuda(
                 }
                 p.win_h = b.window[0];
                 p.win_w = b.window[1];
-                (b.rc_packed, None, Some(b.table), None, None)
+                (b.rc_packed, [None, Some(b.table), None, None])
             }
         };
     let f = dev.function("attention", name)?;
@@ -386,12 +387,9 @@ pub fn window_attention_cuda(
     let s = &dev.stream;
     let mut b = s.launch_builder(&f);
     b.arg(qkv.q).arg(qkv.k).arg(qkv.v).arg(out).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(quant);
-    // Missing float buffers: pass the order buffer (same pointer size; never dereferenced).
-    match pos {
-        Some(x) => b.arg(x),
-        None => b.arg(&part.order),
-    };
-    for t in [tq, tk, tv] {
+    // Unused float slots get the order buffer: a valid device pointer of the same size that the
+    // kernel never dereferences in that mode.
+    for t in floats {
         match t {
             Some(x) => b.arg(x),
             None => b.arg(&part.order),

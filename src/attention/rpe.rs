@@ -114,7 +114,7 @@ impl RpeGeometry {
     pub fn grid_length_of(window: [f64; 3], quant: [f64; 3]) -> Result<i32, Error> {
         let l0 = ((window[0] + 1e-4) / quant[0]).trunc();
         let l1 = ((window[1] + 1e-4) / quant[1]).trunc();
-        if !(l0.is_finite() && l0 >= 1.0 && l0 <= 1024.0) || l0 != l1 {
+        if !(1.0..=1024.0).contains(&l0) || l0 != l1 {
             return Err(Error::InvalidInput(format!(
                 "RPE: window {window:?} / quant {quant:?} gives quant grid lengths {l0} and {l1}: \
                  they must be equal and in 1..=1024"

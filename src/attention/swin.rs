@@ -17,9 +17,7 @@ use crate::Error;
 /// Swin's region of rolled coordinate `x` along an axis of length `len` (0, 1 or 2): the slices
 /// `[0, len - m)`, `[len - m, len - s)`, `[len - s, len)`; one region when not shifted.
 fn region(x: i32, len: i32, m: i32, s: i32) -> i32 {
-    if s == 0 {
-        0
-    } else if x < len - m {
+    if s == 0 || x < len - m {
         0
     } else if x < len - s {
         1
