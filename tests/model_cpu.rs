@@ -5,7 +5,7 @@ mod common;
 
 use common::{rel_err, Rng};
 use sptr::config::{ModelConfig, ModelYaml};
-use sptr::model::preprocess::{prepare_inputs, upstream_voxel_params};
+use sptr::model::preprocess::prepare_inputs;
 use sptr::model::random::{random_tensors, random_weights, safetensors_bytes, save_tensors};
 use sptr::model::{weight_specs, ModelError, SphereFormer, Weights};
 use sptr::pipeline::{Segmenter, UNLABELED};
@@ -346,7 +346,7 @@ fn kitti_preprocessing_follows_upstream_arithmetic() {
     assert_eq!(inp.coord_fixups, 0);
     let maxc = [1, 2, 3].map(|a| inp.coords.iter().map(|c| c[a]).max().unwrap_or(0) + 1);
     assert_eq!(inp.spatial_shape, maxc.map(|m| m.max(128)));
-    assert_eq!(upstream_voxel_params(&y).voxel_size[0], 0.05f32 as f64);
+    assert_eq!(y.voxel_params().voxel_size[0], 0.05f32 as f64);
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@
 //!    (`np.array(voxel_size).astype(np.float32)`), so with float64 `coord_norm` the divisor is
 //!    `f64(f32(voxel_size))`, not the decimal value: 102.4 / f32(0.05) = 2047.99997 → key 2047,
 //!    where 102.4 / 0.05 would give 2048. We therefore hand the voxelizer the float32-rounded
-//!    voxel size (see [`upstream_voxel_params`]).
+//!    voxel size (see `ModelYaml::voxel_params`).
 //! 3. Per voxel (every point, mean, not train mode's random pick): `feats` = mean of raw x, y, z,
 //!    intensity; `xyz` = float32 mean of float32(`c`) (of `coord_norm` when `xyz_norm`);
 //!    `coords` = `floor(mean_f32(float32(coord_norm)) / f32(voxel_size))` — recomputed from the
@@ -26,8 +26,8 @@
 //! number of voxels moved is reported in [`NetworkInputs::coord_fixups`]; on clouds without such
 //! collisions the result is exactly upstream's.
 
-use crate::config::{KeyPrecision, ModelYaml, VoxelOrigin};
-use crate::sparse::voxelize::{voxel_space, voxelize_cpu, KeyFloat, VoxelParams, VoxelStats, FEATURE_CHANNELS};
+use crate::config::{KeyPrecision, ModelYaml};
+use crate::sparse::voxelize::{sample_origin, voxel_position, voxelize_cpu, KeyFloat, VoxelParams, VoxelStats, FEATURE_CHANNELS};
 use crate::{Error, Points};
 use std::collections::HashMap;
 
@@ -63,13 +63,6 @@ impl NetworkInputs {
     }
 }
 
-/// The voxelization parameters of a model YAML with the voxel size rounded to float32 as
-/// upstream's datasets hold it (module docs, step 2): `ModelYaml::voxel_params`, which every
-/// path (CLI, node, pipeline) uses.
-pub fn upstream_voxel_params(cfg: &ModelYaml) -> VoxelParams {
-    cfg.voxel_params()
-}
-
 /// Points of a batch → network inputs, as upstream's val-mode preprocessing.
 pub fn prepare_inputs(clouds: &[&Points], cfg: &ModelYaml) -> Result<NetworkInputs, Error> {
     if cfg.input_c != FEATURE_CHANNELS {
@@ -78,7 +71,7 @@ pub fn prepare_inputs(clouds: &[&Points], cfg: &ModelYaml) -> Result<NetworkInpu
             cfg.input_c
         )));
     }
-    let params = upstream_voxel_params(cfg);
+    let params = cfg.voxel_params();
     let vox = voxelize_cpu(clouds, &params)?;
     let norm_mean = match params.precision {
         KeyPrecision::F32 => mean_coord_norm::<f32>(clouds, &params, &vox.point_to_voxel, vox.len())?,
@@ -117,47 +110,6 @@ fn recompute(mean: f32, vs: f32) -> i32 {
     (mean / vs).floor() as i32
 }
 
-/// Per-axis voxel-space origin of one sample, as the voxelizer computes it.
-fn origin_of<R: KeyFloat>(pts: &Points, params: &VoxelParams) -> Result<[R; 3], Error> {
-    match params.origin {
-        VoxelOrigin::Zero => Ok([R::of_f32(0.0); 3]),
-        VoxelOrigin::RangeMin => {
-            let r = params.range.as_ref().ok_or_else(|| Error::InvalidInput("range_min origin needs pc_range".into()))?;
-            Ok([0, 1, 2].map(|a| R::of_f64(r[0][a])))
-        }
-        VoxelOrigin::ScanMin => Ok(scan_min::<R>(pts, params)),
-    }
-}
-
-/// Minimum over the sample's finite, kept points of the voxel-space position (upstream's
-/// `np.min(coord, 0)`); 0 for a sample with no such point (it then has no voxel anyway).
-fn scan_min<R: KeyFloat>(pts: &Points, params: &VoxelParams) -> [R; 3] {
-    let mut mins: [Option<R>; 3] = [None; 3];
-    for i in 0..pts.len() {
-        let Some(c) = position::<R>(pts, i, params) else { continue };
-        for a in 0..3 {
-            mins[a] = Some(match mins[a] {
-                Some(m) if m <= c[a] => m,
-                _ => c[a],
-            });
-        }
-    }
-    mins.map(|m| m.unwrap_or(R::of_f32(0.0)))
-}
-
-/// Voxel-space position of point `i` (clipped), or `None` when NaN/Inf or dropped.
-fn position<R: KeyFloat>(pts: &Points, i: usize, params: &VoxelParams) -> Option<[R; 3]> {
-    let raw = [pts.x[i], pts.y[i], pts.z[i]];
-    if raw.iter().any(|v| !v.is_finite()) {
-        return None;
-    }
-    let mut c = [R::of_f32(0.0); 3];
-    for a in 0..3 {
-        c[a] = voxel_space::<R>(params, a, raw[a])?;
-    }
-    Some(c)
-}
-
 /// Per voxel, the float32 mean of `float32(c - origin)` over its points, summed in point order.
 fn mean_coord_norm<R: KeyFloat>(
     clouds: &[&Points],
@@ -169,7 +121,7 @@ fn mean_coord_norm<R: KeyFloat>(
     let mut count = vec![0u32; voxels];
     let mut g = 0usize;
     for pts in clouds {
-        let o = origin_of::<R>(pts, params)?;
+        let o = sample_origin::<R>(pts, params)?;
         for i in 0..pts.len() {
             let v = point_to_voxel.get(g).copied().unwrap_or(-1);
             g += 1;
@@ -177,7 +129,7 @@ fn mean_coord_norm<R: KeyFloat>(
                 continue;
             }
             // A point with a voxel has a valid position (the voxelizer kept it).
-            let Some(c) = position::<R>(pts, i, params) else { continue };
+            let Some(c) = voxel_position::<R>(pts, i, params) else { continue };
             let v = v as usize;
             for a in 0..3 {
                 sum[v][a] += (c[a] - o[a]).to_f32();

@@ -225,20 +225,24 @@ fn finite3(p: &Points, i: usize) -> bool {
     p.x[i].is_finite() && p.y[i].is_finite() && p.z[i].is_finite()
 }
 
+/// Voxel-space position of point `i` (clipped to the range when the params clip), or `None` when
+/// it is NaN/Inf or dropped as out of range.
+pub(crate) fn voxel_position<R: KeyFloat>(pts: &Points, i: usize, params: &VoxelParams) -> Option<[R; 3]> {
+    if !finite3(pts, i) {
+        return None;
+    }
+    let raw = [pts.x[i], pts.y[i], pts.z[i]];
+    let mut c = [R::of_f32(0.0); 3];
+    for a in 0..3 {
+        c[a] = voxel_space::<R>(params, a, raw[a])?;
+    }
+    Some(c)
+}
+
 fn scan_min<R: KeyFloat>(pts: &Points, params: &VoxelParams) -> [Option<R>; 3] {
     let mut mins: [Option<R>; 3] = [None; 3];
-    'points: for i in 0..pts.len() {
-        if !finite3(pts, i) {
-            continue;
-        }
-        let raw = [pts.x[i], pts.y[i], pts.z[i]];
-        let mut c = [R::of_f32(0.0); 3];
-        for a in 0..3 {
-            match voxel_space::<R>(params, a, raw[a]) {
-                Some(v) => c[a] = v,
-                None => continue 'points,
-            }
-        }
+    for i in 0..pts.len() {
+        let Some(c) = voxel_position::<R>(pts, i, params) else { continue };
         for a in 0..3 {
             mins[a] = Some(match mins[a] {
                 Some(m) if m <= c[a] => m,
@@ -249,17 +253,32 @@ fn scan_min<R: KeyFloat>(pts: &Points, params: &VoxelParams) -> [Option<R>; 3] {
     mins
 }
 
+/// The voxel-space origin of one sample (`params.origin`).
+pub(crate) fn sample_origin<R: KeyFloat>(pts: &Points, params: &VoxelParams) -> Result<[R; 3], Error> {
+    Ok(match params.origin {
+        VoxelOrigin::ScanMin => {
+            let m = scan_min::<R>(pts, params);
+            // A sample with no valid point has no origin; its points are all invalid anyway.
+            [0, 1, 2].map(|a| m[a].unwrap_or(R::of_f32(0.0)))
+        }
+        VoxelOrigin::RangeMin => {
+            let r = params.range.as_ref().ok_or_else(|| Error::InvalidInput("range_min origin needs pc_range".into()))?;
+            [0, 1, 2].map(|a| R::of_f64(r[0][a]))
+        }
+        VoxelOrigin::Zero => [R::of_f32(0.0); 3],
+    })
+}
+
 fn point_fate<R: KeyFloat>(pts: &Points, i: usize, params: &VoxelParams, origin: &[R; 3]) -> PointFate {
     if !finite3(pts, i) {
         return PointFate::NonFinite;
     }
-    let raw = [pts.x[i], pts.y[i], pts.z[i]];
+    let Some(c) = voxel_position::<R>(pts, i, params) else {
+        return PointFate::OutOfRange;
+    };
     let mut q = [0i32; 3];
     for a in 0..3 {
-        let Some(c) = voxel_space::<R>(params, a, raw[a]) else {
-            return PointFate::OutOfRange;
-        };
-        let f = ((c - origin[a]) / R::of_f64(params.voxel_size[a])).floor();
+        let f = ((c[a] - origin[a]) / R::of_f64(params.voxel_size[a])).floor();
         let fd = f.to_f64();
         if !(-GRID_LIMIT..=GRID_LIMIT).contains(&fd) {
             return PointFate::OutOfGrid;
@@ -277,18 +296,7 @@ fn voxelize_impl<R: KeyFloat>(batch: &[&Points], params: &VoxelParams) -> Result
     // Steps 1-3: per-point coordinates.
     let mut fates: Vec<PointFate> = Vec::with_capacity(n);
     for pts in batch {
-        let origin: [R; 3] = match params.origin {
-            VoxelOrigin::ScanMin => {
-                let m = scan_min::<R>(pts, params);
-                // A sample with no valid point has no origin; its points are all invalid anyway.
-                [0, 1, 2].map(|a| m[a].unwrap_or(R::of_f32(0.0)))
-            }
-            VoxelOrigin::RangeMin => {
-                let r = params.range.as_ref().ok_or_else(|| Error::InvalidInput("range_min origin needs pc_range".into()))?;
-                [0, 1, 2].map(|a| R::of_f64(r[0][a]))
-            }
-            VoxelOrigin::Zero => [R::of_f32(0.0); 3],
-        };
+        let origin: [R; 3] = sample_origin::<R>(pts, params)?;
         let part: Vec<PointFate> = (0..pts.len()).into_par_iter().map(|i| point_fate::<R>(pts, i, params, &origin)).collect();
         fates.extend(part);
     }
