@@ -44,6 +44,9 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_timing import event_times_ms  # noqa: E402
+
 PC_RANGE = np.array([[-51.2, -51.2, -4.0], [51.2, 51.2, 2.4]], dtype=np.float64)
 VOXEL = 0.05
 SEED = 20261121
@@ -117,19 +120,7 @@ def main():
     chans = [int(c) for c in args.channels.split(",") if c]
 
     def med_ms(fn):
-        for _ in range(args.warmup):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(args.iters):
-            s = torch.cuda.Event(enable_timing=True)
-            e = torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e))
-        return float(np.median(ts))
+        return float(np.median(event_times_ms(fn, args.warmup, args.iters)))
 
     def save(name, arr, dtype):
         path = os.path.join(args.out, name)

@@ -719,6 +719,7 @@ def main():
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import sptr_ops
+    from cuda_timing import event_times_ms, peak_extra_bytes
     global ATTN_BACKEND
     ATTN_BACKEND = None if args.attn_backend == "auto" else args.attn_backend
     if args.attn_backend == "sptr":
@@ -827,28 +828,11 @@ def main():
 
         if args.bench:
             def med_ms(fn):
-                for _ in range(args.warmup):
-                    fn()
-                torch.cuda.synchronize()
-                ts = []
-                for _ in range(args.iters):
-                    s = torch.cuda.Event(enable_timing=True)
-                    e = torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    fn()
-                    e.record()
-                    e.synchronize()
-                    ts.append(s.elapsed_time(e))
+                ts = event_times_ms(fn, args.warmup, args.iters)
                 return float(np.median(ts)), [float(t) for t in ts]
 
             def peak_extra(fn):
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
-                fn()
-                torch.cuda.synchronize()
-                return int(torch.cuda.max_memory_allocated() - before)
+                return peak_extra_bytes(fn, empty_cache=True)
 
             def stage_ms(fn):
                 for _ in range(args.warmup):

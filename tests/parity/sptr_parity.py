@@ -50,6 +50,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from cuda_timing import event_times_ms, peak_extra_bytes  # noqa: E402
 from spconv_parity import PC_RANGE, rotated_z  # noqa: E402  (numpy-only helpers)
 
 SEED = 20261122
@@ -220,29 +221,10 @@ def run(args):
         return name
 
     def med_ms(fn):
-        for _ in range(args.warmup):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(args.iters):
-            s = torch.cuda.Event(enable_timing=True)
-            e = torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e))
-        return float(np.median(ts))
+        return float(np.median(event_times_ms(fn, args.warmup, args.iters)))
 
     def peak_mb(fn):
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        r = fn()
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - base
-        del r
-        return peak / 1e6
+        return peak_extra_bytes(fn) / 1e6
 
     def rel(a, b):
         a, b = a.float(), b.float()
