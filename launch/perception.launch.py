@@ -3,8 +3,13 @@
     ros2 launch sptr perception.launch.py weights:=/path/model.safetensors device:=cuda \
         input_points:=/sensing/lidar/concatenated/pointcloud
 
-Arguments: params_file (default: the installed config/perception.yaml), weights, device
-(cuda | cpu), namespace, use_sim_time, input_points (remap of ~/input/points).
+Arguments: params_file (default: the installed config/perception.yaml), weights (safetensors;
+required unless the params file sets model.weights), device (cuda | cpu), namespace,
+use_sim_time, input_points (remap of ~/input/points). The executable gets:
+
+    perception_node --ros-args -r __node:=sptr [-r __ns:=<namespace>] \
+        --params-file <params_file> --params-file <temporary file of the overrides> \
+        -r ~/input/points:=<input_points>
 """
 
 import os
@@ -24,7 +29,9 @@ def _node(context):
     }
     weights = LaunchConfiguration("weights").perform(context)
     if weights:
-        overrides["model.weights"] = weights
+        # Absolute: launch_ros writes these overrides to a temporary params file, and the node
+        # resolves a relative path against the directory of the file that sets it.
+        overrides["model.weights"] = os.path.abspath(os.path.expanduser(weights))
     return [
         Node(
             package="sptr",

@@ -4,6 +4,8 @@
 #
 #   source scripts/ros_env.sh       set up (first time only) and export the build environment
 #   scripts/ros_env.sh --print      set up and print the `export` lines (for eval or CI env files)
+#   scripts/ros_env.sh --colcon     set up colcon + colcon-ros-cargo (and cargo-ament-build) in
+#                                   their own venv, $SPTR_CACHE/colcon-venv; print its bin dir
 #   scripts/ros_env.sh              set up only
 #
 # Environment:
@@ -63,7 +65,8 @@ print=0
 case "${1:-}" in
     --print) print=1 ;;
     "") ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --colcon) print=2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (use --print, or source this file)" ;;
 esac
 
@@ -160,6 +163,53 @@ print_exports() {
         printf 'export %s=%q\n' "$name" "$value"
     done
 }
+
+# colcon for `colcon build` of the package (scripts/test_ros.sh). Its own venv, so the ROS venv
+# (and the stamp r2r builds depend on) stays as it is. cargo-ament-build comes as a PyPI wheel
+# with colcon-ros-cargo; without it (another platform), `cargo install` puts it in the cache.
+COLCON_PKGS=(colcon-core colcon-cargo colcon-ros-cargo colcon-package-information colcon-output)
+COLCON_STAMP_VERSION=1
+setup_colcon() {
+    local cv="$CACHE/colcon-venv" stamp want
+    stamp="$cv/.sptr-colcon.stamp"
+    want="sptr-colcon $COLCON_STAMP_VERSION: ${COLCON_PKGS[*]}"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$cv/bin/colcon" ]] \
+        && { [[ -x "$cv/bin/cargo-ament-build" ]] || [[ -x "$CACHE/cargo/bin/cargo-ament-build" ]]; }; then
+        echo "$cv/bin"
+        return 0
+    fi
+    mkdir -p "$CACHE"
+    if command -v flock >/dev/null 2>&1; then
+        exec 8>"$CACHE/.colcon-venv.lock"
+        flock 8
+    fi
+    if [[ ! -x "$cv/bin/python" ]] || ! "$cv/bin/python" -c '' 2>/dev/null; then
+        command -v "$PY" >/dev/null 2>&1 || die "no '$PY' to create the colcon venv with (set SPTR_PYTHON)"
+        say "creating venv $cv for colcon"
+        rm -rf "$cv"
+        "$PY" -m venv "$cv" >&2
+    fi
+    rm -f "$stamp"
+    say "installing ${COLCON_PKGS[*]} into $cv"
+    "$cv/bin/python" -m pip install --disable-pip-version-check "${COLCON_PKGS[@]}" >&2
+    if [[ ! -x "$cv/bin/cargo-ament-build" && ! -x "$CACHE/cargo/bin/cargo-ament-build" ]]; then
+        say "no cargo-ament-build in the venv: cargo install cargo-ament-build --root $CACHE/cargo"
+        cargo install --locked --root "$CACHE/cargo" cargo-ament-build >&2
+    fi
+    "$cv/bin/colcon" --help >/dev/null || die "colcon does not run from $cv"
+    printf '%s\n' "$want" >"$stamp"
+    echo "$cv/bin"
+}
+
+if [[ $print -eq 2 ]]; then
+    bin="$(setup_colcon)"
+    # The ament_cargo build type needs cargo-ament-build next to colcon (PATH).
+    if [[ -x "$CACHE/cargo/bin/cargo-ament-build" && ! -x "$bin/cargo-ament-build" ]]; then
+        bin="$bin:$CACHE/cargo/bin"
+    fi
+    echo "$bin"
+    exit 0
+fi
 
 setup
 if [[ $print -eq 1 ]]; then

@@ -230,6 +230,60 @@ pub struct NodeParams {
     pub input: InputParams,
     pub bev: BevParams,
     pub budget: BudgetParams,
+    /// What a CUDA error while processing a frame does (default `exit`).
+    #[serde(default)]
+    pub on_cuda_error: CudaErrorPolicy,
+    /// Topic names (default: the private `~/...` names; remapping works on either).
+    #[serde(default)]
+    pub topics: TopicParams,
+}
+
+/// `on_cuda_error`: what the node does when a frame fails with a CUDA error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CudaErrorPolicy {
+    /// Report it in diagnostics (ERROR), drop the frame, go on with the next one.
+    Recover,
+    /// Log it and exit with a non-zero status (a supervisor, e.g. launch `respawn`, restarts
+    /// the node with a fresh CUDA context: most CUDA errors leave the context unusable).
+    #[default]
+    Exit,
+}
+
+/// `topics:` names of the node's topics (relative and `~/` names resolve as usual in ROS 2).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicParams {
+    pub input_points: String,
+    pub output_points: String,
+    pub bev_labels: String,
+    pub bev_labels_color: String,
+    pub bev_occupancy: String,
+}
+
+impl Default for TopicParams {
+    fn default() -> Self {
+        TopicParams {
+            input_points: "~/input/points".into(),
+            output_points: "~/output/points".into(),
+            bev_labels: "~/output/bev/labels".into(),
+            bev_labels_color: "~/output/bev/labels_color".into(),
+            bev_occupancy: "~/output/bev/occupancy".into(),
+        }
+    }
+}
+
+impl TopicParams {
+    /// `(parameter name, topic)` for every topic.
+    pub fn all(&self) -> [(&'static str, &str); 5] {
+        [
+            ("topics.input_points", &self.input_points),
+            ("topics.output_points", &self.output_points),
+            ("topics.bev_labels", &self.bev_labels),
+            ("topics.bev_labels_color", &self.bev_labels_color),
+            ("topics.bev_occupancy", &self.bev_occupancy),
+        ]
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -314,6 +368,15 @@ impl NodeParams {
         }
         if !(p.budget.error_after_s.is_finite() && p.budget.error_after_s >= 0.0) {
             return Err(value_err(file, "budget.error_after_s", format!("must be zero or positive, got {}", p.budget.error_after_s)));
+        }
+        for (key, topic) in p.topics.all() {
+            let ok = !topic.is_empty()
+                && !topic.ends_with('/')
+                && !topic.contains("//")
+                && topic.chars().all(|c| c.is_ascii_alphanumeric() || "_/~{}".contains(c));
+            if !ok {
+                return Err(value_err(file, key, format!("must be a ROS 2 topic name (letters, digits, `_`, `/`, `~`), got `{topic}`")));
+            }
         }
         Ok(p)
     }

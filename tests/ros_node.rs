@@ -1,24 +1,35 @@
 //! The `perception_node` binary against a real rclpy peer (`tests/ros/node_peer.py`) over DDS.
 //!
 //! Each test starts the built node as a subprocess with `--ros-args --params-file <temp params,
-//! device cpu, the nuScenes model> -r __ns:=/<unique namespace>`, runs one peer scenario, checks
-//! the node is still running, then sends SIGINT and checks it exits with status 0 within 1 s.
-//! Other tests start the node with invalid parameters and check it refuses to start with a
-//! message naming the parameter.
+//! device cpu, the test model and its random weights> -r __ns:=/<unique namespace>`, runs one
+//! peer scenario, checks the node is still running, then sends SIGINT and checks it exits with
+//! status 0 within 1 s. Other tests start the node with invalid parameters or weights and check
+//! it refuses to start with a message naming the parameter.
 //!
-//! Needs a ROS 2 environment (`source scripts/ros_env.sh`); run with `scripts/test_ros.sh`.
+//! The test model is `config/models/sphereformer_nuscenes.yaml` narrowed (m 16, layers
+//! [16, 32, 48], one block per stage, attention on levels 1 and 2; same voxelization, so the
+//! same voxel count): the full model takes ~16 s a frame on two CPU cores, this one under one
+//! second (release build), and every code path of the node is the same. Its weights are
+//! `sptr::model::random` weights, written once per test process (fixed file names under
+//! `CARGO_TARGET_TMPDIR`, replaced by each run).
+//!
+//! Needs a ROS 2 environment (`source scripts/ros_env.sh`); run with `scripts/test_ros.sh`
+//! (which also builds and installs the package with colcon for
+//! [`colcon_installed_node_answers_the_peer`]).
 #![cfg(feature = "ros")]
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Voxels of the nuScenes sample with the nuScenes model (what `sptr voxelize` prints).
 const NUSCENES_VOXELS: u32 = 17856;
-const PEER_TIMEOUT: Duration = Duration::from_secs(90);
-const PEER_STEP_TIMEOUT_S: &str = "25";
+/// Points of the nuScenes sample (all finite).
+const NUSCENES_POINTS: usize = 34688;
+const PEER_STEP_TIMEOUT_S: &str = "40";
 
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -53,12 +64,92 @@ fn unique(tag: &str) -> String {
     )
 }
 
-/// A params file like config/perception.yaml with `device` and an absolute nuScenes model path;
-/// `edit` rewrites its text.
+/// The test model YAML (see the module docs) with `voxelization.max_voxels` = `max_voxels`
+/// (`None`: the nuScenes model's), written once per value.
+fn test_model(max_voxels: Option<usize>) -> PathBuf {
+    let src = manifest().join("config/models/sphereformer_nuscenes.yaml");
+    let text = std::fs::read_to_string(&src).expect("read the nuScenes model YAML");
+    let mut out = String::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        let indent = &line[..line.len() - t.len()];
+        let repl = if indent.is_empty() && t.starts_with("m:") {
+            Some("m: 16".to_string())
+        } else if indent.is_empty() && t.starts_with("layers:") {
+            Some("layers: [16, 32, 48]".to_string())
+        } else if indent.is_empty() && t.starts_with("block_reps:") {
+            Some("block_reps: 1".to_string())
+        } else if indent.is_empty() && t.starts_with("sphere_layers:") {
+            Some("sphere_layers: [1, 2]".to_string())
+        } else if t.starts_with("max_voxels:") {
+            max_voxels.map(|m| format!("{indent}max_voxels: {m}"))
+        } else {
+            None
+        };
+        out.push_str(repl.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    for key in [
+        "m: 16",
+        "layers: [16, 32, 48]",
+        "block_reps: 1",
+        "sphere_layers: [1, 2]",
+    ] {
+        assert!(
+            out.contains(key),
+            "the nuScenes model YAML changed ({key} not set): update this test"
+        );
+    }
+    let tag = max_voxels.map_or_else(|| "default".to_string(), |m| m.to_string());
+    let path = tmp().join(format!("ros_node_test_model_{tag}.yaml"));
+    write_atomically(&path, out.as_bytes());
+    path
+}
+
+/// Writes `path` through a temporary file and a rename: a node started by another test
+/// process never reads a half-written file. Fixed names: each run replaces the last one's.
+fn write_atomically(path: &Path, bytes: &[u8]) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let part = path.with_extension(format!(
+        "{}.{}.part",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&part, bytes).unwrap_or_else(|e| panic!("write {}: {e}", part.display()));
+    std::fs::rename(&part, path).unwrap_or_else(|e| panic!("rename to {}: {e}", path.display()));
+}
+
+/// Random weights of the test model (written once per test process).
+fn test_weights() -> &'static Path {
+    static W: OnceLock<PathBuf> = OnceLock::new();
+    W.get_or_init(|| {
+        let model = test_model(None);
+        let cfg = sptr::config::ModelConfig::load(&model)
+            .expect("test model loads")
+            .yaml;
+        let tensors = sptr::model::random::random_tensors(&cfg, 11).expect("random weights");
+        let path = tmp().join("ros_node_test_weights.safetensors");
+        let part = tmp().join(format!("ros_node_test_weights.{}.part", std::process::id()));
+        sptr::model::random::save_tensors(&part, &tensors).expect("write the weights");
+        std::fs::rename(&part, &path).expect("move the weights into place");
+        path
+    })
+}
+
+/// A params file like config/perception.yaml with `device`, the test model (absolute path) and
+/// its weights; `edit` rewrites its text.
 fn params_file(name: &str, device: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    params_file_for(name, device, &test_model(None), edit)
+}
+
+fn params_file_for(
+    name: &str,
+    device: &str,
+    model: &Path,
+    edit: impl Fn(String) -> String,
+) -> PathBuf {
     let text = std::fs::read_to_string(manifest().join("config/perception.yaml"))
         .expect("read config/perception.yaml");
-    let model = manifest().join("config/models/sphereformer_nuscenes.yaml");
     let mut out = String::new();
     for line in text.lines() {
         let t = line.trim_start();
@@ -67,6 +158,13 @@ fn params_file(name: &str, device: &str, edit: impl Fn(String) -> String) -> Pat
             out.push_str(&format!("{indent}device: {device}\n"));
         } else if t.starts_with("config:") {
             out.push_str(&format!("{indent}config: {}\n", model.display()));
+        } else if t.starts_with("weights:") {
+            out.push_str(&format!("{indent}weights: {}\n", test_weights().display()));
+        } else if t.starts_with("obstacle_classes:") {
+            // nuScenes: the ten object classes, manmade, vegetation.
+            out.push_str(&format!(
+                "{indent}obstacle_classes: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 14, 15]\n"
+            ));
         } else {
             out.push_str(line);
             out.push('\n');
@@ -83,6 +181,15 @@ fn ros_env(cmd: &mut Command) -> &mut Command {
     }
     if std::env::var_os("ROS_AUTOMATIC_DISCOVERY_RANGE").is_none() {
         cmd.env("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST");
+    }
+    // Shared memory large enough for a 2-million-point cloud in one piece (see the XML): with
+    // Fast DDS's defaults, the node's best-effort (sensor data) subscription loses such a
+    // sample whenever one of its fragments is dropped.
+    if std::env::var_os("FASTDDS_DEFAULT_PROFILES_FILE").is_none() {
+        cmd.env(
+            "FASTDDS_DEFAULT_PROFILES_FILE",
+            manifest().join("tests/ros/fastdds_large_clouds.xml"),
+        );
     }
     cmd
 }
@@ -199,6 +306,11 @@ fn run_scenario(scenario: &str, node_extra: &[&str], peer_extra: &[&str]) -> Str
     )
 }
 
+/// The peer's whole run; each of its steps has its own limit (PEER_STEP_TIMEOUT_S).
+fn peer_timeout(scenario: &str) -> Duration {
+    Duration::from_secs(if scenario == "robust" { 400 } else { 150 })
+}
+
 fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[&str]) -> String {
     let _cleanup = Cleanup(ns.to_string());
     let mut node = Proc::spawn(
@@ -226,7 +338,8 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
         "the rclpy peer",
     );
 
-    let status = peer.wait_for(PEER_TIMEOUT);
+    let limit = peer_timeout(scenario);
+    let status = peer.wait_for(limit);
     let (peer_log, node_log) = (peer.log.clone(), node.log.clone());
     let report = move |why: &str| -> String {
         let read =
@@ -246,7 +359,7 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
         None => panic!(
             "{}",
             report(&format!(
-                "scenario `{scenario}`: the peer did not finish within {PEER_TIMEOUT:?}"
+                "scenario `{scenario}`: the peer did not finish within {limit:?}"
             ))
         ),
     }
@@ -288,50 +401,106 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
     out
 }
 
+/// The nuScenes sample: the labeled cloud (fields, count, frame, stamp) and the BEV grids, and
+/// the labels are the library's: `Segmenter` run here on the same points with the same weights.
 #[test]
-fn valid_cloud_gives_the_voxel_count_and_timings() {
+fn valid_cloud_gives_labeled_cloud_bev_grids_and_timings() {
+    let dump = tmp().join(format!("{}.labels", unique("valid_dump")));
+    let d = dump.display().to_string();
     let out = run_scenario(
         "valid",
         &["-p", "budget.processing_ms:=60000.0"],
-        &["--expect-level", "0"],
+        &["--expect-level", "0", "--dump-labels", &d],
     );
+    let bytes = std::fs::read(&dump).expect("the peer wrote the labels it got");
+    let _ = std::fs::remove_file(&dump);
+    assert_eq!(
+        bytes.len(),
+        NUSCENES_POINTS * 5,
+        "class ids and probabilities of every point"
+    );
+    let (ids, probs) = bytes.split_at(NUSCENES_POINTS);
+    let probs: Vec<f32> = probs
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let cfg = sptr::config::ModelConfig::load(&test_model(None))
+        .expect("test model")
+        .yaml;
+    let weights = sptr::model::weights::Weights::from_file(test_weights()).expect("weights");
+    let seg = sptr::pipeline::Segmenter::new(cfg, weights).expect("segmenter");
+    let mut pts = sptr::Points::read_bin(&nuscenes_bin(), 5).expect("nuScenes sample");
+    pts.ring = None;
+    let want = seg.segment(&[&pts]).expect("segment");
+    let same = ids
+        .iter()
+        .zip(&want.labels)
+        .filter(|(&a, &b)| a == sptr::perception::class_u8(b))
+        .count();
+    // The node and this process may split rayon's work differently: allow last-bit differences.
+    assert!(
+        same * 1000 >= NUSCENES_POINTS * 999,
+        "the node's labels differ from Segmenter's on {} of {NUSCENES_POINTS} points",
+        NUSCENES_POINTS - same
+    );
+    let worst = probs
+        .iter()
+        .zip(&want.probs)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-3, "probabilities differ by up to {worst}");
     assert!(
         out.contains(&format!("RESULT voxels={NUSCENES_VOXELS}")),
+        "peer output:\n{out}"
+    );
+    assert!(
+        out.contains(&format!("RESULT points={NUSCENES_POINTS} "))
+            && out.contains("grid=256x256 bev_frame=base_link"),
         "peer output:\n{out}"
     );
     assert!(out.contains("RESULT processing_ms="), "peer output:\n{out}");
 }
 
-/// A model whose `voxelization.max_voxels` (1000) is below the cloud's 17856 voxels: the frame is
-/// processed with 1000 voxels and counted in diagnostics.
+/// Every bad or unusual cloud of the peer's `robust` scenario, each followed by a valid cloud
+/// whose four outputs must come back. The model's `voxelization.max_voxels` is 20,000: above
+/// the valid cloud's 17,856 voxels, below the ~35,000 of the cloud plus a shifted copy.
 #[test]
-fn voxel_cap_is_applied_and_counted() {
-    let ns = unique("voxcap");
-    let model_src = manifest().join("config/models/sphereformer_nuscenes.yaml");
-    let model = tmp().join(format!("{ns}_sphereformer_nuscenes.yaml"));
-    let text = std::fs::read_to_string(&model_src).unwrap();
-    assert!(
-        text.contains("max_voxels: 400000"),
-        "the nuScenes model YAML changed: update this test"
-    );
-    std::fs::write(
-        &model,
-        text.replace("max_voxels: 400000", "max_voxels: 1000"),
-    )
-    .unwrap();
-    let m = model.display().to_string();
-    let params = params_file(&ns, "cpu", |t| {
-        t.replace(&model_src.display().to_string(), &m)
-    });
-    // (argparse keeps the last --expect-voxels)
+fn robustness_every_bad_cloud_is_counted_and_the_next_valid_cloud_is_answered() {
+    let ns = unique("robust");
+    let params = params_file_for(&ns, "cpu", &test_model(Some(20_000)), |t| t);
     let out = run_node_and_peer(
-        "valid",
+        "robust",
         &ns,
-        node_cmd(&params, &ns, &[]),
-        &["--expect-voxels", "1000"],
+        node_cmd(&params, &ns, &["-p", "budget.processing_ms:=60000.0"]),
+        &[],
     );
-    assert!(out.contains("RESULT voxels=1000"), "peer output:\n{out}");
-    assert!(out.contains("over_voxel_cap=1"), "peer output:\n{out}");
+    for case in [
+        "truncated",
+        "point_step_0",
+        "missing_z",
+        "empty",
+        "nan_only",
+        "too_many_points",
+        "nan_mixed",
+        "two_million",
+        "over_voxel_cap",
+    ] {
+        assert!(
+            out.contains(&format!("RESULT {case}:")),
+            "no result for `{case}`; peer output:\n{out}"
+        );
+    }
+    for reason in [
+        "malformed=3",
+        "empty=1",
+        "no_finite_points=1",
+        "too_many_points=1",
+    ] {
+        assert!(
+            out.contains(&format!("rejected.{reason}")),
+            "diagnostics do not count rejected.{reason}; peer output:\n{out}"
+        );
+    }
 }
 
 /// Budget overrides (`-p`) take effect: a frame over `budget.processing_ms` gives WARN, and
@@ -363,54 +532,116 @@ fn over_budget_gives_warn_then_error() {
 }
 
 #[test]
-fn malformed_clouds_are_rejected_counted_and_the_node_keeps_processing() {
-    let out = run_scenario("malformed", &[], &[]);
-    for case in [
-        "truncated",
-        "point_step_0",
-        "missing_z",
-        "nan_only",
-        "empty",
-        "too_many_points",
-    ] {
-        assert!(
-            out.contains(&format!("RESULT {case}:")),
-            "no result for `{case}`; peer output:\n{out}"
-        );
-    }
-}
-
-#[test]
 fn burst_skips_frames_and_counts_add_up() {
     let out = run_scenario("burst", &[], &[]);
     assert!(out.contains("RESULT received="), "peer output:\n{out}");
 }
 
-/// The node started as `launch/perception.launch.py` starts it (launch_ros): the params file,
-/// then a `/**:` params file of the launch arguments (dotted names), node name and namespace
-/// remaps, and the input topic remapped.
+/// Topic names and the BEV grid from a params file: outputs under other names (a relative
+/// name, an absolute one, private ones), another input name, a 30 m x 20 m grid of 0.5 m cells
+/// in the frame `map`.
 #[test]
-fn launch_style_arguments_and_input_remap() {
-    let ns = unique("launch");
-    // model.config relative to the params file (a copy of the model next to it): it must be
-    // resolved against the file that sets it, not the later `/**:` file (in another directory)
-    // nor the working directory.
-    let model_src = manifest().join("config/models/sphereformer_nuscenes.yaml");
-    let model_name = format!("{ns}_sphereformer_nuscenes.yaml");
-    std::fs::copy(&model_src, tmp().join(&model_name)).expect("copy the model YAML");
-    let params = params_file(&ns, "cuda", |t| {
-        t.replace(&model_src.display().to_string(), &model_name)
+fn params_file_sets_topic_names_and_the_grid() {
+    let ns = unique("topics");
+    let params = params_file(&ns, "cpu", |t| {
+        let t = t
+            .replace("frame_id: base_link", "frame_id: map")
+            .replace(
+                "range: [-51.2, -51.2, 51.2, 51.2]",
+                "range: [-10.0, -5.0, 20.0, 15.0]",
+            )
+            .replace("resolution: 0.4", "resolution: 0.5");
+        assert!(
+            t.contains("frame_id: map")
+                && t.contains("range: [-10.0")
+                && t.contains("resolution: 0.5"),
+            "config/perception.yaml changed: update this test\n{t}"
+        );
+        let topics = [
+            (
+                "input_points: ~/input/points",
+                "input_points: ~/lidar_in".to_string(),
+            ),
+            (
+                "output_points: ~/output/points",
+                "output_points: seg/points".to_string(),
+            ),
+            (
+                "bev_labels: ~/output/bev/labels",
+                format!("bev_labels: /{ns}/grid/labels"),
+            ),
+            (
+                "bev_labels_color: ~/output/bev/labels_color",
+                "bev_labels_color: ~/grid/color".to_string(),
+            ),
+            (
+                "bev_occupancy: ~/output/bev/occupancy",
+                "bev_occupancy: ~/grid/occupancy".to_string(),
+            ),
+        ];
+        topics.iter().fold(t, |t, (from, to)| {
+            assert!(
+                t.contains(from),
+                "config/perception.yaml has no `{from}`: update this test"
+            );
+            t.replace(from, to)
+        })
     });
-    let overrides_dir = tmp().join(format!("{ns}_launch"));
-    std::fs::create_dir_all(&overrides_dir).unwrap();
+    let text = std::fs::read_to_string(&params).unwrap();
+    assert!(text.contains("output_points: seg/points"), "{text}");
+    let input = format!("/{ns}/sptr/lidar_in");
+    let labels = format!("/{ns}/grid/labels");
+    let out = run_node_and_peer(
+        "valid",
+        &ns,
+        node_cmd(&params, &ns, &[]),
+        &[
+            "--input",
+            &input,
+            "--output-points",
+            "seg/points",
+            "--bev-labels",
+            &labels,
+            "--bev-labels-color",
+            "~/grid/color",
+            "--bev-occupancy",
+            "~/grid/occupancy",
+            "--grid",
+            "60",
+            "40",
+            "--resolution",
+            "0.5",
+            "--bev-frame",
+            "map",
+        ],
+    );
+    assert!(
+        out.contains("grid=60x40 bev_frame=map"),
+        "peer output:\n{out}"
+    );
+}
+
+/// The launch file's command line (launch_ros): the params file, then a `/**:` params file of
+/// the launch arguments (dotted names), node name and namespace remaps, and the input topic
+/// remapped.
+fn launch_style_cmd(
+    exe: &Path,
+    ns: &str,
+    params: &Path,
+    overrides_dir: &Path,
+    input: &str,
+) -> Command {
+    std::fs::create_dir_all(overrides_dir).unwrap();
     let overrides = overrides_dir.join("launch_params.yaml");
     std::fs::write(
         &overrides,
-        "/**:\n  ros__parameters:\n    device: cpu\n    model.weights: ''\n    use_sim_time: false\n",
+        format!(
+            "/**:\n  ros__parameters:\n    device: cpu\n    model.weights: {}\n    use_sim_time: false\n",
+            test_weights().display()
+        ),
     )
     .unwrap();
-    let input = format!("/{ns}/lidar/points");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_perception_node"));
+    let mut cmd = Command::new(exe);
     cmd.args([
         "--ros-args",
         "-r",
@@ -419,14 +650,99 @@ fn launch_style_arguments_and_input_remap() {
         &format!("__ns:=/{ns}"),
         "--params-file",
     ])
-    .arg(&params)
+    .arg(params)
     .arg("--params-file")
     .arg(&overrides)
     .args(["-r", &format!("~/input/points:={input}")]);
+    cmd
+}
+
+#[test]
+fn launch_style_arguments_and_input_remap() {
+    let ns = unique("launch");
+    // model.config relative to the params file (a copy of the model next to it): it must be
+    // resolved against the file that sets it, not the later `/**:` file (in another directory)
+    // nor the working directory. The params file says device cuda and no weights: the
+    // launch arguments' file overrides both.
+    let model_src = test_model(None);
+    let model_name = format!("{ns}_test_model.yaml");
+    std::fs::copy(&model_src, tmp().join(&model_name)).expect("copy the model YAML");
+    let params = params_file(&ns, "cuda", |t| {
+        t.replace(&model_src.display().to_string(), &model_name)
+            .replace(&test_weights().display().to_string(), "\"\"")
+    });
+    let overrides_dir = tmp().join(format!("{ns}_launch"));
+    let input = format!("/{ns}/lidar/points");
+    let cmd = launch_style_cmd(
+        Path::new(env!("CARGO_BIN_EXE_perception_node")),
+        &ns,
+        &params,
+        &overrides_dir,
+        &input,
+    );
+    let out = run_node_and_peer("valid", &ns, cmd, &["--input", &input]);
+    let _ = std::fs::remove_dir_all(&overrides_dir);
+    let _ = std::fs::remove_file(tmp().join(&model_name));
+    assert!(
+        out.contains(&format!("RESULT voxels={NUSCENES_VOXELS}")),
+        "peer output:\n{out}"
+    );
+}
+
+/// `colcon build` (colcon-ros-cargo) installed the package: `scripts/test_ros.sh` builds it and
+/// sets `SPTR_COLCON_INSTALL` to the install base. The installed executable, started with the
+/// launch file's command line (its `params_file` argument naming the test's params file),
+/// answers the peer; the installed default params file and model YAMLs load.
+#[test]
+fn colcon_installed_node_answers_the_peer() {
+    let Some(install) = std::env::var_os("SPTR_COLCON_INSTALL").filter(|v| !v.is_empty()) else {
+        assert!(
+            std::env::var("SPTR_REQUIRE_COLCON").as_deref() != Ok("1"),
+            "SPTR_REQUIRE_COLCON=1 but SPTR_COLCON_INSTALL is not set: run scripts/test_ros.sh"
+        );
+        eprintln!("skipped: SPTR_COLCON_INSTALL is not set (scripts/test_ros.sh builds the colcon install)");
+        return;
+    };
+    let install = PathBuf::from(install);
+    let exe = install.join("sptr/lib/sptr/perception_node");
+    let share = install.join("sptr/share/sptr");
+    for f in [
+        exe.clone(),
+        share.join("launch/perception.launch.py"),
+        share.join("config/perception.yaml"),
+        share.join("package.xml"),
+    ] {
+        assert!(f.is_file(), "colcon did not install {}", f.display());
+    }
+    let installed = share.join("config/perception.yaml");
+    let p = sptr::config::NodeParams::load(&installed).expect("the installed params file is valid");
+    let model = share.join("config").join(&p.model.config);
+    sptr::config::ModelConfig::load(&model)
+        .expect("the installed params file names an installed model YAML");
+    let launch = std::fs::read_to_string(share.join("launch/perception.launch.py")).unwrap();
+    for arg in [
+        "params_file",
+        "weights",
+        "device",
+        "namespace",
+        "use_sim_time",
+        "input_points",
+    ] {
+        assert!(
+            launch.contains(&format!("DeclareLaunchArgument(\"{arg}\"")),
+            "launch argument {arg} missing"
+        );
+    }
+
+    let ns = unique("colcon");
+    let params = params_file(&ns, "cuda", |t| t);
+    let overrides_dir = tmp().join(format!("{ns}_launch"));
+    let input = format!("/{ns}/lidar/points");
+    let cmd = launch_style_cmd(&exe, &ns, &params, &overrides_dir, &input);
     let out = run_node_and_peer("valid", &ns, cmd, &["--input", &input]);
     let _ = std::fs::remove_dir_all(&overrides_dir);
     assert!(
-        out.contains(&format!("RESULT voxels={NUSCENES_VOXELS}")),
+        out.contains(&format!("RESULT points={NUSCENES_POINTS} ")),
         "peer output:\n{out}"
     );
 }
@@ -510,4 +826,140 @@ fn device_override_takes_effect() {
         node_cmd(&params, &ns, &["-p", "device:=cuda"]),
         &["device", "cuda"],
     );
+}
+
+#[test]
+fn missing_weights_fail_naming_the_parameter() {
+    let ns = unique("noweights");
+    let params = params_file(&ns, "cpu", |t| {
+        t.replace(&test_weights().display().to_string(), "\"\"")
+    });
+    refused(
+        "no weights",
+        &ns,
+        node_cmd(&params, &ns, &[]),
+        &["model.weights", "safetensors"],
+    );
+    let ns = unique("weightsfile");
+    let params = params_file(&ns, "cpu", |t| t);
+    let missing = tmp().join(format!("{ns}_missing.safetensors"));
+    let p = format!("model.weights:={}", missing.display());
+    refused(
+        "weights file missing",
+        &ns,
+        node_cmd(&params, &ns, &["-p", &p]),
+        &["model.weights", &missing.display().to_string()],
+    );
+}
+
+/// Weights of another configuration (the test model's, for a model YAML with a fourth level):
+/// refused at start, the message naming the parameter and the tensors that do not fit.
+#[test]
+fn mismatched_weights_fail_listing_the_tensors() {
+    let ns = unique("mismatch");
+    let text = std::fs::read_to_string(test_model(None)).unwrap();
+    let other = tmp().join(format!("{ns}_model.yaml"));
+    std::fs::write(
+        &other,
+        text.replace("layers: [16, 32, 48]", "layers: [16, 32, 48, 64]"),
+    )
+    .unwrap();
+    let params = params_file_for(&ns, "cpu", &other, |t| t);
+    let out = refused(
+        "mismatched weights",
+        &ns,
+        node_cmd(&params, &ns, &[]),
+        &["model.weights", "missing"],
+    );
+    assert!(
+        out.contains("unet.") || out.contains("l4") || out.contains("64"),
+        "{out}"
+    );
+}
+
+/// The node benchmark (not a test; `scripts/bench_node.sh`): the peer's `bench` scenario, one
+/// frame at a time, `SPTR_BENCH_FRAMES` frames (default 200) of the nuScenes sample on the CPU;
+/// `SPTR_BENCH_MODEL=full` for the nuScenes model as configured (~16 s a frame on 2 cores),
+/// default the narrowed test model. Prints the peer's `BENCH {json}` line; with
+/// `SPTR_BENCH_OUT` set, writes the JSON there.
+#[test]
+#[ignore = "benchmark: scripts/bench_node.sh"]
+fn bench_node_receipt_to_publication() {
+    let frames: usize = std::env::var("SPTR_BENCH_FRAMES")
+        .ok()
+        .map(|v| v.parse().expect("SPTR_BENCH_FRAMES is a number"))
+        .unwrap_or(200);
+    let full = std::env::var("SPTR_BENCH_MODEL").as_deref() == Ok("full");
+    let ns = unique("bench");
+    let (model, weights) = if full {
+        let model = manifest().join("config/models/sphereformer_nuscenes.yaml");
+        let cfg = sptr::config::ModelConfig::load(&model)
+            .expect("model loads")
+            .yaml;
+        let w = tmp().join(format!("{ns}_weights.safetensors"));
+        let t = sptr::model::random::random_tensors(&cfg, 11).expect("random weights");
+        sptr::model::random::save_tensors(&w, &t).expect("write weights");
+        (model, w)
+    } else {
+        (test_model(None), test_weights().to_path_buf())
+    };
+    let params = params_file_for(&ns, "cpu", &model, |t| {
+        t.replace(
+            &test_weights().display().to_string(),
+            &weights.display().to_string(),
+        )
+    });
+    let mut node = Proc::spawn(
+        node_cmd(&params, &ns, &["-p", "budget.processing_ms:=600000.0"]),
+        tmp().join(format!("{ns}_node.log")),
+        "perception_node",
+    );
+    let mut peer_cmd = Command::new(python());
+    peer_cmd
+        .arg(manifest().join("tests/ros/node_peer.py"))
+        .args(["--ns", &format!("/{ns}"), "--scenario", "bench", "--cloud"])
+        .arg(nuscenes_bin())
+        .args([
+            "--frames",
+            &frames.to_string(),
+            "--timeout",
+            if full { "120" } else { "40" },
+        ]);
+    let mut peer = Proc::spawn(
+        peer_cmd,
+        tmp().join(format!("{ns}_peer.log")),
+        "the rclpy peer",
+    );
+    let status = peer.wait_for(Duration::from_secs(
+        60 + frames as u64 * if full { 60 } else { 10 },
+    ));
+    let out = peer.log_text();
+    signal(&node, "INT");
+    let _ = node.wait_for(Duration::from_secs(2));
+    assert!(
+        matches!(status, Some(s) if s.success()),
+        "the benchmark peer failed ({status:?}):\n{out}\n--- node:\n{}",
+        node.log_text()
+    );
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("BENCH "))
+        .unwrap_or_else(|| panic!("no BENCH line:\n{out}"));
+    let model_name = if full {
+        "sphereformer_nuscenes"
+    } else {
+        "sphereformer_nuscenes (narrowed test model)"
+    };
+    let json = format!(
+        "{},\"model\":\"{model_name}\",\"weights\":\"random\"}}",
+        &line[..line.len() - 1]
+    );
+    println!("{json}");
+    if let Some(path) = std::env::var_os("SPTR_BENCH_OUT") {
+        std::fs::write(&path, format!("{json}\n")).expect("write SPTR_BENCH_OUT");
+    }
+    let _ = std::fs::remove_file(&params);
+    if full {
+        let _ = std::fs::remove_file(&weights);
+    }
 }

@@ -1,6 +1,6 @@
 //! The ROS 2 side of sptr (cargo feature `ros`, built on r2r).
 //!
-//! For now: `sensor_msgs/PointCloud2` messages ⇄ the codec's types in [`crate::cloud`]. Decoding
+//! Here: `sensor_msgs/PointCloud2` messages ⇄ the codec's types in [`crate::cloud`]. Decoding
 //! borrows the message's data bytes (only the small field table is converted); encoding moves
 //! the encoder's buffer into the message.
 //!

@@ -1,21 +1,26 @@
 //! The perception node (`perception_node`): r2r spinning on its own thread, the subscription
-//! drained by a tokio task into a newest-frame-wins [`Mailbox`], processing (decode, checks,
-//! voxelization) on a separate std thread, `/diagnostics` at 1 Hz from another tokio task, and
+//! drained by a tokio task into a newest-frame-wins [`Mailbox`], processing
+//! ([`crate::perception::Processor`]: decode, checks, SphereFormer, BEV grids, labeled cloud) on
+//! a separate std thread that also publishes, `/diagnostics` at 1 Hz from another tokio task, and
 //! SIGINT/SIGTERM handled by the main thread.
 //!
-//! Topics (private names resolve under the node, e.g. `/<ns>/sptr/debug/voxels`):
+//! Topics (default names; each is the parameter `topics.<name>` and can also be remapped):
 //!
 //! | topic | type | what |
 //! | --- | --- | --- |
-//! | `~/input/points` (sub) | `sensor_msgs/PointCloud2` | LiDAR cloud; sensor-data QoS, depth `input.qos_depth` |
-//! | `~/debug/processing_time_ms` | `std_msgs/Float64` | decode + checks + voxelization of the frame |
-//! | `~/debug/stage_ms/decode` | `std_msgs/Float64` | PointCloud2 decoding |
-//! | `~/debug/stage_ms/voxelize` | `std_msgs/Float64` | voxelization on the configured device |
-//! | `~/debug/latency_ms` | `std_msgs/Float64` | message receipt to the end of processing (includes the wait in the mailbox) |
-//! | `~/debug/voxels` | `std_msgs/UInt32` | voxels of the frame (after `voxelization.max_voxels`) |
+//! | `~/input/points` (sub) | `sensor_msgs/PointCloud2` | LiDAR cloud; sensor-data QoS (best effort), depth `input.qos_depth` |
+//! | `~/output/points` | `sensor_msgs/PointCloud2` | `x, y, z, intensity, class_id, probability`, input frame and stamp |
+//! | `~/output/bev/labels` | `sensor_msgs/Image` | mono8 class id per BEV cell (255: no point) |
+//! | `~/output/bev/labels_color` | `sensor_msgs/Image` | rgb8, the model YAML's palette |
+//! | `~/output/bev/occupancy` | `nav_msgs/OccupancyGrid` | 0-100 from the obstacle classes, -1 unknown |
+//! | `~/debug/processing_time_ms` | `std_msgs/Float64` | decode to encoded outputs |
+//! | `~/debug/stage_ms/<stage>` | `std_msgs/Float64` | each of [`STAGES`] |
+//! | `~/debug/latency_ms` | `std_msgs/Float64` | message receipt to the outputs published |
+//! | `~/debug/voxels` | `std_msgs/UInt32` | voxels the network ran on |
 //! | `/diagnostics` | `diagnostic_msgs/DiagnosticArray` | 1 Hz, see [`diagnostics`] |
 //!
-//! The labeled cloud and the BEV outputs need the SphereFormer model and come with it.
+//! Outputs are published reliable (a reliable writer serves best-effort and reliable readers),
+//! keep last 1.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,73 +29,42 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use r2r::diagnostic_msgs::msg::{DiagnosticArray, DiagnosticStatus, KeyValue};
-use r2r::sensor_msgs::msg::PointCloud2;
+use r2r::geometry_msgs::msg::{Point, Pose, Quaternion};
+use r2r::nav_msgs::msg::{MapMetaData, OccupancyGrid};
+use r2r::sensor_msgs::msg::{Image, PointCloud2};
 use r2r::std_msgs::msg::{Float64, Header, UInt32};
 
-use crate::cloud::{self, PointField};
-use crate::config::{DeviceKind, ModelConfig, NodeParams};
-use crate::points::Points;
+use crate::bev::label_grid::{BevGridParams, BevGrids};
+use crate::cloud::PointField;
+use crate::config::{CudaErrorPolicy, ModelConfig, NodeParams};
+use crate::perception::{bev_params, FrameOutput, Processor, Reject, Rejected, STAGES};
 use crate::ros::mailbox::Mailbox;
 use crate::ros::params;
-use crate::sparse::voxelize::{voxelize_cpu, VoxelParams, VoxelStats};
 
-/// Exit status for invalid parameters (params file, overrides or model YAML).
+/// Exit status for invalid parameters (params file, overrides, model YAML or weights).
 pub const EXIT_PARAMS: i32 = 2;
-/// Exit status when the configured device cannot be used.
+/// Exit status when the configured device cannot be used, or a CUDA error with
+/// `on_cuda_error: exit`.
 pub const EXIT_DEVICE: i32 = 3;
 /// Exit status for ROS (rcl) failures.
 pub const EXIT_ROS: i32 = 1;
 /// How long shutdown waits for the frame being processed.
 const SHUTDOWN_WAIT: Duration = Duration::from_millis(700);
 
-/// Why a frame was rejected (no output for it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reject {
-    /// The PointCloud2 cannot be decoded (truncated data, zero point_step, missing x/y/z, ...).
-    Malformed,
-    /// Zero points (width or height 0).
-    Empty,
-    /// Every point has a NaN/Inf coordinate.
-    NoFinitePoints,
-    /// More points than the model YAML's `voxelization.max_points`.
-    TooManyPoints,
-    /// Voxelization failed (e.g. a CUDA error).
-    ProcessingError,
-}
-
-impl Reject {
-    pub const ALL: [Reject; 5] = [
-        Reject::Malformed,
-        Reject::Empty,
-        Reject::NoFinitePoints,
-        Reject::TooManyPoints,
-        Reject::ProcessingError,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Reject::Malformed => "malformed",
-            Reject::Empty => "empty",
-            Reject::NoFinitePoints => "no_finite_points",
-            Reject::TooManyPoints => "too_many_points",
-            Reject::ProcessingError => "processing_error",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
+const N_REJECT: usize = Reject::ALL.len();
 
 /// What the threads share for diagnostics.
 #[derive(Debug, Default)]
 struct Counters {
     received: u64,
     processed: u64,
-    rejected: [u64; 5],
+    rejected: [u64; N_REJECT],
     last_processing_ms: Option<f64>,
+    last_latency_ms: Option<f64>,
     last_voxels: Option<usize>,
-    /// Processed frames that had more voxels than `voxelization.max_voxels` (the rest dropped).
+    last_points: Option<usize>,
+    /// Processed frames that had more voxels than `voxelization.max_voxels` (the rest dropped,
+    /// their points published with class_id 255).
     over_voxel_cap: u64,
     last_receipt: Option<Instant>,
     /// Receipt wall time minus the header stamp of the last cloud, ms.
@@ -98,6 +72,7 @@ struct Counters {
     /// Since when every processed frame has been over budget.
     over_budget_since: Option<Instant>,
     last_error: Option<String>,
+    last_reject: Option<String>,
 }
 
 struct Frame {
@@ -105,82 +80,34 @@ struct Frame {
     received: Instant,
 }
 
-/// The device voxelization runs on.
-enum Backend {
-    Cpu,
-    #[cfg(feature = "cuda")]
-    Cuda(crate::device::cuda::CudaDevice),
-}
-
-impl Backend {
-    fn open(kind: DeviceKind) -> Result<(Backend, String), String> {
-        match kind {
-            DeviceKind::Cpu => Ok((Backend::Cpu, "cpu".into())),
-            #[cfg(feature = "cuda")]
-            DeviceKind::Cuda => match crate::device::cuda::CudaDevice::new(0) {
-                Ok(d) => {
-                    let name = format!("cuda:0 ({}, sm_{}{})", d.name, d.arch.major, d.arch.minor);
-                    Ok((Backend::Cuda(d), name))
-                }
-                Err(e) => Err(format!(
-                    "parameter `device` is `cuda` but the GPU cannot be used: {e}; set `device: cpu` \
-                     (or pass `-p device:=cpu`) to run on the CPU"
-                )),
-            },
-            #[cfg(not(feature = "cuda"))]
-            DeviceKind::Cuda => Err("parameter `device` is `cuda` but this perception_node was built without \
-                 CUDA support (cargo feature `cuda`): rebuild with `--features ros,cuda`, or set \
-                 `device: cpu` (or pass `-p device:=cpu`)"
-                .into()),
-        }
-    }
-
-    /// Voxel count and statistics of one cloud.
-    fn voxelize(
-        &self,
-        pts: &Points,
-        vp: &VoxelParams,
-    ) -> Result<(usize, VoxelStats), crate::Error> {
-        match self {
-            Backend::Cpu => {
-                let v = voxelize_cpu(&[pts], vp)?;
-                Ok((v.len(), v.stats))
-            }
-            #[cfg(feature = "cuda")]
-            Backend::Cuda(dev) => {
-                let v = crate::sparse::voxelize_cuda::voxelize_cuda(dev, &[pts], vp)?;
-                Ok((v.len, v.stats))
-            }
-        }
-    }
-}
-
 /// At most one log line per second per reject reason (and for frames over the voxel cap);
 /// the lines in between are counted and reported with the next one.
 struct RateLimit {
-    last: [Option<Instant>; 6],
-    suppressed: [u64; 6],
+    last: [Option<Instant>; N_REJECT + 2],
+    suppressed: [u64; N_REJECT + 2],
 }
 
 /// [`RateLimit`] slot of the "over the voxel cap" warning (after the [`Reject`] reasons).
-const VOXEL_CAP_SLOT: usize = 5;
+const VOXEL_CAP_SLOT: usize = N_REJECT;
+/// [`RateLimit`] slot of the "cloud frame differs from bev.frame_id" warning.
+const FRAME_SLOT: usize = N_REJECT + 1;
 
 impl RateLimit {
     fn new() -> Self {
         RateLimit {
-            last: [None; 6],
-            suppressed: [0; 6],
+            last: [None; N_REJECT + 2],
+            suppressed: [0; N_REJECT + 2],
         }
     }
 
-    fn warn(&mut self, logger: &str, why: Reject, detail: &str) {
-        let line = format!("dropped a cloud ({}): {detail}", why.name());
-        self.log(logger, why.index(), &line);
+    fn warn(&mut self, logger: &str, r: &Rejected) {
+        let line = format!("dropped a cloud ({}): {}", r.why.name(), r.detail);
+        self.log(logger, r.why.index(), &line, Duration::from_secs(1));
     }
 
-    fn log(&mut self, logger: &str, i: usize, line: &str) {
+    fn log(&mut self, logger: &str, i: usize, line: &str, every: Duration) {
         let now = Instant::now();
-        if self.last[i].is_some_and(|t| now.duration_since(t) < Duration::from_secs(1)) {
+        if self.last[i].is_some_and(|t| now.duration_since(t) < every) {
             self.suppressed[i] += 1;
             return;
         }
@@ -210,143 +137,222 @@ fn wall_now() -> Duration {
 }
 
 struct Publishers {
+    points: r2r::Publisher<PointCloud2>,
+    bev_labels: r2r::Publisher<Image>,
+    bev_color: r2r::Publisher<Image>,
+    occupancy: r2r::Publisher<OccupancyGrid>,
     processing: r2r::Publisher<Float64>,
-    decode: r2r::Publisher<Float64>,
-    voxelize: r2r::Publisher<Float64>,
+    stages: Vec<r2r::Publisher<Float64>>,
     latency: r2r::Publisher<Float64>,
     voxels: r2r::Publisher<UInt32>,
+}
+
+/// The three BEV messages of a frame.
+pub fn bev_messages(
+    grids: &BevGrids,
+    bev: &BevGridParams,
+    header: &Header,
+) -> Result<(Image, Image, OccupancyGrid), String> {
+    let too_big = || {
+        format!(
+            "BEV grid {} x {} is too large for a message",
+            grids.width, grids.height
+        )
+    };
+    let w = u32::try_from(grids.width).map_err(|_| too_big())?;
+    let h = u32::try_from(grids.height).map_err(|_| too_big())?;
+    let step3 = w.checked_mul(3).ok_or_else(too_big)?;
+    let image = |encoding: &str, step: u32, data: Vec<u8>| Image {
+        header: header.clone(),
+        height: h,
+        width: w,
+        encoding: encoding.to_string(),
+        is_bigendian: 0,
+        step,
+        data,
+    };
+    let occupancy = OccupancyGrid {
+        header: header.clone(),
+        info: MapMetaData {
+            map_load_time: header.stamp.clone(),
+            resolution: bev.resolution as f32,
+            width: w,
+            height: h,
+            origin: Pose {
+                position: Point {
+                    x: bev.range[0],
+                    y: bev.range[1],
+                    z: 0.0,
+                },
+                orientation: Quaternion {
+                    x: 0.0,
+                    y: 0.0,
+                    z: 0.0,
+                    w: 1.0,
+                },
+            },
+        },
+        data: grids.occupancy.clone(),
+    };
+    Ok((
+        image("mono8", w, grids.labels.clone()),
+        image("rgb8", step3, grids.rgb.clone()),
+        occupancy,
+    ))
 }
 
 struct Worker {
     mailbox: Arc<Mailbox<Frame>>,
     counters: Arc<Mutex<Counters>>,
-    backend: Backend,
-    voxel_params: VoxelParams,
-    max_points: usize,
+    processor: Processor,
+    /// `bev.frame_id`; empty: the input cloud's frame.
+    bev_frame: String,
     budget_ms: f64,
+    on_cuda_error: CudaErrorPolicy,
+    /// Told the reason when a CUDA error must end the node (`on_cuda_error: exit`).
+    exit: tokio::sync::mpsc::UnboundedSender<String>,
     pubs: Publishers,
     logger: String,
 }
 
 impl Worker {
-    fn run(self) {
+    fn run(mut self) {
         let mut fields: Vec<PointField> = Vec::new();
-        let mut points = Points::default();
         let mut limit = RateLimit::new();
         while let Some(frame) = self.mailbox.take() {
             // A bug hit by one frame must not end processing: a panic rejects that frame.
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.process(&frame, &mut fields, &mut points)
+                self.process(&frame, &mut fields, &mut limit)
             }))
             .unwrap_or_else(|panic| {
-                points = Points::default();
                 let what = panic
                     .downcast_ref::<&str>()
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                Err((
-                    Reject::ProcessingError,
-                    format!("processing panicked: {what}"),
-                ))
+                Err(Rejected {
+                    why: Reject::ProcessingError,
+                    detail: format!("processing panicked: {what}"),
+                })
             });
-            match result {
-                Ok(stats) if stats.voxels_dropped() > 0 => limit.log(
-                    &self.logger,
-                    VOXEL_CAP_SLOT,
-                    &format!(
-                        "cloud over the voxel cap: {} voxels, voxelization.max_voxels {} kept, {} points in dropped voxels",
-                        stats.voxels_total, stats.voxels_kept, stats.points_capped
-                    ),
-                ),
-                Ok(_) => {}
-                Err((why, detail)) => {
-                    let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
-                    c.rejected[why.index()] += 1;
-                    if why == Reject::ProcessingError {
-                        c.last_error = Some(detail.clone());
-                    }
-                    drop(c);
-                    limit.warn(&self.logger, why, &detail);
+            let Err(r) = result else { continue };
+            {
+                let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+                c.rejected[r.why.index()] += 1;
+                c.last_reject = Some(r.to_string());
+                if matches!(r.why, Reject::ProcessingError | Reject::DeviceError) {
+                    c.last_error = Some(r.to_string());
                 }
             }
+            if ends_node(self.on_cuda_error, r.why) {
+                r2r::log_error!(
+                    &self.logger,
+                    "CUDA error, exiting (on_cuda_error: exit): {}",
+                    r.detail
+                );
+                let _ = self.exit.send(r.detail.clone());
+                return;
+            }
+            limit.warn(&self.logger, &r);
         }
     }
 
     fn process(
-        &self,
+        &mut self,
         frame: &Frame,
         fields: &mut Vec<PointField>,
-        points: &mut Points,
-    ) -> Result<VoxelStats, (Reject, String)> {
-        let t0 = Instant::now();
+        limit: &mut RateLimit,
+    ) -> Result<(), Rejected> {
         let msg = &frame.msg;
-        let declared = (msg.width as u64).saturating_mul(msg.height as u64);
-        if declared > self.max_points as u64 {
-            return Err((
-                Reject::TooManyPoints,
-                format!(
-                    "{declared} points ({} × {}) exceed the model's voxelization.max_points {}",
-                    msg.width, msg.height, self.max_points
-                ),
-            ));
-        }
         super::fields_into(msg, fields);
-        let report = cloud::decode_into(&super::cloud_view(msg, fields), points)
-            .map_err(|e| (Reject::Malformed, e.to_string()))?;
-        let t_decode = t0.elapsed();
-        if report.total == 0 {
-            return Err((
-                Reject::Empty,
-                format!(
-                    "the cloud has no points (width {}, height {})",
-                    msg.width, msg.height
+        let out = self.processor.process(&super::cloud_view(msg, fields))?;
+        let FrameOutput {
+            cloud,
+            grids,
+            voxels,
+            voxel_stats,
+            points_kept,
+            stages,
+            total_ms,
+            ..
+        } = out;
+        if voxel_stats.voxels_dropped() > 0 {
+            limit.log(
+                &self.logger,
+                VOXEL_CAP_SLOT,
+                &format!(
+                    "cloud over the voxel cap: {} voxels, voxelization.max_voxels {} kept; {} points in dropped voxels published with class_id 255",
+                    voxel_stats.voxels_total, voxel_stats.voxels_kept, voxel_stats.points_capped
                 ),
-            ));
+                Duration::from_secs(1),
+            );
         }
-        if report.kept == 0 {
-            return Err((
-                Reject::NoFinitePoints,
-                format!(
-                    "all {} points have a NaN or infinite coordinate",
-                    report.total
-                ),
-            ));
-        }
-        let t1 = Instant::now();
-        let (voxels, stats) = self
-            .backend
-            .voxelize(points, &self.voxel_params)
-            .map_err(|e| (Reject::ProcessingError, format!("voxelization failed: {e}")))?;
-        let t_vox = t1.elapsed();
-        let total = t0.elapsed();
-        let latency = frame.received.elapsed();
-
-        let total_ms = ms(total);
-        {
-            let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
-            c.processed += 1;
-            c.last_processing_ms = Some(total_ms);
-            c.last_voxels = Some(voxels);
-            if stats.voxels_dropped() > 0 {
-                c.over_voxel_cap += 1;
-            }
-            if total_ms > self.budget_ms {
-                c.over_budget_since.get_or_insert(t0);
+        let bev_header = Header {
+            stamp: msg.header.stamp.clone(),
+            frame_id: if self.bev_frame.is_empty() {
+                msg.header.frame_id.clone()
             } else {
-                c.over_budget_since = None;
-            }
+                self.bev_frame.clone()
+            },
+        };
+        if !self.bev_frame.is_empty() && msg.header.frame_id != self.bev_frame {
+            limit.log(
+                &self.logger,
+                FRAME_SLOT,
+                &format!(
+                    "the BEV grids are stamped `{}` (bev.frame_id) but the cloud is in `{}`: no transform is applied; \
+                     publish clouds in `{}`, or set bev.frame_id to \"\" to use the cloud's frame",
+                    self.bev_frame, msg.header.frame_id, self.bev_frame
+                ),
+                Duration::from_secs(60),
+            );
         }
+        let (labels, color, occupancy) =
+            bev_messages(&grids, self.processor.bev_params(), &bev_header).map_err(|detail| {
+                Rejected {
+                    why: Reject::ProcessingError,
+                    detail,
+                }
+            })?;
+        let cloud_msg = super::to_msg(cloud, msg.header.clone());
+
         // A failed publish (the node is shutting down) is not the frame's fault.
-        let _ = self.pubs.decode.publish(&f64_msg(ms(t_decode)));
-        let _ = self.pubs.voxelize.publish(&f64_msg(ms(t_vox)));
+        let _ = self.pubs.points.publish(&cloud_msg);
+        let _ = self.pubs.bev_labels.publish(&labels);
+        let _ = self.pubs.bev_color.publish(&color);
+        let _ = self.pubs.occupancy.publish(&occupancy);
+        let latency = ms(frame.received.elapsed());
+        for (p, v) in self.pubs.stages.iter().zip(stages) {
+            let _ = p.publish(&f64_msg(v));
+        }
         let _ = self.pubs.voxels.publish(&UInt32 {
             data: voxels.min(u32::MAX as usize) as u32,
         });
-        let _ = self.pubs.latency.publish(&f64_msg(ms(latency)));
+        let _ = self.pubs.latency.publish(&f64_msg(latency));
         let _ = self.pubs.processing.publish(&f64_msg(total_ms));
-        Ok(stats)
+
+        let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        c.processed += 1;
+        c.last_processing_ms = Some(total_ms);
+        c.last_latency_ms = Some(latency);
+        c.last_voxels = Some(voxels);
+        c.last_points = Some(points_kept);
+        if voxel_stats.voxels_dropped() > 0 {
+            c.over_voxel_cap += 1;
+        }
+        if total_ms > self.budget_ms {
+            c.over_budget_since.get_or_insert_with(Instant::now);
+        } else {
+            c.over_budget_since = None;
+        }
+        Ok(())
     }
+}
+
+/// Whether a rejected frame ends the node: a CUDA error under `on_cuda_error: exit`. Everything
+/// else (bad input, CPU processing errors, CUDA errors under `recover`) drops only the frame.
+fn ends_node(policy: CudaErrorPolicy, why: Reject) -> bool {
+    why == Reject::DeviceError && policy == CudaErrorPolicy::Exit
 }
 
 /// `diagnostic_msgs/DiagnosticStatus` levels (r2r's constants are bindgen enum types).
@@ -364,21 +370,31 @@ struct DiagInfo {
     error_after_s: f64,
 }
 
+/// Counts since the previous report, for the level.
+#[derive(Debug, Default, Clone, Copy)]
+struct Since {
+    device_errors: u64,
+    processing_errors: u64,
+    rejected: u64,
+}
+
 /// One `/diagnostics` message.
 ///
-/// Level: ERROR when every frame processed during the last `budget.error_after_s` seconds was
-/// over `budget.processing_ms`; WARN when the last frame was over budget or voxelization failed
-/// since the last report; OK otherwise. Values: received, processed, skipped, rejected (total
-/// and `rejected.<reason>`), last processing ms, input age ms (since the last cloud arrived),
-/// input stamp age ms (arrival minus header stamp), last voxel count, frames over the voxel
-/// cap (`voxelization.max_voxels`; processed with the voxels past it dropped), device, model config,
-/// weights, budget.
-fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, new_errors: bool) -> DiagnosticArray {
+/// Level, first match: ERROR when every frame processed during the last `budget.error_after_s`
+/// seconds was over `budget.processing_ms`, or a CUDA error happened since the last report;
+/// WARN when the last frame was over budget, processing failed, or frames were rejected since
+/// the last report; OK otherwise. Values: received, processed, skipped, rejected (total and
+/// `rejected.<reason>`), last processing ms, last latency ms (receipt to publication), input age
+/// ms (since the last cloud arrived), input stamp age ms (arrival minus header stamp), last
+/// points, last voxels, frames over the voxel cap, device, model config, weights, budget, last
+/// reject, last error.
+fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> DiagnosticArray {
     let now = Instant::now();
     let over_for = c
         .over_budget_since
         .map(|t| now.duration_since(t).as_secs_f64());
     let over = c.last_processing_ms.is_some_and(|m| m > info.budget_ms);
+    let last_error = c.last_error.as_deref().unwrap_or("?");
     let (level, message) = match (over_for, over) {
         (Some(s), true) if s >= info.error_after_s => (
             LEVEL_ERROR,
@@ -386,6 +402,10 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, new_errors: bool) ->
                 "processing over the {} ms budget for {s:.1} s",
                 info.budget_ms
             ),
+        ),
+        _ if since.device_errors > 0 => (
+            LEVEL_ERROR,
+            format!("{} CUDA error(s): {last_error}", since.device_errors),
         ),
         (_, true) => (
             LEVEL_WARN,
@@ -395,11 +415,15 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, new_errors: bool) ->
                 info.budget_ms
             ),
         ),
-        _ if new_errors => (
+        _ if since.processing_errors > 0 => {
+            (LEVEL_WARN, format!("processing failed: {last_error}"))
+        }
+        _ if since.rejected > 0 => (
             LEVEL_WARN,
             format!(
-                "processing failed: {}",
-                c.last_error.as_deref().unwrap_or("?")
+                "{} input cloud(s) rejected, last: {}",
+                since.rejected,
+                c.last_reject.as_deref().unwrap_or("?")
             ),
         ),
         _ if c.received == 0 => (LEVEL_OK, "no input cloud yet".to_string()),
@@ -410,6 +434,7 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, new_errors: bool) ->
         value: v,
     };
     let opt = |v: Option<f64>| v.map_or_else(|| "none".to_string(), |v| format!("{v:.3}"));
+    let opt_n = |v: Option<usize>| v.map_or_else(|| "none".to_string(), |v| v.to_string());
     let rejected: u64 = c.rejected.iter().sum();
     let mut values = vec![
         kv("received", c.received.to_string()),
@@ -425,16 +450,14 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, new_errors: bool) ->
     }
     values.extend([
         kv("last processing ms", opt(c.last_processing_ms)),
+        kv("last latency ms", opt(c.last_latency_ms)),
         kv(
             "input age ms",
             opt(c.last_receipt.map(|t| ms(now.duration_since(t)))),
         ),
         kv("input stamp age ms", opt(c.last_stamp_age_ms)),
-        kv(
-            "last voxels",
-            c.last_voxels
-                .map_or_else(|| "none".into(), |v| v.to_string()),
-        ),
+        kv("last points", opt_n(c.last_points)),
+        kv("last voxels", opt_n(c.last_voxels)),
         kv("frames over voxel cap", c.over_voxel_cap.to_string()),
         kv("device", info.device.clone()),
         kv("model config", info.model_config.clone()),
@@ -442,12 +465,15 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, new_errors: bool) ->
         kv("budget ms", format!("{:.3}", info.budget_ms)),
         kv("error after s", format!("{:.3}", info.error_after_s)),
     ]);
+    if let Some(e) = &c.last_reject {
+        values.push(kv("last reject", e.clone()));
+    }
     if let Some(e) = &c.last_error {
         values.push(kv("last error", e.clone()));
     }
     let t = wall_now();
     let mut header = Header::default();
-    header.stamp.sec = t.as_secs() as i32;
+    header.stamp.sec = t.as_secs().min(i32::MAX as u64) as i32;
     header.stamp.nanosec = t.subsec_nanos();
     DiagnosticArray {
         header,
@@ -466,8 +492,8 @@ struct Setup {
     node: r2r::Node,
     params: NodeParams,
     model: ModelConfig,
-    backend: Backend,
-    device: String,
+    weights: PathBuf,
+    processor: Processor,
 }
 
 fn fail(code: i32, msg: impl std::fmt::Display) -> i32 {
@@ -537,20 +563,44 @@ pub fn main() -> i32 {
             )
         }
     };
+    if params.model.weights.is_empty() {
+        return fail(
+            EXIT_PARAMS,
+            "parameter `model.weights` is empty: the node needs SphereFormer weights (a safetensors file \
+             exported from the upstream checkpoint, see README); set it in the params file, pass \
+             `-p model.weights:=/path/model.safetensors`, or the launch argument weights:=/path/model.safetensors",
+        );
+    }
+    let weights = params::weights_path(&params, &file_maps);
 
-    // 4. The device.
-    let (backend, device) = match Backend::open(params.device) {
-        Ok(b) => b,
-        Err(e) => return fail(EXIT_DEVICE, e),
+    // 4. The model on the device.
+    let bev = bev_params(
+        &model.yaml,
+        params.bev.range,
+        params.bev.resolution,
+        &params.bev.obstacle_classes,
+    );
+    let t = Instant::now();
+    let processor = match Processor::open(params.device, &model.yaml, &weights, bev) {
+        Ok(p) => p,
+        Err(e) if e.starts_with("parameter `device`") => return fail(EXIT_DEVICE, e),
+        Err(e) => return fail(EXIT_PARAMS, e),
     };
+    eprintln!(
+        "perception_node: model {} with weights {} loaded on {} in {:.0} ms",
+        model.source.display(),
+        weights.display(),
+        processor.device_name(),
+        ms(t.elapsed())
+    );
 
     run(
         Setup {
             node,
             params,
             model,
-            backend,
-            device,
+            weights,
+            processor,
         },
         fqn,
     )
@@ -561,23 +611,40 @@ fn run(setup: Setup, fqn: String) -> i32 {
         mut node,
         params,
         model,
-        backend,
-        device,
+        weights,
+        processor,
     } = setup;
     let logger = node.logger().to_string();
+    let topics = &params.topics;
 
     let qos = r2r::QosProfile::sensor_data().keep_last(params.input.qos_depth);
-    let sub = match node.subscribe::<PointCloud2>("~/input/points", qos) {
+    let sub = match node.subscribe::<PointCloud2>(&topics.input_points, qos) {
         Ok(s) => s,
-        Err(e) => return fail(EXIT_ROS, format!("cannot subscribe to ~/input/points: {e}")),
+        Err(e) => {
+            return fail(
+                EXIT_ROS,
+                format!(
+                    "cannot subscribe to {} (topics.input_points): {e}",
+                    topics.input_points
+                ),
+            )
+        }
     };
     let pubs = (|| -> r2r::Result<(Publishers, r2r::Publisher<DiagnosticArray>)> {
         let q = r2r::QosProfile::default();
+        let out = r2r::QosProfile::default().reliable().keep_last(1);
+        let mut stages = Vec::with_capacity(STAGES.len());
+        for s in STAGES {
+            stages.push(node.create_publisher(&format!("~/debug/stage_ms/{s}"), q.clone())?);
+        }
         Ok((
             Publishers {
+                points: node.create_publisher(&topics.output_points, out.clone())?,
+                bev_labels: node.create_publisher(&topics.bev_labels, out.clone())?,
+                bev_color: node.create_publisher(&topics.bev_labels_color, out.clone())?,
+                occupancy: node.create_publisher(&topics.bev_occupancy, out)?,
                 processing: node.create_publisher("~/debug/processing_time_ms", q.clone())?,
-                decode: node.create_publisher("~/debug/stage_ms/decode", q.clone())?,
-                voxelize: node.create_publisher("~/debug/stage_ms/voxelize", q.clone())?,
+                stages,
                 latency: node.create_publisher("~/debug/latency_ms", q.clone())?,
                 voxels: node.create_publisher("~/debug/voxels", q.clone())?,
             },
@@ -586,7 +653,12 @@ fn run(setup: Setup, fqn: String) -> i32 {
     })();
     let (pubs, diag_pub) = match pubs {
         Ok(p) => p,
-        Err(e) => return fail(EXIT_ROS, format!("cannot create the publishers: {e}")),
+        Err(e) => {
+            return fail(
+                EXIT_ROS,
+                format!("cannot create the publishers (check the topics.* parameters): {e}"),
+            )
+        }
     };
 
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -618,16 +690,19 @@ fn run(setup: Setup, fqn: String) -> i32 {
     let mailbox: Arc<Mailbox<Frame>> = Arc::new(Mailbox::new());
     let counters = Arc::new(Mutex::new(Counters::default()));
     let stop = Arc::new(AtomicBool::new(false));
+    let (exit_tx, mut exit_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
 
     // Processing thread.
     let vox = &model.yaml.voxelization;
+    let device = processor.device_name().to_string();
     let worker = Worker {
         mailbox: mailbox.clone(),
         counters: counters.clone(),
-        backend,
-        voxel_params: model.voxel_params(),
-        max_points: vox.max_points,
+        processor,
+        bev_frame: params.bev.frame_id.clone(),
         budget_ms: params.budget.processing_ms,
+        on_cuda_error: params.on_cuda_error,
+        exit: exit_tx,
         pubs,
         logger: logger.clone(),
     };
@@ -667,11 +742,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
         name: format!("{fqn}: perception"),
         device: device.clone(),
         model_config: model.source.display().to_string(),
-        weights: if params.model.weights.is_empty() {
-            "(none)".into()
-        } else {
-            params.model.weights.clone()
-        },
+        weights: weights.display().to_string(),
         budget_ms: params.budget.processing_ms,
         error_after_s: params.budget.error_after_s,
     };
@@ -680,15 +751,20 @@ fn run(setup: Setup, fqn: String) -> i32 {
         rt.spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut errors_seen = 0u64;
+            let mut seen = [0u64; N_REJECT];
             loop {
                 tick.tick().await;
                 let skipped = mailbox.skipped();
                 let msg = {
                     let c = counters.lock().unwrap_or_else(|p| p.into_inner());
-                    let errors = c.rejected[Reject::ProcessingError.index()];
-                    let m = diagnostics(&info, &c, skipped, errors > errors_seen);
-                    errors_seen = errors;
+                    let new = |r: Reject| c.rejected[r.index()] - seen[r.index()];
+                    let since = Since {
+                        device_errors: new(Reject::DeviceError),
+                        processing_errors: new(Reject::ProcessingError),
+                        rejected: Reject::ALL.iter().map(|&r| new(r)).sum(),
+                    };
+                    let m = diagnostics(&info, &c, skipped, since);
+                    seen = c.rejected;
                     m
                 };
                 let _ = diag_pub.publish(&msg);
@@ -719,17 +795,22 @@ fn run(setup: Setup, fqn: String) -> i32 {
 
     r2r::log_info!(
         &logger,
-        "ready: device {device}, model {} ({} voxels max, {} points max), budget {} ms",
+        "ready: device {device}, model {} ({} voxels max, {} points max), BEV {} x {} cells of {} m, budget {} ms; input {}",
         model.source.display(),
         vox.max_voxels,
         vox.max_points,
-        params.budget.processing_ms
+        info_bev_width(&params),
+        info_bev_height(&params),
+        params.bev.resolution,
+        params.budget.processing_ms,
+        topics.input_points
     );
 
-    let which = rt.block_on(async {
+    let (which, device_error) = rt.block_on(async {
         tokio::select! {
-            _ = sigint.recv() => "SIGINT",
-            _ = sigterm.recv() => "SIGTERM",
+            _ = sigint.recv() => ("SIGINT", None),
+            _ = sigterm.recv() => ("SIGTERM", None),
+            Some(e) = exit_rx.recv() => ("CUDA error", Some(e)),
         }
     });
 
@@ -762,9 +843,160 @@ fn run(setup: Setup, fqn: String) -> i32 {
         mailbox.skipped(),
         c.rejected.iter().sum::<u64>()
     );
+    if let Some(e) = device_error {
+        return fail(
+            EXIT_DEVICE,
+            format!(
+                "stopped on a CUDA error (parameter on_cuda_error: exit): {e}; check the GPU (nvidia-smi) \
+                 and restart, or set on_cuda_error: recover to drop such frames and keep running"
+            ),
+        );
+    }
     if worker_ok && spinner_ok {
         0
     } else {
         fail(EXIT_ROS, "a thread panicked during shutdown")
+    }
+}
+
+fn info_bev_width(p: &NodeParams) -> usize {
+    ((p.bev.range[2] - p.bev.range[0]) / p.bev.resolution).ceil() as usize
+}
+
+fn info_bev_height(p: &NodeParams) -> usize {
+    ((p.bev.range[3] - p.bev.range[1]) / p.bev.resolution).ceil() as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> DiagInfo {
+        DiagInfo {
+            name: "/sptr: perception".into(),
+            device: "cpu".into(),
+            model_config: "m.yaml".into(),
+            weights: "w.safetensors".into(),
+            budget_ms: 100.0,
+            error_after_s: 2.0,
+        }
+    }
+
+    fn level_and_values(c: &Counters, since: Since) -> (u8, String, Vec<(String, String)>) {
+        let d = diagnostics(&info(), c, 3, since);
+        let s = &d.status[0];
+        (
+            s.level,
+            s.message.clone(),
+            s.values
+                .iter()
+                .map(|kv| (kv.key.clone(), kv.value.clone()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn rejects_warn_cuda_errors_are_errors_and_all_are_counted() {
+        let mut c = Counters {
+            received: 5,
+            processed: 2,
+            ..Default::default()
+        };
+        c.rejected[Reject::Malformed.index()] = 2;
+        c.rejected[Reject::DeviceError.index()] = 1;
+        c.last_reject = Some("malformed: truncated".into());
+        c.last_error = Some("device_error: CUDA: illegal address".into());
+        let (level, msg, values) = level_and_values(&c, Since::default());
+        assert_eq!(level, LEVEL_OK, "{msg}");
+        let get = |k: &str| {
+            values
+                .iter()
+                .find(|(kk, _)| kk == k)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(get("rejected").as_deref(), Some("3"));
+        assert_eq!(get("rejected.malformed").as_deref(), Some("2"));
+        assert_eq!(get("rejected.device_error").as_deref(), Some("1"));
+        assert_eq!(get("skipped").as_deref(), Some("3"));
+        let (level, msg, _) = level_and_values(
+            &c,
+            Since {
+                rejected: 2,
+                ..Default::default()
+            },
+        );
+        assert_eq!(level, LEVEL_WARN);
+        assert!(
+            msg.contains("2 input cloud(s) rejected") && msg.contains("truncated"),
+            "{msg}"
+        );
+        let (level, msg, _) = level_and_values(
+            &c,
+            Since {
+                device_errors: 1,
+                rejected: 1,
+                ..Default::default()
+            },
+        );
+        assert_eq!(level, LEVEL_ERROR);
+        assert!(
+            msg.contains("CUDA") && msg.contains("illegal address"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn only_cuda_errors_under_exit_end_the_node() {
+        for why in Reject::ALL {
+            assert!(!ends_node(CudaErrorPolicy::Recover, why), "{why:?}");
+            assert_eq!(
+                ends_node(CudaErrorPolicy::Exit, why),
+                why == Reject::DeviceError,
+                "{why:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bev_messages_have_the_grid_layout() {
+        let p = BevGridParams {
+            range: [-2.0, -1.0, 2.0, 1.0],
+            resolution: 0.5,
+            classes: 2,
+            obstacle_classes: vec![1],
+            palette: vec![[1, 2, 3], [4, 5, 6]],
+        };
+        let g = crate::bev::label_grid::label_grid_cpu(&[0.1], &[0.1], &[1], &[0.9], &p).unwrap();
+        let header = Header {
+            frame_id: "base_link".into(),
+            ..Default::default()
+        };
+        let (labels, color, occ) = bev_messages(&g, &p, &header).unwrap();
+        assert_eq!((labels.width, labels.height, labels.step), (8, 4, 8));
+        assert_eq!((color.width, color.height, color.step), (8, 4, 24));
+        assert_eq!(
+            (labels.encoding.as_str(), color.encoding.as_str()),
+            ("mono8", "rgb8")
+        );
+        assert_eq!(labels.data.len(), 32);
+        assert_eq!(color.data.len(), 96);
+        // (0.1, 0.1) is cell (4, 2).
+        assert_eq!(labels.data[2 * 8 + 4], 1);
+        assert_eq!(
+            &color.data[(2 * 8 + 4) * 3..(2 * 8 + 4) * 3 + 3],
+            &[4, 5, 6]
+        );
+        assert_eq!(occ.data[2 * 8 + 4], 100);
+        assert_eq!(occ.data[0], -1);
+        assert_eq!(
+            (occ.info.width, occ.info.height, occ.info.resolution),
+            (8, 4, 0.5)
+        );
+        assert_eq!(
+            (occ.info.origin.position.x, occ.info.origin.position.y),
+            (-2.0, -1.0)
+        );
+        assert_eq!(occ.info.origin.orientation.w, 1.0);
+        assert_eq!(occ.header.frame_id, "base_link");
     }
 }

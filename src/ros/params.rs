@@ -298,22 +298,34 @@ fn flatten_into(m: &mut Mapping, prefix: &str, v: &Value) {
 /// file it came from (the last file that sets it, as `config/perception.yaml` documents), or
 /// against the working directory when it came from a `-p` override (or there is no file).
 pub fn model_config_path(params: &NodeParams, files: &[(PathBuf, Mapping)]) -> PathBuf {
-    let p = Path::new(&params.model.config);
+    resolve_path("model", "config", &params.model.config, files)
+}
+
+/// `model.weights` as a path, resolved as [`model_config_path`] resolves `model.config`.
+pub fn weights_path(params: &NodeParams, files: &[(PathBuf, Mapping)]) -> PathBuf {
+    resolve_path("model", "weights", &params.model.weights, files)
+}
+
+/// The path parameter `<section>.<key>` (final value `value`), relative paths resolved against
+/// the params file that set that value, else the working directory.
+fn resolve_path(section: &str, key: &str, value: &str, files: &[(PathBuf, Mapping)]) -> PathBuf {
+    let p = Path::new(value);
     if p.is_absolute() {
         return p.to_path_buf();
     }
+    let dotted = format!("{section}.{key}");
     let set_by = |m: &Mapping| -> Option<String> {
-        if let Some(v) = m.get("model.config") {
+        if let Some(v) = m.get(dotted.as_str()) {
             return v.as_str().map(str::to_string);
         }
-        m.get("model")?.get("config")?.as_str().map(str::to_string)
+        m.get(section)?.get(key)?.as_str().map(str::to_string)
     };
     let from_file = files
         .iter()
         .rev()
         .find_map(|(f, m)| set_by(m).map(|v| (f, v)));
     match from_file {
-        Some((f, v)) if v == params.model.config => match f.parent() {
+        Some((f, v)) if v == value => match f.parent() {
             Some(dir) => dir.join(p),
             None => p.to_path_buf(),
         },
@@ -468,6 +480,75 @@ mod tests {
         assert_eq!(
             model_config_path(&p, &later),
             PathBuf::from("/cfg/models/m.yaml")
+        );
+        // Topic names and the CUDA error policy: defaults, overrides, validation.
+        assert_eq!(p.topics.output_points, "~/output/points");
+        assert_eq!(p.on_cuda_error, crate::config::CudaErrorPolicy::Exit);
+        let p2 = merged(
+            &files,
+            &[
+                (
+                    "topics.output_points".into(),
+                    ParameterValue::String("seg/points".into()),
+                ),
+                (
+                    "on_cuda_error".into(),
+                    ParameterValue::String("recover".into()),
+                ),
+            ],
+            "t",
+        )
+        .unwrap();
+        assert_eq!(p2.topics.output_points, "seg/points");
+        assert_eq!(p2.topics.input_points, "~/input/points");
+        assert_eq!(p2.on_cuda_error, crate::config::CudaErrorPolicy::Recover);
+        for bad in ["", "a b", "x/", "a//b"] {
+            let e = merged(
+                &files,
+                &[(
+                    "topics.bev_labels".into(),
+                    ParameterValue::String(bad.into()),
+                )],
+                "t",
+            )
+            .unwrap_err();
+            assert!(e.to_string().contains("topics.bev_labels"), "{bad:?}: {e}");
+        }
+        let e = merged(
+            &files,
+            &[(
+                "on_cuda_error".into(),
+                ParameterValue::String("sometimes".into()),
+            )],
+            "t",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("on_cuda_error") || e.to_string().contains("sometimes"),
+            "{e}"
+        );
+        // Weights resolve like model.config.
+        let pw = merged(
+            &files,
+            &[(
+                "model.weights".into(),
+                ParameterValue::String("w.safetensors".into()),
+            )],
+            "t",
+        )
+        .unwrap();
+        assert_eq!(weights_path(&pw, &files), PathBuf::from("w.safetensors"));
+        let mut with_w = files.clone();
+        with_w[0]
+            .1
+            .get_mut("model")
+            .unwrap()
+            .as_mapping_mut()
+            .unwrap()
+            .insert("weights".into(), "w.safetensors".into());
+        assert_eq!(
+            weights_path(&pw, &with_w),
+            PathBuf::from("/cfg/w.safetensors")
         );
         // From -p: relative to the working directory.
         let over = [(

@@ -4,15 +4,28 @@
 The node runs in namespace --ns (so its private topics are <ns>/sptr/...). Scenarios:
 
   valid      publish the nuScenes cloud (--cloud, float32 x 5 columns; x, y, z, intensity are
-             sent) until ~/debug/voxels and ~/debug/processing_time_ms arrive; check the voxel
-             count is --expect-voxels.
-  malformed  after a first valid cloud, publish each bad cloud (truncated data, point_step 0,
-             missing z, NaN-only, empty, more points than voxelization.max_points), wait until
-             /diagnostics counts its reject under the expected reason, then publish a valid
-             cloud and wait for its voxel count: the node must keep processing.
+             sent) until its outputs arrive: the labeled cloud (fields, point count, frame, stamp,
+             class ids and probabilities), the three BEV grids (--grid W H, --bev-frame), the
+             voxel count (--expect-voxels) and the debug times; then check /diagnostics.
+             --dump-labels writes the class ids and probabilities it got.
+  robust     a valid cloud, then each bad or unusual cloud below, each followed by a valid cloud
+             whose outputs (matched by stamp) must arrive every time:
+               truncated, point_step_0, missing_z  -> rejected.malformed
+               empty                                -> rejected.empty
+               nan_only                             -> rejected.no_finite_points
+               too_many_points (declared 4,000,001) -> rejected.too_many_points
+               nan_mixed (1/4 of the points NaN)    -> processed: only the finite points come back
+               two_million (2,000,000 points)       -> processed: 2,000,000 labeled points
+               over_voxel_cap (the cloud + a shifted copy, more voxels than --voxel-cap)
+                                                    -> processed with the cap: points of dropped
+                                                       voxels come back with class_id 255
+             /diagnostics must count each reject under its reason.
   burst      after a first valid cloud, publish 20 valid clouds 2 ms apart (again, up to 8
              bursts, while none was skipped: see scenario_burst); wait until /diagnostics
              settles and check skipped > 0 and processed + skipped + rejected == received.
+  bench      publish the cloud --frames times, one at a time (the next once the previous one's
+             labeled cloud is back), and print receipt-to-publication latency percentiles from
+             the node's ~/debug/latency_ms, and the round trip seen by the peer, as JSON.
 
 Every wait is bounded (--timeout seconds per step); a failure prints FAIL: <why> and exits 1.
 Lines "RESULT key=value" report what was observed. Exits 0 on success.
@@ -20,6 +33,7 @@ Lines "RESULT key=value" report what was observed. Exits 0 on success.
 
 import argparse
 import array
+import json
 import sys
 import time
 
@@ -28,10 +42,20 @@ import rclpy
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
 from diagnostic_msgs.msg import DiagnosticArray
-from sensor_msgs.msg import PointCloud2, PointField
+from nav_msgs.msg import OccupancyGrid
+from sensor_msgs.msg import Image, PointCloud2, PointField
 from std_msgs.msg import Float64, UInt32
 
 F32 = PointField.FLOAT32
+U8 = PointField.UINT8
+STAGES = ("decode", "voxelize", "network", "devoxelize", "bev", "encode")
+LABELED_FIELDS = [("x", 0, F32), ("y", 4, F32), ("z", 8, F32), ("intensity", 12, F32),
+                  ("class_id", 16, U8), ("probability", 17, F32)]
+LABELED_DTYPE = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("intensity", "<f4"),
+                          ("class_id", "u1"), ("probability", "<f4")])
+NO_CLASS = 255
+
+_stamp_seq = [0]
 
 
 def fields_xyzi():
@@ -39,11 +63,13 @@ def fields_xyzi():
 
 
 def cloud(fields, point_step, width, data, height=1, row_step=None, frame="lidar_top"):
+    """A PointCloud2 with a stamp no other cloud of this peer has (outputs are matched by it)."""
     m = PointCloud2()
     m.header.frame_id = frame
     t = time.time()
+    _stamp_seq[0] += 1
     m.header.stamp.sec = int(t)
-    m.header.stamp.nanosec = int((t - int(t)) * 1e9)
+    m.header.stamp.nanosec = (int((t - int(t)) * 1e9) // 1000) * 1000 + _stamp_seq[0] % 1000
     m.height = height
     m.width = width
     m.fields = fields
@@ -55,14 +81,21 @@ def cloud(fields, point_step, width, data, height=1, row_step=None, frame="lidar
     return m
 
 
-def valid_cloud(path):
+def stamp_of(msg):
+    return (msg.header.stamp.sec, msg.header.stamp.nanosec)
+
+
+def load_xyzi(path):
     raw = np.fromfile(path, dtype="<f4").reshape(-1, 5)
-    xyzi = np.ascontiguousarray(raw[:, :4])
-    return cloud(fields_xyzi(), 16, xyzi.shape[0], xyzi.tobytes())
+    return np.ascontiguousarray(raw[:, :4])
 
 
-def bad_clouds(good):
-    """(name, expected reject reason, message)"""
+def xyzi_cloud(xyzi):
+    return cloud(fields_xyzi(), 16, xyzi.shape[0], np.ascontiguousarray(xyzi, dtype="<f4").tobytes())
+
+
+def malformed_clouds(good):
+    """(name, expected reject reason, message) of the clouds the node must reject."""
     n = good.width
     data = bytes(good.data)
     nan = np.full((100, 4), np.nan, dtype="<f4")
@@ -74,8 +107,8 @@ def bad_clouds(good):
         ("truncated", "malformed", cloud(fields_xyzi(), 16, n, data[: len(data) // 2])),
         ("point_step_0", "malformed", cloud(fields_xyzi(), 0, n, data, row_step=16 * n)),
         ("missing_z", "malformed", cloud(xyi, 12, 100, bytes(1200))),
-        ("nan_only", "no_finite_points", cloud(fields_xyzi(), 16, 100, nan.tobytes())),
         ("empty", "empty", cloud(fields_xyzi(), 16, 0, b"")),
+        ("nan_only", "no_finite_points", cloud(fields_xyzi(), 16, 100, nan.tobytes())),
         # Declares 4,000,001 points (over the nuScenes model's max_points 4,000,000): rejected
         # from its header, before decoding.
         ("too_many_points", "too_many_points", cloud(fields_xyzi(), 16, 4_000_001, bytes(16))),
@@ -83,25 +116,45 @@ def bad_clouds(good):
 
 
 class Peer(Node):
-    def __init__(self, ns, timeout, input_topic=None):
+    def __init__(self, args):
+        ns = args.ns
         super().__init__("sptr_node_peer_" + ns.strip("/").replace("/", "_"))
         self.ns = ns.rstrip("/")
-        self.timeout = timeout
+        self.timeout = args.timeout
         base = f"{self.ns}/sptr"
-        qos = QoSProfile(depth=25, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-        self.input_topic = input_topic or f"{base}/input/points"
+        self.base = base
+        qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+        self.input_topic = args.input or f"{base}/input/points"
         self.pub = self.create_publisher(PointCloud2, self.input_topic, qos)
         self.voxels = []
         self.proc_ms = []
-        self.stage = {"decode": [], "voxelize": []}
+        self.latency_ms = []
+        self.stage = {s: [] for s in STAGES}
         self.diag = None
         self.diag_count = 0
+        # Outputs by stamp: {(sec, nanosec): {"points": msg, "labels": msg, ...}}
+        self.outputs = {}
+        self.out_topics = {
+            "points": resolve(base, args.output_points),
+            "labels": resolve(base, args.bev_labels),
+            "color": resolve(base, args.bev_labels_color),
+            "occupancy": resolve(base, args.bev_occupancy),
+        }
+        out_qos = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+        for key, typ in (("points", PointCloud2), ("labels", Image), ("color", Image), ("occupancy", OccupancyGrid)):
+            self.create_subscription(typ, self.out_topics[key], lambda m, k=key: self.on_output(k, m), out_qos)
         self.create_subscription(UInt32, f"{base}/debug/voxels", lambda m: self.voxels.append(m.data), 100)
         self.create_subscription(Float64, f"{base}/debug/processing_time_ms", lambda m: self.proc_ms.append(m.data), 100)
+        self.create_subscription(Float64, f"{base}/debug/latency_ms", lambda m: self.latency_ms.append(m.data), 1000)
         for s in self.stage:
             self.create_subscription(Float64, f"{base}/debug/stage_ms/{s}", lambda m, s=s: self.stage[s].append(m.data), 100)
         self.diag_name = f"{base}: perception"
         self.create_subscription(DiagnosticArray, "/diagnostics", self.on_diag, 10)
+
+    def on_output(self, key, msg):
+        entry = self.outputs.setdefault(stamp_of(msg), {})
+        entry[key] = msg
+        entry.setdefault("_t", {})[key] = time.monotonic()
 
     def on_diag(self, msg):
         for st in msg.status:
@@ -127,14 +180,14 @@ class Peer(Node):
         self.spin_until(lambda: self.pub.get_subscription_count() > 0,
                         f"the node's subscription on {self.input_topic}")
 
-    def process_valid(self, good, expect):
-        """Publishes `good` until a new voxel count arrives; checks it."""
-        before = len(self.voxels)
-        self.spin_until(lambda: len(self.voxels) > before, "~/debug/voxels after a valid cloud", republish=good)
-        got = self.voxels[-1]
-        if expect is not None and got != expect:
-            fail(f"voxel count {got}, expected {expect}")
-        return got
+    def outputs_of(self, msg, what, period=1.0):
+        """Publishes `msg` (again every `period` s) until all four outputs with its stamp are in."""
+        key = stamp_of(msg)
+        four = ("points", "labels", "color", "occupancy")
+        self.spin_until(lambda: all(k in self.outputs.get(key, {}) for k in four), f"the four outputs of {what}",
+                        republish=msg, period=period)
+        out = self.outputs.pop(key)
+        return out
 
     def diag_int(self, key):
         if self.diag is None:
@@ -148,53 +201,165 @@ class Peer(Node):
         return self.diag
 
 
+def resolve(base, name):
+    if name.startswith("~/"):
+        return f"{base}/{name[2:]}"
+    if name.startswith("/"):
+        return name
+    return f"{base.rsplit('/', 1)[0]}/{name}"
+
+
 def fail(why):
     print(f"FAIL: {why}", flush=True)
     sys.exit(1)
 
 
-def scenario_valid(p, good, expect, level=None):
-    got = p.process_valid(good, expect)
-    p.spin_until(lambda: len(p.proc_ms) > 0 and all(p.stage.values()), "~/debug/processing_time_ms and stage times")
-    print(f"RESULT voxels={got}", flush=True)
-    print(f"RESULT processing_ms={p.proc_ms[-1]:.2f} decode_ms={p.stage['decode'][-1]:.2f} "
-          f"voxelize_ms={p.stage['voxelize'][-1]:.2f}", flush=True)
+def check_outputs(p, args, sent, out, expect_points, what):
+    """The four outputs of `sent`: layouts, sizes, frames, stamps; returns the labeled points."""
+    pc = out["points"]
+    got_fields = [(f.name, f.offset, f.datatype) for f in pc.fields]
+    if got_fields != LABELED_FIELDS:
+        fail(f"{what}: labeled cloud fields {got_fields}, expected {LABELED_FIELDS}")
+    if pc.point_step != 21 or pc.height != 1 or pc.row_step != 21 * pc.width or pc.is_bigendian:
+        fail(f"{what}: labeled cloud layout point_step {pc.point_step} height {pc.height} row_step {pc.row_step}")
+    if pc.width != expect_points:
+        fail(f"{what}: labeled cloud has {pc.width} points, expected {expect_points}")
+    if pc.header.frame_id != sent.header.frame_id or stamp_of(pc) != stamp_of(sent):
+        fail(f"{what}: labeled cloud header {pc.header}, expected the input's {sent.header}")
+    pts = np.frombuffer(bytes(pc.data), dtype=LABELED_DTYPE, count=pc.width)
+    cls = pts["class_id"]
+    prob = pts["probability"]
+    labeled = cls != NO_CLASS
+    if not np.all(cls[labeled] < args.classes):
+        fail(f"{what}: class ids {np.unique(cls)} not below {args.classes} (or {NO_CLASS})")
+    if not (np.all(prob[labeled] > 0.0) and np.all(prob <= 1.0) and np.all(prob[~labeled] == 0.0)):
+        fail(f"{what}: probabilities out of (0, 1] (or not 0 for class {NO_CLASS})")
+    w, h = args.grid
+    bev_frame = args.bev_frame or sent.header.frame_id
+    for key, enc, step in (("labels", "mono8", w), ("color", "rgb8", 3 * w)):
+        im = out[key]
+        if (im.width, im.height, im.encoding, im.step, len(im.data)) != (w, h, enc, step, step * h):
+            fail(f"{what}: BEV {key} image {im.width} x {im.height} {im.encoding} step {im.step} "
+                 f"({len(im.data)} bytes), expected {w} x {h} {enc} step {step}")
+        if im.header.frame_id != bev_frame or stamp_of(im) != stamp_of(sent):
+            fail(f"{what}: BEV {key} header {im.header}, expected frame {bev_frame!r} and the input's stamp")
+    occ = out["occupancy"]
+    info = occ.info
+    if (info.width, info.height, len(occ.data)) != (w, h, w * h) or abs(info.resolution - args.resolution) > 1e-6:
+        fail(f"{what}: occupancy grid {info.width} x {info.height} res {info.resolution}, expected {w} x {h} res {args.resolution}")
+    if occ.header.frame_id != bev_frame or stamp_of(occ) != stamp_of(sent):
+        fail(f"{what}: occupancy header {occ.header}, expected frame {bev_frame!r} and the input's stamp")
+    occ_v = np.array(occ.data, dtype=np.int16)
+    lab_v = np.frombuffer(bytes(out["labels"].data), dtype=np.uint8)
+    if not np.all((occ_v == -1) | ((occ_v >= 0) & (occ_v <= 100))):
+        fail(f"{what}: occupancy values outside -1..100")
+    if not np.array_equal(occ_v == -1, lab_v == 255):
+        fail(f"{what}: occupancy unknown cells differ from the label image's empty cells")
+    if not np.any(lab_v != 255):
+        fail(f"{what}: the BEV grid has no labeled cell")
+    return pts
+
+
+def scenario_valid(p, args, xyzi):
+    good = xyzi_cloud(xyzi)
+    out = p.outputs_of(good, "the nuScenes cloud")
+    pts = check_outputs(p, args, good, out, xyzi.shape[0], "nuScenes cloud")
+    if not np.array_equal(pts["x"], xyzi[:, 0]) or not np.array_equal(pts["intensity"], xyzi[:, 3]):
+        fail("the labeled cloud's x / intensity differ from the input's")
+    p.spin_until(lambda: len(p.voxels) > 0 and len(p.proc_ms) > 0 and all(p.stage.values()),
+                 "~/debug/voxels, ~/debug/processing_time_ms and the stage times")
+    if args.expect_voxels is not None and p.voxels[-1] != args.expect_voxels:
+        fail(f"voxel count {p.voxels[-1]}, expected {args.expect_voxels}")
+    if args.dump_labels:
+        with open(args.dump_labels, "wb") as f:
+            f.write(np.ascontiguousarray(pts["class_id"]).tobytes())
+            f.write(np.ascontiguousarray(pts["probability"], dtype="<f4").tobytes())
+    labeled = int(np.sum(pts["class_id"] != NO_CLASS))
+    print(f"RESULT voxels={p.voxels[-1]}", flush=True)
+    print(f"RESULT points={pc_width(out)} labeled={labeled} grid={out['labels'].width}x{out['labels'].height} "
+          f"bev_frame={out['labels'].header.frame_id}", flush=True)
+    print("RESULT processing_ms=%.2f %s" % (p.proc_ms[-1], " ".join(f"{s}_ms={p.stage[s][-1]:.2f}" for s in STAGES)), flush=True)
     d = p.next_diag()
     for key in ("received", "processed", "skipped", "rejected", "last processing ms", "input age ms",
-                "device", "model config"):
+                "device", "model config", "weights"):
         if key not in d:
             fail(f"/diagnostics has no `{key}` value: {d}")
     if d["device"] != "cpu":
         fail(f"/diagnostics device is {d['device']!r}, expected 'cpu'")
-    if not d["model config"].endswith("sphereformer_nuscenes.yaml"):
-        fail(f"/diagnostics model config is {d['model config']!r}")
     if int(d["processed"]) < 1:
         fail(f"/diagnostics processed {d['processed']} after a processed cloud")
-    if level is not None and d["_level"] != level:
-        fail(f"/diagnostics level {d['_level']} ({d['_message']!r}), expected {level}: {d}")
+    if args.expect_level is not None and d["_level"] != args.expect_level:
+        fail(f"/diagnostics level {d['_level']} ({d['_message']!r}), expected {args.expect_level}: {d}")
     print(f"RESULT diag_level={d['_level']} processed={d['processed']} "
           f"over_voxel_cap={d['frames over voxel cap']} message={d['_message']!r}", flush=True)
 
 
-def scenario_malformed(p, good, expect, level=None):
-    p.process_valid(good, expect)
+def pc_width(out):
+    return out["points"].width
+
+
+def scenario_robust(p, args, xyzi):
+    n = xyzi.shape[0]
+
+    def good_again(after):
+        good = xyzi_cloud(xyzi)
+        out = p.outputs_of(good, f"the valid cloud after {after}")
+        check_outputs(p, args, good, out, n, f"valid cloud after {after}")
+
+    good_again("start")
     p.next_diag()
-    for name, reason, bad in bad_clouds(good):
+    good = xyzi_cloud(xyzi)
+    for name, reason, bad in malformed_clouds(good):
         key = f"rejected.{reason}"
         before = p.diag_int(key)
         # Republished each second until counted (the node may still be busy, and a newer frame
         # replaces a waiting one).
         p.spin_until(lambda: p.diag_int(key) > before, f"/diagnostics {key} to count the {name} cloud",
                      republish=bad, period=1.0)
-        got = p.process_valid(good, expect)
-        print(f"RESULT {name}: {key}={p.diag_int(key)}, then a valid cloud gave {got} voxels", flush=True)
+        good_again(name)
+        print(f"RESULT {name}: {key}={p.diag_int(key)}, then the valid cloud's outputs", flush=True)
+
+    # Processed, with fewer or more points.
+    mixed = xyzi.copy()
+    mixed[::4, 1] = np.nan
+    finite = int(np.sum(np.isfinite(mixed[:, :3]).all(axis=1)))
+    out = p.outputs_of(msg := xyzi_cloud(mixed), "the cloud with NaN coordinates")
+    check_outputs(p, args, msg, out, finite, "cloud with NaN coordinates")
+    good_again("nan_mixed")
+    print(f"RESULT nan_mixed: {finite} of {n} points back, then the valid cloud's outputs", flush=True)
+
+    reps = -(-2_000_000 // n)
+    big = np.ascontiguousarray(np.tile(xyzi, (reps, 1))[:2_000_000])
+    out = p.outputs_of(msg := xyzi_cloud(big), "the 2,000,000-point cloud", period=3.0)
+    check_outputs(p, args, msg, out, 2_000_000, "2,000,000-point cloud")
+    del big, msg, out
+    good_again("two_million")
+    print("RESULT two_million: 2000000 labeled points back, then the valid cloud's outputs", flush=True)
+
+    before = p.diag_int("frames over voxel cap")
+    shifted = xyzi.copy()
+    shifted[:, :3] += np.float32(0.05)
+    over = np.concatenate([xyzi, shifted])
+    out = p.outputs_of(msg := xyzi_cloud(over), "the cloud over the voxel cap")
+    pts = check_outputs(p, args, msg, out, over.shape[0], "cloud over the voxel cap")
+    dropped = int(np.sum(pts["class_id"] == NO_CLASS))
+    if dropped == 0:
+        fail("a cloud over voxelization.max_voxels came back with every point labeled")
+    p.spin_until(lambda: p.diag_int("frames over voxel cap") > before, "/diagnostics to count the frame over the voxel cap")
+    good_again("over_voxel_cap")
+    print(f"RESULT over_voxel_cap: {dropped} of {over.shape[0]} points in dropped voxels (class_id 255), "
+          f"frames over voxel cap {p.diag_int('frames over voxel cap')}, then the valid cloud's outputs", flush=True)
+
     d = p.next_diag()
     print(f"RESULT rejected={d['rejected']} received={d['received']} processed={d['processed']} "
-          f"skipped={d['skipped']}", flush=True)
+          f"skipped={d['skipped']} " + " ".join(f"{k}={v}" for k, v in d.items() if k.startswith("rejected.")), flush=True)
+    if int(d["rejected"]) < 6:
+        fail(f"/diagnostics counts {d['rejected']} rejects, expected at least 6")
 
 
-def scenario_burst(p, good, expect, level=None):
-    p.process_valid(good, expect)
+def scenario_burst(p, args, xyzi):
+    good = xyzi_cloud(xyzi)
+    p.outputs_of(good, "the first cloud")
     # A 555 kB cloud is larger than Fast DDS's default shared-memory segment, so it goes over
     # UDP, and a best-effort subscription loses some of a burst when the machine is loaded: a
     # burst whose clouds all got lost proves nothing, so burst again (at most 8 times) until
@@ -211,6 +376,7 @@ def scenario_burst(p, good, expect, level=None):
     # Settled: the node has processed, skipped or rejected every frame it received, in two
     # consecutive reports.
     settled = []
+    settled_at = [0]
 
     def check():
         d = p.diag
@@ -226,7 +392,6 @@ def scenario_burst(p, good, expect, level=None):
             settled_at[0] = p.diag_count
         return False
 
-    settled_at = [0]
     p.spin_until(check, "/diagnostics to settle with processed + skipped + rejected == received")
     d = p.diag
     print(f"RESULT received={d['received']} processed={d['processed']} skipped={d['skipped']} "
@@ -237,26 +402,70 @@ def scenario_burst(p, good, expect, level=None):
         fail(f"valid clouds were rejected: {d}")
 
 
+def percentiles(v):
+    v = sorted(v)
+    if not v:
+        return None
+    rank = lambda q: v[min(len(v), max(1, int(np.ceil(q * len(v))))) - 1]  # noqa: E731
+    return {"n": len(v), "mean_ms": round(float(np.mean(v)), 3), "p50_ms": round(rank(0.5), 3),
+            "p90_ms": round(rank(0.9), 3), "p99_ms": round(rank(0.99), 3), "max_ms": round(v[-1], 3)}
+
+
+def scenario_bench(p, args, xyzi):
+    """One frame at a time: the node's receipt-to-publication latency without queueing."""
+    for _ in range(args.warmup):
+        p.outputs_of(xyzi_cloud(xyzi), "a warm-up cloud")
+    p.latency_ms.clear()
+    p.proc_ms.clear()
+    round_trip = []
+    for i in range(args.frames):
+        msg = xyzi_cloud(xyzi)
+        t0 = time.monotonic()
+        out = p.outputs_of(msg, f"frame {i + 1} of the benchmark", period=60.0)
+        round_trip.append((out["_t"]["points"] - t0) * 1e3)
+    p.spin_until(lambda: len(p.latency_ms) >= args.frames, "the node's latency of every frame")
+    result = {"bench": "node", "device": p.diag["device"] if p.diag else None, "points": int(xyzi.shape[0]),
+              "frames": args.frames, "voxels": p.voxels[-1] if p.voxels else None,
+              "receipt_to_publication": percentiles(p.latency_ms[-args.frames:]),
+              "processing": percentiles(p.proc_ms[-args.frames:]),
+              "peer_round_trip": percentiles(round_trip)}
+    print("BENCH " + json.dumps(result), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", required=True)
-    ap.add_argument("--scenario", required=True, choices=["valid", "malformed", "burst"])
+    ap.add_argument("--scenario", required=True, choices=["valid", "robust", "burst", "bench"])
     ap.add_argument("--cloud", required=True)
     ap.add_argument("--expect-voxels", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=20.0)
     ap.add_argument("--input", default=None, help="the node's input topic (default <ns>/sptr/input/points)")
+    ap.add_argument("--output-points", default="~/output/points")
+    ap.add_argument("--bev-labels", default="~/output/bev/labels")
+    ap.add_argument("--bev-labels-color", default="~/output/bev/labels_color")
+    ap.add_argument("--bev-occupancy", default="~/output/bev/occupancy")
+    ap.add_argument("--grid", type=int, nargs=2, default=[256, 256], metavar=("W", "H"),
+                    help="expected BEV grid size in cells")
+    ap.add_argument("--resolution", type=float, default=0.4, help="expected BEV resolution")
+    ap.add_argument("--bev-frame", default="base_link", help="expected BEV frame ('' = the cloud's)")
+    ap.add_argument("--classes", type=int, default=16)
     ap.add_argument("--expect-level", type=int, default=None,
                     help="valid: the diagnostics level expected after the cloud (0 OK, 1 WARN, 2 ERROR)")
+    ap.add_argument("--dump-labels", default=None,
+                    help="valid: write the labeled cloud's class_id (uint8 each) then probability "
+                         "(float32 each) to this file")
+    ap.add_argument("--frames", type=int, default=200, help="bench: frames to time")
+    ap.add_argument("--warmup", type=int, default=3, help="bench: untimed frames first")
     args = ap.parse_args()
 
     rclpy.init(args=None)
-    p = Peer(args.ns, args.timeout, args.input)
-    good = valid_cloud(args.cloud)
-    print(f"node_peer: {args.scenario} against {args.ns}/sptr, cloud of {good.width} points", flush=True)
+    p = Peer(args)
+    xyzi = load_xyzi(args.cloud)
+    print(f"node_peer: {args.scenario} against {args.ns}/sptr, cloud of {xyzi.shape[0]} points", flush=True)
     try:
         p.wait_connected()
-        {"valid": scenario_valid, "malformed": scenario_malformed, "burst": scenario_burst}[args.scenario](
-            p, good, args.expect_voxels, args.expect_level)
+        {"valid": scenario_valid, "robust": scenario_robust, "burst": scenario_burst,
+         "bench": scenario_bench}[args.scenario](p, args, xyzi)
         print("node_peer: OK", flush=True)
     finally:
         p.destroy_node()

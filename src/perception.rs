@@ -1,0 +1,631 @@
+//! The perception node's work on one frame, without ROS: a `PointCloud2` body in, the labeled
+//! cloud body and the BEV grids out, with per-stage times. The node (`ros::node`) wraps it in
+//! messages; `sptr bench pipeline` runs it alone (no ROS) to time the same path on any host.
+//!
+//! Steps: the point count declared by the header against `voxelization.max_points` (before
+//! anything is allocated), decode ([`crate::cloud::decode_into`], non-finite points dropped),
+//! [`Segmenter::segment`] (voxelize, network, devoxelize), the BEV grids
+//! ([`crate::bev::label_grid`]: on the GPU when the device is CUDA), the labeled cloud
+//! ([`crate::cloud::encode_labeled`]).
+//!
+//! The device is chosen in one place, [`Processor::open`].
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::bev::label_grid::{label_grid_cpu, BevGridParams, BevGrids};
+use crate::cloud::{self, CloudBuf, CloudView};
+use crate::config::{DeviceKind, ModelYaml};
+use crate::model::weights::Weights;
+use crate::pipeline::{Segmentation, Segmenter, UNLABELED};
+use crate::sparse::voxelize::VoxelStats;
+use crate::{Error, Points};
+
+/// `class_id` of a point without a class (no voxel: non-finite, out of range, past
+/// `max_voxels`); its probability is 0. Also the "no data" value of the mono8 BEV image.
+pub const NO_CLASS: u8 = 255;
+
+/// Why a frame gave no output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reject {
+    /// The PointCloud2 cannot be decoded (truncated data, zero point_step, missing x/y/z, ...).
+    Malformed,
+    /// Zero points (width or height 0).
+    Empty,
+    /// Every point has a NaN/Inf coordinate.
+    NoFinitePoints,
+    /// More points than the model YAML's `voxelization.max_points`.
+    TooManyPoints,
+    /// Processing failed on the CPU (a bug or an input the model cannot take).
+    ProcessingError,
+    /// A CUDA error (the `on_cuda_error` parameter says what happens next).
+    DeviceError,
+}
+
+impl Reject {
+    pub const ALL: [Reject; 6] = [
+        Reject::Malformed,
+        Reject::Empty,
+        Reject::NoFinitePoints,
+        Reject::TooManyPoints,
+        Reject::ProcessingError,
+        Reject::DeviceError,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reject::Malformed => "malformed",
+            Reject::Empty => "empty",
+            Reject::NoFinitePoints => "no_finite_points",
+            Reject::TooManyPoints => "too_many_points",
+            Reject::ProcessingError => "processing_error",
+            Reject::DeviceError => "device_error",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The reason for a library error met while processing.
+    pub fn of_error(e: &Error) -> Reject {
+        match e {
+            Error::Cuda(_) | Error::KernelCompile(_) => Reject::DeviceError,
+            _ => Reject::ProcessingError,
+        }
+    }
+}
+
+/// A rejected frame: the reason and what exactly was wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    pub why: Reject,
+    pub detail: String,
+}
+
+impl Rejected {
+    fn new(why: Reject, detail: impl Into<String>) -> Self {
+        Rejected {
+            why,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.why.name(), self.detail)
+    }
+}
+
+/// Stages [`FrameOutput::stages`] reports, in order (the node publishes each on
+/// `~/debug/stage_ms/<name>`).
+pub const STAGES: [&str; 6] = [
+    "decode",
+    "voxelize",
+    "network",
+    "devoxelize",
+    "bev",
+    "encode",
+];
+
+/// What one frame gives.
+#[derive(Debug, Clone)]
+pub struct FrameOutput {
+    /// The labeled cloud's body (see [`cloud::encode_labeled`]): one point per finite input point.
+    pub cloud: CloudBuf,
+    pub grids: BevGrids,
+    /// Voxels the network ran on.
+    pub voxels: usize,
+    pub voxel_stats: VoxelStats,
+    /// Input points (declared by the message) and points kept by decoding (finite x, y, z).
+    pub points_in: usize,
+    pub points_kept: usize,
+    /// Wall time of each of [`STAGES`], ms.
+    pub stages: [f64; STAGES.len()],
+    /// Sum of the stages, ms.
+    pub total_ms: f64,
+}
+
+/// Where the network runs.
+enum Model {
+    Cpu(Segmenter),
+}
+
+/// Where the BEV grids are computed.
+enum Bev {
+    Cpu,
+    #[cfg(feature = "cuda")]
+    Cuda(crate::device::cuda::CudaDevice),
+}
+
+/// The model, the BEV grid and the reusable buffers of one frame processor.
+pub struct Processor {
+    model: Model,
+    bev_backend: Bev,
+    bev: BevGridParams,
+    max_points: usize,
+    device_name: String,
+    // Reused per frame.
+    points: Points,
+    class_id: Vec<u8>,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The BEV grid parameters of the node: range, resolution and obstacle classes from its
+/// parameters, classes and palette from the model.
+pub fn bev_params(
+    model: &ModelYaml,
+    range: [f64; 4],
+    resolution: f64,
+    obstacle_classes: &[u8],
+) -> BevGridParams {
+    BevGridParams {
+        range,
+        resolution,
+        classes: model.classes,
+        obstacle_classes: obstacle_classes.to_vec(),
+        palette: model.palette.clone(),
+    }
+}
+
+impl Processor {
+    /// Loads the weights and opens the device. Errors are for the user, naming what to fix:
+    /// missing or mismatched weights, a device that cannot be used.
+    ///
+    /// The device choice, in one place:
+    /// - `cpu`: the network and the BEV grids on the CPU.
+    /// - `cuda`: the BEV grids on the GPU (`bev::label_grid_cuda`). The network needs a CUDA
+    ///   SphereFormer, which this build does not have yet: `cuda` fails here with a message
+    ///   saying so rather than silently running the network on the CPU (a latency budget
+    ///   sized for the GPU would be missed by a factor of a hundred). When `Segmenter` gains
+    ///   its CUDA constructor, it goes in the `DeviceKind::Cuda` arm below.
+    pub fn open(
+        device: DeviceKind,
+        model: &ModelYaml,
+        weights: &Path,
+        bev: BevGridParams,
+    ) -> Result<Processor, String> {
+        if device == DeviceKind::Cuda {
+            // The device first: a missing GPU is the message a user needs, not the weights'.
+            Self::check_cuda()?;
+        }
+        let w = Weights::from_file(weights).map_err(|e| {
+            format!("parameter `model.weights`: {e}; give the safetensors file exported from the upstream checkpoint (README: weights)")
+        })?;
+        Self::with_weights(device, model, w, bev).map_err(|e| {
+            if e.starts_with("parameter `model.weights`") {
+                e.replacen("the weights", &weights.display().to_string(), 1)
+            } else {
+                e
+            }
+        })
+    }
+
+    /// [`open`](Self::open) with weights already loaded (e.g. random ones for a benchmark).
+    pub fn with_weights(
+        device: DeviceKind,
+        model: &ModelYaml,
+        weights: Weights,
+        bev: BevGridParams,
+    ) -> Result<Processor, String> {
+        bev.validate().map_err(|e| {
+            format!("parameters `bev.range`/`bev.resolution`/`bev.obstacle_classes` do not fit the model: {e}")
+        })?;
+        let load = || -> Result<Segmenter, String> {
+            Segmenter::new(model.clone(), weights).map_err(|e| {
+                format!(
+                    "parameter `model.weights`: the weights do not fit the model YAML (`model.config`): {e}; \
+                     use weights exported for this configuration, or the model YAML they were trained with"
+                )
+            })
+        };
+        let (model_rt, bev_backend, device_name) = match device {
+            DeviceKind::Cpu => (Model::Cpu(load()?), Bev::Cpu, "cpu".to_string()),
+            #[cfg(feature = "cuda")]
+            DeviceKind::Cuda => {
+                let (bev, name) = open_cuda()?;
+                (cuda_model(model, load)?, bev, name)
+            }
+            #[cfg(not(feature = "cuda"))]
+            DeviceKind::Cuda => return Err(cuda_unavailable()),
+        };
+        Ok(Processor {
+            model: model_rt,
+            bev_backend,
+            bev,
+            max_points: model.voxelization.max_points,
+            device_name,
+            points: Points::default(),
+            class_id: Vec::new(),
+        })
+    }
+
+    #[cfg(feature = "cuda")]
+    fn check_cuda() -> Result<(), String> {
+        open_cuda().map(|_| ())
+    }
+    #[cfg(not(feature = "cuda"))]
+    fn check_cuda() -> Result<(), String> {
+        Err(cuda_unavailable())
+    }
+
+    /// `cpu`, or `cuda:0 (<name>, sm_XY)`.
+    pub fn device_name(&self) -> &str {
+        &self.device_name
+    }
+
+    pub fn bev_params(&self) -> &BevGridParams {
+        &self.bev
+    }
+
+    /// One frame. A rejected frame leaves nothing behind: the next one starts clean.
+    pub fn process(&mut self, view: &CloudView) -> Result<FrameOutput, Rejected> {
+        let mut stages = [0.0; STAGES.len()];
+        let declared = (view.width as u64).saturating_mul(view.height as u64);
+        if declared > self.max_points as u64 {
+            return Err(Rejected::new(
+                Reject::TooManyPoints,
+                format!(
+                    "{declared} points ({} x {}) exceed the model's voxelization.max_points {}",
+                    view.width, view.height, self.max_points
+                ),
+            ));
+        }
+        let t = Instant::now();
+        let report = match cloud::decode_into(view, &mut self.points) {
+            Ok(r) => r,
+            Err(e) => {
+                self.points = Points::default();
+                return Err(Rejected::new(Reject::Malformed, e.to_string()));
+            }
+        };
+        stages[0] = ms(t.elapsed());
+        if report.total == 0 {
+            return Err(Rejected::new(
+                Reject::Empty,
+                format!(
+                    "the cloud has no points (width {}, height {})",
+                    view.width, view.height
+                ),
+            ));
+        }
+        if report.kept == 0 {
+            return Err(Rejected::new(
+                Reject::NoFinitePoints,
+                format!(
+                    "all {} points have a NaN or infinite coordinate",
+                    report.total
+                ),
+            ));
+        }
+
+        let seg = self
+            .segment()
+            .map_err(|e| Rejected::new(Reject::of_error(&e), e.to_string()))?;
+        let network: Duration = seg
+            .times
+            .stages
+            .iter()
+            .filter(|(n, _)| n != "voxelize" && n != "devoxelize")
+            .map(|(_, d)| *d)
+            .sum();
+        stages[1] = seg.times.get("voxelize").map_or(0.0, ms);
+        stages[2] = ms(network);
+        stages[3] = seg.times.get("devoxelize").map_or(0.0, ms);
+
+        let t = Instant::now();
+        self.class_id.clear();
+        self.class_id
+            .extend(seg.labels.iter().map(|&l| class_u8(l)));
+        let grids = self
+            .grids(&seg.probs)
+            .map_err(|e| Rejected::new(Reject::of_error(&e), format!("BEV grid: {e}")))?;
+        stages[4] = ms(t.elapsed());
+
+        let t = Instant::now();
+        let cloud =
+            cloud::encode_labeled(&self.points, &self.class_id, &seg.probs).map_err(|e| {
+                Rejected::new(
+                    Reject::ProcessingError,
+                    format!("encoding the labeled cloud: {e}"),
+                )
+            })?;
+        stages[5] = ms(t.elapsed());
+        Ok(FrameOutput {
+            cloud,
+            grids,
+            voxels: seg.voxels,
+            voxel_stats: seg.voxel_stats,
+            points_in: report.total,
+            points_kept: report.kept,
+            total_ms: stages.iter().sum(),
+            stages,
+        })
+    }
+
+    fn segment(&self) -> Result<Segmentation, Error> {
+        match &self.model {
+            Model::Cpu(s) => s.segment(&[&self.points]),
+        }
+    }
+
+    fn grids(&self, probs: &[f32]) -> Result<BevGrids, Error> {
+        let p = &self.points;
+        match &self.bev_backend {
+            Bev::Cpu => label_grid_cpu(&p.x, &p.y, &self.class_id, probs, &self.bev),
+            #[cfg(feature = "cuda")]
+            Bev::Cuda(dev) => {
+                use crate::device::cuda::cuda_err;
+                let s = &dev.stream;
+                let x = s.clone_htod(&p.x).map_err(cuda_err("BEV: uploading x"))?;
+                let y = s.clone_htod(&p.y).map_err(cuda_err("BEV: uploading y"))?;
+                let c = s
+                    .clone_htod(&self.class_id)
+                    .map_err(cuda_err("BEV: uploading class ids"))?;
+                let pr = s
+                    .clone_htod(probs)
+                    .map_err(cuda_err("BEV: uploading probabilities"))?;
+                crate::bev::label_grid_cuda::label_grid_cuda(
+                    dev,
+                    &x,
+                    &y,
+                    &c,
+                    &pr,
+                    p.len(),
+                    &self.bev,
+                )
+            }
+        }
+    }
+}
+
+/// The GPU for the BEV grids (device 0).
+#[cfg(feature = "cuda")]
+fn open_cuda() -> Result<(Bev, String), String> {
+    use crate::device::cuda::{driver_available, CudaDevice};
+    if !driver_available() {
+        return Err("parameter `device` is `cuda` but no CUDA driver (libcuda) was found on this machine; set `device: cpu` (launch argument device:=cpu) to run on the CPU".into());
+    }
+    let d = CudaDevice::new(0).map_err(|e| {
+        format!("parameter `device` is `cuda` but the GPU cannot be used: {e}; set `device: cpu` (launch argument device:=cpu) to run on the CPU")
+    })?;
+    let name = format!("cuda:0 ({}, sm_{}{})", d.name, d.arch.major, d.arch.minor);
+    Ok((Bev::Cuda(d), name))
+}
+
+/// The network on CUDA. `Segmenter` has no CUDA constructor yet: the place to call it.
+#[cfg(feature = "cuda")]
+fn cuda_model(
+    _model: &ModelYaml,
+    _cpu: impl FnOnce() -> Result<Segmenter, String>,
+) -> Result<Model, String> {
+    Err(cuda_unavailable())
+}
+
+/// The message for `device: cuda` while the network has no CUDA backend (see [`Processor::open`]).
+fn cuda_unavailable() -> String {
+    let build = if cfg!(feature = "cuda") {
+        "this build has CUDA support for voxelization and the BEV grids, but the SphereFormer network has no CUDA backend yet"
+    } else {
+        "this build has no CUDA support (cargo feature `cuda`), and the SphereFormer network has no CUDA backend yet"
+    };
+    format!("parameter `device` is `cuda`: {build}; set `device: cpu` (launch argument device:=cpu, or `-p device:=cpu`) to run on the CPU")
+}
+
+/// A segmentation label as the labeled cloud's uint8 `class_id` ([`NO_CLASS`] for none).
+pub fn class_u8(label: u32) -> u8 {
+    if label == UNLABELED {
+        return NO_CLASS;
+    }
+    u8::try_from(label)
+        .ok()
+        .filter(|&c| c != NO_CLASS)
+        .unwrap_or(NO_CLASS)
+}
+
+/// Latency statistics of a benchmark, ms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Percentiles {
+    pub n: usize,
+    pub mean: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles of `samples` (ms); `None` when empty.
+    pub fn of(samples: &[f64]) -> Option<Percentiles> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut v = samples.to_vec();
+        v.sort_by(|a, b| a.total_cmp(b));
+        let rank = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        Some(Percentiles {
+            n: v.len(),
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+            p50: rank(0.50),
+            p90: rank(0.90),
+            p99: rank(0.99),
+            max: v[v.len() - 1],
+        })
+    }
+
+    pub fn json(&self) -> String {
+        format!(
+            "{{\"n\":{},\"mean_ms\":{:.3},\"p50_ms\":{:.3},\"p90_ms\":{:.3},\"p99_ms\":{:.3},\"max_ms\":{:.3}}}",
+            self.n, self.mean, self.p50, self.p90, self.p99, self.max
+        )
+    }
+}
+
+/// `sptr bench pipeline`: the node's frame processing without ROS, `frames` times on one cloud
+/// body (after `warmup` untimed frames). Returns one JSON object: the device, points, voxels,
+/// latency percentiles of the whole frame, and the median of each stage.
+pub fn bench(
+    proc_: &mut Processor,
+    body: &CloudBuf,
+    warmup: usize,
+    frames: usize,
+) -> Result<String, Rejected> {
+    let view = body.view();
+    for _ in 0..warmup {
+        proc_.process(&view)?;
+    }
+    let mut total = Vec::with_capacity(frames);
+    let mut per_stage: Vec<Vec<f64>> = vec![Vec::with_capacity(frames); STAGES.len()];
+    let mut last = None;
+    for _ in 0..frames.max(1) {
+        let t = Instant::now();
+        let out = proc_.process(&view)?;
+        total.push(ms(t.elapsed()));
+        for (i, v) in out.stages.iter().enumerate() {
+            per_stage[i].push(*v);
+        }
+        last = Some((out.points_kept, out.voxels));
+    }
+    let (points, voxels) = last.unwrap_or((0, 0));
+    let stages: Vec<String> = STAGES
+        .iter()
+        .zip(&per_stage)
+        .map(|(n, v)| format!("\"{n}\":{:.3}", Percentiles::of(v).map_or(0.0, |p| p.p50)))
+        .collect();
+    let lat = Percentiles::of(&total).map_or_else(|| "null".into(), |p| p.json());
+    Ok(format!(
+        "{{\"bench\":\"pipeline\",\"device\":{},\"points\":{points},\"voxels\":{voxels},\"warmup\":{warmup},\"latency\":{lat},\"stage_p50_ms\":{{{}}}}}",
+        json_str(proc_.device_name()),
+        stages.join(",")
+    ))
+}
+
+/// What `sptr bench pipeline` runs on.
+pub struct BenchSetup<'a> {
+    pub cloud: &'a Path,
+    /// None: the params file's `model.config` (relative to the params file, as the node does).
+    pub model: Option<&'a Path>,
+    /// None: deterministic random weights (the same compute as trained ones).
+    pub weights: Option<&'a Path>,
+    /// The node's params file, for the BEV grid (`bev.range`, `bev.resolution`,
+    /// `bev.obstacle_classes`).
+    pub params: &'a Path,
+    pub device: DeviceKind,
+    pub warmup: usize,
+    pub frames: usize,
+}
+
+/// `sptr bench pipeline`: loads everything, encodes the cloud as the node receives it
+/// (`x, y, z, intensity` float32) and runs [`bench`]. Errors name the file or setting at fault.
+pub fn bench_pipeline(b: &BenchSetup) -> Result<String, String> {
+    use crate::pipeline::files::{read_cloud, CloudFormat};
+    let node = crate::config::NodeParams::load(b.params).map_err(|e| format!("--params: {e}"))?;
+    let model_path = match b.model {
+        Some(m) => m.to_path_buf(),
+        None => b
+            .params
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join(&node.model.config),
+    };
+    let model = crate::config::ModelConfig::load(&model_path)
+        .map_err(|e| format!("model: {e}"))?
+        .yaml;
+    let bev = bev_params(
+        &model,
+        node.bev.range,
+        node.bev.resolution,
+        &node.bev.obstacle_classes,
+    );
+    let fmt = CloudFormat::from_path(b.cloud)
+        .ok_or_else(|| format!("{}: not a .bin, .pcd.bin or .pcd cloud", b.cloud.display()))?;
+    let pts = read_cloud(b.cloud, fmt).map_err(|e| format!("{}: {e}", b.cloud.display()))?;
+    let body = cloud::encode_points(&pts, cloud::Layout::XyzI32)
+        .map_err(|e| format!("{}: {e}", b.cloud.display()))?;
+    let (mut p, weights) = match b.weights {
+        Some(w) => (
+            Processor::open(b.device, &model, w, bev)?,
+            w.display().to_string(),
+        ),
+        None => {
+            let w = crate::model::random::random_weights(&model, 1)
+                .map_err(|e| format!("random weights: {e}"))?;
+            (
+                Processor::with_weights(b.device, &model, w, bev)?,
+                "random (seed 1)".to_string(),
+            )
+        }
+    };
+    let json = bench(&mut p, &body, b.warmup, b.frames)
+        .map_err(|e| format!("the cloud was rejected: {e}"))?;
+    Ok(format!(
+        "{},\"model\":{},\"weights\":{},\"cloud\":{}}}",
+        &json[..json.len() - 1],
+        json_str(&model_path.display().to_string()),
+        json_str(&weights),
+        json_str(&b.cloud.display().to_string())
+    ))
+}
+
+/// `s` as a JSON string literal.
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_ids_fit_uint8_and_unlabeled_is_255() {
+        assert_eq!(class_u8(0), 0);
+        assert_eq!(class_u8(15), 15);
+        assert_eq!(class_u8(UNLABELED), NO_CLASS);
+        assert_eq!(class_u8(300), NO_CLASS);
+        assert_eq!(class_u8(255), NO_CLASS);
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=200).map(|i| i as f64).collect();
+        let p = Percentiles::of(&v).unwrap();
+        assert_eq!(
+            (p.n, p.p50, p.p90, p.p99, p.max),
+            (200, 100.0, 180.0, 198.0, 200.0)
+        );
+        assert!((p.mean - 100.5).abs() < 1e-9);
+        assert_eq!(Percentiles::of(&[]), None);
+        assert_eq!(Percentiles::of(&[7.0]).unwrap().p99, 7.0);
+        assert_eq!(json_str("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    }
+
+    #[test]
+    fn cuda_errors_are_device_errors() {
+        assert_eq!(
+            Reject::of_error(&Error::Cuda("illegal address".into())),
+            Reject::DeviceError
+        );
+        assert_eq!(
+            Reject::of_error(&Error::InvalidInput("x".into())),
+            Reject::ProcessingError
+        );
+        for (i, r) in Reject::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+    }
+}
