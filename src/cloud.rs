@@ -928,6 +928,83 @@ pub fn encode_points_with(
     })
 }
 
+// ---------------------------------------------------------------------------------------------
+// Per-point values of one field (ground-truth labels, alignment masks)
+
+/// Element 0 of the first field of `names` found in `view`, for **every** point in row order
+/// (no point dropped, unlike [`decode`]), as `f64` (exact for every datatype). `Ok(None)` when
+/// no such field exists. Replay reads ground-truth label clouds with it, and x/y/z to tell
+/// which points [`decode`] dropped, so labels stay aligned point by point. The message
+/// geometry is checked as [`decode`] checks it.
+pub fn field_values(view: &CloudView, names: &[&str]) -> Result<Option<Vec<f64>>, CloudError> {
+    let Some(field) = find(view.fields, names) else {
+        return Ok(None);
+    };
+    if view.width == 0 || view.height == 0 {
+        return Ok(Some(Vec::new()));
+    }
+    if view.point_step == 0 {
+        return Err(CloudError::ZeroPointStep {
+            width: view.width,
+            height: view.height,
+        });
+    }
+    let acc = resolve(field, view.point_step, view.is_bigendian)?;
+    let (w, h, ps, rs) = (
+        view.width as u64,
+        view.height as u64,
+        view.point_step as u64,
+        view.row_step as u64,
+    );
+    let row_bytes = w * ps;
+    if rs < row_bytes {
+        return Err(CloudError::RowStepTooSmall {
+            row_step: view.row_step,
+            width: view.width,
+            point_step: view.point_step,
+            needed: row_bytes,
+        });
+    }
+    let expected = h * rs;
+    if (view.data.len() as u64) < expected {
+        return Err(CloudError::Truncated {
+            height: view.height,
+            row_step: view.row_step,
+            expected,
+            actual: view.data.len(),
+        });
+    }
+    // Every size below is at most data.len(), so the casts are exact.
+    let (ps, rs, row_bytes) = (ps as usize, rs as usize, row_bytes as usize);
+    let mut out = Vec::with_capacity((w * h) as usize);
+    for r in 0..h as usize {
+        let row = &view.data[r * rs..r * rs + row_bytes];
+        out.extend(row.chunks_exact(ps).map(|p| acc.get(p)));
+    }
+    Ok(Some(out))
+}
+
+/// Per point of `view` (every point, row order): whether x, y and z are all finite, i.e.
+/// whether [`decode`] keeps it. `None` when x, y or z is missing (decode fails on such a cloud).
+pub fn finite_mask(view: &CloudView) -> Result<Option<Vec<bool>>, CloudError> {
+    let (Some(x), Some(y), Some(z)) = (
+        field_values(view, &["x"])?,
+        field_values(view, &["y"])?,
+        field_values(view, &["z"])?,
+    ) else {
+        return Ok(None);
+    };
+    // Decode compares the f32 values: round the same way.
+    let fin = |v: f64| (v as f32).is_finite();
+    Ok(Some(
+        x.iter()
+            .zip(&y)
+            .zip(&z)
+            .map(|((&a, &b), &c)| fin(a) && fin(b) && fin(c))
+            .collect(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,9 +11,13 @@ pub mod cloud;
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod eval;
 pub mod model;
+pub mod outputs;
+pub mod perception;
 pub mod pipeline;
 pub mod points;
+pub mod replay;
 pub mod sparse;
 
 pub use error::{Error, Result};

@@ -758,6 +758,99 @@ impl CdrMessage for CameraInfo {
     }
 }
 
+/// `geometry_msgs/Pose` (position and orientation quaternion), as in a map's origin.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Pose {
+    pub position: [f64; 3],
+    /// `x, y, z, w`.
+    pub orientation: [f64; 4],
+}
+
+/// `nav_msgs/MapMetaData`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MapMetaData {
+    pub map_load_time: Time,
+    /// Metres per cell.
+    pub resolution: f32,
+    pub width: u32,
+    pub height: u32,
+    /// Pose of cell (0, 0)'s corner in the header's frame.
+    pub origin: Pose,
+}
+
+/// `nav_msgs/OccupancyGrid`: row-major cells, 0..=100 occupancy, -1 unknown. Replay writes it
+/// for the BEV occupancy output (the node publishes the same message).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OccupancyGrid {
+    pub header: Header,
+    pub info: MapMetaData,
+    pub data: Vec<i8>,
+}
+
+impl CdrMessage for OccupancyGrid {
+    const TYPE_NAME: &'static str = "nav_msgs/msg/OccupancyGrid";
+    fn read(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+        let header = Header::read(
+            r,
+            [
+                "OccupancyGrid.header.stamp.sec",
+                "OccupancyGrid.header.stamp.nanosec",
+                "OccupancyGrid.header.frame_id",
+            ],
+        )?;
+        let map_load_time = Time {
+            sec: r.read_i32("OccupancyGrid.info.map_load_time.sec")?,
+            nanosec: r.read_u32("OccupancyGrid.info.map_load_time.nanosec")?,
+        };
+        let resolution = r.read_f32("OccupancyGrid.info.resolution")?;
+        let width = r.read_u32("OccupancyGrid.info.width")?;
+        let height = r.read_u32("OccupancyGrid.info.height")?;
+        let mut position = [0.0; 3];
+        for v in position.iter_mut() {
+            *v = r.read_f64("OccupancyGrid.info.origin.position")?;
+        }
+        let mut orientation = [0.0; 4];
+        for v in orientation.iter_mut() {
+            *v = r.read_f64("OccupancyGrid.info.origin.orientation")?;
+        }
+        let data = r
+            .read_bytes("OccupancyGrid.data")?
+            .into_iter()
+            .map(|b| b as i8)
+            .collect();
+        Ok(OccupancyGrid {
+            header,
+            info: MapMetaData {
+                map_load_time,
+                resolution,
+                width,
+                height,
+                origin: Pose {
+                    position,
+                    orientation,
+                },
+            },
+            data,
+        })
+    }
+
+    fn write(&self, w: &mut CdrWriter) {
+        self.header.write(w);
+        let i = &self.info;
+        w.write_i32(i.map_load_time.sec);
+        w.write_u32(i.map_load_time.nanosec);
+        w.write_f32(i.resolution);
+        w.write_u32(i.width);
+        w.write_u32(i.height);
+        w.write_f64_array(&i.origin.position);
+        w.write_f64_array(&i.origin.orientation);
+        w.write_count(self.data.len());
+        for &v in &self.data {
+            w.write_u8(v as u8);
+        }
+    }
+}
+
 /// One decoded message of a type replay reads. (CameraInfo's 360 bytes inline are fine: a
 /// message is decoded once per frame and its buffers dwarf the enum.)
 #[derive(Debug, Clone, PartialEq)]

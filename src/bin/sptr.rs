@@ -1,5 +1,6 @@
 //! `sptr`: the command-line tool. Subcommands: `voxelize` (a cloud file -> voxel summary),
-//! `kernels` (compile every CUDA kernel with NVRTC), `bench voxelize` (JSON timings), `info`.
+//! `kernels` (compile every CUDA kernel with NVRTC), `bench voxelize` (JSON timings), `info`,
+//! `bag info`, `replay` (rosbag2 replay with evaluation) and `eval merge` (shards into one report).
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -71,10 +72,130 @@ enum Cmd {
     },
     /// What this build and machine offer: version, features, GPU, kernels.
     Info,
+    /// Rosbag2 bags (MCAP or sqlite3 storage).
+    Bag {
+        #[command(subcommand)]
+        what: BagCmd,
+    },
+    /// Replay every LiDAR frame of a rosbag2 bag through the segmentation pipeline, in
+    /// timestamp order: the node's outputs into OUT/bag (MCAP), a report (JSON, Markdown, PNG
+    /// plots) with mIoU when ground truth is given, and per-stage latency.
+    Replay(ReplayArgs),
+    /// Evaluation reports.
+    Eval {
+        #[command(subcommand)]
+        what: EvalCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum BagCmd {
+    /// Storage, files, duration, topics with types and message counts.
+    Info {
+        /// Bag directory (with metadata.yaml), its metadata.yaml, or a single .mcap file.
+        bag: PathBuf,
+        /// Also read every message and count it per topic (checks the bag can be read).
+        #[arg(long)]
+        count: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum EvalCmd {
+    /// Merge the output directories of `sptr replay --shard i/n` runs into the report a single
+    /// run gives.
+    Merge {
+        /// One `sptr replay --out` directory per shard.
+        #[arg(required = true)]
+        shard_dirs: Vec<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Fraction of points two replays (e.g. --device cpu and --device cuda) gave the same
+    /// class, per frame and overall, from their output bags.
+    Agreement {
+        /// Two `sptr replay --out` directories (or their `bag/`).
+        a: PathBuf,
+        b: PathBuf,
+        /// Exit with status 1 when the overall agreement is below this fraction (e.g. 0.995).
+        #[arg(long)]
+        min: Option<f64>,
+    },
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// Bag directory (with metadata.yaml), its metadata.yaml, or a single .mcap file.
+    bag: PathBuf,
+    /// Model YAML (`config/models/sphereformer_*.yaml`).
+    #[arg(long)]
+    model: PathBuf,
+    /// safetensors weights with the upstream state_dict names.
+    #[arg(long, required_unless_present = "random_weights", conflicts_with = "random_weights")]
+    weights: Option<PathBuf>,
+    /// Untrained deterministic random weights with this seed instead of --weights (smoke
+    /// runs: real timings, meaningless labels).
+    #[arg(long, value_name = "SEED")]
+    random_weights: Option<u64>,
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
+    /// LiDAR PointCloud2 topic (default: /sptr/input/points, else the bag's only PointCloud2 topic).
+    #[arg(long)]
+    lidar_topic: Option<String>,
+    /// Ground truth: a PointCloud2 topic with a `label` (or `class_id`) field, point by point
+    /// with the LiDAR cloud of the same header stamp.
+    #[arg(long, conflicts_with = "labels_dir")]
+    labels_topic: Option<String>,
+    /// Ground truth: SemanticKITTI `.label` files, frame i (from 0) in `{i:06}.label`.
+    #[arg(long)]
+    labels_dir: Option<PathBuf>,
+    /// Label map YAML (SemanticKITTI `learning_map` form; `semantic-kitti.yaml` works as is).
+    #[arg(long)]
+    label_map: Option<PathBuf>,
+    /// Learning id not evaluated (default: the map's `ignore_index` or 0; 255 without a map).
+    #[arg(long)]
+    ignore: Option<u32>,
+    /// Node params file whose `bev` section sets the BEV grid (default: ±51.2 m at 0.4 m).
+    #[arg(long)]
+    params: Option<PathBuf>,
+    /// Output directory (bag/, report.json, report.md, plots, bev/).
+    #[arg(long, default_value = "replay_out")]
+    out: PathBuf,
+    /// Frame indices (of this shard's frames) whose BEV grid is also written as PNG, e.g. 0,10,20.
+    #[arg(long, value_delimiter = ',')]
+    bev_png_frames: Vec<u64>,
+    /// Process frames with index % n == i only (merge shards with `sptr eval merge`).
+    #[arg(long, default_value = "0/1")]
+    shard: sptr::replay::Shard,
+    /// Progress on stderr: auto (bar on a terminal, lines otherwise), plain, quiet.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "plain", "quiet"])]
+    progress: String,
 }
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// The perception node's per-frame work without ROS (decode, SphereFormer, BEV grids,
+    /// labeled cloud; `sptr::perception`): latency p50/p99 over --frames frames (JSON).
+    Pipeline {
+        /// KITTI `.bin`, nuScenes `.pcd.bin` or `.pcd` cloud.
+        cloud: PathBuf,
+        /// Model YAML (default: the params file's `model.config`).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// safetensors weights (default: deterministic random weights, the same compute).
+        #[arg(long)]
+        weights: Option<PathBuf>,
+        /// The node's params file (BEV range, resolution, obstacle classes).
+        #[arg(long, default_value = "config/perception.yaml")]
+        params: PathBuf,
+        /// cpu or cuda (as the node's `device` parameter).
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        #[arg(long, default_value_t = 200)]
+        frames: usize,
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+    },
     /// Voxelization time, CPU and (if available) CUDA, on a cloud and on a batch of it.
     Voxelize {
         cloud: PathBuf,
@@ -150,7 +271,21 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench { what: BenchCmd::Attention { cloud, stride, model, voxel_size, level, batch2, iters } } => {
             bench_attention_cmd(&cloud, stride, &model, voxel_size, level, batch2, iters)
         }
+        Cmd::Bench { what: BenchCmd::Pipeline { cloud, model, weights, params, device, frames, warmup } } => {
+            let device = match device.as_str() {
+                "cpu" => sptr::config::DeviceKind::Cpu,
+                "cuda" => sptr::config::DeviceKind::Cuda,
+                other => anyhow::bail!("--device {other}: use cpu or cuda"),
+            };
+            let setup = sptr::perception::BenchSetup { cloud: &cloud, model: model.as_deref(), weights: weights.as_deref(), params: &params, device, warmup, frames };
+            println!("{}", sptr::perception::bench_pipeline(&setup).map_err(anyhow::Error::msg)?);
+            Ok(())
+        }
         Cmd::Info => info_cmd(),
+        Cmd::Bag { what: BagCmd::Info { bag, count } } => bag_info_cmd(&bag, count),
+        Cmd::Replay(args) => replay_cmd(args),
+        Cmd::Eval { what: EvalCmd::Merge { shard_dirs, out } } => eval_merge_cmd(&shard_dirs, &out),
+        Cmd::Eval { what: EvalCmd::Agreement { a, b, min } } => eval_agreement_cmd(&a, &b, min),
     }
 }
 
@@ -472,4 +607,99 @@ fn segment_cmd(cloud: &Path, model: &Path, weights: &Path, out: Option<&Path>, f
         println!("wrote {} ({ids:?} ids)", path.display());
     }
     Ok(())
+}
+
+/// `sptr bag info`.
+fn bag_info_cmd(bag: &Path, count: bool) -> Result<()> {
+    // Library errors already carry their cause in their message: show it once.
+    let b = sptr::bag::Bag::open(bag).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (text, error) = sptr::bag::info::summary(&b, count);
+    print!("{text}");
+    match error {
+        Some(e) => anyhow::bail!("reading the messages: {e}"),
+        None => Ok(()),
+    }
+}
+
+/// `sptr replay`: the library does the work; this prints where the results are.
+fn replay_cmd(a: ReplayArgs) -> Result<()> {
+    use sptr::replay::{Device, LabelSource, ProgressMode, ReplayRequest, WeightsSource};
+    let weights = match (a.weights, a.random_weights) {
+        (Some(w), _) => WeightsSource::File(w),
+        (None, Some(seed)) => WeightsSource::Random(seed),
+        (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for an untrained smoke run)"),
+    };
+    let req = ReplayRequest {
+        bag: a.bag,
+        model: a.model,
+        weights,
+        device: match a.device {
+            DeviceArg::Auto => Device::Auto,
+            DeviceArg::Cpu => Device::Cpu,
+            DeviceArg::Cuda => Device::Cuda,
+        },
+        lidar_topic: a.lidar_topic,
+        labels: a.labels_topic.map(LabelSource::Topic).or(a.labels_dir.map(LabelSource::Dir)),
+        label_map: a.label_map,
+        ignore: a.ignore,
+        params: a.params,
+        out: a.out,
+        bev_png_frames: a.bev_png_frames,
+        shard: a.shard,
+        progress: match a.progress.as_str() {
+            "plain" => ProgressMode::Plain,
+            "quiet" => ProgressMode::Quiet,
+            _ => ProgressMode::Auto,
+        },
+    };
+    let outcome = sptr::replay::run(&req).map_err(|e| anyhow::anyhow!("{e}"))?;
+    print_outcome(&outcome.report, &outcome.out);
+    if let Some(d) = outcome.damage {
+        anyhow::bail!(
+            "the bag is damaged after {} LiDAR frames: {}; the report ({}) covers the frames before it",
+            d.frames_before,
+            d.error,
+            outcome.out.join("report.md").display()
+        );
+    }
+    Ok(())
+}
+
+/// `sptr eval merge`.
+fn eval_merge_cmd(dirs: &[PathBuf], out: &Path) -> Result<()> {
+    let report = sptr::replay::merge_shards(dirs, out).map_err(|e| anyhow::anyhow!("{e}"))?;
+    print_outcome(&report, out);
+    Ok(())
+}
+
+/// `sptr eval agreement`.
+fn eval_agreement_cmd(a: &Path, b: &Path, min: Option<f64>) -> Result<()> {
+    let ag = sptr::replay::agreement::agreement(a, b).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for (i, f) in ag.frames.iter().enumerate() {
+        println!("frame {i:>6}  {} ns  {:>9} points  {:8.4} % agree", f.timestamp_ns, f.points, 100.0 * f.same as f64 / f.points.max(1) as f64);
+    }
+    let frac = ag.fraction().unwrap_or(1.0);
+    println!("total: {} of {} points agree ({:.4} %) over {} frames", ag.same, ag.points, 100.0 * frac, ag.frames.len());
+    if let Some(m) = min {
+        if frac < m {
+            anyhow::bail!("agreement {:.4} % is below --min {:.4} %", 100.0 * frac, 100.0 * m);
+        }
+    }
+    Ok(())
+}
+
+fn print_outcome(r: &sptr::eval::Report, out: &Path) {
+    let f = &r.frames;
+    println!("frames: {} of {} replayed, {} evaluated, {} without ground truth, {} skipped", f.total - f.skipped, f.in_bag, f.evaluated, f.no_ground_truth, f.skipped);
+    if let Some(m) = &r.metrics {
+        let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.2} %", 100.0 * v));
+        println!("mIoU {}  accuracy {}  ({} points)", pct(m.miou), pct(m.accuracy), m.points_evaluated);
+    }
+    if let Some(e) = &r.latency_ms.end_to_end {
+        println!("latency end to end: p50 {:.1} ms  p90 {:.1} ms  p99 {:.1} ms  max {:.1} ms", e.p50_ms, e.p90_ms, e.p99_ms, e.max_ms);
+    }
+    if let Some(fps) = r.throughput.frames_per_s {
+        println!("throughput: {fps:.2} frames/s");
+    }
+    println!("report: {}", out.join("report.md").display());
 }

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 /// The repository root: `$SPTR_ROOT` when set (test binaries shipped to a GPU host run from
 /// another directory than they were built in), else the crate directory at build time.
 pub fn root() -> PathBuf {
-    std::env::var_os("SPTR_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+    std::env::var_os("SPTR_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
 }
 
 /// Path of a file under tests/data.
@@ -76,7 +78,9 @@ pub fn rotated_z(p: &sptr::Points, deg: f32) -> sptr::Points {
 
 /// Whether GPU tests must run (`SPTR_REQUIRE_GPU=1`): then a missing GPU fails instead of skipping.
 pub fn gpu_required() -> bool {
-    std::env::var("SPTR_REQUIRE_GPU").map(|v| v == "1").unwrap_or(false)
+    std::env::var("SPTR_REQUIRE_GPU")
+        .map(|v| v == "1")
+        .unwrap_or(false)
 }
 
 /// The GPU for a CUDA test, or None (the test then reports itself skipped); with
@@ -101,5 +105,9 @@ pub fn rel_err(a: &[f32], b: &[f32]) -> f64 {
         num += (*x as f64 - *y as f64).powi(2);
         den += (*y as f64).powi(2);
     }
-    if den == 0.0 { num.sqrt() } else { (num / den).sqrt() }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
 }

@@ -1,0 +1,445 @@
+//! `sptr replay`: every LiDAR frame of a rosbag2 bag, in timestamp order, through the node's
+//! own frame processor ([`crate::perception::Processor`]: decode, voxelize, network,
+//! devoxelize, BEV grids, labeled cloud), with the node's outputs written to a new bag and an
+//! evaluation report (see [`crate::eval`]).
+//!
+//! Per frame: the CDR message is deserialized, the processor runs, its outputs become the
+//! node's messages ([`crate::outputs`]) in `OUT/bag/` (MCAP), a BEV PNG is written for chosen
+//! frames, and the frame's record (stage times, ground-truth comparison) is kept. A frame the
+//! processor rejects (malformed, empty, all NaN, too many points) is one the node would drop:
+//! it is listed as skipped with the reason. Nothing is skipped otherwise or reordered, so
+//! two runs give the same labels and metrics. With `--shard i/n` only frames with
+//! `index % n == i` are processed (every shard reads the whole bag, so indices and damage are
+//! the same in each); `sptr eval merge` combines shard directories.
+//!
+//! Damage never loses what came before it: a frame that cannot be decoded or segmented is
+//! recorded as skipped with its reason and the replay goes on; a bag that cannot be read past
+//! some point (truncated, corrupt) ends the frame loop there, and the report (written in full)
+//! names the file, the frames before the damage and the error. [`ReplayOutcome::damage`] lets
+//! the CLI exit non-zero after writing it.
+//!
+//! Output directory: `bag/` (rosbag2, MCAP), `eval_state.json`, `report.json`, `report.md`,
+//! `confusion.png` and `iou.png` (with ground truth), `latency.png`, `bev/frame_NNNNNN.png`.
+
+pub mod agreement;
+pub mod bev_png;
+pub mod device;
+pub mod ground_truth;
+pub mod output_dir;
+pub mod progress;
+pub mod request;
+pub mod topics;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::bag::cdr::{CdrMessage, PointCloud2};
+use crate::bag::{Bag, BagError, BagWriter};
+use crate::cloud::{field_values, finite_mask};
+use crate::config::ModelYaml;
+use crate::eval::labels::LabelMap;
+use crate::eval::plots;
+use crate::eval::report::{Report, END_TO_END};
+use crate::eval::state::{Damage, EvalState, FrameRecord, FrameStatus, STATE_FILE, STATE_FORMAT};
+use crate::eval::Confusion;
+use crate::outputs::{self, OutputTopics};
+use crate::perception::{FrameOutput, Processor, NO_CLASS, STAGES};
+
+pub use bev_png::bev_view;
+pub use device::{open_processor, Device, WeightsSource};
+pub use ground_truth::LabelSource;
+pub use output_dir::{merge_shards, write_reports};
+pub use progress::ProgressMode;
+pub use request::{bev_params, run, ReplayRequest};
+pub use topics::DEFAULT_LIDAR_TOPIC;
+
+use ground_truth::GroundTruthSource;
+use output_dir::remove_stale_outputs;
+use topics::{resolve_topics, POINTCLOUD2};
+
+/// Errors that stop a replay before any frame (bad options, unreadable bag, wrong topic), or
+/// outputs that cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Bag(#[from] BagError),
+    #[error("{0}")]
+    Setup(String),
+    #[error("{bag}: {reason}")]
+    Topic { bag: PathBuf, reason: String },
+    #[error("writing the output bag: {0}")]
+    Writer(#[from] crate::bag::WriterError),
+    #[error(transparent)]
+    Eval(#[from] crate::eval::EvalError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// `--shard i/n`: frames with `index % n == i`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+impl Shard {
+    pub const WHOLE: Shard = Shard { index: 0, count: 1 };
+
+    pub fn contains(&self, frame: u64) -> bool {
+        frame % self.count as u64 == self.index as u64
+    }
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Shard, String> {
+        let bad = || format!("--shard {s:?}: expected i/n with 0 <= i < n, e.g. 0/4");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count): (u32, u32) = (
+            i.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        if count == 0 || index >= count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// Everything a replay needs besides the model.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    pub bag: PathBuf,
+    /// `None`: [`DEFAULT_LIDAR_TOPIC`] if the bag has it, else its only PointCloud2 topic.
+    pub lidar_topic: Option<String>,
+    pub labels: Option<LabelSource>,
+    pub label_map: LabelMap,
+    pub out: PathBuf,
+    /// Frame id of the BEV grids; empty: the cloud's frame (the node's `bev.frame_id`).
+    pub bev_frame_id: String,
+    pub bev_png_frames: BTreeSet<u64>,
+    pub shard: Shard,
+    pub topics: OutputTopics,
+    /// For the report: the model YAML, the weights, the device.
+    pub model_name: String,
+    pub weights_name: String,
+    pub device_name: String,
+    pub progress: ProgressMode,
+}
+
+/// What a replay produced.
+#[derive(Debug, Clone)]
+pub struct ReplayOutcome {
+    pub state: EvalState,
+    pub report: Report,
+    pub out: PathBuf,
+    /// Set when the bag could not be read to its end.
+    pub damage: Option<Damage>,
+}
+
+/// A duration in nanoseconds (saturating).
+fn ns(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Runs the replay with `processor` (opened for `model`); see the module doc.
+pub fn replay(
+    processor: &mut Processor,
+    model: &ModelYaml,
+    opts: &ReplayOptions,
+) -> Result<ReplayOutcome, ReplayError> {
+    let bag = Bag::open(&opts.bag)?;
+    let lidar = resolve_topics(&bag, opts)?;
+    let cfg = model;
+    if processor.bev_params().classes != cfg.classes {
+        return Err(ReplayError::Setup(format!(
+            "the frame processor's BEV grid has {} classes, the model {}",
+            processor.bev_params().classes,
+            cfg.classes
+        )));
+    }
+    let gt = match &opts.labels {
+        Some(src) => Some(GroundTruthSource::open(&bag, src).map_err(ReplayError::Setup)?),
+        None => None,
+    };
+    std::fs::create_dir_all(&opts.out).map_err(|source| ReplayError::Io {
+        path: opts.out.clone(),
+        source,
+    })?;
+    remove_stale_outputs(&opts.out)?;
+    let bev_dir = opts.out.join("bev");
+    if !opts.bev_png_frames.is_empty() {
+        std::fs::create_dir_all(&bev_dir).map_err(|source| ReplayError::Io {
+            path: bev_dir.clone(),
+            source,
+        })?;
+    }
+    let mut writer = BagWriter::create(&opts.out.join("bag"))?;
+    let t = &opts.topics;
+    writer.add_topic(&t.points, POINTCLOUD2)?;
+    writer.add_topic(&t.bev_labels, "sensor_msgs/msg/Image")?;
+    writer.add_topic(&t.bev_color, "sensor_msgs/msg/Image")?;
+    writer.add_topic(&t.bev_occupancy, "nav_msgs/msg/OccupancyGrid")?;
+
+    let expected = bag
+        .topics()
+        .iter()
+        .find(|x| x.name == lidar)
+        .map_or(0, |x| x.count);
+    let shard_frames = expected / opts.shard.count as u64
+        + u64::from(expected % opts.shard.count as u64 > opts.shard.index as u64);
+    let mut progress = progress::Progress::new(opts.progress, shard_frames);
+    let mut frames = Vec::new();
+    let mut confusion = Confusion::new(cfg.classes);
+    let mut damage = None;
+    let mut index = 0u64;
+    let loop_start = Instant::now();
+    for msg in bag.messages(&[lidar.as_str()]) {
+        let msg = match msg {
+            Ok(m) => m,
+            Err(e) => {
+                damage = Some(Damage {
+                    file: e.path().display().to_string(),
+                    frames_before: index,
+                    error: e.to_string(),
+                });
+                break;
+            }
+        };
+        let i = index;
+        index += 1;
+        if !opts.shard.contains(i) {
+            continue;
+        }
+        let ctx = FrameCtx {
+            index: i,
+            timestamp_ns: msg.timestamp_ns,
+            topic: &lidar,
+            bag: &opts.bag,
+        };
+        let record = process_frame(
+            processor,
+            cfg.classes,
+            opts,
+            &ctx,
+            &msg.data,
+            gt.as_ref(),
+            &mut confusion,
+            &mut writer,
+            &bev_dir,
+        )?;
+        let note = record.reason.as_ref().map(|r| format!("frame {i}: {r}"));
+        progress.frame(note.as_deref());
+        frames.push(record);
+    }
+    let processing_s = loop_start.elapsed().as_secs_f64();
+    progress.finish();
+    writer.finish()?;
+
+    let state = EvalState {
+        format: STATE_FORMAT,
+        bag: opts.bag.display().to_string(),
+        lidar_topic: lidar,
+        model: opts.model_name.clone(),
+        weights: opts.weights_name.clone(),
+        device: opts.device_name.clone(),
+        class_names: cfg.class_names.clone(),
+        ground_truth: opts
+            .labels
+            .as_ref()
+            .map(|l| format!("{}; {}", l.describe(), opts.label_map.describe())),
+        shard_count: opts.shard.count,
+        shards: vec![opts.shard.index],
+        frames,
+        frames_in_bag: index,
+        confusion,
+        processing_s: vec![processing_s],
+        damage: damage.clone(),
+    };
+    state.save(&opts.out.join(STATE_FILE))?;
+    let report = write_reports(&state, &opts.out)?;
+    Ok(ReplayOutcome {
+        state,
+        report,
+        out: opts.out.clone(),
+        damage,
+    })
+}
+
+/// Where a frame is, for its messages.
+struct FrameCtx<'a> {
+    index: u64,
+    timestamp_ns: i64,
+    topic: &'a str,
+    bag: &'a Path,
+}
+
+impl FrameCtx<'_> {
+    fn record(&self, status: FrameStatus, reason: Option<String>) -> FrameRecord {
+        FrameRecord {
+            index: self.index,
+            timestamp_ns: self.timestamp_ns,
+            status,
+            reason,
+            points: 0,
+            labeled_points: 0,
+            stages_ns: Vec::new(),
+        }
+    }
+    fn skipped(&self, what: String) -> FrameRecord {
+        self.record(
+            FrameStatus::Skipped,
+            Some(format!(
+                "{} frame {} on {} at {} ns: {what}",
+                self.bag.display(),
+                self.index,
+                self.topic,
+                self.timestamp_ns
+            )),
+        )
+    }
+}
+
+/// One frame: deserialize, process (the node's work), evaluate, write outputs. Frame-level
+/// problems become the record's status; only output-writing failures are errors.
+#[allow(clippy::too_many_arguments)]
+fn process_frame(
+    processor: &mut Processor,
+    classes: usize,
+    opts: &ReplayOptions,
+    ctx: &FrameCtx,
+    data: &[u8],
+    gt: Option<&GroundTruthSource>,
+    confusion: &mut Confusion,
+    writer: &mut BagWriter,
+    bev_dir: &Path,
+) -> Result<FrameRecord, ReplayError> {
+    let start = Instant::now();
+    let msg = match PointCloud2::from_cdr(data) {
+        Ok(m) => m,
+        Err(e) => return Ok(ctx.skipped(format!("PointCloud2 CDR cannot be decoded: {e}"))),
+    };
+    let mut stages = vec![("deserialize".to_string(), ns(start.elapsed()))];
+    let out = match processor.process(&msg.view()) {
+        Ok(o) => o,
+        Err(r) => return Ok(ctx.skipped(format!("rejected as the node would reject it ({r})"))),
+    };
+    stages.extend(
+        STAGES
+            .iter()
+            .zip(out.stages)
+            .map(|(n, ms)| (n.to_string(), (ms * 1e6).round() as u64)),
+    );
+    // The processor's class ids, read back from the labeled cloud: one per decoded point.
+    let pred: Vec<Option<u32>> = match field_values(&out.cloud.view(), &["class_id"]) {
+        Ok(Some(v)) => v
+            .into_iter()
+            .map(|c| (c != NO_CLASS as f64).then_some(c as u32))
+            .collect(),
+        _ => return Ok(ctx.skipped("the labeled cloud has no readable class_id field".into())),
+    };
+
+    // Ground truth, aligned with the decoded points.
+    let stamp = msg.header.stamp.as_nanos();
+    let (status, reason) = match gt {
+        None => (FrameStatus::Replayed, None),
+        Some(src) => match aligned_labels(src, ctx.index, stamp, &msg, &out) {
+            Ok(raw) => {
+                for (&r, &p) in raw.iter().zip(&pred) {
+                    confusion.add(opts.label_map.resolve(r, classes), p);
+                }
+                (FrameStatus::Evaluated, None)
+            }
+            Err(why) => (
+                FrameStatus::NoGroundTruth,
+                Some(format!(
+                    "{} frame {} at {} ns: {why}",
+                    opts.bag.display(),
+                    ctx.index,
+                    ctx.timestamp_ns
+                )),
+            ),
+        },
+    };
+
+    let t = Instant::now();
+    let messages = outputs::build(
+        &out,
+        &msg.header,
+        &opts.bev_frame_id,
+        processor.bev_params(),
+    )
+    .map_err(|e| ReplayError::Setup(format!("outputs of frame {}: {e}", ctx.index)))?;
+    let cdr = |r: Result<Vec<u8>, crate::bag::CdrError>| {
+        r.map_err(|e| ReplayError::Setup(format!("encoding outputs of frame {}: {e}", ctx.index)))
+    };
+    let tp = &opts.topics;
+    writer.write(
+        &tp.points,
+        ctx.timestamp_ns,
+        &cdr(messages.cloud.to_cdr(true))?,
+    )?;
+    writer.write(
+        &tp.bev_labels,
+        ctx.timestamp_ns,
+        &cdr(messages.bev_labels.to_cdr(true))?,
+    )?;
+    writer.write(
+        &tp.bev_color,
+        ctx.timestamp_ns,
+        &cdr(messages.bev_color.to_cdr(true))?,
+    )?;
+    writer.write(
+        &tp.bev_occupancy,
+        ctx.timestamp_ns,
+        &cdr(messages.occupancy.to_cdr(true))?,
+    )?;
+    stages.push(("write".to_string(), ns(t.elapsed())));
+    stages.push((END_TO_END.to_string(), ns(start.elapsed())));
+
+    if opts.bev_png_frames.contains(&ctx.index) {
+        let (w, h, rgb) = bev_view(&out.grids);
+        plots::write_rgb_png(
+            &bev_dir.join(format!("frame_{:06}.png", ctx.index)),
+            w,
+            h,
+            &rgb,
+        )?;
+    }
+    let labeled = pred.iter().filter(|p| p.is_some()).count() as u64;
+    Ok(FrameRecord {
+        points: out.points_kept as u64,
+        labeled_points: labeled,
+        stages_ns: stages,
+        ..ctx.record(status, reason)
+    })
+}
+
+/// Raw ground-truth ids for the decoded points of `msg` (points decoding dropped as NaN/Inf
+/// are dropped from the labels too).
+fn aligned_labels(
+    src: &GroundTruthSource,
+    index: u64,
+    stamp: i64,
+    msg: &PointCloud2,
+    out: &FrameOutput,
+) -> Result<Vec<u32>, String> {
+    let raw = src.labels(index, stamp, out.points_in)?;
+    if out.points_kept == out.points_in {
+        return Ok(raw);
+    }
+    let mask = finite_mask(&msg.view())
+        .map_err(|e| e.to_string())?
+        .ok_or("LiDAR cloud lost its x/y/z fields")?;
+    Ok(raw
+        .into_iter()
+        .zip(mask)
+        .filter(|(_, keep)| *keep)
+        .map(|(r, _)| r)
+        .collect())
+}
