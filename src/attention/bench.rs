@@ -5,7 +5,9 @@
 //! - `cubic_core_rpe`: the cubic heads' attention with contextual RPE, partition and quantized
 //!   positions prebuilt (what sptr's `dot_prod_with_idx_all` + softmax +
 //!   `attention_step2_with_rel_pos_value` do for those heads);
-//! - `sphere_core_rpe`: the same for the spherical heads;
+//! - `sphere_core_rpe`: the same for the spherical heads (`_per_query`: without the tiled
+//!   kernel; `_tiled32` / `_tiled128`: the tiled kernel from windows of 32 / 128 voxels instead of
+//!   the default 64);
 //! - `cubic_core_plain`: the cubic heads without RPE;
 //! - `stage`: the whole attention core from q, k, v, xyz and batch on the device: cart2sphere,
 //!   both partitions, both RPE quantizations, both branches (the qkv and proj Linears excluded);
@@ -19,7 +21,7 @@
 
 use super::cpu::HeadSlice;
 use super::cuda::{
-    sphere_attention_cuda, window_attention_cuda, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm,
+    sphere_attention_cuda, window_attention_cuda, window_attention_cuda_with, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm,
     QkvView,
 };
 use super::sphere::{cubic_heads, SphereLevel, SPHEREFORMER_HEAD_DIM};
@@ -157,6 +159,13 @@ pub fn bench_attention(
         let sphere_slice = HeadSlice { heads, head_dim: d, first: hc, count: hs };
         let ms = dev.time_median_ms(3, iters, || window_attention_cuda(dev, qkv, sphere_slice, &windows.sphere, sphere_term, &mut out, channels))?;
         rows.push(row("sphere_core_rpe", ms, None));
+        // the two kernels' split point: per-query kernel only, and the tiled one from other sizes
+        for (case, tiled_min) in [("sphere_core_rpe_per_query", usize::MAX), ("sphere_core_rpe_tiled32", 32), ("sphere_core_rpe_tiled128", 128)] {
+            let ms = dev.time_median_ms(3, iters, || {
+                window_attention_cuda_with(dev, qkv, sphere_slice, &windows.sphere, sphere_term, &mut out, channels, tiled_min)
+            })?;
+            rows.push(row(case, ms, None));
+        }
         let ms = dev.time_median_ms(3, iters, || sphere_attention_cuda(dev, qkv, heads, d, &xyz_d, &windows, &tables, &mut out))?;
         rows.push(row("stage_windows_cached", ms, None));
         let ms = dev.time_median_ms(3, iters, || {
