@@ -9,7 +9,8 @@
 #                                         # SPTR_REQUIRE_GPU=1 and the benchmarks; logs in OUT_DIR
 #
 # gpu-stage/ is git-ignored and self-contained (binaries, a manifest, the benchmark cloud), so it
-# can be shipped to a GPU host as it is (e.g. carried by the device tool, or rsync'ed).
+# can be shipped to a GPU host as it is (e.g. carried by the device tool, or rsync'ed); build also
+# packs it as gpu-stage.tar.xz, which `run` unpacks when gpu-stage/ is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE=gpu-stage
@@ -43,12 +44,15 @@ print("staged tests:", " ".join(sorted(names)))
         cp "$dense" "$STAGE/benchmark-pc.bin"
     fi
     git rev-parse --short HEAD > "$STAGE/commit.txt" 2>/dev/null || true
-    du -sh "$STAGE"
+    # One compressed file to ship (the device tool carries at most 64 MiB, parity wheels included).
+    tar -cf - "$STAGE" | xz -T2 -6 > "$STAGE.tar.xz"
+    du -sh "$STAGE" "$STAGE.tar.xz"
 }
 
 run() {
     local out=${1:?usage: gpu_suite.sh run OUT_DIR}
     mkdir -p "$out"
+    [ -d "$STAGE" ] || [ ! -f "$STAGE.tar.xz" ] || tar -xJf "$STAGE.tar.xz"
     export SPTR_REQUIRE_GPU=1 SPTR_REQUIRE_NVRTC=1 SPTR_ROOT="$PWD"
     export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export SPTR_KERNEL_CACHE="${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}"
@@ -87,6 +91,12 @@ run() {
         > "$out/bench_attention_dense.jsonl" 2>> "$out/bench.log" || failed=1
     "$STAGE/bin/sptr" bench attention "$nus" --stride 5 --model config/models/sphereformer_nuscenes.yaml --iters 30 \
         > "$out/bench_attention_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
+    # SphereFormer end to end (random weights): the dense cloud with the SemanticKITTI model, the
+    # nuScenes sample with its own
+    "$STAGE/bin/sptr" bench model "$cloud" --format xyz --model config/models/sphereformer_semantickitti.yaml \
+        --case dense --iters 20 > "$out/bench_model_dense.jsonl" 2>> "$out/bench.log" || failed=1
+    "$STAGE/bin/sptr" bench model "$nus" --model config/models/sphereformer_nuscenes.yaml \
+        --case nuscenes --iters 20 > "$out/bench_model_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
     cat "$out"/bench_*.json "$out"/bench_*.jsonl | tee -a "$summary"
     [ "$failed" = 0 ] && echo "GPU SUITE: ALL PASSED" | tee -a "$summary" || echo "GPU SUITE: FAILURES" | tee -a "$summary"
     return "$failed"

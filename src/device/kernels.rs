@@ -29,6 +29,7 @@ pub const ALL: &[KernelSource] = &[
     KernelSource { name: "sparse_conv", src: include_str!("../../kernels/sparse_conv.cu"), fmad: false },
     KernelSource { name: "attention", src: include_str!("../../kernels/attention.cu"), fmad: false },
     KernelSource { name: "attention_core", src: include_str!("../../kernels/attention_core.cu"), fmad: true },
+    KernelSource { name: "layers", src: include_str!("../../kernels/layers.cu"), fmad: true },
 ];
 
 /// The source of module `name`, if there is one.
