@@ -49,8 +49,10 @@ for w in $what; do
         pp=/tmp/site; [ -d /tmp/sptr-site ] && pp=/tmp/site:/tmp/sptr-site
         nus=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)
         rm -rf /tmp/model-parity
-        for spec in "nuscenes config/models/sphereformer_nuscenes.yaml $nus 5" \
-                    "dense config/models/sphereformer_semantickitti.yaml gpu-stage/benchmark-pc.bin 3"; do
+        # both run on our preprocessing's voxels (upstream's own has duplicate coordinates that spconv
+        # resolves nondeterministically); upstream's voxels are kept to compare the preprocessing
+        for spec in "nuscenes config/models/sphereformer_nuscenes.yaml $nus 5 nuscenes" \
+                    "dense config/models/sphereformer_semantickitti.yaml gpu-stage/benchmark-pc.bin 3 xyz"; do
             set -- $spec
             d=/tmp/model-parity/$1
             [ -f "$3" ] || { echo "model parity: $3 missing, case $1 skipped" >> "$out/model_py.log"; continue; }
@@ -58,7 +60,8 @@ for w in $what; do
             printf '{"model": "%s", "cloud": "%s", "cols": %s}\n' "$2" "$3" "$4" > "$d/case.json"
             {
                 PYTHONPATH=$pp python3 tests/parity/sphereformer_ref.py --model "$2" --random-weights "$d/weights.safetensors" --seed 20261121 &&
-                PYTHONPATH=$pp python3 tests/parity/sphereformer_ref.py --model "$2" --make-inputs "$3" --cols "$4" --inputs "$d/inputs" &&
+                PYTHONPATH=$pp python3 tests/parity/sphereformer_ref.py --model "$2" --make-inputs "$3" --cols "$4" --inputs "$d/upstream_inputs" &&
+                gpu-stage/bin/sptr prepare "$3" --format "$5" --model "$2" --out "$d/inputs" &&
                 PYTHONPATH=$pp python3 tests/parity/sphereformer_ref.py --model "$2" --weights "$d/weights.safetensors" \
                     --inputs "$d/inputs" --out "$d/ref" --bench --iters 20
             } >> "$out/model_py.log" 2>&1 || rc=1

@@ -1,9 +1,11 @@
 //! SphereFormer parity against the upstream network in PyTorch (spconv + sptr ops;
 //! `tests/parity/sphereformer_ref.py`), from the same random weights exported to safetensors and
-//! the same voxel inputs (upstream's own val-mode preprocessing). Run by `scripts/gpu_parity.sh OUT
+//! the same voxel inputs (our preprocessing). Run by `scripts/gpu_parity.sh OUT
 //! model`, which writes, per case, `SPTR_MODEL_PARITY_DIR/<case>/`: `case.json` (model YAML, cloud,
-//! float columns), `weights.safetensors`, `inputs/` and `ref/` (logits_fp32.f32, logits_fp16.f32,
-//! ref.json with upstream's timings and memory). Prints one JSON line per case.
+//! float columns), `weights.safetensors`, `inputs/` (our preprocessing, `sptr prepare`: both
+//! networks run on these voxels), `upstream_inputs/` (upstream's preprocessing, compared as sets)
+//! and `ref/` (logits_fp32.f32, logits_fp16.f32, ref.json with upstream's timings and memory).
+//! Prints one JSON line per case.
 //!
 //! Checks: our CUDA logits vs upstream FP32 ‖Δ‖/‖ref‖ ≤ 1e-2 and arg-max agreement ≥ 99.5 %. Also
 //! reported: upstream's own FP16 autocast vs its FP32 (the scale of FP16 drift), our preprocessing
@@ -100,7 +102,8 @@ fn sphereformer_matches_upstream() {
         let (e16, a16) = (rel_err(&ours, &r16), agreement(&ours, &r16, k));
         let (up_e, up_a) = (rel_err(&r16, &r32), agreement(&r16, &r32, k));
 
-        // our preprocessing of the same cloud vs upstream's voxels (coordinates as sets)
+        // our preprocessing of the same cloud (the network's inputs above) vs upstream's own voxels
+        // (coordinates as sets; upstream may hold one coordinate twice)
         let cols = case["cols"].as_u64().expect("cols") as usize;
         let fmt = match cols {
             3 => CloudFormat::XyzBin,
@@ -110,8 +113,11 @@ fn sphereformer_matches_upstream() {
         let cloud = common::root().join(case["cloud"].as_str().expect("cloud"));
         let pts = read_cloud(&cloud, fmt).expect("cloud");
         let mine = prepare_inputs(&[&pts], &cfg).expect("our preprocessing");
-        let theirs: HashSet<[i32; 4]> = inputs.coords.iter().copied().collect();
+        assert_eq!(mine.coords, inputs.coords, "{name}: inputs/ are sptr prepare's output for this cloud");
+        let upstream = load_inputs(&dir.join("upstream_inputs"), cfg.input_c);
+        let theirs: HashSet<[i32; 4]> = upstream.coords.iter().copied().collect();
         let same_coords = mine.coords.iter().filter(|c| theirs.contains(*c)).count();
+        let upstream_dups = upstream.coords.len() - theirs.len();
 
         // end to end, ours (points on the host -> labels on the host) vs upstream's forward alone
         let bench = bench_segment(&seg, &name, &[&pts], 3, 20).expect("bench");
@@ -120,10 +126,10 @@ fn sphereformer_matches_upstream() {
         let (up32, up16) = (up("fp32", "forward_ms"), up("fp16", "forward_ms"));
         let up_mem = up("fp16", "peak_extra_bytes") / 1e6;
         println!(
-            "{{\"case\":\"{name}\",\"voxels\":{},\"ours_vs_fp32\":{{\"rel\":{e32:.3e},\"max_abs\":{m32:.3e},\"argmax\":{a32:.5}}},\"ours_vs_fp16\":{{\"rel\":{e16:.3e},\"argmax\":{a16:.5}}},\"upstream_fp16_vs_fp32\":{{\"rel\":{up_e:.3e},\"argmax\":{up_a:.5}}},\"preprocess\":{{\"ours_voxels\":{},\"upstream_voxels\":{},\"coords_in_both\":{same_coords},\"fixups\":{}}},\"ours_end_to_end_ms\":{:.3},\"ours_p90_ms\":{:.3},\"ours_frame_peak_mb\":{},\"upstream_forward_ms\":{{\"fp32\":{up32:.3},\"fp16\":{up16:.3}}},\"upstream_fp16_peak_mb\":{up_mem:.1},\"speedup_vs_fp16\":{:.2},\"speedup_vs_fp32\":{:.2},\"ours_stage_ms\":{}}}",
+            "{{\"case\":\"{name}\",\"voxels\":{},\"ours_vs_fp32\":{{\"rel\":{e32:.3e},\"max_abs\":{m32:.3e},\"argmax\":{a32:.5}}},\"ours_vs_fp16\":{{\"rel\":{e16:.3e},\"argmax\":{a16:.5}}},\"upstream_fp16_vs_fp32\":{{\"rel\":{up_e:.3e},\"argmax\":{up_a:.5}}},\"preprocess\":{{\"ours_voxels\":{},\"upstream_voxels\":{},\"coords_in_both\":{same_coords},\"ours_fixups\":{},\"upstream_duplicates\":{upstream_dups}}},\"ours_end_to_end_ms\":{:.3},\"ours_p90_ms\":{:.3},\"ours_frame_peak_mb\":{},\"upstream_forward_ms\":{{\"fp32\":{up32:.3},\"fp16\":{up16:.3}}},\"upstream_fp16_peak_mb\":{up_mem:.1},\"speedup_vs_fp16\":{:.2},\"speedup_vs_fp32\":{:.2},\"ours_stage_ms\":{}}}",
             inputs.coords.len(),
             mine.coords.len(),
-            inputs.coords.len(),
+            upstream.coords.len(),
             mine.coord_fixups,
             bench.ms,
             bench.p90_ms,

@@ -61,6 +61,19 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
     },
+    /// Run a model's preprocessing on a cloud and write the network inputs (coords.i32, feats.f32,
+    /// xyz.f32, batch.i32, inputs.json) for the PyTorch parity reference.
+    Prepare {
+        cloud: PathBuf,
+        /// Cloud layout as for `segment` (kitti, nuscenes, xyz, pcd); default from the name.
+        #[arg(long)]
+        format: Option<String>,
+        #[arg(long)]
+        model: PathBuf,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Compile every CUDA kernel with NVRTC for the given architectures (needs libnvrtc, no GPU).
     Kernels {
         #[arg(long, value_delimiter = ',', default_value = "sm_90,sm_87,sm_86")]
@@ -167,6 +180,14 @@ fn run(cli: Cli) -> Result<()> {
             segment_cmd(&cloud, &model, &weights, out.as_deref(), format.as_deref(), device)
         }
         Cmd::Kernels { arch } => kernels_cmd(&arch),
+        Cmd::Prepare { cloud, format, model, out } => {
+            let pts = read_cloud_arg(&cloud, format.as_deref())?;
+            let cfg = load_model(&model)?.yaml;
+            let inputs = sptr::model::prepare_inputs(&[&pts], &cfg).context("preprocessing")?;
+            inputs.write_dir(&out, cfg.input_c, &cloud.display().to_string())?;
+            println!("{} points -> {} voxels ({} coordinate collisions resolved) -> {}", pts.len(), inputs.len(), inputs.coord_fixups, out.display());
+            Ok(())
+        }
         Cmd::Bench { what: BenchCmd::Voxelize { cloud, stride, model, voxel_size, iters, batch2 } } => {
             bench_voxelize(&cloud, stride, &model, voxel_size, iters, batch2)
         }
