@@ -183,9 +183,17 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Prepare { cloud, format, model, out } => {
             let pts = read_cloud_arg(&cloud, format.as_deref())?;
             let cfg = load_model(&model)?.yaml;
+            let t = Instant::now();
             let inputs = sptr::model::prepare_inputs(&[&pts], &cfg).context("preprocessing")?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
             inputs.write_dir(&out, cfg.input_c, &cloud.display().to_string())?;
-            println!("{} points -> {} voxels ({} coordinate collisions resolved) -> {}", pts.len(), inputs.len(), inputs.coord_fixups, out.display());
+            println!(
+                "{} points -> {} voxels ({} coordinate collisions resolved) in {ms:.1} ms -> {}",
+                pts.len(),
+                inputs.len(),
+                inputs.coord_fixups,
+                out.display()
+            );
             Ok(())
         }
         Cmd::Bench { what: BenchCmd::Voxelize { cloud, stride, model, voxel_size, iters, batch2 } } => {
