@@ -37,3 +37,23 @@ __device__ __forceinline__ u32 block_exclusive_scan(u32 v, u32* warp_sums, u32& 
     __syncthreads();  // warp_sums may be reused by the caller right after
     return result;
 }
+
+// torch.remainder and torch.div(rounding_mode='floor') on float32 (PyTorch's CUDA formulas; no
+// multiply-add in them, so FMA contraction cannot change their results).
+__device__ __forceinline__ float torch_remainder(float a, float b) {
+    float m = fmodf(a, b);
+    if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) m += b;
+    return m;
+}
+__device__ __forceinline__ float torch_div_floor(float a, float b) {
+    if (b == 0.0f) return a / b;
+    const float m = fmodf(a, b);
+    float div = (a - m) / b;
+    if (m != 0.0f && ((b < 0.0f) != (m < 0.0f))) div -= 1.0f;
+    if (div != 0.0f) {
+        float fl = floorf(div);
+        if (div - fl > 0.5f) fl += 1.0f;
+        return fl;
+    }
+    return copysignf(0.0f, a / b);
+}

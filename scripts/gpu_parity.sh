@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parity against the upstream libraries on the GPU host (see tests/parity/README.md).
 #
-#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention]     # default: both
+#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model]     # default: all three
 #
 # Runs from the repo root with gpu-stage/ (scripts/gpu_suite.sh build) and .parity-wheels/
 # (scripts/parity_wheels.sh for spconv, scripts/parity_sptr.sh for sptr) beside it. spconv comes
@@ -11,9 +11,10 @@
 # Logs and JSON lines land in OUT_DIR; the exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention]}
+out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model]}
 shift
-what=${*:-spconv attention}
+what=${*:-spconv attention model}
+[ -d gpu-stage ] || [ ! -f gpu-stage.tar.xz ] || tar -xJf gpu-stage.tar.xz
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 SPTR_ROOT=$PWD SPTR_KERNEL_CACHE=${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}
 export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -38,6 +39,36 @@ for w in $what; do
         SPTR_ATTN_PARITY_DIR=/tmp/sptr-parity gpu-stage/bin/test-gpu_attention_parity --test-threads=1 --nocapture \
             > "$out/attention_rust.log" 2>&1 || rc=1
         grep '^{"case"' "$out/attention_rust.log" > "$out/attention_parity.jsonl"
+        ;;
+    model)
+        # SphereFormer end to end: upstream's network in PyTorch (spconv; sptr's ops when built by the
+        # attention part, else the harness's plain-torch attention) from random weights and upstream's
+        # own preprocessing, then ours from the same weights and inputs (tests/gpu_model_parity.rs).
+        [ -d /tmp/site/spconv ] || python3 -c 'import tarfile; tarfile.open(".parity-wheels/site.tar.xz").extractall("/tmp/site")' \
+            || { rc=1; continue; }
+        pp=/tmp/site; [ -d /tmp/sptr-site ] && pp=/tmp/site:/tmp/sptr-site
+        nus=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)
+        rm -rf /tmp/model-parity
+        # both run on our preprocessing's voxels (upstream's own has duplicate coordinates that spconv
+        # resolves nondeterministically); upstream's voxels are kept to compare the preprocessing
+        for spec in "nuscenes config/models/sphereformer_nuscenes.yaml $nus 5 nuscenes" \
+                    "dense config/models/sphereformer_semantickitti.yaml gpu-stage/benchmark-pc.bin 3 xyz"; do
+            set -- $spec
+            d=/tmp/model-parity/$1
+            [ -f "$3" ] || { echo "model parity: $3 missing, case $1 skipped" >> "$out/model_py.log"; continue; }
+            mkdir -p "$d"
+            printf '{"model": "%s", "cloud": "%s", "cols": %s}\n' "$2" "$3" "$4" > "$d/case.json"
+            {
+                PYTHONPATH=$pp python3 tests/parity/sphereformer_ref.py --model "$2" --random-weights "$d/weights.safetensors" --seed 20261121 &&
+                PYTHONPATH=$pp python3 tests/parity/sphereformer_ref.py --model "$2" --make-inputs "$3" --cols "$4" --inputs "$d/upstream_inputs" &&
+                gpu-stage/bin/sptr prepare "$3" --format "$5" --model "$2" --out "$d/inputs" &&
+                PYTHONPATH=$pp python3 tests/parity/sphereformer_ref.py --model "$2" --weights "$d/weights.safetensors" \
+                    --inputs "$d/inputs" --out "$d/ref" --bench --iters 20
+            } >> "$out/model_py.log" 2>&1 || rc=1
+        done
+        SPTR_MODEL_PARITY_DIR=/tmp/model-parity gpu-stage/bin/test-gpu_model_parity --test-threads=1 --nocapture \
+            > "$out/model_rust.log" 2>&1 || rc=1
+        grep '^{"case"' "$out/model_rust.log" > "$out/model_parity.jsonl"
         ;;
     *) echo "gpu_parity: unknown part $w" >&2; rc=2 ;;
     esac

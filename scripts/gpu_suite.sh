@@ -9,7 +9,8 @@
 #                                         # SPTR_REQUIRE_GPU=1 and the benchmarks; logs in OUT_DIR
 #
 # gpu-stage/ is git-ignored and self-contained (binaries, a manifest, the benchmark cloud), so it
-# can be shipped to a GPU host as it is (e.g. carried by the device tool, or rsync'ed).
+# can be shipped to a GPU host as it is (e.g. carried by the device tool, or rsync'ed); build also
+# packs it as gpu-stage.tar.xz, which `run` unpacks when gpu-stage/ is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE=gpu-stage
@@ -37,18 +38,21 @@ open(os.path.join(stage, "tests.txt"), "w").write("\n".join(sorted(names)) + "\n
 print("staged tests:", " ".join(sorted(names)))
 ' "$STAGE"
     cargo build --release --no-default-features --features cuda --bin sptr
-    cp target/release/sptr "$STAGE/bin/sptr" && strip --strip-debug "$STAGE/bin/sptr"
+    cp "${CARGO_TARGET_DIR:-target}/release/sptr" "$STAGE/bin/sptr" && strip --strip-debug "$STAGE/bin/sptr"
     local dense=../shared/data/dense-cloud/benchmark-pc.bin
     if [ -f "$dense" ]; then
         cp "$dense" "$STAGE/benchmark-pc.bin"
     fi
     git rev-parse --short HEAD > "$STAGE/commit.txt" 2>/dev/null || true
-    du -sh "$STAGE"
+    # One compressed file to ship (the device tool carries at most 64 MiB, parity wheels included).
+    tar -cf - "$STAGE" | xz -T2 -6 > "$STAGE.tar.xz"
+    du -sh "$STAGE" "$STAGE.tar.xz"
 }
 
 run() {
     local out=${1:?usage: gpu_suite.sh run OUT_DIR}
     mkdir -p "$out"
+    [ -d "$STAGE" ] || [ ! -f "$STAGE.tar.xz" ] || tar -xJf "$STAGE.tar.xz"
     export SPTR_REQUIRE_GPU=1 SPTR_REQUIRE_NVRTC=1 SPTR_ROOT="$PWD"
     export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export SPTR_KERNEL_CACHE="${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}"
@@ -65,7 +69,7 @@ run() {
         else
             failed=1
             echo "FAIL $t (log: $out/$t.log)" | tee -a "$summary"
-            grep -E "panicked|FAILED|error" "$out/$t.log" | head -20 | tee -a "$summary"
+            { grep -E "panicked|FAILED|error" "$out/$t.log" | head -20 | tee -a "$summary"; } || true
         fi
     done < "$STAGE/tests.txt"
     # Per-case GPU numbers printed by the tests (errors vs CPU, timings).
@@ -87,6 +91,12 @@ run() {
         > "$out/bench_attention_dense.jsonl" 2>> "$out/bench.log" || failed=1
     "$STAGE/bin/sptr" bench attention "$nus" --stride 5 --model config/models/sphereformer_nuscenes.yaml --iters 30 \
         > "$out/bench_attention_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
+    # SphereFormer end to end (random weights): the dense cloud with the SemanticKITTI model, the
+    # nuScenes sample with its own
+    "$STAGE/bin/sptr" bench model "$cloud" --format xyz --model config/models/sphereformer_semantickitti.yaml \
+        --case dense --iters 20 > "$out/bench_model_dense.jsonl" 2>> "$out/bench.log" || failed=1
+    "$STAGE/bin/sptr" bench model "$nus" --model config/models/sphereformer_nuscenes.yaml \
+        --case nuscenes --iters 20 > "$out/bench_model_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
     cat "$out"/bench_*.json "$out"/bench_*.jsonl | tee -a "$summary"
     [ "$failed" = 0 ] && echo "GPU SUITE: ALL PASSED" | tee -a "$summary" || echo "GPU SUITE: FAILURES" | tee -a "$summary"
     return "$failed"

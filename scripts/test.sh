@@ -3,7 +3,8 @@
 #   1. NVRTC + CUDA headers from PyPI wheels (scripts/cuda_env.sh; cached)
 #   2. cargo test --features cuda: CPU unit/property tests, the NVRTC compile test of every
 #      kernel for sm_90/sm_87/sm_86, GPU tests (skipped without a GPU)
-#   3. the ROS 2 smoke test: r2r node <-> rclpy peer over DDS (scripts/test_ros.sh; the ROS 2
+#   3. the ROS 2 tests: r2r <-> rclpy smoke test, the node against an rclpy peer, colcon install
+#      (scripts/test_ros.sh; the ROS 2
 #      venv from PyPI wheels is created and cached by scripts/ros_env.sh)
 # Builds go to ${CARGO_TARGET_DIR:-$SPTR_CACHE/target} so a fresh clone reuses them.
 set -euo pipefail
@@ -22,7 +23,7 @@ export SPTR_REQUIRE_NVRTC=1
 step "cargo test --features cuda (CPU tests, NVRTC compile of every kernel, GPU tests if a GPU is present)"
 cargo test --features cuda 2>&1
 
-step "ROS 2 smoke test (r2r <-> rclpy over DDS)"
+step "ROS 2 tests (r2r <-> rclpy smoke test, the node against an rclpy peer, colcon install)"
 scripts/test_ros.sh 2>&1
 
 step "all tests passed in $(( $(date +%s) - start )) s"

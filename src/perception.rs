@@ -127,9 +127,9 @@ pub struct FrameOutput {
     pub total_ms: f64,
 }
 
-/// Where the network runs.
+/// The network (the `Segmenter` runs it on the CPU or the GPU it was moved to).
 enum Model {
-    Cpu(Segmenter),
+    Net(Segmenter),
 }
 
 /// Where the BEV grids are computed.
@@ -178,11 +178,10 @@ impl Processor {
     ///
     /// The device choice, in one place:
     /// - `cpu`: the network and the BEV grids on the CPU.
-    /// - `cuda`: the BEV grids on the GPU (`bev::label_grid_cuda`). The network needs a CUDA
-    ///   SphereFormer, which this build does not have yet: `cuda` fails here with a message
-    ///   saying so rather than silently running the network on the CPU (a latency budget
-    ///   sized for the GPU would be missed by a factor of a hundred). When `Segmenter` gains
-    ///   its CUDA constructor, it goes in the `DeviceKind::Cuda` arm below.
+    /// - `cuda`: the network (`Segmenter::into_device`) and the BEV grids
+    ///   (`bev::label_grid_cuda`) on GPU 0. A GPU that cannot be used fails here with a
+    ///   message rather than silently running on the CPU (a latency budget sized for the GPU
+    ///   would be missed by a factor of a hundred).
     pub fn open(
         device: DeviceKind,
         model: &ModelYaml,
@@ -224,11 +223,11 @@ impl Processor {
             })
         };
         let (model_rt, bev_backend, device_name) = match device {
-            DeviceKind::Cpu => (Model::Cpu(load()?), Bev::Cpu, "cpu".to_string()),
+            DeviceKind::Cpu => (Model::Net(load()?), Bev::Cpu, "cpu".to_string()),
             #[cfg(feature = "cuda")]
             DeviceKind::Cuda => {
                 let (bev, name) = open_cuda()?;
-                (cuda_model(model, load)?, bev, name)
+                (cuda_model(load)?, bev, name)
             }
             #[cfg(not(feature = "cuda"))]
             DeviceKind::Cuda => return Err(cuda_unavailable()),
@@ -349,7 +348,7 @@ impl Processor {
 
     fn segment(&self) -> Result<Segmentation, Error> {
         match &self.model {
-            Model::Cpu(s) => s.segment(&[&self.points]),
+            Model::Net(s) => s.segment(&[&self.points]),
         }
     }
 
@@ -397,23 +396,21 @@ fn open_cuda() -> Result<(Bev, String), String> {
     Ok((Bev::Cuda(d), name))
 }
 
-/// The network on CUDA. `Segmenter` has no CUDA constructor yet: the place to call it.
+/// The network on CUDA: the segmenter loaded on the CPU (weights checked there), then uploaded.
 #[cfg(feature = "cuda")]
-fn cuda_model(
-    _model: &ModelYaml,
-    _cpu: impl FnOnce() -> Result<Segmenter, String>,
-) -> Result<Model, String> {
-    Err(cuda_unavailable())
+fn cuda_model(cpu: impl FnOnce() -> Result<Segmenter, String>) -> Result<Model, String> {
+    let seg = cpu()?.into_device(DeviceKind::Cuda).map_err(|e| {
+        format!("parameter `device` is `cuda` but the network cannot run on the GPU: {e}; set `device: cpu` (launch argument device:=cpu) to run on the CPU")
+    })?;
+    Ok(Model::Net(seg))
 }
 
-/// The message for `device: cuda` while the network has no CUDA backend (see [`Processor::open`]).
+/// The message for `device: cuda` in a build without CUDA support (see [`Processor::open`]).
+#[cfg(not(feature = "cuda"))]
 fn cuda_unavailable() -> String {
-    let build = if cfg!(feature = "cuda") {
-        "this build has CUDA support for voxelization and the BEV grids, but the SphereFormer network has no CUDA backend yet"
-    } else {
-        "this build has no CUDA support (cargo feature `cuda`), and the SphereFormer network has no CUDA backend yet"
-    };
-    format!("parameter `device` is `cuda`: {build}; set `device: cpu` (launch argument device:=cpu, or `-p device:=cpu`) to run on the CPU")
+    "parameter `device` is `cuda` but this build has no CUDA support (cargo feature `cuda`); rebuild with it, \
+     or set `device: cpu` (launch argument device:=cpu, or `-p device:=cpu`) to run on the CPU"
+        .to_string()
 }
 
 /// A segmentation label as the labeled cloud's uint8 `class_id` ([`NO_CLASS`] for none).

@@ -1,5 +1,6 @@
 //! A frame in, labels out: points → SphereFormer's preprocessing → the network → every point's
-//! class and probability, with per-stage timings. CPU backend now (the CUDA one comes next).
+//! class and probability, with per-stage timings. The network runs on the CPU or (feature `cuda`)
+//! on a GPU; preprocessing and the arg-max run on the host either way.
 //!
 //! Every input point gets an entry. A point that has no voxel (NaN/Inf coordinates, dropped as
 //! out of range, beyond the grid, or in a voxel past `max_voxels`) gets [`UNLABELED`] and
@@ -8,7 +9,7 @@
 
 pub mod files;
 
-use crate::config::ModelYaml;
+use crate::config::{DeviceKind, ModelYaml};
 use crate::model::preprocess::{prepare_inputs, NetworkInputs};
 use crate::model::sphereformer::{SphereFormer, StageTimes};
 use crate::model::weights::Weights;
@@ -46,19 +47,82 @@ impl Segmentation {
     }
 }
 
-/// A loaded model and its configuration.
-#[derive(Debug, Clone)]
+/// A loaded model and its configuration, on the CPU or on a CUDA device.
+#[derive(Clone)]
 pub struct Segmenter {
     cfg: ModelYaml,
     model: SphereFormer,
+    #[cfg(feature = "cuda")]
+    cuda: Option<std::sync::Arc<CudaBackend>>,
+}
+
+/// The network uploaded to a device.
+#[cfg(feature = "cuda")]
+struct CudaBackend {
+    dev: crate::device::cuda::CudaDevice,
+    net: crate::model::sphereformer::cuda::CudaSphereFormer,
+}
+
+impl std::fmt::Debug for Segmenter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segmenter").field("device", &self.device()).field("classes", &self.model.classes()).finish()
+    }
 }
 
 impl Segmenter {
-    /// Builds the network from `weights` (checked against the config: one error lists every
-    /// missing, unexpected and mis-shaped tensor).
+    /// Builds the network from `weights` on the CPU (checked against the config: one error lists
+    /// every missing, unexpected and mis-shaped tensor).
     pub fn new(cfg: ModelYaml, weights: Weights) -> Result<Self, Error> {
         let model = SphereFormer::from_weights(&cfg, weights)?;
-        Ok(Self { cfg, model })
+        Ok(Self {
+            cfg,
+            model,
+            #[cfg(feature = "cuda")]
+            cuda: None,
+        })
+    }
+
+    /// [`Segmenter::new`] on `device`: `Cuda` uploads the network to GPU 0 and fails with the
+    /// reason when there is no usable GPU (no driver, no device, no NVRTC or cuBLAS) or when this
+    /// build has no CUDA support.
+    pub fn on_device(cfg: ModelYaml, weights: Weights, device: DeviceKind) -> Result<Self, Error> {
+        Self::new(cfg, weights)?.into_device(device)
+    }
+
+    /// This CPU segmenter moved to `device` (`Cuda`: uploaded to GPU 0; see [`Segmenter::on_device`]).
+    pub fn into_device(self, device: DeviceKind) -> Result<Self, Error> {
+        match device {
+            DeviceKind::Cpu => Ok(self),
+            DeviceKind::Cuda => self.to_cuda(),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn to_cuda(mut self) -> Result<Self, Error> {
+        let dev = crate::device::cuda::CudaDevice::new(0)?;
+        let net = crate::model::sphereformer::cuda::CudaSphereFormer::upload(&dev, &self.model)?;
+        self.cuda = Some(std::sync::Arc::new(CudaBackend { dev, net }));
+        Ok(self)
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn to_cuda(self) -> Result<Self, Error> {
+        Err(Error::Cuda("this build has no CUDA support: rebuild with `--features cuda`, or use the CPU".into()))
+    }
+
+    /// The GPU the network runs on, if it does.
+    #[cfg(feature = "cuda")]
+    pub fn cuda_device(&self) -> Option<&crate::device::cuda::CudaDevice> {
+        self.cuda.as_ref().map(|c| &c.dev)
+    }
+
+    /// Where the network runs.
+    pub fn device(&self) -> DeviceKind {
+        #[cfg(feature = "cuda")]
+        if self.cuda.is_some() {
+            return DeviceKind::Cuda;
+        }
+        DeviceKind::Cpu
     }
 
     /// Loads a model YAML and a safetensors file.
@@ -102,8 +166,12 @@ impl Segmenter {
         Ok(out)
     }
 
-    /// Voxel logits `[voxels, classes]` for prepared inputs.
+    /// Voxel logits `[voxels, classes]` for prepared inputs, on this segmenter's device.
     pub fn run_network(&self, inputs: &NetworkInputs, times: &mut StageTimes) -> Result<Vec<f32>, Error> {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            return c.net.forward(&c.dev, &inputs.coords, &inputs.feats, &inputs.xyz, &inputs.batch, inputs.spatial_shape, times);
+        }
         self.model.forward_cpu_timed(&inputs.coords, &inputs.feats, &inputs.xyz, &inputs.batch, inputs.spatial_shape, times)
     }
 }

@@ -19,7 +19,7 @@ use sptr::cloud::{CloudBuf, PointField};
 const NAMES: [&str; 4] = ["pointcloud2", "image", "compressed_image", "camera_info"];
 
 fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/cdr")
+    std::env::var_os("SPTR_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR"))).join("tests/data/cdr")
 }
 
 fn fixture(name: &str, endian: &str) -> Vec<u8> {

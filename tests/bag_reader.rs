@@ -42,7 +42,7 @@ const LIDAR: &str = "/sensing/lidar/points";
 const CAM: &str = "/cam/camera_info";
 
 fn bags_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bags")
+    std::env::var_os("SPTR_ROOT").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))).join("tests/data/bags")
 }
 
 fn expected() -> Expected {

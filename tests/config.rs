@@ -13,7 +13,7 @@ const NUSC: &str = "config/models/sphereformer_nuscenes.yaml";
 const NODE: &str = "config/perception.yaml";
 
 fn path(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    std::env::var_os("SPTR_ROOT").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))).join(rel)
 }
 
 fn text(rel: &str) -> String {

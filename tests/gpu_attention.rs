@@ -14,7 +14,8 @@ mod common;
 use common::{gpu, nuscenes_sweep, rel_err, Rng};
 use half::f16;
 use sptr::attention::cuda::{
-    cart2sphere_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_partition_cuda,
+    cart2sphere_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_attention_cuda_with,
+    window_partition_cuda, TILED_MIN_WINDOW,
     CudaBias2d, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView,
 };
 use sptr::attention::rpe::cart2sphere;
@@ -101,6 +102,7 @@ fn partitions_and_rpe_positions_equal_the_cpu() {
                 let gpu_part = window_partition_cuda(&dev, pos_d, &batch_d, n, window, shift).unwrap();
                 let got = gpu_part.to_host(&dev).unwrap();
                 assert_eq!(got, cpu, "level {level} {kind} shift {shift}: partition differs");
+                assert_eq!(gpu_part.n_max, cpu.n_max(), "level {level} {kind} shift {shift}: largest window");
                 eprintln!("level {level} {kind} shift {shift}: {} windows, n_max {}, pairs {} (equal)", cpu.windows(), cpu.n_max(), cpu.pair_count());
                 let (quant, l, split) = if kind == "cubic" {
                     (lvl.cubic_quant, lvl.cubic_grid_length, None)
@@ -171,9 +173,13 @@ fn attention_matches_cpu_on_random_voxels() {
             let quant_d = rpe_quantize_cuda(&dev, &xyz_d, n, &g).unwrap();
             let td: Vec<_> = t.iter().map(|x| s.clone_htod(x).unwrap()).collect();
             let term = CudaTerm::Contextual(CudaContextual { geometry: g, quant: &quant_d, positions: &xyz_d, tables: [&td[0], &td[1], &td[2]] });
-            let mut out = s.alloc_zeros::<f16>(n * row).unwrap();
-            window_attention_cuda(&dev, qkv, all, &part_d, term, &mut out, row).unwrap();
-            check(&format!("random contextual d{d} split {split:?}"), &down16(&dev, &out), &want);
+            // per-query kernel only, tiled kernel for every window (1 voxel up), and the default
+            // split between them; the tiled kernel serves head_dim 16 and 32
+            for (kernels, tiled_min) in [("per-query", usize::MAX), ("tiled", 1), ("mixed", TILED_MIN_WINDOW)] {
+                let mut out = s.alloc_zeros::<f16>(n * row).unwrap();
+                window_attention_cuda_with(&dev, qkv, all, &part_d, term, &mut out, row, tiled_min).unwrap();
+                check(&format!("random contextual d{d} split {split:?} {kernels}"), &down16(&dev, &out), &want);
+            }
         }
     }
     // mis-sized tables and unsupported head dims are errors, not crashes
@@ -256,7 +262,7 @@ fn swin_windows_match_cpu() {
                 win_of[p as usize] = w as u32;
             }
         }
-        let part_d = sptr::attention::cuda::CudaPartition { order, win_of: s.clone_htod(&win_of).unwrap(), offsets, n, windows: part.windows(), min: [0.0; 3] };
+        let part_d = sptr::attention::cuda::CudaPartition { order, win_of: s.clone_htod(&win_of).unwrap(), offsets, n, windows: part.windows(), n_max: part.n_max(), min: [0.0; 3] };
         let packed: Vec<u32> = rc.iter().map(|p| (p[0] as u32) << 16 | p[1] as u32).collect();
         let rc_d = s.clone_htod(&packed).unwrap();
         let table_d = s.clone_htod(&table).unwrap();

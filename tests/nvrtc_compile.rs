@@ -39,7 +39,7 @@ fn broken_kernel_reports_the_compiler_log() {
     if !nvrtc_here("broken_kernel_reports_the_compiler_log") {
         return;
     }
-    let bad = kernels::KernelSource { name: "broken", src: "extern \"C\" __global__ void f() { undefined_symbol(); }" };
+    let bad = kernels::KernelSource { name: "broken", src: "extern \"C\" __global__ void f() { undefined_symbol(); }", fmad: false };
     let e = nvrtc::compile(&bad, "sm_90".parse().unwrap()).err().expect("must fail");
     let msg = e.to_string();
     assert!(msg.contains("broken.cu") && msg.contains("undefined_symbol"), "{msg}");

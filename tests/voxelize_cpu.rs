@@ -82,11 +82,11 @@ fn random_cloud(rng: &mut SplitMix64, n: usize, lo: [f32; 3], hi: [f32; 3], vs: 
 }
 
 fn data_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+    std::env::var_os("SPTR_ROOT").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))).join("tests/data")
 }
 
 fn model_params(name: &str) -> VoxelParams {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models").join(name);
+    let path = std::env::var_os("SPTR_ROOT").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))).join("config/models").join(name);
     ModelConfig::load(&path).unwrap_or_else(|e| panic!("{e}")).voxel_params()
 }
 

@@ -5,25 +5,25 @@
 //! - `cubic_core_rpe`: the cubic heads' attention with contextual RPE, partition and quantized
 //!   positions prebuilt (what sptr's `dot_prod_with_idx_all` + softmax +
 //!   `attention_step2_with_rel_pos_value` do for those heads);
-//! - `sphere_core_rpe`: the same for the spherical heads;
+//! - `sphere_core_rpe`: the same for the spherical heads (`_per_query`: without the tiled
+//!   kernel; `_tiled32` / `_tiled128`: the tiled kernel from windows of 32 / 128 voxels instead of
+//!   the default 64);
 //! - `cubic_core_plain`: the cubic heads without RPE;
 //! - `stage`: the whole attention core from q, k, v, xyz and batch on the device: cart2sphere,
 //!   both partitions, both RPE quantizations, both branches (the qkv and proj Linears excluded);
 //! - `stage_windows_cached`: the same with the level's windows already built (every block of a
 //!   level after the first).
 //!
-//! Memory: `held_mb` is the device memory the stage holds at its end (windows, quantized
-//! positions, sphere positions, output), read as the drop in free device memory; the radix
-//! sort's scratch (12 bytes a voxel plus histograms) is freed inside the stage and is added
-//! from its size to give `extra_mb`.
+//! Memory: `extra_mb` is the stage's peak device memory: the pool is trimmed before it and keeps
+//! what the stage frees, so the drop in free device memory is its high-water mark.
 
 use super::cpu::HeadSlice;
 use super::cuda::{
-    sphere_attention_cuda, window_attention_cuda, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm,
+    sphere_attention_cuda, window_attention_cuda, window_attention_cuda_with, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm,
     QkvView,
 };
 use super::sphere::{cubic_heads, SphereLevel, SPHEREFORMER_HEAD_DIM};
-use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::device::cuda::{cuda_err, free_device_bytes, CudaDevice};
 use crate::sparse::bench::values;
 use crate::Error;
 use cudarc::driver::CudaSlice;
@@ -59,14 +59,9 @@ impl AttnBenchRow {
     }
 }
 
-fn free_bytes() -> Result<usize, Error> {
-    cudarc::driver::result::mem_get_info().map(|(free, _)| free).map_err(cuda_err("reading free device memory"))
-}
-
-/// Extra device memory of one whole-stage call (windows built, both branches run): what it holds
-/// at its end (windows, quantized and spherical positions, the output), read as the drop in free
-/// device memory, plus the radix sort's scratch that it freed inside (12 bytes a voxel and the
-/// digit histograms).
+/// Extra device memory of one whole-stage call (windows built, both branches run): the memory
+/// pool is trimmed first and keeps what the call frees, so the drop in free device memory is the
+/// call's peak (windows, quantized and spherical positions, the output, the radix sort's scratch).
 #[allow(clippy::too_many_arguments)]
 pub fn stage_extra_bytes(
     dev: &CudaDevice,
@@ -79,15 +74,15 @@ pub fn stage_extra_bytes(
     level: &SphereLevel,
     tables: &CudaSphereTables,
 ) -> Result<usize, Error> {
-    dev.synchronize()?;
-    let before = free_bytes()?;
-    let windows = CudaSphereWindows::build(dev, xyz, batch, n, level)?;
-    let mut out = dev.stream.alloc_zeros::<f16>((n * heads * head_dim).max(1)).map_err(cuda_err("allocating output"))?;
-    sphere_attention_cuda(dev, qkv, heads, head_dim, xyz, &windows, tables, &mut out)?;
-    dev.synchronize()?;
-    let held = before.saturating_sub(free_bytes()?);
-    let sort_scratch = 12 * n + 4 * 256 * 2 * n.div_ceil(2048);
-    Ok(held + sort_scratch)
+    dev.trim_pool()?;
+    let before = free_device_bytes()?;
+    {
+        let windows = CudaSphereWindows::build(dev, xyz, batch, n, level)?;
+        let mut out = dev.stream.alloc_zeros::<f16>((n * heads * head_dim).max(1)).map_err(cuda_err("allocating output"))?;
+        sphere_attention_cuda(dev, qkv, heads, head_dim, xyz, &windows, tables, &mut out)?;
+        dev.synchronize()?;
+    }
+    Ok(before.saturating_sub(free_device_bytes()?))
 }
 
 /// Runs the workload on voxel positions `xyz` (metres) and batch indices.
@@ -157,6 +152,13 @@ pub fn bench_attention(
         let sphere_slice = HeadSlice { heads, head_dim: d, first: hc, count: hs };
         let ms = dev.time_median_ms(3, iters, || window_attention_cuda(dev, qkv, sphere_slice, &windows.sphere, sphere_term, &mut out, channels))?;
         rows.push(row("sphere_core_rpe", ms, None));
+        // the two kernels' split point: per-query kernel only, and the tiled one from other sizes
+        for (case, tiled_min) in [("sphere_core_rpe_per_query", usize::MAX), ("sphere_core_rpe_tiled32", 32), ("sphere_core_rpe_tiled128", 128)] {
+            let ms = dev.time_median_ms(3, iters, || {
+                window_attention_cuda_with(dev, qkv, sphere_slice, &windows.sphere, sphere_term, &mut out, channels, tiled_min)
+            })?;
+            rows.push(row(case, ms, None));
+        }
         let ms = dev.time_median_ms(3, iters, || sphere_attention_cuda(dev, qkv, heads, d, &xyz_d, &windows, &tables, &mut out))?;
         rows.push(row("stage_windows_cached", ms, None));
         let ms = dev.time_median_ms(3, iters, || {

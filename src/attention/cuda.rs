@@ -1,13 +1,18 @@
-//! Window attention on CUDA (kernels in `kernels/attention.cu`): the same functions as the CPU
-//! reference in `cpu.rs`, `partition.rs` and `sphere.rs`, on FP16 q/k/v with FP32 accumulation.
+//! Window attention on CUDA (kernels in `kernels/attention.cu`, exact float steps, and
+//! `kernels/attention_core.cu`, the attention itself): the same functions as the CPU reference in
+//! `cpu.rs`, `partition.rs` and `sphere.rs`, on FP16 q/k/v with FP32 accumulation.
 //!
 //! Partition: per-axis bounds → mixed-radix window key per voxel → stable radix sort of
 //! (key, voxel) over just the bits the keys need → run heads → scan = window of every sorted
-//! position, window offsets. Two small reads to the host per partition (the bounds, the window
-//! count), nothing per pair is ever stored.
+//! position, window offsets, largest window. Three small reads to the host per partition (the
+//! bounds, the window count, the largest window), nothing per pair is ever stored.
 //!
-//! Attention: one thread per (query, head) walks the keys of its window with an online softmax;
-//! RPE table rows are computed from packed quantized positions in the kernel.
+//! Attention: windows below [`TILED_MIN_WINDOW`] voxels (and every window without contextual RPE)
+//! get one thread per (query, head) walking the keys of its window with an online softmax, RPE
+//! table rows computed from packed quantized positions. Larger windows with contextual RPE (the
+//! spherical ones) get the window-tiled kernel: keys staged in shared memory, the RPE terms
+//! factored into per-query and per-key-tile values and a per-query histogram for the value table
+//! (see attention_core.cu).
 
 use super::cpu::HeadSlice;
 use super::partition::Partition;
@@ -16,11 +21,21 @@ use super::sphere::{cubic_heads, SphereLevel};
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::{bits_for, exclusive_scan_u32, grid_1d, radix_sort_pairs};
 use crate::Error;
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use half::f16;
 
 const THREADS: u32 = 256;
 const ATTN_THREADS: u32 = 128;
+/// Queries and keys per tile of the tiled kernel (TQ, TK in attention_core.cu).
+const TILED_QUERIES: u32 = 64;
+const TILED_KEYS: usize = 32;
+/// Windows of at least this many voxels take the tiled kernel (contextual RPE, head_dim 16 or
+/// 32). Below it a tile's per-key and per-query RPE precomputation costs more than it saves.
+pub const TILED_MIN_WINDOW: usize = 64;
+/// Shared memory one tiled block may use (H100: 227 KB per block; three blocks of ~74 KB fit an
+/// SM at SphereFormer's L = 24).
+const TILED_MAX_SMEM: usize = 200 * 1024;
 
 /// Mirror of `struct WindowGrid` in attention.cu.
 #[repr(C)]
@@ -68,6 +83,7 @@ struct AttnParamsC {
     a: f32,
     win_h: i32,
     win_w: i32,
+    tiled_min: u32,
 }
 // SAFETY: as above.
 unsafe impl DeviceRepr for AttnParamsC {}
@@ -86,6 +102,8 @@ pub struct CudaPartition {
     pub offsets: CudaSlice<u32>,
     pub n: usize,
     pub windows: usize,
+    /// Voxels in the largest window.
+    pub n_max: usize,
     /// Per-axis minimum of the positions (the grid start, also the RPE minimum).
     pub min: [f32; 3],
 }
@@ -122,7 +140,7 @@ pub fn window_partition_cuda(
     let s = &dev.stream;
     if n == 0 {
         let one = || s.alloc_zeros::<u32>(1).map_err(cuda_err("allocating an empty partition"));
-        return Ok(CudaPartition { order: one()?, win_of: one()?, offsets: one()?, n: 0, windows: 0, min: [0.0; 3] });
+        return Ok(CudaPartition { order: one()?, win_of: one()?, offsets: one()?, n: 0, windows: 0, n_max: 0, min: [0.0; 3] });
     }
     if pos.len() < n * 3 || batch.len() < n {
         return Err(Error::InvalidInput(format!(
@@ -186,7 +204,15 @@ pub fn window_partition_cuda(
     unsafe {
         s.launch_builder(&f_offs).arg(&flags).arg(&excl).arg(&n32).arg(&mut win_of).arg(&mut offsets).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_offsets"))?;
     }
-    Ok(CudaPartition { order, win_of, offsets, n, windows, min })
+    let mut n_max = s.alloc_zeros::<u32>(1).map_err(cuda_err("allocating the largest window"))?;
+    let w32 = windows as u32; // ≤ n
+    let f_nmax = dev.function("attention", "attn_window_nmax")?;
+    // SAFETY: offsets holds windows + 1 entries, n_max one.
+    unsafe {
+        s.launch_builder(&f_nmax).arg(&offsets).arg(&w32).arg(&mut n_max).launch(grid_1d(w32, THREADS)).map_err(cuda_err("attn_window_nmax"))?;
+    }
+    let n_max = s.clone_dtoh(&n_max).map_err(cuda_err("reading the largest window"))?[0] as usize;
+    Ok(CudaPartition { order, win_of, offsets, n, windows, n_max, min })
 }
 
 /// SphereFormer's `cart2sphere` of `[n, 3]` positions.
@@ -287,6 +313,39 @@ pub fn window_attention_cuda(
     out: &mut CudaSlice<f16>,
     out_ld: usize,
 ) -> Result<(), Error> {
+    window_attention_cuda_with(dev, qkv, heads, part, term, out, out_ld, TILED_MIN_WINDOW)
+}
+
+/// Shared memory (bytes) of one tiled block for `geometry` and head_dim `d`, when the tiled
+/// kernel can serve it: contextual RPE whose unsplit axes' quantized coordinates stay within the
+/// kernel's `L + 2` bins (`floor(window / quant) <= L`, true for SphereFormer's geometries).
+fn tiled_smem_bytes(geometry: &RpeGeometry, d: usize) -> Option<usize> {
+    if d != 16 && d != 32 {
+        return None;
+    }
+    let l = geometry.grid_length as usize;
+    let split = geometry.radial_split.is_some();
+    let unsplit = if split { 2 } else { 3 };
+    let fits = (0..unsplit).all(|a| (geometry.window[a] / geometry.quant[a]).floor() <= l as f32);
+    let rows = geometry.table_rows();
+    let per_query = unsplit * (l + 2) + if split { rows } else { 0 };
+    let floats = 2 * TILED_QUERIES as usize * (per_query | 1) + TILED_KEYS * ((3 * rows) | 1) + 2 * TILED_KEYS * d + 2 * TILED_KEYS;
+    (fits && floats * 4 <= TILED_MAX_SMEM).then_some(floats * 4)
+}
+
+/// [`window_attention_cuda`] with the window size from which the tiled kernel takes over
+/// (`usize::MAX`: never; 1: every window) — for tests and benchmarks of both kernels.
+#[allow(clippy::too_many_arguments)]
+pub fn window_attention_cuda_with(
+    dev: &CudaDevice,
+    qkv: QkvView,
+    heads: HeadSlice,
+    part: &CudaPartition,
+    term: CudaTerm,
+    out: &mut CudaSlice<f16>,
+    out_ld: usize,
+    tiled_min: usize,
+) -> Result<(), Error> {
     let n = part.n;
     if heads.head_dim == 0 || heads.count == 0 || heads.first + heads.count > heads.heads {
         return Err(Error::InvalidInput(format!("window attention: bad head slice {heads:?}")));
@@ -343,6 +402,7 @@ pub fn window_attention_cuda(
         head0: heads.first as u32,
         heads_b: heads.count as u32,
         n: n as u32,
+        tiled_min: u32::MAX,
         ..Default::default()
     };
     // Unused buffer slots get `order` (any valid device pointer; the kernel never reads them).
@@ -378,7 +438,15 @@ pub fn window_attention_cuda(
                 (b.rc_packed, [None, Some(b.table), None, None])
             }
         };
-    let f = dev.function("attention", name)?;
+    // The tiled kernel takes the windows of at least `tiled_min` voxels when it can serve them.
+    let tiled = match term {
+        CudaTerm::Contextual(c) if part.n_max >= tiled_min.max(1) => tiled_smem_bytes(&c.geometry, d),
+        _ => None,
+    };
+    if tiled.is_some() {
+        p.tiled_min = u32::try_from(tiled_min.max(1)).unwrap_or(u32::MAX);
+    }
+    let f = dev.function("attention_core", name)?;
     let cfg = LaunchConfig {
         grid_dim: ((n as u32).div_ceil(ATTN_THREADS), heads.count as u32, 1),
         block_dim: (ATTN_THREADS, 1, 1),
@@ -386,7 +454,7 @@ pub fn window_attention_cuda(
     };
     let s = &dev.stream;
     let mut b = s.launch_builder(&f);
-    b.arg(qkv.q).arg(qkv.k).arg(qkv.v).arg(out).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(quant);
+    b.arg(qkv.q).arg(qkv.k).arg(qkv.v).arg(&mut *out).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(quant);
     // Unused float slots get the order buffer: a valid device pointer of the same size that the
     // kernel never dereferences in that mode.
     for t in floats {
@@ -397,6 +465,29 @@ pub fn window_attention_cuda(
     }
     b.arg(&p);
     // SAFETY: argument list matches ATTN_PARAMS; sizes checked above.
+    unsafe { b.launch(cfg) }.map_err(cuda_err(name))?;
+    let Some(smem) = tiled else { return Ok(()) };
+    let name = if d == 16 { "attn_ctx_tiled_d16" } else { "attn_ctx_tiled_d32" };
+    let f = dev.function("attention_core", name)?;
+    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+        .map_err(cuda_err("allowing the tiled attention kernel its shared memory"))?;
+    let chunks = u32::try_from(part.n_max.div_ceil(TILED_QUERIES as usize))
+        .map_err(|_| Error::InvalidInput(format!("window attention: a window of {} voxels is too large", part.n_max)))?;
+    let cfg = LaunchConfig {
+        grid_dim: (n_u32(part.windows, "window attention")?, chunks, heads.count as u32),
+        block_dim: (TILED_QUERIES, 1, 1),
+        shared_mem_bytes: smem as u32,
+    };
+    let mut b = s.launch_builder(&f);
+    b.arg(qkv.q).arg(qkv.k).arg(qkv.v).arg(&mut *out).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(quant);
+    for t in floats {
+        match t {
+            Some(x) => b.arg(x),
+            None => b.arg(&part.order),
+        };
+    }
+    b.arg(&p);
+    // SAFETY: as above; the grid covers every window and query chunk, shared memory as computed.
     unsafe { b.launch(cfg) }.map_err(cuda_err(name))?;
     Ok(())
 }

@@ -40,7 +40,7 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
     },
-    /// Label every point of a cloud with a SphereFormer model (CPU): writes a SemanticKITTI
+    /// Label every point of a cloud with a SphereFormer model (GPU or CPU): writes a SemanticKITTI
     /// `.label` file (SemanticKITTI raw ids for the SemanticKITTI classes, else class id + 1;
     /// 0 = no voxel) and prints a class histogram and per-stage timings.
     Segment {
@@ -59,6 +59,21 @@ enum Cmd {
         /// the file name (`.pcd`, `.pcd.bin` = nuScenes, other `.bin` = KITTI).
         #[arg(long)]
         format: Option<String>,
+        #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+        device: DeviceArg,
+    },
+    /// Run a model's preprocessing on a cloud and write the network inputs (coords.i32, feats.f32,
+    /// xyz.f32, batch.i32, inputs.json) for the PyTorch parity reference.
+    Prepare {
+        cloud: PathBuf,
+        /// Cloud layout as for `segment` (kitti, nuscenes, xyz, pcd); default from the name.
+        #[arg(long)]
+        format: Option<String>,
+        #[arg(long)]
+        model: PathBuf,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Compile every CUDA kernel with NVRTC for the given architectures (needs libnvrtc, no GPU).
     Kernels {
@@ -248,6 +263,28 @@ enum BenchCmd {
         #[arg(long, default_value_t = 30)]
         iters: usize,
     },
+    /// End-to-end segmentation (points on the host -> labels on the host): latency median/p90,
+    /// per-stage medians, device memory (JSON line).
+    Model {
+        cloud: PathBuf,
+        /// Cloud layout as for `segment` (kitti, nuscenes, xyz, pcd); default from the name.
+        #[arg(long)]
+        format: Option<String>,
+        #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
+        model: PathBuf,
+        /// safetensors weights; default: deterministic random weights (--seed).
+        #[arg(long)]
+        weights: Option<PathBuf>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+        device: DeviceArg,
+        #[arg(long, default_value_t = 20)]
+        iters: usize,
+        /// Case name in the JSON (default: the cloud's file name).
+        #[arg(long)]
+        case: Option<String>,
+    },
 }
 
 fn main() {
@@ -260,8 +297,26 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Voxelize { cloud, model, stride, device } => voxelize_cmd(&cloud, &model, stride, device),
-        Cmd::Segment { cloud, model, weights, out, format } => segment_cmd(&cloud, &model, &weights, out.as_deref(), format.as_deref()),
+        Cmd::Segment { cloud, model, weights, out, format, device } => {
+            segment_cmd(&cloud, &model, &weights, out.as_deref(), format.as_deref(), device)
+        }
         Cmd::Kernels { arch } => kernels_cmd(&arch),
+        Cmd::Prepare { cloud, format, model, out } => {
+            let pts = read_cloud_arg(&cloud, format.as_deref())?;
+            let cfg = load_model(&model)?.yaml;
+            let t = Instant::now();
+            let inputs = sptr::model::prepare_inputs(&[&pts], &cfg).context("preprocessing")?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            inputs.write_dir(&out, cfg.input_c, &cloud.display().to_string())?;
+            println!(
+                "{} points -> {} voxels ({} coordinate collisions resolved) in {ms:.1} ms -> {}",
+                pts.len(),
+                inputs.len(),
+                inputs.coord_fixups,
+                out.display()
+            );
+            Ok(())
+        }
         Cmd::Bench { what: BenchCmd::Voxelize { cloud, stride, model, voxel_size, iters, batch2 } } => {
             bench_voxelize(&cloud, stride, &model, voxel_size, iters, batch2)
         }
@@ -280,6 +335,9 @@ fn run(cli: Cli) -> Result<()> {
             let setup = sptr::perception::BenchSetup { cloud: &cloud, model: model.as_deref(), weights: weights.as_deref(), params: &params, device, warmup, frames };
             println!("{}", sptr::perception::bench_pipeline(&setup).map_err(anyhow::Error::msg)?);
             Ok(())
+        }
+        Cmd::Bench { what: BenchCmd::Model { cloud, format, model, weights, seed, device, iters, case } } => {
+            bench_model_cmd(&cloud, format.as_deref(), &model, weights.as_deref(), seed, device, iters, case)
         }
         Cmd::Info => info_cmd(),
         Cmd::Bag { what: BagCmd::Info { bag, count } } => bag_info_cmd(&bag, count),
@@ -562,10 +620,9 @@ fn info_cmd() -> Result<()> {
     Ok(())
 }
 
-/// `sptr segment`: read, segment on the CPU, report, optionally write a `.label` file.
-fn segment_cmd(cloud: &Path, model: &Path, weights: &Path, out: Option<&Path>, format: Option<&str>) -> Result<()> {
-    use sptr::pipeline::files::{read_cloud, write_label_file, CloudFormat, LabelIds};
-    use sptr::pipeline::{Segmenter, UNLABELED};
+/// A cloud file in the layout `format` names (or the file name tells).
+fn read_cloud_arg(cloud: &Path, format: Option<&str>) -> Result<Points> {
+    use sptr::pipeline::files::{read_cloud, CloudFormat};
     let fmt = match format {
         Some("kitti") => CloudFormat::KittiBin,
         Some("nuscenes") => CloudFormat::NuScenesBin,
@@ -575,11 +632,31 @@ fn segment_cmd(cloud: &Path, model: &Path, weights: &Path, out: Option<&Path>, f
         None => CloudFormat::from_path(cloud)
             .with_context(|| format!("{}: cannot tell the layout from the name; pass --format", cloud.display()))?,
     };
-    let pts = read_cloud(cloud, fmt).with_context(|| format!("reading {}", cloud.display()))?;
+    read_cloud(cloud, fmt).with_context(|| format!("reading {}", cloud.display()))
+}
+
+/// A segmenter on the chosen device (`auto`: CUDA when usable, else the CPU).
+fn segmenter_on(cfg: sptr::config::ModelYaml, weights: sptr::model::Weights, device: DeviceArg) -> Result<sptr::pipeline::Segmenter> {
+    use sptr::config::DeviceKind;
+    let kind = match device {
+        DeviceArg::Cpu => DeviceKind::Cpu,
+        DeviceArg::Cuda => DeviceKind::Cuda,
+        DeviceArg::Auto if cuda_usable() => DeviceKind::Cuda,
+        DeviceArg::Auto => DeviceKind::Cpu,
+    };
+    sptr::pipeline::Segmenter::on_device(cfg, weights, kind).with_context(|| format!("building the model on {kind:?}"))
+}
+
+/// `sptr segment`: read, segment, report, optionally write a `.label` file.
+fn segment_cmd(cloud: &Path, model: &Path, weights: &Path, out: Option<&Path>, format: Option<&str>, device: DeviceArg) -> Result<()> {
+    use sptr::pipeline::files::{write_label_file, LabelIds};
+    use sptr::pipeline::UNLABELED;
+    let pts = read_cloud_arg(cloud, format)?;
     let t0 = Instant::now();
-    let seg = Segmenter::from_files(model, weights)
-        .with_context(|| format!("loading {} with {}", model.display(), weights.display()))?;
-    println!("model loaded in {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+    let cfg = load_model(model)?.yaml;
+    let w = sptr::model::Weights::from_file(weights).with_context(|| format!("loading weights {}", weights.display()))?;
+    let seg = segmenter_on(cfg, w, device).with_context(|| format!("loading {} with {}", model.display(), weights.display()))?;
+    println!("model loaded on {:?} in {:.1} ms", seg.device(), t0.elapsed().as_secs_f64() * 1e3);
     let r = seg.segment(&[&pts]).context("segmenting")?;
     let names = &seg.config().class_names;
     let mut hist = vec![0usize; names.len()];
@@ -702,4 +779,29 @@ fn print_outcome(r: &sptr::eval::Report, out: &Path) {
         println!("throughput: {fps:.2} frames/s");
     }
     println!("report: {}", out.join("report.md").display());
+}
+
+/// `sptr bench model`: end-to-end segmentation latency and device memory (JSON line).
+#[allow(clippy::too_many_arguments)]
+fn bench_model_cmd(
+    cloud: &Path,
+    format: Option<&str>,
+    model: &Path,
+    weights: Option<&Path>,
+    seed: u64,
+    device: DeviceArg,
+    iters: usize,
+    case: Option<String>,
+) -> Result<()> {
+    let pts = read_cloud_arg(cloud, format)?;
+    let cfg = load_model(model)?.yaml;
+    let w = match weights {
+        Some(p) => sptr::model::Weights::from_file(p).with_context(|| format!("loading weights {}", p.display()))?,
+        None => sptr::model::random::random_weights(&cfg, seed).context("making random weights")?,
+    };
+    let seg = segmenter_on(cfg, w, device)?;
+    let case = case.unwrap_or_else(|| cloud.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
+    let row = sptr::model::bench::bench_segment(&seg, &case, &[&pts], 3, iters)?;
+    println!("{}", row.json());
+    Ok(())
 }

@@ -32,7 +32,53 @@ pub struct CudaDevice {
     functions: Mutex<HashMap<(&'static str, &'static str), CudaFunction>>,
 }
 
+/// Buffers are stream-ordered allocations from the device's default memory pool. By default the
+/// pool returns freed memory to the driver at every synchronisation, so each frame would map its
+/// transient buffers again; keeping it (a release threshold of "never") makes repeated frames
+/// reuse them, as PyTorch's caching allocator does, and makes the pool's size the high-water mark
+/// of the device memory the work needed.
+fn keep_freed_memory_in_pool(ctx: &CudaContext) -> Result<(), Error> {
+    use cudarc::driver::sys;
+    let pool = default_pool(ctx)?;
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: a plain driver call on the device's pool; `threshold` outlives the call.
+    unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold) as *mut u64 as *mut std::ffi::c_void,
+        )
+        .result()
+        .map_err(cuda_err("configuring the memory pool"))?;
+    }
+    Ok(())
+}
+
+fn default_pool(ctx: &CudaContext) -> Result<cudarc::driver::sys::CUmemoryPool, Error> {
+    let mut pool: cudarc::driver::sys::CUmemoryPool = std::ptr::null_mut();
+    ctx.bind_to_thread().map_err(cuda_err("binding the CUDA context"))?;
+    // SAFETY: a plain driver query on a live context's device.
+    unsafe { cudarc::driver::sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) }
+        .result()
+        .map_err(cuda_err("reading the memory pool"))?;
+    Ok(pool)
+}
+
+/// Free device memory in bytes (the whole device, every process).
+pub fn free_device_bytes() -> Result<usize, Error> {
+    cudarc::driver::result::mem_get_info().map(|(free, _)| free).map_err(cuda_err("reading free device memory"))
+}
+
 impl CudaDevice {
+    /// Waits for the stream, then gives the pool's unused memory back to the driver: after it,
+    /// the drop in [`free_device_bytes`] across some work is that work's peak device memory.
+    pub fn trim_pool(&self) -> Result<(), Error> {
+        self.synchronize()?;
+        let pool = default_pool(&self.ctx)?;
+        // SAFETY: a plain driver call on the device's pool, nothing in flight.
+        unsafe { cudarc::driver::sys::cuMemPoolTrimTo(pool, 0) }.result().map_err(cuda_err("trimming the memory pool"))
+    }
+
     /// Opens GPU `ordinal`. Errors (never panics) when there is no driver, no GPU or no NVRTC.
     pub fn new(ordinal: usize) -> Result<CudaDevice, Error> {
         if !driver_available() {
@@ -57,6 +103,7 @@ impl CudaDevice {
         let (major, minor) = ctx.compute_capability().map_err(cuda_err("reading the compute capability"))?;
         let name = ctx.name().map_err(cuda_err("reading the device name"))?;
         let stream = ctx.default_stream();
+        keep_freed_memory_in_pool(&ctx)?;
         Ok(CudaDevice {
             ctx,
             stream,

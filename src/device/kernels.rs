@@ -10,6 +10,11 @@ pub struct KernelSource {
     /// Module name: the file stem, also the cache-file prefix.
     pub name: &'static str,
     pub src: &'static str,
+    /// Whether NVRTC may contract `a * b + c` into FMAs. Off (the default) for modules whose float
+    /// arithmetic must round exactly as the CPU reference or PyTorch does op by op (voxel keys,
+    /// window cells, spherical coordinates); on for arithmetic-bound kernels that keep their
+    /// few exact steps in `__fmul_rn` / `__fadd_rn`, which are never contracted.
+    pub fmad: bool,
 }
 
 /// Shared definitions, prepended to every module.
@@ -17,12 +22,14 @@ pub const PRELUDE: &str = include_str!("../../kernels/prelude.cuh");
 
 /// Every kernel module the crate uses.
 pub const ALL: &[KernelSource] = &[
-    KernelSource { name: "scan_sort", src: include_str!("../../kernels/scan_sort.cu") },
-    KernelSource { name: "voxelize", src: include_str!("../../kernels/voxelize.cu") },
-    KernelSource { name: "bev_grid", src: include_str!("../../kernels/bev_grid.cu") },
-    KernelSource { name: "sparse_map", src: include_str!("../../kernels/sparse_map.cu") },
-    KernelSource { name: "sparse_conv", src: include_str!("../../kernels/sparse_conv.cu") },
-    KernelSource { name: "attention", src: include_str!("../../kernels/attention.cu") },
+    KernelSource { name: "scan_sort", src: include_str!("../../kernels/scan_sort.cu"), fmad: false },
+    KernelSource { name: "voxelize", src: include_str!("../../kernels/voxelize.cu"), fmad: false },
+    KernelSource { name: "bev_grid", src: include_str!("../../kernels/bev_grid.cu"), fmad: false },
+    KernelSource { name: "sparse_map", src: include_str!("../../kernels/sparse_map.cu"), fmad: false },
+    KernelSource { name: "sparse_conv", src: include_str!("../../kernels/sparse_conv.cu"), fmad: false },
+    KernelSource { name: "attention", src: include_str!("../../kernels/attention.cu"), fmad: false },
+    KernelSource { name: "attention_core", src: include_str!("../../kernels/attention_core.cu"), fmad: true },
+    KernelSource { name: "layers", src: include_str!("../../kernels/layers.cu"), fmad: true },
 ];
 
 /// The source of module `name`, if there is one.

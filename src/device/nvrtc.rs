@@ -94,13 +94,14 @@ pub fn include_dirs() -> Vec<PathBuf> {
     v
 }
 
-fn options(arch: Arch, includes: &[PathBuf]) -> Vec<String> {
+fn options(arch: Arch, fmad: bool, includes: &[PathBuf]) -> Vec<String> {
     let mut o = vec![
         format!("--gpu-architecture={}", arch.sm()),
         "--std=c++17".to_string(),
-        // IEEE division and no FMA contraction: the voxel key `floor((p - o) / v)` must round
-        // exactly as the CPU reference does, or CPU and GPU disagree on boundary points.
-        "--fmad=false".to_string(),
+        // IEEE division and (unless the module opts in) no FMA contraction: the voxel key
+        // `floor((p - o) / v)` must round exactly as the CPU reference does, or CPU and GPU
+        // disagree on boundary points.
+        format!("--fmad={fmad}"),
         "--prec-div=true".to_string(),
         "-default-device".to_string(),
         "-lineinfo".to_string(),
@@ -124,7 +125,7 @@ pub fn compile(k: &KernelSource, arch: Arch) -> Result<Compiled, Error> {
     let src = CString::new(kernels::full_source(k))
         .map_err(|_| Error::KernelCompile(format!("{}: source contains a NUL byte", k.name)))?;
     let name = CString::new(format!("{}.cu", k.name)).map_err(|_| Error::KernelCompile("bad name".into()))?;
-    let opts: Vec<CString> = options(arch, &includes)
+    let opts: Vec<CString> = options(arch, k.fmad, &includes)
         .into_iter()
         .map(|o| CString::new(o).map_err(|_| Error::KernelCompile("option with NUL".into())))
         .collect::<Result<_, _>>()?;
@@ -191,7 +192,7 @@ pub fn cache_dir() -> PathBuf {
 pub fn cache_path(k: &KernelSource, arch: Arch, nvrtc: (i32, i32)) -> PathBuf {
     let mut h = Sha256::new();
     h.update(kernels::full_source(k).as_bytes());
-    for o in options(arch, &[]) {
+    for o in options(arch, k.fmad, &[]) {
         h.update(o.as_bytes());
         h.update([0u8]);
     }

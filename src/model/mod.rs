@@ -3,6 +3,7 @@
 //! names (`weights`), deterministic random weights for tests (`random`) and the upstream
 //! inference preprocessing that turns points into the network's inputs (`preprocess`).
 
+pub mod bench;
 pub mod layers;
 pub mod preprocess;
 pub mod random;

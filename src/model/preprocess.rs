@@ -61,6 +61,37 @@ impl NetworkInputs {
     pub fn is_empty(&self) -> bool {
         self.coords.is_empty()
     }
+
+    /// Writes the inputs in the raw layout the PyTorch reference reads (`--inputs DIR` of
+    /// `tests/parity/sphereformer_ref.py`): `coords.i32 [N,4]`, `feats.f32 [N,C]`, `xyz.f32 [N,3]`,
+    /// `batch.i32 [N]` little-endian, and `inputs.json` (n, input_c, batch_size, spatial_shape).
+    pub fn write_dir(&self, dir: &std::path::Path, input_c: usize, source: &str) -> Result<(), Error> {
+        let io = |what: &str, e: std::io::Error| Error::InvalidInput(format!("{}: writing {what}: {e}", dir.display()));
+        std::fs::create_dir_all(dir).map_err(|e| io("the directory", e))?;
+        let le_i32 = |v: &mut dyn Iterator<Item = i32>| v.flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let le_f32 = |v: &mut dyn Iterator<Item = f32>| v.flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let files: [(&str, Vec<u8>); 4] = [
+            ("coords.i32", le_i32(&mut self.coords.iter().flatten().copied())),
+            ("feats.f32", le_f32(&mut self.feats.iter().copied())),
+            ("xyz.f32", le_f32(&mut self.xyz.iter().flatten().copied())),
+            ("batch.i32", le_i32(&mut self.batch.iter().copied())),
+        ];
+        for (name, bytes) in files {
+            std::fs::write(dir.join(name), bytes).map_err(|e| io(name, e))?;
+        }
+        let batch_size = self.batch.iter().copied().max().map_or(0, |b| b + 1);
+        let s = self.spatial_shape;
+        let meta = format!(
+            "{{\"n\": {}, \"input_c\": {input_c}, \"batch_size\": {batch_size}, \"spatial_shape\": [{}, {}, {}], \"coord_fixups\": {}, \"source\": {:?}, \"made_by\": \"sptr prepare\"}}\n",
+            self.len(),
+            s[0],
+            s[1],
+            s[2],
+            self.coord_fixups,
+            source
+        );
+        std::fs::write(dir.join("inputs.json"), meta).map_err(|e| io("inputs.json", e))
+    }
 }
 
 /// Points of a batch → network inputs, as upstream's val-mode preprocessing.

@@ -38,6 +38,10 @@ use crate::sparse::tensor::SparseTensor;
 use crate::Error;
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "cuda")]
+#[path = "sphereformer_cuda.rs"]
+pub mod cuda;
+
 /// Where the builder gets each tensor: the weights file, or a recorder that lists the specs.
 trait Source {
     fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError>;
@@ -549,28 +553,33 @@ impl SphereFormer {
     }
 
     fn check_inputs(&self, coords: &[[i32; 4]], feats: &[f32], xyz: &[[f32; 3]], batch: &[i32]) -> Result<(), Error> {
-        let n = coords.len();
-        if n == 0 {
-            return Err(Error::InvalidInput("SphereFormer forward: no voxels".into()));
-        }
-        if feats.len() != n * self.input_c || xyz.len() != n || batch.len() != n {
-            return Err(Error::InvalidInput(format!(
-                "SphereFormer forward: {n} coordinates, {} feature values (input_c {}), {} positions, {} batch indices",
-                feats.len(),
-                self.input_c,
-                xyz.len(),
-                batch.len()
-            )));
-        }
-        if let Some(i) = (0..n).find(|&i| coords[i][0] != batch[i]) {
-            return Err(Error::InvalidInput(format!(
-                "SphereFormer forward: voxel {i} has batch {} in its coordinate but {} in `batch`",
-                coords[i][0], batch[i]
-            )));
-        }
-        if let Some(i) = xyz.iter().position(|p| p.iter().any(|v| !v.is_finite())) {
-            return Err(Error::InvalidInput(format!("SphereFormer forward: xyz of voxel {i} is not finite")));
-        }
-        Ok(())
+        check_inputs(self.input_c, coords, feats, xyz, batch)
     }
+}
+
+/// The forward's input checks (CPU and CUDA): lengths, batch indices, finite positions.
+fn check_inputs(input_c: usize, coords: &[[i32; 4]], feats: &[f32], xyz: &[[f32; 3]], batch: &[i32]) -> Result<(), Error> {
+    let n = coords.len();
+    if n == 0 {
+        return Err(Error::InvalidInput("SphereFormer forward: no voxels".into()));
+    }
+    if feats.len() != n * input_c || xyz.len() != n || batch.len() != n {
+        return Err(Error::InvalidInput(format!(
+            "SphereFormer forward: {n} coordinates, {} feature values (input_c {}), {} positions, {} batch indices",
+            feats.len(),
+            input_c,
+            xyz.len(),
+            batch.len()
+        )));
+    }
+    if let Some(i) = (0..n).find(|&i| coords[i][0] != batch[i]) {
+        return Err(Error::InvalidInput(format!(
+            "SphereFormer forward: voxel {i} has batch {} in its coordinate but {} in `batch`",
+            coords[i][0], batch[i]
+        )));
+    }
+    if let Some(i) = xyz.iter().position(|p| p.iter().any(|v| !v.is_finite())) {
+        return Err(Error::InvalidInput(format!("SphereFormer forward: xyz of voxel {i} is not finite")));
+    }
+    Ok(())
 }

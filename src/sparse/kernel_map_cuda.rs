@@ -112,6 +112,19 @@ impl CudaSites {
         CudaSites::build(dev, coords, t.len())
     }
 
+    /// A copy on the device (maps own their output sites; a level's sites serve several maps).
+    pub fn try_clone(&self, dev: &CudaDevice) -> Result<CudaSites, Error> {
+        let s = &dev.stream;
+        let copy = |what| cuda_err(format!("copying site {what}"));
+        Ok(CudaSites {
+            coords: s.clone_dtod(&self.coords).map_err(copy("coordinates"))?,
+            len: self.len,
+            keys: s.clone_dtod(&self.keys).map_err(copy("hash keys"))?,
+            vals: s.clone_dtod(&self.vals).map_err(copy("hash values"))?,
+            mask: self.mask,
+        })
+    }
+
     pub fn coords_to_host(&self, dev: &CudaDevice) -> Result<Vec<[i32; 4]>, Error> {
         if self.len == 0 {
             return Ok(vec![]);
@@ -156,11 +169,19 @@ fn kernel_volume(kernel: [i32; 3]) -> usize {
 
 /// Submanifold map (odd kernel, stride 1) of `t`, whose sites `sites` were uploaded from it.
 pub fn submanifold_cuda(dev: &CudaDevice, t: &SparseTensor, sites: CudaSites, kernel: [i32; 3], dilation: [i32; 3]) -> Result<CudaKernelMap, Error> {
+    if sites.len != t.len() {
+        return Err(Error::InvalidInput(format!("submanifold map: {} sites for a tensor of {}", sites.len, t.len())));
+    }
+    submanifold_cuda_sites(dev, sites, kernel, dilation)
+}
+
+/// Submanifold map of sites already on the device (e.g. a strided map's outputs).
+pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: CudaSites, kernel: [i32; 3], dilation: [i32; 3]) -> Result<CudaKernelMap, Error> {
     if kernel.iter().any(|&k| k < 1 || k % 2 == 0) || dilation.iter().any(|&d| d < 1) {
         return Err(Error::InvalidInput(format!("submanifold kernel {kernel:?} must be odd and dilation {dilation:?} >= 1")));
     }
     let kv = kernel_volume(kernel);
-    let n = t.len();
+    let n = sites.len;
     let g = MapGeomC { kernel, dilation, stride: [1; 3], kv: kv as u32, ..Default::default() };
     let mut nbr = dev.stream.alloc_zeros::<i32>((n * kv).max(1)).map_err(cuda_err("allocating neighbour table"))?;
     let f = dev.function("sparse_map", "submanifold_nbr")?;
@@ -182,22 +203,35 @@ pub fn submanifold_cuda(dev: &CudaDevice, t: &SparseTensor, sites: CudaSites, ke
 /// Strided map (`SparseConv3d`, spconv's output rule) of `t` (sites uploaded from it).
 /// Returns the map and the output tensor's spatial shape and origin.
 pub fn strided_cuda(dev: &CudaDevice, t: &SparseTensor, sites: &CudaSites, g: ConvGeometry) -> Result<(CudaKernelMap, [i32; 3], [i32; 3]), Error> {
+    if sites.len != t.len() {
+        return Err(Error::InvalidInput(format!("strided map: {} sites for a tensor of {}", sites.len, t.len())));
+    }
+    strided_cuda_sites(dev, sites, t.origin(), t.spatial_shape(), g)
+}
+
+/// [`strided_cuda`] on sites already on the device, whose tensor has `origin` and `spatial_shape`.
+pub fn strided_cuda_sites(
+    dev: &CudaDevice,
+    sites: &CudaSites,
+    origin: [i32; 3],
+    spatial_shape: [i32; 3],
+    g: ConvGeometry,
+) -> Result<(CudaKernelMap, [i32; 3], [i32; 3]), Error> {
     for (name, v, min) in [("kernel", g.kernel, 1), ("stride", g.stride, 1), ("dilation", g.dilation, 1), ("padding", g.padding, 0)] {
         if v.iter().any(|&x| x < min) {
             return Err(Error::InvalidInput(format!("strided conv: {name} {v:?} must be >= {min}")));
         }
     }
-    let origin = t.origin();
     if (0..3).any(|a| origin[a].rem_euclid(g.stride[a]) != 0) {
         return Err(Error::InvalidInput(format!("strided conv: input origin {origin:?} must be a multiple of the stride {:?}", g.stride)));
     }
-    let out_shape = conv_output_shape(t.spatial_shape(), &g);
+    let out_shape = conv_output_shape(spatial_shape, &g);
     if out_shape.iter().any(|&v| v < 1) {
         return Err(Error::InvalidInput(format!("strided conv: empty output shape {out_shape:?}")));
     }
     let out_origin = [0, 1, 2].map(|a| origin[a].div_euclid(g.stride[a]));
     let kv = kernel_volume(g.kernel);
-    let n = t.len();
+    let n = sites.len;
     let s = &dev.stream;
     let geom = MapGeomC {
         kernel: g.kernel,

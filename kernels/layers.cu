@@ -1,0 +1,116 @@
+// Dense per-row layers of the network on CUDA (see src/model/sphereformer_cuda.rs): LayerNorm,
+// the epilogue of a Linear whose GEMM (cuBLAS, FP16 in, FP32 out) ran before it, BatchNorm + ReLU,
+// channel concatenation, the down level's voxel positions, and the head's arg-max.
+//
+// Activations are FP16 rows `[n, c]`; every reduction and every epilogue is FP32. Compiled with
+// FMA contraction on (nothing here must round op by op like PyTorch; `downsample_xyz` only adds
+// and divides, which contraction cannot change).
+#include <cuda_fp16.h>
+
+// nn.LayerNorm over the c channels of each row (biased variance, eps inside the square root).
+// One warp per row; c <= 32 * LN_MAX_PER_LANE.
+#define LN_MAX_PER_LANE 16
+extern "C" __global__ void layer_norm_rows(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
+                                           const float* __restrict__ beta, float eps, __half* __restrict__ out) {
+    const u32 row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const u32 lane = threadIdx.x & 31u;
+    if (row >= n) return;
+    const __half* xr = x + (u64)row * c;
+    float v[LN_MAX_PER_LANE];
+    float sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < LN_MAX_PER_LANE; ++t) {
+        const u32 j = lane + 32u * t;
+        v[t] = j < c ? __half2float(xr[j]) : 0.0f;
+        sum += v[t];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
+    const float mean = sum / (float)c;
+    float var = 0.0f;
+#pragma unroll
+    for (int t = 0; t < LN_MAX_PER_LANE; ++t) {
+        const u32 j = lane + 32u * t;
+        const float d = j < c ? v[t] - mean : 0.0f;
+        var += d * d;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) var += __shfl_xor_sync(FULL_MASK, var, o);
+    const float inv = rsqrtf(var / (float)c + eps);
+    __half* orow = out + (u64)row * c;
+#pragma unroll
+    for (int t = 0; t < LN_MAX_PER_LANE; ++t) {
+        const u32 j = lane + 32u * t;
+        if (j < c) orow[j] = __float2half_rn((v[t] - mean) * inv * gamma[j] + beta[j]);
+    }
+}
+
+// GELU as nn.GELU() computes it (the erf form).
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
+
+// out[r, j] = act((acc[r, col0 + j] + bias[j]) * scale) (+ residual[r, j]), j < c, written as FP16.
+// acc: FP32 GEMM output with `acc_ld` floats a row; act: 0 none, 1 GELU; residual may be NULL.
+extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, u32 acc_ld, u32 col0, u32 n, u32 c,
+                                           const float* __restrict__ bias, float scale, u32 act,
+                                           const __half* __restrict__ residual, __half* __restrict__ out) {
+    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (u64)n * c) return;
+    const u64 r = idx / c;
+    const u32 j = (u32)(idx % c);
+    float y = (acc[r * acc_ld + col0 + j] + bias[j]) * scale;
+    if (act == 1) y = gelu_erf(y);
+    if (residual) y += __half2float(residual[idx]);
+    out[idx] = __float2half_rn(y);
+}
+
+// Folded inference BatchNorm followed by ReLU: out = max(x * scale + shift, 0) per channel.
+extern "C" __global__ void bn_relu_rows(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ scale,
+                                        const float* __restrict__ shift, __half* __restrict__ out) {
+    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (u64)n * c) return;
+    const u32 j = (u32)(idx % c);
+    out[idx] = __float2half_rn(fmaxf(__half2float(x[idx]) * scale[j] + shift[j], 0.0f));
+}
+
+// Row-wise [a | b]: out[r] = (a[r, 0..ca], b[r, 0..cb]).
+extern "C" __global__ void concat_rows(const __half* __restrict__ a, u32 ca, const __half* __restrict__ b, u32 cb, u32 n,
+                                       __half* __restrict__ out) {
+    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u32 c = ca + cb;
+    if (idx >= (u64)n * c) return;
+    const u64 r = idx / c;
+    const u32 j = (u32)(idx % c);
+    out[idx] = j < ca ? a[r * ca + j] : b[r * cb + (j - ca)];
+}
+
+// The next level's voxel positions (upstream get_downsample_info): per output of a strided map,
+// the float32 mean of its inputs' xyz, summed offset by offset in offset order as the CPU
+// reference does; its batch index is the output coordinate's.
+extern "C" __global__ void downsample_xyz(const i32* __restrict__ nbr, u32 m, u32 kv, const float* __restrict__ xyz,
+                                          const i32* __restrict__ out_coords, float* __restrict__ out_xyz,
+                                          i32* __restrict__ out_batch) {
+    const u32 o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= m) return;
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f;
+    u32 count = 0;
+    for (u32 k = 0; k < kv; ++k) {
+        const i32 i = nbr[(u64)o * kv + k];
+        if (i < 0) continue;
+        s0 = __fadd_rn(s0, xyz[(u64)i * 3]);
+        s1 = __fadd_rn(s1, xyz[(u64)i * 3 + 1]);
+        s2 = __fadd_rn(s2, xyz[(u64)i * 3 + 2]);
+        ++count;
+    }
+    const float cnt = (float)(count > 0 ? count : 1);
+    out_xyz[(u64)o * 3] = __fdiv_rn(s0, cnt);
+    out_xyz[(u64)o * 3 + 1] = __fdiv_rn(s1, cnt);
+    out_xyz[(u64)o * 3 + 2] = __fdiv_rn(s2, cnt);
+    out_batch[o] = out_coords[(u64)o * 4];
+}
+
+// The head's logits in place: logits[r, j] += bias[j] (FP32 GEMM output).
+extern "C" __global__ void add_bias_f32(float* __restrict__ logits, u32 n, u32 c, const float* __restrict__ bias) {
+    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (u64)n * c) return;
+    logits[idx] += bias[idx % c];
+}
