@@ -97,6 +97,17 @@ run() {
         --case dense --iters 20 > "$out/bench_model_dense.jsonl" 2>> "$out/bench.log" || failed=1
     "$STAGE/bin/sptr" bench model "$nus" --model config/models/sphereformer_nuscenes.yaml \
         --case nuscenes --iters 20 > "$out/bench_model_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
+    # The node's per-frame work without ROS (issue 6's pipeline latency), 200 frames, full model
+    "$STAGE/bin/sptr" bench pipeline "$nus" --model config/models/sphereformer_nuscenes.yaml --device cuda \
+        --frames 200 > "$out/bench_pipeline_nuscenes.json" 2>> "$out/bench.log" || failed=1
+    # Replay the sample bag on the GPU and on the CPU: the same labels (>= 99.5 %), report latency
+    for dev in cuda cpu; do
+        "$STAGE/bin/sptr" replay tests/data/bags/nuscenes_sample --model config/models/sphereformer_nuscenes.yaml \
+            --random-weights 0 --device "$dev" --out "$out/replay_$dev" > "$out/replay_$dev.log" 2>&1 || failed=1
+    done
+    "$STAGE/bin/sptr" eval agreement "$out/replay_cuda" "$out/replay_cpu" --min 0.995 > "$out/replay_agreement.log" 2>&1 || failed=1
+    grep -hE "latency|throughput|frames" "$out"/replay_*.log | tee -a "$summary" > /dev/null || true
+    tee -a "$summary" < "$out/replay_agreement.log" > /dev/null
     cat "$out"/bench_*.json "$out"/bench_*.jsonl | tee -a "$summary"
     [ "$failed" = 0 ] && echo "GPU SUITE: ALL PASSED" | tee -a "$summary" || echo "GPU SUITE: FAILURES" | tee -a "$summary"
     return "$failed"
