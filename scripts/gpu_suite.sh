@@ -98,7 +98,8 @@ run() {
     "$STAGE/bin/sptr" bench model "$nus" --model config/models/sphereformer_nuscenes.yaml \
         --case nuscenes --iters 20 > "$out/bench_model_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
     # The node's per-frame work without ROS (issue 6's pipeline latency), 200 frames, full model
-    "$STAGE/bin/sptr" bench pipeline "$nus" --model config/models/sphereformer_nuscenes.yaml --device cuda \
+    # (SemanticKITTI: the default params file's obstacle classes are its class ids)
+    "$STAGE/bin/sptr" bench pipeline "$nus" --model config/models/sphereformer_semantickitti.yaml --device cuda \
         --frames 200 > "$out/bench_pipeline_nuscenes.json" 2>> "$out/bench.log" || failed=1
     # Replay the sample bag on the GPU and on the CPU: the same labels (>= 99.5 %), report latency
     for dev in cuda cpu; do
