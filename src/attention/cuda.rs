@@ -446,30 +446,16 @@ pub fn window_attention_cuda_with(
     if tiled.is_some() {
         p.tiled_min = u32::try_from(tiled_min.max(1)).unwrap_or(u32::MAX);
     }
-    let f = dev.function("attention_core", name)?;
     let cfg = LaunchConfig {
         grid_dim: ((n as u32).div_ceil(ATTN_THREADS), heads.count as u32, 1),
         block_dim: (ATTN_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    let s = &dev.stream;
-    let mut b = s.launch_builder(&f);
-    b.arg(qkv.q).arg(qkv.k).arg(qkv.v).arg(&mut *out).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(quant);
-    // Unused float slots get the order buffer: a valid device pointer of the same size that the
-    // kernel never dereferences in that mode.
-    for t in floats {
-        match t {
-            Some(x) => b.arg(x),
-            None => b.arg(&part.order),
-        };
-    }
-    b.arg(&p);
-    // SAFETY: argument list matches ATTN_PARAMS; sizes checked above.
-    unsafe { b.launch(cfg) }.map_err(cuda_err(name))?;
+    launch_attention(dev, name, cfg, qkv, out, part, quant, floats, &p)?;
     let Some(smem) = tiled else { return Ok(()) };
     let name = if d == 16 { "attn_ctx_tiled_d16" } else { "attn_ctx_tiled_d32" };
-    let f = dev.function("attention_core", name)?;
-    f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+    dev.function("attention_core", name)?
+        .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(cuda_err("allowing the tiled attention kernel its shared memory"))?;
     let chunks = u32::try_from(part.n_max.div_ceil(TILED_QUERIES as usize))
         .map_err(|_| Error::InvalidInput(format!("window attention: a window of {} voxels is too large", part.n_max)))?;
@@ -478,16 +464,35 @@ pub fn window_attention_cuda_with(
         block_dim: (TILED_QUERIES, 1, 1),
         shared_mem_bytes: smem as u32,
     };
-    let mut b = s.launch_builder(&f);
-    b.arg(qkv.q).arg(qkv.k).arg(qkv.v).arg(&mut *out).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(quant);
+    // the grid covers every window and query chunk, shared memory as computed
+    launch_attention(dev, name, cfg, qkv, out, part, quant, floats, &p)
+}
+
+/// Launches one of attention_core.cu's kernels (all take ATTN_PARAMS). Unused float slots get the
+/// order buffer: a valid device pointer that the kernel never dereferences in that mode.
+#[allow(clippy::too_many_arguments)]
+fn launch_attention(
+    dev: &CudaDevice,
+    name: &'static str,
+    cfg: LaunchConfig,
+    qkv: QkvView,
+    out: &mut CudaSlice<f16>,
+    part: &CudaPartition,
+    quant: &CudaSlice<u32>,
+    floats: [Option<&CudaSlice<f32>>; 4],
+    p: &AttnParamsC,
+) -> Result<(), Error> {
+    let f = dev.function("attention_core", name)?;
+    let mut b = dev.stream.launch_builder(&f);
+    b.arg(qkv.q).arg(qkv.k).arg(qkv.v).arg(out).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(quant);
     for t in floats {
         match t {
             Some(x) => b.arg(x),
             None => b.arg(&part.order),
         };
     }
-    b.arg(&p);
-    // SAFETY: as above; the grid covers every window and query chunk, shared memory as computed.
+    b.arg(p);
+    // SAFETY: argument list matches ATTN_PARAMS; the caller checked every buffer's size.
     unsafe { b.launch(cfg) }.map_err(cuda_err(name))?;
     Ok(())
 }
