@@ -22,7 +22,7 @@ use crate::model::layers::{BatchNorm, LayerNorm, Linear};
 use crate::sparse::conv_cpu::WeightLayout;
 use crate::sparse::conv_cuda::{conv_cuda, CudaConvWeights, CudaPreActivation};
 use crate::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda_sites, submanifold_cuda_sites, CudaKernelMap, CudaSites};
-use crate::sparse::tensor::SparseTensor;
+use crate::sparse::tensor::{validate_geometry, validate_sites};
 use crate::Error;
 use cudarc::cublas::{sys as blas_sys, CudaBlas};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
@@ -508,16 +508,17 @@ impl CudaSphereFormer {
         check_inputs(self.input_c, coords, feats, xyz, batch)?;
         let n = coords.len();
         let start = Instant::now();
-        // The host tensor checks coordinates (inside the grid, no duplicates) as the CPU path does.
-        let host = SparseTensor::new(coords.to_vec(), feats.to_vec(), self.input_c, spatial_shape)?;
-        let sites = CudaSites::upload(dev, &host)?;
+        // The CPU path's coordinate checks (inside the grid, no duplicates), without copying the
+        // frame into a host tensor.
+        validate_geometry([1; 3], [0; 3], spatial_shape)?;
+        validate_sites(coords, [0; 3], spatial_shape)?;
+        let sites = CudaSites::upload_sites(dev, coords, [0; 3], spatial_shape)?;
         let x = up_f16(dev, feats, "input features")?;
-        let flat: Vec<f32> = xyz.iter().flatten().copied().collect();
-        let xyz_d = up_f32(dev, &flat, "voxel positions")?;
+        let xyz_d = up_f32(dev, xyz.as_flattened(), "voxel positions")?;
         let batch_d = dev.stream.clone_htod(batch).map_err(cuda_err("uploading batch indices"))?;
         let maps = submanifold_cuda_sites(dev, sites, [3; 3], [1; 3])?;
         let x = conv_cuda(dev, &x, &maps, &self.input_conv, None, None)?;
-        let level = GpuLevel { sites: maps.out, origin: host.origin(), spatial_shape, xyz: xyz_d, batch: batch_d, n };
+        let level = GpuLevel { sites: maps.out, origin: [0; 3], spatial_shape, xyz: xyz_d, batch: batch_d, n };
         record(dev, t, "input_conv".into(), start)?;
         let y = self.unet.forward(dev, &self.blas, x, level, t)?;
         let start = Instant::now();

@@ -61,8 +61,9 @@ fn grid_u64(n: u64) -> Result<LaunchConfig, Error> {
     Ok(LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 })
 }
 
-fn check_packable(t: &SparseTensor) -> Result<(), Error> {
-    let (o, s) = (t.origin(), t.spatial_shape());
+/// The GPU maps' 16-bit coordinate packing: every axis inside -32768..32768, < 65535 samples.
+fn check_packable(origin: [i32; 3], spatial_shape: [i32; 3], batch_size: usize) -> Result<(), Error> {
+    let (o, s) = (origin, spatial_shape);
     for a in 0..3 {
         if o[a] < -32768 || o[a] as i64 + s[a] as i64 > 32768 {
             return Err(Error::InvalidInput(format!(
@@ -72,8 +73,8 @@ fn check_packable(t: &SparseTensor) -> Result<(), Error> {
             )));
         }
     }
-    if t.batch_size() >= 65535 {
-        return Err(Error::InvalidInput(format!("GPU kernel maps take at most 65534 samples, got {}", t.batch_size())));
+    if batch_size >= 65535 {
+        return Err(Error::InvalidInput(format!("GPU kernel maps take at most 65534 samples, got {batch_size}")));
     }
     Ok(())
 }
@@ -106,10 +107,17 @@ impl CudaSites {
 
     /// Uploads and hashes the sites of a host tensor.
     pub fn upload(dev: &CudaDevice, t: &SparseTensor) -> Result<CudaSites, Error> {
-        check_packable(t)?;
-        let flat: Vec<i32> = if t.is_empty() { vec![0; 4] } else { t.coords().iter().flatten().copied().collect() };
-        let coords = dev.stream.clone_htod(&flat).map_err(cuda_err("uploading coordinates"))?;
-        CudaSites::build(dev, coords, t.len())
+        CudaSites::upload_sites(dev, t.coords(), t.origin(), t.spatial_shape())
+    }
+
+    /// Uploads and hashes sites given as coordinates (already checked, e.g. by
+    /// `tensor::validate_sites`) of a tensor with `origin` and `spatial_shape`.
+    pub fn upload_sites(dev: &CudaDevice, coords: &[[i32; 4]], origin: [i32; 3], spatial_shape: [i32; 3]) -> Result<CudaSites, Error> {
+        let batch_size = coords.iter().map(|c| c[0].max(0) as usize + 1).max().unwrap_or(0);
+        check_packable(origin, spatial_shape, batch_size)?;
+        let flat: &[i32] = if coords.is_empty() { &[0; 4] } else { coords.as_flattened() };
+        let d = dev.stream.clone_htod(flat).map_err(cuda_err("uploading coordinates"))?;
+        CudaSites::build(dev, d, coords.len())
     }
 
     /// A copy on the device (maps own their output sites; a level's sites serve several maps).

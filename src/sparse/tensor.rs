@@ -69,33 +69,7 @@ impl SparseTensor {
                 coords.len()
             )));
         }
-        let mut seen: HashMap<[i32; 4], usize> = HashMap::with_capacity(coords.len());
-        for (i, c) in coords.iter().enumerate() {
-            if c[0] < 0 {
-                return Err(Error::InvalidInput(format!(
-                    "sparse tensor: site {i} has negative batch index {}",
-                    c[0]
-                )));
-            }
-            for a in 0..3 {
-                let lo = origin[a] as i64;
-                let hi = lo + spatial_shape[a] as i64;
-                let v = c[a + 1] as i64;
-                if v < lo || v >= hi {
-                    return Err(Error::InvalidInput(format!(
-                        "sparse tensor: site {i} coordinate {:?} outside the spatial range \
-                         origin {:?} shape {:?}",
-                        c, origin, spatial_shape
-                    )));
-                }
-            }
-            if let Some(j) = seen.insert(*c, i) {
-                return Err(Error::InvalidInput(format!(
-                    "sparse tensor: duplicate coordinate {:?} at sites {j} and {i}",
-                    c
-                )));
-            }
-        }
+        validate_sites(&coords, origin, spatial_shape)?;
         Ok(Self {
             coords,
             feats,
@@ -209,6 +183,41 @@ pub(crate) fn validate_geometry(
             return Err(Error::InvalidInput(format!(
                 "sparse tensor: origin {:?} + shape {:?} overflows i32",
                 origin, spatial_shape
+            )));
+        }
+    }
+    Ok(())
+}
+
+
+/// The site checks of [`SparseTensor::with_geometry`] on coordinates alone (no copies): batch
+/// indices ≥ 0, every coordinate inside `[origin, origin + spatial_shape)`, no duplicates. For
+/// paths that keep the sites elsewhere (the CUDA network uploads them straight to the device).
+pub fn validate_sites(coords: &[[i32; 4]], origin: [i32; 3], spatial_shape: [i32; 3]) -> Result<(), Error> {
+    let mut seen: HashMap<[i32; 4], usize> = HashMap::with_capacity(coords.len());
+    for (i, c) in coords.iter().enumerate() {
+        if c[0] < 0 {
+            return Err(Error::InvalidInput(format!(
+                "sparse tensor: site {i} has negative batch index {}",
+                c[0]
+            )));
+        }
+        for a in 0..3 {
+            let lo = origin[a] as i64;
+            let hi = lo + spatial_shape[a] as i64;
+            let v = c[a + 1] as i64;
+            if v < lo || v >= hi {
+                return Err(Error::InvalidInput(format!(
+                    "sparse tensor: site {i} coordinate {:?} outside the spatial range \
+                     origin {:?} shape {:?}",
+                    c, origin, spatial_shape
+                )));
+            }
+        }
+        if let Some(j) = seen.insert(*c, i) {
+            return Err(Error::InvalidInput(format!(
+                "sparse tensor: duplicate coordinate {:?} at sites {j} and {i}",
+                c
             )));
         }
     }
