@@ -20,5 +20,5 @@ pub use cdr::{
     decode_message, is_supported_type, CameraInfo, CdrError, CdrMessage, CompressedImage, Header,
     Image, MapMetaData, Message, OccupancyGrid, PointCloud2, Pose, RegionOfInterest, Time,
 };
-pub use reader::{Bag, BagError, Messages, RawMessage, Storage, TopicInfo};
+pub use reader::{Bag, BagError, BufferUse, Messages, RawMessage, Storage, TopicInfo};
 pub use writer::{BagWriter, WriterError};

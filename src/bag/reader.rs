@@ -5,9 +5,12 @@
 //! yields every message's raw CDR bytes in timestamp order: the files in their listed order, the
 //! messages of each file sorted by receive timestamp (stable, so equal stamps keep file order).
 //!
-//! * MCAP files are read whole and streamed with the `mcap` crate's `MessageStream`, which
-//!   decompresses zstd/lz4 chunks and checks their CRCs. The rosbag2 timestamp is the MCAP
-//!   `log_time`.
+//! * MCAP files are streamed from disk with the `mcap` crate (chunks decompressed as they are
+//!   needed, zstd/lz4, CRCs checked), with memory bounded by the chunks that overlap in time,
+//!   not by the file size: a file with a chunk index in its summary is merged chunk by chunk in
+//!   time order (`reader/mcap_indexed.rs`); one without (unindexed, or cut short by a crash) is
+//!   read linearly (`reader/mcap_file.rs`, which says what order that can promise). The rosbag2
+//!   timestamp is the MCAP `log_time`.
 //! * sqlite3 `.db3` files are queried read-only (`messages JOIN topics ORDER BY timestamp`), a
 //!   page of rows at a time.
 //!
@@ -25,6 +28,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+mod mcap_file;
+mod mcap_indexed;
+
+use mcap_file::McapFileIter;
 
 /// The storage plugin of a bag (`storage_identifier`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,8 +88,10 @@ pub enum BagError {
     #[error("{path}: MCAP damaged at message {index} of this file (last good timestamp {}): {source}", fmt_ts(*.last_timestamp_ns))]
     Mcap {
         path: PathBuf,
-        /// Messages of this file read before the damage.
+        /// Messages of this file read before the damage: in file order, or, for a file read
+        /// through its chunk index, the messages delivered (in time order) before it.
         index: u64,
+        /// The timestamp of the last of those messages.
         last_timestamp_ns: Option<i64>,
         #[source]
         source: mcap::McapError,
@@ -384,8 +394,50 @@ impl Bag {
             next_file: 0,
             filter: filter.iter().map(|s| s.to_string()).collect(),
             current: None,
+            peak_of_done_files: BufferUse::default(),
             done: false,
         }
+    }
+}
+
+/// How much a [`Messages`] iterator held decoded at once, waiting to be delivered: what its
+/// memory grows with (see [`Messages::peak_buffered`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BufferUse {
+    /// MCAP chunks read through the file's chunk index with messages not yet delivered.
+    pub chunks: usize,
+    /// Payload bytes of the messages held.
+    pub bytes: u64,
+}
+
+impl BufferUse {
+    /// Each count the larger of the two (the peaks of chunks and of bytes may be at different
+    /// times).
+    fn max(self, other: BufferUse) -> BufferUse {
+        BufferUse {
+            chunks: self.chunks.max(other.chunks),
+            bytes: self.bytes.max(other.bytes),
+        }
+    }
+}
+
+/// The current and the most [`BufferUse`] of one reader.
+#[derive(Debug, Clone, Copy, Default)]
+struct Held {
+    now: BufferUse,
+    peak: BufferUse,
+}
+
+impl Held {
+    fn add(&mut self, chunks: usize, bytes: u64) {
+        self.now.chunks += chunks;
+        self.now.bytes += bytes;
+        self.peak = self.peak.max(self.now);
+    }
+
+    fn remove(&mut self, chunks: usize, bytes: u64) {
+        self.now.chunks = self.now.chunks.saturating_sub(chunks);
+        self.now.bytes = self.now.bytes.saturating_sub(bytes);
     }
 }
 
@@ -395,8 +447,62 @@ pub struct Messages {
     files: Vec<PathBuf>,
     next_file: usize,
     filter: Vec<String>,
-    current: Option<Box<dyn Iterator<Item = Result<RawMessage, BagError>> + Send>>,
+    current: Option<FileMessages>,
+    peak_of_done_files: BufferUse,
     done: bool,
+}
+
+impl Messages {
+    /// The most this iterator has held decoded at once so far, over all its files: for MCAP
+    /// files read through their chunk index, the messages of the chunks that overlap in time;
+    /// for an MCAP file without one whose messages are out of order, the whole file (sqlite3
+    /// pages are not counted).
+    pub fn peak_buffered(&self) -> BufferUse {
+        let current = self
+            .current
+            .as_ref()
+            .map_or(BufferUse::default(), FileMessages::peak_buffered);
+        self.peak_of_done_files.max(current)
+    }
+
+    fn finish_current_file(&mut self) {
+        if let Some(cur) = self.current.take() {
+            self.peak_of_done_files = self.peak_of_done_files.max(cur.peak_buffered());
+        }
+    }
+}
+
+/// The messages of one storage file.
+enum FileMessages {
+    Mcap(Box<McapFileIter>),
+    Sqlite(Box<SqliteFileIter>),
+}
+
+impl FileMessages {
+    fn open(storage: Storage, path: PathBuf, filter: Vec<String>) -> FileMessages {
+        match storage {
+            Storage::Mcap => FileMessages::Mcap(Box::new(McapFileIter::new(path, filter))),
+            Storage::Sqlite3 => FileMessages::Sqlite(Box::new(SqliteFileIter::new(path, filter))),
+        }
+    }
+
+    fn peak_buffered(&self) -> BufferUse {
+        match self {
+            FileMessages::Mcap(m) => m.peak_buffered(),
+            FileMessages::Sqlite(_) => BufferUse::default(),
+        }
+    }
+}
+
+impl Iterator for FileMessages {
+    type Item = Result<RawMessage, BagError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            FileMessages::Mcap(m) => m.next(),
+            FileMessages::Sqlite(s) => s.next(),
+        }
+    }
 }
 
 impl Iterator for Messages {
@@ -412,10 +518,10 @@ impl Iterator for Messages {
                     Some(Ok(m)) => return Some(Ok(m)),
                     Some(Err(e)) => {
                         self.done = true;
-                        self.current = None;
+                        self.finish_current_file();
                         return Some(Err(e));
                     }
-                    None => self.current = None,
+                    None => self.finish_current_file(),
                 }
             }
             let Some(path) = self.files.get(self.next_file).cloned() else {
@@ -423,110 +529,8 @@ impl Iterator for Messages {
                 return None;
             };
             self.next_file += 1;
-            self.current = Some(match self.storage {
-                Storage::Mcap => Box::new(McapFileIter::new(path, self.filter.clone())),
-                Storage::Sqlite3 => Box::new(SqliteFileIter::new(path, self.filter.clone())),
-            });
+            self.current = Some(FileMessages::open(self.storage, path, self.filter.clone()));
         }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// MCAP
-
-/// Reads one MCAP file on the first `next()`: all its (filtered) messages, sorted by timestamp,
-/// then the error that stopped the read, if any.
-struct McapFileIter {
-    path: PathBuf,
-    filter: Vec<String>,
-    loaded: Option<std::vec::IntoIter<Result<RawMessage, BagError>>>,
-}
-
-impl McapFileIter {
-    fn new(path: PathBuf, filter: Vec<String>) -> Self {
-        McapFileIter {
-            path,
-            filter,
-            loaded: None,
-        }
-    }
-
-    fn load(&self) -> Vec<Result<RawMessage, BagError>> {
-        let bytes = match fs::read(&self.path) {
-            Ok(b) => b,
-            Err(source) => {
-                return vec![Err(BagError::Io {
-                    path: self.path.clone(),
-                    source,
-                })]
-            }
-        };
-        // Chunk CRCs are checked where the writer stored them (`ros2 bag record` does; a zero
-        // CRC, as `rosbags` writes, is skipped).
-        let options = mcap::read::Options::ValidateChunkCrcs.into();
-        let stream = match mcap::MessageStream::new_with_options(&bytes, options) {
-            Ok(s) => s,
-            Err(source) => {
-                return vec![Err(BagError::McapOpen {
-                    path: self.path.clone(),
-                    source,
-                })]
-            }
-        };
-        let mut msgs: Vec<RawMessage> = Vec::new();
-        let mut error = None;
-        let (mut index, mut last_ts) = (0u64, None);
-        for item in stream {
-            match item {
-                Ok(m) => {
-                    index += 1;
-                    let ts = i64::try_from(m.log_time).unwrap_or(i64::MAX);
-                    last_ts = Some(ts);
-                    if !self.filter.is_empty() && !self.filter.iter().any(|f| *f == m.channel.topic)
-                    {
-                        continue;
-                    }
-                    let type_name = m
-                        .channel
-                        .schema
-                        .as_ref()
-                        .map(|s| s.name.clone())
-                        .unwrap_or_default();
-                    msgs.push(RawMessage {
-                        topic: m.channel.topic.clone(),
-                        type_name,
-                        timestamp_ns: ts,
-                        data: m.data.into_owned(),
-                    });
-                }
-                Err(source) => {
-                    error = Some(BagError::Mcap {
-                        path: self.path.clone(),
-                        index,
-                        last_timestamp_ns: last_ts,
-                        source,
-                    });
-                    break;
-                }
-            }
-        }
-        msgs.sort_by_key(|m| m.timestamp_ns); // stable
-        let mut out: Vec<Result<RawMessage, BagError>> = msgs.into_iter().map(Ok).collect();
-        if let Some(e) = error {
-            out.push(Err(e));
-        }
-        out
-    }
-}
-
-impl Iterator for McapFileIter {
-    type Item = Result<RawMessage, BagError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.loaded.is_none() {
-            self.loaded = Some(self.load().into_iter());
-        }
-        self.loaded.as_mut().and_then(|it| it.next())
     }
 }
 
