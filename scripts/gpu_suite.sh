@@ -104,7 +104,7 @@ run() {
     # Replay the sample bag on the GPU and on the CPU: the same labels (>= 99.5 %), report latency
     for dev in cuda cpu; do
         "$STAGE/bin/sptr" replay tests/data/bags/nuscenes_sample --model config/models/sphereformer_nuscenes.yaml \
-            --random-weights 0 --device "$dev" --out "$out/replay_$dev" > "$out/replay_$dev.log" 2>&1 || failed=1
+            --params config/perception_nuscenes.yaml --random-weights 0 --device "$dev" --out "$out/replay_$dev" > "$out/replay_$dev.log" 2>&1 || failed=1
     done
     "$STAGE/bin/sptr" eval agreement "$out/replay_cuda" "$out/replay_cpu" --min 0.995 > "$out/replay_agreement.log" 2>&1 || failed=1
     grep -hE "latency|throughput|frames" "$out"/replay_*.log | tee -a "$summary" > /dev/null || true

@@ -17,5 +17,5 @@ cargo build --release --features cuda --bin sptr
 weights=(--random-weights 0)
 for a in "$@"; do [ "$a" = --weights ] && weights=(); done
 "$CARGO_TARGET_DIR/release/sptr" replay tests/data/bags/nuscenes_sample \
-    --model config/models/sphereformer_nuscenes.yaml "${weights[@]}" \
+    --model config/models/sphereformer_nuscenes.yaml --params config/perception_nuscenes.yaml "${weights[@]}" \
     --device auto --out replay_out --bev-png-frames 0 "$@"

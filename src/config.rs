@@ -334,7 +334,23 @@ struct RosParamsNode {
     ros_parameters: NodeParams,
 }
 
+/// `config/perception.yaml` as this build was made with it: the node's default parameters
+/// (the launch file's default `params_file` is the installed copy of the same file; the node
+/// has no defaults of its own). Built in so `sptr replay` without `--params` uses exactly them
+/// wherever it runs, with no second list of defaults to drift.
+pub const DEFAULT_NODE_PARAMS: &str = include_str!("../config/perception.yaml");
+/// Where [`DEFAULT_NODE_PARAMS`] comes from, for messages.
+pub const DEFAULT_NODE_PARAMS_FILE: &str = "config/perception.yaml";
+
 impl NodeParams {
+    /// The node's default parameters: [`DEFAULT_NODE_PARAMS`], parsed and validated.
+    pub fn defaults() -> Result<NodeParams, ConfigError> {
+        NodeParams::parse(
+            DEFAULT_NODE_PARAMS,
+            &format!("{DEFAULT_NODE_PARAMS_FILE} (built into sptr)"),
+        )
+    }
+
     pub fn load(path: &Path) -> Result<NodeParams, ConfigError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path)

@@ -3,14 +3,17 @@
 //! `probability` float32, from [`crate::cloud::encode_labeled`]) and the BEV grids (a mono8
 //! class image, an rgb8 palette image and a `nav_msgs/OccupancyGrid`).
 //!
-//! The frame's work is [`crate::perception::Processor`]'s, shared with the node; the node wraps
-//! the same [`FrameOutput`] in r2r messages field for field (`ros::node::bev_messages`), so a
-//! replayed bag holds what the node publishes. The labeled cloud keeps the input's header; the
-//! BEV grids are stamped with the input's stamp and the `bev.frame_id` of the node's
-//! parameters (empty: the cloud's frame). No TF is applied, as in the node.
+//! The frame's work is [`crate::perception::Processor`]'s, shared with the node, and the BEV
+//! messages' layout (sizes, steps, encodings, origin, header) is
+//! [`crate::bev::messages::BevLayout`]'s, which the node's r2r messages are filled from too
+//! (`ros::node::bev_messages`), so a replayed bag holds what the node publishes. The labeled
+//! cloud keeps the input's header; the BEV grids are stamped with the input's stamp and the
+//! `bev.frame_id` of the node's parameters (empty: the cloud's frame). No TF is applied, as in
+//! the node.
 
-use crate::bag::cdr::{Header, Image, MapMetaData, OccupancyGrid, PointCloud2, Pose};
+use crate::bag::cdr::{Header, Image, OccupancyGrid, PointCloud2};
 use crate::bev::label_grid::{BevGridParams, BevGrids};
+use crate::bev::messages::{BevLayout, ImageLayout};
 use crate::cloud::CloudBuf;
 use crate::perception::FrameOutput;
 use crate::Error;
@@ -44,61 +47,38 @@ pub struct FrameOutputs {
     pub occupancy: OccupancyGrid,
 }
 
-/// The header of the BEV grids: the input's stamp, `bev_frame_id` (empty: the input's frame).
-pub fn bev_header(input: &Header, bev_frame_id: &str) -> Header {
-    Header {
-        stamp: input.stamp,
-        frame_id: if bev_frame_id.is_empty() {
-            input.frame_id.clone()
-        } else {
-            bev_frame_id.to_string()
-        },
-    }
-}
-
-/// The three BEV messages of `grids`.
+/// The three BEV messages of `grids` (mono8 class image, rgb8 palette image, occupancy grid)
+/// for the cloud with header `cloud`: [`BevLayout`]'s fields and the grids' data, field for
+/// field (the node's `ros::node::bev_messages` is the same in r2r types).
 pub fn bev_messages(
     grids: &BevGrids,
     bev: &BevGridParams,
-    header: &Header,
+    cloud: &Header,
+    bev_frame_id: &str,
 ) -> Result<(Image, Image, OccupancyGrid), Error> {
-    let (w, h) = (grids.width, grids.height);
-    let too_big = || Error::InvalidInput(format!("BEV grid {w} x {h} is too large for a message"));
-    let w32 = u32::try_from(w).map_err(|_| too_big())?;
-    let h32 = u32::try_from(h).map_err(|_| too_big())?;
-    let step3 = w32.checked_mul(3).ok_or_else(too_big)?;
-    let image = |encoding: &str, step: u32, data: Vec<u8>| Image {
-        header: header.clone(),
-        height: h32,
-        width: w32,
-        encoding: encoding.to_string(),
-        is_bigendian: 0,
-        step,
-        data,
-    };
-    let occupancy = OccupancyGrid {
-        header: header.clone(),
-        info: MapMetaData {
-            map_load_time: header.stamp,
-            resolution: bev.resolution as f32,
-            width: w32,
-            height: h32,
-            origin: Pose {
-                position: [bev.range[0], bev.range[1], 0.0],
-                orientation: [0.0, 0.0, 0.0, 1.0],
-            },
-        },
-        data: grids.occupancy.clone(),
+    let layout = BevLayout::new(grids, bev, cloud.stamp, &cloud.frame_id, bev_frame_id)?;
+    let image = |l: &ImageLayout, data: &[u8]| Image {
+        header: layout.header.clone(),
+        height: l.height,
+        width: l.width,
+        encoding: l.encoding.to_string(),
+        is_bigendian: l.is_bigendian,
+        step: l.step,
+        data: data.to_vec(),
     };
     Ok((
-        image("mono8", w32, grids.labels.clone()),
-        image("rgb8", step3, grids.rgb.clone()),
-        occupancy,
+        image(&layout.labels, &grids.labels),
+        image(&layout.color, &grids.rgb),
+        OccupancyGrid {
+            header: layout.header.clone(),
+            info: layout.map,
+            data: grids.occupancy.clone(),
+        },
     ))
 }
 
 /// The output messages of a processed frame: its labeled cloud under the input's `header`,
-/// its BEV grids under [`bev_header`].
+/// its BEV grids as [`bev_messages`] makes them.
 pub fn build(
     out: &FrameOutput,
     header: &Header,
@@ -106,8 +86,7 @@ pub fn build(
     bev: &BevGridParams,
 ) -> Result<FrameOutputs, Error> {
     let cloud: CloudBuf = out.cloud.clone();
-    let (bev_labels, bev_color, occupancy) =
-        bev_messages(&out.grids, bev, &bev_header(header, bev_frame_id))?;
+    let (bev_labels, bev_color, occupancy) = bev_messages(&out.grids, bev, header, bev_frame_id)?;
     Ok(FrameOutputs {
         cloud: PointCloud2 {
             header: header.clone(),
@@ -122,16 +101,71 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bag::cdr::Time;
+    use crate::bag::cdr::{MapMetaData, Pose, Time};
+    use crate::bev::label_grid::label_grid_cpu;
 
     #[test]
-    fn bev_frame_defaults_to_the_cloud_frame() {
-        let h = Header {
+    fn bev_messages_are_the_layout_and_the_grids() {
+        let p = BevGridParams {
+            range: [-2.0, -1.0, 2.0, 1.0],
+            resolution: 0.5,
+            classes: 2,
+            obstacle_classes: vec![1],
+            palette: vec![[1, 2, 3], [4, 5, 6]],
+        };
+        let g = label_grid_cpu(&[0.1], &[0.1], &[1], &[0.9], &p).unwrap();
+        let cloud = Header {
             stamp: Time { sec: 3, nanosec: 4 },
             frame_id: "lidar".into(),
         };
-        assert_eq!(bev_header(&h, "").frame_id, "lidar");
-        assert_eq!(bev_header(&h, "base_link").frame_id, "base_link");
-        assert_eq!(bev_header(&h, "base_link").stamp, h.stamp);
+        let (labels, color, occ) = bev_messages(&g, &p, &cloud, "").unwrap();
+        let header = Header {
+            stamp: cloud.stamp,
+            frame_id: "lidar".into(),
+        };
+        assert_eq!(
+            labels,
+            Image {
+                header: header.clone(),
+                height: 4,
+                width: 8,
+                encoding: "mono8".into(),
+                is_bigendian: 0,
+                step: 8,
+                data: g.labels.clone(),
+            }
+        );
+        assert_eq!(
+            color,
+            Image {
+                header: header.clone(),
+                height: 4,
+                width: 8,
+                encoding: "rgb8".into(),
+                is_bigendian: 0,
+                step: 24,
+                data: g.rgb.clone(),
+            }
+        );
+        assert_eq!(
+            occ,
+            OccupancyGrid {
+                header,
+                info: MapMetaData {
+                    map_load_time: cloud.stamp,
+                    resolution: 0.5,
+                    width: 8,
+                    height: 4,
+                    origin: Pose {
+                        position: [-2.0, -1.0, 0.0],
+                        orientation: [0.0, 0.0, 0.0, 1.0],
+                    },
+                },
+                data: g.occupancy.clone(),
+            }
+        );
+        let (labels, _, occ) = bev_messages(&g, &p, &cloud, "base_link").unwrap();
+        assert_eq!(labels.header.frame_id, "base_link");
+        assert_eq!(occ.header.frame_id, "base_link");
     }
 }

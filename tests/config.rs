@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 const KITTI: &str = "config/models/sphereformer_semantickitti.yaml";
 const NUSC: &str = "config/models/sphereformer_nuscenes.yaml";
 const NODE: &str = "config/perception.yaml";
+const NODE_NUSC: &str = "config/perception_nuscenes.yaml";
 
 fn path(rel: &str) -> PathBuf {
     std::env::var_os("SPTR_ROOT").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))).join(rel)
@@ -132,6 +133,37 @@ fn perception_yaml_loads_and_names_a_loadable_model() {
     let model = path(NODE).parent().unwrap().join(&p.model.config);
     let m = ModelConfig::load(&model).unwrap_or_else(|e| panic!("model.config {}: {e}", model.display()));
     assert!(p.bev.obstacle_classes.iter().all(|&c| (c as usize) < m.yaml.classes), "obstacle class id past the model's classes");
+}
+
+/// The node's defaults built into the library (what `sptr replay` uses without `--params`) are
+/// config/perception.yaml.
+#[test]
+fn built_in_defaults_are_perception_yaml() {
+    assert_eq!(NodeParams::defaults().unwrap(), NodeParams::load(&path(NODE)).unwrap());
+}
+
+/// config/perception_nuscenes.yaml is config/perception.yaml for the nuScenes model: only
+/// `model.config` and `bev.obstacle_classes` differ, and those ids are its object classes and
+/// `manmade` (ground and vegetation left out, as in perception.yaml).
+#[test]
+fn perception_nuscenes_yaml_is_perception_yaml_for_the_nuscenes_model() {
+    let kitti = NodeParams::load(&path(NODE)).unwrap();
+    let nus = NodeParams::load(&path(NODE_NUSC)).unwrap_or_else(|e| panic!("{e}"));
+    let mut same = nus.clone();
+    same.model.config = kitti.model.config.clone();
+    same.bev.obstacle_classes = kitti.bev.obstacle_classes.clone();
+    assert_eq!(same, kitti, "{NODE_NUSC} differs from {NODE} in more than the model");
+    let model = path(NODE_NUSC).parent().unwrap().join(&nus.model.config);
+    assert_eq!(model, path(NUSC));
+    let m = ModelConfig::load(&model).unwrap().yaml;
+    let names: Vec<&str> = nus.bev.obstacle_classes.iter().map(|&c| m.class_names[c as usize].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "barrier", "bicycle", "bus", "car", "construction_vehicle", "motorcycle", "pedestrian",
+            "traffic_cone", "trailer", "truck", "manmade"
+        ]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

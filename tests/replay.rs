@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use sptr::bag::cdr::{CdrMessage, Header, Image, OccupancyGrid, PointCloud2, Time};
 use sptr::bag::{Bag, BagWriter};
 use sptr::cloud::{datatype, decode, encode_points, CloudBuf, Layout, PointField};
-use sptr::config::{DeviceKind, ModelConfig, ModelYaml};
+use sptr::config::{DeviceKind, ModelConfig, ModelYaml, NodeParams};
 use sptr::eval::state::FrameStatus;
 use sptr::eval::LabelMap;
 use sptr::model::random::random_weights;
@@ -59,9 +59,21 @@ struct Model {
 }
 
 impl Model {
+    /// With the node's default BEV parameters (for the SemanticKITTI model's class ids).
     fn load(model_yaml: &Path) -> Model {
+        Self::load_with_params(model_yaml, None)
+    }
+
+    /// With the `bev` section of the node params file `params` (relative to the repository),
+    /// as `sptr replay --params` takes it.
+    fn load_with_params(model_yaml: &Path, params: Option<&str>) -> Model {
         let yaml = ModelConfig::load(model_yaml).unwrap().yaml;
-        let (bev, _) = bev_params(&yaml, None).unwrap();
+        let params = params.map(|p| {
+            let path = common::root().join(p);
+            let node = NodeParams::load(&path).unwrap();
+            (path, node)
+        });
+        let (bev, _) = bev_params(&yaml, params.as_ref().map(|(p, n)| (p.as_path(), n))).unwrap();
         let processor = Processor::with_weights(
             DeviceKind::Cpu,
             &yaml,
@@ -125,11 +137,10 @@ fn nuscenes_sample_bag_replays_end_to_end() {
     // 0.2 m voxels instead of 0.1 m: the whole sweep at a fraction of the debug-build cost.
     let coarse =
         |t: String| t.replace("voxel_size: [0.1, 0.1, 0.1]", "voxel_size: [0.2, 0.2, 0.2]");
-    let mut m = Model::load(&small_model_yaml_with(
-        "sphereformer_nuscenes.yaml",
-        &dir,
-        coarse,
-    ));
+    let mut m = Model::load_with_params(
+        &small_model_yaml_with("sphereformer_nuscenes.yaml", &dir, coarse),
+        Some("config/perception_nuscenes.yaml"),
+    );
     assert_eq!(m.yaml.voxel_size, [0.2; 3]);
     let bag = common::data("bags/nuscenes_sample");
     let out = dir.join("out");
@@ -821,6 +832,62 @@ fn cli_bag_info_and_device_choice() {
     assert!(
         e.contains("no metadata.yaml") && e.contains(&dir.display().to_string()),
         "{e}"
+    );
+}
+
+/// `sptr replay` without `--params` writes the BEV messages the node publishes with its default
+/// parameters (config/perception.yaml): the 256 x 256 grid of 0.4 m cells from (-51.2, -51.2),
+/// stamped `base_link`, saying once that the cloud is in another frame; a model the default
+/// obstacle classes do not fit is a clear error naming the fix.
+#[test]
+fn cli_replay_without_params_uses_the_nodes_defaults() {
+    let exe = env!("CARGO_BIN_EXE_sptr");
+    let dir = temp_dir("cli-defaults");
+    let replay = |model: &Path, bag: &str, out: &str| {
+        std::process::Command::new(exe)
+            .args(["replay", "--device", "cpu", "--random-weights", "1", "--progress", "plain"])
+            .arg("--model")
+            .arg(model)
+            .arg(common::data(bag))
+            .arg("--out")
+            .arg(dir.join(out))
+            .output()
+            .unwrap()
+    };
+    let kitti = small_model_yaml("sphereformer_semantickitti.yaml", &dir);
+    let run = replay(&kitti, "bags/semantickitti_labels", "kitti");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.matches("no transform is applied").count(),
+        1,
+        "one note that the grids' frame is not the cloud's:\n{stderr}"
+    );
+    let ob = Bag::open(&dir.join("kitti/bag")).unwrap();
+    let mut seen = 0;
+    for m in ob.messages(&["/sptr/output/bev/labels", "/sptr/output/bev/occupancy"]) {
+        let m = m.unwrap();
+        if m.topic == "/sptr/output/bev/labels" {
+            let img = Image::from_cdr(&m.data).unwrap();
+            assert_eq!(img.header.frame_id, "base_link");
+            assert_eq!((img.width, img.height, img.step), (256, 256, 256));
+        } else {
+            let g = OccupancyGrid::from_cdr(&m.data).unwrap();
+            assert_eq!(g.header.frame_id, "base_link");
+            assert_eq!((g.info.width, g.info.height, g.info.resolution), (256, 256, 0.4));
+            assert_eq!(g.info.origin.position, [-51.2, -51.2, 0.0]);
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 12, "6 frames x 2 topics");
+
+    let nus = small_model_yaml("sphereformer_nuscenes.yaml", &dir);
+    let run = replay(&nus, "bags/nuscenes_sample", "nus");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success());
+    assert!(
+        stderr.contains("--params") && stderr.contains("config/perception_nuscenes.yaml"),
+        "{stderr}"
     );
 }
 

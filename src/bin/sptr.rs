@@ -170,7 +170,9 @@ struct ReplayArgs {
     /// Learning id not evaluated (default: the map's `ignore_index` or 0; 255 without a map).
     #[arg(long)]
     ignore: Option<u32>,
-    /// Node params file whose `bev` section sets the BEV grid (default: ±51.2 m at 0.4 m).
+    /// Node params file whose `bev` section sets the BEV grid and its frame (default: the
+    /// node's defaults, config/perception.yaml, made for the SemanticKITTI model; for the
+    /// nuScenes model: config/perception_nuscenes.yaml).
     #[arg(long)]
     params: Option<PathBuf>,
     /// Output directory (bag/, report.json, report.md, plots, bev/).

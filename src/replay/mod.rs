@@ -36,6 +36,7 @@ use std::time::Instant;
 
 use crate::bag::cdr::{CdrMessage, PointCloud2};
 use crate::bag::{Bag, BagError, BagWriter};
+use crate::bev::messages::frame_mismatch;
 use crate::cloud::{field_values, finite_mask};
 use crate::config::ModelYaml;
 use crate::eval::labels::LabelMap;
@@ -120,7 +121,7 @@ pub struct ReplayOptions {
     pub labels: Option<LabelSource>,
     pub label_map: LabelMap,
     pub out: PathBuf,
-    /// Frame id of the BEV grids; empty: the cloud's frame (the node's `bev.frame_id`).
+    /// The node's `bev.frame_id`: the frame of the BEV grids; empty: the cloud's frame.
     pub bev_frame_id: String,
     pub bev_png_frames: BTreeSet<u64>,
     pub shard: Shard,
@@ -198,6 +199,7 @@ pub fn replay(
     let mut confusion = Confusion::new(cfg.classes);
     let mut damage = None;
     let mut index = 0u64;
+    let mut frame_noted = false;
     let loop_start = Instant::now();
     for msg in bag.messages(&[lidar.as_str()]) {
         let msg = match msg {
@@ -232,6 +234,8 @@ pub fn replay(
             &mut confusion,
             &mut writer,
             &bev_dir,
+            &progress,
+            &mut frame_noted,
         )?;
         let note = record.reason.as_ref().map(|r| format!("frame {i}: {r}"));
         progress.frame(note.as_deref());
@@ -318,12 +322,23 @@ fn process_frame(
     confusion: &mut Confusion,
     writer: &mut BagWriter,
     bev_dir: &Path,
+    progress: &progress::Progress,
+    frame_noted: &mut bool,
 ) -> Result<FrameRecord, ReplayError> {
     let start = Instant::now();
     let msg = match PointCloud2::from_cdr(data) {
         Ok(m) => m,
         Err(e) => return Ok(ctx.skipped(format!("PointCloud2 CDR cannot be decoded: {e}"))),
     };
+    if !*frame_noted {
+        // Once per replay, where the node logs it once a minute.
+        if let Some(note) = frame_mismatch(&opts.bev_frame_id, &msg.header.frame_id) {
+            *frame_noted = true;
+            progress.note(&format!(
+                "{note} (as in the node); --params with bev.frame_id: \"\" stamps them with the cloud's frame"
+            ));
+        }
+    }
     let mut stages = vec![("deserialize".to_string(), ns(start.elapsed()))];
     let out = match processor.process(&msg.view()) {
         Ok(o) => o,

@@ -73,6 +73,15 @@ impl Progress {
         }
     }
 
+    /// A line for the user that is not about one frame (nothing when quiet).
+    pub fn note(&self, note: &str) {
+        if let Some(b) = &self.bar {
+            b.println(note);
+        } else if self.plain {
+            eprintln!("replay: {note}");
+        }
+    }
+
     fn line(&self) -> String {
         let secs = self.start.elapsed().as_secs_f64();
         let rate = if secs > 0.0 {

@@ -8,67 +8,62 @@ use super::{
     ReplayOutcome, Shard, WeightsSource,
 };
 use crate::bev::label_grid::BevGridParams;
-use crate::config::{ModelConfig, ModelYaml, NodeParams};
+use crate::config::{ModelConfig, ModelYaml, NodeParams, DEFAULT_NODE_PARAMS_FILE};
 use crate::eval::labels::LabelMap;
 use crate::outputs::OutputTopics;
 
-/// Classes that are not obstacles by default: ground and vegetation of the SemanticKITTI and
-/// nuScenes class lists (what `config/perception.yaml` leaves out for SemanticKITTI).
-const NOT_OBSTACLE: &[&str] = &[
-    "road",
-    "parking",
-    "sidewalk",
-    "other-ground",
-    "terrain",
-    "vegetation",
-    "driveable_surface",
-    "other_flat",
-];
+/// The node params file for the nuScenes SphereFormer (`config/models/sphereformer_nuscenes.yaml`),
+/// named when the default parameters do not fit a model.
+const NUSCENES_PARAMS: &str = "config/perception_nuscenes.yaml";
 
-/// BEV grid settings and frame id: the `bev` section of a node params file when given (its
-/// obstacle ids must exist in the model), else the range and resolution of
-/// `config/perception.yaml` (±51.2 m, 0.4 m), every class but ground and vegetation as an
-/// obstacle, and the cloud's own frame. Colours: the model's palette.
+/// BEV grid settings and frame id, as the node takes them from its parameters: the `bev`
+/// section of the node params file `params` when given, else of the node's default parameters
+/// ([`NodeParams::defaults`]: `config/perception.yaml`, built in; ±51.2 m at 0.4 m, the
+/// SemanticKITTI model's object classes as obstacles, frame `base_link`), so a replay and the
+/// node under the same parameters give the same BEV messages. Colours: the model's palette.
+///
+/// Every obstacle class must be a class of `model`, as the node requires (it exits at start
+/// otherwise). The default ids are class ids of the SemanticKITTI model the default parameters
+/// are made for: a model with fewer classes is an error asking for `--params` (for the nuScenes
+/// model, `config/perception_nuscenes.yaml`). As in the node, ids are not checked against class
+/// names: a model with as many classes but another class list needs its own params file too.
 pub fn bev_params(
     model: &ModelYaml,
     params: Option<(&Path, &NodeParams)>,
 ) -> Result<(BevGridParams, String), ReplayError> {
-    let (range, resolution, obstacles, frame_id) = match params {
-        Some((path, p)) => {
-            if let Some(c) = p
-                .bev
-                .obstacle_classes
-                .iter()
-                .find(|&&c| c as usize >= model.classes)
-            {
-                return Err(ReplayError::Setup(format!(
-                    "{}: bev.obstacle_classes has class {c} but the model has {} classes; give a params file made for this model",
-                    path.display(),
-                    model.classes
-                )));
-            }
-            (
-                p.bev.range,
-                p.bev.resolution,
-                p.bev.obstacle_classes.clone(),
-                p.bev.frame_id.clone(),
-            )
-        }
+    let defaults;
+    let node = match params {
+        Some((_, p)) => p,
         None => {
-            let obstacles: Vec<u8> = model
-                .class_names
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| !NOT_OBSTACLE.contains(&n.as_str()))
-                .map(|(i, _)| i as u8)
-                .collect();
-            ([-51.2, -51.2, 51.2, 51.2], 0.4, obstacles, String::new())
+            defaults = NodeParams::defaults()
+                .map_err(|e| ReplayError::Setup(format!("the node's default parameters: {e}")))?;
+            &defaults
         }
     };
-    let p = crate::perception::bev_params(model, range, resolution, &obstacles);
+    let bev = &node.bev;
+    if let Some(c) = bev
+        .obstacle_classes
+        .iter()
+        .find(|&&c| c as usize >= model.classes)
+    {
+        let n = model.classes;
+        return Err(ReplayError::Setup(match params {
+            Some((path, _)) => format!(
+                "{}: bev.obstacle_classes has class {c} but the model has {n} classes; give a params file made for this model",
+                path.display()
+            ),
+            None => format!(
+                "without --params, replay uses the node's default parameters ({DEFAULT_NODE_PARAMS_FILE}, made for the model {}), \
+                 whose bev.obstacle_classes has class {c}, but this model has {n} classes: give --params with a node params \
+                 file made for this model ({NUSCENES_PARAMS} for the nuScenes SphereFormer)",
+                node.model.config
+            ),
+        }));
+    }
+    let p = crate::perception::bev_params(model, bev.range, bev.resolution, &bev.obstacle_classes);
     p.validate()
         .map_err(|e| ReplayError::Setup(format!("BEV grid: {e}")))?;
-    Ok((p, frame_id))
+    Ok((p, bev.frame_id.clone()))
 }
 
 /// What `sptr replay` was asked, before anything is loaded.
@@ -82,7 +77,8 @@ pub struct ReplayRequest {
     pub labels: Option<LabelSource>,
     pub label_map: Option<PathBuf>,
     pub ignore: Option<u32>,
-    /// Node params file whose `bev` section sets the BEV grid.
+    /// Node params file whose `bev` section sets the BEV grid (`None`: the node's defaults,
+    /// see [`bev_params`]).
     pub params: Option<PathBuf>,
     pub out: PathBuf,
     pub bev_png_frames: Vec<u64>,
@@ -133,4 +129,98 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         progress: req.progress,
     };
     replay(&mut processor, &model, &opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> &'static Path {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+    }
+
+    fn model(name: &str) -> ModelYaml {
+        ModelConfig::load(&root().join("config/models").join(name))
+            .unwrap()
+            .yaml
+    }
+
+    /// Without --params: the BEV grid and frame the node gets from its default params file,
+    /// `config/perception.yaml` (the installed copy the launch file passes is this file).
+    #[test]
+    fn default_bev_params_are_the_nodes() {
+        let kitti = model("sphereformer_semantickitti.yaml");
+        let (bev, frame) = bev_params(&kitti, None).unwrap();
+        let file = root().join("config/perception.yaml");
+        let node = NodeParams::load(&file).unwrap();
+        assert_eq!(NodeParams::defaults().unwrap(), node);
+        // What the node builds from them (`ros::node::main`).
+        let node_bev = crate::perception::bev_params(
+            &kitti,
+            node.bev.range,
+            node.bev.resolution,
+            &node.bev.obstacle_classes,
+        );
+        assert_eq!(
+            (&bev, frame.as_str()),
+            (&node_bev, node.bev.frame_id.as_str())
+        );
+        assert_eq!(
+            bev_params(&kitti, Some((&file, &node))).unwrap(),
+            (bev.clone(), frame.clone())
+        );
+        // And what they are today (README documents them).
+        assert_eq!(bev.range, [-51.2, -51.2, 51.2, 51.2]);
+        assert_eq!(bev.resolution, 0.4);
+        assert_eq!(frame, "base_link");
+        let names: Vec<&str> = bev
+            .obstacle_classes
+            .iter()
+            .map(|&c| kitti.class_names[c as usize].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "car",
+                "bicycle",
+                "motorcycle",
+                "truck",
+                "other-vehicle",
+                "person",
+                "bicyclist",
+                "motorcyclist",
+                "building",
+                "fence",
+                "trunk",
+                "pole",
+                "traffic-sign"
+            ]
+        );
+    }
+
+    /// The default obstacle ids are SemanticKITTI's: the nuScenes model (16 classes) needs
+    /// --params, as the node would exit on them; its params file works.
+    #[test]
+    fn default_params_that_do_not_fit_the_model_are_a_clear_error() {
+        let nus = model("sphereformer_nuscenes.yaml");
+        let e = bev_params(&nus, None).unwrap_err().to_string();
+        assert!(
+            e.contains("--params") && e.contains(NUSCENES_PARAMS) && e.contains("16 classes"),
+            "{e}"
+        );
+        let file = root().join(NUSCENES_PARAMS);
+        let node = NodeParams::load(&file).unwrap();
+        let (bev, frame) = bev_params(&nus, Some((&file, &node))).unwrap();
+        assert_eq!(bev.classes, 16);
+        assert_eq!(frame, "base_link");
+        let mut bad = node.clone();
+        bad.bev.obstacle_classes.push(16);
+        let e = bev_params(&nus, Some((&file, &bad)))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("perception_nuscenes.yaml") && e.contains("class 16"),
+            "{e}"
+        );
+    }
 }

@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
+use r2r::builtin_interfaces::msg::Time;
 use r2r::diagnostic_msgs::msg::{DiagnosticArray, DiagnosticStatus, KeyValue};
 use r2r::geometry_msgs::msg::{Point, Pose, Quaternion};
 use r2r::nav_msgs::msg::{MapMetaData, OccupancyGrid};
@@ -35,6 +36,7 @@ use r2r::sensor_msgs::msg::{Image, PointCloud2};
 use r2r::std_msgs::msg::{Float64, Header, UInt32};
 
 use crate::bev::label_grid::{BevGridParams, BevGrids};
+use crate::bev::messages::{frame_mismatch, BevLayout, ImageLayout};
 use crate::cloud::PointField;
 use crate::config::{CudaErrorPolicy, ModelConfig, NodeParams};
 use crate::perception::{bev_params, FrameOutput, Processor, Reject, Rejected, STAGES};
@@ -147,56 +149,63 @@ struct Publishers {
     voxels: r2r::Publisher<UInt32>,
 }
 
-/// The three BEV messages of a frame.
+/// The three BEV messages of `grids` (mono8 class image, rgb8 palette image, occupancy grid)
+/// for the cloud with header `cloud`: [`BevLayout`]'s fields and the grids' data, field for
+/// field, as `outputs::bev_messages` makes them for replay's bags.
 pub fn bev_messages(
     grids: &BevGrids,
     bev: &BevGridParams,
-    header: &Header,
+    cloud: &Header,
+    bev_frame_id: &str,
 ) -> Result<(Image, Image, OccupancyGrid), String> {
-    let too_big = || {
-        format!(
-            "BEV grid {} x {} is too large for a message",
-            grids.width, grids.height
-        )
+    let stamp = crate::bag::cdr::Time {
+        sec: cloud.stamp.sec,
+        nanosec: cloud.stamp.nanosec,
     };
-    let w = u32::try_from(grids.width).map_err(|_| too_big())?;
-    let h = u32::try_from(grids.height).map_err(|_| too_big())?;
-    let step3 = w.checked_mul(3).ok_or_else(too_big)?;
-    let image = |encoding: &str, step: u32, data: Vec<u8>| Image {
+    let layout = BevLayout::new(grids, bev, stamp, &cloud.frame_id, bev_frame_id)
+        .map_err(|e| e.to_string())?;
+    let time = |t: crate::bag::cdr::Time| Time {
+        sec: t.sec,
+        nanosec: t.nanosec,
+    };
+    let header = Header {
+        stamp: time(layout.header.stamp),
+        frame_id: layout.header.frame_id.clone(),
+    };
+    let image = |l: &ImageLayout, data: &[u8]| Image {
         header: header.clone(),
-        height: h,
-        width: w,
-        encoding: encoding.to_string(),
-        is_bigendian: 0,
-        step,
-        data,
+        height: l.height,
+        width: l.width,
+        encoding: l.encoding.to_string(),
+        is_bigendian: l.is_bigendian,
+        step: l.step,
+        data: data.to_vec(),
     };
+    let map = &layout.map;
+    let [x, y, z] = map.origin.position;
+    let [qx, qy, qz, qw] = map.origin.orientation;
     let occupancy = OccupancyGrid {
         header: header.clone(),
         info: MapMetaData {
-            map_load_time: header.stamp.clone(),
-            resolution: bev.resolution as f32,
-            width: w,
-            height: h,
+            map_load_time: time(map.map_load_time),
+            resolution: map.resolution,
+            width: map.width,
+            height: map.height,
             origin: Pose {
-                position: Point {
-                    x: bev.range[0],
-                    y: bev.range[1],
-                    z: 0.0,
-                },
+                position: Point { x, y, z },
                 orientation: Quaternion {
-                    x: 0.0,
-                    y: 0.0,
-                    z: 0.0,
-                    w: 1.0,
+                    x: qx,
+                    y: qy,
+                    z: qz,
+                    w: qw,
                 },
             },
         },
         data: grids.occupancy.clone(),
     };
     Ok((
-        image("mono8", w, grids.labels.clone()),
-        image("rgb8", step3, grids.rgb.clone()),
+        image(&layout.labels, &grids.labels),
+        image(&layout.color, &grids.rgb),
         occupancy,
     ))
 }
@@ -287,33 +296,27 @@ impl Worker {
                 Duration::from_secs(1),
             );
         }
-        let bev_header = Header {
-            stamp: msg.header.stamp.clone(),
-            frame_id: if self.bev_frame.is_empty() {
-                msg.header.frame_id.clone()
-            } else {
-                self.bev_frame.clone()
-            },
-        };
-        if !self.bev_frame.is_empty() && msg.header.frame_id != self.bev_frame {
+        if let Some(note) = frame_mismatch(&self.bev_frame, &msg.header.frame_id) {
             limit.log(
                 &self.logger,
                 FRAME_SLOT,
                 &format!(
-                    "the BEV grids are stamped `{}` (bev.frame_id) but the cloud is in `{}`: no transform is applied; \
-                     publish clouds in `{}`, or set bev.frame_id to \"\" to use the cloud's frame",
-                    self.bev_frame, msg.header.frame_id, self.bev_frame
+                    "{note}; publish clouds in `{}`, or set bev.frame_id to \"\" to use the cloud's frame",
+                    self.bev_frame
                 ),
                 Duration::from_secs(60),
             );
         }
-        let (labels, color, occupancy) =
-            bev_messages(&grids, self.processor.bev_params(), &bev_header).map_err(|detail| {
-                Rejected {
-                    why: Reject::ProcessingError,
-                    detail,
-                }
-            })?;
+        let (labels, color, occupancy) = bev_messages(
+            &grids,
+            self.processor.bev_params(),
+            &msg.header,
+            &self.bev_frame,
+        )
+        .map_err(|detail| Rejected {
+            why: Reject::ProcessingError,
+            detail,
+        })?;
         let cloud_msg = super::to_msg(cloud, msg.header.clone());
 
         // A failed publish (the node is shutting down) is not the frame's fault.
@@ -695,6 +698,10 @@ fn run(setup: Setup, fqn: String) -> i32 {
     // Processing thread.
     let vox = &model.yaml.voxelization;
     let device = processor.device_name().to_string();
+    let bev_cells = (
+        processor.bev_params().width(),
+        processor.bev_params().height(),
+    );
     let worker = Worker {
         mailbox: mailbox.clone(),
         counters: counters.clone(),
@@ -799,8 +806,8 @@ fn run(setup: Setup, fqn: String) -> i32 {
         model.source.display(),
         vox.max_voxels,
         vox.max_points,
-        info_bev_width(&params),
-        info_bev_height(&params),
+        bev_cells.0,
+        bev_cells.1,
         params.bev.resolution,
         params.budget.processing_ms,
         topics.input_points
@@ -857,14 +864,6 @@ fn run(setup: Setup, fqn: String) -> i32 {
     } else {
         fail(EXIT_ROS, "a thread panicked during shutdown")
     }
-}
-
-fn info_bev_width(p: &NodeParams) -> usize {
-    ((p.bev.range[2] - p.bev.range[0]) / p.bev.resolution).ceil() as usize
-}
-
-fn info_bev_height(p: &NodeParams) -> usize {
-    ((p.bev.range[3] - p.bev.range[1]) / p.bev.resolution).ceil() as usize
 }
 
 #[cfg(test)]
@@ -957,8 +956,13 @@ mod tests {
         }
     }
 
+    /// The node's r2r BEV messages and replay's CDR messages ([`crate::outputs::build`]) of one
+    /// grid: the same fields, and the same bytes on the wire.
     #[test]
-    fn bev_messages_have_the_grid_layout() {
+    fn bev_messages_equal_replays() {
+        use crate::bag::cdr::CdrMessage;
+        use r2r::WrappedTypesupport;
+
         let p = BevGridParams {
             range: [-2.0, -1.0, 2.0, 1.0],
             resolution: 0.5,
@@ -966,37 +970,115 @@ mod tests {
             obstacle_classes: vec![1],
             palette: vec![[1, 2, 3], [4, 5, 6]],
         };
-        let g = crate::bev::label_grid::label_grid_cpu(&[0.1], &[0.1], &[1], &[0.9], &p).unwrap();
-        let header = Header {
-            frame_id: "base_link".into(),
-            ..Default::default()
-        };
-        let (labels, color, occ) = bev_messages(&g, &p, &header).unwrap();
-        assert_eq!((labels.width, labels.height, labels.step), (8, 4, 8));
-        assert_eq!((color.width, color.height, color.step), (8, 4, 24));
-        assert_eq!(
-            (labels.encoding.as_str(), color.encoding.as_str()),
-            ("mono8", "rgb8")
-        );
-        assert_eq!(labels.data.len(), 32);
-        assert_eq!(color.data.len(), 96);
-        // (0.1, 0.1) is cell (4, 2).
-        assert_eq!(labels.data[2 * 8 + 4], 1);
-        assert_eq!(
-            &color.data[(2 * 8 + 4) * 3..(2 * 8 + 4) * 3 + 3],
-            &[4, 5, 6]
-        );
-        assert_eq!(occ.data[2 * 8 + 4], 100);
-        assert_eq!(occ.data[0], -1);
-        assert_eq!(
-            (occ.info.width, occ.info.height, occ.info.resolution),
-            (8, 4, 0.5)
-        );
-        assert_eq!(
-            (occ.info.origin.position.x, occ.info.origin.position.y),
-            (-2.0, -1.0)
-        );
-        assert_eq!(occ.info.origin.orientation.w, 1.0);
-        assert_eq!(occ.header.frame_id, "base_link");
+        let g = crate::bev::label_grid::label_grid_cpu(
+            &[0.1, -1.9, 1.9],
+            &[0.1, -0.9, 0.9],
+            &[1, 0, 1],
+            &[0.9, 0.5, 0.2],
+            &p,
+        )
+        .unwrap();
+        for bev_frame in ["", "base_link"] {
+            let cloud = Header {
+                stamp: Time {
+                    sec: 1_532_402_927,
+                    nanosec: 647_951_000,
+                },
+                frame_id: "lidar_top".into(),
+            };
+            let (labels, color, occ) = bev_messages(&g, &p, &cloud, bev_frame).unwrap();
+            let out = FrameOutput {
+                cloud: crate::cloud::encode_labeled(&crate::Points::default(), &[], &[]).unwrap(),
+                grids: g.clone(),
+                voxels: 0,
+                voxel_stats: Default::default(),
+                points_in: 0,
+                points_kept: 0,
+                stages: [0.0; STAGES.len()],
+                total_ms: 0.0,
+            };
+            let cdr_cloud = crate::bag::cdr::Header {
+                stamp: crate::bag::cdr::Time {
+                    sec: cloud.stamp.sec,
+                    nanosec: cloud.stamp.nanosec,
+                },
+                frame_id: cloud.frame_id.clone(),
+            };
+            let replay = crate::outputs::build(&out, &cdr_cloud, bev_frame, &p).unwrap();
+
+            let same_header = |h: &Header, c: &crate::bag::cdr::Header| {
+                assert_eq!(
+                    (h.stamp.sec, h.stamp.nanosec, h.frame_id.as_str()),
+                    (c.stamp.sec, c.stamp.nanosec, c.frame_id.as_str())
+                );
+            };
+            for (node, replay) in [(&labels, &replay.bev_labels), (&color, &replay.bev_color)] {
+                same_header(&node.header, &replay.header);
+                assert_eq!(
+                    (node.height, node.width, node.encoding.as_str()),
+                    (replay.height, replay.width, replay.encoding.as_str())
+                );
+                assert_eq!(
+                    (node.is_bigendian, node.step, &node.data),
+                    (replay.is_bigendian, replay.step, &replay.data)
+                );
+            }
+            let (i, ri) = (&occ.info, &replay.occupancy.info);
+            same_header(&occ.header, &replay.occupancy.header);
+            assert_eq!(
+                (i.map_load_time.sec, i.map_load_time.nanosec),
+                (ri.map_load_time.sec, ri.map_load_time.nanosec)
+            );
+            assert_eq!(
+                (i.resolution, i.width, i.height),
+                (ri.resolution, ri.width, ri.height)
+            );
+            let o = &i.origin;
+            assert_eq!(
+                [o.position.x, o.position.y, o.position.z],
+                ri.origin.position
+            );
+            assert_eq!(
+                [
+                    o.orientation.x,
+                    o.orientation.y,
+                    o.orientation.z,
+                    o.orientation.w
+                ],
+                ri.origin.orientation
+            );
+            assert_eq!(occ.data, replay.occupancy.data);
+
+            // Across the wire: what rmw serializes for the node decodes as replay's message, and
+            // replay's bytes decode as the node's. (Not a byte comparison: CDR alignment padding
+            // is unspecified, and rmw leaves whatever its reused buffer held there.)
+            type CdrImage = crate::bag::cdr::Image;
+            type CdrGrid = crate::bag::cdr::OccupancyGrid;
+            assert_eq!(
+                CdrImage::from_cdr(&labels.to_serialized_bytes().unwrap()).unwrap(),
+                replay.bev_labels
+            );
+            assert_eq!(
+                CdrImage::from_cdr(&color.to_serialized_bytes().unwrap()).unwrap(),
+                replay.bev_color
+            );
+            assert_eq!(
+                CdrGrid::from_cdr(&occ.to_serialized_bytes().unwrap()).unwrap(),
+                replay.occupancy
+            );
+            assert_eq!(
+                Image::from_serialized_bytes(&replay.bev_labels.to_cdr(true).unwrap()).unwrap(),
+                labels
+            );
+            assert_eq!(
+                Image::from_serialized_bytes(&replay.bev_color.to_cdr(true).unwrap()).unwrap(),
+                color
+            );
+            assert_eq!(
+                OccupancyGrid::from_serialized_bytes(&replay.occupancy.to_cdr(true).unwrap())
+                    .unwrap(),
+                occ
+            );
+        }
     }
 }
