@@ -1,6 +1,7 @@
 //! A frame in, labels out: points → SphereFormer's preprocessing → the network → every point's
-//! class and probability, with per-stage timings. The network runs on the CPU or (feature `cuda`)
-//! on a GPU; preprocessing and the arg-max run on the host either way.
+//! class and probability, with per-stage timings. Everything runs on the CPU or (feature `cuda`)
+//! on a GPU: there, preprocessing, the network, the arg-max and the map back to points stay on the
+//! device, and only the points go up and the per-point labels and probabilities come back.
 //!
 //! Every input point gets an entry. A point that has no voxel (NaN/Inf coordinates, dropped as
 //! out of range, beyond the grid, or in a voxel past `max_voxels`) gets [`UNLABELED`] and
@@ -140,6 +141,10 @@ impl Segmenter {
 
     /// Segments a batch of clouds (see the module docs for points without a voxel).
     pub fn segment(&self, clouds: &[&Points]) -> Result<Segmentation, Error> {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            return self.segment_cuda(c, clouds);
+        }
         let mut times = StageTimes::default();
         let start = Instant::now();
         let inputs = prepare_inputs(clouds, &self.cfg)?;
@@ -162,6 +167,37 @@ impl Segmenter {
         let start = Instant::now();
         let per_voxel = argmax_softmax(&logits, self.model.classes());
         devoxelize(&inputs.point_to_voxel, &per_voxel, &mut out.labels, &mut out.probs);
+        out.times.record("devoxelize", start);
+        Ok(out)
+    }
+
+    /// [`Segmenter::segment`] with every step on the GPU.
+    #[cfg(feature = "cuda")]
+    fn segment_cuda(&self, c: &CudaBackend, clouds: &[&Points]) -> Result<Segmentation, Error> {
+        use crate::model::preprocess::cuda::{labels_to_points_cuda, prepare_inputs_cuda};
+        let mut times = StageTimes::default();
+        let start = Instant::now();
+        let inputs = prepare_inputs_cuda(&c.dev, clouds, &self.cfg)?;
+        times.record("voxelize", start);
+        let offsets = sample_offsets(clouds);
+        let n_points = offsets.last().copied().unwrap_or(0);
+        let mut out = Segmentation {
+            labels: vec![UNLABELED; n_points],
+            probs: vec![0.0; n_points],
+            offsets,
+            voxels: inputs.len,
+            voxel_stats: inputs.stats,
+            coord_fixups: inputs.coord_fixups,
+            times,
+        };
+        if inputs.is_empty() {
+            return Ok(out);
+        }
+        let logits = c.net.forward_prepared(&c.dev, &inputs, &mut out.times)?;
+        let start = Instant::now();
+        let (labels, probs) = labels_to_points_cuda(&c.dev, &logits, &inputs, self.model.classes(), UNLABELED)?;
+        out.labels = labels;
+        out.probs = probs;
         out.times.record("devoxelize", start);
         Ok(out)
     }

@@ -19,6 +19,7 @@ use crate::attention::sphere::SphereLevel;
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::grid_1d;
 use crate::model::layers::{BatchNorm, LayerNorm, Linear};
+use crate::model::preprocess::cuda::CudaNetworkInputs;
 use crate::sparse::conv_cpu::WeightLayout;
 use crate::sparse::conv_cuda::{conv_cuda, CudaConvWeights, CudaPreActivation};
 use crate::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda_sites, submanifold_cuda_sites, CudaKernelMap, CudaSites};
@@ -516,9 +517,50 @@ impl CudaSphereFormer {
         let x = up_f16(dev, feats, "input features")?;
         let xyz_d = up_f32(dev, xyz.as_flattened(), "voxel positions")?;
         let batch_d = dev.stream.clone_htod(batch).map_err(cuda_err("uploading batch indices"))?;
+        let logits = self.forward_device(dev, sites, &x, xyz_d, batch_d, n, spatial_shape, start, t)?;
+        let start = Instant::now();
+        let out = dev.stream.clone_dtoh(&logits.slice(..n * self.classes)).map_err(cuda_err("reading logits"))?;
+        t.record("logits to host", start);
+        Ok(out)
+    }
+
+    /// Logits `[len, classes]` (FP32, on the GPU) of inputs prepared on the GPU
+    /// ([`prepare_inputs_cuda`](crate::model::preprocess::cuda::prepare_inputs_cuda), whose
+    /// coordinates are unique and inside the grid by construction).
+    pub fn forward_prepared(&self, dev: &CudaDevice, inputs: &CudaNetworkInputs, t: &mut StageTimes) -> Result<CudaSlice<f32>, Error> {
+        let start = Instant::now();
+        let n = inputs.len;
+        if n == 0 {
+            return Err(Error::InvalidInput("the network needs at least one voxel".into()));
+        }
+        validate_geometry([1; 3], [0; 3], inputs.spatial_shape)?;
+        let s = &dev.stream;
+        // The level owns its sites, positions and batch indices; the inputs keep theirs for the
+        // caller (a device-to-device copy of a few MB).
+        let coords = s.clone_dtod(&inputs.coords).map_err(cuda_err("copying coordinates"))?;
+        let sites = CudaSites::from_device(dev, coords, n, [0; 3], inputs.spatial_shape, inputs.batch_size)?;
+        let xyz = s.clone_dtod(&inputs.xyz).map_err(cuda_err("copying voxel positions"))?;
+        let batch = s.clone_dtod(&inputs.batch).map_err(cuda_err("copying batch indices"))?;
+        self.forward_device(dev, sites, &inputs.feats, xyz, batch, n, inputs.spatial_shape, start, t)
+    }
+
+    /// The network on device inputs; `start` is when the input stage began.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_device(
+        &self,
+        dev: &CudaDevice,
+        sites: CudaSites,
+        x: &CudaSlice<f16>,
+        xyz: CudaSlice<f32>,
+        batch: CudaSlice<i32>,
+        n: usize,
+        spatial_shape: [i32; 3],
+        start: Instant,
+        t: &mut StageTimes,
+    ) -> Result<CudaSlice<f32>, Error> {
         let maps = submanifold_cuda_sites(dev, sites, [3; 3], [1; 3])?;
-        let x = conv_cuda(dev, &x, &maps, &self.input_conv, None, None)?;
-        let level = GpuLevel { sites: maps.out, origin: [0; 3], spatial_shape, xyz: xyz_d, batch: batch_d, n };
+        let x = conv_cuda(dev, x, &maps, &self.input_conv, None, None)?;
+        let level = GpuLevel { sites: maps.out, origin: [0; 3], spatial_shape, xyz, batch, n };
         record(dev, t, "input_conv".into(), start)?;
         let y = self.unet.forward(dev, &self.blas, x, level, t)?;
         let start = Instant::now();
@@ -543,8 +585,7 @@ impl CudaSphereFormer {
             dev.stream.launch_builder(&f).arg(&mut logits).arg(&n32).arg(&k32).arg(&self.linear.bias[0]).launch(grid_1d(total, THREADS))
         }
         .map_err(cuda_err("add_bias_f32"))?;
-        let out = dev.stream.clone_dtoh(&logits.slice(..n * self.classes)).map_err(cuda_err("reading logits"))?;
-        t.record("head", start);
-        Ok(out)
+        record(dev, t, "head".into(), start)?;
+        Ok(logits)
     }
 }
