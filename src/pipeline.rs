@@ -37,7 +37,9 @@ pub struct Segmentation {
     /// Voxels whose coordinate collided and was resolved (see `model::preprocess`).
     pub coord_fixups: usize,
     /// `voxelize`, the network's stages (`input_conv`, `l<k>.blocks`, `l<k>.attention`,
-    /// `l<k>.down`, `l<k>.up`, `l<k>.tail`, `head`), `devoxelize`.
+    /// `l<k>.down`, `l<k>.up`, `l<k>.tail`, `head`), `devoxelize`. On CUDA the kernel-map builds
+    /// are stages of their own (`input_map`, `l<k>.map`) and the network's stage times are GPU
+    /// times between CUDA events (no host synchronisation per stage).
     pub times: StageTimes,
 }
 
@@ -175,6 +177,7 @@ impl Segmenter {
     #[cfg(feature = "cuda")]
     fn segment_cuda(&self, c: &CudaBackend, clouds: &[&Points]) -> Result<Segmentation, Error> {
         use crate::model::preprocess::cuda::{labels_to_points_cuda, prepare_inputs_cuda};
+        use crate::model::sphereformer::cuda::GpuClock;
         let mut times = StageTimes::default();
         let start = Instant::now();
         let inputs = prepare_inputs_cuda(&c.dev, clouds, &self.cfg)?;
@@ -193,12 +196,14 @@ impl Segmenter {
         if inputs.is_empty() {
             return Ok(out);
         }
-        let logits = c.net.forward_prepared(&c.dev, &inputs, &mut out.times)?;
-        let start = Instant::now();
+        let mut clock = GpuClock::start(&c.dev)?;
+        let logits = c.net.forward_prepared(&c.dev, &inputs, &mut clock)?;
         let (labels, probs) = labels_to_points_cuda(&c.dev, &logits, &inputs, self.model.classes(), UNLABELED)?;
+        // devoxelize: arg-max, the map back to points and the copy of the labels to the host.
+        clock.mark(&c.dev, "devoxelize".into())?;
+        clock.finish(&mut out.times)?;
         out.labels = labels;
         out.probs = probs;
-        out.times.record("devoxelize", start);
         Ok(out)
     }
 
