@@ -138,3 +138,12 @@ pub fn coordinate_collision_cloud() -> (sptr::Points, i32) {
     let pts = [o[0], o[1], o[2], 1.0, bx, o[1], o[2], 2.0, cx, o[1], o[2], 3.0];
     (sptr::Points::from_interleaved(&pts, 4).expect("points"), k)
 }
+
+/// The `sptr` CLI under test: `$SPTR_EXE` when set (test binaries shipped to a GPU host, where
+/// the build's target directory does not exist; scripts/gpu_suite.sh sets it), else the one
+/// cargo built.
+pub fn sptr_exe() -> PathBuf {
+    std::env::var_os("SPTR_EXE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sptr")))
+}
