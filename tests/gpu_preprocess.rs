@@ -64,6 +64,11 @@ fn gpu_network_inputs_equal_the_cpu_reference() {
     same_inputs(&dev, "nuScenes sweep, SemanticKITTI config (float64 keys, clip)", &[&sweep], &kitti);
     let kitti_pts = Points::read_bin(&common::data("semantickitti/000000.bin"), 4).expect("kitti sample");
     same_inputs(&dev, "SemanticKITTI sample", &[&kitti_pts], &kitti);
+    // the long replay bag's rotations (frame k turned by k * 1.8 degrees)
+    for k in [1, 2, 3, 50, 104] {
+        let r = rotated_z(&sweep, 1.8 * k as f32);
+        same_inputs(&dev, &format!("sweep turned {:.1} degrees", 1.8 * k as f32), &[&r], &nus);
+    }
     let turned = rotated_z(&sweep, 37.0);
     same_inputs(&dev, "batch of two sweeps", &[&sweep, &turned], &kitti);
     let (pts, _) = coordinate_collision_cloud();
