@@ -123,11 +123,16 @@ extern "C" __global__ void attn_rpe_quantize(const float* __restrict__ pos, RpeG
     quant[i] = packed;
 }
 
-// Largest window (offsets[w + 1] - offsets[w]) into *n_max (host initialises it to 0): tells the
-// attention call whether windows are large enough for the tiled kernel and how many query chunks
-// its grid needs.
-extern "C" __global__ void attn_window_nmax(const u32* __restrict__ offsets, u32 windows, u32* n_max) {
+// The window count and the largest window (offsets[w + 1] - offsets[w]) into counts (host
+// zeroes it): tell the attention call whether windows are large enough for the tiled kernel and
+// how many query chunks its grid needs.
+extern "C" __global__ void attn_window_nmax(const u32* __restrict__ offsets, const u32* __restrict__ scan_sums,
+                                            u32 ntiles, u32 n, u32* counts) {
+    // counts = [windows, largest window]; the window count is the scan's total, read here so
+    // the host needs no round trip between the scan and this kernel. Launched over n >= windows.
+    const u32 windows = scan_sums[ntiles];
     const u32 w = blockIdx.x * blockDim.x + threadIdx.x;
+    if (w == 0) counts[0] = windows;
     if (w >= windows) return;
-    atomicMax(n_max, offsets[w + 1] - offsets[w]);
+    atomicMax(&counts[1], offsets[w + 1] - offsets[w]);
 }

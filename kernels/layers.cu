@@ -114,3 +114,13 @@ extern "C" __global__ void add_bias_f32(float* __restrict__ logits, u32 n, u32 c
     if (idx >= (u64)n * c) return;
     logits[idx] += bias[idx % c];
 }
+
+// [n, c] -> [n, c_pad] (c_pad >= c), the extra channels zero: a narrow input widened for the
+// tensor-core conv (its padded weights are zero).
+extern "C" __global__ void pad_channels_f16(const __half* __restrict__ x, u32 n, u32 c, u32 c_pad,
+                                            __half* __restrict__ out) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (u64)n * c_pad) return;
+    const u32 row = (u32)(i / c_pad), col = (u32)(i % c_pad);
+    out[i] = col < c ? x[(u64)row * c + col] : __float2half_rn(0.f);
+}

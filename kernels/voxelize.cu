@@ -183,12 +183,25 @@ template <typename R>
 __device__ void reduce_impl(const float* x, const float* y, const float* z, const float* intensity,
                             const u32* offsets, VoxParams P, const u64* keys, const u32* vals,
                             const u32* voxel_start, u32 m, const i32* bounds, u64 dx, u64 dy, u64 dz,
-                            i32* out_coords, __half* out_feats, float* out_xyz, u32* out_counts) {
+                            const u64* mins, i32* out_coords, __half* out_feats, float* out_xyz,
+                            float* out_xyz_norm, u32* out_counts) {
     const u32 v = blockIdx.x * blockDim.x + threadIdx.x;
     if (v >= m) return;
     const u32 s = voxel_start[v], e = voxel_start[v + 1];
+    u64 k = keys[s];
+    const u64 rz = k % dz; k /= dz;
+    const u64 ry = k % dy; k /= dy;
+    const u64 rx = k % dx; k /= dx;
+    // The sample's origin, as vox_point_coords used it (k is the sample now).
+    R o[3];
+    for (int a = 0; a < 3; ++a) {
+        o[a] = (R)0;
+        if (P.origin == 0) o[a] = (R)unorder_f64(mins[k * 3 + a]);
+        else if (P.origin == 1) o[a] = (R)P.lo[a];
+    }
     float sf[4] = {0.f, 0.f, 0.f, 0.f};
     float sx[3] = {0.f, 0.f, 0.f};
+    float sn[3] = {0.f, 0.f, 0.f};
     for (u32 j = s; j < e; ++j) {  // sorted order = input order within a voxel (stable sort)
         const u32 p = vals[j];
         const float raw[4] = {x[p], y[p], z[p], intensity[p]};
@@ -197,16 +210,14 @@ __device__ void reduce_impl(const float* x, const float* y, const float* z, cons
             R c;
             voxel_space<R>(P, a, raw[a], c);
             sx[a] += (float)c;
+            sn[a] += (float)(c - o[a]);
         }
     }
     const float cnt = (float)(e - s);
     for (int c = 0; c < 4; ++c) out_feats[v * 4 + c] = __float2half_rn(sf[c] / cnt);
     for (int a = 0; a < 3; ++a) out_xyz[v * 3 + a] = sx[a] / cnt;
+    for (int a = 0; a < 3; ++a) out_xyz_norm[v * 3 + a] = sn[a] / cnt;
     out_counts[v] = e - s;
-    u64 k = keys[s];
-    const u64 rz = k % dz; k /= dz;
-    const u64 ry = k % dy; k /= dy;
-    const u64 rx = k % dx; k /= dx;
     out_coords[v * 4 + 0] = (i32)k;
     out_coords[v * 4 + 1] = (i32)((i64)rx + bounds[0]);
     out_coords[v * 4 + 2] = (i32)((i64)ry + bounds[1]);
@@ -214,19 +225,22 @@ __device__ void reduce_impl(const float* x, const float* y, const float* z, cons
 }
 
 // One thread per kept voxel: coordinates [b, x, y, z], mean features (x, y, z, intensity as
-// given, FP16), mean voxel-space position (metres, f32) and point count.
+// given, FP16), mean voxel-space position (metres, f32), mean of float32(position - sample
+// origin) (SphereFormer's coord_norm; each point's difference taken in the key precision) and
+// point count. Sums run in input order, as the CPU reference's.
 extern "C" __global__ void vox_reduce(const float* __restrict__ x, const float* __restrict__ y,
                                       const float* __restrict__ z, const float* __restrict__ intensity,
                                       const u32* __restrict__ offsets, VoxParams P,
                                       const u64* __restrict__ keys, const u32* __restrict__ vals,
                                       const u32* __restrict__ voxel_start, u32 m, const i32* __restrict__ bounds,
-                                      u64 dx, u64 dy, u64 dz,
+                                      u64 dx, u64 dy, u64 dz, const u64* __restrict__ mins,
                                       i32* __restrict__ out_coords, __half* __restrict__ out_feats,
-                                      float* __restrict__ out_xyz, u32* __restrict__ out_counts) {
+                                      float* __restrict__ out_xyz, float* __restrict__ out_xyz_norm,
+                                      u32* __restrict__ out_counts) {
     if (P.use_f64)
         reduce_impl<double>(x, y, z, intensity, offsets, P, keys, vals, voxel_start, m, bounds, dx, dy, dz,
-                            out_coords, out_feats, out_xyz, out_counts);
+                            mins, out_coords, out_feats, out_xyz, out_xyz_norm, out_counts);
     else
         reduce_impl<float>(x, y, z, intensity, offsets, P, keys, vals, voxel_start, m, bounds, dx, dy, dz,
-                           out_coords, out_feats, out_xyz, out_counts);
+                           mins, out_coords, out_feats, out_xyz, out_xyz_norm, out_counts);
 }

@@ -7,20 +7,33 @@
 #   summary.txt   the suite's pass/fail lines, GPU error figures and every benchmark JSON line
 #   parity.jsonl  one JSON line per parity case (ours vs upstream, errors, times, memory)
 #   failures.txt  failing tests' panics and the tails of failing harness logs
+# and with the part `longbag`, issue 7's long replay on CUDA and the CPU (scripts/gpu_long_bag.sh:
+# long_bag.txt, long_report_cuda.json, long_report_cpu.json).
 #
-#   scripts/gpu_all.sh OUT_DIR [WORK_DIR] [PARITY_PARTS...]     (default parts: attention model)
+#   scripts/gpu_all.sh OUT_DIR [WORK_DIR] [PARTS...]   (parity parts: spconv attention model;
+#                                                       default: attention model; plus longbag)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: gpu_all.sh OUT_DIR [WORK_DIR] [parts...]}
 work=${2:-/tmp/sptr-gpu-all}
 shift $(( $# >= 2 ? 2 : 1 ))
 parts=${*:-attention model}
+long=0
+parity=""
+for p in $parts; do
+    if [ "$p" = longbag ]; then long=1; else parity="$parity $p"; fi
+done
 mkdir -p "$out" "$work"
 rc=0
 scripts/gpu_suite.sh run "$work/suite" > "$work/suite.log" 2>&1 || rc=1
 cp "$work/suite/summary.txt" "$out/summary.txt" 2>/dev/null
-# shellcheck disable=SC2086
-scripts/gpu_parity.sh "$work/parity" $parts > "$work/parity.log" 2>&1 || rc=1
+if [ "$long" = 1 ]; then
+    scripts/gpu_long_bag.sh "$out" 200 "$work/long" > "$work/long.log" 2>&1 || rc=1
+fi
+if [ -n "$parity" ]; then
+    # shellcheck disable=SC2086
+    scripts/gpu_parity.sh "$work/parity" $parity > "$work/parity.log" 2>&1 || rc=1
+fi
 cat "$work"/parity/*.jsonl > "$out/parity.jsonl" 2>/dev/null
 {
     grep -hE "panicked|FAILED|^error|Error" "$work"/suite/test-*.log 2>/dev/null | head -60

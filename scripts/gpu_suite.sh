@@ -53,7 +53,7 @@ run() {
     local out=${1:?usage: gpu_suite.sh run OUT_DIR}
     mkdir -p "$out"
     [ -d "$STAGE" ] || [ ! -f "$STAGE.tar.xz" ] || tar -xJf "$STAGE.tar.xz"
-    export SPTR_REQUIRE_GPU=1 SPTR_REQUIRE_NVRTC=1 SPTR_ROOT="$PWD"
+    export SPTR_REQUIRE_GPU=1 SPTR_REQUIRE_NVRTC=1 SPTR_ROOT="$PWD" SPTR_EXE="$PWD/$STAGE/bin/sptr"
     export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export SPTR_KERNEL_CACHE="${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}"
     local summary="$out/summary.txt" failed=0

@@ -1,6 +1,7 @@
 //! A frame in, labels out: points → SphereFormer's preprocessing → the network → every point's
-//! class and probability, with per-stage timings. The network runs on the CPU or (feature `cuda`)
-//! on a GPU; preprocessing and the arg-max run on the host either way.
+//! class and probability, with per-stage timings. Everything runs on the CPU or (feature `cuda`)
+//! on a GPU: there, preprocessing, the network, the arg-max and the map back to points stay on the
+//! device, and only the points go up and the per-point labels and probabilities come back.
 //!
 //! Every input point gets an entry. A point that has no voxel (NaN/Inf coordinates, dropped as
 //! out of range, beyond the grid, or in a voxel past `max_voxels`) gets [`UNLABELED`] and
@@ -36,7 +37,9 @@ pub struct Segmentation {
     /// Voxels whose coordinate collided and was resolved (see `model::preprocess`).
     pub coord_fixups: usize,
     /// `voxelize`, the network's stages (`input_conv`, `l<k>.blocks`, `l<k>.attention`,
-    /// `l<k>.down`, `l<k>.up`, `l<k>.tail`, `head`), `devoxelize`.
+    /// `l<k>.down`, `l<k>.up`, `l<k>.tail`, `head`), `devoxelize`. On CUDA the kernel-map builds
+    /// are stages of their own (`input_map`, `l<k>.map`) and the network's stage times are GPU
+    /// times between CUDA events (no host synchronisation per stage).
     pub times: StageTimes,
 }
 
@@ -140,6 +143,10 @@ impl Segmenter {
 
     /// Segments a batch of clouds (see the module docs for points without a voxel).
     pub fn segment(&self, clouds: &[&Points]) -> Result<Segmentation, Error> {
+        #[cfg(feature = "cuda")]
+        if let Some(c) = &self.cuda {
+            return self.segment_cuda(c, clouds);
+        }
         let mut times = StageTimes::default();
         let start = Instant::now();
         let inputs = prepare_inputs(clouds, &self.cfg)?;
@@ -163,6 +170,40 @@ impl Segmenter {
         let per_voxel = argmax_softmax(&logits, self.model.classes());
         devoxelize(&inputs.point_to_voxel, &per_voxel, &mut out.labels, &mut out.probs);
         out.times.record("devoxelize", start);
+        Ok(out)
+    }
+
+    /// [`Segmenter::segment`] with every step on the GPU.
+    #[cfg(feature = "cuda")]
+    fn segment_cuda(&self, c: &CudaBackend, clouds: &[&Points]) -> Result<Segmentation, Error> {
+        use crate::model::preprocess::cuda::{labels_to_points_cuda, prepare_inputs_cuda};
+        use crate::model::sphereformer::cuda::GpuClock;
+        let mut times = StageTimes::default();
+        let start = Instant::now();
+        let inputs = prepare_inputs_cuda(&c.dev, clouds, &self.cfg)?;
+        times.record("voxelize", start);
+        let offsets = sample_offsets(clouds);
+        let n_points = offsets.last().copied().unwrap_or(0);
+        let mut out = Segmentation {
+            labels: vec![UNLABELED; n_points],
+            probs: vec![0.0; n_points],
+            offsets,
+            voxels: inputs.len,
+            voxel_stats: inputs.stats,
+            coord_fixups: inputs.coord_fixups,
+            times,
+        };
+        if inputs.is_empty() {
+            return Ok(out);
+        }
+        let mut clock = GpuClock::start(&c.dev)?;
+        let logits = c.net.forward_prepared(&c.dev, &inputs, &mut clock)?;
+        let (labels, probs) = labels_to_points_cuda(&c.dev, &logits, &inputs, self.model.classes(), UNLABELED)?;
+        // devoxelize: arg-max, the map back to points and the copy of the labels to the host.
+        clock.mark(&c.dev, "devoxelize".into())?;
+        clock.finish(&mut out.times)?;
+        out.labels = labels;
+        out.probs = probs;
         Ok(out)
     }
 

@@ -509,3 +509,20 @@ fn label_file_has_one_uint32_per_point() {
     assert!(raw.iter().all(|v| valid.contains(v)), "{raw:?}");
     assert_eq!(CloudFormat::from_path(std::path::Path::new("a/x.pcd.bin")), Some(CloudFormat::NuScenesBin));
 }
+
+#[test]
+fn colliding_recomputed_coordinates_go_back_to_their_keys() {
+    let y = model_yaml("sphereformer_semantickitti.yaml");
+    let (pts, k) = common::coordinate_collision_cloud();
+    let inputs = prepare_inputs(&[&pts], &y).expect("inputs");
+    assert_eq!(inputs.len(), 3, "O, B and C are three voxels");
+    assert_eq!(inputs.coord_fixups, 1, "B's recomputed coordinate collides with C's");
+    let x_of = |p: usize| inputs.coords[inputs.point_to_voxel[p] as usize][1];
+    assert_eq!(x_of(0), 0);
+    assert_eq!(x_of(1), k, "B goes back to its key");
+    assert_eq!(x_of(2), k + 1);
+    let mut c = inputs.coords.clone();
+    c.sort_unstable();
+    c.dedup();
+    assert_eq!(c.len(), 3, "coordinates are unique");
+}

@@ -774,8 +774,8 @@ fn cuda_usable() -> bool {
 /// a clear error without one.
 #[test]
 fn cli_bag_info_and_device_choice() {
-    let exe = env!("CARGO_BIN_EXE_sptr");
-    let out = std::process::Command::new(exe)
+    let exe = common::sptr_exe();
+    let out = std::process::Command::new(&exe)
         .args(["bag", "info"])
         .arg(common::data("bags/nuscenes_sample"))
         .arg("--count")
@@ -798,7 +798,7 @@ fn cli_bag_info_and_device_choice() {
     }
     let dir = temp_dir("cli");
     let model = small_model_yaml("sphereformer_semantickitti.yaml", &dir);
-    let out = std::process::Command::new(exe)
+    let out = std::process::Command::new(&exe)
         .args([
             "replay",
             "--device",
@@ -822,7 +822,7 @@ fn cli_bag_info_and_device_choice() {
         assert!(e.contains("--device cuda") && e.contains("--device cpu"), "{e}");
     }
     // A directory that is not a bag.
-    let out = std::process::Command::new(exe)
+    let out = std::process::Command::new(&exe)
         .args(["bag", "info"])
         .arg(&dir)
         .output()

@@ -4,8 +4,9 @@
 //!
 //! Partition: per-axis bounds → mixed-radix window key per voxel → stable radix sort of
 //! (key, voxel) over just the bits the keys need → run heads → scan = window of every sorted
-//! position, window offsets, largest window. Three small reads to the host per partition (the
-//! bounds, the window count, the largest window), nothing per pair is ever stored.
+//! position, window offsets, largest window. Two small reads to the host per partition (the
+//! bounds; the window count with the largest window), and a level reads its two partitions'
+//! together; nothing per pair is ever stored.
 //!
 //! Attention: windows below [`TILED_MIN_WINDOW`] voxels (and every window without contextual RPE)
 //! get one thread per (query, head) walking the keys of its window with an online softmax, RPE
@@ -19,7 +20,7 @@ use super::partition::Partition;
 use super::rpe::RpeGeometry;
 use super::sphere::{cubic_heads, SphereLevel};
 use crate::device::cuda::{cuda_err, CudaDevice};
-use crate::device::primitives::{bits_for, exclusive_scan_u32, grid_1d, radix_sort_pairs};
+use crate::device::primitives::{bits_for, exclusive_scan_u32_async, grid_1d, radix_sort_pairs};
 use crate::Error;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
@@ -133,14 +134,27 @@ pub fn window_partition_cuda(
     window: [f32; 3],
     shift: bool,
 ) -> Result<CudaPartition, Error> {
+    let Some(bounds) = launch_bounds(dev, pos, batch, n, window)? else { return empty_partition(dev) };
+    let b = read_bounds(dev, &bounds)?;
+    launch_windows(dev, pos, batch, n, window, shift, &b)?.finish(dev)
+}
+
+/// A partition with no voxels.
+fn empty_partition(dev: &CudaDevice) -> Result<CudaPartition, Error> {
+    let one = || dev.stream.alloc_zeros::<u32>(1).map_err(cuda_err("allocating an empty partition"));
+    Ok(CudaPartition { order: one()?, win_of: one()?, offsets: one()?, n: 0, windows: 0, n_max: 0, min: [0.0; 3] })
+}
+
+/// Step one of a partition, enqueued only: per-axis bounds of the positions and of the batch
+/// indices. None for zero voxels. (A level builds two partitions; doing each step for both
+/// before reading anything back halves its host round trips.)
+fn launch_bounds(dev: &CudaDevice, pos: &CudaSlice<f32>, batch: &CudaSlice<i32>, n: usize, window: [f32; 3]) -> Result<Option<CudaSlice<u32>>, Error> {
     if window.iter().any(|w| !(w.is_finite() && *w > 0.0)) {
         return Err(Error::InvalidInput(format!("window partition: window {window:?} must be finite and > 0")));
     }
     let n32 = n_u32(n, "window partition")?;
-    let s = &dev.stream;
     if n == 0 {
-        let one = || s.alloc_zeros::<u32>(1).map_err(cuda_err("allocating an empty partition"));
-        return Ok(CudaPartition { order: one()?, win_of: one()?, offsets: one()?, n: 0, windows: 0, n_max: 0, min: [0.0; 3] });
+        return Ok(None);
     }
     if pos.len() < n * 3 || batch.len() < n {
         return Err(Error::InvalidInput(format!(
@@ -149,6 +163,7 @@ pub fn window_partition_cuda(
             batch.len()
         )));
     }
+    let s = &dev.stream;
     // bounds: order_f32 min/max per axis, batch min/max
     let init: [u32; 8] = [u32::MAX, u32::MAX, u32::MAX, 0, 0, 0, u32::MAX, 0];
     let mut bounds = s.clone_htod(&init).map_err(cuda_err("uploading bounds"))?;
@@ -157,7 +172,55 @@ pub fn window_partition_cuda(
     unsafe {
         s.launch_builder(&f_bounds).arg(pos).arg(batch).arg(&n32).arg(&mut bounds).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_bounds"))?;
     }
-    let b = s.clone_dtoh(&bounds).map_err(cuda_err("reading bounds"))?;
+    Ok(Some(bounds))
+}
+
+/// The bounds of [`launch_bounds`] on the host (waits for them).
+fn read_bounds(dev: &CudaDevice, bounds: &CudaSlice<u32>) -> Result<Vec<u32>, Error> {
+    dev.stream.clone_dtoh(bounds).map_err(cuda_err("reading bounds"))
+}
+
+/// A partition whose window count and largest window are still on the device.
+struct PendingPartition {
+    order: CudaSlice<u32>,
+    win_of: CudaSlice<u32>,
+    offsets: CudaSlice<u32>,
+    /// `[windows, n_max]`.
+    counts: CudaSlice<u32>,
+    n: usize,
+    min: [f32; 3],
+}
+
+impl PendingPartition {
+    /// Reads the window count and the largest window back (waits for the partition).
+    fn finish(self, dev: &CudaDevice) -> Result<CudaPartition, Error> {
+        let c = dev.stream.clone_dtoh(&self.counts).map_err(cuda_err("reading the window count"))?;
+        Ok(CudaPartition {
+            order: self.order,
+            win_of: self.win_of,
+            offsets: self.offsets,
+            n: self.n,
+            windows: c[0] as usize,
+            n_max: c[1] as usize,
+            min: self.min,
+        })
+    }
+}
+
+/// Step two, enqueued only: window keys from the bounds `b` (read back), the stable sort, run
+/// heads, the scan, window offsets (allocated for the most windows there can be, `n`) and the
+/// count and largest window into a two-value buffer.
+fn launch_windows(
+    dev: &CudaDevice,
+    pos: &CudaSlice<f32>,
+    batch: &CudaSlice<i32>,
+    n: usize,
+    window: [f32; 3],
+    shift: bool,
+    b: &[u32],
+) -> Result<PendingPartition, Error> {
+    let s = &dev.stream;
+    let n32 = n_u32(n, "window partition")?;
     let unorder = |o: u32| f32::from_bits(if o & 0x8000_0000 != 0 { o & 0x7fff_ffff } else { !o });
     let min = [unorder(b[0]), unorder(b[1]), unorder(b[2])];
     let max = [unorder(b[3]), unorder(b[4]), unorder(b[5])];
@@ -196,23 +259,20 @@ pub fn window_partition_cuda(
         s.launch_builder(&f_heads).arg(&keys).arg(&n32).arg(&mut flags).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_heads"))?;
     }
     let mut excl = s.alloc_zeros::<u32>(n).map_err(cuda_err("allocating the window scan"))?;
-    let windows = exclusive_scan_u32(dev, &flags, &mut excl, n)? as usize;
+    let (sums, ntiles) = exclusive_scan_u32_async(dev, &flags, &mut excl, n)?;
     let mut win_of = s.alloc_zeros::<u32>(n).map_err(cuda_err("allocating window ids"))?;
-    let mut offsets = s.alloc_zeros::<u32>(windows + 1).map_err(cuda_err("allocating window offsets"))?;
+    let mut offsets = s.alloc_zeros::<u32>(n + 1).map_err(cuda_err("allocating window offsets"))?;
+    let mut counts = s.alloc_zeros::<u32>(2).map_err(cuda_err("allocating window counts"))?;
     let f_offs = dev.function("attention", "attn_window_offsets")?;
-    // SAFETY: flags/excl/win_of hold n entries, offsets windows + 1.
+    let f_nmax = dev.function("attention", "attn_window_nmax")?;
+    let nt32 = ntiles as u32;
+    // SAFETY: flags/excl/win_of hold n entries, offsets n + 1 (≥ windows + 1), sums ntiles + 1,
+    // counts 2.
     unsafe {
         s.launch_builder(&f_offs).arg(&flags).arg(&excl).arg(&n32).arg(&mut win_of).arg(&mut offsets).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_offsets"))?;
+        s.launch_builder(&f_nmax).arg(&offsets).arg(&sums).arg(&nt32).arg(&n32).arg(&mut counts).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_nmax"))?;
     }
-    let mut n_max = s.alloc_zeros::<u32>(1).map_err(cuda_err("allocating the largest window"))?;
-    let w32 = windows as u32; // ≤ n
-    let f_nmax = dev.function("attention", "attn_window_nmax")?;
-    // SAFETY: offsets holds windows + 1 entries, n_max one.
-    unsafe {
-        s.launch_builder(&f_nmax).arg(&offsets).arg(&w32).arg(&mut n_max).launch(grid_1d(w32, THREADS)).map_err(cuda_err("attn_window_nmax"))?;
-    }
-    let n_max = s.clone_dtoh(&n_max).map_err(cuda_err("reading the largest window"))?[0] as usize;
-    Ok(CudaPartition { order, win_of, offsets, n, windows, n_max, min })
+    Ok(PendingPartition { order, win_of, offsets, counts, n, min })
 }
 
 /// SphereFormer's `cart2sphere` of `[n, 3]` positions.
@@ -515,8 +575,18 @@ impl CudaSphereWindows {
     /// `xyz`: `[n, 3]` f32 positions (metres), `batch`: `[n]`.
     pub fn build(dev: &CudaDevice, xyz: &CudaSlice<f32>, batch: &CudaSlice<i32>, n: usize, level: &SphereLevel) -> Result<Self, Error> {
         let sphere_pos = cart2sphere_cuda(dev, xyz, n)?;
-        let cubic = window_partition_cuda(dev, xyz, batch, n, level.cubic_window, level.shift)?;
-        let sphere = window_partition_cuda(dev, &sphere_pos, batch, n, level.sphere_window, level.shift)?;
+        // Both partitions step by step, so the level waits for the GPU twice, not six times.
+        let cubic_bounds = launch_bounds(dev, xyz, batch, n, level.cubic_window)?;
+        let sphere_bounds = launch_bounds(dev, &sphere_pos, batch, n, level.sphere_window)?;
+        let (cubic, sphere) = match (cubic_bounds, sphere_bounds) {
+            (Some(cb), Some(sb)) => {
+                let (cb, sb) = (read_bounds(dev, &cb)?, read_bounds(dev, &sb)?);
+                let cubic = launch_windows(dev, xyz, batch, n, level.cubic_window, level.shift, &cb)?;
+                let sphere = launch_windows(dev, &sphere_pos, batch, n, level.sphere_window, level.shift, &sb)?;
+                (cubic.finish(dev)?, sphere.finish(dev)?)
+            }
+            _ => (empty_partition(dev)?, empty_partition(dev)?),
+        };
         let geometry = |min, window, quant, l, split| RpeGeometry { min, window, quant, shift: level.shift, grid_length: l, radial_split: split };
         let cubic_rpe = geometry(cubic.min, level.cubic_window, level.cubic_quant, level.cubic_grid_length, None);
         let sphere_rpe = geometry(sphere.min, level.sphere_window, level.sphere_quant, level.sphere_grid_length, Some(level.a));

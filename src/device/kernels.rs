@@ -24,6 +24,7 @@ pub const PRELUDE: &str = include_str!("../../kernels/prelude.cuh");
 pub const ALL: &[KernelSource] = &[
     KernelSource { name: "scan_sort", src: include_str!("../../kernels/scan_sort.cu"), fmad: false },
     KernelSource { name: "voxelize", src: include_str!("../../kernels/voxelize.cu"), fmad: false },
+    KernelSource { name: "net_inputs", src: include_str!("../../kernels/net_inputs.cu"), fmad: false },
     KernelSource { name: "bev_grid", src: include_str!("../../kernels/bev_grid.cu"), fmad: false },
     KernelSource { name: "sparse_map", src: include_str!("../../kernels/sparse_map.cu"), fmad: false },
     KernelSource { name: "sparse_conv", src: include_str!("../../kernels/sparse_conv.cu"), fmad: false },

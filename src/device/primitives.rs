@@ -33,7 +33,7 @@ pub fn exclusive_scan_u32(
 
 /// [`exclusive_scan_u32`] without reading the total back (no host synchronisation). Returns the
 /// tile-sum buffer (its entry `ntiles` holds the total) and `ntiles`.
-fn exclusive_scan_u32_async(
+pub fn exclusive_scan_u32_async(
     dev: &CudaDevice,
     input: &CudaSlice<u32>,
     output: &mut CudaSlice<u32>,

@@ -31,6 +31,10 @@ use crate::sparse::voxelize::{sample_origin, voxel_position, voxelize_cpu, KeyFl
 use crate::{Error, Points};
 use std::collections::HashMap;
 
+#[cfg(feature = "cuda")]
+#[path = "preprocess_cuda.rs"]
+pub mod cuda;
+
 /// Smallest spatial extent per axis upstream gives spconv (`np.clip(max + 1, 128, None)`).
 pub const MIN_SPATIAL_SHAPE: i32 = 128;
 
@@ -96,12 +100,7 @@ impl NetworkInputs {
 
 /// Points of a batch → network inputs, as upstream's val-mode preprocessing.
 pub fn prepare_inputs(clouds: &[&Points], cfg: &ModelYaml) -> Result<NetworkInputs, Error> {
-    if cfg.input_c != FEATURE_CHANNELS {
-        return Err(Error::InvalidInput(format!(
-            "model input_c {} but the voxelizer produces {FEATURE_CHANNELS} features (x, y, z, intensity)",
-            cfg.input_c
-        )));
-    }
+    check_input_channels(cfg)?;
     let params = cfg.voxel_params();
     let vox = voxelize_cpu(clouds, &params)?;
     let norm_mean = match params.precision {
@@ -133,6 +132,17 @@ pub fn prepare_inputs(clouds: &[&Points], cfg: &ModelYaml) -> Result<NetworkInpu
         stats: vox.stats,
         coord_fixups,
     })
+}
+
+/// The voxelizer's features (x, y, z, intensity) must be what the model takes.
+fn check_input_channels(cfg: &ModelYaml) -> Result<(), Error> {
+    if cfg.input_c != FEATURE_CHANNELS {
+        return Err(Error::InvalidInput(format!(
+            "model input_c {} but the voxelizer produces {FEATURE_CHANNELS} features (x, y, z, intensity)",
+            cfg.input_c
+        )));
+    }
+    Ok(())
 }
 
 /// `floor(mean / voxel_size)` in float32 (upstream: float32 tensor / float32 tensor), as i32;

@@ -19,6 +19,7 @@ use crate::attention::sphere::SphereLevel;
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::grid_1d;
 use crate::model::layers::{BatchNorm, LayerNorm, Linear};
+use crate::model::preprocess::cuda::CudaNetworkInputs;
 use crate::sparse::conv_cpu::WeightLayout;
 use crate::sparse::conv_cuda::{conv_cuda, CudaConvWeights, CudaPreActivation};
 use crate::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda_sites, submanifold_cuda_sites, CudaKernelMap, CudaSites};
@@ -27,7 +28,6 @@ use crate::Error;
 use cudarc::cublas::{sys as blas_sys, CudaBlas};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
 use half::f16;
-use std::time::Instant;
 
 const THREADS: u32 = 256;
 /// LayerNorm's widest row (`LN_MAX_PER_LANE` × 32 in layers.cu).
@@ -361,42 +361,38 @@ impl GpuUBlock {
         })
     }
 
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: CudaSlice<f16>, lv: GpuLevel, t: &mut StageTimes) -> Result<CudaSlice<f16>, Error> {
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: CudaSlice<f16>, lv: GpuLevel, clock: &mut GpuClock) -> Result<CudaSlice<f16>, Error> {
         let k = self.level;
-        let start = Instant::now();
         let GpuLevel { sites, origin, spatial_shape, xyz, batch, n } = lv;
         let mut maps = GpuLevelMaps { subm: submanifold_cuda_sites(dev, sites, [3; 3], [1; 3])?, one: None };
+        clock.mark(dev, format!("l{k}.map"))?;
         let mut x = x;
         for b in &self.blocks {
             x = b.forward(dev, &x, &mut maps)?;
         }
-        record(dev, t, format!("l{k}.blocks"), start)?;
+        clock.mark(dev, format!("l{k}.blocks"))?;
         if let Some(tr) = &self.transformer {
-            let start = Instant::now();
             let windows = CudaSphereWindows::build(dev, &xyz, &batch, n, &tr.level)?;
             x = tr.forward(dev, blas, &x, n, &xyz, &windows)?;
-            record(dev, t, format!("l{k}.attention"), start)?;
+            clock.mark(dev, format!("l{k}.attention"))?;
         }
         let Some(d) = &self.down else { return Ok(x) };
-        let start = Instant::now();
         let (map, shape2, origin2) = strided_cuda_sites(dev, &maps.subm.out, origin, spatial_shape, DOWN)?;
         let coarse = conv_cuda(dev, &x, &map, &d.conv, Some(&d.bn.pre_relu()), None)?;
         let m = map.out_count;
         let (xyz2, batch2) = downsample_positions_cuda(dev, &map, &xyz)?;
         let next = GpuLevel { sites: map.out.try_clone(dev)?, origin: origin2, spatial_shape: shape2, xyz: xyz2, batch: batch2, n: m };
-        record(dev, t, format!("l{k}.down"), start)?;
-        let deep = d.next.forward(dev, blas, coarse, next, t)?;
-        let start = Instant::now();
+        clock.mark(dev, format!("l{k}.down"))?;
+        let deep = d.next.forward(dev, blas, coarse, next, clock)?;
         let inv = inverse_cuda(dev, &map, maps.subm.out.try_clone(dev)?)?;
         let up = conv_cuda(dev, &deep, &inv, &d.deconv, Some(&d.up_bn.pre_relu()), None)?;
         drop(deep);
         let mut y = concat_rows(dev, &x, self.channels, &up, self.channels, n)?;
-        record(dev, t, format!("l{k}.up"), start)?;
-        let start = Instant::now();
+        clock.mark(dev, format!("l{k}.up"))?;
         for b in &d.tail {
             y = b.forward(dev, &y, &mut maps)?;
         }
-        record(dev, t, format!("l{k}.tail"), start)?;
+        clock.mark(dev, format!("l{k}.tail"))?;
         Ok(y)
     }
 }
@@ -415,12 +411,42 @@ impl GpuDown {
     }
 }
 
-/// Waits for the stage's kernels, then records its wall time (per-stage times are what the node
-/// and the benchmarks report; a sync per stage costs microseconds).
-fn record(dev: &CudaDevice, t: &mut StageTimes, name: String, start: Instant) -> Result<(), Error> {
-    dev.synchronize()?;
-    t.record(name, start);
-    Ok(())
+/// Stage boundaries as CUDA events on the stream, so a frame needs no host synchronisation per
+/// stage: the durations (GPU time between consecutive boundaries, idle gaps included) are read
+/// in [`GpuClock::finish`], once the frame's results are back on the host.
+pub struct GpuClock {
+    start: cudarc::driver::CudaEvent,
+    marks: Vec<(String, cudarc::driver::CudaEvent)>,
+}
+
+impl GpuClock {
+    /// A clock whose first stage starts with the work enqueued from now on.
+    pub fn start(dev: &CudaDevice) -> Result<Self, Error> {
+        Ok(Self { start: timing_event(dev)?, marks: Vec::new() })
+    }
+
+    /// Ends stage `name` after the work enqueued so far.
+    pub fn mark(&mut self, dev: &CudaDevice, name: String) -> Result<(), Error> {
+        self.marks.push((name, timing_event(dev)?));
+        Ok(())
+    }
+
+    /// Appends every stage's GPU time to `t` (waits for the last boundary).
+    pub fn finish(self, t: &mut StageTimes) -> Result<(), Error> {
+        let mut prev = &self.start;
+        for (name, ev) in &self.marks {
+            let ms = prev.elapsed_ms(ev).map_err(cuda_err(format!("reading the time of stage {name}")))?;
+            t.stages.push((name.clone(), std::time::Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3)));
+            prev = ev;
+        }
+        Ok(())
+    }
+}
+
+fn timing_event(dev: &CudaDevice) -> Result<cudarc::driver::CudaEvent, Error> {
+    dev.stream
+        .record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .map_err(cuda_err("recording a timing event"))
 }
 
 fn concat_rows(dev: &CudaDevice, a: &CudaSlice<f16>, ca: usize, b: &CudaSlice<f16>, cb: usize, n: usize) -> Result<CudaSlice<f16>, Error> {
@@ -481,7 +507,8 @@ impl CudaSphereFormer {
             input_c: net.input_c,
             m: net.m,
             classes: net.classes,
-            input_conv: CudaConvWeights::upload(dev, &net.input_conv, WeightLayout::Rsck, 27, net.input_c, net.m, None)?,
+            // Cin padded to a multiple of 8 (4 → 8): the tensor-core conv instead of the direct one.
+            input_conv: CudaConvWeights::upload_padded(dev, &net.input_conv, WeightLayout::Rsck, 27, net.input_c, net.m, net.input_c.next_multiple_of(8), None)?,
             unet: GpuUBlock::upload(dev, &net.unet)?,
             output_bn: GpuBatchNorm::upload(dev, &net.output_bn)?,
             linear: GpuLinear::upload(dev, &net.linear, 1)?,
@@ -507,21 +534,75 @@ impl CudaSphereFormer {
     ) -> Result<Vec<f32>, Error> {
         check_inputs(self.input_c, coords, feats, xyz, batch)?;
         let n = coords.len();
-        let start = Instant::now();
         // The CPU path's coordinate checks (inside the grid, no duplicates), without copying the
         // frame into a host tensor.
         validate_geometry([1; 3], [0; 3], spatial_shape)?;
         validate_sites(coords, [0; 3], spatial_shape)?;
+        let mut clock = GpuClock::start(dev)?;
         let sites = CudaSites::upload_sites(dev, coords, [0; 3], spatial_shape)?;
         let x = up_f16(dev, feats, "input features")?;
         let xyz_d = up_f32(dev, xyz.as_flattened(), "voxel positions")?;
         let batch_d = dev.stream.clone_htod(batch).map_err(cuda_err("uploading batch indices"))?;
+        let logits = self.forward_device(dev, sites, &x, xyz_d, batch_d, n, spatial_shape, &mut clock)?;
+        let out = dev.stream.clone_dtoh(&logits.slice(..n * self.classes)).map_err(cuda_err("reading logits"))?;
+        clock.mark(dev, "logits to host".into())?;
+        clock.finish(t)?;
+        Ok(out)
+    }
+
+    /// Logits `[len, classes]` (FP32, on the GPU) of inputs prepared on the GPU
+    /// ([`prepare_inputs_cuda`](crate::model::preprocess::cuda::prepare_inputs_cuda), whose
+    /// coordinates are unique and inside the grid by construction).
+    /// Stage boundaries go to `clock`.
+    pub fn forward_prepared(&self, dev: &CudaDevice, inputs: &CudaNetworkInputs, clock: &mut GpuClock) -> Result<CudaSlice<f32>, Error> {
+        let n = inputs.len;
+        if n == 0 {
+            return Err(Error::InvalidInput("the network needs at least one voxel".into()));
+        }
+        validate_geometry([1; 3], [0; 3], inputs.spatial_shape)?;
+        let s = &dev.stream;
+        // The level owns its sites, positions and batch indices; the inputs keep theirs for the
+        // caller (a device-to-device copy of a few MB).
+        let coords = s.clone_dtod(&inputs.coords).map_err(cuda_err("copying coordinates"))?;
+        let sites = CudaSites::from_device(dev, coords, n, [0; 3], inputs.spatial_shape, inputs.batch_size)?;
+        let xyz = s.clone_dtod(&inputs.xyz).map_err(cuda_err("copying voxel positions"))?;
+        let batch = s.clone_dtod(&inputs.batch).map_err(cuda_err("copying batch indices"))?;
+        self.forward_device(dev, sites, &inputs.feats, xyz, batch, n, inputs.spatial_shape, clock)
+    }
+
+    /// The input features widened to the input conv's padded channel count.
+    fn pad_input(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize) -> Result<CudaSlice<f16>, Error> {
+        let (c, c_pad) = (self.input_c, self.input_conv.cin);
+        let mut out = alloc::<f16>(dev, n * c_pad, "padded input features")?;
+        let f = dev.function("layers", "pad_channels_f16")?;
+        let total = elements(n, c_pad, "padded input")?;
+        let (n32, c32, cp32) = (n as u32, c as u32, c_pad as u32);
+        // SAFETY: matches layers.cu; x holds n * c halves (checked by the callers), out n * c_pad.
+        unsafe { dev.stream.launch_builder(&f).arg(x).arg(&n32).arg(&c32).arg(&cp32).arg(&mut out).launch(grid_1d(total, THREADS)) }
+            .map_err(cuda_err("pad_channels_f16"))?;
+        Ok(out)
+    }
+
+    /// The network on device inputs.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_device(
+        &self,
+        dev: &CudaDevice,
+        sites: CudaSites,
+        x: &CudaSlice<f16>,
+        xyz: CudaSlice<f32>,
+        batch: CudaSlice<i32>,
+        n: usize,
+        spatial_shape: [i32; 3],
+        clock: &mut GpuClock,
+    ) -> Result<CudaSlice<f32>, Error> {
         let maps = submanifold_cuda_sites(dev, sites, [3; 3], [1; 3])?;
+        clock.mark(dev, "input_map".into())?;
+        let x = self.pad_input(dev, x, n)?;
         let x = conv_cuda(dev, &x, &maps, &self.input_conv, None, None)?;
-        let level = GpuLevel { sites: maps.out, origin: [0; 3], spatial_shape, xyz: xyz_d, batch: batch_d, n };
-        record(dev, t, "input_conv".into(), start)?;
-        let y = self.unet.forward(dev, &self.blas, x, level, t)?;
-        let start = Instant::now();
+        let level = GpuLevel { sites: maps.out, origin: [0; 3], spatial_shape, xyz, batch, n };
+        clock.mark(dev, "input_conv".into())?;
+        let y = self.unet.forward(dev, &self.blas, x, level, clock)?;
         let mut h = alloc::<f16>(dev, n * self.m, "head input")?;
         let f = dev.function("layers", "bn_relu_rows")?;
         let (n32, m32, k32) = (n as u32, self.m as u32, self.classes as u32);
@@ -543,8 +624,7 @@ impl CudaSphereFormer {
             dev.stream.launch_builder(&f).arg(&mut logits).arg(&n32).arg(&k32).arg(&self.linear.bias[0]).launch(grid_1d(total, THREADS))
         }
         .map_err(cuda_err("add_bias_f32"))?;
-        let out = dev.stream.clone_dtoh(&logits.slice(..n * self.classes)).map_err(cuda_err("reading logits"))?;
-        t.record("head", start);
-        Ok(out)
+        clock.mark(dev, "head".into())?;
+        Ok(logits)
     }
 }

@@ -39,6 +39,39 @@ impl CudaConvWeights {
     }
 }
 
+impl CudaConvWeights {
+    /// [`CudaConvWeights::upload`] with the input channels padded with zero weights to `cin_pad`
+    /// (≥ `cin`), so a layer with few inputs (SphereFormer's 4: x, y, z, intensity) can take the
+    /// tensor-core kernels, which need Cin a multiple of 8. Its input must then have `cin_pad`
+    /// channels; the padding channels' values do not matter (their weights are zero), but keep
+    /// them finite (0 · NaN is NaN).
+    #[allow(clippy::too_many_arguments)]
+    pub fn upload_padded(
+        dev: &CudaDevice,
+        weight: &[f32],
+        layout: WeightLayout,
+        kv: usize,
+        cin: usize,
+        cout: usize,
+        cin_pad: usize,
+        bias: Option<&[f32]>,
+    ) -> Result<Self, Error> {
+        if cin_pad < cin || cin_pad > MAX_CIN {
+            return Err(Error::InvalidInput(format!("conv: padded Cin {cin_pad} must be in {cin}..={MAX_CIN}")));
+        }
+        let w = repack(weight, layout, kv, cin, cout)?;
+        let mut padded = vec![0f32; kv * cin_pad * cout];
+        for k in 0..kv {
+            for ci in 0..cin {
+                let src = (k * cin + ci) * cout;
+                let dst = (k * cin_pad + ci) * cout;
+                padded[dst..dst + cout].copy_from_slice(&w[src..src + cout]);
+            }
+        }
+        Self::upload(dev, &padded, WeightLayout::Rsck, kv, cin_pad, cout, bias)
+    }
+}
+
 /// Per-input-channel affine (+ ReLU) applied to the gathered input: folded inference BatchNorm.
 pub struct CudaPreActivation<'a> {
     pub scale: &'a CudaSlice<f32>,

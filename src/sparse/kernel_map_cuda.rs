@@ -105,6 +105,20 @@ impl CudaSites {
         Ok(sites)
     }
 
+    /// Hashes `len` sites already on the GPU (`coords`: `len * 4`, unique, inside `origin` +
+    /// `spatial_shape`, batch indices below `batch_size`), after the packing check.
+    pub fn from_device(
+        dev: &CudaDevice,
+        coords: CudaSlice<i32>,
+        len: usize,
+        origin: [i32; 3],
+        spatial_shape: [i32; 3],
+        batch_size: usize,
+    ) -> Result<CudaSites, Error> {
+        check_packable(origin, spatial_shape, batch_size)?;
+        CudaSites::build(dev, coords, len)
+    }
+
     /// Uploads and hashes the sites of a host tensor.
     pub fn upload(dev: &CudaDevice, t: &SparseTensor) -> Result<CudaSites, Error> {
         CudaSites::upload_sites(dev, t.coords(), t.origin(), t.spatial_shape())

@@ -42,6 +42,9 @@ pub struct CudaVoxels {
     pub feats: CudaSlice<f16>,
     /// Mean voxel-space positions, metres, `len * 3`.
     pub xyz: CudaSlice<f32>,
+    /// Mean of `float32(position - sample origin)`, metres, `len * 3`: SphereFormer's
+    /// `coord_norm` mean (`model::preprocess`), summed in input order in float32.
+    pub xyz_norm: CudaSlice<f32>,
     pub counts: CudaSlice<u32>,
     /// Per input point: its voxel or -1; `stats.points_in` entries.
     pub point_to_voxel: CudaSlice<i32>,
@@ -107,6 +110,7 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
             coords: s.alloc_zeros(m.max(1) * 4).map_err(e("allocating voxel coords"))?,
             feats: s.alloc_zeros(m.max(1) * FEATURE_CHANNELS).map_err(e("allocating voxel features"))?,
             xyz: s.alloc_zeros(m.max(1) * 3).map_err(e("allocating voxel xyz"))?,
+            xyz_norm: s.alloc_zeros(m.max(1) * 3).map_err(e("allocating voxel xyz_norm"))?,
             counts: s.alloc_zeros(m.max(1)).map_err(e("allocating voxel counts"))?,
             point_to_voxel: s.clone_htod(&vec![-1i32; n.max(1)]).map_err(e("allocating point map"))?,
             len: 0,
@@ -215,8 +219,8 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
         s.launch_builder(&f_reduce)
             .arg(&x).arg(&y).arg(&z).arg(&inten).arg(&d_offsets).arg(&pc)
             .arg(&keys).arg(&vals).arg(&voxel_start).arg(&m32).arg(&bounds)
-            .arg(&dx).arg(&dy).arg(&dz)
-            .arg(&mut out.coords).arg(&mut out.feats).arg(&mut out.xyz).arg(&mut out.counts)
+            .arg(&dx).arg(&dy).arg(&dz).arg(&mins)
+            .arg(&mut out.coords).arg(&mut out.feats).arg(&mut out.xyz).arg(&mut out.xyz_norm).arg(&mut out.counts)
             .launch(grid_1d(m32, THREADS))
             .map_err(e("vox_reduce"))?;
     }

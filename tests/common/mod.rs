@@ -111,3 +111,39 @@ pub fn rel_err(a: &[f32], b: &[f32]) -> f64 {
         (num / den).sqrt()
     }
 }
+
+/// A cloud on which SphereFormer's recomputed voxel coordinates collide (the SemanticKITTI
+/// config: float64 keys, scan-min origin, 0.05 m voxels), built from the arithmetic the
+/// preprocessing documents, not from its code: point O fixes the origin; point B lies just below
+/// a voxel boundary in float64 (key k on x) but its float32 offset from the origin rounds onto the
+/// boundary, so `floor(f32(x - o) / f32(0.05))` is k + 1; point C lies inside voxel k + 1. B's
+/// voxel must go back to its key (one fix-up). Returns the cloud and B's key on x.
+pub fn coordinate_collision_cloud() -> (sptr::Points, i32) {
+    let o = [-10.000_001f32, -10.0, -2.0];
+    let vs32 = 0.05f32;
+    let vs64 = vs32 as f64;
+    // Walk f32 values up from 20 m until the two roundings disagree (deterministic).
+    let mut x = 20.0f32;
+    let (bx, k) = loop {
+        let d = x as f64 - o[0] as f64;
+        let key = (d / vs64).floor();
+        let rec = ((d as f32) / vs32).floor();
+        if rec as f64 == key + 1.0 {
+            break (x, key as i32);
+        }
+        x = f32::from_bits(x.to_bits() + 1);
+        assert!(x < 60.0, "no collision case below 60 m");
+    };
+    let cx = (o[0] as f64 + (k as f64 + 1.5) * vs64) as f32;
+    let pts = [o[0], o[1], o[2], 1.0, bx, o[1], o[2], 2.0, cx, o[1], o[2], 3.0];
+    (sptr::Points::from_interleaved(&pts, 4).expect("points"), k)
+}
+
+/// The `sptr` CLI under test: `$SPTR_EXE` when set (test binaries shipped to a GPU host, where
+/// the build's target directory does not exist; scripts/gpu_suite.sh sets it), else the one
+/// cargo built.
+pub fn sptr_exe() -> PathBuf {
+    std::env::var_os("SPTR_EXE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sptr")))
+}
