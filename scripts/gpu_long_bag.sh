@@ -35,7 +35,7 @@ echo "bag: $frames frames, $(du -sh "$bag" | cut -f1), written in $(( $(date +%s
 gpu-stage/bin/sptr bag info "$bag" >> "$log" 2>&1 || rc=1
 for dev in cuda cpu; do
     t0=$(date +%s)
-    gpu-stage/bin/sptr replay "$bag" --model config/models/sphereformer_nuscenes.yaml --random-weights 0 \
+    gpu-stage/bin/sptr replay "$bag" --model config/models/sphereformer_nuscenes.yaml --params config/perception_nuscenes.yaml --random-weights 0 \
         --device "$dev" --out "$work/replay_$dev" > "$work/replay_$dev.log" 2>&1
     r=$?
     [ "$r" = 0 ] || rc=1

@@ -841,10 +841,10 @@ fn cli_bag_info_and_device_choice() {
 /// obstacle classes do not fit is a clear error naming the fix.
 #[test]
 fn cli_replay_without_params_uses_the_nodes_defaults() {
-    let exe = env!("CARGO_BIN_EXE_sptr");
+    let exe = common::sptr_exe();
     let dir = temp_dir("cli-defaults");
     let replay = |model: &Path, bag: &str, out: &str| {
-        std::process::Command::new(exe)
+        std::process::Command::new(&exe)
             .args(["replay", "--device", "cpu", "--random-weights", "1", "--progress", "plain"])
             .arg("--model")
             .arg(model)
