@@ -38,17 +38,21 @@ struct AttnParams {
     float a;          // its parameter
     int win_h, win_w; // bias2d: window in tokens
     u32 tiled_min;    // windows of at least this many voxels belong to the tiled kernel (ctx only)
+    u32 key_splits;   // tiled kernel: blocks per (window, query chunk, head), each over a slice of
+                      // the keys, writing partials that attn_tiled_merge combines (1: no split)
 };
 
 // Buffers of one call. quant: contextual = packed quantized positions, bias2d = (row << 16 | col).
 // pos: contextual with split = positions [n, 3] (the radius is column 2). tq/tk/tv: contextual =
 // [rows, 3, heads_b, D] f32; bias2d: tq = [heads_b, (2h-1)(2w-1)]. Unused ones may be any buffer.
+// partial: the tiled kernel's per-split results when A.key_splits > 1 (see attn_tiled_merge).
 #define ATTN_PARAMS                                                                                 \
     const __half *__restrict__ q, const __half *__restrict__ k, const __half *__restrict__ v,       \
         __half *__restrict__ out, const u32 *__restrict__ order, const u32 *__restrict__ win_of,    \
         const u32 *__restrict__ offsets, const u32 *__restrict__ quant, const float *__restrict__ pos, \
-        const float *__restrict__ tq, const float *__restrict__ tk, const float *__restrict__ tv, AttnParams A
-#define ATTN_ARGS q, k, v, out, order, win_of, offsets, quant, pos, tq, tk, tv, A
+        const float *__restrict__ tq, const float *__restrict__ tk, const float *__restrict__ tv,   \
+        float *__restrict__ partial, AttnParams A
+#define ATTN_ARGS q, k, v, out, order, win_of, offsets, quant, pos, tq, tk, tv, partial, A
 
 template <int D>
 __device__ __forceinline__ void load_row(const __half* p, float* r) {
@@ -237,8 +241,13 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
     const u32 w = blockIdx.x;
     const u32 s = offsets[w], e = offsets[w + 1];
     if (e - s < A.tiled_min) return;  // attention_impl's window
-    const u32 q0 = s + blockIdx.y * TQ;
+    // blockIdx.y = query chunk * key_splits + key split; a split walks its own slice of the keys
+    // (whole tiles) and leaves an unnormalised partial result.
+    const u32 split = blockIdx.y % A.key_splits;
+    const u32 q0 = s + (blockIdx.y / A.key_splits) * TQ;
     if (q0 >= e) return;
+    const u32 span = ((e - s + A.key_splits - 1) / A.key_splits + TK - 1) / TK * TK;
+    const u32 kb = min(e, s + split * span), ke = min(e, kb + span);
     const u32 hb = blockIdx.z;
     const u32 h = A.head0 + hb;
     const int L = A.grid_length, rows = A.rows, hi = rows - 1;
@@ -293,8 +302,8 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
     float m = -__int_as_float(0x7f800000), l = 0.0f;  // -inf
     const u32 my_key = t % TK;                         // the key whose k . tk this thread fills
 
-    for (u32 ks = s; ks < e; ks += TK) {
-        const u32 nk = min((u32)TK, e - ks);
+    for (u32 ks = kb; ks < ke; ks += TK) {
+        const u32 nk = min((u32)TK, ke - ks);
         __syncthreads();  // the previous tile is no longer read
         for (u32 x = t; x < TK * (D / 8); x += TQ) {
             const u32 jj = x / (D / 8), c8 = x % (D / 8);
@@ -395,12 +404,53 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             add_table_row<D>(acc, wgt, tv + ((u64)(r * 3 + 2) * A.heads_b + hb) * D);
         }
     }
+    if (A.key_splits > 1) {
+        // [split][sorted position][head of the call][D + 2]: acc, reference maximum, sum
+        float* pr = partial + (((u64)split * A.n + q0 + t) * A.heads_b + hb) * (D + 2);
+#pragma unroll
+        for (int c = 0; c < D; ++c) pr[c] = acc[c];
+        pr[D] = m;
+        pr[D + 1] = l;
+        return;
+    }
     const float inv = 1.0f / l;
     __half* o = out + (u64)i * A.out_ld + h * D;
 #pragma unroll
     for (int c = 0; c < D; c += 2) {
         reinterpret_cast<__half2*>(o)[c / 2] = __floats2half2_rn(acc[c] * inv, acc[c + 1] * inv);
     }
+}
+
+// Combines the tiled kernel's key splits for every query of a tiled window: with M the largest
+// reference maximum, out = sum_s acc_s e^(m_s - M) / sum_s l_s e^(m_s - M). One thread per
+// (sorted position, head of the call); head_dim d <= 32.
+extern "C" __global__ void attn_tiled_merge(const float* __restrict__ partial, const u32* __restrict__ order,
+                                            const u32* __restrict__ win_of, const u32* __restrict__ offsets,
+                                            AttnParams A, u32 d, __half* __restrict__ out) {
+    const u64 x = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= (u64)A.n * A.heads_b) return;
+    const u32 p = (u32)(x / A.heads_b), hb = (u32)(x % A.heads_b);
+    const u32 w = win_of[p];
+    if (offsets[w + 1] - offsets[w] < A.tiled_min) return;  // a per-query window
+    const u64 stride = (u64)A.n * A.heads_b * (d + 2);
+    const float* pr = partial + ((u64)p * A.heads_b + hb) * (d + 2);
+    float mx = -__int_as_float(0x7f800000);
+    for (u32 sp = 0; sp < A.key_splits; ++sp) {
+        const float* ps = pr + sp * stride;
+        if (ps[d + 1] > 0.0f) mx = fmaxf(mx, ps[d]);
+    }
+    float acc[32], l = 0.0f;
+    for (u32 c = 0; c < d; ++c) acc[c] = 0.0f;
+    for (u32 sp = 0; sp < A.key_splits; ++sp) {
+        const float* ps = pr + sp * stride;
+        if (!(ps[d + 1] > 0.0f)) continue;
+        const float wgt = __expf(ps[d] - mx);
+        l += ps[d + 1] * wgt;
+        for (u32 c = 0; c < d; ++c) acc[c] += ps[c] * wgt;
+    }
+    const float inv = 1.0f / l;
+    __half* o = out + (u64)order[p] * A.out_ld + (A.head0 + hb) * d;
+    for (u32 c = 0; c < d; ++c) o[c] = __float2half_rn(acc[c] * inv);
 }
 
 #define ATTN_TILED_KERNEL(D, NAME) \

@@ -66,15 +66,38 @@ __device__ __forceinline__ bool finite3(float x, float y, float z) {
 template <typename R>
 __device__ void scan_min_impl(const float* x, const float* y, const float* z, const u32* offsets,
                               VoxParams P, u64* mins) {
+    // Every thread of the warp takes part (no early return): the warp reduces first, so a dense
+    // cloud does not send 200k atomics to the same three addresses.
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= P.n) return;
-    const float p[3] = {x[i], y[i], z[i]};
-    if (!finite3(p[0], p[1], p[2])) return;
-    R c[3];
-    for (int a = 0; a < 3; ++a)
-        if (!voxel_space<R>(P, a, p[a], c[a])) return;
-    const u32 b = sample_of(offsets, P.batch, i);
-    for (int a = 0; a < 3; ++a) atomicMin(&mins[b * 3 + a], order_f64((double)c[a]));
+    const u32 NONE = 0xffffffffu;
+    u64 o[3] = {~0ull, ~0ull, ~0ull};  // ordered doubles: all ones is above every value
+    u32 b = NONE;
+    if (i < P.n) {
+        const float p[3] = {x[i], y[i], z[i]};
+        if (finite3(p[0], p[1], p[2])) {
+            R c[3];
+            bool kept = true;
+            for (int a = 0; a < 3; ++a) kept = kept && voxel_space<R>(P, a, p[a], c[a]);
+            if (kept) {
+                b = sample_of(offsets, P.batch, i);
+                for (int a = 0; a < 3; ++a) o[a] = order_f64((double)c[a]);
+            }
+        }
+    }
+    const u32 b0 = __reduce_min_sync(FULL_MASK, b);
+    if (__all_sync(FULL_MASK, b == b0 || b == NONE)) {
+        // one sample in the warp (or none): a warp minimum, one atomic per axis
+        for (int a = 0; a < 3; ++a) {
+            u64 m = o[a];
+            for (int d = 16; d >= 1; d >>= 1) {
+                const u64 other = __shfl_xor_sync(FULL_MASK, m, d);
+                m = other < m ? other : m;
+            }
+            if ((threadIdx.x & 31u) == 0 && b0 != NONE) atomicMin(&mins[b0 * 3 + a], m);
+        }
+    } else if (b != NONE) {
+        for (int a = 0; a < 3; ++a) atomicMin(&mins[b * 3 + a], o[a]);
+    }
 }
 
 // Per-sample minimum of the voxel-space coordinates (origin `scan_min`). mins: batch * 3,

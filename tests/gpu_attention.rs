@@ -14,7 +14,7 @@ mod common;
 use common::{gpu, nuscenes_sweep, rel_err, Rng};
 use half::f16;
 use sptr::attention::cuda::{
-    cart2sphere_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_attention_cuda_with,
+    cart2sphere_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_attention_cuda_split,
     window_partition_cuda, TILED_MIN_WINDOW,
     CudaBias2d, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView,
 };
@@ -174,10 +174,22 @@ fn attention_matches_cpu_on_random_voxels() {
             let td: Vec<_> = t.iter().map(|x| s.clone_htod(x).unwrap()).collect();
             let term = CudaTerm::Contextual(CudaContextual { geometry: g, quant: &quant_d, positions: &xyz_d, tables: [&td[0], &td[1], &td[2]] });
             // per-query kernel only, tiled kernel for every window (1 voxel up), and the default
-            // split between them; the tiled kernel serves head_dim 16 and 32
-            for (kernels, tiled_min) in [("per-query", usize::MAX), ("tiled", 1), ("mixed", TILED_MIN_WINDOW)] {
+            // split between them; the tiled kernel serves head_dim 16 and 32. Its keys walked by
+            // one block, or cut into 2, 5 or 8 slices merged afterwards (8: small windows leave
+            // some slices empty), or as many as it picks itself.
+            let cases = [
+                ("per-query", usize::MAX, None),
+                ("tiled", 1, None),
+                ("tiled, keys whole", 1, Some(1)),
+                ("tiled, 2 key splits", 1, Some(2)),
+                ("tiled, 5 key splits", 1, Some(5)),
+                ("tiled, 8 key splits", 1, Some(8)),
+                ("mixed", TILED_MIN_WINDOW, None),
+                ("mixed, 3 key splits", TILED_MIN_WINDOW, Some(3)),
+            ];
+            for (kernels, tiled_min, key_splits) in cases {
                 let mut out = s.alloc_zeros::<f16>(n * row).unwrap();
-                window_attention_cuda_with(&dev, qkv, all, &part_d, term, &mut out, row, tiled_min).unwrap();
+                window_attention_cuda_split(&dev, qkv, all, &part_d, term, &mut out, row, tiled_min, key_splits).unwrap();
                 check(&format!("random contextual d{d} split {split:?} {kernels}"), &down16(&dev, &out), &want);
             }
         }

@@ -7,7 +7,8 @@
 //!   `attention_step2_with_rel_pos_value` do for those heads);
 //! - `sphere_core_rpe`: the same for the spherical heads (`_per_query`: without the tiled
 //!   kernel; `_tiled32` / `_tiled128`: the tiled kernel from windows of 32 / 128 voxels instead of
-//!   the default 64);
+//!   the default 64; `_keys_whole`: the tiled kernel without splitting a window's keys over
+//!   several blocks, which the default does when there are too few blocks to fill the GPU);
 //! - `cubic_core_plain`: the cubic heads without RPE;
 //! - `stage`: the whole attention core from q, k, v, xyz and batch on the device: cart2sphere,
 //!   both partitions, both RPE quantizations, both branches (the qkv and proj Linears excluded);
@@ -19,8 +20,8 @@
 
 use super::cpu::HeadSlice;
 use super::cuda::{
-    sphere_attention_cuda, window_attention_cuda, window_attention_cuda_with, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm,
-    QkvView,
+    sphere_attention_cuda, window_attention_cuda, window_attention_cuda_split, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm,
+    QkvView, TILED_MIN_WINDOW,
 };
 use super::sphere::{cubic_heads, SphereLevel, SPHEREFORMER_HEAD_DIM};
 use crate::device::cuda::{cuda_err, free_device_bytes, CudaDevice};
@@ -153,9 +154,16 @@ pub fn bench_attention(
         let ms = dev.time_median_ms(3, iters, || window_attention_cuda(dev, qkv, sphere_slice, &windows.sphere, sphere_term, &mut out, channels))?;
         rows.push(row("sphere_core_rpe", ms, None));
         // the two kernels' split point: per-query kernel only, and the tiled one from other sizes
-        for (case, tiled_min) in [("sphere_core_rpe_per_query", usize::MAX), ("sphere_core_rpe_tiled32", 32), ("sphere_core_rpe_tiled128", 128)] {
+        // and the tiled kernel with every window's keys in one block (no key split)
+        let variants = [
+            ("sphere_core_rpe_per_query", usize::MAX, None),
+            ("sphere_core_rpe_tiled32", 32, None),
+            ("sphere_core_rpe_tiled128", 128, None),
+            ("sphere_core_rpe_keys_whole", TILED_MIN_WINDOW, Some(1)),
+        ];
+        for (case, tiled_min, key_splits) in variants {
             let ms = dev.time_median_ms(3, iters, || {
-                window_attention_cuda_with(dev, qkv, sphere_slice, &windows.sphere, sphere_term, &mut out, channels, tiled_min)
+                window_attention_cuda_split(dev, qkv, sphere_slice, &windows.sphere, sphere_term, &mut out, channels, tiled_min, key_splits)
             })?;
             rows.push(row(case, ms, None));
         }

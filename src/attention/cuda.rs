@@ -85,6 +85,7 @@ struct AttnParamsC {
     win_h: i32,
     win_w: i32,
     tiled_min: u32,
+    key_splits: u32,
 }
 // SAFETY: as above.
 unsafe impl DeviceRepr for AttnParamsC {}
@@ -406,6 +407,41 @@ pub fn window_attention_cuda_with(
     out_ld: usize,
     tiled_min: usize,
 ) -> Result<(), Error> {
+    window_attention_cuda_split(dev, qkv, heads, part, term, out, out_ld, tiled_min, None)
+}
+
+/// Blocks the tiled kernel should have in flight before splitting keys pays: a few per SM of the
+/// largest GPUs it runs on (132 SMs on an H100).
+const TILED_TARGET_BLOCKS: usize = 4 * 132;
+/// At most this many key splits, and each split at least this many keys.
+const MAX_KEY_SPLITS: usize = 8;
+const MIN_KEYS_PER_SPLIT: usize = 2 * TILED_KEYS;
+
+/// How many slices to cut each tiled window's keys into. With few voxels and large windows (the
+/// deep levels of a sparse sweep) one block per (window, query chunk, head) leaves most of the GPU
+/// idle while each block walks thousands of keys; splitting the keys multiplies the blocks and
+/// divides the walk, at the cost of one merge pass.
+fn auto_key_splits(n: usize, n_max: usize, heads: usize) -> usize {
+    let blocks = n.div_ceil(TILED_QUERIES as usize).max(1) * heads.max(1);
+    let by_blocks = TILED_TARGET_BLOCKS.div_ceil(blocks);
+    let by_keys = (n_max / MIN_KEYS_PER_SPLIT).max(1);
+    by_blocks.min(by_keys).clamp(1, MAX_KEY_SPLITS)
+}
+
+/// [`window_attention_cuda_with`] with the tiled kernel's key splits given (`None`: chosen from
+/// the partition's size, see `auto_key_splits`) — for tests of the split path.
+#[allow(clippy::too_many_arguments)]
+pub fn window_attention_cuda_split(
+    dev: &CudaDevice,
+    qkv: QkvView,
+    heads: HeadSlice,
+    part: &CudaPartition,
+    term: CudaTerm,
+    out: &mut CudaSlice<f16>,
+    out_ld: usize,
+    tiled_min: usize,
+    key_splits: Option<usize>,
+) -> Result<(), Error> {
     let n = part.n;
     if heads.head_dim == 0 || heads.count == 0 || heads.first + heads.count > heads.heads {
         return Err(Error::InvalidInput(format!("window attention: bad head slice {heads:?}")));
@@ -463,6 +499,7 @@ pub fn window_attention_cuda_with(
         heads_b: heads.count as u32,
         n: n as u32,
         tiled_min: u32::MAX,
+        key_splits: 1,
         ..Default::default()
     };
     // Unused buffer slots get `order` (any valid device pointer; the kernel never reads them).
@@ -511,8 +548,10 @@ pub fn window_attention_cuda_with(
         block_dim: (ATTN_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    launch_attention(dev, name, cfg, qkv, out, part, quant, floats, &p)?;
+    launch_attention(dev, name, cfg, qkv, out, None, part, quant, floats, &p)?;
     let Some(smem) = tiled else { return Ok(()) };
+    let splits = key_splits.unwrap_or_else(|| auto_key_splits(n, part.n_max, heads.count)).clamp(1, MAX_KEY_SPLITS);
+    p.key_splits = splits as u32;
     let name = if d == 16 { "attn_ctx_tiled_d16" } else { "attn_ctx_tiled_d32" };
     dev.function("attention_core", name)?
         .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
@@ -520,12 +559,33 @@ pub fn window_attention_cuda_with(
     let chunks = u32::try_from(part.n_max.div_ceil(TILED_QUERIES as usize))
         .map_err(|_| Error::InvalidInput(format!("window attention: a window of {} voxels is too large", part.n_max)))?;
     let cfg = LaunchConfig {
-        grid_dim: (n_u32(part.windows, "window attention")?, chunks, heads.count as u32),
+        grid_dim: (n_u32(part.windows, "window attention")?, chunks * p.key_splits, heads.count as u32),
         block_dim: (TILED_QUERIES, 1, 1),
         shared_mem_bytes: smem as u32,
     };
-    // the grid covers every window and query chunk, shared memory as computed
-    launch_attention(dev, name, cfg, qkv, out, part, quant, floats, &p)
+    if splits == 1 {
+        // the grid covers every window and query chunk, shared memory as computed
+        return launch_attention(dev, name, cfg, qkv, out, None, part, quant, floats, &p);
+    }
+    // [splits][n][heads][d + 2] partials, then the merge writes the tiled windows' rows
+    let mut partial = dev
+        .stream
+        .alloc_zeros::<f32>(splits * n * heads.count * (d + 2))
+        .map_err(cuda_err("allocating the key-split partials"))?;
+    launch_attention(dev, name, cfg, qkv, out, Some(&mut partial), part, quant, floats, &p)?;
+    let merge = dev.function("attention_core", "attn_tiled_merge")?;
+    let total = u32::try_from(n * heads.count).map_err(|_| Error::InvalidInput(format!("window attention: {n} voxels x {} heads exceed 2^32", heads.count)))?;
+    let d32 = d as u32;
+    // SAFETY: partial holds splits * n * heads * (d + 2) floats, written for every position of a
+    // tiled window; order/win_of hold n entries, offsets windows + 1; out was checked above.
+    unsafe {
+        dev.stream
+            .launch_builder(&merge)
+            .arg(&partial).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(&p).arg(&d32).arg(out)
+            .launch(grid_1d(total, THREADS))
+    }
+    .map_err(cuda_err("attn_tiled_merge"))?;
+    Ok(())
 }
 
 /// Launches one of attention_core.cu's kernels (all take ATTN_PARAMS). Unused float slots get the
@@ -537,6 +597,7 @@ fn launch_attention(
     cfg: LaunchConfig,
     qkv: QkvView,
     out: &mut CudaSlice<f16>,
+    partial: Option<&mut CudaSlice<f32>>,
     part: &CudaPartition,
     quant: &CudaSlice<u32>,
     floats: [Option<&CudaSlice<f32>>; 4],
@@ -551,6 +612,10 @@ fn launch_attention(
             None => b.arg(&part.order),
         };
     }
+    match partial {
+        Some(x) => b.arg(x),
+        None => b.arg(&part.order),
+    };
     b.arg(p);
     // SAFETY: argument list matches ATTN_PARAMS; the caller checked every buffer's size.
     unsafe { b.launch(cfg) }.map_err(cuda_err(name))?;
