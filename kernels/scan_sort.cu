@@ -55,6 +55,32 @@ scan_tiles(const u32* in, u32* out, const u32* __restrict__ tile_offsets, u32 n)
     }
 }
 
+// The whole scan in one launch when the input fits one tile (radix histograms of small sorts,
+// run heads of small levels): sums[0] = 0 and sums[1] = the total, as the three passes leave them.
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
+scan_single_tile(const u32* in, u32* out, u32* __restrict__ sums, u32 n) {
+    __shared__ u32 warp_sums[33];
+    const u32 base = threadIdx.x * SCAN_ITEMS;
+    u32 v[SCAN_ITEMS];
+    u32 s = 0;
+#pragma unroll
+    for (u32 i = 0; i < SCAN_ITEMS; ++i) {
+        v[i] = (base + i < n) ? in[base + i] : 0u;
+        s += v[i];
+    }
+    u32 total;
+    u32 run = block_exclusive_scan(s, warp_sums, total);
+#pragma unroll
+    for (u32 i = 0; i < SCAN_ITEMS; ++i) {
+        if (base + i < n) out[base + i] = run;
+        run += v[i];
+    }
+    if (threadIdx.x == 0) {
+        sums[0] = 0u;
+        sums[1] = total;
+    }
+}
+
 // ---- radix sort: 8-bit digits, 256 threads per block, RADIX_ROUNDS items per thread per tile.
 #define RADIX_THREADS 256
 #define RADIX_ROUNDS 8

@@ -48,6 +48,12 @@ pub fn exclusive_scan_u32_async(
     let f_scan = dev.function("scan_sort", "scan_tiles")?;
     let tiles = LaunchConfig { grid_dim: (ntiles, 1, 1), block_dim: (SCAN_THREADS, 1, 1), shared_mem_bytes: 0 };
     let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (SCAN_THREADS, 1, 1), shared_mem_bytes: 0 };
+    if ntiles == 1 {
+        let f_one = dev.function("scan_sort", "scan_single_tile")?;
+        // SAFETY: matches the kernel; input/output hold >= n elements (n <= one tile), sums 2.
+        unsafe { s.launch_builder(&f_one).arg(input).arg(output).arg(&mut sums).arg(&n32).launch(one) }.map_err(cuda_err("scan_single_tile"))?;
+        return Ok((sums, 1));
+    }
     // SAFETY: argument lists match the kernels' signatures; input/output hold >= n elements,
     // sums ntiles + 1.
     unsafe {
