@@ -73,7 +73,8 @@ __device__ __forceinline__ void implicit_gemm(const __half* __restrict__ x, cons
                                               const __half* __restrict__ w, u32 cin, u32 cout,
                                               const float* __restrict__ bias, const float* __restrict__ pre_scale,
                                               const float* __restrict__ pre_shift, u32 pre, u32 relu,
-                                              const __half* __restrict__ residual, __half* __restrict__ out) {
+                                              const __half* __restrict__ residual, __half* __restrict__ out,
+                                              u32 splits, float* __restrict__ partial) {
     constexpr int BM = 32 * MI;
     __shared__ __align__(16) __half As[BM][IG_BK + IG_APAD];
     __shared__ __align__(16) __half Bs[IG_BK][IG_BN + IG_BPAD];
@@ -95,7 +96,11 @@ __device__ __forceinline__ void implicit_gemm(const __half* __restrict__ x, cons
         const u32 p = o0 + tid;
         outs[tid] = p < m ? (order ? order[p] : p) : m;
     }
-    for (u32 k = 0; k < kv; ++k) {
+    // Split over kernel offsets (blockIdx.z of `splits`): each block sums its share of the
+    // offsets into an FP32 partial; conv_split_reduce adds them in split order (deterministic).
+    const u32 per = (kv + splits - 1) / splits;
+    const u32 k_begin = blockIdx.z * per, k_end = min(kv, k_begin + per);
+    for (u32 k = k_begin; k < k_end; ++k) {
         __syncthreads();
         if (tid < BM) {
             const u32 o = outs[tid];
@@ -172,6 +177,10 @@ __device__ __forceinline__ void implicit_gemm(const __half* __restrict__ x, cons
                 const u32 n = n0 + wn + j * 8 + 2 * t + (e & 1);
                 if (o >= m || n >= cout) continue;
                 float v = acc[i][j][e];
+                if (splits > 1) {
+                    partial[((u64)blockIdx.z * m + o) * cout + n] = v;
+                    continue;
+                }
                 if (bias) v += bias[n];
                 if (residual) v += __half2float(residual[(u64)o * cout + n]);
                 out[(u64)o * cout + n] = __float2half_rn(v);
@@ -182,8 +191,8 @@ __device__ __forceinline__ void implicit_gemm(const __half* __restrict__ x, cons
     const __half *__restrict__ x, const i32 *__restrict__ nbr, const u32 *__restrict__ order, u32 m, u32 kv, \
         const __half *__restrict__ w, u32 cin, u32 cout, const float *__restrict__ bias,                    \
         const float *__restrict__ pre_scale, const float *__restrict__ pre_shift, u32 pre, u32 relu,        \
-        const __half *__restrict__ residual, __half *__restrict__ out
-#define IMPLICIT_GEMM_CALL x, nbr, order, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out
+        const __half *__restrict__ residual, __half *__restrict__ out, u32 splits, float *__restrict__ partial
+#define IMPLICIT_GEMM_CALL x, nbr, order, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out, splits, partial
 
 // 64-row tiles (128 threads).
 extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm(IMPLICIT_GEMM_ARGS) {
@@ -192,4 +201,19 @@ extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm(IMPLICIT_GE
 // 32-row tiles (128 threads).
 extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm_m32(IMPLICIT_GEMM_ARGS) {
     implicit_gemm<1>(IMPLICIT_GEMM_CALL);
+}
+
+// The split implicit GEMM's epilogue: out = sum over splits (in split order) + bias + residual.
+extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, u32 splits, u32 m, u32 cout,
+                                             const float* __restrict__ bias, const __half* __restrict__ residual,
+                                             __half* __restrict__ out) {
+    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 total = (u64)m * cout;
+    if (i >= total) return;
+    float v = 0.f;
+    for (u32 z = 0; z < splits; ++z) v += partial[z * total + i];
+    const u32 n = (u32)(i % cout);
+    if (bias) v += bias[n];
+    if (residual) v += __half2float(residual[i]);
+    out[i] = __float2half_rn(v);
 }

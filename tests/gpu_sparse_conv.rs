@@ -10,7 +10,7 @@ use half::f16;
 use sptr::config::ModelConfig;
 use sptr::device::cuda::CudaDevice;
 use sptr::sparse::conv_cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
-use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_algo, ConvAlgo, CudaConvWeights, CudaPreActivation};
+use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_split, ConvAlgo, CudaConvWeights, CudaPreActivation};
 use sptr::sparse::kernel_map::{inverse, strided, submanifold, ConvGeometry, KernelMap};
 use sptr::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda, CudaKernelMap, CudaSites};
 use sptr::sparse::tensor::SparseTensor;
@@ -110,13 +110,17 @@ fn check_conv(
     let (dscale, dshift) = (s.clone_htod(&scale).unwrap(), s.clone_htod(&shift).unwrap());
     let dres = s.clone_htod(&residual.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()).unwrap();
     let pre = CudaPreActivation { scale: &dscale, shift: &dshift, relu: true };
-    let mut algos = vec![ConvAlgo::Direct];
+    // The implicit GEMM walks all kernel offsets in one block (1), cuts them into 2 or 4 slices
+    // summed by a second pass, into as many slices as offsets (kv; a slice of one), or as it picks.
+    let mut algos = vec![(ConvAlgo::Direct, None)];
     if ConvAlgo::best_for(cin, cout, cpu_map.out_count()) != ConvAlgo::Direct {
-        algos.push(ConvAlgo::ImplicitGemm);
-        algos.push(ConvAlgo::ImplicitGemm32);
+        for splits in [Some(1), Some(2), Some(4), Some(kv), None] {
+            algos.push((ConvAlgo::ImplicitGemm, splits));
+            algos.push((ConvAlgo::ImplicitGemm32, splits));
+        }
     }
-    for algo in algos {
-        let run = || conv_cuda_algo(dev, &x, gpu_map, &weights, fused.then_some(&pre), fused.then_some(&dres), algo).unwrap();
+    for (algo, splits) in algos {
+        let run = || conv_cuda_split(dev, &x, gpu_map, &weights, fused.then_some(&pre), fused.then_some(&dres), algo, splits).unwrap();
         // Warm-up. Every output element is then compared with the CPU value; the random bias
         // makes an unwritten (zero) element show up in the error.
         run();
@@ -132,15 +136,15 @@ fn check_conv(
         times.sort_by(|a, b| a.total_cmp(b));
         let out = out.unwrap();
         let got: Vec<f32> = s.clone_dtoh(&out.slice(..cpu.len().max(1))).unwrap().iter().take(cpu.len()).map(|h| h.to_f32()).collect();
-        assert!(got.iter().all(|v| v.is_finite()), "{case} {algo:?}: NaN/Inf in the CUDA output");
+        assert!(got.iter().all(|v| v.is_finite()), "{case} {algo:?} splits {splits:?}: NaN/Inf in the CUDA output");
         let e = rel_err(&got, &cpu);
         eprintln!(
-            "{case}: {} -> {} sites, Cin {cin} Cout {cout}, {algo:?} rel err {e:.2e}, cpu {cpu_ms:.1} ms, cuda {:.3} ms (median of 5, sync'd wall)",
+            "{case}: {} -> {} sites, Cin {cin} Cout {cout}, {algo:?} offset splits {splits:?} rel err {e:.2e}, cpu {cpu_ms:.1} ms, cuda {:.3} ms (median of 5, sync'd wall)",
             t.len(),
             cpu_map.out_count(),
             times[2]
         );
-        assert!(e <= 2e-3, "{case} {algo:?}: rel err {e:.3e} > 2e-3");
+        assert!(e <= 2e-3, "{case} {algo:?} splits {splits:?}: rel err {e:.3e} > 2e-3");
     }
     // The default path is the best kernel for these channels.
     let _ = conv_cuda(dev, &x, gpu_map, &weights, None, None).unwrap();

@@ -120,6 +120,22 @@ pub fn conv_cuda(
     conv_cuda_algo(dev, x, map, w, pre, residual, ConvAlgo::best_for(w.cin, w.cout, map.out_count))
 }
 
+/// Blocks an implicit-GEMM conv should have in flight before splitting its kernel offsets over
+/// more blocks pays (a few per SM of an H100's 132).
+const CONV_TARGET_BLOCKS: usize = 4 * 132;
+/// At most this many offset splits, each of at least this many offsets.
+const MAX_OFFSET_SPLITS: usize = 9;
+const MIN_OFFSETS_PER_SPLIT: usize = 3;
+
+/// Offset splits for an implicit-GEMM conv of `blocks` output tiles and kernel volume `kv`: with
+/// few outputs and wide channels (the deep levels of a sparse sweep) each block would walk every
+/// offset with most of the GPU idle.
+fn auto_offset_splits(blocks: usize, kv: usize) -> usize {
+    let by_blocks = CONV_TARGET_BLOCKS.div_ceil(blocks.max(1));
+    let by_offsets = (kv / MIN_OFFSETS_PER_SPLIT).max(1);
+    by_blocks.min(by_offsets).clamp(1, MAX_OFFSET_SPLITS)
+}
+
 /// [`conv_cuda`] with the kernel chosen by the caller.
 pub fn conv_cuda_algo(
     dev: &CudaDevice,
@@ -129,6 +145,22 @@ pub fn conv_cuda_algo(
     pre: Option<&CudaPreActivation<'_>>,
     residual: Option<&CudaSlice<f16>>,
     algo: ConvAlgo,
+) -> Result<CudaSlice<f16>, Error> {
+    conv_cuda_split(dev, x, map, w, pre, residual, algo, None)
+}
+
+/// [`conv_cuda_algo`] with the implicit GEMM's kernel-offset splits given (`None`: chosen from the
+/// grid size; 1: no split) — for tests of the split path. Ignored by the direct kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_cuda_split(
+    dev: &CudaDevice,
+    x: &CudaSlice<f16>,
+    map: &CudaKernelMap,
+    w: &CudaConvWeights,
+    pre: Option<&CudaPreActivation<'_>>,
+    residual: Option<&CudaSlice<f16>>,
+    algo: ConvAlgo,
+    offset_splits: Option<usize>,
 ) -> Result<CudaSlice<f16>, Error> {
     if algo != ConvAlgo::Direct && (w.cin % 8 != 0 || w.cout % 8 != 0) {
         return Err(Error::InvalidInput(format!("implicit GEMM conv needs Cin and Cout multiples of 8, got {} and {}", w.cin, w.cout)));
@@ -154,6 +186,7 @@ pub fn conv_cuda_algo(
     if map.out_count == 0 {
         return Ok(out);
     }
+    let mut splits = 1usize;
     let (f, cfg) = match algo {
         ConvAlgo::Direct => {
             let threads = (w.cout.min(256) as u32).div_ceil(32) * 32;
@@ -167,8 +200,10 @@ pub fn conv_cuda_algo(
         ConvAlgo::ImplicitGemm | ConvAlgo::ImplicitGemm32 => {
             // BM x 64 output tiles, 128 threads (sparse_conv.cu: BM = 32 * MI, IG_BN).
             let (bm, name) = if algo == ConvAlgo::ImplicitGemm { (64, "conv_implicit_gemm") } else { (32, "conv_implicit_gemm_m32") };
+            let tiles = ((map.out_count as u32).div_ceil(bm), (w.cout as u32).div_ceil(64));
+            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv)).clamp(1, w.kv.max(1));
             let cfg = LaunchConfig {
-                grid_dim: ((map.out_count as u32).div_ceil(bm), (w.cout as u32).div_ceil(64), 1),
+                grid_dim: (tiles.0, tiles.1, splits as u32),
                 block_dim: (128, 1, 1),
                 shared_mem_bytes: 0,
             };
@@ -178,6 +213,12 @@ pub fn conv_cuda_algo(
     let null: u64 = 0; // a NULL device pointer for absent optional inputs
     let (m32, kv32, cin32, cout32) = (map.out_count as u32, w.kv as u32, w.cin as u32, w.cout as u32);
     let (pre_on, relu) = (pre.is_some() as u32, pre.map(|p| p.relu as u32).unwrap_or(0));
+    let splits32 = splits as u32;
+    let mut partial = if splits > 1 {
+        Some(s.alloc_zeros::<f32>(splits * map.out_count * w.cout).map_err(cuda_err("allocating conv split partials"))?)
+    } else {
+        None
+    };
     // SAFETY: the argument lists match the kernels (conv_implicit_gemm also takes `order`);
     // buffer sizes checked above.
     unsafe {
@@ -204,7 +245,33 @@ pub fn conv_cuda_algo(
             None => b.arg(&null),
         };
         b.arg(&mut out);
+        if algo != ConvAlgo::Direct {
+            b.arg(&splits32);
+            match &mut partial {
+                Some(p) => b.arg(p),
+                None => b.arg(&null),
+            };
+        }
         b.launch(cfg).map_err(cuda_err(format!("sparse conv ({algo:?})")))?;
+    }
+    let Some(partial) = partial else { return Ok(out) };
+    let f = dev.function("sparse_conv", "conv_split_reduce")?;
+    let total = u32::try_from(map.out_count * w.cout).map_err(|_| Error::InvalidInput("conv output exceeds 2^32 values".into()))?;
+    // SAFETY: partial holds splits * m * cout floats, all written by the split blocks; out and
+    // residual hold m * cout halves (checked above), bias cout floats.
+    unsafe {
+        let mut b = s.launch_builder(&f);
+        b.arg(&partial).arg(&splits32).arg(&m32).arg(&cout32);
+        match &w.bias {
+            Some(bias) => b.arg(bias),
+            None => b.arg(&null),
+        };
+        match residual {
+            Some(r) => b.arg(r),
+            None => b.arg(&null),
+        };
+        b.arg(&mut out);
+        b.launch(crate::device::primitives::grid_1d(total, 256)).map_err(cuda_err("conv_split_reduce"))?;
     }
     Ok(out)
 }
