@@ -40,6 +40,7 @@ struct AttnParams {
     u32 tiled_min;    // windows of at least this many voxels belong to the tiled kernel (ctx only)
     u32 key_splits;   // tiled kernel: blocks per (window, query chunk, head), each over a slice of
                       // the keys, writing partials that attn_tiled_merge combines (1: no split)
+    u32 items_cap;    // tiled kernel: capacity of the work-item list (see attn_tiled_items)
 };
 
 // Buffers of one call. quant: contextual = packed quantized positions, bias2d = (row << 16 | col).
@@ -51,8 +52,8 @@ struct AttnParams {
         __half *__restrict__ out, const u32 *__restrict__ order, const u32 *__restrict__ win_of,    \
         const u32 *__restrict__ offsets, const u32 *__restrict__ quant, const float *__restrict__ pos, \
         const float *__restrict__ tq, const float *__restrict__ tk, const float *__restrict__ tv,   \
-        float *__restrict__ partial, AttnParams A
-#define ATTN_ARGS q, k, v, out, order, win_of, offsets, quant, pos, tq, tk, tv, partial, A
+        float *__restrict__ partial, const u32 *__restrict__ items, AttnParams A
+#define ATTN_ARGS q, k, v, out, order, win_of, offsets, quant, pos, tq, tk, tv, partial, items, A
 
 template <int D>
 __device__ __forceinline__ void load_row(const __half* p, float* r) {
@@ -238,14 +239,14 @@ __device__ __forceinline__ int odd_stride(int n) { return n | 1; }
 template <int D>
 __device__ void attention_tiled_impl(ATTN_PARAMS) {
     extern __shared__ float smem[];
-    const u32 w = blockIdx.x;
+    // blockIdx.x = a work item: (window, query chunk) of a tiled window (attn_tiled_items), so no
+    // block is spent on the per-query kernel's windows; blockIdx.y = key split: a split walks its
+    // own slice of the keys (whole tiles) and leaves an unnormalised partial result.
+    if (blockIdx.x >= items[0]) return;
+    const u32 w = items[1 + blockIdx.x];
     const u32 s = offsets[w], e = offsets[w + 1];
-    if (e - s < A.tiled_min) return;  // attention_impl's window
-    // blockIdx.y = query chunk * key_splits + key split; a split walks its own slice of the keys
-    // (whole tiles) and leaves an unnormalised partial result.
-    const u32 split = blockIdx.y % A.key_splits;
-    const u32 q0 = s + (blockIdx.y / A.key_splits) * TQ;
-    if (q0 >= e) return;
+    const u32 split = blockIdx.y;
+    const u32 q0 = s + items[1 + A.items_cap + blockIdx.x] * TQ;
     const u32 span = ((e - s + A.key_splits - 1) / A.key_splits + TK - 1) / TK * TK;
     const u32 kb = min(e, s + split * span), ke = min(e, kb + span);
     const u32 hb = blockIdx.z;
@@ -418,6 +419,29 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
 #pragma unroll
     for (int c = 0; c < D; c += 2) {
         reinterpret_cast<__half2*>(o)[c / 2] = __floats2half2_rn(acc[c] * inv, acc[c + 1] * inv);
+    }
+}
+
+// The tiled kernel's work list, step 1: per window, its query chunks if it is a tiled window.
+extern "C" __global__ void attn_tiled_chunks(const u32* __restrict__ offsets, u32 windows, u32 tiled_min,
+                                             u32* __restrict__ chunks) {
+    const u32 w = blockIdx.x * blockDim.x + threadIdx.x;
+    if (w >= windows) return;
+    const u32 size = offsets[w + 1] - offsets[w];
+    chunks[w] = size >= tiled_min ? (size + TQ - 1) / TQ : 0u;
+}
+
+// Step 2, after an exclusive scan of the chunks (start[w]; scan_sums[ntiles] = the total):
+// items = [count][window of each item (cap)][chunk of each item (cap)].
+extern "C" __global__ void attn_tiled_items(const u32* __restrict__ chunks, const u32* __restrict__ start,
+                                            const u32* __restrict__ scan_sums, u32 ntiles, u32 windows, u32 cap,
+                                            u32* __restrict__ items) {
+    const u32 w = blockIdx.x * blockDim.x + threadIdx.x;
+    if (w == 0) items[0] = scan_sums[ntiles];
+    if (w >= windows) return;
+    for (u32 c = 0; c < chunks[w]; ++c) {
+        items[1 + start[w] + c] = w;
+        items[1 + cap + start[w] + c] = c;
     }
 }
 

@@ -86,6 +86,7 @@ struct AttnParamsC {
     win_w: i32,
     tiled_min: u32,
     key_splits: u32,
+    items_cap: u32,
 }
 // SAFETY: as above.
 unsafe impl DeviceRepr for AttnParamsC {}
@@ -410,6 +411,46 @@ pub fn window_attention_cuda_with(
     window_attention_cuda_split(dev, qkv, heads, part, term, out, out_ld, tiled_min, None)
 }
 
+/// The tiled kernel's work list on the device: `[count][window; cap][query chunk; cap]`.
+struct TiledItems {
+    list: CudaSlice<u32>,
+    /// An upper bound on the count, known without reading it back: the grid's width.
+    cap: u32,
+}
+
+/// One work item per (tiled window, query chunk of `TILED_QUERIES`), built on the device. A grid
+/// of windows x the largest window's chunks would be mostly blocks with nothing to do, and each
+/// of them still claims the kernel's ~75 KB of shared memory before it can exit.
+fn tiled_work_items(dev: &CudaDevice, part: &CudaPartition, tiled_min: usize) -> Result<TiledItems, Error> {
+    let s = &dev.stream;
+    let (n, windows) = (part.n, part.windows.max(1));
+    // Σ over tiled windows of ceil(size / TQ) ≤ n / TQ + (number of tiled windows)
+    let cap = n.div_ceil(TILED_QUERIES as usize) + windows.min(n / tiled_min) + 1;
+    let cap32 = u32::try_from(cap).map_err(|_| Error::InvalidInput(format!("window attention: {n} voxels are too many")))?;
+    let w32 = windows as u32;
+    let mut chunks = s.alloc_zeros::<u32>(windows).map_err(cuda_err("allocating tiled chunks"))?;
+    let mut start = s.alloc_zeros::<u32>(windows).map_err(cuda_err("allocating tiled item starts"))?;
+    let mut list = s.alloc_zeros::<u32>(1 + 2 * cap).map_err(cuda_err("allocating the tiled work list"))?;
+    let f_chunks = dev.function("attention_core", "attn_tiled_chunks")?;
+    let f_items = dev.function("attention_core", "attn_tiled_items")?;
+    let tmin = u32::try_from(tiled_min).unwrap_or(u32::MAX);
+    // SAFETY: offsets holds windows + 1 entries, chunks/start windows, list 1 + 2 cap (the items
+    // fit: their count is at most cap, see above).
+    unsafe {
+        s.launch_builder(&f_chunks).arg(&part.offsets).arg(&w32).arg(&tmin).arg(&mut chunks).launch(grid_1d(w32, THREADS)).map_err(cuda_err("attn_tiled_chunks"))?;
+    }
+    let (sums, ntiles) = exclusive_scan_u32_async(dev, &chunks, &mut start, windows)?;
+    let nt32 = ntiles as u32;
+    // SAFETY: as above; sums holds ntiles + 1 entries.
+    unsafe {
+        s.launch_builder(&f_items)
+            .arg(&chunks).arg(&start).arg(&sums).arg(&nt32).arg(&w32).arg(&cap32).arg(&mut list)
+            .launch(grid_1d(w32, THREADS))
+            .map_err(cuda_err("attn_tiled_items"))?;
+    }
+    Ok(TiledItems { list, cap: cap32 })
+}
+
 /// Blocks the tiled kernel should have in flight before splitting keys pays: a few per SM of the
 /// largest GPUs it runs on (132 SMs on an H100).
 const TILED_TARGET_BLOCKS: usize = 4 * 132;
@@ -548,7 +589,7 @@ pub fn window_attention_cuda_split(
         block_dim: (ATTN_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    launch_attention(dev, name, cfg, qkv, out, None, part, quant, floats, &p)?;
+    launch_attention(dev, name, cfg, qkv, out, None, None, part, quant, floats, &p)?;
     let Some(smem) = tiled else { return Ok(()) };
     let splits = key_splits.unwrap_or_else(|| auto_key_splits(n, part.n_max, heads.count)).clamp(1, MAX_KEY_SPLITS);
     p.key_splits = splits as u32;
@@ -556,23 +597,23 @@ pub fn window_attention_cuda_split(
     dev.function("attention_core", name)?
         .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(cuda_err("allowing the tiled attention kernel its shared memory"))?;
-    let chunks = u32::try_from(part.n_max.div_ceil(TILED_QUERIES as usize))
-        .map_err(|_| Error::InvalidInput(format!("window attention: a window of {} voxels is too large", part.n_max)))?;
+    let items = tiled_work_items(dev, part, tiled_min.max(1))?;
+    p.items_cap = items.cap;
     let cfg = LaunchConfig {
-        grid_dim: (n_u32(part.windows, "window attention")?, chunks * p.key_splits, heads.count as u32),
+        grid_dim: (items.cap, p.key_splits, heads.count as u32),
         block_dim: (TILED_QUERIES, 1, 1),
         shared_mem_bytes: smem as u32,
     };
     if splits == 1 {
-        // the grid covers every window and query chunk, shared memory as computed
-        return launch_attention(dev, name, cfg, qkv, out, None, part, quant, floats, &p);
+        // the grid covers every work item (blocks past the list's count return), shared memory as computed
+        return launch_attention(dev, name, cfg, qkv, out, None, Some(&items.list), part, quant, floats, &p);
     }
     // [splits][n][heads][d + 2] partials, then the merge writes the tiled windows' rows
     let mut partial = dev
         .stream
         .alloc_zeros::<f32>(splits * n * heads.count * (d + 2))
         .map_err(cuda_err("allocating the key-split partials"))?;
-    launch_attention(dev, name, cfg, qkv, out, Some(&mut partial), part, quant, floats, &p)?;
+    launch_attention(dev, name, cfg, qkv, out, Some(&mut partial), Some(&items.list), part, quant, floats, &p)?;
     let merge = dev.function("attention_core", "attn_tiled_merge")?;
     let total = u32::try_from(n * heads.count).map_err(|_| Error::InvalidInput(format!("window attention: {n} voxels x {} heads exceed 2^32", heads.count)))?;
     let d32 = d as u32;
@@ -598,6 +639,7 @@ fn launch_attention(
     qkv: QkvView,
     out: &mut CudaSlice<f16>,
     partial: Option<&mut CudaSlice<f32>>,
+    items: Option<&CudaSlice<u32>>,
     part: &CudaPartition,
     quant: &CudaSlice<u32>,
     floats: [Option<&CudaSlice<f32>>; 4],
@@ -613,6 +655,10 @@ fn launch_attention(
         };
     }
     match partial {
+        Some(x) => b.arg(x),
+        None => b.arg(&part.order),
+    };
+    match items {
         Some(x) => b.arg(x),
         None => b.arg(&part.order),
     };

@@ -135,8 +135,11 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
 mod tests {
     use super::*;
 
-    fn root() -> &'static Path {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
+    /// The repository: `$SPTR_ROOT` where test binaries run away from their build (a GPU host).
+    fn root() -> std::path::PathBuf {
+        std::env::var_os("SPTR_ROOT")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf())
     }
 
     fn model(name: &str) -> ModelYaml {
