@@ -187,6 +187,172 @@ __device__ __forceinline__ void implicit_gemm(const __half* __restrict__ x, cons
             }
 }
 
+// ---- The same implicit GEMM with a cp.async pipeline: each (offset, Cin chunk) stage's A and B
+// tiles are fetched PIPE_STAGES - 1 stages ahead into a ring of shared-memory buffers, so the
+// gather's global latency overlaps the tensor-core work of earlier stages instead of stalling
+// every stage. The tile's neighbour rows for all its offsets are read once up front, and the
+// offsets no row uses are dropped from the stage list. Kernel volumes up to PIPE_MAX_KV.
+#define PIPE_STAGES 3
+#define PIPE_MAX_KV 27
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+    const u32 sa = (u32)__cvta_generic_to_shared(smem);
+    const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+template <int MI>
+__device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x, const i32* __restrict__ nbr,
+                                                   const u32* __restrict__ order, u32 m, u32 kv,
+                                                   const __half* __restrict__ w, u32 cin, u32 cout,
+                                                   const float* __restrict__ bias, const float* __restrict__ pre_scale,
+                                                   const float* __restrict__ pre_shift, u32 pre, u32 relu,
+                                                   const __half* __restrict__ residual, __half* __restrict__ out,
+                                                   u32 splits, float* __restrict__ partial) {
+    constexpr int BM = 32 * MI;
+    constexpr int S = PIPE_STAGES;
+    __shared__ __align__(16) __half As[S][BM][IG_BK + IG_APAD];
+    __shared__ __align__(16) __half Bs[S][IG_BK][IG_BN + IG_BPAD];
+    __shared__ i32 rows[PIPE_MAX_KV][BM];
+    __shared__ u32 outs[BM];
+    __shared__ u32 act[PIPE_MAX_KV];
+    __shared__ u32 n_act;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 wm = (warp >> 1) * (16 * MI), wn = (warp & 1) * 32;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const u32 o0 = blockIdx.x * BM, n0 = blockIdx.y * IG_BN;
+    const u32 per = (kv + splits - 1) / splits;
+    const u32 k_begin = blockIdx.z * per, k_end = min(kv, k_begin + per);
+    const u32 nk = k_end > k_begin ? k_end - k_begin : 0u;
+    float acc[MI][4][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    if (tid < BM) {
+        const u32 p = o0 + tid;
+        outs[tid] = p < m ? (order ? order[p] : p) : m;
+    }
+    __syncthreads();
+    for (u32 q = tid; q < nk * BM; q += blockDim.x) {
+        const u32 kk = q / BM, r = q % BM;
+        const u32 o = outs[r];
+        rows[kk][r] = o < m ? nbr[(u64)o * kv + k_begin + kk] : -1;
+    }
+    __syncthreads();
+    if (warp == 0) {  // the offsets some row of the tile has an input at, in order
+        u32 cnt = 0;
+        for (u32 kk = 0; kk < nk; ++kk) {
+            bool any = false;
+            for (u32 r = lane; r < BM; r += 32) any = any || rows[kk][r] >= 0;
+            if (__any_sync(FULL_MASK, any)) {
+                if (lane == 0) act[cnt] = kk;
+                ++cnt;
+            }
+        }
+        if (lane == 0) n_act = cnt;
+    }
+    __syncthreads();
+    const u32 nc = (cin + IG_BK - 1) / IG_BK;
+    const u32 total = n_act * nc;
+    // Stage st = (act[st / nc], Cin chunk st % nc) into ring buffer st % S.
+    auto issue = [&](u32 st) {
+        const u32 buf = st % S, kk = act[st / nc], c0 = (st % nc) * IG_BK, k = k_begin + kk;
+#pragma unroll
+        for (int v = 0; v < MI; ++v) {
+            const u32 idx = tid + v * 128;
+            const u32 r = idx >> 2, cv = (idx & 3u) * 8;
+            const i32 i = rows[kk][r];
+            const bool ok = i >= 0 && c0 + cv < cin;
+            cp_async16(&As[buf][r][cv], ok ? (const void*)(x + (u64)i * cin + c0 + cv) : (const void*)x, ok);
+        }
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+            const u32 idx = tid + v * 128;
+            const u32 r = idx >> 3, nv = (idx & 7u) * 8;
+            const bool ok = c0 + r < cin && n0 + nv < cout;
+            cp_async16(&Bs[buf][r][nv], ok ? (const void*)(w + ((u64)k * cin + c0 + r) * cout + n0 + nv) : (const void*)w, ok);
+        }
+    };
+#pragma unroll
+    for (int st = 0; st < S - 1; ++st) {
+        if ((u32)st < total) issue(st);
+        cp_async_commit();
+    }
+    for (u32 st = 0; st < total; ++st) {
+        cp_async_wait<S - 2>();  // this thread's copies of stage st have landed
+        __syncthreads();         // everyone's have; and every thread is done with stage st - 1
+        const u32 buf = st % S;
+        if (pre) {
+            // the folded BatchNorm (+ ReLU) on the rows this thread fetched; absent rows stay 0
+            const u32 kk = act[st / nc], c0 = (st % nc) * IG_BK;
+#pragma unroll
+            for (int v = 0; v < MI; ++v) {
+                const u32 idx = tid + v * 128;
+                const u32 r = idx >> 2, cv = (idx & 3u) * 8;
+                if (rows[kk][r] < 0 || c0 + cv >= cin) continue;
+                __half* h = &As[buf][r][cv];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    float f = __half2float(h[e]) * pre_scale[c0 + cv + e] + pre_shift[c0 + cv + e];
+                    if (relu) f = fmaxf(f, 0.f);
+                    h[e] = __float2half_rn(f);
+                }
+            }
+            __syncthreads();
+        }
+        if (st + S - 1 < total) issue(st + S - 1);  // into the buffer stage st - 1 used
+        cp_async_commit();
+#pragma unroll
+        for (u32 kk = 0; kk < IG_BK; kk += 16) {
+            u32 a[MI][4], b[4][2];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+                const u32 r = wm + i * 16 + g;
+                a[i][0] = *reinterpret_cast<const u32*>(&As[buf][r][kk + 2 * t]);
+                a[i][1] = *reinterpret_cast<const u32*>(&As[buf][r + 8][kk + 2 * t]);
+                a[i][2] = *reinterpret_cast<const u32*>(&As[buf][r][kk + 2 * t + 8]);
+                a[i][3] = *reinterpret_cast<const u32*>(&As[buf][r + 8][kk + 2 * t + 8]);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const u32 n = wn + j * 8 + g;
+                b[j][0] = pack_half2(Bs[buf][kk + 2 * t][n], Bs[buf][kk + 2 * t + 1][n]);
+                b[j][1] = pack_half2(Bs[buf][kk + 2 * t + 8][n], Bs[buf][kk + 2 * t + 9][n]);
+            }
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
+        }
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const u32 o = outs[wm + i * 16 + g + (e >= 2 ? 8 : 0)];
+                const u32 n = n0 + wn + j * 8 + 2 * t + (e & 1);
+                if (o >= m || n >= cout) continue;
+                float v = acc[i][j][e];
+                if (splits > 1) {
+                    partial[((u64)blockIdx.z * m + o) * cout + n] = v;
+                    continue;
+                }
+                if (bias) v += bias[n];
+                if (residual) v += __half2float(residual[(u64)o * cout + n]);
+                out[(u64)o * cout + n] = __float2half_rn(v);
+            }
+}
+
 #define IMPLICIT_GEMM_ARGS                                                                                   \
     const __half *__restrict__ x, const i32 *__restrict__ nbr, const u32 *__restrict__ order, u32 m, u32 kv, \
         const __half *__restrict__ w, u32 cin, u32 cout, const float *__restrict__ bias,                    \
@@ -201,6 +367,13 @@ extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm(IMPLICIT_GE
 // 32-row tiles (128 threads).
 extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm_m32(IMPLICIT_GEMM_ARGS) {
     implicit_gemm<1>(IMPLICIT_GEMM_CALL);
+}
+// The pipelined variants (kernel volume <= PIPE_MAX_KV).
+extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm_pipe(IMPLICIT_GEMM_ARGS) {
+    implicit_gemm_pipe<2>(IMPLICIT_GEMM_CALL);
+}
+extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm_pipe_m32(IMPLICIT_GEMM_ARGS) {
+    implicit_gemm_pipe<1>(IMPLICIT_GEMM_CALL);
 }
 
 // The split implicit GEMM's epilogue: out = sum over splits (in split order) + bias + residual.

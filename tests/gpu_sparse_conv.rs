@@ -10,7 +10,7 @@ use half::f16;
 use sptr::config::ModelConfig;
 use sptr::device::cuda::CudaDevice;
 use sptr::sparse::conv_cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
-use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_split, ConvAlgo, CudaConvWeights, CudaPreActivation};
+use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation};
 use sptr::sparse::kernel_map::{inverse, strided, submanifold, ConvGeometry, KernelMap};
 use sptr::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda, CudaKernelMap, CudaSites};
 use sptr::sparse::tensor::SparseTensor;
@@ -117,6 +117,10 @@ fn check_conv(
         for splits in [Some(1), Some(2), Some(4), Some(kv), None] {
             algos.push((ConvAlgo::ImplicitGemm, splits));
             algos.push((ConvAlgo::ImplicitGemm32, splits));
+            if kv <= PIPE_MAX_KV {
+                algos.push((ConvAlgo::ImplicitGemmPipe, splits));
+                algos.push((ConvAlgo::ImplicitGemmPipe32, splits));
+            }
         }
     }
     for (algo, splits) in algos {

@@ -88,10 +88,19 @@ pub enum ConvAlgo {
     /// The same with 32-row tiles (`conv_implicit_gemm_m32`): fewer neighbour masks mixed in a
     /// tile, more weight traffic.
     ImplicitGemm32,
+    /// [`ConvAlgo::ImplicitGemm`] with the tiles fetched by a 3-stage cp.async pipeline
+    /// (`conv_implicit_gemm_pipe`); kernel volumes up to [`PIPE_MAX_KV`].
+    ImplicitGemmPipe,
+    /// The pipelined kernel with 32-row tiles (`conv_implicit_gemm_pipe_m32`).
+    ImplicitGemmPipe32,
     /// One thread per output channel, FP32 FMA (`conv_direct`): any channel count; the oracle
     /// the fast kernel is tested against.
     Direct,
 }
+
+/// Largest kernel volume the pipelined kernels take (PIPE_MAX_KV in sparse_conv.cu: a 3x3x3
+/// kernel; its per-tile neighbour table lives in shared memory).
+pub const PIPE_MAX_KV: usize = 27;
 
 impl ConvAlgo {
     /// The fastest kernel that supports these channel counts (`outputs`: the map's output rows).
@@ -162,6 +171,9 @@ pub fn conv_cuda_split(
     algo: ConvAlgo,
     offset_splits: Option<usize>,
 ) -> Result<CudaSlice<f16>, Error> {
+    if matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32) && w.kv > PIPE_MAX_KV {
+        return Err(Error::InvalidInput(format!("the pipelined conv takes kernel volumes up to {PIPE_MAX_KV}, got {}", w.kv)));
+    }
     if algo != ConvAlgo::Direct && (w.cin % 8 != 0 || w.cout % 8 != 0) {
         return Err(Error::InvalidInput(format!("implicit GEMM conv needs Cin and Cout multiples of 8, got {} and {}", w.cin, w.cout)));
     }
@@ -197,9 +209,14 @@ pub fn conv_cuda_split(
             };
             (dev.function("sparse_conv", "conv_direct")?, cfg)
         }
-        ConvAlgo::ImplicitGemm | ConvAlgo::ImplicitGemm32 => {
+        ConvAlgo::ImplicitGemm | ConvAlgo::ImplicitGemm32 | ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 => {
             // BM x 64 output tiles, 128 threads (sparse_conv.cu: BM = 32 * MI, IG_BN).
-            let (bm, name) = if algo == ConvAlgo::ImplicitGemm { (64, "conv_implicit_gemm") } else { (32, "conv_implicit_gemm_m32") };
+            let (bm, name) = match algo {
+                ConvAlgo::ImplicitGemm => (64, "conv_implicit_gemm"),
+                ConvAlgo::ImplicitGemm32 => (32, "conv_implicit_gemm_m32"),
+                ConvAlgo::ImplicitGemmPipe => (64, "conv_implicit_gemm_pipe"),
+                _ => (32, "conv_implicit_gemm_pipe_m32"),
+            };
             let tiles = ((map.out_count as u32).div_ceil(bm), (w.cout as u32).div_ceil(64));
             splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv)).clamp(1, w.kv.max(1));
             let cfg = LaunchConfig {
