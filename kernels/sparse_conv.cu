@@ -204,22 +204,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// relu?(v * scale[c] + shift[c]) on the two halves (channels c, c + 1) of a packed pair, rounded
-// back to half; `on` false leaves the pair as it is (absent rows and channels hold zeros).
-__device__ __forceinline__ u32 pre_act_half2(u32 v, bool on, u32 c, const float* __restrict__ scale,
-                                             const float* __restrict__ shift, u32 relu) {
-    if (!on) return v;
-    const __half2 h = *reinterpret_cast<const __half2*>(&v);
-    float lo = __low2float(h) * scale[c] + shift[c];
-    float hi = __high2float(h) * scale[c + 1] + shift[c + 1];
-    if (relu) {
-        lo = fmaxf(lo, 0.f);
-        hi = fmaxf(hi, 0.f);
-    }
-    const __half2 o = __halves2half2(__float2half_rn(lo), __float2half_rn(hi));
-    return *reinterpret_cast<const u32*>(&o);
-}
-
 template <int MI>
 __device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x, const i32* __restrict__ nbr,
                                                    const u32* __restrict__ order, u32 m, u32 kv,
@@ -305,7 +289,24 @@ __device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x,
         cp_async_wait<S - 2>();  // this thread's copies of stage st have landed
         __syncthreads();         // everyone's have; and every thread is done with stage st - 1
         const u32 buf = st % S;
-        const u32 kcur = act[st / nc], c0 = (st % nc) * IG_BK;
+        if (pre) {
+            // the folded BatchNorm (+ ReLU) on the rows this thread fetched; absent rows stay 0
+            const u32 kk = act[st / nc], c0 = (st % nc) * IG_BK;
+#pragma unroll
+            for (int v = 0; v < MI; ++v) {
+                const u32 idx = tid + v * 128;
+                const u32 r = idx >> 2, cv = (idx & 3u) * 8;
+                if (rows[kk][r] < 0 || c0 + cv >= cin) continue;
+                __half* h = &As[buf][r][cv];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    float f = __half2float(h[e]) * pre_scale[c0 + cv + e] + pre_shift[c0 + cv + e];
+                    if (relu) f = fmaxf(f, 0.f);
+                    h[e] = __float2half_rn(f);
+                }
+            }
+            __syncthreads();
+        }
         if (st + S - 1 < total) issue(st + S - 1);  // into the buffer stage st - 1 used
         cp_async_commit();
 #pragma unroll
@@ -318,22 +319,6 @@ __device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x,
                 a[i][1] = *reinterpret_cast<const u32*>(&As[buf][r + 8][kk + 2 * t]);
                 a[i][2] = *reinterpret_cast<const u32*>(&As[buf][r][kk + 2 * t + 8]);
                 a[i][3] = *reinterpret_cast<const u32*>(&As[buf][r + 8][kk + 2 * t + 8]);
-            }
-            if (pre) {
-                // The folded BatchNorm (+ ReLU) on the fragments, in registers (cp.async put the
-                // raw rows in shared memory): the same float steps as implicit_gemm's gather.
-                // Absent rows and channels past Cin stay 0.
-                const u32 ca = c0 + kk + 2 * t, cb = ca + 8;
-                const bool oka = ca < cin, okb = cb < cin;
-#pragma unroll
-                for (int i = 0; i < MI; ++i) {
-                    const u32 r = wm + i * 16 + g;
-                    const bool r0 = rows[kcur][r] >= 0, r8 = rows[kcur][r + 8] >= 0;
-                    a[i][0] = pre_act_half2(a[i][0], r0 && oka, ca, pre_scale, pre_shift, relu);
-                    a[i][1] = pre_act_half2(a[i][1], r8 && oka, ca, pre_scale, pre_shift, relu);
-                    a[i][2] = pre_act_half2(a[i][2], r0 && okb, cb, pre_scale, pre_shift, relu);
-                    a[i][3] = pre_act_half2(a[i][3], r8 && okb, cb, pre_scale, pre_shift, relu);
-                }
             }
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
