@@ -103,23 +103,14 @@ pub enum ConvAlgo {
 pub const PIPE_MAX_KV: usize = 27;
 
 impl ConvAlgo {
-    /// The fastest kernel that supports these channel counts (`outputs`: the map's output rows)
-    /// for kernels up to 3x3x3. Measured on an H100 (kernels/PERF.md, v3): 32-row tiles are
-    /// 15-25% faster at 22.7k outputs (a 64-row grid under-fills the GPU), 3-7% slower at 320k;
-    /// the pipelined kernels are used where the kernel volume allows (PERF.md, session 4).
+    /// The fastest kernel that supports these channel counts (`outputs`: the map's output rows).
+    /// Measured on an H100 (kernels/PERF.md, v3): 32-row tiles are 15-25% faster at 22.7k
+    /// outputs (a 64-row grid under-fills the GPU), 3-7% slower at 320k.
     pub fn best_for(cin: usize, cout: usize, outputs: usize) -> ConvAlgo {
-        Self::best_for_volume(cin, cout, outputs, PIPE_MAX_KV)
-    }
-
-    /// [`ConvAlgo::best_for`] for a kernel volume `kv`.
-    pub fn best_for_volume(cin: usize, cout: usize, outputs: usize, kv: usize) -> ConvAlgo {
-        let pipe = kv <= PIPE_MAX_KV;
         if cin % 8 != 0 || cout % 8 != 0 {
             ConvAlgo::Direct
         } else if outputs < 100_000 {
-            if pipe { ConvAlgo::ImplicitGemmPipe32 } else { ConvAlgo::ImplicitGemm32 }
-        } else if pipe {
-            ConvAlgo::ImplicitGemmPipe
+            ConvAlgo::ImplicitGemm32
         } else {
             ConvAlgo::ImplicitGemm
         }
@@ -135,7 +126,7 @@ pub fn conv_cuda(
     pre: Option<&CudaPreActivation<'_>>,
     residual: Option<&CudaSlice<f16>>,
 ) -> Result<CudaSlice<f16>, Error> {
-    conv_cuda_algo(dev, x, map, w, pre, residual, ConvAlgo::best_for_volume(w.cin, w.cout, map.out_count, w.kv))
+    conv_cuda_algo(dev, x, map, w, pre, residual, ConvAlgo::best_for(w.cin, w.cout, map.out_count))
 }
 
 /// Blocks an implicit-GEMM conv should have in flight before splitting its kernel offsets over
