@@ -191,7 +191,9 @@ __device__ __forceinline__ void implicit_gemm(const __half* __restrict__ x, cons
 // tiles are fetched PIPE_STAGES - 1 stages ahead into a ring of shared-memory buffers, so the
 // gather's global latency overlaps the tensor-core work of earlier stages instead of stalling
 // every stage. The tile's neighbour rows for all its offsets are read once up front, and the
-// offsets no row uses are dropped from the stage list. Kernel volumes up to PIPE_MAX_KV.
+// offsets no row uses are dropped from the stage list. Kernel volumes up to PIPE_MAX_KV. Rows go
+// to shared memory untransformed: a pre-activation is applied to the whole input beforehand
+// (conv_pre_activate); `pre` must be 0.
 #define PIPE_STAGES 3
 #define PIPE_MAX_KV 27
 
@@ -289,24 +291,6 @@ __device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x,
         cp_async_wait<S - 2>();  // this thread's copies of stage st have landed
         __syncthreads();         // everyone's have; and every thread is done with stage st - 1
         const u32 buf = st % S;
-        if (pre) {
-            // the folded BatchNorm (+ ReLU) on the rows this thread fetched; absent rows stay 0
-            const u32 kk = act[st / nc], c0 = (st % nc) * IG_BK;
-#pragma unroll
-            for (int v = 0; v < MI; ++v) {
-                const u32 idx = tid + v * 128;
-                const u32 r = idx >> 2, cv = (idx & 3u) * 8;
-                if (rows[kk][r] < 0 || c0 + cv >= cin) continue;
-                __half* h = &As[buf][r][cv];
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    float f = __half2float(h[e]) * pre_scale[c0 + cv + e] + pre_shift[c0 + cv + e];
-                    if (relu) f = fmaxf(f, 0.f);
-                    h[e] = __float2half_rn(f);
-                }
-            }
-            __syncthreads();
-        }
         if (st + S - 1 < total) issue(st + S - 1);  // into the buffer stage st - 1 used
         cp_async_commit();
 #pragma unroll
@@ -389,4 +373,16 @@ extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, 
     if (bias) v += bias[n];
     if (residual) v += __half2float(residual[i]);
     out[i] = __float2half_rn(v);
+}
+
+// relu?(x * scale[c] + shift[c]) over a whole [n, c] input, once, for the pipelined convs (their
+// cp.async gather cannot transform rows on the way): the same float steps as the gather's.
+extern "C" __global__ void conv_pre_activate(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ scale,
+                                             const float* __restrict__ shift, u32 relu, __half* __restrict__ out) {
+    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (u64)n * c) return;
+    const u32 j = (u32)(idx % c);
+    float f = __half2float(x[idx]) * scale[j] + shift[j];
+    if (relu) f = fmaxf(f, 0.f);
+    out[idx] = __float2half_rn(f);
 }

@@ -107,10 +107,18 @@ impl ConvAlgo {
     /// Measured on an H100 (kernels/PERF.md, v3): 32-row tiles are 15-25% faster at 22.7k
     /// outputs (a 64-row grid under-fills the GPU), 3-7% slower at 320k.
     pub fn best_for(cin: usize, cout: usize, outputs: usize) -> ConvAlgo {
+        Self::best_for_volume(cin, cout, outputs, PIPE_MAX_KV)
+    }
+
+    /// [`ConvAlgo::best_for`] for a kernel volume `kv`: the pipelined kernels where it allows.
+    pub fn best_for_volume(cin: usize, cout: usize, outputs: usize, kv: usize) -> ConvAlgo {
+        let pipe = kv <= PIPE_MAX_KV;
         if cin % 8 != 0 || cout % 8 != 0 {
             ConvAlgo::Direct
         } else if outputs < 100_000 {
-            ConvAlgo::ImplicitGemm32
+            if pipe { ConvAlgo::ImplicitGemmPipe32 } else { ConvAlgo::ImplicitGemm32 }
+        } else if pipe {
+            ConvAlgo::ImplicitGemmPipe
         } else {
             ConvAlgo::ImplicitGemm
         }
@@ -126,7 +134,28 @@ pub fn conv_cuda(
     pre: Option<&CudaPreActivation<'_>>,
     residual: Option<&CudaSlice<f16>>,
 ) -> Result<CudaSlice<f16>, Error> {
-    conv_cuda_algo(dev, x, map, w, pre, residual, ConvAlgo::best_for(w.cin, w.cout, map.out_count))
+    conv_cuda_algo(dev, x, map, w, pre, residual, ConvAlgo::best_for_volume(w.cin, w.cout, map.out_count, w.kv))
+}
+
+/// `relu?(x * scale + shift)` per channel over `[n, c]` FP16 rows (conv_pre_activate).
+fn pre_activate(dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, c: usize, p: &CudaPreActivation<'_>) -> Result<CudaSlice<f16>, Error> {
+    let s = &dev.stream;
+    let mut out = s.alloc_zeros::<f16>((n * c).max(1)).map_err(cuda_err("allocating the pre-activated input"))?;
+    let total = u32::try_from(n * c).map_err(|_| Error::InvalidInput("conv input exceeds 2^32 values".into()))?;
+    if total == 0 {
+        return Ok(out);
+    }
+    let f = dev.function("sparse_conv", "conv_pre_activate")?;
+    let (n32, c32, relu) = (n as u32, c as u32, p.relu as u32);
+    // SAFETY: matches sparse_conv.cu; x holds >= n * c halves (checked by the caller), scale and
+    // shift c floats, out n * c halves.
+    unsafe {
+        s.launch_builder(&f)
+            .arg(x).arg(&n32).arg(&c32).arg(p.scale).arg(p.shift).arg(&relu).arg(&mut out)
+            .launch(crate::device::primitives::grid_1d(total, 256))
+    }
+    .map_err(cuda_err("conv_pre_activate"))?;
+    Ok(out)
 }
 
 /// Blocks an implicit-GEMM conv should have in flight before splitting its kernel offsets over
@@ -198,6 +227,17 @@ pub fn conv_cuda_split(
     if map.out_count == 0 {
         return Ok(out);
     }
+    // The pipelined kernels copy rows straight into shared memory, so a pre-activation is applied
+    // to the whole input once here (each row would otherwise be transformed at every gather).
+    let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32);
+    let activated = match pre {
+        Some(p) if pipelined => Some(pre_activate(dev, x, map.in_count, w.cin, p)?),
+        _ => None,
+    };
+    let (x, pre) = match &activated {
+        Some(a) => (a, None),
+        None => (x, pre),
+    };
     let mut splits = 1usize;
     let (f, cfg) = match algo {
         ConvAlgo::Direct => {
