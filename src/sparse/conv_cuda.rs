@@ -110,7 +110,8 @@ impl ConvAlgo {
         Self::best_for_volume(cin, cout, outputs, PIPE_MAX_KV)
     }
 
-    /// [`ConvAlgo::best_for`] for a kernel volume `kv`: the pipelined kernels where it allows.
+    /// [`ConvAlgo::best_for`] for a kernel volume `kv`: the pipelined kernels where it allows
+    /// (H100, SphereFormer's convs: 34 % less conv time a frame than the others; PERF.md).
     pub fn best_for_volume(cin: usize, cout: usize, outputs: usize, kv: usize) -> ConvAlgo {
         let pipe = kv <= PIPE_MAX_KV;
         if cin % 8 != 0 || cout % 8 != 0 {
