@@ -9,7 +9,7 @@ use sptr::config::{KeyPrecision, ModelConfig, OutOfRange, VoxelOrigin};
 use sptr::sparse::voxelize::{voxelize_cpu, VoxelParams, VoxelStats, Voxels, FEATURE_CHANNELS, GRID_LIMIT};
 use sptr::{Error, Points};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 // ---------------------------------------------------------------------------------------------
 // Deterministic random numbers
