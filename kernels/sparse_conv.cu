@@ -65,6 +65,63 @@ __device__ __forceinline__ u32 pack_half2(__half lo, __half hi) {
     return (u32)__half_as_ushort(lo) | ((u32)__half_as_ushort(hi) << 16);
 }
 
+// One BK-deep step of a warp's (16 * MI) x 32 output tile: A fragments from rows wm.., B
+// fragments from columns wn.. of the shared tiles, accumulated by mma.sync.
+template <int MI>
+__device__ __forceinline__ void tile_mma(const __half (*As)[IG_BK + IG_APAD], const __half (*Bs)[IG_BN + IG_BPAD],
+                                         u32 wm, u32 wn, u32 g, u32 t, float acc[MI][4][4]) {
+#pragma unroll
+    for (u32 kk = 0; kk < IG_BK; kk += 16) {
+        u32 a[MI][4], b[4][2];
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+            const u32 r = wm + i * 16 + g;
+            a[i][0] = *reinterpret_cast<const u32*>(&As[r][kk + 2 * t]);
+            a[i][1] = *reinterpret_cast<const u32*>(&As[r + 8][kk + 2 * t]);
+            a[i][2] = *reinterpret_cast<const u32*>(&As[r][kk + 2 * t + 8]);
+            a[i][3] = *reinterpret_cast<const u32*>(&As[r + 8][kk + 2 * t + 8]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const u32 n = wn + j * 8 + g;
+            b[j][0] = pack_half2(Bs[kk + 2 * t][n], Bs[kk + 2 * t + 1][n]);
+            b[j][1] = pack_half2(Bs[kk + 2 * t + 8][n], Bs[kk + 2 * t + 9][n]);
+        }
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
+    }
+}
+
+// Epilogue: bias, residual, FP16 store, or with offset splits the raw FP32 sum into the split's
+// partial (conv_split_reduce adds bias and residual). acc[i][j] = rows (wm + 16i + g, +8),
+// cols (wn + 8j + 2t, +1); outs maps tile rows to output rows (m past the end).
+template <int MI>
+__device__ __forceinline__ void tile_store(const float acc[MI][4][4], const u32* outs, u32 wm, u32 wn, u32 g, u32 t,
+                                           u32 n0, u32 m, u32 cout, const float* __restrict__ bias,
+                                           const __half* __restrict__ residual, __half* __restrict__ out, u32 splits,
+                                           float* __restrict__ partial) {
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const u32 o = outs[wm + i * 16 + g + (e >= 2 ? 8 : 0)];
+                const u32 n = n0 + wn + j * 8 + 2 * t + (e & 1);
+                if (o >= m || n >= cout) continue;
+                float v = acc[i][j][e];
+                if (splits > 1) {
+                    partial[((u64)blockIdx.z * m + o) * cout + n] = v;
+                    continue;
+                }
+                if (bias) v += bias[n];
+                if (residual) v += __half2float(residual[(u64)o * cout + n]);
+                out[(u64)o * cout + n] = __float2half_rn(v);
+            }
+}
+
 // `order` (may be NULL): tile row r of block b is output order[b * BM + r] (outputs sorted by
 // neighbour mask, so rows of a tile share active offsets and more offsets are skipped).
 template <int MI>
@@ -141,50 +198,11 @@ __device__ __forceinline__ void implicit_gemm(const __half* __restrict__ x, cons
                 *reinterpret_cast<uint4*>(&Bs[r][nv]) = val;
             }
             __syncthreads();
-#pragma unroll
-            for (u32 kk = 0; kk < IG_BK; kk += 16) {
-                u32 a[MI][4], b[4][2];
-#pragma unroll
-                for (int i = 0; i < MI; ++i) {
-                    const u32 r = wm + i * 16 + g;
-                    a[i][0] = *reinterpret_cast<const u32*>(&As[r][kk + 2 * t]);
-                    a[i][1] = *reinterpret_cast<const u32*>(&As[r + 8][kk + 2 * t]);
-                    a[i][2] = *reinterpret_cast<const u32*>(&As[r][kk + 2 * t + 8]);
-                    a[i][3] = *reinterpret_cast<const u32*>(&As[r + 8][kk + 2 * t + 8]);
-                }
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const u32 n = wn + j * 8 + g;
-                    b[j][0] = pack_half2(Bs[kk + 2 * t][n], Bs[kk + 2 * t + 1][n]);
-                    b[j][1] = pack_half2(Bs[kk + 2 * t + 8][n], Bs[kk + 2 * t + 9][n]);
-                }
-#pragma unroll
-                for (int i = 0; i < MI; ++i)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
-            }
+            tile_mma<MI>(As, Bs, wm, wn, g, t, acc);
             __syncthreads();
         }
     }
-    // Epilogue: bias, residual, FP16 store. acc[i][j] = rows (wm + 16i + g, +8), cols (wn + 8j + 2t, +1).
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const u32 o = outs[wm + i * 16 + g + (e >= 2 ? 8 : 0)];
-                const u32 n = n0 + wn + j * 8 + 2 * t + (e & 1);
-                if (o >= m || n >= cout) continue;
-                float v = acc[i][j][e];
-                if (splits > 1) {
-                    partial[((u64)blockIdx.z * m + o) * cout + n] = v;
-                    continue;
-                }
-                if (bias) v += bias[n];
-                if (residual) v += __half2float(residual[(u64)o * cout + n]);
-                out[(u64)o * cout + n] = __float2half_rn(v);
-            }
+    tile_store<MI>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial);
 }
 
 // ---- The same implicit GEMM with a cp.async pipeline: each (offset, Cin chunk) stage's A and B
@@ -293,48 +311,10 @@ __device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x,
         const u32 buf = st % S;
         if (st + S - 1 < total) issue(st + S - 1);  // into the buffer stage st - 1 used
         cp_async_commit();
-#pragma unroll
-        for (u32 kk = 0; kk < IG_BK; kk += 16) {
-            u32 a[MI][4], b[4][2];
-#pragma unroll
-            for (int i = 0; i < MI; ++i) {
-                const u32 r = wm + i * 16 + g;
-                a[i][0] = *reinterpret_cast<const u32*>(&As[buf][r][kk + 2 * t]);
-                a[i][1] = *reinterpret_cast<const u32*>(&As[buf][r + 8][kk + 2 * t]);
-                a[i][2] = *reinterpret_cast<const u32*>(&As[buf][r][kk + 2 * t + 8]);
-                a[i][3] = *reinterpret_cast<const u32*>(&As[buf][r + 8][kk + 2 * t + 8]);
-            }
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const u32 n = wn + j * 8 + g;
-                b[j][0] = pack_half2(Bs[buf][kk + 2 * t][n], Bs[buf][kk + 2 * t + 1][n]);
-                b[j][1] = pack_half2(Bs[buf][kk + 2 * t + 8][n], Bs[buf][kk + 2 * t + 9][n]);
-            }
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
-        }
+        tile_mma<MI>(As[buf], Bs[buf], wm, wn, g, t, acc);
     }
     cp_async_wait<0>();
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const u32 o = outs[wm + i * 16 + g + (e >= 2 ? 8 : 0)];
-                const u32 n = n0 + wn + j * 8 + 2 * t + (e & 1);
-                if (o >= m || n >= cout) continue;
-                float v = acc[i][j][e];
-                if (splits > 1) {
-                    partial[((u64)blockIdx.z * m + o) * cout + n] = v;
-                    continue;
-                }
-                if (bias) v += bias[n];
-                if (residual) v += __half2float(residual[(u64)o * cout + n]);
-                out[(u64)o * cout + n] = __float2half_rn(v);
-            }
+    tile_store<MI>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial);
 }
 
 #define IMPLICIT_GEMM_ARGS                                                                                   \
