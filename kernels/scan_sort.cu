@@ -34,11 +34,11 @@ scan_tile_offsets(u32* __restrict__ sums, u32 ntiles) {
     if (threadIdx.x == 0) sums[ntiles] = carry;
 }
 
-// Pass 3: exclusive scan within each tile plus the tile's offset. `out` may alias `in`.
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
-scan_tiles(const u32* in, u32* out, const u32* __restrict__ tile_offsets, u32 n) {
+// Exclusive scan of tile `tile` of `in` into `out`, each value plus `offset`; returns the tile's
+// sum. Every thread of the block must call it. `out` may alias `in`.
+__device__ __forceinline__ u32 scan_one_tile(const u32* in, u32* out, u32 n, u32 tile, u32 offset) {
     __shared__ u32 warp_sums[33];
-    const u32 base = blockIdx.x * SCAN_TILE + threadIdx.x * SCAN_ITEMS;
+    const u32 base = tile * SCAN_TILE + threadIdx.x * SCAN_ITEMS;
     u32 v[SCAN_ITEMS];
     u32 s = 0;
 #pragma unroll
@@ -47,34 +47,26 @@ scan_tiles(const u32* in, u32* out, const u32* __restrict__ tile_offsets, u32 n)
         s += v[i];
     }
     u32 total;
-    u32 run = block_exclusive_scan(s, warp_sums, total) + tile_offsets[blockIdx.x];
+    u32 run = block_exclusive_scan(s, warp_sums, total) + offset;
 #pragma unroll
     for (u32 i = 0; i < SCAN_ITEMS; ++i) {
         if (base + i < n) out[base + i] = run;
         run += v[i];
     }
+    return total;
+}
+
+// Pass 3: exclusive scan within each tile plus the tile's offset. `out` may alias `in`.
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
+scan_tiles(const u32* in, u32* out, const u32* __restrict__ tile_offsets, u32 n) {
+    scan_one_tile(in, out, n, blockIdx.x, tile_offsets[blockIdx.x]);
 }
 
 // The whole scan in one launch when the input fits one tile (radix histograms of small sorts,
 // run heads of small levels): sums[0] = 0 and sums[1] = the total, as the three passes leave them.
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
 scan_single_tile(const u32* in, u32* out, u32* __restrict__ sums, u32 n) {
-    __shared__ u32 warp_sums[33];
-    const u32 base = threadIdx.x * SCAN_ITEMS;
-    u32 v[SCAN_ITEMS];
-    u32 s = 0;
-#pragma unroll
-    for (u32 i = 0; i < SCAN_ITEMS; ++i) {
-        v[i] = (base + i < n) ? in[base + i] : 0u;
-        s += v[i];
-    }
-    u32 total;
-    u32 run = block_exclusive_scan(s, warp_sums, total);
-#pragma unroll
-    for (u32 i = 0; i < SCAN_ITEMS; ++i) {
-        if (base + i < n) out[base + i] = run;
-        run += v[i];
-    }
+    const u32 total = scan_one_tile(in, out, n, 0, 0u);
     if (threadIdx.x == 0) {
         sums[0] = 0u;
         sums[1] = total;
