@@ -197,8 +197,8 @@ impl Segmenter {
             return Ok(out);
         }
         let mut clock = GpuClock::start(&c.dev)?;
-        let logits = c.net.forward_prepared(&c.dev, &inputs, &mut clock)?;
-        let (labels, probs) = labels_to_points_cuda(&c.dev, &logits, &inputs, self.model.classes(), UNLABELED)?;
+        let (logits, point_map) = c.net.forward_prepared(&c.dev, inputs, &mut clock)?;
+        let (labels, probs) = labels_to_points_cuda(&c.dev, &logits, &point_map, self.model.classes(), UNLABELED)?;
         // devoxelize: arg-max, the map back to points and the copy of the labels to the host.
         clock.mark(&c.dev, "devoxelize".into())?;
         clock.finish(&mut out.times)?;

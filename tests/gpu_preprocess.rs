@@ -119,7 +119,7 @@ fn gpu_point_labels_equal_the_cpu_arg_max() {
         logits[v * k + 7] = 9.0;
     }
     let d_logits = dev.stream.clone_htod(&logits).expect("upload logits");
-    let (labels, probs) = labels_to_points_cuda(&dev, &d_logits, &inputs, k, UNLABELED).expect("labels");
+    let (labels, probs) = labels_to_points_cuda(&dev, &d_logits, &inputs.point_map, k, UNLABELED).expect("labels");
     let per_voxel = argmax_softmax(&logits, k);
     assert_eq!(labels.len(), sweep.len());
     for (p, &v) in host.point_to_voxel.iter().enumerate() {

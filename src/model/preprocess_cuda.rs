@@ -34,14 +34,21 @@ pub struct CudaNetworkInputs {
     pub xyz: CudaSlice<f32>,
     /// Sample index per voxel.
     pub batch: CudaSlice<i32>,
-    /// Per input point its voxel or -1 (`points` entries).
-    pub point_to_voxel: CudaSlice<i32>,
+    /// The way back from voxels to points; outlives the rest (the network consumes it).
+    pub point_map: CudaPointMap,
     pub len: usize,
-    pub points: usize,
     pub batch_size: usize,
     pub spatial_shape: [i32; 3],
     pub stats: VoxelStats,
     pub coord_fixups: usize,
+}
+
+/// Every input point's voxel on the GPU.
+pub struct CudaPointMap {
+    /// Per input point its voxel or -1 (`points` entries, at least one allocated).
+    pub point_to_voxel: CudaSlice<i32>,
+    pub voxels: usize,
+    pub points: usize,
 }
 
 impl CudaNetworkInputs {
@@ -53,7 +60,7 @@ impl CudaNetworkInputs {
     /// widened from FP16).
     pub fn to_host(&self, dev: &CudaDevice) -> Result<NetworkInputs, Error> {
         let s = &dev.stream;
-        let (m, n) = (self.len, self.points);
+        let (m, n) = (self.len, self.point_map.points);
         let rd = |what: &'static str| cuda_err(format!("reading network inputs: {what}"));
         let read_i32 = |b: &CudaSlice<i32>, len: usize, what| -> Result<Vec<i32>, Error> {
             if len == 0 { Ok(vec![]) } else { s.clone_dtoh(&b.slice(..len)).map_err(rd(what)) }
@@ -67,7 +74,7 @@ impl CudaNetworkInputs {
             xyz: xyz.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
             batch: read_i32(&self.batch, m, "batch")?,
             spatial_shape: self.spatial_shape,
-            point_to_voxel: read_i32(&self.point_to_voxel, n, "point map")?,
+            point_to_voxel: read_i32(&self.point_map.point_to_voxel, n, "point map")?,
             stats: self.stats,
             coord_fixups: self.coord_fixups,
         })
@@ -131,9 +138,8 @@ fn assemble(
         feats: vox.feats,
         xyz: if cfg.xyz_norm { vox.xyz_norm } else { vox.xyz },
         batch,
-        point_to_voxel: vox.point_to_voxel,
+        point_map: CudaPointMap { point_to_voxel: vox.point_to_voxel, voxels: vox.len, points: vox.stats.points_in },
         len: vox.len,
-        points: vox.stats.points_in,
         batch_size,
         spatial_shape,
         stats: vox.stats,
@@ -213,13 +219,13 @@ fn coord_max(dev: &CudaDevice, coords: &CudaSlice<i32>, m: usize) -> Result<[i32
 pub fn labels_to_points_cuda(
     dev: &CudaDevice,
     logits: &CudaSlice<f32>,
-    inputs: &CudaNetworkInputs,
+    map: &CudaPointMap,
     classes: usize,
     unlabeled: u32,
 ) -> Result<(Vec<u32>, Vec<f32>), Error> {
     let s = &dev.stream;
     let e = |what: &'static str| cuda_err(what);
-    let (m, n) = (inputs.len, inputs.points);
+    let (m, n) = (map.voxels, map.points);
     if n == 0 {
         return Ok((vec![], vec![]));
     }
@@ -243,7 +249,7 @@ pub fn labels_to_points_cuda(
                 .map_err(e("net_argmax_softmax"))?;
         }
         s.launch_builder(&f_dev)
-            .arg(&inputs.point_to_voxel).arg(&n32).arg(&voxel_label).arg(&voxel_prob).arg(&unlabeled)
+            .arg(&map.point_to_voxel).arg(&n32).arg(&voxel_label).arg(&voxel_prob).arg(&unlabeled)
             .arg(&mut labels).arg(&mut probs)
             .launch(grid_1d(n32, THREADS))
             .map_err(e("net_devoxelize"))?;

@@ -19,7 +19,7 @@ use crate::attention::sphere::SphereLevel;
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::grid_1d;
 use crate::model::layers::{BatchNorm, LayerNorm, Linear};
-use crate::model::preprocess::cuda::CudaNetworkInputs;
+use crate::model::preprocess::cuda::{CudaNetworkInputs, CudaPointMap};
 use crate::sparse::conv_cpu::WeightLayout;
 use crate::sparse::conv_cuda::{conv_cuda, CudaConvWeights, CudaPreActivation};
 use crate::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda_sites, submanifold_cuda_sites, CudaKernelMap, CudaSites};
@@ -552,22 +552,18 @@ impl CudaSphereFormer {
 
     /// Logits `[len, classes]` (FP32, on the GPU) of inputs prepared on the GPU
     /// ([`prepare_inputs_cuda`](crate::model::preprocess::cuda::prepare_inputs_cuda), whose
-    /// coordinates are unique and inside the grid by construction).
+    /// coordinates are unique and inside the grid by construction). The network takes the
+    /// inputs' buffers over (no copies); their point map comes back for the way to the points.
     /// Stage boundaries go to `clock`.
-    pub fn forward_prepared(&self, dev: &CudaDevice, inputs: &CudaNetworkInputs, clock: &mut GpuClock) -> Result<CudaSlice<f32>, Error> {
-        let n = inputs.len;
+    pub fn forward_prepared(&self, dev: &CudaDevice, inputs: CudaNetworkInputs, clock: &mut GpuClock) -> Result<(CudaSlice<f32>, CudaPointMap), Error> {
+        let CudaNetworkInputs { coords, feats, xyz, batch, point_map, len: n, batch_size, spatial_shape, .. } = inputs;
         if n == 0 {
             return Err(Error::InvalidInput("the network needs at least one voxel".into()));
         }
-        validate_geometry([1; 3], [0; 3], inputs.spatial_shape)?;
-        let s = &dev.stream;
-        // The level owns its sites, positions and batch indices; the inputs keep theirs for the
-        // caller (a device-to-device copy of a few MB).
-        let coords = s.clone_dtod(&inputs.coords).map_err(cuda_err("copying coordinates"))?;
-        let sites = CudaSites::from_device(dev, coords, n, [0; 3], inputs.spatial_shape, inputs.batch_size)?;
-        let xyz = s.clone_dtod(&inputs.xyz).map_err(cuda_err("copying voxel positions"))?;
-        let batch = s.clone_dtod(&inputs.batch).map_err(cuda_err("copying batch indices"))?;
-        self.forward_device(dev, sites, &inputs.feats, xyz, batch, n, inputs.spatial_shape, clock)
+        validate_geometry([1; 3], [0; 3], spatial_shape)?;
+        let sites = CudaSites::from_device(dev, coords, n, [0; 3], spatial_shape, batch_size)?;
+        let logits = self.forward_device(dev, sites, &feats, xyz, batch, n, spatial_shape, clock)?;
+        Ok((logits, point_map))
     }
 
     /// The input features widened to the input conv's padded channel count.
