@@ -4,7 +4,7 @@
 //! gives errors naming the file, never a panic.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};

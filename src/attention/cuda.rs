@@ -375,7 +375,7 @@ pub fn window_attention_cuda(
     out: &mut CudaSlice<f16>,
     out_ld: usize,
 ) -> Result<(), Error> {
-    window_attention_cuda_with(dev, qkv, heads, part, term, out, out_ld, TILED_MIN_WINDOW)
+    window_attention_cuda_split(dev, qkv, heads, part, term, out, out_ld, TILED_MIN_WINDOW, None)
 }
 
 /// Shared memory (bytes) of one tiled block for `geometry` and head_dim `d`, when the tiled
@@ -393,22 +393,6 @@ fn tiled_smem_bytes(geometry: &RpeGeometry, d: usize) -> Option<usize> {
     let per_query = unsplit * (l + 2) + if split { rows } else { 0 };
     let floats = 2 * TILED_QUERIES as usize * (per_query | 1) + TILED_KEYS * ((3 * rows) | 1) + 2 * TILED_KEYS * d + 2 * TILED_KEYS;
     (fits && floats * 4 <= TILED_MAX_SMEM).then_some(floats * 4)
-}
-
-/// [`window_attention_cuda`] with the window size from which the tiled kernel takes over
-/// (`usize::MAX`: never; 1: every window) — for tests and benchmarks of both kernels.
-#[allow(clippy::too_many_arguments)]
-pub fn window_attention_cuda_with(
-    dev: &CudaDevice,
-    qkv: QkvView,
-    heads: HeadSlice,
-    part: &CudaPartition,
-    term: CudaTerm,
-    out: &mut CudaSlice<f16>,
-    out_ld: usize,
-    tiled_min: usize,
-) -> Result<(), Error> {
-    window_attention_cuda_split(dev, qkv, heads, part, term, out, out_ld, tiled_min, None)
 }
 
 /// The tiled kernel's work list on the device: `[count][window; cap][query chunk; cap]`.
@@ -469,8 +453,9 @@ fn auto_key_splits(n: usize, n_max: usize, heads: usize) -> usize {
     by_blocks.min(by_keys).clamp(1, MAX_KEY_SPLITS)
 }
 
-/// [`window_attention_cuda_with`] with the tiled kernel's key splits given (`None`: chosen from
-/// the partition's size, see `auto_key_splits`) — for tests of the split path.
+/// [`window_attention_cuda`] with the window size from which the tiled kernel takes over
+/// (`usize::MAX`: never; 1: every window) and its key splits (`None`: chosen from the partition's
+/// size, see `auto_key_splits`) — for tests and benchmarks of both kernels and the split path.
 #[allow(clippy::too_many_arguments)]
 pub fn window_attention_cuda_split(
     dev: &CudaDevice,

@@ -135,7 +135,7 @@ pub fn conv_cuda(
     pre: Option<&CudaPreActivation<'_>>,
     residual: Option<&CudaSlice<f16>>,
 ) -> Result<CudaSlice<f16>, Error> {
-    conv_cuda_algo(dev, x, map, w, pre, residual, ConvAlgo::best_for_volume(w.cin, w.cout, map.out_count, w.kv))
+    conv_cuda_split(dev, x, map, w, pre, residual, ConvAlgo::best_for_volume(w.cin, w.cout, map.out_count, w.kv), None)
 }
 
 /// `relu?(x * scale + shift)` per channel over `[n, c]` FP16 rows (conv_pre_activate).
@@ -175,21 +175,9 @@ fn auto_offset_splits(blocks: usize, kv: usize) -> usize {
     by_blocks.min(by_offsets).clamp(1, MAX_OFFSET_SPLITS)
 }
 
-/// [`conv_cuda`] with the kernel chosen by the caller.
-pub fn conv_cuda_algo(
-    dev: &CudaDevice,
-    x: &CudaSlice<f16>,
-    map: &CudaKernelMap,
-    w: &CudaConvWeights,
-    pre: Option<&CudaPreActivation<'_>>,
-    residual: Option<&CudaSlice<f16>>,
-    algo: ConvAlgo,
-) -> Result<CudaSlice<f16>, Error> {
-    conv_cuda_split(dev, x, map, w, pre, residual, algo, None)
-}
-
-/// [`conv_cuda_algo`] with the implicit GEMM's kernel-offset splits given (`None`: chosen from the
-/// grid size; 1: no split) — for tests of the split path. Ignored by the direct kernel.
+/// [`conv_cuda`] with the kernel chosen by the caller and the implicit GEMM's kernel-offset
+/// splits (`None`: chosen from the grid size; 1: no split; ignored by the direct kernel) — for
+/// tests and benchmarks.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_cuda_split(
     dev: &CudaDevice,
