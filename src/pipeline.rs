@@ -44,6 +44,21 @@ pub struct Segmentation {
 }
 
 impl Segmentation {
+    /// Every point of `clouds` unlabeled (probability 0), before the network's results are in.
+    fn unlabeled(clouds: &[&Points], voxels: usize, voxel_stats: VoxelStats, coord_fixups: usize, times: StageTimes) -> Self {
+        let offsets = sample_offsets(clouds);
+        let n_points = offsets.last().copied().unwrap_or(0);
+        Segmentation {
+            labels: vec![UNLABELED; n_points],
+            probs: vec![0.0; n_points],
+            offsets,
+            voxels,
+            voxel_stats,
+            coord_fixups,
+            times,
+        }
+    }
+
     /// Labels of sample `b`.
     pub fn sample_labels(&self, b: usize) -> Option<&[u32]> {
         Some(&self.labels[*self.offsets.get(b)?..*self.offsets.get(b + 1)?])
@@ -151,17 +166,7 @@ impl Segmenter {
         let start = Instant::now();
         let inputs = prepare_inputs(clouds, &self.cfg)?;
         times.record("voxelize", start);
-        let offsets = sample_offsets(clouds);
-        let n_points = offsets.last().copied().unwrap_or(0);
-        let mut out = Segmentation {
-            labels: vec![UNLABELED; n_points],
-            probs: vec![0.0; n_points],
-            offsets,
-            voxels: inputs.len(),
-            voxel_stats: inputs.stats,
-            coord_fixups: inputs.coord_fixups,
-            times,
-        };
+        let mut out = Segmentation::unlabeled(clouds, inputs.len(), inputs.stats, inputs.coord_fixups, times);
         if inputs.is_empty() {
             return Ok(out);
         }
@@ -182,17 +187,7 @@ impl Segmenter {
         let start = Instant::now();
         let inputs = prepare_inputs_cuda(&c.dev, clouds, &self.cfg)?;
         times.record("voxelize", start);
-        let offsets = sample_offsets(clouds);
-        let n_points = offsets.last().copied().unwrap_or(0);
-        let mut out = Segmentation {
-            labels: vec![UNLABELED; n_points],
-            probs: vec![0.0; n_points],
-            offsets,
-            voxels: inputs.len,
-            voxel_stats: inputs.stats,
-            coord_fixups: inputs.coord_fixups,
-            times,
-        };
+        let mut out = Segmentation::unlabeled(clouds, inputs.len, inputs.stats, inputs.coord_fixups, times);
         if inputs.is_empty() {
             return Ok(out);
         }
