@@ -274,7 +274,7 @@ fn swin_windows_match_cpu() {
                 win_of[p as usize] = w as u32;
             }
         }
-        let part_d = sptr::attention::cuda::CudaPartition { order, win_of: s.clone_htod(&win_of).unwrap(), offsets, n, windows: part.windows(), n_max: part.n_max(), min: [0.0; 3] };
+        let part_d = sptr::attention::cuda::CudaPartition::new(order, s.clone_htod(&win_of).unwrap(), offsets, n, part.windows(), part.n_max(), [0.0; 3]);
         let packed: Vec<u32> = rc.iter().map(|p| (p[0] as u32) << 16 | p[1] as u32).collect();
         let rc_d = s.clone_htod(&packed).unwrap();
         let table_d = s.clone_htod(&table).unwrap();

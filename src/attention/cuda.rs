@@ -109,9 +109,27 @@ pub struct CudaPartition {
     pub n_max: usize,
     /// Per-axis minimum of the positions (the grid start, also the RPE minimum).
     pub min: [f32; 3],
+    /// The tiled kernel's work list, built on first use and kept: a level's windows serve every
+    /// attention block of the level.
+    tiled_items: std::cell::OnceCell<TiledItems>,
 }
 
 impl CudaPartition {
+    /// A partition from its device buffers (see the fields).
+    pub fn new(order: CudaSlice<u32>, win_of: CudaSlice<u32>, offsets: CudaSlice<u32>, n: usize, windows: usize, n_max: usize, min: [f32; 3]) -> Self {
+        CudaPartition { order, win_of, offsets, n, windows, n_max, min, tiled_items: std::cell::OnceCell::new() }
+    }
+
+    /// The kept work list of the tiled kernel, built now if this is its first use; None when it
+    /// was kept for another smallest window size (tests and benchmarks vary it).
+    fn kept_tiled_items(&self, dev: &CudaDevice, tiled_min: usize) -> Result<Option<&TiledItems>, Error> {
+        if self.tiled_items.get().is_none() {
+            let items = tiled_work_items(dev, self, tiled_min)?;
+            let _ = self.tiled_items.set(items);
+        }
+        Ok(self.tiled_items.get().filter(|i| i.tiled_min == tiled_min))
+    }
+
     /// Copies the partition back (for tests and statistics).
     pub fn to_host(&self, dev: &CudaDevice) -> Result<Partition, Error> {
         if self.n == 0 {
@@ -144,7 +162,7 @@ pub fn window_partition_cuda(
 /// A partition with no voxels.
 fn empty_partition(dev: &CudaDevice) -> Result<CudaPartition, Error> {
     let one = || dev.stream.alloc_zeros::<u32>(1).map_err(cuda_err("allocating an empty partition"));
-    Ok(CudaPartition { order: one()?, win_of: one()?, offsets: one()?, n: 0, windows: 0, n_max: 0, min: [0.0; 3] })
+    Ok(CudaPartition::new(one()?, one()?, one()?, 0, 0, 0, [0.0; 3]))
 }
 
 /// Step one of a partition, enqueued only: per-axis bounds of the positions and of the batch
@@ -197,15 +215,7 @@ impl PendingPartition {
     /// Reads the window count and the largest window back (waits for the partition).
     fn finish(self, dev: &CudaDevice) -> Result<CudaPartition, Error> {
         let c = dev.stream.clone_dtoh(&self.counts).map_err(cuda_err("reading the window count"))?;
-        Ok(CudaPartition {
-            order: self.order,
-            win_of: self.win_of,
-            offsets: self.offsets,
-            n: self.n,
-            windows: c[0] as usize,
-            n_max: c[1] as usize,
-            min: self.min,
-        })
+        Ok(CudaPartition::new(self.order, self.win_of, self.offsets, self.n, c[0] as usize, c[1] as usize, self.min))
     }
 }
 
@@ -400,7 +410,10 @@ struct TiledItems {
     list: CudaSlice<u32>,
     /// An upper bound on the count, known without reading it back: the grid's width.
     cap: u32,
+    /// The smallest window it lists.
+    tiled_min: usize,
 }
+
 
 /// One work item per (tiled window, query chunk of `TILED_QUERIES`), built on the device. A grid
 /// of windows x the largest window's chunks would be mostly blocks with nothing to do, and each
@@ -432,7 +445,7 @@ fn tiled_work_items(dev: &CudaDevice, part: &CudaPartition, tiled_min: usize) ->
             .launch(grid_1d(w32, THREADS))
             .map_err(cuda_err("attn_tiled_items"))?;
     }
-    Ok(TiledItems { list, cap: cap32 })
+    Ok(TiledItems { list, cap: cap32, tiled_min })
 }
 
 /// Blocks the tiled kernel should have in flight before splitting keys pays: a few per SM of the
@@ -582,7 +595,15 @@ pub fn window_attention_cuda_split(
     dev.function("attention_core", name)?
         .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(cuda_err("allowing the tiled attention kernel its shared memory"))?;
-    let items = tiled_work_items(dev, part, tiled_min.max(1))?;
+    let tmin = tiled_min.max(1);
+    let fresh;
+    let items = match part.kept_tiled_items(dev, tmin)? {
+        Some(kept) => kept,
+        None => {
+            fresh = tiled_work_items(dev, part, tmin)?;
+            &fresh
+        }
+    };
     p.items_cap = items.cap;
     let cfg = LaunchConfig {
         grid_dim: (items.cap, p.key_splits, heads.count as u32),
