@@ -14,8 +14,11 @@ __device__ __forceinline__ int exponential_split(float d, float a) {
     const float flag = d >= 0.0f ? 1.0f : 0.0f;
     const float t = logf(__fmul_rn(__fadd_rn(ad, (float)(2.0 * (double)a)), 1.0f / a));
     float idx = __fadd_rn(__fmul_rn(2.0f, floorf(__fmul_rn(t, 1.0f / LN2_F))), -2.0f);
-    const float half = torch_div_floor(idx, 2.0f);
-    const float edge = __fmul_rn(__fadd_rn(__fmul_rn(3.0f, exp2f(half)), -2.0f), a);
+    // idx is an even integer: its floor division by 2 is exact, and 2^half a power of two (what
+    // torch.div(rounding_mode='floor') and exp2 give for it, without their general-case cost)
+    const float half = __fmul_rn(idx, 0.5f);
+    const float pow2 = __int_as_float((127 + max(-126, min(127, (int)half))) << 23);
+    const float edge = __fmul_rn(__fadd_rn(__fmul_rn(3.0f, pow2), -2.0f), a);
     if (edge <= ad) idx += 1.0f;
     idx = __fadd_rn(__fmul_rn(idx, 2.0f * flag - 1.0f), flag - 1.0f);  // small integers: exact
     return (int)idx;
@@ -186,24 +189,34 @@ ATTN_KERNEL(16, MODE_BIAS2D, attn_bias2d_d16)
 ATTN_KERNEL(32, MODE_BIAS2D, attn_bias2d_d32)
 ATTN_KERNEL(64, MODE_BIAS2D, attn_bias2d_d64)
 
-// ---- Window-tiled kernel (contextual RPE, large windows) -----------------------------------
+// ---- Window-tiled kernel on tensor cores (contextual RPE, large windows) --------------------
 //
-// A block = TQ queries of one window (one thread each) and one head; it walks the window's keys
-// in tiles of TK staged in shared memory. The RPE terms are split so that nothing per pair
-// touches a table row:
+// A block = 4 warps = TQ queries (16 a warp) of one window chunk and one head; it walks the
+// window's keys in tiles of TK staged in shared memory (K row-major, V transposed, both FP16).
+// Per tile and warp, on tensor cores (mma.sync m16n8k16, FP32 accumulation):
+//   S = Q K^T; O += P V; for each unsplit axis a, Hist_a += P x onehot(key bin on a), the
+//   probabilities summed per key-coordinate bin (bins 0..=L, HIST_TILES * 8 columns);
+//   and once per tile for the whole block, k_j . tk[e] for every key j and table entry
+//   e = (row, axis), with the f32 table split into FP16 high and low halves (two MMAs: close to
+//   f32 accuracy, since the keys are FP16 already).
+// The RPE logit terms need, per pair, only shared-memory lookups:
 //   q_i . tq[row(i, j, a), a]: for an unsplit axis the row is clamp(qa_i - qa_j + L - 1), a
 //     function of the key's quantized coordinate qa_j in 0..=L, so each query precomputes QB =
-//     L + 2 values per axis (one spare bin); for the radial split axis the row is any of the
-//     table's rows, so it precomputes all of them;
-//   k_j . tk[row, a]: each tile precomputes it for every (row, axis) of its keys;
-//   (v_j + tv rows) weighted by p: sum p * v_j directly, and per query a histogram of p over the
-//     same bins, multiplied into the tv rows once at the end.
-// Per pair that leaves q.k, p.v and six shared-memory lookups plus three histogram updates.
+//     L + 1 values per axis; for the radial split axis the row is any of the table's rows, so it
+//     precomputes all of them;
+//   k_j . tk[row, a]: looked up in the tile's table above.
+// The value table enters once per query at the end: sum over bins of (probability mass in the
+// bin) * tv[row of the bin]. The radial split axis' bin depends on the pair, so its histogram is
+// kept in shared memory and updated with atomics.
+// P enters the MMAs rounded to FP16 and the row sum uses the same rounded values, so the output
+// is an exact convex combination of (v + tv) rows with weights off by at most 2^-11 relative.
 // Online softmax with a lazy maximum: accumulators are rescaled only when a logit exceeds the
-// reference maximum by more than RESCALE_SLACK (e^8 stays far from float overflow), which keeps
-// the histogram rescales rare; acc / l is the same quantity for any reference maximum.
+// reference maximum by more than RESCALE_SLACK (e^8 stays far inside FP16's range for P), which
+// keeps the shared histogram's rescales rare; acc / l is the same quantity for any reference.
 #define TQ 64
 #define TK 32
+#define TILED_THREADS 128
+#define HIST_TILES 4
 #define RESCALE_SLACK 8.0f
 
 template <int D>
@@ -233,193 +246,419 @@ __device__ __forceinline__ void add_table_row(float* acc, float wgt, const float
 
 __device__ __forceinline__ int clamp_row(int r, int hi) { return r < 0 ? 0 : (r > hi ? hi : r); }
 
-// Shared-memory strides (floats), odd so that rows of consecutive threads fall in different banks.
+// Shared-memory strides (floats), odd so that rows of consecutive lanes fall in different banks.
 __device__ __forceinline__ int odd_stride(int n) { return n | 1; }
 
-template <int D>
+__device__ __forceinline__ u32 half2_bits(__half2 h) { return *reinterpret_cast<u32*>(&h); }
+__device__ __forceinline__ u32 shared_u32(const __half* p) { return *reinterpret_cast<const u32*>(p); }
+
+// f32 pair -> FP16 high halves and the FP16 rounding of what they leave (hi + lo ~ x to ~2^-22).
+__device__ __forceinline__ void split_hi_lo(float2 x, u32& hi, u32& lo) {
+    const __half2 h = __floats2half2_rn(x.x, x.y);
+    const float2 back = __half22float2(h);
+    hi = half2_bits(h);
+    lo = half2_bits(__floats2half2_rn(x.x - back.x, x.y - back.y));
+}
+
+// 1.0 (FP16) in the low / high half when the key's bin is this lane's histogram column.
+__device__ __forceinline__ u32 onehot_pair(int bin_lo, int bin_hi, int col) {
+    return (bin_lo == col ? 0x3C00u : 0u) | (bin_hi == col ? 0x3C000000u : 0u);
+}
+
+// Shared-memory layout of the tiled kernel, in floats then halves (mirrored by
+// tiled_smem_bytes in src/attention/cuda.rs): qt [TQ][QS], h2 [TQ][RS] (split only), kt
+// [KT_LEN] (the tile's k . tk, [TK][KS]; after the last tile, per-warp scratch of [16][D + 2]),
+// kq [TK], kr [TK], then from a 16-byte boundary the keys [TK][D + 8] and values [D][TK + 8].
+struct TiledLayout {
+    int QB, S, QS, E, KS, RS, KT_LEN, HALF_AT;
+    __device__ TiledLayout(int L, int rows, bool split, int d) {
+        QB = L + 1;
+        S = (split ? 2 : 3) * QB + (split ? rows : 0);
+        QS = odd_stride(S);
+        E = 3 * rows;
+        KS = odd_stride(E);
+        RS = odd_stride(rows);
+        KT_LEN = max(TK * KS, TQ * (d + 2));
+        HALF_AT = (TQ * QS + (split ? TQ * RS : 0) + KT_LEN + 2 * TK + 3) & ~3;
+    }
+};
+
+template <int D, bool SPLIT>
 __device__ void attention_tiled_impl(ATTN_PARAMS) {
     extern __shared__ float smem[];
-    // blockIdx.x = a work item: (window, query chunk) of a tiled window (attn_tiled_items), so no
-    // block is spent on the per-query kernel's windows; blockIdx.y = key split: a split walks its
-    // own slice of the keys (whole tiles) and leaves an unnormalised partial result.
+    constexpr int UNSPLIT = SPLIT ? 2 : 3;
+    constexpr int KPAD = D + 8;   // halves per staged key row (bank-conflict-free fragment loads)
+    constexpr int VPAD = TK + 8;  // halves per staged value column
+    // blockIdx.x = a work item: (window, query chunk) of a tiled window (attn_tiled_items);
+    // blockIdx.y = key split: a split walks its own slice of the keys (whole tiles) and leaves an
+    // unnormalised partial result for attn_tiled_merge; blockIdx.z = head of the call.
     if (blockIdx.x >= items[0]) return;
     const u32 w = items[1 + blockIdx.x];
     const u32 s = offsets[w], e = offsets[w + 1];
-    const u32 split = blockIdx.y;
     const u32 q0 = s + items[1 + A.items_cap + blockIdx.x] * TQ;
     const u32 span = ((e - s + A.key_splits - 1) / A.key_splits + TK - 1) / TK * TK;
-    const u32 kb = min(e, s + split * span), ke = min(e, kb + span);
+    const u32 kb = min(e, s + blockIdx.y * span), ke = min(e, kb + span);
     const u32 hb = blockIdx.z;
     const u32 h = A.head0 + hb;
     const int L = A.grid_length, rows = A.rows, hi = rows - 1;
-    const int QB = L + 2;                                 // bins of an unsplit axis (qa in 0..=L, one spare)
-    const int unsplit = A.split ? 2 : 3;
-    const int S = unsplit * QB + (A.split ? rows : 0);   // per-query entries
-    const int QS = odd_stride(S);
-    const int E = rows * 3;                               // per-key entries: (row, axis) as in the tables
-    const int KS = odd_stride(E);
-    float* qt = smem;                                     // [TQ][QS] q . tq per bin
-    float* hist = qt + TQ * QS;                           // [TQ][QS] sum of p per bin
-    float* kt = hist + TQ * QS;                           // [TK][KS] k . tk per (row, axis)
-    float* kf = kt + TK * KS;                             // [TK][D] keys of the tile
-    float* vf = kf + TK * D;                              // [TK][D] values of the tile
-    u32* kq = reinterpret_cast<u32*>(vf + TK * D);        // [TK] packed quantized positions
-    float* kr = reinterpret_cast<float*>(kq + TK);        // [TK] radii (split axis)
+    const TiledLayout Y(L, rows, SPLIT, D);
+    const int QB = Y.QB, QS = Y.QS, KS = Y.KS, RS = Y.RS, E = Y.E;
+    float* qt = smem;                                   // [TQ][QS] q . tq per bin
+    float* h2 = qt + TQ * QS;                           // [TQ][RS] radial-row histogram (split)
+    float* kt = h2 + (SPLIT ? TQ * RS : 0);             // [TK][KS] k . tk per (row, axis)
+    u32* kq = reinterpret_cast<u32*>(kt + Y.KT_LEN);    // [TK] packed quantized positions
+    float* kr = reinterpret_cast<float*>(kq + TK);      // [TK] radii (split axis)
+    __half* ks = reinterpret_cast<__half*>(smem + Y.HALF_AT);  // [TK][KPAD] keys
+    __half* vt = ks + TK * KPAD;                              // [D][VPAD] values, transposed
 
-    const u32 t = threadIdx.x;
-    const bool active = q0 + t < e;
-    float qi[D], acc[D];
-    int qa[3] = {0, 0, 0};
-    float r_i = 0.0f;
-    u32 i = 0;
-    if (active) {
-        i = order[q0 + t];
-        load_row<D>(q + (u64)i * A.ld + h * D, qi);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+
+    // q . tq per bin for every query of the chunk (two threads a query), radial histogram zeroed
+    {
+        const int ql = tid % TQ, part = tid / TQ;
+        float qf[D];
+        int qa[3] = {0, 0, 0};
+        if (q0 + ql < e) {
+            const u32 i = order[q0 + ql];
+            load_row<D>(q + (u64)i * A.ld + h * D, qf);
+            const u32 p = quant[i];
+#pragma unroll
+            for (int a = 0; a < 3; ++a) qa[a] = unpack10(p, a);
+        } else {
+#pragma unroll
+            for (int c = 0; c < D; ++c) qf[c] = 0.0f;
+        }
+        float* my = qt + ql * QS;
+        for (int en = part; en < Y.S; en += TILED_THREADS / TQ) {
+            int a, r;
+            if (en < UNSPLIT * QB) {
+                a = en / QB;
+                r = clamp_row(qa[a] - en % QB + L - 1, hi);
+            } else {
+                a = 2;
+                r = en - UNSPLIT * QB;
+            }
+            my[en] = dot_table_row<D>(qf, tq + ((u64)(r * 3 + a) * A.heads_b + hb) * D);
+        }
+        if (SPLIT)
+            for (int r = part; r < rows; r += TILED_THREADS / TQ) h2[ql * RS + r] = 0.0f;
+    }
+
+    // this lane's two query rows (g and g + 8 of the warp's 16) and their Q fragments
+    const int rl0 = warp * 16 + g, rl1 = rl0 + 8;
+    const bool warp_active = q0 + warp * 16 < e;
+    int qa0[3] = {0, 0, 0}, qa1[3] = {0, 0, 0};
+    float rad0 = 0.0f, rad1 = 0.0f;
+    u32 qf[D / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) qf[kk][0] = qf[kk][1] = qf[kk][2] = qf[kk][3] = 0u;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int rl = r ? rl1 : rl0;
+        if (q0 + rl >= e) continue;
+        const u32 i = order[q0 + rl];
+        const u32* qrow = reinterpret_cast<const u32*>(q + (u64)i * A.ld + h * D);
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            qf[kk][r] = __ldg(qrow + kk * 8 + t);
+            qf[kk][2 + r] = __ldg(qrow + kk * 8 + 4 + t);
+        }
         const u32 p = quant[i];
 #pragma unroll
-        for (int a = 0; a < 3; ++a) qa[a] = unpack10(p, a);
-        if (A.split) r_i = pos[(u64)i * 3 + 2];
-    } else {
-#pragma unroll
-        for (int c = 0; c < D; ++c) qi[c] = 0.0f;
+        for (int a = 0; a < 3; ++a) (r ? qa1 : qa0)[a] = unpack10(p, a);
+        if (SPLIT) (r ? rad1 : rad0) = pos[(u64)i * 3 + 2];
     }
-    float* my_qt = qt + t * QS;
-    float* my_hist = hist + t * QS;
-    for (int a = 0; a < unsplit; ++a) {
-        for (int b = 0; b < QB; ++b) {
-            const int r = clamp_row(qa[a] - b + L - 1, hi);
-            my_qt[a * QB + b] = dot_table_row<D>(qi, tq + ((u64)(r * 3 + a) * A.heads_b + hb) * D);
-            my_hist[a * QB + b] = 0.0f;
-        }
-    }
-    if (A.split) {
-        for (int r = 0; r < rows; ++r) {
-            my_qt[2 * QB + r] = dot_table_row<D>(qi, tq + ((u64)(r * 3 + 2) * A.heads_b + hb) * D);
-            my_hist[2 * QB + r] = 0.0f;
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < D; ++c) acc[c] = 0.0f;
-    float m = -__int_as_float(0x7f800000), l = 0.0f;  // -inf
-    const u32 my_key = t % TK;                         // the key whose k . tk this thread fills
+    const float* qtr0 = qt + rl0 * QS;
+    const float* qtr1 = qt + rl1 * QS;
 
-    for (u32 ks = kb; ks < ke; ks += TK) {
-        const u32 nk = min((u32)TK, ke - ks);
-        __syncthreads();  // the previous tile is no longer read
-        for (u32 x = t; x < TK * (D / 8); x += TQ) {
-            const u32 jj = x / (D / 8), c8 = x % (D / 8);
-            if (jj < nk) {
-                const u32 j = order[ks + jj];
-                const uint4 uk = __ldg(reinterpret_cast<const uint4*>(k + (u64)j * A.ld + h * D) + c8);
-                const uint4 uv = __ldg(reinterpret_cast<const uint4*>(v + (u64)j * A.ld + h * D) + c8);
-                const __half2* hk = reinterpret_cast<const __half2*>(&uk);
-                const __half2* hv = reinterpret_cast<const __half2*>(&uv);
+    float o[D / 8][4], hist[UNSPLIT][HIST_TILES][4];
 #pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const float2 fk = __half22float2(hk[c]), fv = __half22float2(hv[c]);
-                    kf[jj * D + c8 * 8 + 2 * c] = fk.x;
-                    kf[jj * D + c8 * 8 + 2 * c + 1] = fk.y;
-                    vf[jj * D + c8 * 8 + 2 * c] = fv.x;
-                    vf[jj * D + c8 * 8 + 2 * c + 1] = fv.y;
-                }
+    for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+#pragma unroll
+    for (int a = 0; a < UNSPLIT; ++a)
+#pragma unroll
+        for (int bn = 0; bn < HIST_TILES; ++bn) hist[a][bn][0] = hist[a][bn][1] = hist[a][bn][2] = hist[a][bn][3] = 0.0f;
+    const float NEG_INF = -__int_as_float(0x7f800000);
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
+
+    for (u32 k0 = kb; k0 < ke; k0 += TK) {
+        const u32 nk = min((u32)TK, ke - k0);
+        __syncthreads();  // the previous tile is no longer read
+        // stage the tile: keys row-major, values transposed, zeros past the window's end (so
+        // that masked pairs, p = 0, multiply zeros and not stale values)
+        for (int x = tid; x < TK * (D / 8); x += TILED_THREADS) {
+            const int jj = x / (D / 8), c8 = x % (D / 8);
+            uint4 uk = make_uint4(0u, 0u, 0u, 0u), uv = uk;
+            if (jj < (int)nk) {
+                const u32 j = order[k0 + jj];
+                uk = __ldg(reinterpret_cast<const uint4*>(k + (u64)j * A.ld + h * D) + c8);
+                uv = __ldg(reinterpret_cast<const uint4*>(v + (u64)j * A.ld + h * D) + c8);
             }
+            *reinterpret_cast<uint4*>(ks + jj * KPAD + c8 * 8) = uk;
+            const __half* hv = reinterpret_cast<const __half*>(&uv);
+#pragma unroll
+            for (int c = 0; c < 8; ++c) vt[(c8 * 8 + c) * VPAD + jj] = hv[c];
         }
-        if (t < nk) {
-            const u32 j = order[ks + t];
-            kq[t] = quant[j];
-            kr[t] = A.split ? pos[(u64)j * 3 + 2] : 0.0f;
+        if (tid < TK) {
+            u32 pq = 0u;
+            float pr = 0.0f;
+            if (tid < (int)nk) {
+                const u32 j = order[k0 + tid];
+                pq = quant[j];
+                if (SPLIT) pr = pos[(u64)j * 3 + 2];
+            }
+            kq[tid] = pq;
+            kr[tid] = pr;
         }
-        // k . tk for every (row, axis): the lanes of a warp take consecutive keys and the same
-        // table row (a broadcast load); the key row comes from global memory (just read, in L2).
-        if (my_key < nk) {
-            float kj[D];
-            load_row<D>(k + (u64)order[ks + my_key] * A.ld + h * D, kj);
-            for (int x = t / TK; x < E; x += TQ / TK) {
-                kt[my_key * KS + x] = dot_table_row<D>(kj, tk + ((u64)x * A.heads_b + hb) * D);
+        __syncthreads();
+        // k . tk for every (key, table entry): warp w takes the entry tiles w, w + 4, ...
+        {
+            u32 af[TK / 16][D / 16][4];
+#pragma unroll
+            for (int mt = 0; mt < TK / 16; ++mt)
+#pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk) {
+                    const __half* r0 = ks + (mt * 16 + g) * KPAD + kk * 16 + 2 * t;
+                    af[mt][kk][0] = shared_u32(r0);
+                    af[mt][kk][1] = shared_u32(r0 + 8 * KPAD);
+                    af[mt][kk][2] = shared_u32(r0 + 8);
+                    af[mt][kk][3] = shared_u32(r0 + 8 * KPAD + 8);
+                }
+            for (int nt = warp; nt * 8 < E; nt += TILED_THREADS / 32) {
+                const int en = nt * 8 + g;  // the table entry this lane's B fragment holds
+                u32 bh[D / 16][2], bl[D / 16][2];
+#pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk) {
+                    float2 x0 = make_float2(0.0f, 0.0f), x1 = x0;
+                    if (en < E) {
+                        const float* row = tk + ((u64)en * A.heads_b + hb) * D + kk * 16 + 2 * t;
+                        x0 = __ldg(reinterpret_cast<const float2*>(row));
+                        x1 = __ldg(reinterpret_cast<const float2*>(row + 8));
+                    }
+                    split_hi_lo(x0, bh[kk][0], bl[kk][0]);
+                    split_hi_lo(x1, bh[kk][1], bl[kk][1]);
+                }
+                const int col = nt * 8 + 2 * t;
+#pragma unroll
+                for (int mt = 0; mt < TK / 16; ++mt) {
+                    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                    for (int kk = 0; kk < D / 16; ++kk) {
+                        mma_16816(c, af[mt][kk], bh[kk]);
+                        mma_16816(c, af[mt][kk], bl[kk]);
+                    }
+                    float* r0 = kt + (mt * 16 + g) * KS + col;
+                    if (col < E) {
+                        r0[0] = c[0];
+                        r0[8 * KS] = c[2];
+                    }
+                    if (col + 1 < E) {
+                        r0[1] = c[1];
+                        r0[8 * KS + 1] = c[3];
+                    }
+                }
             }
         }
         __syncthreads();
-        if (!active) continue;
-        for (u32 jj = 0; jj < nk; ++jj) {
-            const float4* k4 = reinterpret_cast<const float4*>(kf + jj * D);
-            float logit = 0.0f;
+        if (!warp_active) continue;
+
+        // S = Q K^T plus the RPE terms; keys past the window's end masked
+        float sc[TK / 8][4];
+        int r2s[TK / 8][4];
 #pragma unroll
-            for (int c = 0; c < D / 4; ++c) {
-                const float4 x = k4[c];
-                logit += qi[4 * c] * x.x + qi[4 * c + 1] * x.y + qi[4 * c + 2] * x.z + qi[4 * c + 3] * x.w;
-            }
-            const u32 pj = kq[jj];
-            const int b0 = unpack10(pj, 0), b1 = unpack10(pj, 1);
-            const int r0 = clamp_row(qa[0] - b0 + L - 1, hi), r1 = clamp_row(qa[1] - b1 + L - 1, hi);
-            int r2, bin2;
-            if (A.split) {
-                r2 = clamp_row(exponential_split(r_i - kr[jj], A.a) + 24, hi);
-                bin2 = 2 * QB + r2;
-            } else {
-                const int b2 = unpack10(pj, 2);
-                r2 = clamp_row(qa[2] - b2 + L - 1, hi);
-                bin2 = 2 * QB + b2;
-            }
-            const float* ktj = kt + jj * KS;
-            logit += (my_qt[b0] + my_qt[QB + b1] + my_qt[bin2]) + (ktj[r0 * 3] + ktj[r1 * 3 + 1] + ktj[r2 * 3 + 2]);
-            if (logit > m + RESCALE_SLACK) {  // also the first key (m = -inf)
-                const float scale = __expf(m - logit);
-                if (l != 0.0f) {
-                    l *= scale;
+        for (int nt = 0; nt < TK / 8; ++nt) {
+            sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
 #pragma unroll
-                    for (int c = 0; c < D; ++c) acc[c] *= scale;
-                    for (int x = 0; x < S; ++x) my_hist[x] *= scale;
+            for (int kk = 0; kk < D / 16; ++kk) {
+                const __half* kr0 = ks + (nt * 8 + g) * KPAD + kk * 16 + 2 * t;
+                const u32 b[2] = {shared_u32(kr0), shared_u32(kr0 + 8)};
+                mma_16816(sc[nt], qf[kk], b);
+            }
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int jj = nt * 8 + 2 * t + (c & 1);
+                r2s[nt][c] = 0;
+                if (jj >= (int)nk) {
+                    sc[nt][c] = NEG_INF;
+                    continue;
                 }
-                m = logit;
+                const int* qa = c < 2 ? qa0 : qa1;
+                const float* qtr = c < 2 ? qtr0 : qtr1;
+                const u32 pj = kq[jj];
+                const int b0 = unpack10(pj, 0), b1 = unpack10(pj, 1);
+                const int r0 = clamp_row(qa[0] - b0 + L - 1, hi), r1 = clamp_row(qa[1] - b1 + L - 1, hi);
+                int r2, bin2;
+                if (SPLIT) {
+                    r2 = clamp_row(exponential_split((c < 2 ? rad0 : rad1) - kr[jj], A.a) + 24, hi);
+                    bin2 = 2 * QB + r2;
+                    r2s[nt][c] = r2;
+                } else {
+                    const int b2 = unpack10(pj, 2);
+                    r2 = clamp_row(qa[2] - b2 + L - 1, hi);
+                    bin2 = 2 * QB + b2;
+                }
+                const float* ktj = kt + jj * KS;
+                sc[nt][c] += (qtr[b0] + qtr[QB + b1] + qtr[bin2]) + (ktj[r0 * 3] + ktj[r1 * 3 + 1] + ktj[r2 * 3 + 2]);
             }
-            const float pw = __expf(logit - m);
-            l += pw;
-            my_hist[b0] += pw;
-            my_hist[QB + b1] += pw;
-            my_hist[bin2] += pw;
-            const float4* v4 = reinterpret_cast<const float4*>(vf + jj * D);
+        }
+        // the rows' tile maxima (a row's 4 lanes share it) and the lazy rescale
+        float mx0 = NEG_INF, mx1 = NEG_INF;
 #pragma unroll
-            for (int c = 0; c < D / 4; ++c) {
-                const float4 x = v4[c];
-                acc[4 * c] += pw * x.x;
-                acc[4 * c + 1] += pw * x.y;
-                acc[4 * c + 2] += pw * x.z;
-                acc[4 * c + 3] += pw * x.w;
+        for (int nt = 0; nt < TK / 8; ++nt) {
+            mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
+            mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
+        }
+#pragma unroll
+        for (int x = 1; x <= 2; x <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, x));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, x));
+        }
+        const bool up0 = mx0 > m0 + RESCALE_SLACK, up1 = mx1 > m1 + RESCALE_SLACK;  // also the first tile
+        if (__any_sync(FULL_MASK, up0 || up1)) {
+            const float s0 = up0 ? __expf(m0 - mx0) : 1.0f, s1 = up1 ? __expf(m1 - mx1) : 1.0f;
+            l0 *= s0;
+            l1 *= s1;
+#pragma unroll
+            for (int dn = 0; dn < D / 8; ++dn) {
+                o[dn][0] *= s0; o[dn][1] *= s0; o[dn][2] *= s1; o[dn][3] *= s1;
+            }
+#pragma unroll
+            for (int a = 0; a < UNSPLIT; ++a)
+#pragma unroll
+                for (int bn = 0; bn < HIST_TILES; ++bn) {
+                    hist[a][bn][0] *= s0; hist[a][bn][1] *= s0; hist[a][bn][2] *= s1; hist[a][bn][3] *= s1;
+                }
+            if (SPLIT) {
+                __syncwarp();
+                if (up0)
+                    for (int r = t; r < rows; r += 4) h2[rl0 * RS + r] *= s0;
+                if (up1)
+                    for (int r = t; r < rows; r += 4) h2[rl1 * RS + r] *= s1;
+                __syncwarp();
+            }
+            if (up0) m0 = mx0;
+            if (up1) m1 = mx1;
+        }
+        // P (FP16, as the MMAs take it), row sums and the radial histogram from the same values
+        u32 pf[TK / 16][4];
+#pragma unroll
+        for (int nt = 0; nt < TK / 8; ++nt) {
+            const __half2 p01 = __floats2half2_rn(__expf(sc[nt][0] - m0), __expf(sc[nt][1] - m0));
+            const __half2 p23 = __floats2half2_rn(__expf(sc[nt][2] - m1), __expf(sc[nt][3] - m1));
+            const float2 f01 = __half22float2(p01), f23 = __half22float2(p23);
+            l0 += f01.x + f01.y;
+            l1 += f23.x + f23.y;
+            if (SPLIT) {
+                const int jj = nt * 8 + 2 * t;
+                if (jj < (int)nk) {
+                    atomicAdd(&h2[rl0 * RS + r2s[nt][0]], f01.x);
+                    atomicAdd(&h2[rl1 * RS + r2s[nt][2]], f23.x);
+                }
+                if (jj + 1 < (int)nk) {
+                    atomicAdd(&h2[rl0 * RS + r2s[nt][1]], f01.y);
+                    atomicAdd(&h2[rl1 * RS + r2s[nt][3]], f23.y);
+                }
+            }
+            pf[nt / 2][(nt & 1) * 2] = half2_bits(p01);
+            pf[nt / 2][(nt & 1) * 2 + 1] = half2_bits(p23);
+        }
+        // O += P V
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+            for (int kk = 0; kk < TK / 16; ++kk) {
+                const __half* v0 = vt + (dn * 8 + g) * VPAD + kk * 16 + 2 * t;
+                const u32 b[2] = {shared_u32(v0), shared_u32(v0 + 8)};
+                mma_16816(o[dn], pf[kk], b);
+            }
+        // Hist_a += P x onehot(bin on axis a) for the unsplit axes
+#pragma unroll
+        for (int kk = 0; kk < TK / 16; ++kk) {
+            const int j0 = kk * 16 + 2 * t;
+            const u32 p00 = kq[j0], p01 = kq[j0 + 1], p10 = kq[j0 + 8], p11 = kq[j0 + 9];
+#pragma unroll
+            for (int a = 0; a < UNSPLIT; ++a) {
+                const int c00 = unpack10(p00, a), c01 = unpack10(p01, a), c10 = unpack10(p10, a), c11 = unpack10(p11, a);
+#pragma unroll
+                for (int bn = 0; bn < HIST_TILES; ++bn) {
+                    const int col = bn * 8 + g;
+                    const u32 b[2] = {onehot_pair(c00, c01, col), onehot_pair(c10, c11, col)};
+                    mma_16816(hist[a][bn], pf[kk], b);
+                }
             }
         }
     }
-    if (!active) return;
-    // the value table, once: sum over bins of (sum of p in the bin) * tv[row of the bin]
-    for (int a = 0; a < unsplit; ++a) {
+    __syncthreads();  // every warp is done with the last tile: kt becomes scratch
+    if (!warp_active) return;
+#pragma unroll
+    for (int x = 1; x <= 2; x <<= 1) {
+        l0 += __shfl_xor_sync(FULL_MASK, l0, x);
+        l1 += __shfl_xor_sync(FULL_MASK, l1, x);
+    }
+    // the histograms into the warp's own q . tq rows (no longer read), O, m and l into scratch
+    float* scr = kt + warp * 16 * (D + 2);  // [16][D + 2]
+#pragma unroll
+    for (int a = 0; a < UNSPLIT; ++a)
+#pragma unroll
+        for (int bn = 0; bn < HIST_TILES; ++bn)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int b = bn * 8 + 2 * t + (c & 1);
+                if (b < QB) qt[(c < 2 ? rl0 : rl1) * QS + a * QB + b] = hist[a][bn][c];
+            }
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) scr[(c < 2 ? g : g + 8) * (D + 2) + dn * 8 + 2 * t + (c & 1)] = o[dn][c];
+    if (t == 0) {
+        scr[g * (D + 2) + D] = m0;
+        scr[g * (D + 2) + D + 1] = l0;
+        scr[(g + 8) * (D + 2) + D] = m1;
+        scr[(g + 8) * (D + 2) + D + 1] = l1;
+    }
+    __syncwarp();
+    // one lane per (query row, half of the head): the value table, once
+    const int row = lane >> 1, d0 = (lane & 1) * (D / 2);
+    const int rl = warp * 16 + row;
+    if (q0 + rl >= e) return;
+    const u32 i = order[q0 + rl];
+    const u32 p = quant[i];
+    float acc[D / 2];
+#pragma unroll
+    for (int c = 0; c < D / 2; ++c) acc[c] = scr[row * (D + 2) + d0 + c];
+    const float* hrow = qt + rl * QS;
+    for (int a = 0; a < UNSPLIT; ++a) {
+        const int qa = unpack10(p, a);
         for (int b = 0; b < QB; ++b) {
-            const float wgt = my_hist[a * QB + b];
+            const float wgt = hrow[a * QB + b];
             if (wgt == 0.0f) continue;
-            const int r = clamp_row(qa[a] - b + L - 1, hi);
-            add_table_row<D>(acc, wgt, tv + ((u64)(r * 3 + a) * A.heads_b + hb) * D);
+            const int r = clamp_row(qa - b + L - 1, hi);
+            add_table_row<D / 2>(acc, wgt, tv + ((u64)(r * 3 + a) * A.heads_b + hb) * D + d0);
         }
     }
-    if (A.split) {
+    if (SPLIT) {
         for (int r = 0; r < rows; ++r) {
-            const float wgt = my_hist[2 * QB + r];
+            const float wgt = h2[rl * RS + r];
             if (wgt == 0.0f) continue;
-            add_table_row<D>(acc, wgt, tv + ((u64)(r * 3 + 2) * A.heads_b + hb) * D);
+            add_table_row<D / 2>(acc, wgt, tv + ((u64)(r * 3 + 2) * A.heads_b + hb) * D + d0);
         }
     }
+    const float m = scr[row * (D + 2) + D], l = scr[row * (D + 2) + D + 1];
     if (A.key_splits > 1) {
         // [split][sorted position][head of the call][D + 2]: acc, reference maximum, sum
-        float* pr = partial + (((u64)split * A.n + q0 + t) * A.heads_b + hb) * (D + 2);
+        float* pr = partial + (((u64)blockIdx.y * A.n + q0 + rl) * A.heads_b + hb) * (D + 2);
 #pragma unroll
-        for (int c = 0; c < D; ++c) pr[c] = acc[c];
-        pr[D] = m;
-        pr[D + 1] = l;
+        for (int c = 0; c < D / 2; ++c) pr[d0 + c] = acc[c];
+        if (d0 == 0) {
+            pr[D] = m;
+            pr[D + 1] = l;
+        }
         return;
     }
     const float inv = 1.0f / l;
-    __half* o = out + (u64)i * A.out_ld + h * D;
+    __half2* o2 = reinterpret_cast<__half2*>(out + (u64)i * A.out_ld + h * D + d0);
 #pragma unroll
-    for (int c = 0; c < D; c += 2) {
-        reinterpret_cast<__half2*>(o)[c / 2] = __floats2half2_rn(acc[c] * inv, acc[c + 1] * inv);
-    }
+    for (int c = 0; c < D / 2; c += 2) o2[c / 2] = __floats2half2_rn(acc[c] * inv, acc[c + 1] * inv);
 }
 
 // The tiled kernel's work list, step 1: per window, its query chunks if it is a tiled window.
@@ -477,8 +716,12 @@ extern "C" __global__ void attn_tiled_merge(const float* __restrict__ partial, c
     for (u32 c = 0; c < d; ++c) o[c] = __float2half_rn(acc[c] * inv);
 }
 
-#define ATTN_TILED_KERNEL(D, NAME) \
-    extern "C" __global__ void __launch_bounds__(TQ) NAME(ATTN_PARAMS) { attention_tiled_impl<D>(ATTN_ARGS); }
+#define ATTN_TILED_KERNEL(D, SPLIT, NAME)                                                  \
+    extern "C" __global__ void __launch_bounds__(TILED_THREADS) NAME(ATTN_PARAMS) { \
+        attention_tiled_impl<D, SPLIT>(ATTN_ARGS);                                     \
+    }
 
-ATTN_TILED_KERNEL(16, attn_ctx_tiled_d16)
-ATTN_TILED_KERNEL(32, attn_ctx_tiled_d32)
+ATTN_TILED_KERNEL(16, false, attn_ctx_tiled_d16)
+ATTN_TILED_KERNEL(32, false, attn_ctx_tiled_d32)
+ATTN_TILED_KERNEL(16, true, attn_ctx_tiled_split_d16)
+ATTN_TILED_KERNEL(32, true, attn_ctx_tiled_split_d32)

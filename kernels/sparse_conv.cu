@@ -54,13 +54,6 @@ extern "C" __global__ void conv_direct(const __half* __restrict__ x, const i32* 
 #define IG_APAD 8
 #define IG_BPAD 8
 
-__device__ __forceinline__ void mma_16816(float c[4], const u32 a[4], const u32 b[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 __device__ __forceinline__ u32 pack_half2(__half lo, __half hi) {
     return (u32)__half_as_ushort(lo) | ((u32)__half_as_ushort(hi) << 16);
 }

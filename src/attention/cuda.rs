@@ -11,9 +11,9 @@
 //! Attention: windows below [`TILED_MIN_WINDOW`] voxels (and every window without contextual RPE)
 //! get one thread per (query, head) walking the keys of its window with an online softmax, RPE
 //! table rows computed from packed quantized positions. Larger windows with contextual RPE (the
-//! spherical ones) get the window-tiled kernel: keys staged in shared memory, the RPE terms
-//! factored into per-query and per-key-tile values and a per-query histogram for the value table
-//! (see attention_core.cu).
+//! spherical ones) get the window-tiled kernel on tensor cores: keys staged in shared memory,
+//! Q K^T and P V as MMAs, the RPE terms factored into per-query and per-key-tile values and
+//! per-query histograms for the value table (see attention_core.cu).
 
 use super::cpu::HeadSlice;
 use super::partition::Partition;
@@ -28,14 +28,18 @@ use half::f16;
 
 const THREADS: u32 = 256;
 const ATTN_THREADS: u32 = 128;
-/// Queries and keys per tile of the tiled kernel (TQ, TK in attention_core.cu).
+/// Queries and keys per tile of the tiled kernel, its threads (4 warps of 16 queries) and the
+/// columns of its key-bin histograms (TQ, TK, TILED_THREADS, HIST_TILES * 8 in
+/// attention_core.cu).
 const TILED_QUERIES: u32 = 64;
 const TILED_KEYS: usize = 32;
+const TILED_THREADS: u32 = 128;
+const TILED_HIST_BINS: usize = 32;
 /// Windows of at least this many voxels take the tiled kernel (contextual RPE, head_dim 16 or
 /// 32). Below it a tile's per-key and per-query RPE precomputation costs more than it saves.
 pub const TILED_MIN_WINDOW: usize = 64;
-/// Shared memory one tiled block may use (H100: 227 KB per block; three blocks of ~74 KB fit an
-/// SM at SphereFormer's L = 24).
+/// Shared memory one tiled block may use (H100: 227 KB per block; at SphereFormer's L = 24 a
+/// block takes ~40-60 KB).
 const TILED_MAX_SMEM: usize = 200 * 1024;
 
 /// Mirror of `struct WindowGrid` in attention.cu.
@@ -390,7 +394,8 @@ pub fn window_attention_cuda(
 
 /// Shared memory (bytes) of one tiled block for `geometry` and head_dim `d`, when the tiled
 /// kernel can serve it: contextual RPE whose unsplit axes' quantized coordinates stay within the
-/// kernel's `L + 2` bins (`floor(window / quant) <= L`, true for SphereFormer's geometries).
+/// kernel's `L + 1` histogram bins (`floor(window / quant) <= L`, true for SphereFormer's
+/// geometries) and `L + 1 <= 32`. Mirrors `TiledLayout` in attention_core.cu.
 fn tiled_smem_bytes(geometry: &RpeGeometry, d: usize) -> Option<usize> {
     if d != 16 && d != 32 {
         return None;
@@ -398,11 +403,15 @@ fn tiled_smem_bytes(geometry: &RpeGeometry, d: usize) -> Option<usize> {
     let l = geometry.grid_length as usize;
     let split = geometry.radial_split.is_some();
     let unsplit = if split { 2 } else { 3 };
-    let fits = (0..unsplit).all(|a| (geometry.window[a] / geometry.quant[a]).floor() <= l as f32);
+    let fits = l < TILED_HIST_BINS && (0..unsplit).all(|a| (geometry.window[a] / geometry.quant[a]).floor() <= l as f32);
     let rows = geometry.table_rows();
-    let per_query = unsplit * (l + 2) + if split { rows } else { 0 };
-    let floats = 2 * TILED_QUERIES as usize * (per_query | 1) + TILED_KEYS * ((3 * rows) | 1) + 2 * TILED_KEYS * d + 2 * TILED_KEYS;
-    (fits && floats * 4 <= TILED_MAX_SMEM).then_some(floats * 4)
+    let (tq, tk) = (TILED_QUERIES as usize, TILED_KEYS);
+    let per_query = unsplit * (l + 1) + if split { rows } else { 0 };
+    let kt_len = (tk * ((3 * rows) | 1)).max(tq * (d + 2));
+    let floats = (tq * (per_query | 1) + if split { tq * (rows | 1) } else { 0 } + kt_len + 2 * tk).next_multiple_of(4);
+    let halves = tk * (d + 8) + d * (tk + 8);
+    let bytes = floats * 4 + halves * 2;
+    (fits && bytes <= TILED_MAX_SMEM).then_some(bytes)
 }
 
 /// The tiled kernel's work list on the device: `[count][window; cap][query chunk; cap]`.
@@ -591,7 +600,13 @@ pub fn window_attention_cuda_split(
     let Some(smem) = tiled else { return Ok(()) };
     let splits = key_splits.unwrap_or_else(|| auto_key_splits(n, part.n_max, heads.count)).clamp(1, MAX_KEY_SPLITS);
     p.key_splits = splits as u32;
-    let name = if d == 16 { "attn_ctx_tiled_d16" } else { "attn_ctx_tiled_d32" };
+    let split_axis = matches!(term, CudaTerm::Contextual(c) if c.geometry.radial_split.is_some());
+    let name = match (split_axis, d) {
+        (false, 16) => "attn_ctx_tiled_d16",
+        (false, _) => "attn_ctx_tiled_d32",
+        (true, 16) => "attn_ctx_tiled_split_d16",
+        (true, _) => "attn_ctx_tiled_split_d32",
+    };
     dev.function("attention_core", name)?
         .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
         .map_err(cuda_err("allowing the tiled attention kernel its shared memory"))?;
@@ -607,7 +622,7 @@ pub fn window_attention_cuda_split(
     p.items_cap = items.cap;
     let cfg = LaunchConfig {
         grid_dim: (items.cap, p.key_splits, heads.count as u32),
-        block_dim: (TILED_QUERIES, 1, 1),
+        block_dim: (TILED_THREADS, 1, 1),
         shared_mem_bytes: smem as u32,
     };
     if splits == 1 {
