@@ -76,19 +76,25 @@ __device__ __forceinline__ void load_row(const __half* p, float* r) {
 
 __device__ __forceinline__ int unpack10(u32 p, int a) { return (int)((p >> (10 * a)) & 1023u); }
 
-// One thread per (sorted query position, head): online softmax over the keys of its window,
-// FP32 accumulation, RPE table rows read per pair (tables are small and stay in L1). Used for the
-// small windows (most cubic ones): below `tiled_min` voxels.
+// QUERY_LANES consecutive lanes per (sorted query position, head), each walking every
+// QUERY_LANES-th key of the window with its own online softmax (FP32 accumulation, RPE table rows
+// read per pair: the tables are small and stay in L1); the lanes' partial results are merged by
+// shuffles at the end. Used for the small windows (most cubic ones): below `tiled_min` voxels.
+// Several lanes per query give the GPU 4x the independent key walks, each 4x shorter: these
+// windows are latency-bound (a dependent chain of loads per key), not throughput-bound.
+#define QUERY_LANES 4
 template <int D, int MODE>
 __device__ void attention_impl(ATTN_PARAMS) {
-    const u32 p = blockIdx.x * blockDim.x + threadIdx.x;
-    if (p >= A.n) return;
+    const u32 x = blockIdx.x * blockDim.x + threadIdx.x;
+    const u32 p = x / QUERY_LANES, sub = x % QUERY_LANES;
+    if (p >= A.n) return;  // the query's lanes leave together
     const u32 hb = blockIdx.y;
     const u32 h = A.head0 + hb;
     const u32 i = order[p];
     const u32 w = win_of[p];
     const u32 s = offsets[w], e = offsets[w + 1];
-    if (e - s >= A.tiled_min) return;  // attention_tiled_impl's window
+    if (e - s >= A.tiled_min) return;  // attention_tiled_impl's window (all the query's lanes)
+    const u32 lanes = ((1u << QUERY_LANES) - 1u) << (threadIdx.x & 31u & ~(QUERY_LANES - 1u));
 
     float qi[D], acc[D];
     load_row<D>(q + (u64)i * A.ld + h * D, qi);
@@ -101,7 +107,7 @@ __device__ void attention_impl(ATTN_PARAMS) {
     if (MODE == MODE_CONTEXTUAL && A.split) r_i = pos[(u64)i * 3 + 2];
     const int hi = A.rows - 1;
 
-    for (u32 jp = s; jp < e; ++jp) {
+    for (u32 jp = s + sub; jp < e; jp += QUERY_LANES) {
         const u32 j = order[jp];
         float kj[D];
         load_row<D>(k + (u64)j * A.ld + h * D, kj);
@@ -168,11 +174,26 @@ __device__ void attention_impl(ATTN_PARAMS) {
 #pragma unroll
         for (int c = 0; c < D; ++c) acc[c] += pw * vj[c];
     }
+    // merge the lanes: common maximum, rescaled sums (a lane without keys has l = 0, m = -inf)
+    float mq = m;
+#pragma unroll
+    for (u32 d = 1; d < QUERY_LANES; d <<= 1) mq = fmaxf(mq, __shfl_xor_sync(lanes, mq, d));
+    const float scale = l > 0.0f ? __expf(m - mq) : 0.0f;
+    l *= scale;
+#pragma unroll
+    for (u32 d = 1; d < QUERY_LANES; d <<= 1) l += __shfl_xor_sync(lanes, l, d);
+#pragma unroll
+    for (int c = 0; c < D; ++c) {
+        acc[c] *= scale;
+#pragma unroll
+        for (u32 d = 1; d < QUERY_LANES; d <<= 1) acc[c] += __shfl_xor_sync(lanes, acc[c], d);
+    }
+    // each lane writes its quarter of the row
     const float inv = 1.0f / l;
-    __half* o = out + (u64)i * A.out_ld + h * D;
+    __half2* o = reinterpret_cast<__half2*>(out + (u64)i * A.out_ld + h * D);
 #pragma unroll
     for (int c = 0; c < D; c += 2) {
-        reinterpret_cast<__half2*>(o)[c / 2] = __floats2half2_rn(acc[c] * inv, acc[c + 1] * inv);
+        if ((c / 2) % QUERY_LANES == (int)sub) o[c / 2] = __floats2half2_rn(acc[c] * inv, acc[c + 1] * inv);
     }
 }
 
@@ -476,12 +497,9 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             }
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
+                // keys past the window's end (last tile) read the zeroed staging slots: valid
+                // rows, a finite logit, masked below (branch-free: every other tile is full)
                 const int jj = nt * 8 + 2 * t + (c & 1);
-                r2s[nt][c] = 0;
-                if (jj >= (int)nk) {
-                    sc[nt][c] = NEG_INF;
-                    continue;
-                }
                 const int* qa = c < 2 ? qa0 : qa1;
                 const float* qtr = c < 2 ? qtr0 : qtr1;
                 const u32 pj = kq[jj];
@@ -498,7 +516,8 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
                     bin2 = 2 * QB + b2;
                 }
                 const float* ktj = kt + jj * KS;
-                sc[nt][c] += (qtr[b0] + qtr[QB + b1] + qtr[bin2]) + (ktj[r0 * 3] + ktj[r1 * 3 + 1] + ktj[r2 * 3 + 2]);
+                const float logit = sc[nt][c] + (qtr[b0] + qtr[QB + b1] + qtr[bin2]) + (ktj[r0 * 3] + ktj[r1 * 3 + 1] + ktj[r2 * 3 + 2]);
+                sc[nt][c] = jj < (int)nk ? logit : NEG_INF;
             }
         }
         // the rows' tile maxima (a row's 4 lanes share it) and the lazy rescale
@@ -548,16 +567,11 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             const float2 f01 = __half22float2(p01), f23 = __half22float2(p23);
             l0 += f01.x + f01.y;
             l1 += f23.x + f23.y;
-            if (SPLIT) {
-                const int jj = nt * 8 + 2 * t;
-                if (jj < (int)nk) {
-                    atomicAdd(&h2[rl0 * RS + r2s[nt][0]], f01.x);
-                    atomicAdd(&h2[rl1 * RS + r2s[nt][2]], f23.x);
-                }
-                if (jj + 1 < (int)nk) {
-                    atomicAdd(&h2[rl0 * RS + r2s[nt][1]], f01.y);
-                    atomicAdd(&h2[rl1 * RS + r2s[nt][3]], f23.y);
-                }
+            if (SPLIT) {  // masked keys add p = 0
+                atomicAdd(&h2[rl0 * RS + r2s[nt][0]], f01.x);
+                atomicAdd(&h2[rl0 * RS + r2s[nt][1]], f01.y);
+                atomicAdd(&h2[rl1 * RS + r2s[nt][2]], f23.x);
+                atomicAdd(&h2[rl1 * RS + r2s[nt][3]], f23.y);
             }
             pf[nt / 2][(nt & 1) * 2] = half2_bits(p01);
             pf[nt / 2][(nt & 1) * 2 + 1] = half2_bits(p23);
@@ -716,12 +730,14 @@ extern "C" __global__ void attn_tiled_merge(const float* __restrict__ partial, c
     for (u32 c = 0; c < d; ++c) o[c] = __float2half_rn(acc[c] * inv);
 }
 
-#define ATTN_TILED_KERNEL(D, SPLIT, NAME)                                                  \
-    extern "C" __global__ void __launch_bounds__(TILED_THREADS) NAME(ATTN_PARAMS) { \
-        attention_tiled_impl<D, SPLIT>(ATTN_ARGS);                                     \
+// MIN_BLOCKS per SM caps the registers (65536 / (128 * MIN_BLOCKS)): 4 blocks at head_dim 16
+// (128 registers, no spills; shared memory allows 3-5 such blocks at L = 24), 3 at 32.
+#define ATTN_TILED_KERNEL(D, SPLIT, MIN_BLOCKS, NAME)                                              \
+    extern "C" __global__ void __launch_bounds__(TILED_THREADS, MIN_BLOCKS) NAME(ATTN_PARAMS) { \
+        attention_tiled_impl<D, SPLIT>(ATTN_ARGS);                                                 \
     }
 
-ATTN_TILED_KERNEL(16, false, attn_ctx_tiled_d16)
-ATTN_TILED_KERNEL(32, false, attn_ctx_tiled_d32)
-ATTN_TILED_KERNEL(16, true, attn_ctx_tiled_split_d16)
-ATTN_TILED_KERNEL(32, true, attn_ctx_tiled_split_d32)
+ATTN_TILED_KERNEL(16, false, 4, attn_ctx_tiled_d16)
+ATTN_TILED_KERNEL(32, false, 3, attn_ctx_tiled_d32)
+ATTN_TILED_KERNEL(16, true, 4, attn_ctx_tiled_split_d16)
+ATTN_TILED_KERNEL(32, true, 3, attn_ctx_tiled_split_d32)

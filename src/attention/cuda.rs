@@ -9,8 +9,8 @@
 //! together; nothing per pair is ever stored.
 //!
 //! Attention: windows below [`TILED_MIN_WINDOW`] voxels (and every window without contextual RPE)
-//! get one thread per (query, head) walking the keys of its window with an online softmax, RPE
-//! table rows computed from packed quantized positions. Larger windows with contextual RPE (the
+//! get four lanes per (query, head), each walking a quarter of the keys of its window with an
+//! online softmax (merged by shuffles), RPE table rows computed from packed quantized positions. Larger windows with contextual RPE (the
 //! spherical ones) get the window-tiled kernel on tensor cores: keys staged in shared memory,
 //! Q K^T and P V as MMAs, the RPE terms factored into per-query and per-key-tile values and
 //! per-query histograms for the value table (see attention_core.cu).
@@ -28,6 +28,8 @@ use half::f16;
 
 const THREADS: u32 = 256;
 const ATTN_THREADS: u32 = 128;
+/// Lanes per query of the per-query kernel (QUERY_LANES in attention_core.cu).
+const QUERY_LANES: usize = 4;
 /// Queries and keys per tile of the tiled kernel, its threads (4 warps of 16 queries) and the
 /// columns of its key-bin histograms (TQ, TK, TILED_THREADS, HIST_TILES * 8 in
 /// attention_core.cu).
@@ -591,8 +593,10 @@ pub fn window_attention_cuda_split(
     if tiled.is_some() {
         p.tiled_min = u32::try_from(tiled_min.max(1)).unwrap_or(u32::MAX);
     }
+    // QUERY_LANES lanes per query (attention_core.cu)
+    let lanes = u32::try_from(n * QUERY_LANES).map_err(|_| Error::InvalidInput(format!("window attention: {n} voxels exceed 2^30")))?;
     let cfg = LaunchConfig {
-        grid_dim: ((n as u32).div_ceil(ATTN_THREADS), heads.count as u32, 1),
+        grid_dim: (lanes.div_ceil(ATTN_THREADS), heads.count as u32, 1),
         block_dim: (ATTN_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
