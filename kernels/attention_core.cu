@@ -8,12 +8,27 @@
 
 #define LN2_F 0.693147180559945309417f
 
+// floor(log(x) / ln 2) rounded as PyTorch computes it (logf, then a float multiply), for x >= 1.
+// Away from powers of two that is the exponent of x: with x's mantissa m in [2^-11, 2 - 2^-11),
+// log2(x) sits at least 3.5e-4 from an integer, and the computed quotient is within 3e-5 of it
+// (logf is within 1 ulp, plus two roundings). Within 2^-11 of a power of two the rounding may
+// decide, so those x (one in a thousand) take the logf path itself.
+// FAST = false: always the logf path (kept for the GPU test that compares the two).
+template <bool FAST>
+__device__ __forceinline__ float floor_log2_torch(float x) {
+    const int bits = __float_as_int(x);
+    const int mant = bits & 0x7fffff;
+    if (!FAST || mant < 0x1000 || mant > 0x7ff000 || bits >= 0x7f800000) return floorf(__fmul_rn(logf(x), 1.0f / LN2_F));
+    return (float)((bits >> 23) - 127);
+}
+
 // SphereFormer's exponential_split for one pair, op by op (see src/attention/rpe.rs).
+template <bool FAST = true>
 __device__ __forceinline__ int exponential_split(float d, float a) {
     const float ad = fabsf(d);
     const float flag = d >= 0.0f ? 1.0f : 0.0f;
-    const float t = logf(__fmul_rn(__fadd_rn(ad, (float)(2.0 * (double)a)), 1.0f / a));
-    float idx = __fadd_rn(__fmul_rn(2.0f, floorf(__fmul_rn(t, 1.0f / LN2_F))), -2.0f);
+    const float x = __fmul_rn(__fadd_rn(ad, (float)(2.0 * (double)a)), 1.0f / a);  // >= 2 (rounded)
+    float idx = __fadd_rn(__fmul_rn(2.0f, floor_log2_torch<FAST>(x)), -2.0f);
     // idx is an even integer: its floor division by 2 is exact, and 2^half a power of two (what
     // torch.div(rounding_mode='floor') and exp2 give for it, without their general-case cost)
     const float half = __fmul_rn(idx, 0.5f);
@@ -22,6 +37,15 @@ __device__ __forceinline__ int exponential_split(float d, float a) {
     if (edge <= ad) idx += 1.0f;
     idx = __fadd_rn(__fmul_rn(idx, 2.0f * flag - 1.0f), flag - 1.0f);  // small integers: exact
     return (int)idx;
+}
+
+// exponential_split of n distances as the kernels compute it (out[2i]) and on the logf path
+// alone (out[2i + 1]), for the GPU test.
+extern "C" __global__ void attn_exponential_split(const float* __restrict__ d, u32 n, float a, int* __restrict__ out) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    out[2 * i] = exponential_split<true>(d[i], a);
+    out[2 * i + 1] = exponential_split<false>(d[i], a);
 }
 
 #define MODE_PLAIN 0
@@ -246,7 +270,7 @@ __device__ __forceinline__ float dot_table_row(const float* qi, const float* row
     float s = 0.0f;
 #pragma unroll
     for (int c = 0; c < D / 4; ++c) {
-        const float4 x = __ldg(r4 + c);
+        const float4 x = r4[c];
         s += qi[4 * c] * x.x + qi[4 * c + 1] * x.y + qi[4 * c + 2] * x.z + qi[4 * c + 3] * x.w;
     }
     return s;
@@ -257,7 +281,7 @@ __device__ __forceinline__ void add_table_row(float* acc, float wgt, const float
     const float4* r4 = reinterpret_cast<const float4*>(row);
 #pragma unroll
     for (int c = 0; c < D / 4; ++c) {
-        const float4 x = __ldg(r4 + c);
+        const float4 x = r4[c];
         acc[4 * c] += wgt * x.x;
         acc[4 * c + 1] += wgt * x.y;
         acc[4 * c + 2] += wgt * x.z;
@@ -287,11 +311,14 @@ __device__ __forceinline__ u32 onehot_pair(int bin_lo, int bin_hi, int col) {
 }
 
 // Shared-memory layout of the tiled kernel, in floats then halves (mirrored by
-// tiled_smem_bytes in src/attention/cuda.rs): qt [TQ][QS], h2 [TQ][RS] (split only), kt
-// [KT_LEN] (the tile's k . tk, [TK][KS]; after the last tile, per-warp scratch of [16][D + 2]),
-// kq [TK], kr [TK], then from a 16-byte boundary the keys [TK][D + 8] and values [D][TK + 8].
+// tiled_smem_bytes in src/attention/cuda.rs): tab [E][D] (this head's table: tq while the
+// per-query values are computed, tk as FP16 high and low halves during the tiles, tv at the
+// end), qt [TQ][QS], h2 [TQ][RS]
+// (split only), kt [KT_LEN] (the tile's k . tk, [TK][KS]; after the last tile, per-warp scratch
+// of [16][D + 2]), kq [TK], kr [TK], then from a 16-byte boundary the keys [TK][D + 8] and
+// values [D][TK + 8].
 struct TiledLayout {
-    int QB, S, QS, E, KS, RS, KT_LEN, HALF_AT;
+    int QB, S, QS, E, KS, RS, TAB, KT_LEN, HALF_AT;
     __device__ TiledLayout(int L, int rows, bool split, int d) {
         QB = L + 1;
         S = (split ? 2 : 3) * QB + (split ? rows : 0);
@@ -299,10 +326,57 @@ struct TiledLayout {
         E = 3 * rows;
         KS = odd_stride(E);
         RS = odd_stride(rows);
+        TAB = E * d;
         KT_LEN = max(TK * KS, TQ * (d + 2));
-        HALF_AT = (TQ * QS + (split ? TQ * RS : 0) + KT_LEN + 2 * TK + 3) & ~3;
+        HALF_AT = (TAB + TQ * QS + (split ? TQ * RS : 0) + KT_LEN + 2 * TK + 3) & ~3;
     }
 };
+
+// Copies this head's rows of a [E, heads_b, D] table into tab [E][D] (float4 per thread).
+template <int D>
+__device__ __forceinline__ void stage_table(float* tab, const float* table, int E, u32 heads_b, u32 hb) {
+    for (int x = threadIdx.x; x < E * (D / 4); x += TILED_THREADS) {
+        const int e = x / (D / 4), c4 = x % (D / 4);
+        reinterpret_cast<float4*>(tab)[x] = __ldg(reinterpret_cast<const float4*>(table + ((u64)e * heads_b + hb) * D) + c4);
+    }
+}
+
+// Copies this head's rows of a [E, heads_b, D] f32 table into FP16 high halves [E][D] and the
+// halves of what they leave [E][D] (hi + lo ~ the f32 value to ~2^-22), the B operand of the
+// tile's k . tk MMAs.
+template <int D>
+__device__ __forceinline__ void stage_table_hi_lo(__half* tab, const float* table, int E, u32 heads_b, u32 hb) {
+    for (int x = threadIdx.x; x < E * (D / 2); x += TILED_THREADS) {
+        const int e = x / (D / 2), c2 = x % (D / 2);
+        u32 hi, lo;
+        split_hi_lo(__ldg(reinterpret_cast<const float2*>(table + ((u64)e * heads_b + hb) * D) + c2), hi, lo);
+        reinterpret_cast<u32*>(tab)[x] = hi;
+        reinterpret_cast<u32*>(tab + E * D)[x] = lo;
+    }
+}
+
+// Adds one query row's probabilities to its radial-row histogram (split axis): this lane's two
+// keys in one add when they share a row, and the quad's eight keys (one query row, 4 lanes) in
+// one add when all share it, which is the common case (keys of a window at similar radii).
+// Shared-memory float atomics are compare-and-swap loops, slow under contention within a quad.
+// Every lane of the warp must call it (shuffles).
+__device__ __forceinline__ void radial_hist_add(float* row, int b0, int b1, float p0, float p1) {
+    const int lane = threadIdx.x & 31, base = lane & ~3;
+    const bool pair = b0 == b1;
+    const int qb = __shfl_sync(FULL_MASK, b0, base);
+    const u32 same = __ballot_sync(FULL_MASK, pair && b0 == qb);
+    float sum = p0 + p1;
+    float quad_sum = sum + __shfl_xor_sync(FULL_MASK, sum, 1);
+    quad_sum += __shfl_xor_sync(FULL_MASK, quad_sum, 2);
+    if (((same >> base) & 0xFu) == 0xFu) {
+        if (lane == base) atomicAdd(row + b0, quad_sum);
+    } else if (pair) {
+        atomicAdd(row + b0, sum);
+    } else {
+        atomicAdd(row + b0, p0);
+        atomicAdd(row + b1, p1);
+    }
+}
 
 template <int D, bool SPLIT>
 __device__ void attention_tiled_impl(ATTN_PARAMS) {
@@ -324,7 +398,8 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
     const int L = A.grid_length, rows = A.rows, hi = rows - 1;
     const TiledLayout Y(L, rows, SPLIT, D);
     const int QB = Y.QB, QS = Y.QS, KS = Y.KS, RS = Y.RS, E = Y.E;
-    float* qt = smem;                                   // [TQ][QS] q . tq per bin
+    float* tab = smem;                                  // [E][D] this head's tq, tk or tv
+    float* qt = tab + Y.TAB;                            // [TQ][QS] q . tq per bin
     float* h2 = qt + TQ * QS;                           // [TQ][RS] radial-row histogram (split)
     float* kt = h2 + (SPLIT ? TQ * RS : 0);             // [TK][KS] k . tk per (row, axis)
     u32* kq = reinterpret_cast<u32*>(kt + Y.KT_LEN);    // [TK] packed quantized positions
@@ -335,6 +410,8 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 
     // q . tq per bin for every query of the chunk (two threads a query), radial histogram zeroed
+    stage_table<D>(tab, tq, E, A.heads_b, hb);
+    __syncthreads();
     {
         const int ql = tid % TQ, part = tid / TQ;
         float qf[D];
@@ -359,7 +436,7 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
                 a = 2;
                 r = en - UNSPLIT * QB;
             }
-            my[en] = dot_table_row<D>(qf, tq + ((u64)(r * 3 + a) * A.heads_b + hb) * D);
+            my[en] = dot_table_row<D>(qf, tab + (r * 3 + a) * D);
         }
         if (SPLIT)
             for (int r = part; r < rows; r += TILED_THREADS / TQ) h2[ql * RS + r] = 0.0f;
@@ -401,37 +478,53 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
         for (int bn = 0; bn < HIST_TILES; ++bn) hist[a][bn][0] = hist[a][bn][1] = hist[a][bn][2] = hist[a][bn][3] = 0.0f;
     const float NEG_INF = -__int_as_float(0x7f800000);
     float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
+    __syncthreads();  // tq no longer read
+    stage_table_hi_lo<D>(reinterpret_cast<__half*>(tab), tk, E, A.heads_b, hb);
+
+    // The next tile's keys, values and positions are loaded into registers while this tile is
+    // computed (one 16-byte chunk of K and of V per thread: TK * D / 8 <= TILED_THREADS), and
+    // written to shared memory after the tile's last read.
+    static_assert(TK * (D / 8) <= TILED_THREADS, "one K/V chunk per thread");
+    const int sjj = tid / (D / 8), sc8 = tid % (D / 8);
+    uint4 uk, uv;
+    u32 pq;
+    float pr;
+    auto fetch = [&](u32 k0) {
+        const u32 nk = min((u32)TK, ke - k0);
+        uk = make_uint4(0u, 0u, 0u, 0u);
+        uv = uk;
+        pq = 0u;
+        pr = 0.0f;
+        // zeros past the window's end, so that masked pairs (p = 0) multiply zeros, not stale values
+        if (tid < TK * (D / 8) && sjj < (int)nk) {
+            const u32 j = order[k0 + sjj];
+            uk = __ldg(reinterpret_cast<const uint4*>(k + (u64)j * A.ld + h * D) + sc8);
+            uv = __ldg(reinterpret_cast<const uint4*>(v + (u64)j * A.ld + h * D) + sc8);
+        }
+        if (tid < (int)nk) {
+            const u32 j = order[k0 + tid];
+            pq = quant[j];
+            if (SPLIT) pr = pos[(u64)j * 3 + 2];
+        }
+    };
+    if (kb < ke) fetch(kb);
 
     for (u32 k0 = kb; k0 < ke; k0 += TK) {
         const u32 nk = min((u32)TK, ke - k0);
-        __syncthreads();  // the previous tile is no longer read
-        // stage the tile: keys row-major, values transposed, zeros past the window's end (so
-        // that masked pairs, p = 0, multiply zeros and not stale values)
-        for (int x = tid; x < TK * (D / 8); x += TILED_THREADS) {
-            const int jj = x / (D / 8), c8 = x % (D / 8);
-            uint4 uk = make_uint4(0u, 0u, 0u, 0u), uv = uk;
-            if (jj < (int)nk) {
-                const u32 j = order[k0 + jj];
-                uk = __ldg(reinterpret_cast<const uint4*>(k + (u64)j * A.ld + h * D) + c8);
-                uv = __ldg(reinterpret_cast<const uint4*>(v + (u64)j * A.ld + h * D) + c8);
-            }
-            *reinterpret_cast<uint4*>(ks + jj * KPAD + c8 * 8) = uk;
+        __syncthreads();  // the previous tile is no longer read (and, first time round, tk staged)
+        // stage the tile: keys row-major, values transposed
+        if (tid < TK * (D / 8)) {
+            *reinterpret_cast<uint4*>(ks + sjj * KPAD + sc8 * 8) = uk;
             const __half* hv = reinterpret_cast<const __half*>(&uv);
 #pragma unroll
-            for (int c = 0; c < 8; ++c) vt[(c8 * 8 + c) * VPAD + jj] = hv[c];
+            for (int c = 0; c < 8; ++c) vt[(sc8 * 8 + c) * VPAD + sjj] = hv[c];
         }
         if (tid < TK) {
-            u32 pq = 0u;
-            float pr = 0.0f;
-            if (tid < (int)nk) {
-                const u32 j = order[k0 + tid];
-                pq = quant[j];
-                if (SPLIT) pr = pos[(u64)j * 3 + 2];
-            }
             kq[tid] = pq;
             kr[tid] = pr;
         }
         __syncthreads();
+        if (k0 + TK < ke) fetch(k0 + TK);
         // k . tk for every (key, table entry): warp w takes the entry tiles w, w + 4, ...
         {
             u32 af[TK / 16][D / 16][4];
@@ -448,16 +541,14 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             for (int nt = warp; nt * 8 < E; nt += TILED_THREADS / 32) {
                 const int en = nt * 8 + g;  // the table entry this lane's B fragment holds
                 u32 bh[D / 16][2], bl[D / 16][2];
+                const __half* th = reinterpret_cast<const __half*>(tab);
 #pragma unroll
                 for (int kk = 0; kk < D / 16; ++kk) {
-                    float2 x0 = make_float2(0.0f, 0.0f), x1 = x0;
-                    if (en < E) {
-                        const float* row = tk + ((u64)en * A.heads_b + hb) * D + kk * 16 + 2 * t;
-                        x0 = __ldg(reinterpret_cast<const float2*>(row));
-                        x1 = __ldg(reinterpret_cast<const float2*>(row + 8));
-                    }
-                    split_hi_lo(x0, bh[kk][0], bl[kk][0]);
-                    split_hi_lo(x1, bh[kk][1], bl[kk][1]);
+                    const int at = min(en, E - 1) * D + kk * 16 + 2 * t;  // rows past E: any row, never stored
+                    bh[kk][0] = shared_u32(th + at);
+                    bh[kk][1] = shared_u32(th + at + 8);
+                    bl[kk][0] = shared_u32(th + E * D + at);
+                    bl[kk][1] = shared_u32(th + E * D + at + 8);
                 }
                 const int col = nt * 8 + 2 * t;
 #pragma unroll
@@ -568,10 +659,8 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             l0 += f01.x + f01.y;
             l1 += f23.x + f23.y;
             if (SPLIT) {  // masked keys add p = 0
-                atomicAdd(&h2[rl0 * RS + r2s[nt][0]], f01.x);
-                atomicAdd(&h2[rl0 * RS + r2s[nt][1]], f01.y);
-                atomicAdd(&h2[rl1 * RS + r2s[nt][2]], f23.x);
-                atomicAdd(&h2[rl1 * RS + r2s[nt][3]], f23.y);
+                radial_hist_add(h2 + rl0 * RS, r2s[nt][0], r2s[nt][1], f01.x, f01.y);
+                radial_hist_add(h2 + rl1 * RS, r2s[nt][2], r2s[nt][3], f23.x, f23.y);
             }
             pf[nt / 2][(nt & 1) * 2] = half2_bits(p01);
             pf[nt / 2][(nt & 1) * 2 + 1] = half2_bits(p23);
@@ -602,7 +691,9 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             }
         }
     }
-    __syncthreads();  // every warp is done with the last tile: kt becomes scratch
+    __syncthreads();  // every warp is done with the last tile: kt becomes scratch, tab gets tv
+    stage_table<D>(tab, tv, E, A.heads_b, hb);
+    __syncthreads();
     if (!warp_active) return;
 #pragma unroll
     for (int x = 1; x <= 2; x <<= 1) {
@@ -647,14 +738,14 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             const float wgt = hrow[a * QB + b];
             if (wgt == 0.0f) continue;
             const int r = clamp_row(qa - b + L - 1, hi);
-            add_table_row<D / 2>(acc, wgt, tv + ((u64)(r * 3 + a) * A.heads_b + hb) * D + d0);
+            add_table_row<D / 2>(acc, wgt, tab + (r * 3 + a) * D + d0);
         }
     }
     if (SPLIT) {
         for (int r = 0; r < rows; ++r) {
             const float wgt = h2[rl * RS + r];
             if (wgt == 0.0f) continue;
-            add_table_row<D / 2>(acc, wgt, tv + ((u64)(r * 3 + 2) * A.heads_b + hb) * D + d0);
+            add_table_row<D / 2>(acc, wgt, tab + (r * 3 + 2) * D + d0);
         }
     }
     const float m = scr[row * (D + 2) + D], l = scr[row * (D + 2) + D + 1];
@@ -730,14 +821,15 @@ extern "C" __global__ void attn_tiled_merge(const float* __restrict__ partial, c
     for (u32 c = 0; c < d; ++c) o[c] = __float2half_rn(acc[c] * inv);
 }
 
-// MIN_BLOCKS per SM caps the registers (65536 / (128 * MIN_BLOCKS)): 4 blocks at head_dim 16
-// (128 registers, no spills; shared memory allows 3-5 such blocks at L = 24), 3 at 32.
+// MIN_BLOCKS per SM caps the registers (65536 / (128 * MIN_BLOCKS)): 3 blocks, 168 registers,
+// no spills (4 blocks would fit the shared memory of cubic windows at head_dim 16, but the
+// 128-register cap spills in the tile loop).
 #define ATTN_TILED_KERNEL(D, SPLIT, MIN_BLOCKS, NAME)                                              \
     extern "C" __global__ void __launch_bounds__(TILED_THREADS, MIN_BLOCKS) NAME(ATTN_PARAMS) { \
         attention_tiled_impl<D, SPLIT>(ATTN_ARGS);                                                 \
     }
 
-ATTN_TILED_KERNEL(16, false, 4, attn_ctx_tiled_d16)
+ATTN_TILED_KERNEL(16, false, 3, attn_ctx_tiled_d16)
 ATTN_TILED_KERNEL(32, false, 3, attn_ctx_tiled_d32)
-ATTN_TILED_KERNEL(16, true, 4, attn_ctx_tiled_split_d16)
+ATTN_TILED_KERNEL(16, true, 3, attn_ctx_tiled_split_d16)
 ATTN_TILED_KERNEL(32, true, 3, attn_ctx_tiled_split_d32)

@@ -14,11 +14,11 @@ mod common;
 use common::{gpu, nuscenes_sweep, rel_err, Rng};
 use half::f16;
 use sptr::attention::cuda::{
-    cart2sphere_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_attention_cuda_split,
+    cart2sphere_cuda, exponential_split_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_attention_cuda_split,
     window_partition_cuda, TILED_MIN_WINDOW,
     CudaBias2d, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView,
 };
-use sptr::attention::rpe::cart2sphere;
+use sptr::attention::rpe::{cart2sphere, exponential_split};
 use sptr::attention::swin::swin_partition;
 use sptr::attention::{
     sphere_attention_cpu, window_attention, window_partition, ContextualRpe, HeadSlice, PositionTerm,
@@ -283,5 +283,53 @@ fn swin_windows_match_cpu() {
         let term = CudaTerm::Bias2d(CudaBias2d { window: [m, m], rc_packed: &rc_d, table: &table_d });
         window_attention_cuda(&dev, QkvView { q: &qd, k: &kd, v: &vd, ld: row }, HeadSlice::all(heads, d), &part_d, term, &mut out, row).unwrap();
         check(&format!("swin 7x7 shift {shift} d{d}"), &down16(&dev, &out), &want);
+    }
+}
+
+/// The kernels' exponential split takes the exponent of x = (|d| + 2a) / a instead of
+/// floor(logf(x) / ln 2) away from powers of two; it must equal the logf path exactly. Probed on
+/// 40,001 consecutive floats around every distance where x crosses a power of two (the floor of
+/// its log) or a bin's middle edge (3 * 2^h - 2) * a, both signs, plus a million random
+/// distances; two values of `a`. Against the CPU reference (the host's ln instead of CUDA's logf)
+/// the two may differ only where x lies within a few ulps of a power of two.
+#[test]
+fn exponential_split_equals_the_logf_path_and_the_cpu() {
+    let Some(dev) = gpu("exponential_split_equals_the_logf_path_and_the_cpu") else { return };
+    let mut rng = Rng(23);
+    for a in [0.0125f32, 0.05] {
+        let mut d = Vec::new();
+        for k in 1..=24 {
+            for center in [(2f32.powi(k) - 2.0) * a, (3.0 * 2f32.powi(k - 1) - 2.0) * a] {
+                for sign in [1.0f32, -1.0] {
+                    let c = (center * sign).to_bits() as i64;
+                    for u in -20_000i64..=20_000 {
+                        let x = f32::from_bits((c + u).clamp(0, u32::MAX as i64) as u32);
+                        if x.is_finite() && (x >= 0.0) == (sign > 0.0) {
+                            d.push(x);
+                        }
+                    }
+                }
+            }
+        }
+        d.extend((0..1_000_000).map(|_| rng.sym() * 500.0));
+        d.extend([0.0, -0.0, a, -a, 2.0 * a, -2.0 * a]);
+        let got = exponential_split_cuda(&dev, &d, a).unwrap();
+        let differ: Vec<_> = d.iter().zip(&got).filter(|(_, g)| g[0] != g[1]).take(5).collect();
+        assert!(differ.is_empty(), "a = {a}: the exponent path differs from the logf path at (d, [fast, logf]) = {differ:?}");
+        // the host's x, rounded as the kernels round it
+        let near_pow2 = |d: f32| {
+            let x = (d.abs() + (2.0 * a as f64) as f32) * (1.0f32 / a);
+            let m = x.to_bits() & 0x7f_ffff;
+            !(4..=0x7f_ffff - 4).contains(&m)
+        };
+        let mut boundary = 0usize;
+        for (&x, g) in d.iter().zip(&got) {
+            let want = exponential_split(x, a);
+            if want != g[0] {
+                assert!(near_pow2(x), "a = {a}: GPU split {} != CPU {want} at d = {x}, away from any power-of-two x", g[0]);
+                boundary += 1;
+            }
+        }
+        eprintln!("exponential split, a = {a}: {} distances, exponent path = logf path; {boundary} differ from the host's ln within 4 ulps of a power of two", d.len());
     }
 }

@@ -41,7 +41,7 @@ const TILED_HIST_BINS: usize = 32;
 /// 32). Below it a tile's per-key and per-query RPE precomputation costs more than it saves.
 pub const TILED_MIN_WINDOW: usize = 64;
 /// Shared memory one tiled block may use (H100: 227 KB per block; at SphereFormer's L = 24 a
-/// block takes ~40-60 KB).
+/// block takes ~50-70 KB).
 const TILED_MAX_SMEM: usize = 200 * 1024;
 
 /// Mirror of `struct WindowGrid` in attention.cu.
@@ -309,6 +309,27 @@ pub fn cart2sphere_cuda(dev: &CudaDevice, xyz: &CudaSlice<f32>, n: usize) -> Res
     Ok(out)
 }
 
+/// SphereFormer's `exponential_split(d, a)` of every distance in `d`, as the attention kernels
+/// compute it per pair (the exponent of x away from powers of two), and on the logf path alone,
+/// as `[kernels, logf path]` pairs (for tests against each other and against
+/// [`super::rpe::exponential_split`]).
+pub fn exponential_split_cuda(dev: &CudaDevice, d: &[f32], a: f32) -> Result<Vec<[i32; 2]>, Error> {
+    let n32 = n_u32(d.len(), "exponential split")?;
+    if d.is_empty() {
+        return Ok(vec![]);
+    }
+    let s = &dev.stream;
+    let dd = s.clone_htod(d).map_err(cuda_err("uploading distances"))?;
+    let mut out = s.alloc_zeros::<i32>(2 * d.len()).map_err(cuda_err("allocating split indices"))?;
+    let f = dev.function("attention_core", "attn_exponential_split")?;
+    // SAFETY: dd and out hold n entries.
+    unsafe {
+        s.launch_builder(&f).arg(&dd).arg(&n32).arg(&a).arg(&mut out).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_exponential_split"))?;
+    }
+    let flat = s.clone_dtoh(&out).map_err(cuda_err("reading split indices"))?;
+    Ok(flat.chunks_exact(2).map(|p| [p[0], p[1]]).collect())
+}
+
 /// Packed quantized in-window positions (10 bits per axis) under `geometry`.
 pub fn rpe_quantize_cuda(dev: &CudaDevice, pos: &CudaSlice<f32>, n: usize, geometry: &RpeGeometry) -> Result<CudaSlice<u32>, Error> {
     if geometry.grid_length > 1024 {
@@ -410,7 +431,8 @@ fn tiled_smem_bytes(geometry: &RpeGeometry, d: usize) -> Option<usize> {
     let (tq, tk) = (TILED_QUERIES as usize, TILED_KEYS);
     let per_query = unsplit * (l + 1) + if split { rows } else { 0 };
     let kt_len = (tk * ((3 * rows) | 1)).max(tq * (d + 2));
-    let floats = (tq * (per_query | 1) + if split { tq * (rows | 1) } else { 0 } + kt_len + 2 * tk).next_multiple_of(4);
+    let table = 3 * rows * d;
+    let floats = (table + tq * (per_query | 1) + if split { tq * (rows | 1) } else { 0 } + kt_len + 2 * tk).next_multiple_of(4);
     let halves = tk * (d + 8) + d * (tk + 8);
     let bytes = floats * 4 + halves * 2;
     (fits && bytes <= TILED_MAX_SMEM).then_some(bytes)
