@@ -144,3 +144,127 @@ extern "C" __global__ void iota_u32(u32* __restrict__ vals, u32 n) {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) vals[i] = i;
 }
+
+// ---- small sorts in one launch: one block sorts n <= SMALL_SORT_CAP pairs, every 8-bit pass in
+// shared memory. Same digits in the same order as radix_histogram + radix_scatter, so the same
+// (stable) result. Warp w owns positions [w * SMALL_SORT_WARP_ITEMS, (w + 1) * ...) and takes
+// them in rounds of 32 (round r, lane l: position w * 256 + r * 32 + l), so (warp, round, lane)
+// order is input order and ranks by it are stable. Items stay in registers across a pass;
+// shared memory holds, per warp, 256 digit counts (then offsets) and 256 exchange words:
+// 2 KB a warp, 64 KB for 32 warps (dynamic shared memory, blockDim.x / 32 warps).
+#define SMALL_SORT_THREADS 1024
+#define SMALL_SORT_ITEMS 8
+#define SMALL_SORT_WARP_ITEMS (32 * SMALL_SORT_ITEMS)
+#define SMALL_SORT_CAP (SMALL_SORT_THREADS * SMALL_SORT_ITEMS)
+
+// Moves one 32-bit word of every item to its destination: word[r] of position `base + r * 32`
+// goes to position dest[r]; afterwards word[r] holds the word that landed on `base + r * 32`.
+__device__ __forceinline__ void small_sort_exchange(u32* xbuf, u32 (&word)[SMALL_SORT_ITEMS],
+                                                    const u32 (&dest)[SMALL_SORT_ITEMS], u32 base, u32 n) {
+#pragma unroll
+    for (u32 r = 0; r < SMALL_SORT_ITEMS; ++r)
+        if (base + r * 32 < n) xbuf[dest[r]] = word[r];
+    __syncthreads();
+#pragma unroll
+    for (u32 r = 0; r < SMALL_SORT_ITEMS; ++r)
+        if (base + r * 32 < n) word[r] = xbuf[base + r * 32];
+    __syncthreads();
+}
+
+// Sorts keys[0..n), vals[0..n) in place by the low `bits` bits of the key (bits <= 64, keys
+// below 2^bits as radix_sort_pairs requires; the passes are the multi-pass path's: 8 bits each
+// from bit 0 while below `bits`). blockDim.x = 32 * ceil(n / SMALL_SORT_WARP_ITEMS) <= 1024;
+// dynamic shared memory: blockDim.x / 32 * 2 * RADIX_BINS words.
+extern "C" __global__ void __launch_bounds__(SMALL_SORT_THREADS)
+radix_sort_small(u64* __restrict__ keys, u32* __restrict__ vals, u32 n, u32 bits) {
+    extern __shared__ u32 small_sort_smem[];
+    __shared__ u32 warp_sums[33];
+    const u32 nwarps = blockDim.x >> 5;
+    // hist[digit * nwarps + warp]: digit-major, so one block scan gives every (digit, warp) the
+    // first position of its items.
+    u32* hist = small_sort_smem;
+    u32* xbuf = small_sort_smem + nwarps * RADIX_BINS;
+    const u32 lane = threadIdx.x & 31u;
+    const u32 warp = threadIdx.x >> 5;
+    const u32 lanes_below = (1u << lane) - 1u;
+    const u32 base = warp * SMALL_SORT_WARP_ITEMS + lane;
+    u64 key[SMALL_SORT_ITEMS];
+    u32 val[SMALL_SORT_ITEMS], dest[SMALL_SORT_ITEMS], word[SMALL_SORT_ITEMS];
+#pragma unroll
+    for (u32 r = 0; r < SMALL_SORT_ITEMS; ++r) {
+        const u32 i = base + r * 32;
+        key[r] = i < n ? keys[i] : 0ull;
+        val[r] = i < n ? vals[i] : 0u;
+    }
+    for (u32 shift = 0; shift < bits; shift += 8) {
+        // This warp's counts (only this warp touches them until the scan).
+        for (u32 d = lane; d < RADIX_BINS; d += 32) hist[d * nwarps + warp] = 0u;
+        __syncwarp();
+        // Rank of each item among the warp's earlier items with the same digit.
+#pragma unroll
+        for (u32 r = 0; r < SMALL_SORT_ITEMS; ++r) {
+            const bool valid = base + r * 32 < n;
+            // Out-of-range lanes get digit 256 so they never match a real digit.
+            const u32 digit = valid ? ((u32)(key[r] >> shift) & 0xffu) : RADIX_BINS;
+            const u32 peers = __match_any_sync(FULL_MASK, digit);
+            const u32 leader = __ffs(peers) - 1u;
+            u32 before = 0u;
+            if (valid && lane == leader) {
+                before = hist[digit * nwarps + warp];
+                hist[digit * nwarps + warp] = before + __popc(peers);
+            }
+            before = __shfl_sync(FULL_MASK, before, leader);
+            dest[r] = before + __popc(peers & lanes_below);
+            __syncwarp();
+        }
+        __syncthreads();
+        // Exclusive scan of the counts in (digit, warp) order: each thread takes 8 consecutive
+        // entries (the block has 32 * nwarps threads, the table 256 * nwarps entries).
+        {
+            u32 c[8];
+            u32 s = 0u;
+#pragma unroll
+            for (u32 j = 0; j < 8; ++j) {
+                c[j] = hist[threadIdx.x * 8 + j];
+                s += c[j];
+            }
+            u32 total;
+            u32 run = block_exclusive_scan(s, warp_sums, total);
+#pragma unroll
+            for (u32 j = 0; j < 8; ++j) {
+                hist[threadIdx.x * 8 + j] = run;
+                run += c[j];
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (u32 r = 0; r < SMALL_SORT_ITEMS; ++r)
+            if (base + r * 32 < n) dest[r] += hist[((u32)(key[r] >> shift) & 0xffu) * nwarps + warp];
+        if (shift + 8 >= bits) {
+            // Last pass: straight to global memory (every thread read its inputs before the
+            // first barrier above, so writing in place is safe).
+#pragma unroll
+            for (u32 r = 0; r < SMALL_SORT_ITEMS; ++r) {
+                if (base + r * 32 < n) {
+                    keys[dest[r]] = key[r];
+                    vals[dest[r]] = val[r];
+                }
+            }
+            return;
+        }
+        // Exchange through shared memory, a 32-bit word at a time: key low, key high, value.
+#pragma unroll
+        for (u32 r = 0; r < SMALL_SORT_ITEMS; ++r) word[r] = (u32)key[r];
+        small_sort_exchange(xbuf, word, dest, base, n);
+        u32 lo[SMALL_SORT_ITEMS];
+#pragma unroll
+        for (u32 r = 0; r < SMALL_SORT_ITEMS; ++r) {
+            lo[r] = word[r];
+            word[r] = (u32)(key[r] >> 32);
+        }
+        small_sort_exchange(xbuf, word, dest, base, n);
+#pragma unroll
+        for (u32 r = 0; r < SMALL_SORT_ITEMS; ++r) key[r] = ((u64)word[r] << 32) | lo[r];
+        small_sort_exchange(xbuf, val, dest, base, n);
+    }
+}

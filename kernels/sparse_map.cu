@@ -79,34 +79,58 @@ extern "C" __global__ void submanifold_nbr(const i32* __restrict__ coords, u32 n
     nbr[t] = hash_find(keys, vals, mask, pack_coord(coords[o * 4], c[0], c[1], c[2]));
 }
 
-// Strided: every (input, offset) proposes output q = (rel + p - r*d) / s when exact and inside
-// the output shape; cand[i * K + k] = its packed absolute coordinate or EMPTY_KEY.
+// Strided: input i through offset k proposes output q = (rel + p - r*d) / s (relative to the
+// output origin) when exact and inside the output shape.
+__device__ __forceinline__ bool strided_target(const i32* __restrict__ coords, u32 i, u32 k, const MapGeom& G, i32 q[3]) {
+    i32 r[3];
+    offset_of(G, k, r);
+    for (int a = 0; a < 3; ++a) {
+        const i32 num = coords[i * 4 + 1 + a] - G.in_origin[a] + G.padding[a] - r[a] * G.dilation[a];
+        if (num < 0 || num % G.stride[a] != 0) return false;
+        q[a] = num / G.stride[a];
+        if (q[a] >= G.out_shape[a]) return false;
+    }
+    return true;
+}
+
+// cand[i * K + k] = the packed absolute coordinate (pack_coord) of input i's output through
+// offset k, or EMPTY_KEY.
 extern "C" __global__ void strided_candidates(const i32* __restrict__ coords, u32 n, MapGeom G, u64* __restrict__ cand) {
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= (u64)n * G.kv) return;
     const u32 i = (u32)(t / G.kv), k = (u32)(t % G.kv);
-    i32 r[3], q[3];
-    offset_of(G, k, r);
+    i32 q[3];
     u64 key = EMPTY_KEY;
-    bool ok = true;
-    for (int a = 0; a < 3; ++a) {
-        const i32 num = coords[i * 4 + 1 + a] - G.in_origin[a] + G.padding[a] - r[a] * G.dilation[a];
-        if (num < 0 || num % G.stride[a] != 0) { ok = false; break; }
-        q[a] = num / G.stride[a];
-        if (q[a] >= G.out_shape[a]) { ok = false; break; }
-    }
-    if (ok) key = pack_coord(coords[i * 4], q[0] + G.out_origin[0], q[1] + G.out_origin[1], q[2] + G.out_origin[2]);
+    if (strided_target(coords, i, k, G, q))
+        key = pack_coord(coords[i * 4], q[0] + G.out_origin[0], q[1] + G.out_origin[1], q[2] + G.out_origin[2]);
     cand[t] = key;
 }
 
-// heads[i] = 1 where sorted candidate i starts a new (valid) output site.
-extern "C" __global__ void unique_heads(const u64* __restrict__ keys, u32 n, u32* __restrict__ heads) {
-    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    heads[i] = (keys[i] != EMPTY_KEY && (i == 0 || keys[i] != keys[i - 1])) ? 1u : 0u;
+// The same candidates as compact keys: [b, q0, q1, q2] in the mixed radix (batches, out_shape),
+// ((b * S0 + q0) * S1 + q1) * S2 + q2, and `empty` = batches * S0 * S1 * S2 (the host checks it
+// is below 2^63) where there is no output or b is outside [0, batches). Unsigned order = the order
+// of [b, x, y, z], as with pack_coord, in fewer bits.
+extern "C" __global__ void strided_candidates_compact(const i32* __restrict__ coords, u32 n, MapGeom G, u32 batches, u64 empty,
+                                                      u64* __restrict__ cand) {
+    const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (u64)n * G.kv) return;
+    const u32 i = (u32)(t / G.kv), k = (u32)(t % G.kv);
+    const i32 b = coords[i * 4];
+    i32 q[3];
+    u64 key = empty;
+    if (b >= 0 && (u32)b < batches && strided_target(coords, i, k, G, q))
+        key = (((u64)b * (u64)G.out_shape[0] + (u64)q[0]) * (u64)G.out_shape[1] + (u64)q[1]) * (u64)G.out_shape[2] + (u64)q[2];
+    cand[t] = key;
 }
 
-// Output coordinates of the unique sorted keys.
+// heads[i] = 1 where sorted candidate i starts a new output site (`empty`: no output).
+extern "C" __global__ void unique_heads(const u64* __restrict__ keys, u32 n, u64 empty, u32* __restrict__ heads) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    heads[i] = (keys[i] != empty && (i == 0 || keys[i] != keys[i - 1])) ? 1u : 0u;
+}
+
+// Output coordinates of the unique sorted keys (pack_coord's packing).
 extern "C" __global__ void unique_coords(const u64* __restrict__ keys, const u32* __restrict__ heads,
                                          const u32* __restrict__ excl, u32 n, i32* __restrict__ out) {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -117,6 +141,25 @@ extern "C" __global__ void unique_coords(const u64* __restrict__ keys, const u32
     out[o * 4 + 1] = (i32)((key >> 32) & 0xffff) - COORD_BIAS;
     out[o * 4 + 2] = (i32)((key >> 16) & 0xffff) - COORD_BIAS;
     out[o * 4 + 3] = (i32)(key & 0xffff) - COORD_BIAS;
+}
+
+// Output coordinates of the unique sorted compact keys (strided_candidates_compact's radix).
+extern "C" __global__ void unique_coords_compact(const u64* __restrict__ keys, const u32* __restrict__ heads,
+                                                 const u32* __restrict__ excl, u32 n, MapGeom G, i32* __restrict__ out) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n || !heads[i]) return;
+    u64 key = keys[i];
+    const u32 o = excl[i];
+    i32 q[3];
+    for (int a = 2; a >= 0; --a) {
+        const u64 s = (u64)G.out_shape[a];
+        q[a] = (i32)(key % s);
+        key /= s;
+    }
+    out[o * 4 + 0] = (i32)key;
+    out[o * 4 + 1] = q[0] + G.out_origin[0];
+    out[o * 4 + 2] = q[1] + G.out_origin[1];
+    out[o * 4 + 3] = q[2] + G.out_origin[2];
 }
 
 // Strided neighbour table: output q (relative to its origin) reads input q*s - p + r*d.

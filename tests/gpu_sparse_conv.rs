@@ -182,6 +182,73 @@ fn cuda_maps_equal_cpu_maps() {
     }
 }
 
+/// Strided maps over several batches and non-zero origins, with sites that carry their batch
+/// count (upload) and without one (`CudaSites::build`: bound 65535), and on the largest grid the
+/// 16-bit packing allows, where the candidates' compact key takes all 63 bits (32767 batches) or
+/// does not fit and the 64-bit packing is used (32768 batches).
+#[test]
+fn cuda_strided_maps_compact_keys_and_fallback() {
+    let Some(dev) = gpu("cuda_strided_maps_compact_keys_and_fallback") else { return };
+    let mut rng = Rng(15);
+    let check_strided = |case: &str, t: &SparseTensor, g: ConvGeometry, rebuilt: bool| {
+        let cpu = strided(t, g).unwrap();
+        let mut sites = CudaSites::upload(&dev, t).unwrap();
+        if rebuilt {
+            let coords = dev.stream.clone_dtod(&sites.coords).unwrap();
+            sites = CudaSites::build(&dev, coords, t.len()).unwrap();
+            assert_eq!(sites.batch_size(), 65535, "{case}: sites built without a batch count");
+        } else {
+            assert_eq!(sites.batch_size(), t.batch_size(), "{case}: uploaded sites' batch count");
+        }
+        let (gpu, out_shape, out_origin) = strided_cuda(&dev, t, &sites, g).unwrap();
+        assert_eq!((out_shape, out_origin), (cpu.out_spatial_shape, cpu.out_origin), "{case}: output geometry");
+        assert_eq!(gpu.out.batch_size(), sites.batch_size(), "{case}: outputs keep the batch bound");
+        check_map(&dev, case, &cpu, &gpu);
+        let gpu_inv = inverse_cuda(&dev, &gpu, sites).unwrap();
+        check_map(&dev, &format!("{case} inverse"), &inverse(&cpu).unwrap(), &gpu_inv);
+    };
+    // Five samples, origin off zero (a multiple of every stride below); 200 sites give candidate
+    // sorts inside the one-launch capacity, 2000 above it.
+    let (shape, origin) = ([12, 10, 8], [-4, 6, -6]);
+    for n in [200usize, 2000] {
+        let coords: Vec<[i32; 4]> = random_sites(&mut rng, n, shape, 5)
+            .into_iter()
+            .map(|c| [c[0], c[1] + origin[0], c[2] + origin[1], c[3] + origin[2]])
+            .collect();
+        let feats = vec![0.0; n];
+        let t = SparseTensor::with_geometry(coords, feats, 1, [1; 3], origin, shape).unwrap();
+        for (k, s, p) in [([2; 3], [2; 3], [0; 3]), ([3; 3], [2; 3], [1; 3]), ([3, 3, 3], [1, 2, 3], [1, 0, 2])] {
+            let g = ConvGeometry { kernel: k, stride: s, padding: p, dilation: [1; 3] };
+            for rebuilt in [false, true] {
+                check_strided(&format!("5 samples n={n} k{k:?} s{s:?} p{p:?} rebuilt={rebuilt}"), &t, g, rebuilt);
+            }
+        }
+    }
+    // The whole 16-bit range on every axis; sites at the corners (so outputs share inputs and
+    // sit on the grid's edges) and anywhere, in three samples up to `last`.
+    let (shape, origin) = ([65536; 3], [-32768; 3]);
+    for last in [32766, 32767] {
+        let mut set = std::collections::BTreeSet::new();
+        while set.len() < 400 {
+            let b = [0, 1, last][rng.below(3)];
+            let p = [0, 1, 2].map(|_| match rng.below(3) {
+                0 => -32768 + rng.below(5) as i32,
+                1 => 32767 - rng.below(5) as i32,
+                _ => -32768 + rng.below(65536) as i32,
+            });
+            set.insert([b, p[0], p[1], p[2]]);
+        }
+        let mut coords: Vec<[i32; 4]> = set.into_iter().collect();
+        rng.shuffle(&mut coords);
+        let feats = vec![0.0; coords.len()];
+        let t = SparseTensor::with_geometry(coords, feats, 1, [1; 3], origin, shape).unwrap();
+        for (k, s, p) in [([3; 3], [1; 3], [1; 3]), ([2; 3], [2; 3], [0; 3])] {
+            let g = ConvGeometry { kernel: k, stride: s, padding: p, dilation: [1; 3] };
+            check_strided(&format!("full grid, {} samples, k{k:?} s{s:?} p{p:?}", last + 1), &t, g, false);
+        }
+    }
+}
+
 #[test]
 fn cuda_conv_equals_cpu_on_real_voxels() {
     let Some(dev) = gpu("cuda_conv_equals_cpu_on_real_voxels") else { return };

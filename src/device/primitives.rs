@@ -3,12 +3,21 @@
 
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::Error;
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 const SCAN_THREADS: u32 = 1024;
 const SCAN_TILE: u32 = SCAN_THREADS * 4;
 const RADIX_THREADS: u32 = 256;
 const RADIX_TILE: u32 = RADIX_THREADS * 8;
+/// `radix_sort_small`: one block of up to 1024 threads, 8 items a thread, 256 items a warp.
+const SMALL_SORT_WARP_ITEMS: u32 = 32 * 8;
+/// Shared memory of `radix_sort_small` per warp: 256 digit counts and 256 exchange words.
+const SMALL_SORT_WARP_SMEM: u32 = 2 * 256 * 4;
+
+/// The most pairs [`radix_sort_pairs`] sorts in one launch (one block, every pass in shared
+/// memory); larger sorts take three to five launches a pass.
+pub const SMALL_SORT_CAPACITY: usize = 8192;
 
 pub(crate) fn grid_1d(n: u32, threads: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (n.div_ceil(threads).max(1), 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
@@ -66,6 +75,7 @@ pub fn exclusive_scan_u32_async(
 
 /// Stable sort of `(keys[i], vals[i])`, `i < n`, by the low `bits` bits of the key (8 bits a
 /// pass). Keys must be below `2^bits`. Sorts in place (the buffers may be swapped with scratch).
+/// Up to [`SMALL_SORT_CAPACITY`] pairs take one launch (same passes, same result).
 pub fn radix_sort_pairs(
     dev: &CudaDevice,
     keys: &mut CudaSlice<u64>,
@@ -76,6 +86,9 @@ pub fn radix_sort_pairs(
     let n32 = len_u32(n, "sort")?;
     if n32 <= 1 || bits == 0 {
         return Ok(());
+    }
+    if n <= SMALL_SORT_CAPACITY {
+        return radix_sort_small(dev, keys, vals, n32, bits.min(64));
     }
     let s = &dev.stream;
     let ntiles = n32.div_ceil(RADIX_TILE);
@@ -120,6 +133,29 @@ pub fn radix_sort_pairs(
         std::mem::swap(vals, &mut vals_alt);
         shift += 8;
     }
+    Ok(())
+}
+
+/// [`radix_sort_pairs`] of `2 <= n <= SMALL_SORT_CAPACITY` pairs in one launch: one block of
+/// one warp per 256 pairs, in place.
+fn radix_sort_small(dev: &CudaDevice, keys: &mut CudaSlice<u64>, vals: &mut CudaSlice<u32>, n: u32, bits: u32) -> Result<(), Error> {
+    if keys.len() < n as usize || vals.len() < n as usize {
+        return Err(Error::InvalidInput(format!("sort: {n} pairs, but {} keys and {} values", keys.len(), vals.len())));
+    }
+    let warps = n.div_ceil(SMALL_SORT_WARP_ITEMS);
+    let smem = warps * SMALL_SORT_WARP_SMEM;
+    let f = dev.function("scan_sort", "radix_sort_small")?;
+    // Past the 48 KB a block gets without asking (64 KB at capacity; every target GPU allows
+    // 99 KB or more).
+    if smem > 48 * 1024 {
+        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+            .map_err(cuda_err("allowing the small sort its shared memory"))?;
+    }
+    let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (warps * 32, 1, 1), shared_mem_bytes: smem };
+    // SAFETY: matches the kernel's signature; keys/vals hold >= n elements (checked above), the
+    // block has n.div_ceil(256) warps and the shared memory they need.
+    unsafe { dev.stream.launch_builder(&f).arg(&mut *keys).arg(&mut *vals).arg(&n).arg(&bits).launch(cfg) }
+        .map_err(cuda_err("radix_sort_small"))?;
     Ok(())
 }
 

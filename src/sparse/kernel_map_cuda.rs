@@ -3,7 +3,8 @@
 //! kernels read. Input sites go into an open-addressing hash of packed `[b, x, y, z]` (64-bit
 //! keys, capacity a power of two at least twice the sites). Strided outputs are proposed by every
 //! (input, offset), sorted with the radix sort and deduplicated, so they come out in
-//! `[b, x, y, z]` order like the CPU reference.
+//! `[b, x, y, z]` order like the CPU reference; their sort keys are `[b, x, y, z]` in the mixed
+//! radix of (batch count, output shape), so the sort takes as few bits as the output grid needs.
 
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::{bits_for, exclusive_scan_u32, grid_1d, radix_sort_pairs};
@@ -30,6 +31,8 @@ unsafe impl DeviceRepr for MapGeomC {}
 
 const THREADS: u32 = 256;
 const EMPTY_KEY: u64 = u64::MAX;
+/// The 16-bit packing's batch limit: sites with a batch index from here on are not hashed.
+const MAX_BATCHES: usize = 65535;
 
 /// Sites of a sparse tensor on the GPU: coordinates `[b, x, y, z]` and their hash.
 pub struct CudaSites {
@@ -38,6 +41,20 @@ pub struct CudaSites {
     keys: CudaSlice<u64>,
     vals: CudaSlice<i32>,
     mask: u32,
+    /// Every site's batch index is below this (65535, the packing's limit, when not known).
+    batch_size: usize,
+}
+
+/// The strided-map candidates' compact sort key: `[b, q]` (q relative to the output origin) in
+/// the mixed radix `((b * S0 + q0) * S1 + q1) * S2 + q2`, `S = out_shape`, with "no output" the
+/// largest value `batch_size * S0 * S1 * S2`. Returns that value, or None when it does not fit
+/// in 63 bits (then the candidates take the 64-bit `[b:16|x:16|y:16|z:16]` packing).
+fn compact_empty_key(batch_size: usize, out_shape: [i32; 3]) -> Option<u64> {
+    if out_shape.iter().any(|&s| s < 1) {
+        return None;
+    }
+    let total = out_shape.iter().try_fold(batch_size.max(1) as u128, |acc, &s| acc.checked_mul(s as u128))?;
+    u64::try_from(total).ok().filter(|&v| v < 1u64 << 63)
 }
 
 /// A kernel map on the GPU.
@@ -82,6 +99,11 @@ fn check_packable(origin: [i32; 3], spatial_shape: [i32; 3], batch_size: usize) 
 impl CudaSites {
     /// Hashes `len` sites already on the GPU (`coords`: `len * 4`, at least 1 element).
     pub fn build(dev: &CudaDevice, coords: CudaSlice<i32>, len: usize) -> Result<CudaSites, Error> {
+        CudaSites::build_batched(dev, coords, len, MAX_BATCHES)
+    }
+
+    /// [`CudaSites::build`] of sites whose batch indices are below `batch_size`.
+    fn build_batched(dev: &CudaDevice, coords: CudaSlice<i32>, len: usize, batch_size: usize) -> Result<CudaSites, Error> {
         let s = &dev.stream;
         let cap = (2 * len).max(64).next_power_of_two();
         let mask = (cap - 1) as u32;
@@ -90,7 +112,7 @@ impl CudaSites {
         let fill = dev.function("sparse_map", "fill_u64")?;
         let insert = dev.function("sparse_map", "hash_insert")?;
         let (cap64, n32) = (cap as u64, len as u32);
-        let mut sites = CudaSites { coords, len, keys: s.alloc_zeros::<u64>(1).map_err(cuda_err("alloc"))?, vals, mask };
+        let mut sites = CudaSites { coords, len, keys: s.alloc_zeros::<u64>(1).map_err(cuda_err("alloc"))?, vals, mask, batch_size };
         // SAFETY: argument lists match sparse_map.cu; keys/vals hold `cap` entries, coords len*4.
         unsafe {
             s.launch_builder(&fill).arg(&mut keys).arg(&cap64).arg(&EMPTY_KEY).launch(grid_u64(cap64)?).map_err(cuda_err("fill_u64"))?;
@@ -116,7 +138,7 @@ impl CudaSites {
         batch_size: usize,
     ) -> Result<CudaSites, Error> {
         check_packable(origin, spatial_shape, batch_size)?;
-        CudaSites::build(dev, coords, len)
+        CudaSites::build_batched(dev, coords, len, batch_size)
     }
 
     /// Uploads and hashes the sites of a host tensor.
@@ -131,7 +153,7 @@ impl CudaSites {
         check_packable(origin, spatial_shape, batch_size)?;
         let flat: &[i32] = if coords.is_empty() { &[0; 4] } else { coords.as_flattened() };
         let d = dev.stream.clone_htod(flat).map_err(cuda_err("uploading coordinates"))?;
-        CudaSites::build(dev, d, coords.len())
+        CudaSites::build_batched(dev, d, coords.len(), batch_size)
     }
 
     /// A copy on the device (maps own their output sites; a level's sites serve several maps).
@@ -144,7 +166,14 @@ impl CudaSites {
             keys: s.clone_dtod(&self.keys).map_err(copy("hash keys"))?,
             vals: s.clone_dtod(&self.vals).map_err(copy("hash values"))?,
             mask: self.mask,
+            batch_size: self.batch_size,
         })
+    }
+
+    /// A bound on the sites' batch indices: every one is below it (65535 when the sites were
+    /// built without one, by [`CudaSites::build`]).
+    pub fn batch_size(&self) -> usize {
+        self.batch_size
     }
 
     pub fn coords_to_host(&self, dev: &CudaDevice) -> Result<Vec<[i32; 4]>, Error> {
@@ -270,29 +299,53 @@ pub fn strided_cuda_sites(
     let mut cand = s.alloc_zeros::<u64>(total.max(1)).map_err(cuda_err("allocating candidates"))?;
     let mut idx = s.alloc_zeros::<u32>(total.max(1)).map_err(cuda_err("allocating candidate index"))?;
     let n32 = n as u32;
-    let f_cand = dev.function("sparse_map", "strided_candidates")?;
+    // Compact keys in the output grid's mixed radix where they fit in 63 bits, else the packing.
+    let compact = compact_empty_key(sites.batch_size, out_shape);
     let m = if total > 0 {
-        // SAFETY: argument list matches sparse_map.cu; cand holds n * kv entries.
-        unsafe {
-            s.launch_builder(&f_cand).arg(&sites.coords).arg(&n32).arg(&geom).arg(&mut cand)
-                .launch(grid_u64(total as u64)?).map_err(cuda_err("strided_candidates"))?;
-        }
-        radix_sort_pairs(dev, &mut cand, &mut idx, total, bits_for(EMPTY_KEY))?;
+        let empty = match compact {
+            Some(empty) => {
+                let f_cand = dev.function("sparse_map", "strided_candidates_compact")?;
+                let batches = u32::try_from(sites.batch_size)
+                    .map_err(|_| Error::InvalidInput(format!("strided conv: batch count {} exceeds 2^32", sites.batch_size)))?;
+                // SAFETY: argument list matches sparse_map.cu; cand holds n * kv entries.
+                unsafe {
+                    s.launch_builder(&f_cand).arg(&sites.coords).arg(&n32).arg(&geom).arg(&batches).arg(&empty).arg(&mut cand)
+                        .launch(grid_u64(total as u64)?).map_err(cuda_err("strided_candidates_compact"))?;
+                }
+                empty
+            }
+            None => {
+                let f_cand = dev.function("sparse_map", "strided_candidates")?;
+                // SAFETY: argument list matches sparse_map.cu; cand holds n * kv entries.
+                unsafe {
+                    s.launch_builder(&f_cand).arg(&sites.coords).arg(&n32).arg(&geom).arg(&mut cand)
+                        .launch(grid_u64(total as u64)?).map_err(cuda_err("strided_candidates"))?;
+                }
+                EMPTY_KEY
+            }
+        };
+        radix_sort_pairs(dev, &mut cand, &mut idx, total, bits_for(empty))?;
         let mut heads = s.alloc_zeros::<u32>(total).map_err(cuda_err("allocating heads"))?;
         let mut excl = s.alloc_zeros::<u32>(total).map_err(cuda_err("allocating output ids"))?;
         let f_heads = dev.function("sparse_map", "unique_heads")?;
         // SAFETY: as above.
         unsafe {
-            s.launch_builder(&f_heads).arg(&cand).arg(&total32).arg(&mut heads)
+            s.launch_builder(&f_heads).arg(&cand).arg(&total32).arg(&empty).arg(&mut heads)
                 .launch(grid_1d(total32, THREADS)).map_err(cuda_err("unique_heads"))?;
         }
         let m = exclusive_scan_u32(dev, &heads, &mut excl, total)? as usize;
         let mut out_coords = s.alloc_zeros::<i32>(m.max(1) * 4).map_err(cuda_err("allocating output coordinates"))?;
-        let f_uc = dev.function("sparse_map", "unique_coords")?;
         // SAFETY: as above; out_coords holds m * 4.
         unsafe {
-            s.launch_builder(&f_uc).arg(&cand).arg(&heads).arg(&excl).arg(&total32).arg(&mut out_coords)
-                .launch(grid_1d(total32, THREADS)).map_err(cuda_err("unique_coords"))?;
+            if compact.is_some() {
+                let f_uc = dev.function("sparse_map", "unique_coords_compact")?;
+                s.launch_builder(&f_uc).arg(&cand).arg(&heads).arg(&excl).arg(&total32).arg(&geom).arg(&mut out_coords)
+                    .launch(grid_1d(total32, THREADS)).map_err(cuda_err("unique_coords_compact"))?;
+            } else {
+                let f_uc = dev.function("sparse_map", "unique_coords")?;
+                s.launch_builder(&f_uc).arg(&cand).arg(&heads).arg(&excl).arg(&total32).arg(&mut out_coords)
+                    .launch(grid_1d(total32, THREADS)).map_err(cuda_err("unique_coords"))?;
+            }
         }
         Some((m, out_coords))
     } else {
@@ -302,7 +355,8 @@ pub fn strided_cuda_sites(
         Some(v) => v,
         None => (0, s.alloc_zeros::<i32>(4).map_err(cuda_err("alloc"))?),
     };
-    let out = CudaSites::build(dev, out_coords, m)?;
+    // The outputs keep their inputs' batch indices.
+    let out = CudaSites::build_batched(dev, out_coords, m, sites.batch_size)?;
     let mut nbr = s.alloc_zeros::<i32>((m * kv).max(1)).map_err(cuda_err("allocating neighbour table"))?;
     if m > 0 {
         let f_nbr = dev.function("sparse_map", "strided_nbr")?;
@@ -344,4 +398,29 @@ pub fn inverse_cuda(dev: &CudaDevice, down: &CudaKernelMap, in_sites: CudaSites)
     }
     let order = mask_order(dev, &inv, n, kv)?;
     Ok(CudaKernelMap { kind: MapKind::Inverse, kv, in_count: m, out_count: n, out: in_sites, nbr: inv, order })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compact_key_range_and_fallback() {
+        // One sample, SphereFormer-like output grids: far fewer bits than the 64-bit packing.
+        assert_eq!(compact_empty_key(1, [720, 720, 41]), Some(720 * 720 * 41));
+        assert_eq!(bits_for(720 * 720 * 41), 25);
+        assert_eq!(compact_empty_key(2, [45, 45, 3]).map(bits_for), Some(14));
+        // Empty site sets count as one batch: the range stays non-empty.
+        assert_eq!(compact_empty_key(0, [3, 4, 5]), Some(60));
+        assert_eq!(compact_empty_key(1, [1, 1, 1]), Some(1));
+        // The largest packable grid: 2^48 cells, up to 2^15 - 1 batches fit below 2^63.
+        let full = [65536; 3];
+        assert_eq!(compact_empty_key(32767, full), Some(32767u64 << 48));
+        assert_eq!(compact_empty_key(32767, full).map(bits_for), Some(63));
+        assert_eq!(compact_empty_key(32768, full), None, "2^63 does not fit in 63 bits");
+        assert_eq!(compact_empty_key(MAX_BATCHES, full), None);
+        // Sites built without a batch count (65535) on a typical grid still fit.
+        assert_eq!(compact_empty_key(MAX_BATCHES, [2000, 2000, 100]).map(bits_for), Some(45));
+        assert_eq!(compact_empty_key(1, [0, 5, 5]), None, "empty output shape");
+    }
 }
