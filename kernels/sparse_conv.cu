@@ -333,6 +333,139 @@ extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm_pipe_m32(IM
     implicit_gemm_pipe<1>(IMPLICIT_GEMM_CALL);
 }
 
+// ---- Wide tiles for many output channels (Cout >= 128): 64 rows x 128 channels a block, 8
+// warps in a 2 x 4 grid of 32 x 32 warp tiles (2 x 4 mma tiles), fragments by ldmatrix (A
+// row-major, B transposed), the same 3-stage cp.async ring and active-offset skipping as the
+// pipelined kernels. Per stage a warp issues 16 MMAs for 8 ldmatrix, where the 32 x 64 tiles
+// issue 8 for 4 fragment loads plus 16 16-bit B loads; and each gathered input row serves twice
+// the output channels.
+#define WIDE_BM 64
+#define WIDE_BN 128
+#define WIDE_THREADS 256
+#define WIDE_APAD 8
+#define WIDE_BPAD 8
+
+__device__ __forceinline__ void ldmatrix_x4(u32 r[4], const void* p) {
+    const u32 a = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], const void* p) {
+    const u32 a = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+// Dynamic shared memory of conv_implicit_gemm_wide (mirrored in src/sparse/conv_cuda.rs).
+#define WIDE_A_STAGE (WIDE_BM * (IG_BK + WIDE_APAD))
+#define WIDE_B_STAGE (IG_BK * (WIDE_BN + WIDE_BPAD))
+
+extern "C" __global__ void __launch_bounds__(WIDE_THREADS) conv_implicit_gemm_wide(IMPLICIT_GEMM_ARGS) {
+    constexpr int S = PIPE_STAGES;
+    extern __shared__ __align__(16) unsigned char wide_smem[];
+    __half* As = reinterpret_cast<__half*>(wide_smem);                    // [S][BM][BK + APAD]
+    __half* Bs = As + S * WIDE_A_STAGE;                                   // [S][BK][BN + BPAD]
+    i32* rows = reinterpret_cast<i32*>(Bs + S * WIDE_B_STAGE);            // [PIPE_MAX_KV][BM]
+    u32* outs = reinterpret_cast<u32*>(rows + PIPE_MAX_KV * WIDE_BM);     // [BM]
+    u32* act = outs + WIDE_BM;                                            // [PIPE_MAX_KV]
+    u32* n_act = act + PIPE_MAX_KV;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 wm = (warp >> 2) * 32, wn = (warp & 3) * 32;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const u32 o0 = blockIdx.x * WIDE_BM, n0 = blockIdx.y * WIDE_BN;
+    const u32 per = (kv + splits - 1) / splits;
+    const u32 k_begin = blockIdx.z * per, k_end = min(kv, k_begin + per);
+    const u32 nk = k_end > k_begin ? k_end - k_begin : 0u;
+    float acc[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    if (tid < WIDE_BM) {
+        const u32 p = o0 + tid;
+        outs[tid] = p < m ? (order ? order[p] : p) : m;
+    }
+    __syncthreads();
+    for (u32 q = tid; q < nk * WIDE_BM; q += blockDim.x) {
+        const u32 kk = q / WIDE_BM, r = q % WIDE_BM;
+        const u32 o = outs[r];
+        rows[kk * WIDE_BM + r] = o < m ? nbr[(u64)o * kv + k_begin + kk] : -1;
+    }
+    __syncthreads();
+    if (warp == 0) {  // the offsets some row of the tile has an input at, in order
+        u32 cnt = 0;
+        for (u32 kk = 0; kk < nk; ++kk) {
+            const bool any = rows[kk * WIDE_BM + lane] >= 0 || rows[kk * WIDE_BM + 32 + lane] >= 0;
+            if (__any_sync(FULL_MASK, any)) {
+                if (lane == 0) act[cnt] = kk;
+                ++cnt;
+            }
+        }
+        if (lane == 0) *n_act = cnt;
+    }
+    __syncthreads();
+    const u32 nc = (cin + IG_BK - 1) / IG_BK;
+    const u32 total = *n_act * nc;
+    // Stage st = (act[st / nc], Cin chunk st % nc) into ring buffer st % S: A = 64 rows x 4
+    // chunks of 8 halves (one per thread), B = 32 rows x 16 chunks (two per thread).
+    auto issue = [&](u32 st) {
+        const u32 buf = st % S, kk = act[st / nc], c0 = (st % nc) * IG_BK, k = k_begin + kk;
+        {
+            const u32 r = tid >> 2, cv = (tid & 3u) * 8;
+            const i32 i = rows[kk * WIDE_BM + r];
+            const bool ok = i >= 0 && c0 + cv < cin;
+            cp_async16(As + buf * WIDE_A_STAGE + r * (IG_BK + WIDE_APAD) + cv, ok ? (const void*)(x + (u64)i * cin + c0 + cv) : (const void*)x, ok);
+        }
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+            const u32 idx = tid + v * WIDE_THREADS;
+            const u32 r = idx >> 4, nv = (idx & 15u) * 8;
+            const bool ok = c0 + r < cin && n0 + nv < cout;
+            cp_async16(Bs + buf * WIDE_B_STAGE + r * (WIDE_BN + WIDE_BPAD) + nv,
+                       ok ? (const void*)(w + ((u64)k * cin + c0 + r) * cout + n0 + nv) : (const void*)w, ok);
+        }
+    };
+#pragma unroll
+    for (int st = 0; st < S - 1; ++st) {
+        if ((u32)st < total) issue(st);
+        cp_async_commit();
+    }
+    for (u32 st = 0; st < total; ++st) {
+        cp_async_wait<S - 2>();  // this thread's copies of stage st have landed
+        __syncthreads();         // everyone's have; and every thread is done with stage st - 1
+        const u32 buf = st % S;
+        if (st + S - 1 < total) issue(st + S - 1);  // into the buffer stage st - 1 used
+        cp_async_commit();
+        const __half* a_s = As + buf * WIDE_A_STAGE;
+        const __half* b_s = Bs + buf * WIDE_B_STAGE;
+#pragma unroll
+        for (u32 kk = 0; kk < IG_BK; kk += 16) {
+            u32 a[2][4], b[4][2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                ldmatrix_x4(a[i], a_s + (wm + i * 16 + (lane & 15u)) * (IG_BK + WIDE_APAD) + kk + (lane >> 4) * 8);
+#pragma unroll
+            for (int jp = 0; jp < 2; ++jp) {
+                u32 r[4];
+                ldmatrix_x4_trans(r, b_s + (kk + (lane & 15u)) * (WIDE_BN + WIDE_BPAD) + wn + jp * 16 + (lane >> 4) * 8);
+                b[2 * jp][0] = r[0];
+                b[2 * jp][1] = r[1];
+                b[2 * jp + 1][0] = r[2];
+                b[2 * jp + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
+        }
+    }
+    cp_async_wait<0>();
+    tile_store<2>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial);
+}
+
 // The split implicit GEMM's epilogue: out = sum over splits (in split order) + bias + residual.
 extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, u32 splits, u32 m, u32 cout,
                                              const float* __restrict__ bias, const __half* __restrict__ residual,

@@ -120,6 +120,7 @@ fn check_conv(
             if kv <= PIPE_MAX_KV {
                 algos.push((ConvAlgo::ImplicitGemmPipe, splits));
                 algos.push((ConvAlgo::ImplicitGemmPipe32, splits));
+                algos.push((ConvAlgo::ImplicitGemmWide, splits));
             }
         }
     }

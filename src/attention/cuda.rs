@@ -39,7 +39,7 @@ const TILED_THREADS: u32 = 128;
 const TILED_HIST_BINS: usize = 32;
 /// Windows of at least this many voxels take the tiled kernel (contextual RPE, head_dim 16 or
 /// 32). Below it a tile's per-key and per-query RPE precomputation costs more than it saves.
-pub const TILED_MIN_WINDOW: usize = 64;
+pub const TILED_MIN_WINDOW: usize = 32;
 /// Shared memory one tiled block may use (H100: 227 KB per block; at SphereFormer's L = 24 a
 /// block takes ~50-70 KB).
 const TILED_MAX_SMEM: usize = 200 * 1024;

@@ -6,6 +6,7 @@ use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::sparse::conv_cpu::{repack, WeightLayout};
 use crate::sparse::kernel_map_cuda::CudaKernelMap;
 use crate::Error;
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use half::f16;
 
@@ -93,10 +94,21 @@ pub enum ConvAlgo {
     ImplicitGemmPipe,
     /// The pipelined kernel with 32-row tiles (`conv_implicit_gemm_pipe_m32`).
     ImplicitGemmPipe32,
+    /// The pipelined kernel with 64-row x 128-channel tiles, 8 warps of 32 x 32, fragments by
+    /// ldmatrix (`conv_implicit_gemm_wide`): for 128 output channels and more.
+    ImplicitGemmWide,
     /// One thread per output channel, FP32 FMA (`conv_direct`): any channel count; the oracle
     /// the fast kernel is tested against.
     Direct,
 }
+
+/// Output channels from which the wide-tile kernel is the default (its tiles are 128 wide).
+pub const WIDE_MIN_COUT: usize = 128;
+
+/// Dynamic shared memory of `conv_implicit_gemm_wide` (sparse_conv.cu: PIPE_STAGES rings of a
+/// 64 x (32 + 8) A tile and a 32 x (128 + 8) B tile, FP16; the per-offset row table; output rows;
+/// active offsets and their count).
+const WIDE_SMEM_BYTES: usize = 3 * (64 * 40 + 32 * 136) * 2 + PIPE_MAX_KV * 64 * 4 + 64 * 4 + (PIPE_MAX_KV + 1) * 4;
 
 /// Largest kernel volume the pipelined kernels take (PIPE_MAX_KV in sparse_conv.cu: a 3x3x3
 /// kernel; its per-tile neighbour table lives in shared memory).
@@ -116,6 +128,8 @@ impl ConvAlgo {
         let pipe = kv <= PIPE_MAX_KV;
         if cin % 8 != 0 || cout % 8 != 0 {
             ConvAlgo::Direct
+        } else if pipe && cout >= WIDE_MIN_COUT {
+            ConvAlgo::ImplicitGemmWide
         } else if outputs < 100_000 {
             if pipe { ConvAlgo::ImplicitGemmPipe32 } else { ConvAlgo::ImplicitGemm32 }
         } else if pipe {
@@ -189,7 +203,8 @@ pub fn conv_cuda_split(
     algo: ConvAlgo,
     offset_splits: Option<usize>,
 ) -> Result<CudaSlice<f16>, Error> {
-    if matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32) && w.kv > PIPE_MAX_KV {
+    let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmWide);
+    if pipelined && w.kv > PIPE_MAX_KV {
         return Err(Error::InvalidInput(format!("the pipelined conv takes kernel volumes up to {PIPE_MAX_KV}, got {}", w.kv)));
     }
     if algo != ConvAlgo::Direct && (w.cin % 8 != 0 || w.cout % 8 != 0) {
@@ -218,7 +233,6 @@ pub fn conv_cuda_split(
     }
     // The pipelined kernels copy rows straight into shared memory, so a pre-activation is applied
     // to the whole input once here (each row would otherwise be transformed at every gather).
-    let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32);
     let activated = match pre {
         Some(p) if pipelined => Some(pre_activate(dev, x, map.in_count, w.cin, p)?),
         _ => None,
@@ -254,6 +268,20 @@ pub fn conv_cuda_split(
                 shared_mem_bytes: 0,
             };
             (dev.function("sparse_conv", name)?, cfg)
+        }
+        ConvAlgo::ImplicitGemmWide => {
+            // 64 x 128 output tiles, 256 threads, dynamic shared memory (above the 48 KB default)
+            let tiles = ((map.out_count as u32).div_ceil(64), (w.cout as u32).div_ceil(128));
+            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv)).clamp(1, w.kv.max(1));
+            let f = dev.function("sparse_conv", "conv_implicit_gemm_wide")?;
+            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, WIDE_SMEM_BYTES as i32)
+                .map_err(cuda_err("allowing the wide conv kernel its shared memory"))?;
+            let cfg = LaunchConfig {
+                grid_dim: (tiles.0, tiles.1, splits as u32),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: WIDE_SMEM_BYTES as u32,
+            };
+            (f, cfg)
         }
     };
     let null: u64 = 0; // a NULL device pointer for absent optional inputs
