@@ -87,14 +87,16 @@ __device__ __forceinline__ void tile_mma(const __half (*As)[IG_BK + IG_APAD], co
     }
 }
 
-// Epilogue: bias, residual, FP16 store, or with offset splits the raw FP32 sum into the split's
-// partial (conv_split_reduce adds bias and residual). acc[i][j] = rows (wm + 16i + g, +8),
+// Epilogue: bias, residual, the next layer's BN + ReLU when asked (post_scale non-NULL), FP16
+// store; or with offset splits the raw FP32 sum into the split's partial (conv_split_reduce
+// finishes it). acc[i][j] = rows (wm + 16i + g, +8),
 // cols (wn + 8j + 2t, +1); outs maps tile rows to output rows (m past the end).
 template <int MI>
 __device__ __forceinline__ void tile_store(const float acc[MI][4][4], const u32* outs, u32 wm, u32 wn, u32 g, u32 t,
                                            u32 n0, u32 m, u32 cout, const float* __restrict__ bias,
                                            const __half* __restrict__ residual, __half* __restrict__ out, u32 splits,
-                                           float* __restrict__ partial) {
+                                           float* __restrict__ partial, const float* __restrict__ post_scale,
+                                           const float* __restrict__ post_shift, u32 post_relu) {
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -111,6 +113,10 @@ __device__ __forceinline__ void tile_store(const float acc[MI][4][4], const u32*
                 }
                 if (bias) v += bias[n];
                 if (residual) v += __half2float(residual[(u64)o * cout + n]);
+                if (post_scale) {
+                    v = v * post_scale[n] + post_shift[n];
+                    if (post_relu) v = fmaxf(v, 0.f);
+                }
                 out[(u64)o * cout + n] = __float2half_rn(v);
             }
 }
@@ -124,7 +130,8 @@ __device__ __forceinline__ void implicit_gemm(const __half* __restrict__ x, cons
                                               const float* __restrict__ bias, const float* __restrict__ pre_scale,
                                               const float* __restrict__ pre_shift, u32 pre, u32 relu,
                                               const __half* __restrict__ residual, __half* __restrict__ out,
-                                              u32 splits, float* __restrict__ partial) {
+                                              u32 splits, float* __restrict__ partial, const float* __restrict__ post_scale,
+                                              const float* __restrict__ post_shift, u32 post_relu) {
     constexpr int BM = 32 * MI;
     __shared__ __align__(16) __half As[BM][IG_BK + IG_APAD];
     __shared__ __align__(16) __half Bs[IG_BK][IG_BN + IG_BPAD];
@@ -195,7 +202,7 @@ __device__ __forceinline__ void implicit_gemm(const __half* __restrict__ x, cons
             __syncthreads();
         }
     }
-    tile_store<MI>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial);
+    tile_store<MI>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
 
 // ---- The same implicit GEMM with a cp.async pipeline: each (offset, Cin chunk) stage's A and B
@@ -224,7 +231,8 @@ __device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x,
                                                    const float* __restrict__ bias, const float* __restrict__ pre_scale,
                                                    const float* __restrict__ pre_shift, u32 pre, u32 relu,
                                                    const __half* __restrict__ residual, __half* __restrict__ out,
-                                                   u32 splits, float* __restrict__ partial) {
+                                                   u32 splits, float* __restrict__ partial, const float* __restrict__ post_scale,
+                                                   const float* __restrict__ post_shift, u32 post_relu) {
     constexpr int BM = 32 * MI;
     constexpr int S = PIPE_STAGES;
     __shared__ __align__(16) __half As[S][BM][IG_BK + IG_APAD];
@@ -307,15 +315,17 @@ __device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x,
         tile_mma<MI>(As[buf], Bs[buf], wm, wn, g, t, acc);
     }
     cp_async_wait<0>();
-    tile_store<MI>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial);
+    tile_store<MI>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
 
 #define IMPLICIT_GEMM_ARGS                                                                                   \
     const __half *__restrict__ x, const i32 *__restrict__ nbr, const u32 *__restrict__ order, u32 m, u32 kv, \
         const __half *__restrict__ w, u32 cin, u32 cout, const float *__restrict__ bias,                    \
         const float *__restrict__ pre_scale, const float *__restrict__ pre_shift, u32 pre, u32 relu,        \
-        const __half *__restrict__ residual, __half *__restrict__ out, u32 splits, float *__restrict__ partial
-#define IMPLICIT_GEMM_CALL x, nbr, order, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out, splits, partial
+        const __half *__restrict__ residual, __half *__restrict__ out, u32 splits, float *__restrict__ partial, \
+        const float *__restrict__ post_scale, const float *__restrict__ post_shift, u32 post_relu
+#define IMPLICIT_GEMM_CALL \
+    x, nbr, order, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out, splits, partial, post_scale, post_shift, post_relu
 
 // 64-row tiles (128 threads).
 extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm(IMPLICIT_GEMM_ARGS) {
@@ -463,13 +473,15 @@ extern "C" __global__ void __launch_bounds__(WIDE_THREADS) conv_implicit_gemm_wi
         }
     }
     cp_async_wait<0>();
-    tile_store<2>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial);
+    tile_store<2>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
 
-// The split implicit GEMM's epilogue: out = sum over splits (in split order) + bias + residual.
+// The split implicit GEMM's epilogue: out = sum over splits (in split order) + bias + residual,
+// then the optional post-activation.
 extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, u32 splits, u32 m, u32 cout,
                                              const float* __restrict__ bias, const __half* __restrict__ residual,
-                                             __half* __restrict__ out) {
+                                             __half* __restrict__ out, const float* __restrict__ post_scale,
+                                             const float* __restrict__ post_shift, u32 post_relu) {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u64 total = (u64)m * cout;
     if (i >= total) return;
@@ -478,6 +490,10 @@ extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, 
     const u32 n = (u32)(i % cout);
     if (bias) v += bias[n];
     if (residual) v += __half2float(residual[i]);
+    if (post_scale) {
+        v = v * post_scale[n] + post_shift[n];
+        if (post_relu) v = fmaxf(v, 0.f);
+    }
     out[i] = __float2half_rn(v);
 }
 

@@ -202,44 +202,109 @@ extern "C" __global__ void vox_assign(const u32* __restrict__ vals, const u32* _
     point_to_voxel[vals[i]] = vid < max_voxels ? (i32)vid : -1;
 }
 
+// Voxels with more points than this are summed by their whole warp (see reduce_impl).
+#define BIG_VOXEL 32
+
+// The ten values one point adds to its voxel's sums: raw x, y, z, intensity; the clipped
+// position in the key precision, as float; and that position minus the sample origin, as float.
+template <typename R>
+__device__ __forceinline__ void addends_of(const float raw[4], const VoxParams& P, const R o[3], float add[10]) {
+    for (int c = 0; c < 4; ++c) add[c] = raw[c];
+    for (int a = 0; a < 3; ++a) {
+        R c;
+        voxel_space<R>(P, a, raw[a], c);
+        add[4 + a] = (float)c;
+        add[7 + a] = (float)(c - o[a]);
+    }
+}
+
+template <typename R>
+__device__ __forceinline__ void point_addends(const float* x, const float* y, const float* z, const float* intensity,
+                                              const VoxParams& P, u32 p, const R o[3], float add[10]) {
+    const float raw[4] = {x[p], y[p], z[p], intensity[p]};
+    addends_of<R>(raw, P, o, add);
+}
+
 template <typename R>
 __device__ void reduce_impl(const float* x, const float* y, const float* z, const float* intensity,
                             const u32* offsets, VoxParams P, const u64* keys, const u32* vals,
                             const u32* voxel_start, u32 m, const i32* bounds, u64 dx, u64 dy, u64 dz,
                             const u64* mins, i32* out_coords, __half* out_feats, float* out_xyz,
                             float* out_xyz_norm, u32* out_counts) {
+    // Every lane stays to the end: a big voxel is summed by its whole warp.
     const u32 v = blockIdx.x * blockDim.x + threadIdx.x;
-    if (v >= m) return;
-    const u32 s = voxel_start[v], e = voxel_start[v + 1];
-    u64 k = keys[s];
-    const u64 rz = k % dz; k /= dz;
-    const u64 ry = k % dy; k /= dy;
-    const u64 rx = k % dx; k /= dx;
-    // The sample's origin, as vox_point_coords used it (k is the sample now).
-    R o[3];
-    for (int a = 0; a < 3; ++a) {
-        o[a] = (R)0;
-        if (P.origin == 0) o[a] = (R)unorder_f64(mins[k * 3 + a]);
-        else if (P.origin == 1) o[a] = (R)P.lo[a];
-    }
-    float sf[4] = {0.f, 0.f, 0.f, 0.f};
-    float sx[3] = {0.f, 0.f, 0.f};
-    float sn[3] = {0.f, 0.f, 0.f};
-    for (u32 j = s; j < e; ++j) {  // sorted order = input order within a voxel (stable sort)
-        const u32 p = vals[j];
-        const float raw[4] = {x[p], y[p], z[p], intensity[p]};
-        for (int c = 0; c < 4; ++c) sf[c] += raw[c];
+    const u32 lane = threadIdx.x & 31u;
+    const bool valid = v < m;
+    u32 s = 0, e = 0;
+    u64 k = 0, rx = 0, ry = 0, rz = 0;
+    R o[3] = {(R)0, (R)0, (R)0};
+    if (valid) {
+        s = voxel_start[v];
+        e = voxel_start[v + 1];
+        k = keys[s];
+        rz = k % dz; k /= dz;
+        ry = k % dy; k /= dy;
+        rx = k % dx; k /= dx;
+        // The sample's origin, as vox_point_coords used it (k is the sample now).
         for (int a = 0; a < 3; ++a) {
-            R c;
-            voxel_space<R>(P, a, raw[a], c);
-            sx[a] += (float)c;
-            sn[a] += (float)(c - o[a]);
+            if (P.origin == 0) o[a] = (R)unorder_f64(mins[k * 3 + a]);
+            else if (P.origin == 1) o[a] = (R)P.lo[a];
         }
     }
+    // sums[0..4): raw features, [4..7): positions, [7..10): positions minus the origin; each
+    // summed in input order (sorted order within a voxel: the sort is stable), as the CPU does
+    float sums[10] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    const bool big = valid && e - s > BIG_VOXEL;
+    if (valid && !big) {
+        for (u32 j = s; j < e; ++j) {
+            float add[10];
+            point_addends<R>(x, y, z, intensity, P, vals[j], o, add);
+            for (int q = 0; q < 10; ++q) sums[q] += add[q];
+        }
+    }
+    // Big voxels (points clipped onto the range's faces can pile up in thousands): one at a
+    // time, the warp loads 32 points at once, and the sums take their addends in input order by
+    // shuffles, so the float additions are the same as the one-thread loop's.
+    for (u32 bigs = __ballot_sync(FULL_MASK, big); bigs; bigs &= bigs - 1) {
+        const int leader = __ffs(bigs) - 1;
+        const u32 bs = __shfl_sync(FULL_MASK, s, leader), be = __shfl_sync(FULL_MASK, e, leader);
+        R lo[3];
+        for (int a = 0; a < 3; ++a) lo[a] = __shfl_sync(FULL_MASK, o[a], leader);
+        float acc[10] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        // The next step's points are loaded while this step's are summed (a big voxel's time is
+        // otherwise two dependent memory latencies per 32 points).
+        float raw[4] = {0.f, 0.f, 0.f, 0.f};
+        if (bs + lane < be) {
+            const u32 p = vals[bs + lane];
+            raw[0] = x[p]; raw[1] = y[p]; raw[2] = z[p]; raw[3] = intensity[p];
+        }
+        for (u32 base = bs; base < be; base += 32) {
+            float add[10] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            if (base + lane < be) addends_of<R>(raw, P, lo, add);
+            if (base + 32 + lane < be) {
+                const u32 p = vals[base + 32 + lane];
+                raw[0] = x[p]; raw[1] = y[p]; raw[2] = z[p]; raw[3] = intensity[p];
+            }
+            const u32 cnt = min(32u, be - base);
+            if (cnt == 32) {
+#pragma unroll
+                for (u32 i = 0; i < 32; ++i)
+#pragma unroll
+                    for (int q = 0; q < 10; ++q) acc[q] += __shfl_sync(FULL_MASK, add[q], i);
+            } else {
+                for (u32 i = 0; i < cnt; ++i)
+#pragma unroll
+                    for (int q = 0; q < 10; ++q) acc[q] += __shfl_sync(FULL_MASK, add[q], i);
+            }
+        }
+        if ((int)lane == leader)
+            for (int q = 0; q < 10; ++q) sums[q] = acc[q];
+    }
+    if (!valid) return;
     const float cnt = (float)(e - s);
-    for (int c = 0; c < 4; ++c) out_feats[v * 4 + c] = __float2half_rn(sf[c] / cnt);
-    for (int a = 0; a < 3; ++a) out_xyz[v * 3 + a] = sx[a] / cnt;
-    for (int a = 0; a < 3; ++a) out_xyz_norm[v * 3 + a] = sn[a] / cnt;
+    for (int c = 0; c < 4; ++c) out_feats[v * 4 + c] = __float2half_rn(sums[c] / cnt);
+    for (int a = 0; a < 3; ++a) out_xyz[v * 3 + a] = sums[4 + a] / cnt;
+    for (int a = 0; a < 3; ++a) out_xyz_norm[v * 3 + a] = sums[7 + a] / cnt;
     out_counts[v] = e - s;
     out_coords[v * 4 + 0] = (i32)k;
     out_coords[v * 4 + 1] = (i32)((i64)rx + bounds[0]);
@@ -247,7 +312,7 @@ __device__ void reduce_impl(const float* x, const float* y, const float* z, cons
     out_coords[v * 4 + 3] = (i32)((i64)rz + bounds[2]);
 }
 
-// One thread per kept voxel: coordinates [b, x, y, z], mean features (x, y, z, intensity as
+// One thread per kept voxel (a warp for a big one): coordinates [b, x, y, z], mean features (x, y, z, intensity as
 // given, FP16), mean voxel-space position (metres, f32), mean of float32(position - sample
 // origin) (SphereFormer's coord_norm; each point's difference taken in the key precision) and
 // point count. Sums run in input order, as the CPU reference's.

@@ -10,7 +10,7 @@ use half::f16;
 use sptr::config::ModelConfig;
 use sptr::device::cuda::CudaDevice;
 use sptr::sparse::conv_cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
-use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation};
+use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_launch, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation};
 use sptr::sparse::kernel_map::{inverse, strided, submanifold, ConvGeometry, KernelMap};
 use sptr::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda, CudaKernelMap, CudaSites};
 use sptr::sparse::tensor::SparseTensor;
@@ -153,6 +153,30 @@ fn check_conv(
     }
     // The default path is the best kernel for these channels.
     let _ = conv_cuda(dev, &x, gpu_map, &weights, None, None).unwrap();
+    // The next layer's BN + ReLU in the epilogue (post-activation): every kernel, unsplit, split
+    // in three (conv_split_reduce applies it) and auto; against the CPU output put through it.
+    let post_scale: Vec<f32> = (0..cout).map(|_| rng.uniform(0.5, 1.5)).collect();
+    let post_shift: Vec<f32> = (0..cout).map(|_| rng.uniform(-0.3, 0.3)).collect();
+    let want: Vec<f32> = cpu.iter().enumerate().map(|(i, &v)| (v * post_scale[i % cout] + post_shift[i % cout]).max(0.0)).collect();
+    let (dps, dpsh) = (s.clone_htod(&post_scale).unwrap(), s.clone_htod(&post_shift).unwrap());
+    let post = CudaPreActivation { scale: &dps, shift: &dpsh, relu: true };
+    let mut posts = vec![(ConvAlgo::Direct, None)];
+    if ConvAlgo::best_for(cin, cout, cpu_map.out_count()) != ConvAlgo::Direct {
+        for splits in [Some(1), Some(3), None] {
+            posts.push((ConvAlgo::ImplicitGemm32, splits));
+            if kv <= PIPE_MAX_KV {
+                posts.push((ConvAlgo::ImplicitGemmPipe, splits));
+                posts.push((ConvAlgo::ImplicitGemmWide, splits));
+            }
+        }
+    }
+    for (algo, splits) in posts {
+        let out = conv_cuda_launch(dev, &x, gpu_map, &weights, fused.then_some(&pre), fused.then_some(&dres), algo, splits, Some(&post)).unwrap();
+        let got: Vec<f32> = s.clone_dtoh(&out.slice(..want.len().max(1))).unwrap().iter().take(want.len()).map(|h| h.to_f32()).collect();
+        let e = rel_err(&got, &want);
+        eprintln!("{case}: {algo:?} offset splits {splits:?} with post BN+ReLU rel err {e:.2e}");
+        assert!(e <= 2e-3, "{case} {algo:?} splits {splits:?} post-activation: rel err {e:.3e} > 2e-3");
+    }
 }
 
 #[test]

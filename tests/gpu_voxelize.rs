@@ -136,6 +136,45 @@ fn cuda_voxelize_random_all_modes() {
     check(&dev, "random no range, zero origin", &[&a], &p);
 }
 
+/// Voxels with thousands of points (what clipping to the range piles onto its faces) are summed
+/// by a whole warp on the GPU; the sums must still take their points in input order, so the
+/// positions equal the CPU's bit for bit.
+#[test]
+fn cuda_voxelize_big_voxels_sum_in_input_order() {
+    let Some(dev) = gpu("cuda_voxelize_big_voxels_sum_in_input_order") else { return };
+    let mut rng = Rng(0x5EED_0002);
+    let mut p = random_cloud(&mut rng, 20_000, 30.0, 0);
+    for i in 0..5_000 {
+        // one voxel of 0.1 m holding 5,000 points, and 3,000 points far outside the range
+        p.x.push(1.0 + 0.09 * rng.uniform(0.0, 1.0));
+        p.y.push(2.0 + 0.09 * rng.uniform(0.0, 1.0));
+        p.z.push(0.5 + 0.09 * rng.uniform(0.0, 1.0));
+        p.intensity.push(i as f32);
+        if i < 3_000 {
+            p.x.push(rng.uniform(100.0, 200.0));
+            p.y.push(rng.uniform(-200.0, -100.0));
+            p.z.push(rng.uniform(10.0, 20.0));
+            p.intensity.push(rng.uniform(0.0, 255.0));
+        }
+    }
+    for precision in [KeyPrecision::F32, KeyPrecision::F64] {
+        let params = VoxelParams {
+            voxel_size: [0.1, 0.1, 0.1],
+            range: Some([[-20.0, -20.0, -2.0], [20.0, 20.0, 2.0]]),
+            out_of_range: OutOfRange::Clip,
+            origin: VoxelOrigin::ScanMin,
+            precision,
+            max_voxels: 1 << 30,
+        };
+        let cpu = voxelize_cpu(&[&p], &params).unwrap();
+        let biggest = cpu.counts.iter().copied().max().unwrap_or(0);
+        assert!(biggest >= 3_000, "a voxel holds thousands of points (largest {biggest})");
+        let g = voxelize_cuda(&dev, &[&p], &params).unwrap().to_host(&dev).unwrap();
+        assert_same(&format!("big voxels {precision:?}"), &g, &cpu);
+        assert_eq!(g.xyz, cpu.xyz, "big voxels {precision:?}: mean positions differ (summation order)");
+    }
+}
+
 #[test]
 fn cuda_voxelize_empty_and_all_invalid() {
     let Some(dev) = gpu("cuda_voxelize_empty_and_all_invalid") else { return };

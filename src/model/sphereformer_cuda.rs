@@ -21,7 +21,7 @@ use crate::device::primitives::grid_1d;
 use crate::model::layers::{BatchNorm, LayerNorm, Linear};
 use crate::model::preprocess::cuda::{CudaNetworkInputs, CudaPointMap};
 use crate::sparse::conv_cpu::WeightLayout;
-use crate::sparse::conv_cuda::{conv_cuda, CudaConvWeights, CudaPreActivation};
+use crate::sparse::conv_cuda::{conv_cuda, conv_cuda_post, CudaConvWeights, CudaPreActivation};
 use crate::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda_sites, submanifold_cuda_sites, CudaKernelMap, CudaSites};
 use crate::sparse::tensor::{validate_geometry, validate_sites};
 use crate::Error;
@@ -233,8 +233,9 @@ impl GpuBlock {
                     None => None,
                 };
                 let identity = projected.as_ref().unwrap_or(x);
-                let h = conv_cuda(dev, x, &maps.subm, conv1, Some(&bn1.pre_relu()), None)?;
-                conv_cuda(dev, &h, &maps.subm, conv2, Some(&bn2.pre_relu()), Some(identity))
+                // conv1's output feeds only conv2, so bn2 + ReLU run in conv1's epilogue
+                let h = conv_cuda_post(dev, x, &maps.subm, conv1, Some(&bn1.pre_relu()), &bn2.pre_relu())?;
+                conv_cuda(dev, &h, &maps.subm, conv2, None, Some(identity))
             }
         }
     }

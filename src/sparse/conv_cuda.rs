@@ -152,6 +152,21 @@ pub fn conv_cuda(
     conv_cuda_split(dev, x, map, w, pre, residual, ConvAlgo::best_for_volume(w.cin, w.cout, map.out_count, w.kv), None)
 }
 
+/// [`conv_cuda`] whose output goes through the next layer's BN (+ ReLU) in the epilogue:
+/// `post(conv(x) + bias + residual)`, for a conv whose raw output nothing else reads (it saves
+/// the next conv a pre-activation pass over its input).
+pub fn conv_cuda_post(
+    dev: &CudaDevice,
+    x: &CudaSlice<f16>,
+    map: &CudaKernelMap,
+    w: &CudaConvWeights,
+    pre: Option<&CudaPreActivation<'_>>,
+    post: &CudaPreActivation<'_>,
+) -> Result<CudaSlice<f16>, Error> {
+    let algo = ConvAlgo::best_for_volume(w.cin, w.cout, map.out_count, w.kv);
+    conv_cuda_launch(dev, x, map, w, pre, None, algo, None, Some(post))
+}
+
 /// `relu?(x * scale + shift)` per channel over `[n, c]` FP16 rows (conv_pre_activate).
 fn pre_activate(dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, c: usize, p: &CudaPreActivation<'_>) -> Result<CudaSlice<f16>, Error> {
     let s = &dev.stream;
@@ -174,7 +189,9 @@ fn pre_activate(dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, c: usize, p: &Cu
 }
 
 /// Blocks an implicit-GEMM conv should have in flight before splitting its kernel offsets over
-/// more blocks pays (a few per SM of an H100's 132).
+/// more blocks pays (a few per SM of an H100's 132). The wide kernel takes the same target: with
+/// half of it, the nuScenes frame's convs took 14 % longer (measured), though a single C128 conv
+/// of 22.7k outputs runs faster unsplit.
 const CONV_TARGET_BLOCKS: usize = 4 * 132;
 /// At most this many offset splits, each of at least this many offsets.
 const MAX_OFFSET_SPLITS: usize = 9;
@@ -183,8 +200,8 @@ const MIN_OFFSETS_PER_SPLIT: usize = 3;
 /// Offset splits for an implicit-GEMM conv of `blocks` output tiles and kernel volume `kv`: with
 /// few outputs and wide channels (the deep levels of a sparse sweep) each block would walk every
 /// offset with most of the GPU idle.
-fn auto_offset_splits(blocks: usize, kv: usize) -> usize {
-    let by_blocks = CONV_TARGET_BLOCKS.div_ceil(blocks.max(1));
+fn auto_offset_splits(blocks: usize, kv: usize, target: usize) -> usize {
+    let by_blocks = target.div_ceil(blocks.max(1));
     let by_offsets = (kv / MIN_OFFSETS_PER_SPLIT).max(1);
     by_blocks.min(by_offsets).clamp(1, MAX_OFFSET_SPLITS)
 }
@@ -202,6 +219,22 @@ pub fn conv_cuda_split(
     residual: Option<&CudaSlice<f16>>,
     algo: ConvAlgo,
     offset_splits: Option<usize>,
+) -> Result<CudaSlice<f16>, Error> {
+    conv_cuda_launch(dev, x, map, w, pre, residual, algo, offset_splits, None)
+}
+
+/// [`conv_cuda_split`] with an optional post-activation (see [`conv_cuda_post`]).
+#[allow(clippy::too_many_arguments)]
+pub fn conv_cuda_launch(
+    dev: &CudaDevice,
+    x: &CudaSlice<f16>,
+    map: &CudaKernelMap,
+    w: &CudaConvWeights,
+    pre: Option<&CudaPreActivation<'_>>,
+    residual: Option<&CudaSlice<f16>>,
+    algo: ConvAlgo,
+    offset_splits: Option<usize>,
+    post: Option<&CudaPreActivation<'_>>,
 ) -> Result<CudaSlice<f16>, Error> {
     let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmWide);
     if pipelined && w.kv > PIPE_MAX_KV {
@@ -226,7 +259,20 @@ pub fn conv_cuda_split(
             return Err(Error::InvalidInput("conv pre-activation needs Cin scales and shifts".into()));
         }
     }
+    if let Some(p) = post {
+        if p.scale.len() < w.cout || p.shift.len() < w.cout {
+            return Err(Error::InvalidInput("conv post-activation needs Cout scales and shifts".into()));
+        }
+    }
     let s = &dev.stream;
+    if algo == ConvAlgo::Direct && post.is_some() {
+        // conv_direct has no post-activation in its epilogue: a separate pass
+        let raw = conv_cuda_launch(dev, x, map, w, pre, residual, algo, offset_splits, None)?;
+        return match post {
+            Some(p) => pre_activate(dev, &raw, map.out_count, w.cout, p),
+            None => Ok(raw),
+        };
+    }
     let mut out = s.alloc_zeros::<f16>((map.out_count * w.cout).max(1)).map_err(cuda_err("allocating conv output"))?;
     if map.out_count == 0 {
         return Ok(out);
@@ -261,7 +307,7 @@ pub fn conv_cuda_split(
                 _ => (32, "conv_implicit_gemm_pipe_m32"),
             };
             let tiles = ((map.out_count as u32).div_ceil(bm), (w.cout as u32).div_ceil(64));
-            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv)).clamp(1, w.kv.max(1));
+            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv, CONV_TARGET_BLOCKS)).clamp(1, w.kv.max(1));
             let cfg = LaunchConfig {
                 grid_dim: (tiles.0, tiles.1, splits as u32),
                 block_dim: (128, 1, 1),
@@ -272,7 +318,7 @@ pub fn conv_cuda_split(
         ConvAlgo::ImplicitGemmWide => {
             // 64 x 128 output tiles, 256 threads, dynamic shared memory (above the 48 KB default)
             let tiles = ((map.out_count as u32).div_ceil(64), (w.cout as u32).div_ceil(128));
-            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv)).clamp(1, w.kv.max(1));
+            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv, CONV_TARGET_BLOCKS)).clamp(1, w.kv.max(1));
             let f = dev.function("sparse_conv", "conv_implicit_gemm_wide")?;
             f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, WIDE_SMEM_BYTES as i32)
                 .map_err(cuda_err("allowing the wide conv kernel its shared memory"))?;
@@ -287,6 +333,7 @@ pub fn conv_cuda_split(
     let null: u64 = 0; // a NULL device pointer for absent optional inputs
     let (m32, kv32, cin32, cout32) = (map.out_count as u32, w.kv as u32, w.cin as u32, w.cout as u32);
     let (pre_on, relu) = (pre.is_some() as u32, pre.map(|p| p.relu as u32).unwrap_or(0));
+    let post_relu = post.map(|p| p.relu as u32).unwrap_or(0);
     let splits32 = splits as u32;
     let mut partial = if splits > 1 {
         Some(s.alloc_zeros::<f32>(splits * map.out_count * w.cout).map_err(cuda_err("allocating conv split partials"))?)
@@ -325,6 +372,11 @@ pub fn conv_cuda_split(
                 Some(p) => b.arg(p),
                 None => b.arg(&null),
             };
+            match post {
+                Some(p) => b.arg(p.scale).arg(p.shift),
+                None => b.arg(&null).arg(&null),
+            };
+            b.arg(&post_relu);
         }
         b.launch(cfg).map_err(cuda_err(format!("sparse conv ({algo:?})")))?;
     }
@@ -345,6 +397,11 @@ pub fn conv_cuda_split(
             None => b.arg(&null),
         };
         b.arg(&mut out);
+        match post {
+            Some(p) => b.arg(p.scale).arg(p.shift),
+            None => b.arg(&null).arg(&null),
+        };
+        b.arg(&post_relu);
         b.launch(crate::device::primitives::grid_1d(total, 256)).map_err(cuda_err("conv_split_reduce"))?;
     }
     Ok(out)
