@@ -26,7 +26,8 @@ for w in $what; do
         python3 -c 'import tarfile; tarfile.open(".parity-wheels/site.tar.xz").extractall("/tmp/site")' || { rc=1; continue; }
         PYTHONPATH=/tmp/site python3 tests/parity/spconv_parity.py --out /tmp/parity > "$out/spconv_py.log" 2>&1 || rc=1
         SPTR_PARITY_DIR=/tmp/parity gpu-stage/bin/test-gpu_spconv_parity --test-threads=1 --nocapture > "$out/spconv_rust.log" 2>&1 || rc=1
-        grep '^{"case"' "$out/spconv_rust.log" > "$out/spconv_parity.jsonl"
+        # -o: the first case prints on the line of the test name (libtest), so not at a line start
+        grep -o '{"case".*' "$out/spconv_rust.log" > "$out/spconv_parity.jsonl"
         ;;
     attention)
         if [ ! -d /tmp/sptr-site/sptr ] && ! ls /tmp/sptr-site/sptr* > /dev/null 2>&1; then
@@ -38,7 +39,7 @@ for w in $what; do
         cp /tmp/sptr-parity/manifest.json "$out/sptr_manifest.json" 2>/dev/null
         SPTR_ATTN_PARITY_DIR=/tmp/sptr-parity gpu-stage/bin/test-gpu_attention_parity --test-threads=1 --nocapture \
             > "$out/attention_rust.log" 2>&1 || rc=1
-        grep '^{"case"' "$out/attention_rust.log" > "$out/attention_parity.jsonl"
+        grep -o '{"case".*' "$out/attention_rust.log" > "$out/attention_parity.jsonl"
         ;;
     model)
         # SphereFormer end to end: upstream's network in PyTorch (spconv; sptr's ops when built by the
@@ -68,7 +69,7 @@ for w in $what; do
         done
         SPTR_MODEL_PARITY_DIR=/tmp/model-parity gpu-stage/bin/test-gpu_model_parity --test-threads=1 --nocapture \
             > "$out/model_rust.log" 2>&1 || rc=1
-        grep '^{"case"' "$out/model_rust.log" > "$out/model_parity.jsonl"
+        grep -o '{"case".*' "$out/model_rust.log" > "$out/model_parity.jsonl"
         ;;
     *) echo "gpu_parity: unknown part $w" >&2; rc=2 ;;
     esac
