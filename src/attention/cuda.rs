@@ -22,7 +22,6 @@ use super::sphere::{cubic_heads, SphereLevel};
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::{bits_for, exclusive_scan_u32_async, grid_1d, radix_sort_pairs};
 use crate::Error;
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use half::f16;
 
@@ -633,9 +632,7 @@ pub fn window_attention_cuda_split(
         (true, 16) => "attn_ctx_tiled_split_d16",
         (true, _) => "attn_ctx_tiled_split_d32",
     };
-    dev.function("attention_core", name)?
-        .set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
-        .map_err(cuda_err("allowing the tiled attention kernel its shared memory"))?;
+    dev.function_with_shared("attention_core", name, smem)?;  // launch_attention launches it
     let tmin = tiled_min.max(1);
     let fresh;
     let items = match part.kept_tiled_items(dev, tmin)? {

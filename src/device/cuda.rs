@@ -30,6 +30,8 @@ pub struct CudaDevice {
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     /// Kernel handles by (module, function): looked up in the driver once, not per launch.
     functions: Mutex<HashMap<(&'static str, &'static str), CudaFunction>>,
+    /// Dynamic shared memory each kernel has been allowed beyond the default 48 KB (bytes).
+    shared_allowed: Mutex<HashMap<(&'static str, &'static str), usize>>,
 }
 
 /// Buffers are stream-ordered allocations from the device's default memory pool. By default the
@@ -111,6 +113,7 @@ impl CudaDevice {
             name,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            shared_allowed: Mutex::new(HashMap::new()),
         })
     }
 
@@ -149,6 +152,25 @@ impl CudaDevice {
             .map_err(|e| Error::Cuda(format!("kernel {module}::{func}: {e:?}")))?;
         let mut map = self.functions.lock().map_err(|_| Error::Cuda("function cache lock poisoned".into()))?;
         map.insert(key, f.clone());
+        Ok(f)
+    }
+
+    /// [`CudaDevice::function`], allowed `bytes` of dynamic shared memory per block. Above the
+    /// default 48 KB a kernel must opt in; the attribute is set once per kernel (and again only
+    /// for a larger size), not at every launch.
+    pub fn function_with_shared(&self, module: &'static str, func: &'static str, bytes: usize) -> Result<CudaFunction, Error> {
+        let f = self.function(module, func)?;
+        if bytes <= 48 * 1024 {
+            return Ok(f);
+        }
+        let mut allowed = self.shared_allowed.lock().map_err(|_| Error::Cuda("shared memory cache lock poisoned".into()))?;
+        let have = allowed.entry((module, func)).or_insert(0);
+        if *have < bytes {
+            let b = i32::try_from(bytes).map_err(|_| Error::InvalidInput(format!("kernel {module}::{func}: {bytes} bytes of shared memory")))?;
+            f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, b)
+                .map_err(|e| Error::Cuda(format!("kernel {module}::{func}: allowing {bytes} bytes of shared memory: {e:?}")))?;
+            *have = bytes;
+        }
         Ok(f)
     }
 

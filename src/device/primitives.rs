@@ -3,7 +3,6 @@
 
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::Error;
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 const SCAN_THREADS: u32 = 1024;
@@ -144,13 +143,8 @@ fn radix_sort_small(dev: &CudaDevice, keys: &mut CudaSlice<u64>, vals: &mut Cuda
     }
     let warps = n.div_ceil(SMALL_SORT_WARP_ITEMS);
     let smem = warps * SMALL_SORT_WARP_SMEM;
-    let f = dev.function("scan_sort", "radix_sort_small")?;
-    // Past the 48 KB a block gets without asking (64 KB at capacity; every target GPU allows
-    // 99 KB or more).
-    if smem > 48 * 1024 {
-        f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
-            .map_err(cuda_err("allowing the small sort its shared memory"))?;
-    }
+    // up to 64 KB at capacity (every target GPU allows 99 KB or more)
+    let f = dev.function_with_shared("scan_sort", "radix_sort_small", smem as usize)?;
     let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (warps * 32, 1, 1), shared_mem_bytes: smem };
     // SAFETY: matches the kernel's signature; keys/vals hold >= n elements (checked above), the
     // block has n.div_ceil(256) warps and the shared memory they need.

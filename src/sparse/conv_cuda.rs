@@ -6,7 +6,6 @@ use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::sparse::conv_cpu::{repack, WeightLayout};
 use crate::sparse::kernel_map_cuda::CudaKernelMap;
 use crate::Error;
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use half::f16;
 
@@ -319,9 +318,7 @@ pub fn conv_cuda_launch(
             // 64 x 128 output tiles, 256 threads, dynamic shared memory (above the 48 KB default)
             let tiles = ((map.out_count as u32).div_ceil(64), (w.cout as u32).div_ceil(128));
             splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv, CONV_TARGET_BLOCKS)).clamp(1, w.kv.max(1));
-            let f = dev.function("sparse_conv", "conv_implicit_gemm_wide")?;
-            f.set_attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, WIDE_SMEM_BYTES as i32)
-                .map_err(cuda_err("allowing the wide conv kernel its shared memory"))?;
+            let f = dev.function_with_shared("sparse_conv", "conv_implicit_gemm_wide", WIDE_SMEM_BYTES)?;
             let cfg = LaunchConfig {
                 grid_dim: (tiles.0, tiles.1, splits as u32),
                 block_dim: (256, 1, 1),
