@@ -10,7 +10,7 @@ use half::f16;
 use sptr::config::ModelConfig;
 use sptr::device::cuda::CudaDevice;
 use sptr::sparse::conv_cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
-use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_launch, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation};
+use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation};
 use sptr::sparse::kernel_map::{inverse, strided, submanifold, ConvGeometry, KernelMap};
 use sptr::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda, CudaKernelMap, CudaSites};
 use sptr::sparse::tensor::SparseTensor;
@@ -125,7 +125,7 @@ fn check_conv(
         }
     }
     for (algo, splits) in algos {
-        let run = || conv_cuda_split(dev, &x, gpu_map, &weights, fused.then_some(&pre), fused.then_some(&dres), algo, splits).unwrap();
+        let run = || conv_cuda_split(dev, &x, gpu_map, &weights, fused.then_some(&pre), fused.then_some(&dres), algo, splits, None).unwrap();
         // Warm-up. Every output element is then compared with the CPU value; the random bias
         // makes an unwritten (zero) element show up in the error.
         run();
@@ -171,7 +171,7 @@ fn check_conv(
         }
     }
     for (algo, splits) in posts {
-        let out = conv_cuda_launch(dev, &x, gpu_map, &weights, fused.then_some(&pre), fused.then_some(&dres), algo, splits, Some(&post)).unwrap();
+        let out = conv_cuda_split(dev, &x, gpu_map, &weights, fused.then_some(&pre), fused.then_some(&dres), algo, splits, Some(&post)).unwrap();
         let got: Vec<f32> = s.clone_dtoh(&out.slice(..want.len().max(1))).unwrap().iter().take(want.len()).map(|h| h.to_f32()).collect();
         let e = rel_err(&got, &want);
         eprintln!("{case}: {algo:?} offset splits {splits:?} with post BN+ReLU rel err {e:.2e}");

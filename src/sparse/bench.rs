@@ -76,7 +76,7 @@ pub fn bench_spconv(dev: &CudaDevice, name: &str, coords: Vec<[i32; 4]>, shape: 
         rows.push(BenchRow { case: format!("{name}/subm_k3_map_cached"), sites_in: n, sites_out: n, cin: c, cout: c, ms, tflops: flops / ms / 1e9 });
         // The other kernels on the same map, to choose the default from measurements.
         for algo in [ConvAlgo::ImplicitGemm, ConvAlgo::ImplicitGemm32, ConvAlgo::ImplicitGemmPipe, ConvAlgo::ImplicitGemmPipe32, ConvAlgo::ImplicitGemmWide, ConvAlgo::Direct] {
-            let ms = dev.time_median_ms(3, iters, || conv_cuda_split(dev, &x, &subm, &w, None, None, algo, None).map(|_| ()))?;
+            let ms = dev.time_median_ms(3, iters, || conv_cuda_split(dev, &x, &subm, &w, None, None, algo, None, None).map(|_| ()))?;
             rows.push(BenchRow { case: format!("{name}/subm_k3_map_cached/{algo:?}"), sites_in: n, sites_out: n, cin: c, cout: c, ms, tflops: flops / ms / 1e9 });
         }
         let ms = dev.time_median_ms(3, iters, || {

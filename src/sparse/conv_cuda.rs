@@ -148,7 +148,7 @@ pub fn conv_cuda(
     pre: Option<&CudaPreActivation<'_>>,
     residual: Option<&CudaSlice<f16>>,
 ) -> Result<CudaSlice<f16>, Error> {
-    conv_cuda_split(dev, x, map, w, pre, residual, ConvAlgo::best_for_volume(w.cin, w.cout, map.out_count, w.kv), None)
+    conv_cuda_split(dev, x, map, w, pre, residual, ConvAlgo::best_for_volume(w.cin, w.cout, map.out_count, w.kv), None, None)
 }
 
 /// [`conv_cuda`] whose output goes through the next layer's BN (+ ReLU) in the epilogue:
@@ -163,7 +163,7 @@ pub fn conv_cuda_post(
     post: &CudaPreActivation<'_>,
 ) -> Result<CudaSlice<f16>, Error> {
     let algo = ConvAlgo::best_for_volume(w.cin, w.cout, map.out_count, w.kv);
-    conv_cuda_launch(dev, x, map, w, pre, None, algo, None, Some(post))
+    conv_cuda_split(dev, x, map, w, pre, None, algo, None, Some(post))
 }
 
 /// `relu?(x * scale + shift)` per channel over `[n, c]` FP16 rows (conv_pre_activate).
@@ -205,26 +205,12 @@ fn auto_offset_splits(blocks: usize, kv: usize, target: usize) -> usize {
     by_blocks.min(by_offsets).clamp(1, MAX_OFFSET_SPLITS)
 }
 
-/// [`conv_cuda`] with the kernel chosen by the caller and the implicit GEMM's kernel-offset
-/// splits (`None`: chosen from the grid size; 1: no split; ignored by the direct kernel) — for
-/// tests and benchmarks.
+/// [`conv_cuda`] with the kernel chosen by the caller, the implicit GEMM's kernel-offset splits
+/// (`None`: chosen from the grid size; 1: no split; ignored by the direct kernel) and an optional
+/// post-activation (see [`conv_cuda_post`]) — the one entry with every option, for the model's
+/// wrappers, tests and benchmarks.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_cuda_split(
-    dev: &CudaDevice,
-    x: &CudaSlice<f16>,
-    map: &CudaKernelMap,
-    w: &CudaConvWeights,
-    pre: Option<&CudaPreActivation<'_>>,
-    residual: Option<&CudaSlice<f16>>,
-    algo: ConvAlgo,
-    offset_splits: Option<usize>,
-) -> Result<CudaSlice<f16>, Error> {
-    conv_cuda_launch(dev, x, map, w, pre, residual, algo, offset_splits, None)
-}
-
-/// [`conv_cuda_split`] with an optional post-activation (see [`conv_cuda_post`]).
-#[allow(clippy::too_many_arguments)]
-pub fn conv_cuda_launch(
     dev: &CudaDevice,
     x: &CudaSlice<f16>,
     map: &CudaKernelMap,
@@ -266,7 +252,7 @@ pub fn conv_cuda_launch(
     let s = &dev.stream;
     if algo == ConvAlgo::Direct && post.is_some() {
         // conv_direct has no post-activation in its epilogue: a separate pass
-        let raw = conv_cuda_launch(dev, x, map, w, pre, residual, algo, offset_splits, None)?;
+        let raw = conv_cuda_split(dev, x, map, w, pre, residual, algo, offset_splits, None)?;
         return match post {
             Some(p) => pre_activate(dev, &raw, map.out_count, w.cout, p),
             None => Ok(raw),
