@@ -224,6 +224,60 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// Set-up shared by the pipelined kernels: the output row of each tile row (outs; m past the end),
+// each offset's input row for each tile row (rows, [nk][BM], -1: none), and the offsets some row
+// of the tile has an input at, in order (act; their count is returned). Every thread of the block
+// calls it; it ends with a barrier.
+template <int BM>
+__device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __restrict__ order, u32 m, u32 kv, u32 o0,
+                                   u32 k_begin, u32 nk, u32* outs, i32* rows, u32* act, u32* n_act) {
+    const u32 tid = threadIdx.x, lane = tid & 31u;
+    if (tid < BM) {
+        const u32 p = o0 + tid;
+        outs[tid] = p < m ? (order ? order[p] : p) : m;
+    }
+    __syncthreads();
+    for (u32 q = tid; q < nk * BM; q += blockDim.x) {
+        const u32 kk = q / BM, r = q % BM;
+        const u32 o = outs[r];
+        rows[kk * BM + r] = o < m ? nbr[(u64)o * kv + k_begin + kk] : -1;
+    }
+    __syncthreads();
+    if (tid < 32) {
+        u32 cnt = 0;
+        for (u32 kk = 0; kk < nk; ++kk) {
+            bool any = false;
+            for (u32 r = lane; r < BM; r += 32) any = any || rows[kk * BM + r] >= 0;
+            if (__any_sync(FULL_MASK, any)) {
+                if (lane == 0) act[cnt] = kk;
+                ++cnt;
+            }
+        }
+        if (lane == 0) *n_act = cnt;
+    }
+    __syncthreads();
+    return *n_act;
+}
+
+// The pipelined kernels' cp.async ring over `total` stages: issue(st) starts copying stage st
+// into ring buffer st % S, step(buf) computes on a landed buffer; S - 1 stages stay in flight.
+template <int S, typename Issue, typename Step>
+__device__ __forceinline__ void cp_async_ring(u32 total, Issue issue, Step step) {
+#pragma unroll
+    for (int st = 0; st < S - 1; ++st) {
+        if ((u32)st < total) issue((u32)st);
+        cp_async_commit();
+    }
+    for (u32 st = 0; st < total; ++st) {
+        cp_async_wait<S - 2>();  // this thread's copies of stage st have landed
+        __syncthreads();         // everyone's have; and every thread is done with stage st - 1
+        if (st + S - 1 < total) issue(st + S - 1);  // into the buffer stage st - 1 used
+        cp_async_commit();
+        step(st % S);
+    }
+    cp_async_wait<0>();
+}
+
 template <int MI>
 __device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x, const i32* __restrict__ nbr,
                                                    const u32* __restrict__ order, u32 m, u32 kv,
@@ -256,32 +310,9 @@ __device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x,
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    if (tid < BM) {
-        const u32 p = o0 + tid;
-        outs[tid] = p < m ? (order ? order[p] : p) : m;
-    }
-    __syncthreads();
-    for (u32 q = tid; q < nk * BM; q += blockDim.x) {
-        const u32 kk = q / BM, r = q % BM;
-        const u32 o = outs[r];
-        rows[kk][r] = o < m ? nbr[(u64)o * kv + k_begin + kk] : -1;
-    }
-    __syncthreads();
-    if (warp == 0) {  // the offsets some row of the tile has an input at, in order
-        u32 cnt = 0;
-        for (u32 kk = 0; kk < nk; ++kk) {
-            bool any = false;
-            for (u32 r = lane; r < BM; r += 32) any = any || rows[kk][r] >= 0;
-            if (__any_sync(FULL_MASK, any)) {
-                if (lane == 0) act[cnt] = kk;
-                ++cnt;
-            }
-        }
-        if (lane == 0) n_act = cnt;
-    }
-    __syncthreads();
+    const u32 n_offsets = tile_active_offsets<BM>(nbr, order, m, kv, o0, k_begin, nk, outs, &rows[0][0], act, &n_act);
     const u32 nc = (cin + IG_BK - 1) / IG_BK;
-    const u32 total = n_act * nc;
+    const u32 total = n_offsets * nc;
     // Stage st = (act[st / nc], Cin chunk st % nc) into ring buffer st % S.
     auto issue = [&](u32 st) {
         const u32 buf = st % S, kk = act[st / nc], c0 = (st % nc) * IG_BK, k = k_begin + kk;
@@ -301,20 +332,7 @@ __device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x,
             cp_async16(&Bs[buf][r][nv], ok ? (const void*)(w + ((u64)k * cin + c0 + r) * cout + n0 + nv) : (const void*)w, ok);
         }
     };
-#pragma unroll
-    for (int st = 0; st < S - 1; ++st) {
-        if ((u32)st < total) issue(st);
-        cp_async_commit();
-    }
-    for (u32 st = 0; st < total; ++st) {
-        cp_async_wait<S - 2>();  // this thread's copies of stage st have landed
-        __syncthreads();         // everyone's have; and every thread is done with stage st - 1
-        const u32 buf = st % S;
-        if (st + S - 1 < total) issue(st + S - 1);  // into the buffer stage st - 1 used
-        cp_async_commit();
-        tile_mma<MI>(As[buf], Bs[buf], wm, wn, g, t, acc);
-    }
-    cp_async_wait<0>();
+    cp_async_ring<S>(total, issue, [&](u32 buf) { tile_mma<MI>(As[buf], Bs[buf], wm, wn, g, t, acc); });
     tile_store<MI>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
 
@@ -394,31 +412,9 @@ extern "C" __global__ void __launch_bounds__(WIDE_THREADS) conv_implicit_gemm_wi
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    if (tid < WIDE_BM) {
-        const u32 p = o0 + tid;
-        outs[tid] = p < m ? (order ? order[p] : p) : m;
-    }
-    __syncthreads();
-    for (u32 q = tid; q < nk * WIDE_BM; q += blockDim.x) {
-        const u32 kk = q / WIDE_BM, r = q % WIDE_BM;
-        const u32 o = outs[r];
-        rows[kk * WIDE_BM + r] = o < m ? nbr[(u64)o * kv + k_begin + kk] : -1;
-    }
-    __syncthreads();
-    if (warp == 0) {  // the offsets some row of the tile has an input at, in order
-        u32 cnt = 0;
-        for (u32 kk = 0; kk < nk; ++kk) {
-            const bool any = rows[kk * WIDE_BM + lane] >= 0 || rows[kk * WIDE_BM + 32 + lane] >= 0;
-            if (__any_sync(FULL_MASK, any)) {
-                if (lane == 0) act[cnt] = kk;
-                ++cnt;
-            }
-        }
-        if (lane == 0) *n_act = cnt;
-    }
-    __syncthreads();
+    const u32 n_offsets = tile_active_offsets<WIDE_BM>(nbr, order, m, kv, o0, k_begin, nk, outs, rows, act, n_act);
     const u32 nc = (cin + IG_BK - 1) / IG_BK;
-    const u32 total = *n_act * nc;
+    const u32 total = n_offsets * nc;
     // Stage st = (act[st / nc], Cin chunk st % nc) into ring buffer st % S: A = 64 rows x 4
     // chunks of 8 halves (one per thread), B = 32 rows x 16 chunks (two per thread).
     auto issue = [&](u32 st) {
@@ -438,41 +434,30 @@ extern "C" __global__ void __launch_bounds__(WIDE_THREADS) conv_implicit_gemm_wi
                        ok ? (const void*)(w + ((u64)k * cin + c0 + r) * cout + n0 + nv) : (const void*)w, ok);
         }
     };
+    cp_async_ring<S>(total, issue, [&](u32 buf) {
+    const __half* a_s = As + buf * WIDE_A_STAGE;
+    const __half* b_s = Bs + buf * WIDE_B_STAGE;
 #pragma unroll
-    for (int st = 0; st < S - 1; ++st) {
-        if ((u32)st < total) issue(st);
-        cp_async_commit();
-    }
-    for (u32 st = 0; st < total; ++st) {
-        cp_async_wait<S - 2>();  // this thread's copies of stage st have landed
-        __syncthreads();         // everyone's have; and every thread is done with stage st - 1
-        const u32 buf = st % S;
-        if (st + S - 1 < total) issue(st + S - 1);  // into the buffer stage st - 1 used
-        cp_async_commit();
-        const __half* a_s = As + buf * WIDE_A_STAGE;
-        const __half* b_s = Bs + buf * WIDE_B_STAGE;
+    for (u32 kk = 0; kk < IG_BK; kk += 16) {
+        u32 a[2][4], b[4][2];
 #pragma unroll
-        for (u32 kk = 0; kk < IG_BK; kk += 16) {
-            u32 a[2][4], b[4][2];
+        for (int i = 0; i < 2; ++i)
+            ldmatrix_x4(a[i], a_s + (wm + i * 16 + (lane & 15u)) * (IG_BK + WIDE_APAD) + kk + (lane >> 4) * 8);
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
-                ldmatrix_x4(a[i], a_s + (wm + i * 16 + (lane & 15u)) * (IG_BK + WIDE_APAD) + kk + (lane >> 4) * 8);
-#pragma unroll
-            for (int jp = 0; jp < 2; ++jp) {
-                u32 r[4];
-                ldmatrix_x4_trans(r, b_s + (kk + (lane & 15u)) * (WIDE_BN + WIDE_BPAD) + wn + jp * 16 + (lane >> 4) * 8);
-                b[2 * jp][0] = r[0];
-                b[2 * jp][1] = r[1];
-                b[2 * jp + 1][0] = r[2];
-                b[2 * jp + 1][1] = r[3];
-            }
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
+        for (int jp = 0; jp < 2; ++jp) {
+            u32 r[4];
+            ldmatrix_x4_trans(r, b_s + (kk + (lane & 15u)) * (WIDE_BN + WIDE_BPAD) + wn + jp * 16 + (lane >> 4) * 8);
+            b[2 * jp][0] = r[0];
+            b[2 * jp][1] = r[1];
+            b[2 * jp + 1][0] = r[2];
+            b[2 * jp + 1][1] = r[3];
         }
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
     }
-    cp_async_wait<0>();
+    });
     tile_store<2>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
 
