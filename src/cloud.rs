@@ -558,21 +558,11 @@ pub fn decode(view: &CloudView) -> Result<(Points, DecodeReport), CloudError> {
     Ok((points, report))
 }
 
-/// [`decode`] into an existing [`Points`], reusing its buffers (no allocation once they are
-/// large enough). On error `out` holds no points.
-pub fn decode_into(view: &CloudView, out: &mut Points) -> Result<DecodeReport, CloudError> {
-    clear(out);
-    let fields = view.fields;
-    let big = view.is_bigendian;
-
-    if view.width == 0 || view.height == 0 {
-        out.has_intensity = find(fields, INTENSITY).is_some();
-        keep_if(&mut out.ring, find(fields, RING).is_some(), 0);
-        keep_if(&mut out.time, find(fields, TIME).is_some(), 0);
-        return Ok(DecodeReport::default());
-    }
-
-    // --- message geometry (checked arithmetic throughout) ---
+/// The message geometry every reader of a non-empty cloud needs, checked (checked arithmetic
+/// throughout): a non-zero point step, a point count and byte sizes that fit, rows wide enough for
+/// their points and data covering every row. Returns the geometry, the point count and the bytes
+/// the rows span.
+fn checked_geometry(view: &CloudView) -> Result<(Geometry, usize, usize), CloudError> {
     if view.point_step == 0 {
         return Err(CloudError::ZeroPointStep {
             width: view.width,
@@ -628,6 +618,25 @@ pub fn decode_into(view: &CloudView, out: &mut Points) -> Result<DecodeReport, C
         point_step: to_usize(ps, "point_step")?,
     };
     let total = to_usize(total_points, "point count")?;
+    Ok((geom, total, expected_usize))
+}
+
+/// [`decode`] into an existing [`Points`], reusing its buffers (no allocation once they are
+/// large enough). On error `out` holds no points.
+pub fn decode_into(view: &CloudView, out: &mut Points) -> Result<DecodeReport, CloudError> {
+    clear(out);
+    let fields = view.fields;
+    let big = view.is_bigendian;
+
+    if view.width == 0 || view.height == 0 {
+        out.has_intensity = find(fields, INTENSITY).is_some();
+        keep_if(&mut out.ring, find(fields, RING).is_some(), 0);
+        keep_if(&mut out.time, find(fields, TIME).is_some(), 0);
+        return Ok(DecodeReport::default());
+    }
+
+    // --- message geometry ---
+    let (geom, total, expected_usize) = checked_geometry(view)?;
 
     // --- fields, resolved once ---
     let required = |name: &'static str| -> Result<Accessor, CloudError> {
@@ -943,43 +952,12 @@ pub fn field_values(view: &CloudView, names: &[&str]) -> Result<Option<Vec<f64>>
     if view.width == 0 || view.height == 0 {
         return Ok(Some(Vec::new()));
     }
-    if view.point_step == 0 {
-        return Err(CloudError::ZeroPointStep {
-            width: view.width,
-            height: view.height,
-        });
-    }
+    let (geom, total, _) = checked_geometry(view)?;
     let acc = resolve(field, view.point_step, view.is_bigendian)?;
-    let (w, h, ps, rs) = (
-        view.width as u64,
-        view.height as u64,
-        view.point_step as u64,
-        view.row_step as u64,
-    );
-    let row_bytes = w * ps;
-    if rs < row_bytes {
-        return Err(CloudError::RowStepTooSmall {
-            row_step: view.row_step,
-            width: view.width,
-            point_step: view.point_step,
-            needed: row_bytes,
-        });
-    }
-    let expected = h * rs;
-    if (view.data.len() as u64) < expected {
-        return Err(CloudError::Truncated {
-            height: view.height,
-            row_step: view.row_step,
-            expected,
-            actual: view.data.len(),
-        });
-    }
-    // Every size below is at most data.len(), so the casts are exact.
-    let (ps, rs, row_bytes) = (ps as usize, rs as usize, row_bytes as usize);
-    let mut out = Vec::with_capacity((w * h) as usize);
-    for r in 0..h as usize {
-        let row = &view.data[r * rs..r * rs + row_bytes];
-        out.extend(row.chunks_exact(ps).map(|p| acc.get(p)));
+    let mut out = Vec::with_capacity(total);
+    for r in 0..geom.height {
+        let row = &view.data[r * geom.row_step..r * geom.row_step + geom.row_bytes];
+        out.extend(row.chunks_exact(geom.point_step).map(|p| acc.get(p)));
     }
     Ok(Some(out))
 }
