@@ -121,17 +121,20 @@ __device__ __forceinline__ void tile_store(const float acc[MI][4][4], const u32*
             }
 }
 
+// The implicit-GEMM kernels' parameters (the device functions take them as the kernels do).
+#define IMPLICIT_GEMM_ARGS                                                                                   \
+    const __half *__restrict__ x, const i32 *__restrict__ nbr, const u32 *__restrict__ order, u32 m, u32 kv, \
+        const __half *__restrict__ w, u32 cin, u32 cout, const float *__restrict__ bias,                    \
+        const float *__restrict__ pre_scale, const float *__restrict__ pre_shift, u32 pre, u32 relu,        \
+        const __half *__restrict__ residual, __half *__restrict__ out, u32 splits, float *__restrict__ partial, \
+        const float *__restrict__ post_scale, const float *__restrict__ post_shift, u32 post_relu
+#define IMPLICIT_GEMM_CALL \
+    x, nbr, order, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out, splits, partial, post_scale, post_shift, post_relu
+
 // `order` (may be NULL): tile row r of block b is output order[b * BM + r] (outputs sorted by
 // neighbour mask, so rows of a tile share active offsets and more offsets are skipped).
 template <int MI>
-__device__ __forceinline__ void implicit_gemm(const __half* __restrict__ x, const i32* __restrict__ nbr,
-                                              const u32* __restrict__ order, u32 m, u32 kv,
-                                              const __half* __restrict__ w, u32 cin, u32 cout,
-                                              const float* __restrict__ bias, const float* __restrict__ pre_scale,
-                                              const float* __restrict__ pre_shift, u32 pre, u32 relu,
-                                              const __half* __restrict__ residual, __half* __restrict__ out,
-                                              u32 splits, float* __restrict__ partial, const float* __restrict__ post_scale,
-                                              const float* __restrict__ post_shift, u32 post_relu) {
+__device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
     constexpr int BM = 32 * MI;
     __shared__ __align__(16) __half As[BM][IG_BK + IG_APAD];
     __shared__ __align__(16) __half Bs[IG_BK][IG_BN + IG_BPAD];
@@ -279,14 +282,7 @@ __device__ __forceinline__ void cp_async_ring(u32 total, Issue issue, Step step)
 }
 
 template <int MI>
-__device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x, const i32* __restrict__ nbr,
-                                                   const u32* __restrict__ order, u32 m, u32 kv,
-                                                   const __half* __restrict__ w, u32 cin, u32 cout,
-                                                   const float* __restrict__ bias, const float* __restrict__ pre_scale,
-                                                   const float* __restrict__ pre_shift, u32 pre, u32 relu,
-                                                   const __half* __restrict__ residual, __half* __restrict__ out,
-                                                   u32 splits, float* __restrict__ partial, const float* __restrict__ post_scale,
-                                                   const float* __restrict__ post_shift, u32 post_relu) {
+__device__ __forceinline__ void implicit_gemm_pipe(IMPLICIT_GEMM_ARGS) {
     constexpr int BM = 32 * MI;
     constexpr int S = PIPE_STAGES;
     __shared__ __align__(16) __half As[S][BM][IG_BK + IG_APAD];
@@ -335,15 +331,6 @@ __device__ __forceinline__ void implicit_gemm_pipe(const __half* __restrict__ x,
     cp_async_ring<S>(total, issue, [&](u32 buf) { tile_mma<MI>(As[buf], Bs[buf], wm, wn, g, t, acc); });
     tile_store<MI>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
-
-#define IMPLICIT_GEMM_ARGS                                                                                   \
-    const __half *__restrict__ x, const i32 *__restrict__ nbr, const u32 *__restrict__ order, u32 m, u32 kv, \
-        const __half *__restrict__ w, u32 cin, u32 cout, const float *__restrict__ bias,                    \
-        const float *__restrict__ pre_scale, const float *__restrict__ pre_shift, u32 pre, u32 relu,        \
-        const __half *__restrict__ residual, __half *__restrict__ out, u32 splits, float *__restrict__ partial, \
-        const float *__restrict__ post_scale, const float *__restrict__ post_shift, u32 post_relu
-#define IMPLICIT_GEMM_CALL \
-    x, nbr, order, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out, splits, partial, post_scale, post_shift, post_relu
 
 // 64-row tiles (128 threads).
 extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm(IMPLICIT_GEMM_ARGS) {
