@@ -79,63 +79,142 @@ scan_single_tile(const u32* in, u32* out, u32* __restrict__ sums, u32 n) {
 #define RADIX_TILE (RADIX_THREADS * RADIX_ROUNDS)
 #define RADIX_BINS 256
 
-// Digit counts of each tile, digit-major: hist[digit * ntiles + tile], so one exclusive scan of
-// `hist` gives every (digit, tile) its first output position.
+// Multi-pass sorts ("one sweep" per pass): one launch counts every pass's digits over all keys
+// (radix_digit_counts), then one launch per pass ranks and scatters a tile of RADIX_TILE pairs per
+// block (radix_onesweep). A tile finds the items of its digits in earlier tiles by decoupled
+// look-back over per-(tile, digit) status words, so a pass needs no separate histogram and scan
+// launches and no host round trip.
+#define RADIX_MAX_PASSES 8
+
+// counts[pass * 256 + digit] += number of keys with that digit in that pass (pass p = bits
+// [8p, 8p + 8)), for passes < `passes`. `counts` must be zeroed.
 extern "C" __global__ void __launch_bounds__(RADIX_THREADS)
-radix_histogram(const u64* __restrict__ keys, u32 n, u32 shift, u32* __restrict__ hist, u32 ntiles) {
-    __shared__ u32 counts[RADIX_BINS];
-    counts[threadIdx.x] = 0;
+radix_digit_counts(const u64* __restrict__ keys, u32 n, u32 passes, u32* __restrict__ counts) {
+    __shared__ u32 local[RADIX_MAX_PASSES][RADIX_BINS];
+    for (u32 p = 0; p < passes; ++p) local[p][threadIdx.x] = 0;
     __syncthreads();
-    const u32 base = blockIdx.x * RADIX_TILE;
-    for (u32 r = 0; r < RADIX_ROUNDS; ++r) {
-        const u32 i = base + r * RADIX_THREADS + threadIdx.x;
-        if (i < n) atomicAdd(&counts[(u32)(keys[i] >> shift) & 0xffu], 1u);
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const u64 key = keys[i];
+        for (u32 p = 0; p < passes; ++p) atomicAdd(&local[p][(u32)(key >> (8 * p)) & 0xffu], 1u);
     }
     __syncthreads();
-    hist[threadIdx.x * ntiles + blockIdx.x] = counts[threadIdx.x];
+    for (u32 p = 0; p < passes; ++p) {
+        const u32 c = local[p][threadIdx.x];
+        if (c) atomicAdd(&counts[p * RADIX_BINS + threadIdx.x], c);
+    }
 }
 
-// Stable scatter of one digit pass. Items of a tile are taken in rounds of 256 in input order;
-// within a round, warps in order, lanes in order: so equal digits keep their input order.
+// A status word of the look-back: high half = (pass + 1) << 2 | kind, low half = a count of a
+// digit's items. kind AGGREGATE: the tile's own count; kind INCLUSIVE: the count in this and every
+// earlier tile. A word of an earlier pass (or zero) means "not published yet". The words are
+// reused across passes without clearing, which the pass number in the high half makes safe.
+#define STATUS_AGGREGATE 1u
+#define STATUS_INCLUSIVE 2u
+
+__device__ __forceinline__ u64 status_word(u32 pass, u32 kind, u32 count) {
+    return ((u64)(((pass + 1u) << 2) | kind) << 32) | count;
+}
+
+// One stable pass over bits [8 * pass, 8 * pass + 8): keys_in/vals_in -> keys_out/vals_out.
+// Tiles are taken in launch order through tile_counter[pass] (zeroed), so a block only waits on
+// tiles that are already running. Within a tile, warp w owns items [w * 256, (w + 1) * 256) in
+// rounds of 32: (warp, round, lane) order is input order, so ranks by it are stable. The tile is
+// put in order in shared memory first, so each digit's run is written out contiguously.
 extern "C" __global__ void __launch_bounds__(RADIX_THREADS)
-radix_scatter(const u64* __restrict__ keys_in, const u32* __restrict__ vals_in,
-              u64* __restrict__ keys_out, u32* __restrict__ vals_out,
-              u32 n, u32 shift, const u32* __restrict__ offsets, u32 ntiles) {
-    __shared__ u32 digit_base[RADIX_BINS];
-    __shared__ u32 warp_counts[RADIX_THREADS / 32][RADIX_BINS];
-    const u32 lane = threadIdx.x & 31u;
-    const u32 warp = threadIdx.x >> 5;
-    digit_base[threadIdx.x] = offsets[threadIdx.x * ntiles + blockIdx.x];
-    for (u32 w = 0; w < RADIX_THREADS / 32; ++w) warp_counts[w][threadIdx.x] = 0;
+radix_onesweep(const u64* __restrict__ keys_in, const u32* __restrict__ vals_in,
+               u64* __restrict__ keys_out, u32* __restrict__ vals_out, u32 n, u32 pass,
+               const u32* __restrict__ counts, u64* status, u32* tile_counter) {
+    constexpr u32 WARPS = RADIX_THREADS / 32, WARP_ITEMS = RADIX_ROUNDS * 32;
+    __shared__ u32 warp_counts[WARPS][RADIX_BINS];  // per warp: counts, then first rank in the tile
+    __shared__ u32 tile_start[RADIX_BINS];          // digit's first position within the sorted tile
+    __shared__ u32 out_start[RADIX_BINS];           // digit's first output position of this tile
+    __shared__ u32 warp_sums[2][33];                // one per block scan below
+    __shared__ u64 tile_keys[RADIX_TILE];
+    __shared__ u32 tile_vals[RADIX_TILE];
+    __shared__ u32 tile_id;
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 shift = 8u * pass;
+    if (tid == 0) tile_id = atomicAdd(&tile_counter[pass], 1u);
+#pragma unroll
+    for (u32 w = 0; w < WARPS; ++w) warp_counts[w][tid] = 0;
     __syncthreads();
+    const u32 tile = tile_id;
+    const u32 base = tile * RADIX_TILE + warp * WARP_ITEMS + lane;
+
+    // rank every item among its digit's items of this warp, in order
+    u64 key[RADIX_ROUNDS];
+    u32 val[RADIX_ROUNDS], digit[RADIX_ROUNDS], rank[RADIX_ROUNDS];
     const u32 lanes_below = (1u << lane) - 1u;
-    const u32 base = blockIdx.x * RADIX_TILE;
+#pragma unroll
     for (u32 r = 0; r < RADIX_ROUNDS; ++r) {
-        const u32 i = base + r * RADIX_THREADS + threadIdx.x;
+        const u32 i = base + r * 32;
         const bool valid = i < n;
-        u64 key = valid ? keys_in[i] : 0ull;
-        // Out-of-range lanes get digit 256 so they never match a real digit.
-        const u32 digit = valid ? ((u32)(key >> shift) & 0xffu) : RADIX_BINS;
-        const u32 peers = __match_any_sync(FULL_MASK, digit);
-        const u32 rank = __popc(peers & lanes_below);
-        const bool leader = rank == 0;
-        if (valid && leader) warp_counts[warp][digit] = __popc(peers);
-        __syncthreads();
-        u32 dest = 0;
-        if (valid) {
-            dest = digit_base[digit] + rank;
-            for (u32 w = 0; w < warp; ++w) dest += warp_counts[w][digit];
+        key[r] = valid ? keys_in[i] : 0ull;
+        val[r] = valid ? vals_in[i] : 0u;
+        // items past the end get digit 256: they match no real digit and are never stored
+        digit[r] = valid ? ((u32)(key[r] >> shift) & 0xffu) : RADIX_BINS;
+    }
+#pragma unroll
+    for (u32 r = 0; r < RADIX_ROUNDS; ++r) {
+        const u32 peers = __match_any_sync(FULL_MASK, digit[r]);
+        const u32 d = digit[r];
+        const u32 before = d < RADIX_BINS ? warp_counts[warp][d] : 0u;
+        rank[r] = before + __popc(peers & lanes_below);
+        __syncwarp();
+        if (d < RADIX_BINS && (peers & lanes_below) == 0) warp_counts[warp][d] = before + __popc(peers);
+        __syncwarp();
+    }
+    __syncthreads();
+
+    // thread = digit: the warps' counts become first ranks, the tile's count is published
+    const u32 d = tid;
+    u32 tile_count = 0;
+#pragma unroll
+    for (u32 w = 0; w < WARPS; ++w) {
+        const u32 c = warp_counts[w][d];
+        warp_counts[w][d] = tile_count;
+        tile_count += c;
+    }
+    volatile u64* st = status;
+    const u64 slot = (u64)tile * RADIX_BINS + d;
+    st[slot] = status_word(pass, tile == 0 ? STATUS_INCLUSIVE : STATUS_AGGREGATE, tile_count);
+    // the digit's items in earlier tiles: walk back until a tile that knows its inclusive count
+    u32 earlier = 0;
+    for (u32 j = tile; j > 0;) {
+        const u64 w = st[(u64)(j - 1) * RADIX_BINS + d];
+        const u32 tag = (u32)(w >> 32);
+        if ((tag >> 2) != pass + 1u) continue;  // not published yet: read again
+        earlier += (u32)w;
+        if ((tag & 3u) == STATUS_INCLUSIVE) break;
+        --j;
+    }
+    if (tile > 0) st[slot] = status_word(pass, STATUS_INCLUSIVE, earlier + tile_count);
+    // the digit's first output position: items with smaller digits, then earlier tiles
+    u32 total;
+    const u32 smaller = block_exclusive_scan(counts[pass * RADIX_BINS + d], warp_sums[0], total);
+    out_start[d] = smaller + earlier;
+    tile_start[d] = block_exclusive_scan(tile_count, warp_sums[1], total);
+    __syncthreads();
+
+    // the tile in sorted order in shared memory, then out: consecutive threads write a digit's
+    // consecutive positions
+#pragma unroll
+    for (u32 r = 0; r < RADIX_ROUNDS; ++r) {
+        const u32 dg = digit[r];
+        if (dg < RADIX_BINS) {
+            const u32 at = tile_start[dg] + warp_counts[warp][dg] + rank[r];
+            tile_keys[at] = key[r];
+            tile_vals[at] = val[r];
         }
-        __syncthreads();
-        if (valid) {
-            keys_out[dest] = key;
-            vals_out[dest] = vals_in[i];
-            if (leader) {
-                atomicAdd(&digit_base[digit], __popc(peers));
-                warp_counts[warp][digit] = 0;
-            }
-        }
-        __syncthreads();
+    }
+    __syncthreads();
+    const u32 in_tile = min((u32)RADIX_TILE, n - tile * RADIX_TILE);
+    for (u32 at = tid; at < in_tile; at += RADIX_THREADS) {
+        const u64 k = tile_keys[at];
+        const u32 dg = (u32)(k >> shift) & 0xffu;
+        const u32 dest = out_start[dg] + (at - tile_start[dg]);
+        keys_out[dest] = k;
+        vals_out[dest] = tile_vals[at];
     }
 }
 

@@ -1,5 +1,7 @@
 //! Device-wide building blocks on CUDA (kernels in `kernels/scan_sort.cu`): exclusive scan of
-//! u32 and a stable LSD radix sort of (u64 key, u32 value) pairs over the low `bits` of the key.
+//! u32 and a stable LSD radix sort of (u64 key, u32 value) pairs over the low `bits` of the key:
+//! one launch for up to [`SMALL_SORT_CAPACITY`] pairs, else one launch counting every pass's
+//! digits and one "one sweep" launch per 8-bit pass (decoupled look-back, no host round trip).
 
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::Error;
@@ -9,13 +11,16 @@ const SCAN_THREADS: u32 = 1024;
 const SCAN_TILE: u32 = SCAN_THREADS * 4;
 const RADIX_THREADS: u32 = 256;
 const RADIX_TILE: u32 = RADIX_THREADS * 8;
+const RADIX_BINS: u32 = 256;
+/// `radix_digit_counts` strides over the keys with at most this many blocks.
+const COUNT_BLOCKS_MAX: u32 = 256;
 /// `radix_sort_small`: one block of up to 1024 threads, 8 items a thread, 256 items a warp.
 const SMALL_SORT_WARP_ITEMS: u32 = 32 * 8;
 /// Shared memory of `radix_sort_small` per warp: 256 digit counts and 256 exchange words.
 const SMALL_SORT_WARP_SMEM: u32 = 2 * 256 * 4;
 
 /// The most pairs [`radix_sort_pairs`] sorts in one launch (one block, every pass in shared
-/// memory); larger sorts take three to five launches a pass.
+/// memory); larger sorts take one launch a pass plus one.
 pub const SMALL_SORT_CAPACITY: usize = 8192;
 
 pub(crate) fn grid_1d(n: u32, threads: u32) -> LaunchConfig {
@@ -74,7 +79,8 @@ pub fn exclusive_scan_u32_async(
 
 /// Stable sort of `(keys[i], vals[i])`, `i < n`, by the low `bits` bits of the key (8 bits a
 /// pass). Keys must be below `2^bits`. Sorts in place (the buffers may be swapped with scratch).
-/// Up to [`SMALL_SORT_CAPACITY`] pairs take one launch (same passes, same result).
+/// Up to [`SMALL_SORT_CAPACITY`] pairs take one launch (same passes, same result); more take
+/// `1 + ceil(bits / 8)` launches.
 pub fn radix_sort_pairs(
     dev: &CudaDevice,
     keys: &mut CudaSlice<u64>,
@@ -91,46 +97,39 @@ pub fn radix_sort_pairs(
     }
     let s = &dev.stream;
     let ntiles = n32.div_ceil(RADIX_TILE);
-    let hist_len = 256 * ntiles as usize;
+    let passes = bits.min(64).div_ceil(8);
     let mut keys_alt = s.alloc_zeros::<u64>(n).map_err(cuda_err("sort: allocating scratch keys"))?;
     let mut vals_alt = s.alloc_zeros::<u32>(n).map_err(cuda_err("sort: allocating scratch values"))?;
-    let mut hist = s.alloc_zeros::<u32>(hist_len).map_err(cuda_err("sort: allocating histograms"))?;
-    let mut offsets = s.alloc_zeros::<u32>(hist_len).map_err(cuda_err("sort: allocating offsets"))?;
-    let f_hist = dev.function("scan_sort", "radix_histogram")?;
-    let f_scatter = dev.function("scan_sort", "radix_scatter")?;
+    let mut counts = s.alloc_zeros::<u32>((passes * RADIX_BINS) as usize).map_err(cuda_err("sort: allocating digit counts"))?;
+    let mut tile_counters = s.alloc_zeros::<u32>(passes as usize).map_err(cuda_err("sort: allocating tile counters"))?;
+    let mut status = s.alloc_zeros::<u64>(ntiles as usize * RADIX_BINS as usize).map_err(cuda_err("sort: allocating look-back status"))?;
+    let f_counts = dev.function("scan_sort", "radix_digit_counts")?;
+    let f_pass = dev.function("scan_sort", "radix_onesweep")?;
+    let count_blocks = ntiles.min(COUNT_BLOCKS_MAX);
+    let cfg_counts = LaunchConfig { grid_dim: (count_blocks, 1, 1), block_dim: (RADIX_THREADS, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: matches the kernel; keys hold >= n elements, counts passes * 256.
+    unsafe { s.launch_builder(&f_counts).arg(&*keys).arg(&n32).arg(&passes).arg(&mut counts).launch(cfg_counts) }
+        .map_err(cuda_err("radix_digit_counts"))?;
     let cfg = LaunchConfig { grid_dim: (ntiles, 1, 1), block_dim: (RADIX_THREADS, 1, 1), shared_mem_bytes: 0 };
-    let mut shift = 0u32;
-    while shift < bits.min(64) {
-        // SAFETY: signatures match; keys/vals/alt hold n elements, hist/offsets 256 * ntiles.
+    for pass in 0..passes {
+        // SAFETY: matches the kernel; keys/vals/alt hold >= n elements, counts passes * 256,
+        // status ntiles * 256 words, tile_counters one per pass (all zeroed above).
         unsafe {
-            s.launch_builder(&f_hist)
-                .arg(&*keys)
-                .arg(&n32)
-                .arg(&shift)
-                .arg(&mut hist)
-                .arg(&ntiles)
-                .launch(cfg)
-                .map_err(cuda_err("radix_histogram"))?;
-        }
-        // The digit offsets stay on the device: no host round trip per pass.
-        exclusive_scan_u32_async(dev, &hist, &mut offsets, hist_len)?;
-        // SAFETY: as above.
-        unsafe {
-            s.launch_builder(&f_scatter)
+            s.launch_builder(&f_pass)
                 .arg(&*keys)
                 .arg(&*vals)
                 .arg(&mut keys_alt)
                 .arg(&mut vals_alt)
                 .arg(&n32)
-                .arg(&shift)
-                .arg(&offsets)
-                .arg(&ntiles)
+                .arg(&pass)
+                .arg(&counts)
+                .arg(&mut status)
+                .arg(&mut tile_counters)
                 .launch(cfg)
-                .map_err(cuda_err("radix_scatter"))?;
+                .map_err(cuda_err("radix_onesweep"))?;
         }
         std::mem::swap(keys, &mut keys_alt);
         std::mem::swap(vals, &mut vals_alt);
-        shift += 8;
     }
     Ok(())
 }
