@@ -252,17 +252,20 @@ ATTN_KERNEL(64, MODE_BIAS2D, attn_bias2d_d64)
 //   k_j . tk[row, a]: looked up in the tile's table above.
 // The value table enters once per query at the end: sum over bins of (probability mass in the
 // bin) * tv[row of the bin]. The radial split axis' bin depends on the pair, so its histogram is
-// kept in shared memory and updated with atomics.
+// kept in shared memory, in fixed point, and updated with integer atomics.
 // P enters the MMAs rounded to FP16 and the row sum uses the same rounded values, so the output
 // is an exact convex combination of (v + tv) rows with weights off by at most 2^-11 relative.
 // Online softmax with a lazy maximum: accumulators are rescaled only when a logit exceeds the
 // reference maximum by more than RESCALE_SLACK (e^8 stays far inside FP16's range for P), which
-// keeps the shared histogram's rescales rare; acc / l is the same quantity for any reference.
+// keeps rescales rare; acc / l is the same quantity for any reference. The split-axis kernel
+// rescales on every new maximum instead (SPLIT_RESCALE_SLACK), so that P <= 1 bounds its
+// fixed-point radial histogram.
 #define TQ 64
 #define TK 32
 #define TILED_THREADS 128
 #define HIST_TILES 4
 #define RESCALE_SLACK 8.0f
+#define SPLIT_RESCALE_SLACK 0.0f
 
 template <int D>
 __device__ __forceinline__ float dot_table_row(const float* qi, const float* row) {
@@ -355,27 +358,23 @@ __device__ __forceinline__ void stage_table_hi_lo(__half* tab, const float* tabl
     }
 }
 
-// Adds one query row's probabilities to its radial-row histogram (split axis): this lane's two
-// keys in one add when they share a row, and the quad's eight keys (one query row, 4 lanes) in
-// one add when all share it, which is the common case (keys of a window at similar radii).
-// Shared-memory float atomics are compare-and-swap loops, slow under contention within a quad.
-// Every lane of the warp must call it (shuffles).
-__device__ __forceinline__ void radial_hist_add(float* row, int b0, int b1, float p0, float p1) {
-    const int lane = threadIdx.x & 31, base = lane & ~3;
-    const bool pair = b0 == b1;
-    const int qb = __shfl_sync(FULL_MASK, b0, base);
-    const u32 same = __ballot_sync(FULL_MASK, pair && b0 == qb);
-    float sum = p0 + p1;
-    float quad_sum = sum + __shfl_xor_sync(FULL_MASK, sum, 1);
-    quad_sum += __shfl_xor_sync(FULL_MASK, quad_sum, 2);
-    if (((same >> base) & 0xFu) == 0xFu) {
-        if (lane == base) atomicAdd(row + b0, quad_sum);
-    } else if (pair) {
-        atomicAdd(row + b0, sum);
-    } else {
-        atomicAdd(row + b0, p0);
-        atomicAdd(row + b1, p1);
-    }
+// Adds one query row's probabilities (this lane's two keys) to its radial-row histogram (split
+// axis), in fixed point: p * scale rounded to an integer. Shared-memory integer atomics are one
+// instruction each; float ones are compare-and-swap loops, which cost a quarter of the kernel's
+// time when this was a float histogram.
+__device__ __forceinline__ void radial_hist_add(u32* row, int b0, int b1, float p0, float p1, float scale) {
+    atomicAdd(row + b0, __float2uint_rn(p0 * scale));
+    atomicAdd(row + b1, __float2uint_rn(p1 * scale));
+}
+
+// The radial histogram's fixed-point scale for a block that walks at most `span` keys: 2^k with
+// span * max(P) * 2^k < 2^32 (max(P) = 1, see SPLIT_RESCALE_SLACK), at most 2^24, where every
+// FP16 P is an integer. A span of 686 keys (the largest real spherical window) gives 2^22, so each
+// add rounds by at most 2^-23 against a row sum of at least 1.
+__device__ __forceinline__ float radial_hist_scale(u32 span) {
+    const int bits = 32 - __clz((int)max(span, 1u));  // span < 2^bits
+    const int k = min(24, 32 - bits);
+    return __int_as_float((127 + k) << 23);
 }
 
 template <int D, bool SPLIT>
@@ -396,12 +395,13 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
     const u32 hb = blockIdx.z;
     const u32 h = A.head0 + hb;
     const int L = A.grid_length, rows = A.rows, hi = rows - 1;
+    const float hist_scale = radial_hist_scale(span), inv_hist_scale = 1.0f / hist_scale;
     const TiledLayout Y(L, rows, SPLIT, D);
     const int QB = Y.QB, QS = Y.QS, KS = Y.KS, RS = Y.RS, E = Y.E;
     float* tab = smem;                                  // [E][D] this head's tq, tk or tv
     float* qt = tab + Y.TAB;                            // [TQ][QS] q . tq per bin
-    float* h2 = qt + TQ * QS;                           // [TQ][RS] radial-row histogram (split)
-    float* kt = h2 + (SPLIT ? TQ * RS : 0);             // [TK][KS] k . tk per (row, axis)
+    u32* h2 = reinterpret_cast<u32*>(qt + TQ * QS);     // [TQ][RS] radial-row histogram (split), fixed point
+    float* kt = qt + TQ * QS + (SPLIT ? TQ * RS : 0);   // [TK][KS] k . tk per (row, axis)
     u32* kq = reinterpret_cast<u32*>(kt + Y.KT_LEN);    // [TK] packed quantized positions
     float* kr = reinterpret_cast<float*>(kq + TK);      // [TK] radii (split axis)
     __half* ks = reinterpret_cast<__half*>(smem + Y.HALF_AT);  // [TK][KPAD] keys
@@ -439,7 +439,7 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             my[en] = dot_table_row<D>(qf, tab + (r * 3 + a) * D);
         }
         if (SPLIT)
-            for (int r = part; r < rows; r += TILED_THREADS / TQ) h2[ql * RS + r] = 0.0f;
+            for (int r = part; r < rows; r += TILED_THREADS / TQ) h2[ql * RS + r] = 0u;
     }
 
     // this lane's two query rows (g and g + 8 of the warp's 16) and their Q fragments
@@ -623,7 +623,8 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             mx0 = fmaxf(mx0, __shfl_xor_sync(FULL_MASK, mx0, x));
             mx1 = fmaxf(mx1, __shfl_xor_sync(FULL_MASK, mx1, x));
         }
-        const bool up0 = mx0 > m0 + RESCALE_SLACK, up1 = mx1 > m1 + RESCALE_SLACK;  // also the first tile
+        const float slack = SPLIT ? SPLIT_RESCALE_SLACK : RESCALE_SLACK;
+        const bool up0 = mx0 > m0 + slack, up1 = mx1 > m1 + slack;  // also the first tile
         if (__any_sync(FULL_MASK, up0 || up1)) {
             const float s0 = up0 ? __expf(m0 - mx0) : 1.0f, s1 = up1 ? __expf(m1 - mx1) : 1.0f;
             l0 *= s0;
@@ -641,9 +642,9 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             if (SPLIT) {
                 __syncwarp();
                 if (up0)
-                    for (int r = t; r < rows; r += 4) h2[rl0 * RS + r] *= s0;
+                    for (int r = t; r < rows; r += 4) h2[rl0 * RS + r] = __float2uint_rn((float)h2[rl0 * RS + r] * s0);
                 if (up1)
-                    for (int r = t; r < rows; r += 4) h2[rl1 * RS + r] *= s1;
+                    for (int r = t; r < rows; r += 4) h2[rl1 * RS + r] = __float2uint_rn((float)h2[rl1 * RS + r] * s1);
                 __syncwarp();
             }
             if (up0) m0 = mx0;
@@ -659,8 +660,8 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             l0 += f01.x + f01.y;
             l1 += f23.x + f23.y;
             if (SPLIT) {  // masked keys add p = 0
-                radial_hist_add(h2 + rl0 * RS, r2s[nt][0], r2s[nt][1], f01.x, f01.y);
-                radial_hist_add(h2 + rl1 * RS, r2s[nt][2], r2s[nt][3], f23.x, f23.y);
+                radial_hist_add(h2 + rl0 * RS, r2s[nt][0], r2s[nt][1], f01.x, f01.y, hist_scale);
+                radial_hist_add(h2 + rl1 * RS, r2s[nt][2], r2s[nt][3], f23.x, f23.y, hist_scale);
             }
             pf[nt / 2][(nt & 1) * 2] = half2_bits(p01);
             pf[nt / 2][(nt & 1) * 2 + 1] = half2_bits(p23);
@@ -743,8 +744,9 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
     }
     if (SPLIT) {
         for (int r = 0; r < rows; ++r) {
-            const float wgt = h2[rl * RS + r];
-            if (wgt == 0.0f) continue;
+            const u32 fixed = h2[rl * RS + r];
+            if (fixed == 0u) continue;
+            const float wgt = (float)fixed * inv_hist_scale;
             add_table_row<D / 2>(acc, wgt, tab + (r * 3 + 2) * D + d0);
         }
     }
