@@ -26,6 +26,9 @@ use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use half::f16;
 
 const THREADS: u32 = 256;
+/// `attn_bounds` strides over the voxels with at most this many blocks (one global atomic per
+/// bound and block).
+const BOUNDS_MAX_BLOCKS: u32 = 264;
 const ATTN_THREADS: u32 = 128;
 /// Lanes per query of the per-query kernel (QUERY_LANES in attention_core.cu).
 const QUERY_LANES: usize = 4;
@@ -195,7 +198,9 @@ fn launch_bounds(dev: &CudaDevice, pos: &CudaSlice<f32>, batch: &CudaSlice<i32>,
     let f_bounds = dev.function("attention", "attn_bounds")?;
     // SAFETY: pos holds n*3 floats, batch n ints, bounds 8 u32; signature matches.
     unsafe {
-        s.launch_builder(&f_bounds).arg(pos).arg(batch).arg(&n32).arg(&mut bounds).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_bounds"))?;
+        let mut cfg = grid_1d(n32, THREADS);
+        cfg.grid_dim.0 = cfg.grid_dim.0.min(BOUNDS_MAX_BLOCKS);  // grid-stride kernel
+        s.launch_builder(&f_bounds).arg(pos).arg(batch).arg(&n32).arg(&mut bounds).launch(cfg).map_err(cuda_err("attn_bounds"))?;
     }
     Ok(Some(bounds))
 }
