@@ -207,6 +207,50 @@ fn attention_matches_cpu_on_random_voxels() {
     assert!(window_attention_cuda(&dev, qkv, HeadSlice::all(4, 8), &part_d, CudaTerm::None, &mut out, 32).is_err());
 }
 
+/// The split-axis tiled kernel keeps its radial histogram in fixed point, scaled by the keys a
+/// block walks (2^19 for this 6,000-voxel window walked whole, 2^22 for real windows). One window
+/// holding every voxel, walked by one block and by 8 slices, with peaked logits (a few keys take
+/// most of the weight, thousands get tiny P, the values fixed point rounds worst) still equals the
+/// CPU within the FP16 tolerance.
+#[test]
+fn tiled_radial_histogram_in_one_large_window() {
+    let Some(dev) = gpu("tiled_radial_histogram_in_one_large_window") else { return };
+    let mut rng = Rng(33);
+    let n = 6000;
+    // radii spread over 0..20 m, so the radial split's bins all fill
+    let xyz: Vec<[f32; 3]> = (0..n).map(|_| [rng.uniform(0.5, 20.0), rng.uniform(-0.4, 0.4), rng.uniform(-0.4, 0.4)]).collect();
+    let batch = vec![0i32; n];
+    let s = &dev.stream;
+    let xyz_d = s.clone_htod(&flat(&xyz)).unwrap();
+    let batch_d = s.clone_htod(&batch).unwrap();
+    let window = [21.0f32, 1.0, 1.0];
+    let part = window_partition(&xyz, &batch, window, false).unwrap();
+    let part_d = window_partition_cuda(&dev, &xyz_d, &batch_d, n, window, false).unwrap();
+    assert_eq!((part.windows(), part.n_max()), (1, n), "one window holds every voxel");
+    for d in [16usize, 32] {
+        let heads = 2;
+        let row = heads * d;
+        let (q, k, v) = (rand_vec(&mut rng, n * row, 2.0), rand_vec(&mut rng, n * row, 1.0), rand_vec(&mut rng, n * row, 1.0));
+        let (qd, kd, vd) = (up16(&dev, &q), up16(&dev, &k), up16(&dev, &v));
+        let qkv = QkvView { q: &qd, k: &kd, v: &vd, ld: row };
+        let all = HeadSlice::all(heads, d);
+        let quant = [window[0] / 24.0, window[1] / 24.0, window[2] / 24.0];
+        let g = RpeGeometry::new(&xyz, window, quant, false, 24, Some(0.0125)).unwrap();
+        let rows = g.table_rows();
+        let t: Vec<Vec<f32>> = (0..3).map(|_| rand_vec(&mut rng, rows * 3 * heads * d, 0.5)).collect();
+        let rpe = ContextualRpe { geometry: g, positions: &xyz, tables: RpeTables { q: &t[0], k: &t[1], v: &t[2] } };
+        let want = window_attention(&q, &k, &v, all, &part, PositionTerm::Contextual(rpe)).unwrap();
+        let quant_d = rpe_quantize_cuda(&dev, &xyz_d, n, &g).unwrap();
+        let td: Vec<_> = t.iter().map(|x| s.clone_htod(x).unwrap()).collect();
+        let term = CudaTerm::Contextual(CudaContextual { geometry: g, quant: &quant_d, positions: &xyz_d, tables: [&td[0], &td[1], &td[2]] });
+        for key_splits in [1usize, 8] {
+            let mut out = s.alloc_zeros::<f16>(n * row).unwrap();
+            window_attention_cuda_split(&dev, qkv, all, &part_d, term, &mut out, row, TILED_MIN_WINDOW, Some(key_splits)).unwrap();
+            check(&format!("one {n}-voxel window d{d}, {key_splits} key slices"), &down16(&dev, &out), &want);
+        }
+    }
+}
+
 /// The SphereFormer attention core on the real sweep, both window kinds with RPE, C = 32 and 64.
 #[test]
 fn sphere_attention_matches_cpu_on_nuscenes() {
