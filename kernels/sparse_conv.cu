@@ -127,15 +127,12 @@ __device__ __forceinline__ void tile_store(const float acc[MI][4][4], const u32*
         const __half *__restrict__ w, u32 cin, u32 cout, const float *__restrict__ bias,                    \
         const float *__restrict__ pre_scale, const float *__restrict__ pre_shift, u32 pre, u32 relu,        \
         const __half *__restrict__ residual, __half *__restrict__ out, u32 splits, float *__restrict__ partial, \
-        const float *__restrict__ post_scale, const float *__restrict__ post_shift, u32 post_relu, u32 k_first, u32 k_count
+        const float *__restrict__ post_scale, const float *__restrict__ post_shift, u32 post_relu
 #define IMPLICIT_GEMM_CALL \
-    x, nbr, order, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out, splits, partial, post_scale, post_shift, post_relu, k_first, k_count
+    x, nbr, order, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out, splits, partial, post_scale, post_shift, post_relu
 
 // `order` (may be NULL): tile row r of block b is output order[b * BM + r] (outputs sorted by
 // neighbour mask, so rows of a tile share active offsets and more offsets are skipped).
-// A launch computes kernel offsets [k_first, k_first + k_count) (a map's offset group; `order` is
-// sorted by the masks over just those offsets), cut into `splits` slices over blockIdx.z; kv is
-// the neighbour table's row length.
 template <int MI>
 __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
     constexpr int BM = 32 * MI;
@@ -161,8 +158,8 @@ __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
     }
     // Split over kernel offsets (blockIdx.z of `splits`): each block sums its share of the
     // offsets into an FP32 partial; conv_split_reduce adds them in split order (deterministic).
-    const u32 per = (k_count + splits - 1) / splits;
-    const u32 k_begin = k_first + blockIdx.z * per, k_end = min(k_first + k_count, k_begin + per);
+    const u32 per = (kv + splits - 1) / splits;
+    const u32 k_begin = blockIdx.z * per, k_end = min(kv, k_begin + per);
     for (u32 k = k_begin; k < k_end; ++k) {
         __syncthreads();
         if (tid < BM) {
@@ -298,8 +295,8 @@ __device__ __forceinline__ void implicit_gemm_pipe(IMPLICIT_GEMM_ARGS) {
     const u32 wm = (warp >> 1) * (16 * MI), wn = (warp & 1) * 32;
     const u32 g = lane >> 2, t = lane & 3u;
     const u32 o0 = blockIdx.x * BM, n0 = blockIdx.y * IG_BN;
-    const u32 per = (k_count + splits - 1) / splits;
-    const u32 k_begin = k_first + blockIdx.z * per, k_end = min(k_first + k_count, k_begin + per);
+    const u32 per = (kv + splits - 1) / splits;
+    const u32 k_begin = blockIdx.z * per, k_end = min(kv, k_begin + per);
     const u32 nk = k_end > k_begin ? k_end - k_begin : 0u;
     float acc[MI][4][4];
 #pragma unroll
@@ -391,8 +388,8 @@ extern "C" __global__ void __launch_bounds__(WIDE_THREADS) conv_implicit_gemm_wi
     const u32 wm = (warp >> 2) * 32, wn = (warp & 3) * 32;
     const u32 g = lane >> 2, t = lane & 3u;
     const u32 o0 = blockIdx.x * WIDE_BM, n0 = blockIdx.y * WIDE_BN;
-    const u32 per = (k_count + splits - 1) / splits;
-    const u32 k_begin = k_first + blockIdx.z * per, k_end = min(k_first + k_count, k_begin + per);
+    const u32 per = (kv + splits - 1) / splits;
+    const u32 k_begin = blockIdx.z * per, k_end = min(kv, k_begin + per);
     const u32 nk = k_end > k_begin ? k_end - k_begin : 0u;
     float acc[2][4][4];
 #pragma unroll

@@ -196,17 +196,16 @@ extern "C" __global__ void fill_u64(u64* __restrict__ p, u64 n, u64 v) {
     if (i < n) p[i] = v;
 }
 
-// Neighbour bitmask of every output over offsets [k_first, k_first + k_count) (bit kk set when
-// offset k_first + kk has an input), as a sort key with the output index as value. Sorting
-// outputs by mask groups rows that use the same offsets, so a conv tile's rows share their active
-// offsets (k_count <= 64).
-extern "C" __global__ void nbr_masks(const i32* __restrict__ nbr, u32 m, u32 kv, u32 k_first, u32 k_count,
-                                     u64* __restrict__ keys, u32* __restrict__ vals) {
+// Neighbour bitmask of every output (bit k set when offset k has an input), as a sort key with
+// the output index as value. Sorting outputs by mask groups rows that use the same offsets, so a
+// conv tile's rows share their active offsets (kv <= 64).
+extern "C" __global__ void nbr_masks(const i32* __restrict__ nbr, u32 m, u32 kv, u64* __restrict__ keys,
+                                     u32* __restrict__ vals) {
     const u32 o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= m) return;
     u64 mask = 0;
-    for (u32 kk = 0; kk < k_count; ++kk)
-        if (nbr[(u64)o * kv + k_first + kk] >= 0) mask |= 1ull << kk;
+    for (u32 k = 0; k < kv; ++k)
+        if (nbr[(u64)o * kv + k] >= 0) mask |= 1ull << k;
     keys[o] = mask;
     vals[o] = o;
 }

@@ -4,7 +4,7 @@
 
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::sparse::conv_cpu::{repack, WeightLayout};
-use crate::sparse::kernel_map_cuda::{CudaKernelMap, OffsetGroup};
+use crate::sparse::kernel_map_cuda::CudaKernelMap;
 use crate::Error;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use half::f16;
@@ -258,8 +258,9 @@ pub fn conv_cuda_split(
             None => Ok(raw),
         };
     }
+    let mut out = s.alloc_zeros::<f16>((map.out_count * w.cout).max(1)).map_err(cuda_err("allocating conv output"))?;
     if map.out_count == 0 {
-        return s.alloc_zeros::<f16>(1).map_err(cuda_err("allocating conv output"));
+        return Ok(out);
     }
     // The pipelined kernels copy rows straight into shared memory, so a pre-activation is applied
     // to the whole input once here (each row would otherwise be transformed at every gather).
@@ -271,49 +272,6 @@ pub fn conv_cuda_split(
         Some(a) => (a, None),
         None => (x, pre),
     };
-    let whole = OffsetGroup { k_first: 0, k_count: w.kv, order: None };
-    let groups: &[OffsetGroup] = if algo == ConvAlgo::Direct { std::slice::from_ref(&whole) } else { &map.groups };
-    // One launch per offset group: the bias and residual enter with the first, each later group
-    // adds the running FP16 result as its residual, the post-activation comes with the last.
-    let mut acc: Option<CudaSlice<f16>> = None;
-    for (i, group) in groups.iter().enumerate() {
-        let last = i + 1 == groups.len();
-        let ends = GroupEnds {
-            bias: i == 0,
-            residual: if i == 0 { residual } else { acc.as_ref() },
-            post: if last { post } else { None },
-        };
-        acc = Some(conv_offset_group(dev, x, map, group, w, pre, ends, algo, offset_splits)?);
-    }
-    acc.ok_or_else(|| Error::InvalidInput("conv: a map without offset groups".into()))
-}
-
-/// What an offset group's launch adds besides its own offsets' terms.
-#[derive(Clone, Copy)]
-struct GroupEnds<'a> {
-    bias: bool,
-    residual: Option<&'a CudaSlice<f16>>,
-    post: Option<&'a CudaPreActivation<'a>>,
-}
-
-/// One launch of [`conv_cuda_split`] over one offset group (plus the split reduction when its
-/// offsets are split): a new output of `out_count x cout` halves.
-#[allow(clippy::too_many_arguments)]
-fn conv_offset_group(
-    dev: &CudaDevice,
-    x: &CudaSlice<f16>,
-    map: &CudaKernelMap,
-    group: &OffsetGroup,
-    w: &CudaConvWeights,
-    pre: Option<&CudaPreActivation<'_>>,
-    ends: GroupEnds<'_>,
-    algo: ConvAlgo,
-    offset_splits: Option<usize>,
-) -> Result<CudaSlice<f16>, Error> {
-    let s = &dev.stream;
-    let GroupEnds { residual, post, .. } = ends;
-    let bias = if ends.bias { w.bias.as_ref() } else { None };
-    let mut out = s.alloc_zeros::<f16>((map.out_count * w.cout).max(1)).map_err(cuda_err("allocating conv output"))?;
     let mut splits = 1usize;
     let (f, cfg) = match algo {
         ConvAlgo::Direct => {
@@ -334,7 +292,7 @@ fn conv_offset_group(
                 _ => (32, "conv_implicit_gemm_pipe_m32"),
             };
             let tiles = ((map.out_count as u32).div_ceil(bm), (w.cout as u32).div_ceil(64));
-            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, group.k_count, CONV_TARGET_BLOCKS)).clamp(1, group.k_count.max(1));
+            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv, CONV_TARGET_BLOCKS)).clamp(1, w.kv.max(1));
             let cfg = LaunchConfig {
                 grid_dim: (tiles.0, tiles.1, splits as u32),
                 block_dim: (128, 1, 1),
@@ -345,7 +303,7 @@ fn conv_offset_group(
         ConvAlgo::ImplicitGemmWide => {
             // 64 x 128 output tiles, 256 threads, dynamic shared memory (above the 48 KB default)
             let tiles = ((map.out_count as u32).div_ceil(64), (w.cout as u32).div_ceil(128));
-            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, group.k_count, CONV_TARGET_BLOCKS)).clamp(1, group.k_count.max(1));
+            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv, CONV_TARGET_BLOCKS)).clamp(1, w.kv.max(1));
             let f = dev.function_with_shared("sparse_conv", "conv_implicit_gemm_wide", WIDE_SMEM_BYTES)?;
             let cfg = LaunchConfig {
                 grid_dim: (tiles.0, tiles.1, splits as u32),
@@ -360,7 +318,6 @@ fn conv_offset_group(
     let (pre_on, relu) = (pre.is_some() as u32, pre.map(|p| p.relu as u32).unwrap_or(0));
     let post_relu = post.map(|p| p.relu as u32).unwrap_or(0);
     let splits32 = splits as u32;
-    let (k_first, k_count) = (group.k_first as u32, group.k_count as u32);
     let mut partial = if splits > 1 {
         Some(s.alloc_zeros::<f32>(splits * map.out_count * w.cout).map_err(cuda_err("allocating conv split partials"))?)
     } else {
@@ -372,13 +329,13 @@ fn conv_offset_group(
         let mut b = s.launch_builder(&f);
         b.arg(x).arg(&map.nbr);
         if algo != ConvAlgo::Direct {
-            match &group.order {
+            match &map.order {
                 Some(order) => b.arg(order),
                 None => b.arg(&null),
             };
         }
         b.arg(&m32).arg(&kv32).arg(&w.w).arg(&cin32).arg(&cout32);
-        match bias {
+        match &w.bias {
             Some(bias) => b.arg(bias),
             None => b.arg(&null),
         };
@@ -402,7 +359,7 @@ fn conv_offset_group(
                 Some(p) => b.arg(p.scale).arg(p.shift),
                 None => b.arg(&null).arg(&null),
             };
-            b.arg(&post_relu).arg(&k_first).arg(&k_count);
+            b.arg(&post_relu);
         }
         b.launch(cfg).map_err(cuda_err(format!("sparse conv ({algo:?})")))?;
     }
@@ -414,7 +371,7 @@ fn conv_offset_group(
     unsafe {
         let mut b = s.launch_builder(&f);
         b.arg(&partial).arg(&splits32).arg(&m32).arg(&cout32);
-        match bias {
+        match &w.bias {
             Some(bias) => b.arg(bias),
             None => b.arg(&null),
         };

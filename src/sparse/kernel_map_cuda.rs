@@ -67,29 +67,10 @@ pub struct CudaKernelMap {
     pub out: CudaSites,
     /// `out_count * kv` input rows, -1 where no input.
     pub nbr: CudaSlice<i32>,
-    /// The offset groups an implicit-GEMM conv on this map computes one after the other (see
-    /// [`OffsetGroup`]): one group, or two for large maps of 18 to 64 offsets.
-    pub groups: Vec<OffsetGroup>,
-}
-
-/// Kernel offsets `[k_first, k_first + k_count)` that an implicit-GEMM conv computes in one launch,
-/// with the order its tiles walk the outputs in. A tile computes the union of its rows' active
-/// offsets; sorting rows by their mask over fewer offsets makes the union tighter. On the dense
-/// cloud (subm k3, 64-row tiles) the computed (row, offset) pairs are 1.96x the active ones with
-/// one group of 27 offsets and 1.27x with two groups of 14 and 13; the price is a second pass over
-/// the output (the second group adds the first's FP16 result as its residual).
-pub struct OffsetGroup {
-    pub k_first: usize,
-    pub k_count: usize,
-    /// Outputs sorted by their neighbour bitmask over the group's offsets (stable); None when the
-    /// group exceeds 64 offsets (then outputs are walked in their own order).
+    /// Outputs sorted by neighbour bitmask (the order the implicit-GEMM conv walks them in);
+    /// None when the kernel volume exceeds 64 (then outputs are walked in their own order).
     pub order: Option<CudaSlice<u32>>,
 }
-
-/// Maps with at least this many outputs and offsets get two offset groups (below, the second pass
-/// and launch cost more than the tighter tiles save).
-const TWO_GROUPS_MIN_OUTPUTS: usize = 32_768;
-const TWO_GROUPS_MIN_KV: usize = 18;
 
 fn grid_u64(n: u64) -> Result<LaunchConfig, Error> {
     let blocks = n.div_ceil(THREADS as u64).max(1);
@@ -213,39 +194,23 @@ impl CudaKernelMap {
     }
 }
 
-/// The map's offset groups (see [`OffsetGroup`]), each with its outputs sorted by their neighbour
-/// bitmask over the group (stable, so equal masks keep output order): computed once per map,
-/// reused by every conv on it.
-fn offset_groups(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize) -> Result<Vec<OffsetGroup>, Error> {
-    let ranges = if m >= TWO_GROUPS_MIN_OUTPUTS && (TWO_GROUPS_MIN_KV..=64).contains(&kv) {
-        vec![(0, kv.div_ceil(2)), (kv.div_ceil(2), kv / 2)]
-    } else {
-        vec![(0, kv)]
-    };
-    ranges
-        .into_iter()
-        .map(|(k_first, k_count)| Ok(OffsetGroup { k_first, k_count, order: mask_order(dev, nbr, m, kv, k_first, k_count)? }))
-        .collect()
-}
-
-/// Outputs sorted by their neighbour bitmask over offsets `[k_first, k_first + k_count)`. None for
-/// groups of over 64 offsets or no outputs.
-fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize, k_first: usize, k_count: usize) -> Result<Option<CudaSlice<u32>>, Error> {
-    if k_count > 64 || m == 0 {
+/// Outputs sorted by their neighbour bitmask (stable, so equal masks keep output order): computed
+/// once per map, reused by every conv on it. None for kernel volumes over 64.
+fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize) -> Result<Option<CudaSlice<u32>>, Error> {
+    if kv > 64 || m == 0 {
         return Ok(None);
     }
     let s = &dev.stream;
     let mut keys = s.alloc_zeros::<u64>(m).map_err(cuda_err("allocating mask keys"))?;
     let mut order = s.alloc_zeros::<u32>(m).map_err(cuda_err("allocating mask order"))?;
     let f = dev.function("sparse_map", "nbr_masks")?;
-    let (m32, kv32, first32, count32) = (m as u32, kv as u32, k_first as u32, k_count as u32);
-    // SAFETY: argument list matches sparse_map.cu; nbr holds m * kv (k_first + k_count <= kv),
-    // keys/order m.
+    let (m32, kv32) = (m as u32, kv as u32);
+    // SAFETY: argument list matches sparse_map.cu; nbr holds m * kv, keys/order m.
     unsafe {
-        s.launch_builder(&f).arg(nbr).arg(&m32).arg(&kv32).arg(&first32).arg(&count32).arg(&mut keys).arg(&mut order)
+        s.launch_builder(&f).arg(nbr).arg(&m32).arg(&kv32).arg(&mut keys).arg(&mut order)
             .launch(grid_1d(m32, THREADS)).map_err(cuda_err("nbr_masks"))?;
     }
-    radix_sort_pairs(dev, &mut keys, &mut order, m, count32)?;
+    radix_sort_pairs(dev, &mut keys, &mut order, m, kv as u32)?;
     Ok(Some(order))
 }
 
@@ -282,8 +247,8 @@ pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: CudaSites, kernel: [i32; 
                 .map_err(cuda_err("submanifold_nbr"))?;
         }
     }
-    let groups = offset_groups(dev, &nbr, n, kv)?;
-    Ok(CudaKernelMap { kind: MapKind::Submanifold, kv, in_count: n, out_count: n, out: sites, nbr, groups })
+    let order = mask_order(dev, &nbr, n, kv)?;
+    Ok(CudaKernelMap { kind: MapKind::Submanifold, kv, in_count: n, out_count: n, out: sites, nbr, order })
 }
 
 /// Strided map (`SparseConv3d`, spconv's output rule) of `t` (sites uploaded from it).
@@ -404,8 +369,8 @@ pub fn strided_cuda_sites(
                 .map_err(cuda_err("strided_nbr"))?;
         }
     }
-    let groups = offset_groups(dev, &nbr, m, kv)?;
-    Ok((CudaKernelMap { kind: MapKind::Strided, kv, in_count: n, out_count: m, out, nbr, groups }, out_shape, out_origin))
+    let order = mask_order(dev, &nbr, m, kv)?;
+    Ok((CudaKernelMap { kind: MapKind::Strided, kv, in_count: n, out_count: m, out, nbr, order }, out_shape, out_origin))
 }
 
 /// The inverse of a strided map (`SparseInverseConv3d` with the same `indice_key`): outputs are
@@ -431,8 +396,8 @@ pub fn inverse_cuda(dev: &CudaDevice, down: &CudaKernelMap, in_sites: CudaSites)
                 .launch(grid_u64((m * kv) as u64)?).map_err(cuda_err("invert_nbr"))?;
         }
     }
-    let groups = offset_groups(dev, &inv, n, kv)?;
-    Ok(CudaKernelMap { kind: MapKind::Inverse, kv, in_count: m, out_count: n, out: in_sites, nbr: inv, groups })
+    let order = mask_order(dev, &inv, n, kv)?;
+    Ok(CudaKernelMap { kind: MapKind::Inverse, kv, in_count: m, out_count: n, out: in_sites, nbr: inv, order })
 }
 
 #[cfg(test)]
