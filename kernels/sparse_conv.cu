@@ -123,16 +123,18 @@ __device__ __forceinline__ void tile_store(const float acc[MI][4][4], const u32*
 
 // The implicit-GEMM kernels' parameters (the device functions take them as the kernels do).
 #define IMPLICIT_GEMM_ARGS                                                                                   \
-    const __half *__restrict__ x, const i32 *__restrict__ nbr, const u32 *__restrict__ order, u32 m, u32 kv, \
+    const __half *__restrict__ x, const i32 *__restrict__ nbr, const u32 *__restrict__ order,               \
+        const u64 *__restrict__ masks, u32 m, u32 kv,                                                        \
         const __half *__restrict__ w, u32 cin, u32 cout, const float *__restrict__ bias,                    \
         const float *__restrict__ pre_scale, const float *__restrict__ pre_shift, u32 pre, u32 relu,        \
         const __half *__restrict__ residual, __half *__restrict__ out, u32 splits, float *__restrict__ partial, \
         const float *__restrict__ post_scale, const float *__restrict__ post_shift, u32 post_relu
 #define IMPLICIT_GEMM_CALL \
-    x, nbr, order, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out, splits, partial, post_scale, post_shift, post_relu
+    x, nbr, order, masks, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out, splits, partial, post_scale, post_shift, post_relu
 
 // `order` (may be NULL): tile row r of block b is output order[b * BM + r] (outputs sorted by
-// neighbour mask, so rows of a tile share active offsets and more offsets are skipped).
+// neighbour mask, so rows of a tile share active offsets and more offsets are skipped). `masks`
+// (NULL when `order` is): those outputs' neighbour bitmasks, in the same order.
 template <int MI>
 __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
     constexpr int BM = 32 * MI;
@@ -228,13 +230,50 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // Set-up shared by the pipelined kernels: the output row of each tile row (outs; m past the end),
-// each offset's input row for each tile row (rows, [nk][BM], -1: none), and the offsets some row
-// of the tile has an input at, in order (act; their count is returned). Every thread of the block
-// calls it; it ends with a barrier.
+// each offset's input row for each tile row (rows, [nk][BM], -1: none; filled for active offsets
+// only), and the offsets some row of the tile has an input at, in order (act; their count is
+// returned). Every thread of the block calls it; it ends with a barrier.
+// With `masks` (the map's neighbour bitmasks in `order`'s order) the union of the tile's masks
+// gives the active offsets at once, and only existing neighbours are read from `nbr`; without it
+// every (row, offset) entry of the range is read and a warp scans them for the union.
 template <int BM>
-__device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __restrict__ order, u32 m, u32 kv, u32 o0,
-                                   u32 k_begin, u32 nk, u32* outs, i32* rows, u32* act, u32* n_act) {
+__device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __restrict__ order, const u64* __restrict__ masks,
+                                   u32 m, u32 kv, u32 o0, u32 k_begin, u32 nk, u32* outs, i32* rows, u32* act, u32* n_act) {
+    static_assert(BM % 32 == 0, "whole warps load the tile's rows");
+    __shared__ u64 row_mask[BM];
+    __shared__ u64 warp_union[BM / 32];
     const u32 tid = threadIdx.x, lane = tid & 31u;
+    if (masks) {
+        if (tid < BM) {
+            const u32 p = o0 + tid;
+            outs[tid] = p < m ? order[p] : m;
+            const u64 rm = p < m ? masks[p] : 0ull;
+            row_mask[tid] = rm;
+            const u32 lo = __reduce_or_sync(FULL_MASK, (u32)rm), hi = __reduce_or_sync(FULL_MASK, (u32)(rm >> 32));
+            if (lane == 0) warp_union[tid >> 5] = ((u64)hi << 32) | lo;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            u64 u = 0;
+#pragma unroll
+            for (int w = 0; w < BM / 32; ++w) u |= warp_union[w];
+            // this launch's offsets [k_begin, k_begin + nk) as bits 0.. of `u`
+            u = (u >> k_begin) & (nk >= 64 ? ~0ull : ((1ull << nk) - 1ull));
+            u32 cnt = 0;
+            for (; u; u &= u - 1ull) act[cnt++] = (u32)(__ffsll((long long)u) - 1);
+            *n_act = cnt;
+        }
+        __syncthreads();
+        const u32 na = *n_act;
+        for (u32 q = tid; q < na * BM; q += blockDim.x) {
+            const u32 kk = act[q / BM], r = q % BM;
+            const u32 o = outs[r];
+            const bool has = (row_mask[r] >> (k_begin + kk)) & 1ull;
+            rows[kk * BM + r] = has ? nbr[(u64)o * kv + k_begin + kk] : -1;
+        }
+        __syncthreads();
+        return na;
+    }
     if (tid < BM) {
         const u32 p = o0 + tid;
         outs[tid] = p < m ? (order ? order[p] : p) : m;
@@ -306,7 +345,7 @@ __device__ __forceinline__ void implicit_gemm_pipe(IMPLICIT_GEMM_ARGS) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    const u32 n_offsets = tile_active_offsets<BM>(nbr, order, m, kv, o0, k_begin, nk, outs, &rows[0][0], act, &n_act);
+    const u32 n_offsets = tile_active_offsets<BM>(nbr, order, masks, m, kv, o0, k_begin, nk, outs, &rows[0][0], act, &n_act);
     const u32 nc = (cin + IG_BK - 1) / IG_BK;
     const u32 total = n_offsets * nc;
     // Stage st = (act[st / nc], Cin chunk st % nc) into ring buffer st % S.
@@ -399,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(WIDE_THREADS) conv_implicit_gemm_wi
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    const u32 n_offsets = tile_active_offsets<WIDE_BM>(nbr, order, m, kv, o0, k_begin, nk, outs, rows, act, n_act);
+    const u32 n_offsets = tile_active_offsets<WIDE_BM>(nbr, order, masks, m, kv, o0, k_begin, nk, outs, rows, act, n_act);
     const u32 nc = (cin + IG_BK - 1) / IG_BK;
     const u32 total = n_offsets * nc;
     // Stage st = (act[st / nc], Cin chunk st % nc) into ring buffer st % S: A = 64 rows x 4

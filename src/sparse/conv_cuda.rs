@@ -323,15 +323,17 @@ pub fn conv_cuda_split(
     } else {
         None
     };
-    // SAFETY: the argument lists match the kernels (conv_implicit_gemm also takes `order`);
+    // SAFETY: the argument lists match the kernels (the implicit GEMMs also take `order` and
+    // `masks`, m entries each, or NULL);
     // buffer sizes checked above.
     unsafe {
         let mut b = s.launch_builder(&f);
         b.arg(x).arg(&map.nbr);
         if algo != ConvAlgo::Direct {
-            match &map.order {
-                Some(order) => b.arg(order),
-                None => b.arg(&null),
+            match (&map.order, &map.masks) {
+                (Some(order), Some(masks)) => b.arg(order).arg(masks),
+                (Some(order), None) => b.arg(order).arg(&null),
+                _ => b.arg(&null).arg(&null),
             };
         }
         b.arg(&m32).arg(&kv32).arg(&w.w).arg(&cin32).arg(&cout32);
