@@ -155,22 +155,23 @@ impl CudaDevice {
         Ok(f)
     }
 
-    /// [`CudaDevice::function`], allowed `bytes` of dynamic shared memory per block. Above the
-    /// default 48 KB a kernel must opt in; the attribute is set once per kernel (and again only
-    /// for a larger size), not at every launch.
+    /// [`CudaDevice::function`], allowed `bytes` of dynamic shared memory per block. When its
+    /// static plus dynamic shared memory exceeds the default 48 KB a kernel must opt in; the
+    /// attribute is set once per kernel (and again only for a larger size), not at every launch.
     pub fn function_with_shared(&self, module: &'static str, func: &'static str, bytes: usize) -> Result<CudaFunction, Error> {
         let f = self.function(module, func)?;
-        if bytes <= 48 * 1024 {
-            return Ok(f);
-        }
         let mut allowed = self.shared_allowed.lock().map_err(|_| Error::Cuda("shared memory cache lock poisoned".into()))?;
         let have = allowed.entry((module, func)).or_insert(0);
-        if *have < bytes {
+        if *have >= bytes {
+            return Ok(f);
+        }
+        let fixed = f.shared_size_bytes().map_err(|e| Error::Cuda(format!("kernel {module}::{func}: reading its static shared memory: {e:?}")))?;
+        if fixed.max(0) as usize + bytes > 48 * 1024 {
             let b = i32::try_from(bytes).map_err(|_| Error::InvalidInput(format!("kernel {module}::{func}: {bytes} bytes of shared memory")))?;
             f.set_attribute(cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, b)
                 .map_err(|e| Error::Cuda(format!("kernel {module}::{func}: allowing {bytes} bytes of shared memory: {e:?}")))?;
-            *have = bytes;
         }
+        *have = bytes;
         Ok(f)
     }
 

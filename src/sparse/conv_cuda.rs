@@ -301,7 +301,7 @@ pub fn conv_cuda_split(
             (dev.function("sparse_conv", name)?, cfg)
         }
         ConvAlgo::ImplicitGemmWide => {
-            // 64 x 128 output tiles, 256 threads, dynamic shared memory (above the 48 KB default)
+            // 64 x 128 output tiles, 256 threads, dynamic shared memory (with the static, above the 48 KB default)
             let tiles = ((map.out_count as u32).div_ceil(64), (w.cout as u32).div_ceil(128));
             splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv, CONV_TARGET_BLOCKS)).clamp(1, w.kv.max(1));
             let f = dev.function_with_shared("sparse_conv", "conv_implicit_gemm_wide", WIDE_SMEM_BYTES)?;
