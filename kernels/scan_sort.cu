@@ -79,6 +79,25 @@ scan_single_tile(const u32* in, u32* out, u32* __restrict__ sums, u32 n) {
 #define RADIX_TILE (RADIX_THREADS * RADIX_ROUNDS)
 #define RADIX_BINS 256
 
+// Stable rank of this lane's digit among its warp's items so far, taken in (round, lane) order:
+// the digit's running count at counts[digit * stride] (this warp's table) plus the lanes below it
+// with the same digit; the round's first lane of each digit advances the count. Every lane of the
+// warp calls it; a digit >= RADIX_BINS (an item past the end) is neither counted nor meant to be
+// stored. Used by the one-sweep passes and the one-block sort.
+__device__ __forceinline__ u32 warp_rank_digit(u32 digit, u32* counts, u32 stride) {
+    const u32 lane = threadIdx.x & 31u;
+    const u32 peers = __match_any_sync(FULL_MASK, digit);
+    const u32 leader = __ffs(peers) - 1u;
+    u32 before = 0u;
+    if (digit < RADIX_BINS && lane == leader) {
+        before = counts[digit * stride];
+        counts[digit * stride] = before + __popc(peers);
+    }
+    before = __shfl_sync(FULL_MASK, before, leader);
+    __syncwarp();
+    return before + __popc(peers & ((1u << lane) - 1u));
+}
+
 // Multi-pass sorts ("one sweep" per pass): one launch counts every pass's digits over all keys
 // (radix_digit_counts), then one launch per pass ranks and scatters a tile of RADIX_TILE pairs per
 // block (radix_onesweep). A tile finds the items of its digits in earlier tiles by decoupled
@@ -120,7 +139,8 @@ __device__ __forceinline__ u64 status_word(u32 pass, u32 kind, u32 count) {
 // tiles that are already running. Within a tile, warp w owns items [w * 256, (w + 1) * 256) in
 // rounds of 32: (warp, round, lane) order is input order, so ranks by it are stable. The tile is
 // put in order in shared memory first, so each digit's run is written out contiguously.
-extern "C" __global__ void __launch_bounds__(RADIX_THREADS)
+// 4 blocks an SM (64 registers): shared memory would allow 6.
+extern "C" __global__ void __launch_bounds__(RADIX_THREADS, 4)
 radix_onesweep(const u64* __restrict__ keys_in, const u32* __restrict__ vals_in,
                u64* __restrict__ keys_out, u32* __restrict__ vals_out, u32 n, u32 pass,
                const u32* __restrict__ counts, u64* status, u32* tile_counter) {
@@ -144,7 +164,6 @@ radix_onesweep(const u64* __restrict__ keys_in, const u32* __restrict__ vals_in,
     // rank every item among its digit's items of this warp, in order
     u64 key[RADIX_ROUNDS];
     u32 val[RADIX_ROUNDS], digit[RADIX_ROUNDS], rank[RADIX_ROUNDS];
-    const u32 lanes_below = (1u << lane) - 1u;
 #pragma unroll
     for (u32 r = 0; r < RADIX_ROUNDS; ++r) {
         const u32 i = base + r * 32;
@@ -155,15 +174,7 @@ radix_onesweep(const u64* __restrict__ keys_in, const u32* __restrict__ vals_in,
         digit[r] = valid ? ((u32)(key[r] >> shift) & 0xffu) : RADIX_BINS;
     }
 #pragma unroll
-    for (u32 r = 0; r < RADIX_ROUNDS; ++r) {
-        const u32 peers = __match_any_sync(FULL_MASK, digit[r]);
-        const u32 d = digit[r];
-        const u32 before = d < RADIX_BINS ? warp_counts[warp][d] : 0u;
-        rank[r] = before + __popc(peers & lanes_below);
-        __syncwarp();
-        if (d < RADIX_BINS && (peers & lanes_below) == 0) warp_counts[warp][d] = before + __popc(peers);
-        __syncwarp();
-    }
+    for (u32 r = 0; r < RADIX_ROUNDS; ++r) rank[r] = warp_rank_digit(digit[r], warp_counts[warp], 1u);
     __syncthreads();
 
     // thread = digit: the warps' counts become first ranks, the tile's count is published
@@ -265,7 +276,6 @@ radix_sort_small(u64* __restrict__ keys, u32* __restrict__ vals, u32 n, u32 bits
     u32* xbuf = small_sort_smem + nwarps * RADIX_BINS;
     const u32 lane = threadIdx.x & 31u;
     const u32 warp = threadIdx.x >> 5;
-    const u32 lanes_below = (1u << lane) - 1u;
     const u32 base = warp * SMALL_SORT_WARP_ITEMS + lane;
     u64 key[SMALL_SORT_ITEMS];
     u32 val[SMALL_SORT_ITEMS], dest[SMALL_SORT_ITEMS], word[SMALL_SORT_ITEMS];
@@ -285,16 +295,7 @@ radix_sort_small(u64* __restrict__ keys, u32* __restrict__ vals, u32 n, u32 bits
             const bool valid = base + r * 32 < n;
             // Out-of-range lanes get digit 256 so they never match a real digit.
             const u32 digit = valid ? ((u32)(key[r] >> shift) & 0xffu) : RADIX_BINS;
-            const u32 peers = __match_any_sync(FULL_MASK, digit);
-            const u32 leader = __ffs(peers) - 1u;
-            u32 before = 0u;
-            if (valid && lane == leader) {
-                before = hist[digit * nwarps + warp];
-                hist[digit * nwarps + warp] = before + __popc(peers);
-            }
-            before = __shfl_sync(FULL_MASK, before, leader);
-            dest[r] = before + __popc(peers & lanes_below);
-            __syncwarp();
+            dest[r] = warp_rank_digit(digit, hist + warp, nwarps);
         }
         __syncthreads();
         // Exclusive scan of the counts in (digit, warp) order: each thread takes 8 consecutive
