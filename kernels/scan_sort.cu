@@ -104,9 +104,12 @@ __device__ __forceinline__ u32 warp_rank_digit(u32 digit, u32* counts, u32 strid
 // look-back over per-(tile, digit) status words, so a pass needs no separate histogram and scan
 // launches and no host round trip.
 #define RADIX_MAX_PASSES 8
+#define RADIX_COUNTS (RADIX_MAX_PASSES * RADIX_BINS + RADIX_MAX_PASSES)
 
 // counts[pass * 256 + digit] += number of keys with that digit in that pass (pass p = bits
-// [8p, 8p + 8)), for passes < `passes`. `counts` must be zeroed.
+// [8p, 8p + 8)), for passes < `passes`. `counts` must be zeroed; it holds RADIX_COUNTS words:
+// the digit counts of up to RADIX_MAX_PASSES passes, then one tile counter per pass
+// (radix_onesweep).
 extern "C" __global__ void __launch_bounds__(RADIX_THREADS)
 radix_digit_counts(const u64* __restrict__ keys, u32 n, u32 passes, u32* __restrict__ counts) {
     __shared__ u32 local[RADIX_MAX_PASSES][RADIX_BINS];
@@ -135,7 +138,8 @@ __device__ __forceinline__ u64 status_word(u32 pass, u32 kind, u32 count) {
 }
 
 // One stable pass over bits [8 * pass, 8 * pass + 8): keys_in/vals_in -> keys_out/vals_out.
-// Tiles are taken in launch order through tile_counter[pass] (zeroed), so a block only waits on
+// Tiles are taken in launch order through the pass's tile counter (after the digit counts in
+// `counts`, zeroed), so a block only waits on
 // tiles that are already running. Within a tile, warp w owns items [w * 256, (w + 1) * 256) in
 // rounds of 32: (warp, round, lane) order is input order, so ranks by it are stable. The tile is
 // put in order in shared memory first, so each digit's run is written out contiguously.
@@ -143,7 +147,7 @@ __device__ __forceinline__ u64 status_word(u32 pass, u32 kind, u32 count) {
 extern "C" __global__ void __launch_bounds__(RADIX_THREADS, 4)
 radix_onesweep(const u64* __restrict__ keys_in, const u32* __restrict__ vals_in,
                u64* __restrict__ keys_out, u32* __restrict__ vals_out, u32 n, u32 pass,
-               const u32* __restrict__ counts, u64* status, u32* tile_counter) {
+               u32* counts, u64* status) {
     constexpr u32 WARPS = RADIX_THREADS / 32, WARP_ITEMS = RADIX_ROUNDS * 32;
     __shared__ u32 warp_counts[WARPS][RADIX_BINS];  // per warp: counts, then first rank in the tile
     __shared__ u32 tile_start[RADIX_BINS];          // digit's first position within the sorted tile
@@ -154,7 +158,7 @@ radix_onesweep(const u64* __restrict__ keys_in, const u32* __restrict__ vals_in,
     __shared__ u32 tile_id;
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 shift = 8u * pass;
-    if (tid == 0) tile_id = atomicAdd(&tile_counter[pass], 1u);
+    if (tid == 0) tile_id = atomicAdd(&counts[RADIX_MAX_PASSES * RADIX_BINS + pass], 1u);
 #pragma unroll
     for (u32 w = 0; w < WARPS; ++w) warp_counts[w][tid] = 0;
     __syncthreads();

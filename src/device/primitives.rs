@@ -12,6 +12,8 @@ const SCAN_TILE: u32 = SCAN_THREADS * 4;
 const RADIX_THREADS: u32 = 256;
 const RADIX_TILE: u32 = RADIX_THREADS * 8;
 const RADIX_BINS: u32 = 256;
+/// scan_sort.cu's RADIX_COUNTS: digit counts of up to 8 passes, then a tile counter per pass.
+const RADIX_COUNTS: usize = 8 * RADIX_BINS as usize + 8;
 /// `radix_digit_counts` strides over the keys with at most this many blocks.
 const COUNT_BLOCKS_MAX: u32 = 256;
 /// `radix_sort_small`: one block of up to 1024 threads, 8 items a thread, 256 items a warp.
@@ -98,22 +100,25 @@ pub fn radix_sort_pairs(
     let s = &dev.stream;
     let ntiles = n32.div_ceil(RADIX_TILE);
     let passes = bits.min(64).div_ceil(8);
-    let mut keys_alt = s.alloc_zeros::<u64>(n).map_err(cuda_err("sort: allocating scratch keys"))?;
-    let mut vals_alt = s.alloc_zeros::<u32>(n).map_err(cuda_err("sort: allocating scratch values"))?;
-    let mut counts = s.alloc_zeros::<u32>((passes * RADIX_BINS) as usize).map_err(cuda_err("sort: allocating digit counts"))?;
-    let mut tile_counters = s.alloc_zeros::<u32>(passes as usize).map_err(cuda_err("sort: allocating tile counters"))?;
+    // SAFETY: the scratch is never read before written: every pass writes all n positions (it
+    // scatters a permutation) before the next reads them, so it need not be zeroed.
+    let mut keys_alt = unsafe { s.alloc::<u64>(n) }.map_err(cuda_err("sort: allocating scratch keys"))?;
+    // SAFETY: as above.
+    let mut vals_alt = unsafe { s.alloc::<u32>(n) }.map_err(cuda_err("sort: allocating scratch values"))?;
+    // every pass's digit counts, then one tile counter a pass (scan_sort.cu: RADIX_COUNTS)
+    let mut counts = s.alloc_zeros::<u32>(RADIX_COUNTS).map_err(cuda_err("sort: allocating digit counts"))?;
     let mut status = s.alloc_zeros::<u64>(ntiles as usize * RADIX_BINS as usize).map_err(cuda_err("sort: allocating look-back status"))?;
     let f_counts = dev.function("scan_sort", "radix_digit_counts")?;
     let f_pass = dev.function("scan_sort", "radix_onesweep")?;
     let count_blocks = ntiles.min(COUNT_BLOCKS_MAX);
     let cfg_counts = LaunchConfig { grid_dim: (count_blocks, 1, 1), block_dim: (RADIX_THREADS, 1, 1), shared_mem_bytes: 0 };
-    // SAFETY: matches the kernel; keys hold >= n elements, counts passes * 256.
+    // SAFETY: matches the kernel; keys hold >= n elements, counts RADIX_COUNTS words.
     unsafe { s.launch_builder(&f_counts).arg(&*keys).arg(&n32).arg(&passes).arg(&mut counts).launch(cfg_counts) }
         .map_err(cuda_err("radix_digit_counts"))?;
     let cfg = LaunchConfig { grid_dim: (ntiles, 1, 1), block_dim: (RADIX_THREADS, 1, 1), shared_mem_bytes: 0 };
     for pass in 0..passes {
-        // SAFETY: matches the kernel; keys/vals/alt hold >= n elements, counts passes * 256,
-        // status ntiles * 256 words, tile_counters one per pass (all zeroed above).
+        // SAFETY: matches the kernel; keys/vals/alt hold >= n elements, counts RADIX_COUNTS
+        // words, status ntiles * 256 (both zeroed above).
         unsafe {
             s.launch_builder(&f_pass)
                 .arg(&*keys)
@@ -122,9 +127,8 @@ pub fn radix_sort_pairs(
                 .arg(&mut vals_alt)
                 .arg(&n32)
                 .arg(&pass)
-                .arg(&counts)
+                .arg(&mut counts)
                 .arg(&mut status)
-                .arg(&mut tile_counters)
                 .launch(cfg)
                 .map_err(cuda_err("radix_onesweep"))?;
         }
