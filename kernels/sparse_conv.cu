@@ -134,7 +134,8 @@ __device__ __forceinline__ void tile_store(const float acc[MI][4][4], const u32*
 
 // `order` (may be NULL): tile row r of block b is output order[b * BM + r] (outputs sorted by
 // neighbour mask, so rows of a tile share active offsets and more offsets are skipped). `masks`
-// (NULL when `order` is): those outputs' neighbour bitmasks, in the same order.
+// (NULL when `order` is): those outputs' neighbour bitmasks, in the same order. The pipelined
+// kernels require both.
 template <int MI>
 __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
     constexpr int BM = 32 * MI;
@@ -232,10 +233,9 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // Set-up shared by the pipelined kernels: the output row of each tile row (outs; m past the end),
 // each offset's input row for each tile row (rows, [nk][BM], -1: none; filled for active offsets
 // only), and the offsets some row of the tile has an input at, in order (act; their count is
-// returned). Every thread of the block calls it; it ends with a barrier.
-// With `masks` (the map's neighbour bitmasks in `order`'s order) the union of the tile's masks
-// gives the active offsets at once, and only existing neighbours are read from `nbr`; without it
-// every (row, offset) entry of the range is read and a warp scans them for the union.
+// returned). The union of the tile's rows' `masks` (the map's neighbour bitmasks in `order`'s
+// order, both required) gives the active offsets at once, and only existing neighbours are read
+// from `nbr`. Every thread of the block calls it; it ends with a barrier.
 template <int BM>
 __device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __restrict__ order, const u64* __restrict__ masks,
                                    u32 m, u32 kv, u32 o0, u32 k_begin, u32 nk, u32* outs, i32* rows, u32* act, u32* n_act) {
@@ -243,62 +243,34 @@ __device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __res
     __shared__ u64 row_mask[BM];
     __shared__ u64 warp_union[BM / 32];
     const u32 tid = threadIdx.x, lane = tid & 31u;
-    if (masks) {
-        if (tid < BM) {
-            const u32 p = o0 + tid;
-            outs[tid] = p < m ? order[p] : m;
-            const u64 rm = p < m ? masks[p] : 0ull;
-            row_mask[tid] = rm;
-            const u32 lo = __reduce_or_sync(FULL_MASK, (u32)rm), hi = __reduce_or_sync(FULL_MASK, (u32)(rm >> 32));
-            if (lane == 0) warp_union[tid >> 5] = ((u64)hi << 32) | lo;
-        }
-        __syncthreads();
-        if (tid == 0) {
-            u64 u = 0;
-#pragma unroll
-            for (int w = 0; w < BM / 32; ++w) u |= warp_union[w];
-            // this launch's offsets [k_begin, k_begin + nk) as bits 0.. of `u`
-            u = (u >> k_begin) & (nk >= 64 ? ~0ull : ((1ull << nk) - 1ull));
-            u32 cnt = 0;
-            for (; u; u &= u - 1ull) act[cnt++] = (u32)(__ffsll((long long)u) - 1);
-            *n_act = cnt;
-        }
-        __syncthreads();
-        const u32 na = *n_act;
-        for (u32 q = tid; q < na * BM; q += blockDim.x) {
-            const u32 kk = act[q / BM], r = q % BM;
-            const u32 o = outs[r];
-            const bool has = (row_mask[r] >> (k_begin + kk)) & 1ull;
-            rows[kk * BM + r] = has ? nbr[(u64)o * kv + k_begin + kk] : -1;
-        }
-        __syncthreads();
-        return na;
-    }
     if (tid < BM) {
         const u32 p = o0 + tid;
-        outs[tid] = p < m ? (order ? order[p] : p) : m;
+        outs[tid] = p < m ? order[p] : m;
+        const u64 rm = p < m ? masks[p] : 0ull;
+        row_mask[tid] = rm;
+        const u32 lo = __reduce_or_sync(FULL_MASK, (u32)rm), hi = __reduce_or_sync(FULL_MASK, (u32)(rm >> 32));
+        if (lane == 0) warp_union[tid >> 5] = ((u64)hi << 32) | lo;
     }
     __syncthreads();
-    for (u32 q = tid; q < nk * BM; q += blockDim.x) {
-        const u32 kk = q / BM, r = q % BM;
-        const u32 o = outs[r];
-        rows[kk * BM + r] = o < m ? nbr[(u64)o * kv + k_begin + kk] : -1;
-    }
-    __syncthreads();
-    if (tid < 32) {
+    if (tid == 0) {
+        u64 u = 0;
+#pragma unroll
+        for (int w = 0; w < BM / 32; ++w) u |= warp_union[w];
+        // this launch's offsets [k_begin, k_begin + nk) as bits 0.. of `u`
+        u = (u >> k_begin) & (nk >= 64 ? ~0ull : ((1ull << nk) - 1ull));
         u32 cnt = 0;
-        for (u32 kk = 0; kk < nk; ++kk) {
-            bool any = false;
-            for (u32 r = lane; r < BM; r += 32) any = any || rows[kk * BM + r] >= 0;
-            if (__any_sync(FULL_MASK, any)) {
-                if (lane == 0) act[cnt] = kk;
-                ++cnt;
-            }
-        }
-        if (lane == 0) *n_act = cnt;
+        for (; u; u &= u - 1ull) act[cnt++] = (u32)(__ffsll((long long)u) - 1);
+        *n_act = cnt;
     }
     __syncthreads();
-    return *n_act;
+    const u32 na = *n_act;
+    for (u32 q = tid; q < na * BM; q += blockDim.x) {
+        const u32 kk = act[q / BM], r = q % BM;
+        const bool has = (row_mask[r] >> (k_begin + kk)) & 1ull;
+        rows[kk * BM + r] = has ? nbr[(u64)outs[r] * kv + k_begin + kk] : -1;
+    }
+    __syncthreads();
+    return na;
 }
 
 // The pipelined kernels' cp.async ring over `total` stages: issue(st) starts copying stage st

@@ -228,6 +228,10 @@ pub fn conv_cuda_split(
     if algo != ConvAlgo::Direct && (w.cin % 8 != 0 || w.cout % 8 != 0) {
         return Err(Error::InvalidInput(format!("implicit GEMM conv needs Cin and Cout multiples of 8, got {} and {}", w.cin, w.cout)));
     }
+    if pipelined && map.sorted.is_none() && map.out_count > 0 {
+        // maps of up to 64 offsets always carry it (kernel_map_cuda::mask_order)
+        return Err(Error::InvalidInput("the pipelined conv needs the map's outputs sorted by neighbour mask".into()));
+    }
     if w.kv != map.kv {
         return Err(Error::InvalidInput(format!("conv weight has kernel volume {}, the map {}", w.kv, map.kv)));
     }
@@ -330,10 +334,9 @@ pub fn conv_cuda_split(
         let mut b = s.launch_builder(&f);
         b.arg(x).arg(&map.nbr);
         if algo != ConvAlgo::Direct {
-            match (&map.order, &map.masks) {
-                (Some(order), Some(masks)) => b.arg(order).arg(masks),
-                (Some(order), None) => b.arg(order).arg(&null),
-                _ => b.arg(&null).arg(&null),
+            match &map.sorted {
+                Some(sorted) => b.arg(&sorted.order).arg(&sorted.masks),
+                None => b.arg(&null).arg(&null),
             };
         }
         b.arg(&m32).arg(&kv32).arg(&w.w).arg(&cin32).arg(&cout32);

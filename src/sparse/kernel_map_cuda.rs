@@ -67,13 +67,18 @@ pub struct CudaKernelMap {
     pub out: CudaSites,
     /// `out_count * kv` input rows, -1 where no input.
     pub nbr: CudaSlice<i32>,
-    /// Outputs sorted by neighbour bitmask (the order the implicit-GEMM conv walks them in);
-    /// None when the kernel volume exceeds 64 (then outputs are walked in their own order).
-    pub order: Option<CudaSlice<u32>>,
-    /// The outputs' neighbour bitmasks in `order`'s order (bit k: offset k has an input), from
-    /// which a conv tile takes its active offsets and which neighbours exist without reading the
-    /// whole neighbour table; present with `order`.
-    pub masks: Option<CudaSlice<u64>>,
+    /// Outputs sorted by neighbour bitmask, the order the implicit-GEMM conv walks them in; None
+    /// when the kernel volume exceeds 64 (then outputs are walked in their own order) or there
+    /// are no outputs.
+    pub sorted: Option<MaskOrder>,
+}
+
+/// A map's outputs sorted by their neighbour bitmask (stable, so equal masks keep output order),
+/// and the masks in that order (bit k: offset k has an input), from which a conv tile takes its
+/// active offsets and which neighbours exist without reading the whole neighbour table.
+pub struct MaskOrder {
+    pub order: CudaSlice<u32>,
+    pub masks: CudaSlice<u64>,
 }
 
 fn grid_u64(n: u64) -> Result<LaunchConfig, Error> {
@@ -198,12 +203,11 @@ impl CudaKernelMap {
     }
 }
 
-/// Outputs sorted by their neighbour bitmask (stable, so equal masks keep output order) and the
-/// sorted masks: computed once per map, reused by every conv on it. None for kernel volumes over
-/// 64.
-fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize) -> Result<(Option<CudaSlice<u32>>, Option<CudaSlice<u64>>), Error> {
+/// The map's [`MaskOrder`]: computed once per map, reused by every conv on it. None for kernel
+/// volumes over 64 or no outputs.
+fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize) -> Result<Option<MaskOrder>, Error> {
     if kv > 64 || m == 0 {
-        return Ok((None, None));
+        return Ok(None);
     }
     let s = &dev.stream;
     let mut keys = s.alloc_zeros::<u64>(m).map_err(cuda_err("allocating mask keys"))?;
@@ -216,7 +220,7 @@ fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize) -> Re
             .launch(grid_1d(m32, THREADS)).map_err(cuda_err("nbr_masks"))?;
     }
     radix_sort_pairs(dev, &mut keys, &mut order, m, kv as u32)?;
-    Ok((Some(order), Some(keys)))
+    Ok(Some(MaskOrder { order, masks: keys }))
 }
 
 fn kernel_volume(kernel: [i32; 3]) -> usize {
@@ -252,8 +256,8 @@ pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: CudaSites, kernel: [i32; 
                 .map_err(cuda_err("submanifold_nbr"))?;
         }
     }
-    let (order, masks) = mask_order(dev, &nbr, n, kv)?;
-    Ok(CudaKernelMap { kind: MapKind::Submanifold, kv, in_count: n, out_count: n, out: sites, nbr, order, masks })
+    let sorted = mask_order(dev, &nbr, n, kv)?;
+    Ok(CudaKernelMap { kind: MapKind::Submanifold, kv, in_count: n, out_count: n, out: sites, nbr, sorted })
 }
 
 /// Strided map (`SparseConv3d`, spconv's output rule) of `t` (sites uploaded from it).
@@ -374,8 +378,8 @@ pub fn strided_cuda_sites(
                 .map_err(cuda_err("strided_nbr"))?;
         }
     }
-    let (order, masks) = mask_order(dev, &nbr, m, kv)?;
-    Ok((CudaKernelMap { kind: MapKind::Strided, kv, in_count: n, out_count: m, out, nbr, order, masks }, out_shape, out_origin))
+    let sorted = mask_order(dev, &nbr, m, kv)?;
+    Ok((CudaKernelMap { kind: MapKind::Strided, kv, in_count: n, out_count: m, out, nbr, sorted }, out_shape, out_origin))
 }
 
 /// The inverse of a strided map (`SparseInverseConv3d` with the same `indice_key`): outputs are
@@ -401,8 +405,8 @@ pub fn inverse_cuda(dev: &CudaDevice, down: &CudaKernelMap, in_sites: CudaSites)
                 .launch(grid_u64((m * kv) as u64)?).map_err(cuda_err("invert_nbr"))?;
         }
     }
-    let (order, masks) = mask_order(dev, &inv, n, kv)?;
-    Ok(CudaKernelMap { kind: MapKind::Inverse, kv, in_count: m, out_count: n, out: in_sites, nbr: inv, order, masks })
+    let sorted = mask_order(dev, &inv, n, kv)?;
+    Ok(CudaKernelMap { kind: MapKind::Inverse, kv, in_count: m, out_count: n, out: in_sites, nbr: inv, sorted })
 }
 
 #[cfg(test)]
