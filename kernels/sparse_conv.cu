@@ -226,6 +226,11 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
     const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gmem), "r"(bytes));
 }
+// The same on a shared-memory address already converted (__cvta_generic_to_shared), for loops
+// that would otherwise convert it at every copy.
+__device__ __forceinline__ void cp_async16_s(u32 smem_addr, const void* gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
@@ -236,9 +241,12 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // returned). The union of the tile's rows' `masks` (the map's neighbour bitmasks in `order`'s
 // order, both required) gives the active offsets at once, and only existing neighbours are read
 // from `nbr`. Every thread of the block calls it; it ends with a barrier.
+// With `slices` non-NULL it also stores the union of each 32-row slice's masks there (BM / 32
+// entries, bits by absolute offset), for kernels whose warps skip offsets their rows lack.
 template <int BM>
 __device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __restrict__ order, const u64* __restrict__ masks,
-                                   u32 m, u32 kv, u32 o0, u32 k_begin, u32 nk, u32* outs, i32* rows, u32* act, u32* n_act) {
+                                   u32 m, u32 kv, u32 o0, u32 k_begin, u32 nk, u32* outs, i32* rows, u32* act, u32* n_act,
+                                   u64* slices = nullptr) {
     static_assert(BM % 32 == 0, "whole warps load the tile's rows");
     __shared__ u64 row_mask[BM];
     __shared__ u64 warp_union[BM / 32];
@@ -250,6 +258,7 @@ __device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __res
         row_mask[tid] = rm;
         const u32 lo = __reduce_or_sync(FULL_MASK, (u32)rm), hi = __reduce_or_sync(FULL_MASK, (u32)(rm >> 32));
         if (lane == 0) warp_union[tid >> 5] = ((u64)hi << 32) | lo;
+        if (slices && lane == 0) slices[tid >> 5] = ((u64)hi << 32) | lo;
     }
     __syncthreads();
     if (tid == 0) {
@@ -274,20 +283,24 @@ __device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __res
 }
 
 // The pipelined kernels' cp.async ring over `total` stages: issue(st) starts copying stage st
-// into ring buffer st % S, step(buf) computes on a landed buffer; S - 1 stages stay in flight.
+// into ring buffer buf = st % S, step(st, buf) computes on it once landed; S - 1 stages stay in
+// flight.
 template <int S, typename Issue, typename Step>
 __device__ __forceinline__ void cp_async_ring(u32 total, Issue issue, Step step) {
 #pragma unroll
     for (int st = 0; st < S - 1; ++st) {
-        if ((u32)st < total) issue((u32)st);
+        if ((u32)st < total) issue((u32)st, (u32)st);
         cp_async_commit();
     }
+    u32 buf = 0, next = S - 1;  // st % S and (st + S - 1) % S, kept without division
     for (u32 st = 0; st < total; ++st) {
         cp_async_wait<S - 2>();  // this thread's copies of stage st have landed
         __syncthreads();         // everyone's have; and every thread is done with stage st - 1
-        if (st + S - 1 < total) issue(st + S - 1);  // into the buffer stage st - 1 used
+        if (st + S - 1 < total) issue(st + S - 1, next);  // into the buffer stage st - 1 used
         cp_async_commit();
-        step(st % S);
+        step(st, buf);
+        buf = buf + 1 == S ? 0 : buf + 1;
+        next = next + 1 == S ? 0 : next + 1;
     }
     cp_async_wait<0>();
 }
@@ -321,8 +334,8 @@ __device__ __forceinline__ void implicit_gemm_pipe(IMPLICIT_GEMM_ARGS) {
     const u32 nc = (cin + IG_BK - 1) / IG_BK;
     const u32 total = n_offsets * nc;
     // Stage st = (act[st / nc], Cin chunk st % nc) into ring buffer st % S.
-    auto issue = [&](u32 st) {
-        const u32 buf = st % S, kk = act[st / nc], c0 = (st % nc) * IG_BK, k = k_begin + kk;
+    auto issue = [&](u32 st, u32 buf) {
+        const u32 kk = act[st / nc], c0 = (st % nc) * IG_BK, k = k_begin + kk;
 #pragma unroll
         for (int v = 0; v < MI; ++v) {
             const u32 idx = tid + v * 128;
@@ -339,7 +352,7 @@ __device__ __forceinline__ void implicit_gemm_pipe(IMPLICIT_GEMM_ARGS) {
             cp_async16(&Bs[buf][r][nv], ok ? (const void*)(w + ((u64)k * cin + c0 + r) * cout + n0 + nv) : (const void*)w, ok);
         }
     };
-    cp_async_ring<S>(total, issue, [&](u32 buf) { tile_mma<MI>(As[buf], Bs[buf], wm, wn, g, t, acc); });
+    cp_async_ring<S>(total, issue, [&](u32, u32 buf) { tile_mma<MI>(As[buf], Bs[buf], wm, wn, g, t, acc); });
     tile_store<MI>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
 
@@ -374,6 +387,14 @@ extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm_pipe_m32(IM
 __device__ __forceinline__ void ldmatrix_x4(u32 r[4], const void* p) {
     const u32 a = (u32)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_s(u32 r[4], u32 a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans_s(u32 r[4], u32 a) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], const void* p) {
@@ -415,8 +436,8 @@ extern "C" __global__ void __launch_bounds__(WIDE_THREADS) conv_implicit_gemm_wi
     const u32 total = n_offsets * nc;
     // Stage st = (act[st / nc], Cin chunk st % nc) into ring buffer st % S: A = 64 rows x 4
     // chunks of 8 halves (one per thread), B = 32 rows x 16 chunks (two per thread).
-    auto issue = [&](u32 st) {
-        const u32 buf = st % S, kk = act[st / nc], c0 = (st % nc) * IG_BK, k = k_begin + kk;
+    auto issue = [&](u32 st, u32 buf) {
+        const u32 kk = act[st / nc], c0 = (st % nc) * IG_BK, k = k_begin + kk;
         {
             const u32 r = tid >> 2, cv = (tid & 3u) * 8;
             const i32 i = rows[kk * WIDE_BM + r];
@@ -432,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(WIDE_THREADS) conv_implicit_gemm_wi
                        ok ? (const void*)(w + ((u64)k * cin + c0 + r) * cout + n0 + nv) : (const void*)w, ok);
         }
     };
-    cp_async_ring<S>(total, issue, [&](u32 buf) {
+    cp_async_ring<S>(total, issue, [&](u32, u32 buf) {
     const __half* a_s = As + buf * WIDE_A_STAGE;
     const __half* b_s = Bs + buf * WIDE_B_STAGE;
 #pragma unroll
@@ -458,6 +479,203 @@ extern "C" __global__ void __launch_bounds__(WIDE_THREADS) conv_implicit_gemm_wi
     });
     tile_store<2>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
+
+// ---- Tiled kernels for large maps: BM x BN tiles (BM = 128 or 256), 8 warps of 32 rows x WN
+// channels (BM / 32 warps along the rows), fragments by ldmatrix, the cp.async ring of the
+// pipelined kernels, built to spend as few instructions as possible outside the MMAs (the 64-row
+// kernels issue ~3.5 integer instructions per MMA: Nsight Compute, session 7):
+//  - each thread copies fixed columns of fixed tile rows, so its gather sources are looked up
+//    once per offset and advance by BK per Cin chunk; stages advance counters, no division;
+//  - a warp skips a stage (no fragment loads, no MMAs) when none of its 32 rows has an input at
+//    the stage's offset, and its rows' copies are skipped with it.
+#define TILED_THREADS 256
+
+template <int BM_, int BN_, int BK_, int S_>
+struct TiledShape {
+    static constexpr int BM = BM_, BN = BN_, BK = BK_, S = S_;
+    static constexpr int WARPS_M = BM / 32, WARPS_N = 8 / WARPS_M, WN = BN / WARPS_N, NJ = WN / 8;
+    static constexpr int A_LD = BK + 8, B_LD = BN + 8;            // padded rows: conflict-free ldmatrix
+    static constexpr int A_STAGE = BM * A_LD, B_STAGE = BK * B_LD;  // halves
+    static constexpr int ACH = BK / 8, BCH = BN / 8;                 // 16-byte chunks a row
+    static constexpr int A_ROWS_STEP = TILED_THREADS / ACH, A_PER_THREAD = BM / A_ROWS_STEP;
+    static constexpr int B_ROWS_STEP = TILED_THREADS / BCH, B_PER_THREAD = (BK + B_ROWS_STEP - 1) / B_ROWS_STEP;
+    // dynamic shared memory, byte offsets (mirrored by TILED_VARIANTS in conv_cuda.rs)
+    static constexpr int ROWS = 2 * S * (A_STAGE + B_STAGE);  // i32 [PIPE_MAX_KV][BM]
+    static constexpr int OUTS = ROWS + PIPE_MAX_KV * BM * 4;    // u32 [BM]
+    static constexpr int ACT = OUTS + BM * 4;                   // u32 [PIPE_MAX_KV], then the count
+    static constexpr int BYTES = ACT + (PIPE_MAX_KV + 1) * 4;
+    static_assert(WARPS_M * WARPS_N == 8 && WN % 16 == 0 && BK % 16 == 0, "8 warps of whole ldmatrix_x4 fragments");
+    static_assert(TILED_THREADS % ACH == 0 && BM % A_ROWS_STEP == 0 && TILED_THREADS % BCH == 0, "fixed copy columns a thread");
+};
+
+// Epilogue of a warp's 32 x (8 * NJ) tile (tile rows wm.., channels n0 + wn..), two adjacent
+// channels at a time (Cout is a multiple of 8, so both exist): as tile_store, with half2 stores.
+template <int NJ>
+__device__ __forceinline__ void tile_store_pairs(const float acc[2][NJ][4], const u32* outs, u32 wm, u32 wn, u32 g, u32 t, u32 n0,
+                                                 u32 m, u32 cout, const float* __restrict__ bias, const __half* __restrict__ residual,
+                                                 __half* __restrict__ out, u32 splits, float* __restrict__ partial,
+                                                 const float* __restrict__ post_scale, const float* __restrict__ post_shift,
+                                                 u32 post_relu) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 o = outs[wm + i * 16 + g + 8 * h];
+            if (o >= m) continue;
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+                const u32 n = n0 + wn + j * 8 + 2 * t;
+                if (n >= cout) continue;
+                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                if (splits > 1) {
+                    *reinterpret_cast<float2*>(&partial[((u64)blockIdx.z * m + o) * cout + n]) = make_float2(v0, v1);
+                    continue;
+                }
+                if (bias) {
+                    v0 += bias[n];
+                    v1 += bias[n + 1];
+                }
+                if (residual) {
+                    const float2 r = __half22float2(*reinterpret_cast<const __half2*>(&residual[(u64)o * cout + n]));
+                    v0 += r.x;
+                    v1 += r.y;
+                }
+                if (post_scale) {
+                    v0 = v0 * post_scale[n] + post_shift[n];
+                    v1 = v1 * post_scale[n + 1] + post_shift[n + 1];
+                    if (post_relu) {
+                        v0 = fmaxf(v0, 0.f);
+                        v1 = fmaxf(v1, 0.f);
+                    }
+                }
+                *reinterpret_cast<__half2*>(&out[(u64)o * cout + n]) = __floats2half2_rn(v0, v1);
+            }
+        }
+}
+
+template <class T>
+__device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
+    constexpr int BM = T::BM, BK = T::BK, NJ = T::NJ;
+    extern __shared__ __align__(16) unsigned char tiled_smem[];
+    __shared__ u64 slices[T::WARPS_M];  // each 32-row slice's neighbour-mask union
+    __half* As = reinterpret_cast<__half*>(tiled_smem);
+    __half* Bs = As + T::S * T::A_STAGE;
+    i32* rows = reinterpret_cast<i32*>(tiled_smem + T::ROWS);
+    u32* outs = reinterpret_cast<u32*>(tiled_smem + T::OUTS);
+    u32* act = reinterpret_cast<u32*>(tiled_smem + T::ACT);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const u32 slice = warp % T::WARPS_M, wm = slice * 32, wn = (warp / T::WARPS_M) * T::WN;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const u32 o0 = blockIdx.x * BM, n0 = blockIdx.y * T::BN;
+    const u32 per = (kv + splits - 1) / splits;
+    const u32 k_begin = blockIdx.z * per, k_end = min(kv, k_begin + per);
+    const u32 nk = k_end > k_begin ? k_end - k_begin : 0u;
+    float acc[2][NJ][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    const u32 n_offsets = tile_active_offsets<BM>(nbr, order, masks, m, kv, o0, k_begin, nk, outs, rows, act, act + PIPE_MAX_KV, slices);
+    const u32 nc = (cin + BK - 1) / BK;
+
+    // Copy side: this thread's A rows a_r0 + v * A_ROWS_STEP at column a_cv, B rows b_r0 + v *
+    // B_ROWS_STEP at column b_nv; sources set at each new offset, advanced by BK a chunk. Shared
+    // addresses are byte offsets from smem0, converted once.
+    const u32 smem0 = (u32)__cvta_generic_to_shared(tiled_smem);
+    constexpr u32 A_STAGE_B = 2 * T::A_STAGE, B_STAGE_B = 2 * T::B_STAGE, B_BASE = T::S * A_STAGE_B;
+    const u32 a_cv = (tid % T::ACH) * 8, a_r0 = tid / T::ACH;
+    const u32 b_nv = (tid % T::BCH) * 8, b_r0 = tid / T::BCH;
+    const u32 a_cp = smem0 + 2 * (a_r0 * T::A_LD + a_cv), b_cp = smem0 + B_BASE + 2 * (b_r0 * T::B_LD + b_nv);
+    const bool b_col_ok = n0 + b_nv < cout;
+    const __half* a_src[T::A_PER_THREAD];
+    u32 a_state = 0;  // bit v: row v has an input (copy it); bit 16 + v: its slice is live (write it)
+    const __half* b_src = w;
+    u32 in_off = 0, in_chunk = 0;
+    auto issue = [&](u32 buf) {
+        if (in_chunk == 0) {
+            const u32 kk = act[in_off], k = k_begin + kk;
+            a_state = 0;
+#pragma unroll
+            for (int v = 0; v < T::A_PER_THREAD; ++v) {
+                const u32 r = a_r0 + v * T::A_ROWS_STEP;
+                const i32 i = rows[kk * BM + r];
+                a_src[v] = x + (u64)(i >= 0 ? i : 0) * cin + a_cv;
+                a_state |= (u32)(i >= 0) << v;
+                a_state |= (u32)((slices[r >> 5] >> k) & 1ull) << (16 + v);
+            }
+            b_src = w + ((u64)k * cin + b_r0) * cout + n0 + b_nv;
+        }
+        const u32 c0 = in_chunk * BK;
+        const bool a_col_ok = c0 + a_cv < cin;
+        const u32 a_dst = a_cp + buf * A_STAGE_B, b_dst = b_cp + buf * B_STAGE_B;
+#pragma unroll
+        for (int v = 0; v < T::A_PER_THREAD; ++v)
+            if ((a_state >> (16 + v)) & 1u)
+                cp_async16_s(a_dst + 2 * v * T::A_ROWS_STEP * T::A_LD, a_src[v] + c0, a_col_ok && ((a_state >> v) & 1u));
+#pragma unroll
+        for (int v = 0; v < T::B_PER_THREAD; ++v) {
+            const u32 r = b_r0 + v * T::B_ROWS_STEP;
+            if (BK % T::B_ROWS_STEP != 0 && r >= (u32)BK) break;
+            const bool ok = b_col_ok && c0 + r < cin;
+            cp_async16_s(b_dst + 2 * v * T::B_ROWS_STEP * T::B_LD, ok ? (const void*)(b_src + (u64)(c0 + v * T::B_ROWS_STEP) * cout) : (const void*)w, ok);
+        }
+        if (++in_chunk == nc) {
+            in_chunk = 0;
+            ++in_off;
+        }
+    };
+    // Compute side: a stage at an offset none of this warp's rows has an input at is skipped.
+    // Fragment addresses: A rows wm + (lane & 15) (+16), column 8 (lane >> 4); B row lane & 15,
+    // columns wn + 8 (lane >> 4) (+16 per fragment pair).
+    const u32 a_ld = smem0 + 2 * ((wm + (lane & 15u)) * T::A_LD + (lane >> 4) * 8);
+    const u32 b_ld = smem0 + B_BASE + 2 * ((lane & 15u) * T::B_LD + wn + (lane >> 4) * 8);
+    u32 cs_off = 0, cs_chunk = 0;
+    bool live = false;
+    auto step = [&](u32 buf) {
+        if (cs_chunk == 0) live = (slices[slice] >> (k_begin + act[cs_off])) & 1ull;
+        if (++cs_chunk == nc) {
+            cs_chunk = 0;
+            ++cs_off;
+        }
+        if (!live) return;  // warp-uniform
+        const u32 a_s = a_ld + buf * A_STAGE_B, b_s = b_ld + buf * B_STAGE_B;
+#pragma unroll
+        for (u32 kk = 0; kk < BK; kk += 16) {
+            u32 a[2][4];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) ldmatrix_x4_s(a[i], a_s + 2 * (i * 16 * T::A_LD + kk));
+#pragma unroll
+            for (int jp = 0; jp < NJ / 2; ++jp) {
+                u32 r[4];
+                ldmatrix_x4_trans_s(r, b_s + 2 * (kk * T::B_LD + jp * 16));
+                const u32 b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    mma_16816(acc[i][2 * jp], a[i], b0);
+                    mma_16816(acc[i][2 * jp + 1], a[i], b1);
+                }
+            }
+        }
+    };
+    cp_async_ring<T::S>(n_offsets * nc, [&](u32, u32 buf) { issue(buf); }, [&](u32, u32 buf) { step(buf); });
+    tile_store_pairs<NJ>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
+}
+
+// The instantiations (kernel volume <= PIPE_MAX_KV); conv_cuda.rs' TILED_VARIANTS lists them
+// with their shared memory. Register caps keep 3 blocks an SM up to 64 channels, 2 at 128.
+#define TILED_KERNEL(NAME, BM, BN, BK, S, MIN_BLOCKS)                                                 \
+    extern "C" __global__ void __launch_bounds__(TILED_THREADS, MIN_BLOCKS) NAME(IMPLICIT_GEMM_ARGS) { \
+        implicit_gemm_tiled<TiledShape<BM, BN, BK, S>>(IMPLICIT_GEMM_CALL);                            \
+    }
+TILED_KERNEL(conv_tiled_m128_n32_k32, 128, 32, 32, 4, 3)
+TILED_KERNEL(conv_tiled_m128_n64_k32, 128, 64, 32, 4, 3)
+TILED_KERNEL(conv_tiled_m128_n64_k64, 128, 64, 64, 3, 2)
+TILED_KERNEL(conv_tiled_m128_n128_k32, 128, 128, 32, 4, 2)
+TILED_KERNEL(conv_tiled_m128_n128_k64, 128, 128, 64, 2, 2)
+TILED_KERNEL(conv_tiled_m128_n128_k64_s3, 128, 128, 64, 3, 1)
 
 // The split implicit GEMM's epilogue: out = sum over splits (in split order) + bias + residual,
 // then the optional post-activation.

@@ -10,7 +10,7 @@ use half::f16;
 use sptr::config::ModelConfig;
 use sptr::device::cuda::CudaDevice;
 use sptr::sparse::conv_cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
-use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation};
+use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation, TILED_VARIANTS};
 use sptr::sparse::kernel_map::{inverse, strided, submanifold, ConvGeometry, KernelMap};
 use sptr::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda, CudaKernelMap, CudaSites};
 use sptr::sparse::tensor::SparseTensor;
@@ -121,6 +121,7 @@ fn check_conv(
                 algos.push((ConvAlgo::ImplicitGemmPipe, splits));
                 algos.push((ConvAlgo::ImplicitGemmPipe32, splits));
                 algos.push((ConvAlgo::ImplicitGemmWide, splits));
+                algos.extend(TILED_VARIANTS.iter().map(|v| (v.algo(), splits)));
             }
         }
     }
@@ -167,6 +168,7 @@ fn check_conv(
             if kv <= PIPE_MAX_KV {
                 posts.push((ConvAlgo::ImplicitGemmPipe, splits));
                 posts.push((ConvAlgo::ImplicitGemmWide, splits));
+                posts.extend(TILED_VARIANTS.iter().map(|v| (v.algo(), splits)));
             }
         }
     }
@@ -334,4 +336,11 @@ fn cuda_conv_rejects_mismatches() {
     assert!(conv_cuda(&dev, &x, &gpu, &w1, None, None).is_err(), "kernel volume mismatch");
     let w = CudaConvWeights::upload(&dev, &vec![0.0; 27 * 8 * 4], WeightLayout::Krsc, 27, 8, 4, None).unwrap();
     assert!(conv_cuda(&dev, &x, &gpu, &w, None, None).is_err(), "input too small for Cin 8");
+    // A tiled kernel shape that is not built is refused with a message, not launched.
+    let w8 = CudaConvWeights::upload(&dev, &vec![0.0; 27 * 8 * 8], WeightLayout::Krsc, 27, 8, 8, None).unwrap();
+    let x8 = dev.stream.alloc_zeros::<f16>(50 * 8).unwrap();
+    let unbuilt = ConvAlgo::ImplicitGemmTiled { rows: 96, cols: 32, depth: 32, stages: 4 };
+    let err = conv_cuda_split(&dev, &x8, &gpu, &w8, None, None, unbuilt, None, None).err().expect("an unbuilt tile shape");
+    assert!(err.to_string().contains("96 x 32"), "{err}");
+    assert!(conv_cuda_split(&dev, &x8, &gpu, &w8, None, None, TILED_VARIANTS[0].algo(), None, None).is_ok(), "a built shape runs");
 }

@@ -94,20 +94,76 @@ pub enum ConvAlgo {
     /// The pipelined kernel with 32-row tiles (`conv_implicit_gemm_pipe_m32`).
     ImplicitGemmPipe32,
     /// The pipelined kernel with 64-row x 128-channel tiles, 8 warps of 32 x 32, fragments by
-    /// ldmatrix (`conv_implicit_gemm_wide`): for 128 output channels and more.
+    /// ldmatrix (`conv_implicit_gemm_wide`); the tiled kernels replaced it as the default
+    /// from 128 output channels (session 7: 1.2-1.4x faster on an H100).
     ImplicitGemmWide,
+    /// The pipelined kernel family with `rows` x `cols` tiles, `depth`-deep Cin chunks and a
+    /// `stages`-deep copy ring, 8 warps of 32 rows each, a warp skipping the offsets its rows lack
+    /// (`conv_tiled_m*_n*_k*`; the shapes built are [`TILED_VARIANTS`]): for large maps.
+    ImplicitGemmTiled { rows: u16, cols: u16, depth: u16, stages: u16 },
     /// One thread per output channel, FP32 FMA (`conv_direct`): any channel count; the oracle
     /// the fast kernel is tested against.
     Direct,
 }
 
-/// Output channels from which the wide-tile kernel is the default (its tiles are 128 wide).
-pub const WIDE_MIN_COUT: usize = 128;
+/// Map outputs from which the tiled kernels are the default below 128 output channels (with
+/// fewer, the 32-row pipelined kernel's larger grid is faster).
+pub const TILED_MIN_OUTPUTS: usize = 100_000;
+
+/// Output channels from which the tiled kernels are the default at any map size.
+pub const TILED_MIN_COUT: usize = 128;
 
 /// Dynamic shared memory of `conv_implicit_gemm_wide` (sparse_conv.cu: PIPE_STAGES rings of a
 /// 64 x (32 + 8) A tile and a 32 x (128 + 8) B tile, FP16; the per-offset row table; output rows;
 /// active offsets and their count).
 const WIDE_SMEM_BYTES: usize = 3 * (64 * 40 + 32 * 136) * 2 + PIPE_MAX_KV * 64 * 4 + 64 * 4 + (PIPE_MAX_KV + 1) * 4;
+
+/// One instantiation of the tiled kernels (sparse_conv.cu, TILED_KERNEL).
+#[derive(Debug, Clone, Copy)]
+pub struct TiledVariant {
+    pub rows: u16,
+    pub cols: u16,
+    pub depth: u16,
+    pub stages: u16,
+    pub name: &'static str,
+}
+
+impl TiledVariant {
+    pub fn algo(&self) -> ConvAlgo {
+        ConvAlgo::ImplicitGemmTiled { rows: self.rows, cols: self.cols, depth: self.depth, stages: self.stages }
+    }
+
+    /// Dynamic shared memory (TiledShape in sparse_conv.cu): `stages` of a rows x (depth + 8) A
+    /// tile and a depth x (cols + 8) B tile, FP16; the per-offset row table; output rows; active
+    /// offsets and their count.
+    const fn smem_bytes(&self) -> usize {
+        let (bm, bn, bk, s) = (self.rows as usize, self.cols as usize, self.depth as usize, self.stages as usize);
+        2 * s * (bm * (bk + 8) + bk * (bn + 8)) + PIPE_MAX_KV * bm * 4 + bm * 4 + (PIPE_MAX_KV + 1) * 4
+    }
+}
+
+/// The tiled kernels built (rows x cols tiles, Cin chunks of `depth`, cp.async stages).
+pub const TILED_VARIANTS: [TiledVariant; 6] = [
+    TiledVariant { rows: 128, cols: 32, depth: 32, stages: 4, name: "conv_tiled_m128_n32_k32" },
+    TiledVariant { rows: 128, cols: 64, depth: 32, stages: 4, name: "conv_tiled_m128_n64_k32" },
+    TiledVariant { rows: 128, cols: 64, depth: 64, stages: 3, name: "conv_tiled_m128_n64_k64" },
+    TiledVariant { rows: 128, cols: 128, depth: 32, stages: 4, name: "conv_tiled_m128_n128_k32" },
+    TiledVariant { rows: 128, cols: 128, depth: 64, stages: 2, name: "conv_tiled_m128_n128_k64" },
+    TiledVariant { rows: 128, cols: 128, depth: 64, stages: 3, name: "conv_tiled_m128_n128_k64_s3" },
+];
+
+/// The tiled kernel for these channels: tiles as wide as the output channels up to 128, Cin
+/// chunks of 64 where Cin is a multiple of 64 (half the ring's barriers and copy bookkeeping a
+/// multiply-add; measured faster at 64-256 channels on an H100), else 32.
+fn tiled_default(cin: usize, cout: usize) -> ConvAlgo {
+    let cols = if cout <= 32 { 32 } else if cout <= 64 { 64 } else { 128 };
+    let depth = if cols >= 64 && cin % 64 == 0 { 64 } else { 32 };
+    TILED_VARIANTS
+        .iter()
+        .find(|v| v.cols == cols && v.depth == depth)
+        .map(|v| v.algo())
+        .unwrap_or(ConvAlgo::ImplicitGemmPipe)
+}
 
 /// Largest kernel volume the pipelined kernels take (PIPE_MAX_KV in sparse_conv.cu: a 3x3x3
 /// kernel; its per-tile neighbour table lives in shared memory).
@@ -115,8 +171,9 @@ pub const PIPE_MAX_KV: usize = 27;
 
 impl ConvAlgo {
     /// The fastest kernel that supports these channel counts (`outputs`: the map's output rows).
-    /// Measured on an H100 (kernels/PERF.md, v3): 32-row tiles are 15-25% faster at 22.7k
-    /// outputs (a 64-row grid under-fills the GPU), 3-7% slower at 320k.
+    /// Measured on an H100 (kernels/PERF.md, session 7): the tiled kernels from 128 output
+    /// channels at any size and on large maps at any width; on small maps with fewer channels
+    /// the 32-row pipelined kernel, whose grid fills the GPU better.
     pub fn best_for(cin: usize, cout: usize, outputs: usize) -> ConvAlgo {
         Self::best_for_volume(cin, cout, outputs, PIPE_MAX_KV)
     }
@@ -127,8 +184,8 @@ impl ConvAlgo {
         let pipe = kv <= PIPE_MAX_KV;
         if cin % 8 != 0 || cout % 8 != 0 {
             ConvAlgo::Direct
-        } else if pipe && cout >= WIDE_MIN_COUT {
-            ConvAlgo::ImplicitGemmWide
+        } else if pipe && (outputs >= TILED_MIN_OUTPUTS || cout >= TILED_MIN_COUT) {
+            tiled_default(cin, cout)
         } else if outputs < 100_000 {
             if pipe { ConvAlgo::ImplicitGemmPipe32 } else { ConvAlgo::ImplicitGemm32 }
         } else if pipe {
@@ -169,11 +226,12 @@ pub fn conv_cuda_post(
 /// `relu?(x * scale + shift)` per channel over `[n, c]` FP16 rows (conv_pre_activate).
 fn pre_activate(dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, c: usize, p: &CudaPreActivation<'_>) -> Result<CudaSlice<f16>, Error> {
     let s = &dev.stream;
-    let mut out = s.alloc_zeros::<f16>((n * c).max(1)).map_err(cuda_err("allocating the pre-activated input"))?;
     let total = u32::try_from(n * c).map_err(|_| Error::InvalidInput("conv input exceeds 2^32 values".into()))?;
     if total == 0 {
-        return Ok(out);
+        return s.alloc_zeros::<f16>(1).map_err(cuda_err("allocating the pre-activated input"));
     }
+    // SAFETY: conv_pre_activate writes all n * c values.
+    let mut out = unsafe { s.alloc::<f16>(n * c) }.map_err(cuda_err("allocating the pre-activated input"))?;
     let f = dev.function("sparse_conv", "conv_pre_activate")?;
     let (n32, c32, relu) = (n as u32, c as u32, p.relu as u32);
     // SAFETY: matches sparse_conv.cu; x holds >= n * c halves (checked by the caller), scale and
@@ -221,7 +279,7 @@ pub fn conv_cuda_split(
     offset_splits: Option<usize>,
     post: Option<&CudaPreActivation<'_>>,
 ) -> Result<CudaSlice<f16>, Error> {
-    let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmWide);
+    let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmWide | ConvAlgo::ImplicitGemmTiled { .. });
     if pipelined && w.kv > PIPE_MAX_KV {
         return Err(Error::InvalidInput(format!("the pipelined conv takes kernel volumes up to {PIPE_MAX_KV}, got {}", w.kv)));
     }
@@ -262,10 +320,13 @@ pub fn conv_cuda_split(
             None => Ok(raw),
         };
     }
-    let mut out = s.alloc_zeros::<f16>((map.out_count * w.cout).max(1)).map_err(cuda_err("allocating conv output"))?;
     if map.out_count == 0 {
-        return Ok(out);
+        return s.alloc_zeros::<f16>(1).map_err(cuda_err("allocating conv output"));
     }
+    // SAFETY: every kernel below writes every output value (each output row lies in one tile,
+    // or one direct block; a split's reduce pass writes them all), so nothing reads it unset.
+    // Not zeroing it saves a pass over the output (164 MB at 320k rows x 256 channels).
+    let mut out = unsafe { s.alloc::<f16>(map.out_count * w.cout) }.map_err(cuda_err("allocating conv output"))?;
     // The pipelined kernels copy rows straight into shared memory, so a pre-activation is applied
     // to the whole input once here (each row would otherwise be transformed at every gather).
     let activated = match pre {
@@ -316,6 +377,17 @@ pub fn conv_cuda_split(
             };
             (f, cfg)
         }
+        ConvAlgo::ImplicitGemmTiled { rows, cols, depth, stages } => {
+            let v = TILED_VARIANTS.iter().find(|v| (v.rows, v.cols, v.depth, v.stages) == (rows, cols, depth, stages)).ok_or_else(|| {
+                Error::InvalidInput(format!("no tiled conv kernel with {rows} x {cols} tiles, {depth}-deep chunks and {stages} stages is built"))
+            })?;
+            let bytes = v.smem_bytes();
+            let tiles = ((map.out_count as u32).div_ceil(rows as u32), (w.cout as u32).div_ceil(cols as u32));
+            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv, CONV_TARGET_BLOCKS)).clamp(1, w.kv.max(1));
+            let f = dev.function_with_shared("sparse_conv", v.name, bytes)?;
+            let cfg = LaunchConfig { grid_dim: (tiles.0, tiles.1, splits as u32), block_dim: (256, 1, 1), shared_mem_bytes: bytes as u32 };
+            (f, cfg)
+        }
     };
     let null: u64 = 0; // a NULL device pointer for absent optional inputs
     let (m32, kv32, cin32, cout32) = (map.out_count as u32, w.kv as u32, w.cin as u32, w.cout as u32);
@@ -323,7 +395,9 @@ pub fn conv_cuda_split(
     let post_relu = post.map(|p| p.relu as u32).unwrap_or(0);
     let splits32 = splits as u32;
     let mut partial = if splits > 1 {
-        Some(s.alloc_zeros::<f32>(splits * map.out_count * w.cout).map_err(cuda_err("allocating conv split partials"))?)
+        // SAFETY: each split's blocks store their whole partial, zeros where a block had no
+        // offset to walk (implicit_gemm*: the epilogue runs whatever the offset count).
+        Some(unsafe { s.alloc::<f32>(splits * map.out_count * w.cout) }.map_err(cuda_err("allocating conv split partials"))?)
     } else {
         None
     };
