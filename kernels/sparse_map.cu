@@ -65,18 +65,48 @@ __device__ __forceinline__ void offset_of(const MapGeom& G, u32 k, i32 r[3]) {
     r[0] = k / (G.kernel[2] * G.kernel[1]);
 }
 
-// Submanifold: input at c + (r - center) * d feeds output c. One thread per (output, offset).
+// Submanifold: input at c + (r - center) * d feeds output c. A submanifold map is symmetric:
+// output o reads input j through offset k exactly when j reads o through the opposite offset
+// kv - 1 - k (kernels are odd and centred, inputs are the outputs), and the centre offset reads
+// the site itself. So one thread per (output, offset up to the centre) looks its neighbour up
+// and writes both entries: half the hash lookups. `nbr` must hold -1 everywhere beforehand (the
+// entries whose partner does not exist are not written).
+// With `masks` non-NULL (kernel volume <= 64; masks zeroed, `order` of n entries) it also ORs
+// each output's neighbour bitmask into masks[o] and sets order[o] = o: the unsorted input of the
+// map's mask order (what nbr_masks computes from a finished table, without reading it back).
 extern "C" __global__ void submanifold_nbr(const i32* __restrict__ coords, u32 n, MapGeom G,
                                            const u64* __restrict__ keys, const i32* __restrict__ vals, u32 mask,
-                                           i32* __restrict__ nbr) {
+                                           i32* __restrict__ nbr, u64* __restrict__ masks, u32* __restrict__ order) {
+    const u32 centre = G.kv / 2, per = centre + 1;  // threads an output: offsets 0..=centre
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= (u64)n * G.kv) return;
-    const u32 o = (u32)(t / G.kv), k = (u32)(t % G.kv);
-    i32 r[3];
-    offset_of(G, k, r);
-    i32 c[3];
-    for (int a = 0; a < 3; ++a) c[a] = coords[o * 4 + 1 + a] + (r[a] - G.kernel[a] / 2) * G.dilation[a];
-    nbr[t] = hash_find(keys, vals, mask, pack_coord(coords[o * 4], c[0], c[1], c[2]));
+    const bool live = t < (u64)n * per;  // no early return: the whole warp takes part in the ballot
+    const u32 o = live ? (u32)(t / per) : 0u, k = live ? (u32)(t % per) : 0u;
+    i32 j = -1;
+    if (live && k == centre) {
+        j = (i32)o;
+        nbr[(u64)o * G.kv + k] = j;
+        if (masks) order[o] = o;
+    } else if (live) {
+        i32 r[3];
+        offset_of(G, k, r);
+        i32 c[3];
+        for (int a = 0; a < 3; ++a) c[a] = coords[o * 4 + 1 + a] + (r[a] - G.kernel[a] / 2) * G.dilation[a];
+        j = hash_find(keys, vals, mask, pack_coord(coords[o * 4], c[0], c[1], c[2]));
+        nbr[(u64)o * G.kv + k] = j;
+        if (j >= 0) {
+            nbr[(u64)j * G.kv + (G.kv - 1 - k)] = (i32)o;
+            if (masks) atomicOr(reinterpret_cast<unsigned long long*>(&masks[j]), 1ull << (G.kv - 1 - k));
+        }
+    }
+    if (!masks) return;
+    const u32 hits = __ballot_sync(FULL_MASK, j >= 0);
+    const u32 lane = threadIdx.x & 31u;
+    // An output's threads are consecutive, so within a warp they are a run of lanes; the run's
+    // first lane adds the run's bits (an output spans at most two warps: two atomics).
+    if (!live || (k != 0 && lane != 0)) return;
+    const u32 width = min(32u - lane, per - k);
+    const u32 run = (hits >> lane) & (width >= 32 ? 0xffffffffu : ((1u << width) - 1u));
+    if (run) atomicOr(reinterpret_cast<unsigned long long*>(&masks[o]), (unsigned long long)run << k);
 }
 
 // Strided: input i through offset k proposes output q = (rel + p - r*d) / s (relative to the
@@ -187,9 +217,15 @@ extern "C" __global__ void invert_nbr(const i32* __restrict__ nbr, u32 m, u32 kv
     if (i >= 0) inv[(u64)i * kv + (t % kv)] = (i32)(t / kv);
 }
 
+// p[0..n) = v, four values a thread (one 16-byte store; p is an allocation's start, so aligned):
+// launch ceil(n / 4) threads.
 extern "C" __global__ void fill_i32(i32* __restrict__ p, u64 n, i32 v) {
-    const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = v;
+    const u64 i = 4 * ((u64)blockIdx.x * blockDim.x + threadIdx.x);
+    if (i + 4 <= n) {
+        *reinterpret_cast<int4*>(p + i) = make_int4(v, v, v, v);
+    } else {
+        for (u64 e = i; e < n; ++e) p[e] = v;
+    }
 }
 extern "C" __global__ void fill_u64(u64* __restrict__ p, u64 n, u64 v) {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;

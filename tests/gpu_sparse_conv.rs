@@ -74,6 +74,31 @@ fn check_map(dev: &CudaDevice, case: &str, cpu: &KernelMap, gpu: &CudaKernelMap)
     assert_eq!(gpu.out_count, cpu.out_count(), "{case}: output count");
     assert_eq!(gpu.out.coords_to_host(dev).unwrap(), cpu.out_coords, "{case}: output coordinates (order too)");
     assert_eq!(gpu.nbr_to_host(dev).unwrap(), nbr_of(cpu), "{case}: neighbour table");
+    check_mask_order(dev, case, gpu);
+}
+
+/// A map's mask order (up to 64 offsets): the outputs in a stable sort by neighbour bitmask, each
+/// mask equal to the bits of the output's row of the neighbour table.
+fn check_mask_order(dev: &CudaDevice, case: &str, gpu: &CudaKernelMap) {
+    let Some(sorted) = &gpu.sorted else {
+        assert!(gpu.kv > 64 || gpu.out_count == 0, "{case}: a map of {} offsets without its mask order", gpu.kv);
+        return;
+    };
+    let nbr = gpu.nbr_to_host(dev).unwrap();
+    let order = dev.stream.clone_dtoh(&sorted.order.slice(..gpu.out_count)).unwrap();
+    let masks = dev.stream.clone_dtoh(&sorted.masks.slice(..gpu.out_count)).unwrap();
+    let mut seen = vec![false; gpu.out_count];
+    for (p, (&o, &mask)) in order.iter().zip(&masks).enumerate() {
+        let o = o as usize;
+        assert!(o < gpu.out_count && !seen[o], "{case}: order is not a permutation at {p}");
+        seen[o] = true;
+        let want = (0..gpu.kv).filter(|&k| nbr[o * gpu.kv + k] >= 0).fold(0u64, |m, k| m | 1 << k);
+        assert_eq!(mask, want, "{case}: mask of output {o}");
+        if p > 0 {
+            let prev = (masks[p - 1], order[p - 1]);
+            assert!(prev < (mask, o as u32), "{case}: not a stable sort by mask at {p}");
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -116,8 +116,10 @@ impl CudaSites {
         let s = &dev.stream;
         let cap = (2 * len).max(64).next_power_of_two();
         let mask = (cap - 1) as u32;
-        let mut keys = s.alloc_zeros::<u64>(cap).map_err(cuda_err("allocating hash keys"))?;
-        let vals = s.alloc_zeros::<i32>(cap).map_err(cuda_err("allocating hash values"))?;
+        // SAFETY (both): fill_u64 below sets every key; a value is read only at a slot whose key
+        // matched, which hash_insert wrote together with it.
+        let mut keys = unsafe { s.alloc::<u64>(cap) }.map_err(cuda_err("allocating hash keys"))?;
+        let vals = unsafe { s.alloc::<i32>(cap) }.map_err(cuda_err("allocating hash values"))?;
         let fill = dev.function("sparse_map", "fill_u64")?;
         let insert = dev.function("sparse_map", "hash_insert")?;
         let (cap64, n32) = (cap as u64, len as u32);
@@ -206,12 +208,13 @@ impl CudaKernelMap {
 /// The map's [`MaskOrder`]: computed once per map, reused by every conv on it. None for kernel
 /// volumes over 64 or no outputs.
 fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize) -> Result<Option<MaskOrder>, Error> {
-    if kv > 64 || m == 0 {
+    if kv > MAX_MASK_KV || m == 0 {
         return Ok(None);
     }
     let s = &dev.stream;
-    let mut keys = s.alloc_zeros::<u64>(m).map_err(cuda_err("allocating mask keys"))?;
-    let mut order = s.alloc_zeros::<u32>(m).map_err(cuda_err("allocating mask order"))?;
+    // SAFETY (both): nbr_masks writes all m entries of each.
+    let mut keys = unsafe { s.alloc::<u64>(m) }.map_err(cuda_err("allocating mask keys"))?;
+    let mut order = unsafe { s.alloc::<u32>(m) }.map_err(cuda_err("allocating mask order"))?;
     let f = dev.function("sparse_map", "nbr_masks")?;
     let (m32, kv32) = (m as u32, kv as u32);
     // SAFETY: argument list matches sparse_map.cu; nbr holds m * kv, keys/order m.
@@ -219,8 +222,16 @@ fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize) -> Re
         s.launch_builder(&f).arg(nbr).arg(&m32).arg(&kv32).arg(&mut keys).arg(&mut order)
             .launch(grid_1d(m32, THREADS)).map_err(cuda_err("nbr_masks"))?;
     }
-    radix_sort_pairs(dev, &mut keys, &mut order, m, kv as u32)?;
-    Ok(Some(MaskOrder { order, masks: keys }))
+    sorted_by_mask(dev, keys, order, m, kv)
+}
+
+/// Largest kernel volume whose neighbour bitmask fits the u64 a map's mask order keeps.
+const MAX_MASK_KV: usize = 64;
+
+/// The mask order from unsorted `masks` (m entries) and `order` = 0..m: both sorted by mask.
+fn sorted_by_mask(dev: &CudaDevice, mut masks: CudaSlice<u64>, mut order: CudaSlice<u32>, m: usize, kv: usize) -> Result<Option<MaskOrder>, Error> {
+    radix_sort_pairs(dev, &mut masks, &mut order, m, kv as u32)?;
+    Ok(Some(MaskOrder { order, masks }))
 }
 
 fn kernel_volume(kernel: [i32; 3]) -> usize {
@@ -243,20 +254,44 @@ pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: CudaSites, kernel: [i32; 
     let kv = kernel_volume(kernel);
     let n = sites.len;
     let g = MapGeomC { kernel, dilation, stride: [1; 3], kv: kv as u32, ..Default::default() };
-    let mut nbr = dev.stream.alloc_zeros::<i32>((n * kv).max(1)).map_err(cuda_err("allocating neighbour table"))?;
+    let mut nbr = if n == 0 {
+        dev.stream.alloc_zeros::<i32>(1)
+    } else {
+        // SAFETY: filled with -1 below before anything reads it.
+        unsafe { dev.stream.alloc::<i32>(n * kv) }
+    }
+    .map_err(cuda_err("allocating neighbour table"))?;
     let f = dev.function("sparse_map", "submanifold_nbr")?;
     let n32 = n as u32;
+    // The neighbour masks come out of the table's kernel (zeroed masks it ORs into; order = 0..n).
+    let with_masks = n > 0 && kv <= MAX_MASK_KV;
+    let mut masks = if with_masks { Some(dev.stream.alloc_zeros::<u64>(n).map_err(cuda_err("allocating mask keys"))?) } else { None };
+    // SAFETY: submanifold_nbr writes order[o] for every o < n when it computes the masks.
+    let mut order = if with_masks { Some(unsafe { dev.stream.alloc::<u32>(n) }.map_err(cuda_err("allocating mask order"))?) } else { None };
+    let null: u64 = 0;
     if n > 0 {
-        // SAFETY: argument list matches sparse_map.cu; nbr holds n * kv entries.
+        // Entries without a partner stay as filled: submanifold_nbr writes the found pairs (both
+        // ways) and the centre.
+        let fill = dev.function("sparse_map", "fill_i32")?;
+        let (total, none) = ((n * kv) as u64, -1i32);
+        // SAFETY: argument lists match sparse_map.cu; nbr holds n * kv entries, masks and order
+        // n each (or NULL); submanifold_nbr runs one thread per output and offset up to the
+        // centre (kv is odd).
         unsafe {
-            dev.stream
-                .launch_builder(&f)
-                .arg(&sites.coords).arg(&n32).arg(&g).arg(&sites.keys).arg(&sites.vals).arg(&sites.mask).arg(&mut nbr)
-                .launch(grid_u64((n * kv) as u64)?)
-                .map_err(cuda_err("submanifold_nbr"))?;
+            dev.stream.launch_builder(&fill).arg(&mut nbr).arg(&total).arg(&none).launch(grid_u64(total.div_ceil(4))?).map_err(cuda_err("fill_i32"))?;
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(&sites.coords).arg(&n32).arg(&g).arg(&sites.keys).arg(&sites.vals).arg(&sites.mask).arg(&mut nbr);
+            match (&mut masks, &mut order) {
+                (Some(m), Some(o)) => b.arg(m).arg(o),
+                _ => b.arg(&null).arg(&null),
+            };
+            b.launch(grid_u64((n * (kv / 2 + 1)) as u64)?).map_err(cuda_err("submanifold_nbr"))?;
         }
     }
-    let sorted = mask_order(dev, &nbr, n, kv)?;
+    let sorted = match (masks, order) {
+        (Some(m), Some(o)) => sorted_by_mask(dev, m, o, n, kv)?,
+        _ => None,
+    };
     Ok(CudaKernelMap { kind: MapKind::Submanifold, kv, in_count: n, out_count: n, out: sites, nbr, sorted })
 }
 
@@ -399,7 +434,7 @@ pub fn inverse_cuda(dev: &CudaDevice, down: &CudaKernelMap, in_sites: CudaSites)
     let (len, minus1, m32, kv32) = ((n * kv).max(1) as u64, -1i32, m as u32, kv as u32);
     // SAFETY: argument lists match sparse_map.cu; inv holds n * kv, down.nbr m * kv.
     unsafe {
-        s.launch_builder(&fill).arg(&mut inv).arg(&len).arg(&minus1).launch(grid_u64(len)?).map_err(cuda_err("fill_i32"))?;
+        s.launch_builder(&fill).arg(&mut inv).arg(&len).arg(&minus1).launch(grid_u64(len.div_ceil(4))?).map_err(cuda_err("fill_i32"))?;
         if m * kv > 0 {
             s.launch_builder(&f_inv).arg(&down.nbr).arg(&m32).arg(&kv32).arg(&mut inv)
                 .launch(grid_u64((m * kv) as u64)?).map_err(cuda_err("invert_nbr"))?;
