@@ -87,38 +87,52 @@ __device__ __forceinline__ void tile_mma(const __half (*As)[IG_BK + IG_APAD], co
     }
 }
 
-// Epilogue: bias, residual, the next layer's BN + ReLU when asked (post_scale non-NULL), FP16
-// store; or with offset splits the raw FP32 sum into the split's partial (conv_split_reduce
-// finishes it). acc[i][j] = rows (wm + 16i + g, +8),
-// cols (wn + 8j + 2t, +1); outs maps tile rows to output rows (m past the end).
-template <int MI>
-__device__ __forceinline__ void tile_store(const float acc[MI][4][4], const u32* outs, u32 wm, u32 wn, u32 g, u32 t,
-                                           u32 n0, u32 m, u32 cout, const float* __restrict__ bias,
-                                           const __half* __restrict__ residual, __half* __restrict__ out, u32 splits,
-                                           float* __restrict__ partial, const float* __restrict__ post_scale,
-                                           const float* __restrict__ post_shift, u32 post_relu) {
+// Epilogue of a warp's (16 * MI) x (8 * NJ) tile: bias, residual, the next layer's BN + ReLU when
+// asked (post_scale non-NULL), FP16 store; or with offset splits the raw FP32 sum into the
+// split's partial (conv_split_reduce finishes it). acc[i][j] = rows (wm + 16i + g, +8), channels
+// (n0 + wn + 8j + 2t, +1), stored two at a time (Cout is a multiple of 8, so both exist); outs
+// maps tile rows to output rows (m past the end).
+template <int MI, int NJ>
+__device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32* outs, u32 wm, u32 wn, u32 g, u32 t, u32 n0,
+                                           u32 m, u32 cout, const float* __restrict__ bias, const __half* __restrict__ residual,
+                                           __half* __restrict__ out, u32 splits, float* __restrict__ partial,
+                                           const float* __restrict__ post_scale, const float* __restrict__ post_shift,
+                                           u32 post_relu) {
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
+        for (int h = 0; h < 2; ++h) {
+            const u32 o = outs[wm + i * 16 + g + 8 * h];
+            if (o >= m) continue;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const u32 o = outs[wm + i * 16 + g + (e >= 2 ? 8 : 0)];
-                const u32 n = n0 + wn + j * 8 + 2 * t + (e & 1);
-                if (o >= m || n >= cout) continue;
-                float v = acc[i][j][e];
+            for (int j = 0; j < NJ; ++j) {
+                const u32 n = n0 + wn + j * 8 + 2 * t;
+                if (n >= cout) continue;
+                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
                 if (splits > 1) {
-                    partial[((u64)blockIdx.z * m + o) * cout + n] = v;
+                    *reinterpret_cast<float2*>(&partial[((u64)blockIdx.z * m + o) * cout + n]) = make_float2(v0, v1);
                     continue;
                 }
-                if (bias) v += bias[n];
-                if (residual) v += __half2float(residual[(u64)o * cout + n]);
-                if (post_scale) {
-                    v = v * post_scale[n] + post_shift[n];
-                    if (post_relu) v = fmaxf(v, 0.f);
+                if (bias) {
+                    v0 += bias[n];
+                    v1 += bias[n + 1];
                 }
-                out[(u64)o * cout + n] = __float2half_rn(v);
+                if (residual) {
+                    const float2 r = __half22float2(*reinterpret_cast<const __half2*>(&residual[(u64)o * cout + n]));
+                    v0 += r.x;
+                    v1 += r.y;
+                }
+                if (post_scale) {
+                    v0 = v0 * post_scale[n] + post_shift[n];
+                    v1 = v1 * post_scale[n + 1] + post_shift[n + 1];
+                    if (post_relu) {
+                        v0 = fmaxf(v0, 0.f);
+                        v1 = fmaxf(v1, 0.f);
+                    }
+                }
+                *reinterpret_cast<__half2*>(&out[(u64)o * cout + n]) = __floats2half2_rn(v0, v1);
             }
+        }
 }
 
 // The implicit-GEMM kernels' parameters (the device functions take them as the kernels do).
@@ -208,7 +222,7 @@ __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
             __syncthreads();
         }
     }
-    tile_store<MI>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
+    tile_store<MI, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
 
 // ---- The same implicit GEMM with a cp.async pipeline: each (offset, Cin chunk) stage's A and B
@@ -353,7 +367,7 @@ __device__ __forceinline__ void implicit_gemm_pipe(IMPLICIT_GEMM_ARGS) {
         }
     };
     cp_async_ring<S>(total, issue, [&](u32, u32 buf) { tile_mma<MI>(As[buf], Bs[buf], wm, wn, g, t, acc); });
-    tile_store<MI>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
+    tile_store<MI, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
 
 // 64-row tiles (128 threads).
@@ -477,7 +491,7 @@ extern "C" __global__ void __launch_bounds__(WIDE_THREADS) conv_implicit_gemm_wi
             for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
     }
     });
-    tile_store<2>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
+    tile_store<2, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
 
 // ---- Tiled kernels for large maps: BM x BN tiles (BM = 128 or 256), 8 warps of 32 rows x WN
@@ -507,51 +521,6 @@ struct TiledShape {
     static_assert(WARPS_M * WARPS_N == 8 && WN % 16 == 0 && BK % 16 == 0, "8 warps of whole ldmatrix_x4 fragments");
     static_assert(TILED_THREADS % ACH == 0 && BM % A_ROWS_STEP == 0 && TILED_THREADS % BCH == 0, "fixed copy columns a thread");
 };
-
-// Epilogue of a warp's 32 x (8 * NJ) tile (tile rows wm.., channels n0 + wn..), two adjacent
-// channels at a time (Cout is a multiple of 8, so both exist): as tile_store, with half2 stores.
-template <int NJ>
-__device__ __forceinline__ void tile_store_pairs(const float acc[2][NJ][4], const u32* outs, u32 wm, u32 wn, u32 g, u32 t, u32 n0,
-                                                 u32 m, u32 cout, const float* __restrict__ bias, const __half* __restrict__ residual,
-                                                 __half* __restrict__ out, u32 splits, float* __restrict__ partial,
-                                                 const float* __restrict__ post_scale, const float* __restrict__ post_shift,
-                                                 u32 post_relu) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const u32 o = outs[wm + i * 16 + g + 8 * h];
-            if (o >= m) continue;
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                const u32 n = n0 + wn + j * 8 + 2 * t;
-                if (n >= cout) continue;
-                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                if (splits > 1) {
-                    *reinterpret_cast<float2*>(&partial[((u64)blockIdx.z * m + o) * cout + n]) = make_float2(v0, v1);
-                    continue;
-                }
-                if (bias) {
-                    v0 += bias[n];
-                    v1 += bias[n + 1];
-                }
-                if (residual) {
-                    const float2 r = __half22float2(*reinterpret_cast<const __half2*>(&residual[(u64)o * cout + n]));
-                    v0 += r.x;
-                    v1 += r.y;
-                }
-                if (post_scale) {
-                    v0 = v0 * post_scale[n] + post_shift[n];
-                    v1 = v1 * post_scale[n + 1] + post_shift[n + 1];
-                    if (post_relu) {
-                        v0 = fmaxf(v0, 0.f);
-                        v1 = fmaxf(v1, 0.f);
-                    }
-                }
-                *reinterpret_cast<__half2*>(&out[(u64)o * cout + n]) = __floats2half2_rn(v0, v1);
-            }
-        }
-}
 
 template <class T>
 __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
@@ -661,7 +630,7 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
         }
     };
     cp_async_ring<T::S>(n_offsets * nc, [&](u32, u32 buf) { issue(buf); }, [&](u32, u32 buf) { step(buf); });
-    tile_store_pairs<NJ>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
+    tile_store<2, NJ>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
 
 // The instantiations (kernel volume <= PIPE_MAX_KV); conv_cuda.rs' TILED_VARIANTS lists them
