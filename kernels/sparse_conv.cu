@@ -235,15 +235,14 @@ __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
 #define PIPE_STAGES 3
 #define PIPE_MAX_KV 27
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-    const u32 sa = (u32)__cvta_generic_to_shared(smem);
-    const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gmem), "r"(bytes));
-}
-// The same on a shared-memory address already converted (__cvta_generic_to_shared), for loops
-// that would otherwise convert it at every copy.
+// 16 bytes global -> shared, asynchronously, to a shared address already converted
+// (__cvta_generic_to_shared; loops convert it once instead of at every copy).
 __device__ __forceinline__ void cp_async16_s(u32 smem_addr, const void* gmem, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(valid ? 16 : 0));
+    const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+    cp_async16_s((u32)__cvta_generic_to_shared(smem), gmem, valid);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -386,115 +385,18 @@ extern "C" __global__ void __launch_bounds__(128) conv_implicit_gemm_pipe_m32(IM
     implicit_gemm_pipe<1>(IMPLICIT_GEMM_CALL);
 }
 
-// ---- Wide tiles for many output channels (Cout >= 128): 64 rows x 128 channels a block, 8
-// warps in a 2 x 4 grid of 32 x 32 warp tiles (2 x 4 mma tiles), fragments by ldmatrix (A
-// row-major, B transposed), the same 3-stage cp.async ring and active-offset skipping as the
-// pipelined kernels. Per stage a warp issues 16 MMAs for 8 ldmatrix, where the 32 x 64 tiles
-// issue 8 for 4 fragment loads plus 16 16-bit B loads; and each gathered input row serves twice
-// the output channels.
-#define WIDE_BM 64
-#define WIDE_BN 128
-#define WIDE_THREADS 256
-#define WIDE_APAD 8
-#define WIDE_BPAD 8
-
-__device__ __forceinline__ void ldmatrix_x4(u32 r[4], const void* p) {
-    const u32 a = (u32)__cvta_generic_to_shared(p);
+// ldmatrix on shared addresses already converted (__cvta_generic_to_shared): four 8 x 8 FP16
+// matrices, row-major (A fragments) or transposed (B fragments of a row-major K x N tile).
+__device__ __forceinline__ void ldmatrix_x4(u32 r[4], u32 a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
-__device__ __forceinline__ void ldmatrix_x4_s(u32 r[4], u32 a) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans_s(u32 r[4], u32 a) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], const void* p) {
-    const u32 a = (u32)__cvta_generic_to_shared(p);
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], u32 a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-// Dynamic shared memory of conv_implicit_gemm_wide (mirrored in src/sparse/conv_cuda.rs).
-#define WIDE_A_STAGE (WIDE_BM * (IG_BK + WIDE_APAD))
-#define WIDE_B_STAGE (IG_BK * (WIDE_BN + WIDE_BPAD))
-
-extern "C" __global__ void __launch_bounds__(WIDE_THREADS) conv_implicit_gemm_wide(IMPLICIT_GEMM_ARGS) {
-    constexpr int S = PIPE_STAGES;
-    extern __shared__ __align__(16) unsigned char wide_smem[];
-    __half* As = reinterpret_cast<__half*>(wide_smem);                    // [S][BM][BK + APAD]
-    __half* Bs = As + S * WIDE_A_STAGE;                                   // [S][BK][BN + BPAD]
-    i32* rows = reinterpret_cast<i32*>(Bs + S * WIDE_B_STAGE);            // [PIPE_MAX_KV][BM]
-    u32* outs = reinterpret_cast<u32*>(rows + PIPE_MAX_KV * WIDE_BM);     // [BM]
-    u32* act = outs + WIDE_BM;                                            // [PIPE_MAX_KV]
-    u32* n_act = act + PIPE_MAX_KV;
-    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
-    const u32 wm = (warp >> 2) * 32, wn = (warp & 3) * 32;
-    const u32 g = lane >> 2, t = lane & 3u;
-    const u32 o0 = blockIdx.x * WIDE_BM, n0 = blockIdx.y * WIDE_BN;
-    const u32 per = (kv + splits - 1) / splits;
-    const u32 k_begin = blockIdx.z * per, k_end = min(kv, k_begin + per);
-    const u32 nk = k_end > k_begin ? k_end - k_begin : 0u;
-    float acc[2][4][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-
-    const u32 n_offsets = tile_active_offsets<WIDE_BM>(nbr, order, masks, m, kv, o0, k_begin, nk, outs, rows, act, n_act);
-    const u32 nc = (cin + IG_BK - 1) / IG_BK;
-    const u32 total = n_offsets * nc;
-    // Stage st = (act[st / nc], Cin chunk st % nc) into ring buffer st % S: A = 64 rows x 4
-    // chunks of 8 halves (one per thread), B = 32 rows x 16 chunks (two per thread).
-    auto issue = [&](u32 st, u32 buf) {
-        const u32 kk = act[st / nc], c0 = (st % nc) * IG_BK, k = k_begin + kk;
-        {
-            const u32 r = tid >> 2, cv = (tid & 3u) * 8;
-            const i32 i = rows[kk * WIDE_BM + r];
-            const bool ok = i >= 0 && c0 + cv < cin;
-            cp_async16(As + buf * WIDE_A_STAGE + r * (IG_BK + WIDE_APAD) + cv, ok ? (const void*)(x + (u64)i * cin + c0 + cv) : (const void*)x, ok);
-        }
-#pragma unroll
-        for (int v = 0; v < 2; ++v) {
-            const u32 idx = tid + v * WIDE_THREADS;
-            const u32 r = idx >> 4, nv = (idx & 15u) * 8;
-            const bool ok = c0 + r < cin && n0 + nv < cout;
-            cp_async16(Bs + buf * WIDE_B_STAGE + r * (WIDE_BN + WIDE_BPAD) + nv,
-                       ok ? (const void*)(w + ((u64)k * cin + c0 + r) * cout + n0 + nv) : (const void*)w, ok);
-        }
-    };
-    cp_async_ring<S>(total, issue, [&](u32, u32 buf) {
-    const __half* a_s = As + buf * WIDE_A_STAGE;
-    const __half* b_s = Bs + buf * WIDE_B_STAGE;
-#pragma unroll
-    for (u32 kk = 0; kk < IG_BK; kk += 16) {
-        u32 a[2][4], b[4][2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-            ldmatrix_x4(a[i], a_s + (wm + i * 16 + (lane & 15u)) * (IG_BK + WIDE_APAD) + kk + (lane >> 4) * 8);
-#pragma unroll
-        for (int jp = 0; jp < 2; ++jp) {
-            u32 r[4];
-            ldmatrix_x4_trans(r, b_s + (kk + (lane & 15u)) * (WIDE_BN + WIDE_BPAD) + wn + jp * 16 + (lane >> 4) * 8);
-            b[2 * jp][0] = r[0];
-            b[2 * jp][1] = r[1];
-            b[2 * jp + 1][0] = r[2];
-            b[2 * jp + 1][1] = r[3];
-        }
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) mma_16816(acc[i][j], a[i], b[j]);
-    }
-    });
-    tile_store<2, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
-}
-
-// ---- Tiled kernels for large maps: BM x BN tiles (BM = 128 or 256), 8 warps of 32 rows x WN
+// ---- Tiled kernels for large maps: BM x BN tiles (BM = 128 built), 8 warps of 32 rows x WN
 // channels (BM / 32 warps along the rows), fragments by ldmatrix, the cp.async ring of the
 // pipelined kernels, built to spend as few instructions as possible outside the MMAs (the 64-row
 // kernels issue ~3.5 integer instructions per MMA: Nsight Compute, session 7):
@@ -615,11 +517,11 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
         for (u32 kk = 0; kk < BK; kk += 16) {
             u32 a[2][4];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) ldmatrix_x4_s(a[i], a_s + 2 * (i * 16 * T::A_LD + kk));
+            for (int i = 0; i < 2; ++i) ldmatrix_x4(a[i], a_s + 2 * (i * 16 * T::A_LD + kk));
 #pragma unroll
             for (int jp = 0; jp < NJ / 2; ++jp) {
                 u32 r[4];
-                ldmatrix_x4_trans_s(r, b_s + 2 * (kk * T::B_LD + jp * 16));
+                ldmatrix_x4_trans(r, b_s + 2 * (kk * T::B_LD + jp * 16));
                 const u32 b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {

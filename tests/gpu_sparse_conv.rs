@@ -145,7 +145,6 @@ fn check_conv(
             if kv <= PIPE_MAX_KV {
                 algos.push((ConvAlgo::ImplicitGemmPipe, splits));
                 algos.push((ConvAlgo::ImplicitGemmPipe32, splits));
-                algos.push((ConvAlgo::ImplicitGemmWide, splits));
                 algos.extend(TILED_VARIANTS.iter().map(|v| (v.algo(), splits)));
             }
         }
@@ -192,7 +191,6 @@ fn check_conv(
             posts.push((ConvAlgo::ImplicitGemm32, splits));
             if kv <= PIPE_MAX_KV {
                 posts.push((ConvAlgo::ImplicitGemmPipe, splits));
-                posts.push((ConvAlgo::ImplicitGemmWide, splits));
                 posts.extend(TILED_VARIANTS.iter().map(|v| (v.algo(), splits)));
             }
         }

@@ -93,10 +93,6 @@ pub enum ConvAlgo {
     ImplicitGemmPipe,
     /// The pipelined kernel with 32-row tiles (`conv_implicit_gemm_pipe_m32`).
     ImplicitGemmPipe32,
-    /// The pipelined kernel with 64-row x 128-channel tiles, 8 warps of 32 x 32, fragments by
-    /// ldmatrix (`conv_implicit_gemm_wide`); the tiled kernels replaced it as the default
-    /// from 128 output channels (session 7: 1.2-1.4x faster on an H100).
-    ImplicitGemmWide,
     /// The pipelined kernel family with `rows` x `cols` tiles, `depth`-deep Cin chunks and a
     /// `stages`-deep copy ring, 8 warps of 32 rows each, a warp skipping the offsets its rows lack
     /// (`conv_tiled_m*_n*_k*`; the shapes built are [`TILED_VARIANTS`]): for large maps.
@@ -112,11 +108,6 @@ pub const TILED_MIN_OUTPUTS: usize = 100_000;
 
 /// Output channels from which the tiled kernels are the default at any map size.
 pub const TILED_MIN_COUT: usize = 128;
-
-/// Dynamic shared memory of `conv_implicit_gemm_wide` (sparse_conv.cu: PIPE_STAGES rings of a
-/// 64 x (32 + 8) A tile and a 32 x (128 + 8) B tile, FP16; the per-offset row table; output rows;
-/// active offsets and their count).
-const WIDE_SMEM_BYTES: usize = 3 * (64 * 40 + 32 * 136) * 2 + PIPE_MAX_KV * 64 * 4 + 64 * 4 + (PIPE_MAX_KV + 1) * 4;
 
 /// One instantiation of the tiled kernels (sparse_conv.cu, TILED_KERNEL).
 #[derive(Debug, Clone, Copy)]
@@ -255,9 +246,9 @@ fn pre_activate(dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, c: usize, p: &Cu
 }
 
 /// Blocks an implicit-GEMM conv should have in flight before splitting its kernel offsets over
-/// more blocks pays (a few per SM of an H100's 132). The wide kernel takes the same target: with
-/// half of it, the nuScenes frame's convs took 14 % longer (measured), though a single C128 conv
-/// of 22.7k outputs runs faster unsplit.
+/// more blocks pays (a few per SM of an H100's 132). Every implicit-GEMM kernel takes the same
+/// target: with half of it for the 256-thread tiles, the nuScenes frame's convs took 14 % longer
+/// (measured, session 5), though a single C128 conv of 22.7k outputs ran faster unsplit.
 const CONV_TARGET_BLOCKS: usize = 4 * 132;
 /// At most this many offset splits, each of at least this many offsets.
 const MAX_OFFSET_SPLITS: usize = 9;
@@ -288,7 +279,7 @@ pub fn conv_cuda_split(
     offset_splits: Option<usize>,
     post: Option<&CudaPreActivation<'_>>,
 ) -> Result<CudaSlice<f16>, Error> {
-    let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmWide | ConvAlgo::ImplicitGemmTiled { .. });
+    let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmTiled { .. });
     if pipelined && w.kv > PIPE_MAX_KV {
         return Err(Error::InvalidInput(format!("the pipelined conv takes kernel volumes up to {PIPE_MAX_KV}, got {}", w.kv)));
     }
@@ -373,18 +364,6 @@ pub fn conv_cuda_split(
                 shared_mem_bytes: 0,
             };
             (dev.function("sparse_conv", name)?, cfg)
-        }
-        ConvAlgo::ImplicitGemmWide => {
-            // 64 x 128 output tiles, 256 threads, dynamic shared memory (with the static, above the 48 KB default)
-            let tiles = ((map.out_count as u32).div_ceil(64), (w.cout as u32).div_ceil(128));
-            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv, CONV_TARGET_BLOCKS)).clamp(1, w.kv.max(1));
-            let f = dev.function_with_shared("sparse_conv", "conv_implicit_gemm_wide", WIDE_SMEM_BYTES)?;
-            let cfg = LaunchConfig {
-                grid_dim: (tiles.0, tiles.1, splits as u32),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: WIDE_SMEM_BYTES as u32,
-            };
-            (f, cfg)
         }
         ConvAlgo::ImplicitGemmTiled { rows, cols, depth, stages } => {
             let v = TILED_VARIANTS.iter().find(|v| (v.rows, v.cols, v.depth, v.stages) == (rows, cols, depth, stages)).ok_or_else(|| {
