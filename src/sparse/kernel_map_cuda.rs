@@ -234,6 +234,19 @@ fn sorted_by_mask(dev: &CudaDevice, mut masks: CudaSlice<u64>, mut order: CudaSl
     Ok(Some(MaskOrder { order, masks }))
 }
 
+/// A neighbour table of `len` entries (at least one), all -1 (no input), for kernels that write
+/// only the entries that have one.
+fn table_of_none(dev: &CudaDevice, len: usize) -> Result<CudaSlice<i32>, Error> {
+    let len = len.max(1);
+    // SAFETY: fill_i32 sets all len entries before anything reads them.
+    let mut table = unsafe { dev.stream.alloc::<i32>(len) }.map_err(cuda_err("allocating neighbour table"))?;
+    let fill = dev.function("sparse_map", "fill_i32")?;
+    let (n, none) = (len as u64, -1i32);
+    // SAFETY: argument list matches sparse_map.cu; table holds n entries, 4 a thread.
+    unsafe { dev.stream.launch_builder(&fill).arg(&mut table).arg(&n).arg(&none).launch(grid_u64(n.div_ceil(4))?) }.map_err(cuda_err("fill_i32"))?;
+    Ok(table)
+}
+
 fn kernel_volume(kernel: [i32; 3]) -> usize {
     kernel.iter().map(|&k| k as usize).product()
 }
@@ -254,43 +267,37 @@ pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: CudaSites, kernel: [i32; 
     let kv = kernel_volume(kernel);
     let n = sites.len;
     let g = MapGeomC { kernel, dilation, stride: [1; 3], kv: kv as u32, ..Default::default() };
-    let mut nbr = if n == 0 {
-        dev.stream.alloc_zeros::<i32>(1)
-    } else {
-        // SAFETY: filled with -1 below before anything reads it.
-        unsafe { dev.stream.alloc::<i32>(n * kv) }
-    }
-    .map_err(cuda_err("allocating neighbour table"))?;
+    // Entries without a partner keep the table's -1: submanifold_nbr writes the found pairs
+    // (both ways) and the centre.
+    let mut nbr = table_of_none(dev, n * kv)?;
     let f = dev.function("sparse_map", "submanifold_nbr")?;
     let n32 = n as u32;
-    // The neighbour masks come out of the table's kernel (zeroed masks it ORs into; order = 0..n).
-    let with_masks = n > 0 && kv <= MAX_MASK_KV;
-    let mut masks = if with_masks { Some(dev.stream.alloc_zeros::<u64>(n).map_err(cuda_err("allocating mask keys"))?) } else { None };
-    // SAFETY: submanifold_nbr writes order[o] for every o < n when it computes the masks.
-    let mut order = if with_masks { Some(unsafe { dev.stream.alloc::<u32>(n) }.map_err(cuda_err("allocating mask order"))?) } else { None };
+    // The neighbour masks come out of the table's kernel: zeroed masks it ORs into, and the order
+    // 0..n it writes.
+    let mut mask_order = None;
+    if n > 0 && kv <= MAX_MASK_KV {
+        let masks = dev.stream.alloc_zeros::<u64>(n).map_err(cuda_err("allocating mask keys"))?;
+        // SAFETY: submanifold_nbr writes order[o] for every o < n when it computes the masks.
+        let order = unsafe { dev.stream.alloc::<u32>(n) }.map_err(cuda_err("allocating mask order"))?;
+        mask_order = Some((masks, order));
+    }
     let null: u64 = 0;
     if n > 0 {
-        // Entries without a partner stay as filled: submanifold_nbr writes the found pairs (both
-        // ways) and the centre.
-        let fill = dev.function("sparse_map", "fill_i32")?;
-        let (total, none) = ((n * kv) as u64, -1i32);
-        // SAFETY: argument lists match sparse_map.cu; nbr holds n * kv entries, masks and order
-        // n each (or NULL); submanifold_nbr runs one thread per output and offset up to the
-        // centre (kv is odd).
+        // SAFETY: argument list matches sparse_map.cu; nbr holds n * kv entries, masks and order
+        // n each (or NULL); one thread per output and offset up to the centre (kv is odd).
         unsafe {
-            dev.stream.launch_builder(&fill).arg(&mut nbr).arg(&total).arg(&none).launch(grid_u64(total.div_ceil(4))?).map_err(cuda_err("fill_i32"))?;
             let mut b = dev.stream.launch_builder(&f);
             b.arg(&sites.coords).arg(&n32).arg(&g).arg(&sites.keys).arg(&sites.vals).arg(&sites.mask).arg(&mut nbr);
-            match (&mut masks, &mut order) {
-                (Some(m), Some(o)) => b.arg(m).arg(o),
-                _ => b.arg(&null).arg(&null),
+            match &mut mask_order {
+                Some((masks, order)) => b.arg(masks).arg(order),
+                None => b.arg(&null).arg(&null),
             };
             b.launch(grid_u64((n * (kv / 2 + 1)) as u64)?).map_err(cuda_err("submanifold_nbr"))?;
         }
     }
-    let sorted = match (masks, order) {
-        (Some(m), Some(o)) => sorted_by_mask(dev, m, o, n, kv)?,
-        _ => None,
+    let sorted = match mask_order {
+        Some((masks, order)) => sorted_by_mask(dev, masks, order, n, kv)?,
+        None => None,
     };
     Ok(CudaKernelMap { kind: MapKind::Submanifold, kv, in_count: n, out_count: n, out: sites, nbr, sorted })
 }
@@ -428,13 +435,11 @@ pub fn inverse_cuda(dev: &CudaDevice, down: &CudaKernelMap, in_sites: CudaSites)
     }
     let (kv, n, m) = (down.kv, down.in_count, down.out_count);
     let s = &dev.stream;
-    let mut inv = s.alloc_zeros::<i32>((n * kv).max(1)).map_err(cuda_err("allocating inverse table"))?;
-    let fill = dev.function("sparse_map", "fill_i32")?;
+    let mut inv = table_of_none(dev, n * kv)?;
     let f_inv = dev.function("sparse_map", "invert_nbr")?;
-    let (len, minus1, m32, kv32) = ((n * kv).max(1) as u64, -1i32, m as u32, kv as u32);
-    // SAFETY: argument lists match sparse_map.cu; inv holds n * kv, down.nbr m * kv.
+    let (m32, kv32) = (m as u32, kv as u32);
+    // SAFETY: argument list matches sparse_map.cu; inv holds n * kv, down.nbr m * kv.
     unsafe {
-        s.launch_builder(&fill).arg(&mut inv).arg(&len).arg(&minus1).launch(grid_u64(len.div_ceil(4))?).map_err(cuda_err("fill_i32"))?;
         if m * kv > 0 {
             s.launch_builder(&f_inv).arg(&down.nbr).arg(&m32).arg(&kv32).arg(&mut inv)
                 .launch(grid_u64((m * kv) as u64)?).map_err(cuda_err("invert_nbr"))?;
