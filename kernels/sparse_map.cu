@@ -59,6 +59,19 @@ struct MapGeom {
     u32 kv;
 };
 
+// Where each of 64 bit positions goes: a neighbour mask's bits (bit k: offset k) to its sort key's
+// and back (src/sparse/kernel_map_cuda.rs: MaskKey). Passed by value as __grid_constant__, so a
+// lookup by a computed index reads the parameter bank instead of a local copy of the table.
+struct BitMap64 {
+    unsigned char to[64];
+};
+
+__device__ __forceinline__ u64 permute_bits_of(u64 v, const BitMap64& p) {
+    u64 r = 0;
+    for (; v; v &= v - 1ull) r |= 1ull << p.to[__ffsll((long long)v) - 1];
+    return r;
+}
+
 __device__ __forceinline__ void offset_of(const MapGeom& G, u32 k, i32 r[3]) {
     r[2] = k % G.kernel[2];
     r[1] = (k / G.kernel[2]) % G.kernel[1];
@@ -72,11 +85,13 @@ __device__ __forceinline__ void offset_of(const MapGeom& G, u32 k, i32 r[3]) {
 // and writes both entries: half the hash lookups. `nbr` must hold -1 everywhere beforehand (the
 // entries whose partner does not exist are not written).
 // With `masks` non-NULL (kernel volume <= 64; masks zeroed, `order` of n entries) it also ORs
-// each output's neighbour bitmask into masks[o] and sets order[o] = o: the unsorted input of the
-// map's mask order (what nbr_masks computes from a finished table, without reading it back).
+// the sort key of each output's neighbour bitmask (offset k's bit at key_bit.to[k]) into
+// masks[o] and sets order[o] = o: the unsorted input of the map's mask order (what nbr_masks
+// computes from a finished table, without reading it back).
 extern "C" __global__ void submanifold_nbr(const i32* __restrict__ coords, u32 n, MapGeom G,
                                            const u64* __restrict__ keys, const i32* __restrict__ vals, u32 mask,
-                                           i32* __restrict__ nbr, u64* __restrict__ masks, u32* __restrict__ order) {
+                                           i32* __restrict__ nbr, const __grid_constant__ BitMap64 key_bit,
+                                           u64* __restrict__ masks, u32* __restrict__ order) {
     const u32 centre = G.kv / 2, per = centre + 1;  // threads an output: offsets 0..=centre
     const u64 t = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const bool live = t < (u64)n * per;  // no early return: the whole warp takes part in the ballot
@@ -95,7 +110,7 @@ extern "C" __global__ void submanifold_nbr(const i32* __restrict__ coords, u32 n
         nbr[(u64)o * G.kv + k] = j;
         if (j >= 0) {
             nbr[(u64)j * G.kv + (G.kv - 1 - k)] = (i32)o;
-            if (masks) atomicOr(reinterpret_cast<unsigned long long*>(&masks[j]), 1ull << (G.kv - 1 - k));
+            if (masks) atomicOr(reinterpret_cast<unsigned long long*>(&masks[j]), 1ull << key_bit.to[G.kv - 1 - k]);
         }
     }
     if (!masks) return;
@@ -106,7 +121,7 @@ extern "C" __global__ void submanifold_nbr(const i32* __restrict__ coords, u32 n
     if (!live || (k != 0 && lane != 0)) return;
     const u32 width = min(32u - lane, per - k);
     const u32 run = (hits >> lane) & (width >= 32 ? 0xffffffffu : ((1u << width) - 1u));
-    if (run) atomicOr(reinterpret_cast<unsigned long long*>(&masks[o]), (unsigned long long)run << k);
+    if (run) atomicOr(reinterpret_cast<unsigned long long*>(&masks[o]), permute_bits_of((u64)run << k, key_bit));
 }
 
 // Strided: input i through offset k proposes output q = (rel + p - r*d) / s (relative to the
@@ -232,16 +247,22 @@ extern "C" __global__ void fill_u64(u64* __restrict__ p, u64 n, u64 v) {
     if (i < n) p[i] = v;
 }
 
-// Neighbour bitmask of every output (bit k set when offset k has an input), as a sort key with
-// the output index as value. Sorting outputs by mask groups rows that use the same offsets, so a
-// conv tile's rows share their active offsets (kv <= 64).
-extern "C" __global__ void nbr_masks(const i32* __restrict__ nbr, u32 m, u32 kv, u64* __restrict__ keys,
-                                     u32* __restrict__ vals) {
+// The sort key of every output's neighbour bitmask (offset k's bit at key_bit.to[k] when it has
+// an input), with the output index as value. Sorting outputs by it groups rows that use the same
+// offsets, so a conv tile's rows share their active offsets (kv <= 64).
+extern "C" __global__ void nbr_masks(const i32* __restrict__ nbr, u32 m, u32 kv, const __grid_constant__ BitMap64 key_bit,
+                                     u64* __restrict__ keys, u32* __restrict__ vals) {
     const u32 o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= m) return;
-    u64 mask = 0;
+    u64 key = 0;
     for (u32 k = 0; k < kv; ++k)
-        if (nbr[(u64)o * kv + k] >= 0) mask |= 1ull << k;
-    keys[o] = mask;
+        if (nbr[(u64)o * kv + k] >= 0) key |= 1ull << key_bit.to[k];
+    keys[o] = key;
     vals[o] = o;
+}
+
+// v[i] with bit b moved to bit p.to[b], in place (sorted sort keys back to neighbour masks).
+extern "C" __global__ void permute_bits(u64* __restrict__ v, u32 n, const __grid_constant__ BitMap64 p) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) v[i] = permute_bits_of(v[i], p);
 }

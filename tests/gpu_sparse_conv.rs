@@ -95,8 +95,8 @@ fn check_mask_order(dev: &CudaDevice, case: &str, gpu: &CudaKernelMap) {
         let want = (0..gpu.kv).filter(|&k| nbr[o * gpu.kv + k] >= 0).fold(0u64, |m, k| m | 1 << k);
         assert_eq!(mask, want, "{case}: mask of output {o}");
         if p > 0 {
-            let prev = (masks[p - 1], order[p - 1]);
-            assert!(prev < (mask, o as u32), "{case}: not a stable sort by mask at {p}");
+            let prev = (sorted.key.key(masks[p - 1]), order[p - 1]);
+            assert!(prev < (sorted.key.key(mask), o as u32), "{case}: not a stable sort by mask key at {p}");
         }
     }
 }

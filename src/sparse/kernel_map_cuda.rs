@@ -73,12 +73,91 @@ pub struct CudaKernelMap {
     pub sorted: Option<MaskOrder>,
 }
 
-/// A map's outputs sorted by their neighbour bitmask (stable, so equal masks keep output order),
-/// and the masks in that order (bit k: offset k has an input), from which a conv tile takes its
-/// active offsets and which neighbours exist without reading the whole neighbour table.
+/// A map's outputs sorted by their neighbour bitmask's [`MaskKey`] (stable, so equal masks keep
+/// output order), and the masks in that order (bit k: offset k has an input), from which a conv
+/// tile takes its active offsets and which neighbours exist without reading the whole neighbour
+/// table.
 pub struct MaskOrder {
     pub order: CudaSlice<u32>,
     pub masks: CudaSlice<u64>,
+    /// The order of the masks' bits in the sort key.
+    pub key: MaskKey,
+}
+
+/// The sort key of a neighbour mask: its bits moved so that the offsets most outputs have are
+/// the low bits and the rare ones the high bits. Sorted by it, outputs are grouped first by the
+/// rare offsets, so a conv tile's rows share more of their offsets: on the dense cloud (×2, 0.05
+/// m, subm k3) a 32-row slice then computes 1.58× the useful pairs instead of 1.66×, and a 128-row
+/// tile walks 7 % fewer offsets (numpy count, session 8). Which offsets are common is a property
+/// of the scene; for LiDAR voxels it is those in the ground plane (z is up) and then the nearest,
+/// so offsets are ranked by (|dz|, |dx| + |dy| + |dz|, index) with d measured from the kernel's
+/// centre. Ranking by counted frequency did no better (1.57×).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaskKey {
+    /// `to_key[k]`: the key bit of offset k.
+    to_key: BitMap64,
+    /// `to_mask[b]`: the offset of key bit b.
+    to_mask: BitMap64,
+}
+
+/// Where each of 64 bit positions goes (`sparse_map.cu`'s `struct BitMap64`, passed by value).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BitMap64([u8; 64]);
+// SAFETY: plain-old-data, same layout as the C struct.
+unsafe impl DeviceRepr for BitMap64 {}
+
+impl BitMap64 {
+    fn apply(&self, bits: u64) -> u64 {
+        (0..64).filter(|&b| (bits >> b) & 1 == 1).fold(0, |v, b| v | 1 << self.0[b])
+    }
+}
+
+impl MaskKey {
+    /// The key for a kernel of `kernel` offsets a side (at most 64 offsets; offsets past the
+    /// kernel volume keep their bit).
+    pub fn for_kernel(kernel: [i32; 3]) -> MaskKey {
+        let kv = kernel_volume(kernel).min(MAX_MASK_KV);
+        // twice the distance from the centre, so even kernels are symmetric too
+        let d = |k: usize| -> [i32; 3] {
+            let kk = kernel.map(|s| s.max(1) as usize);
+            let r = [k / (kk[1] * kk[2]), (k / kk[2]) % kk[1], k % kk[2]];
+            std::array::from_fn(|a| (2 * r[a] as i32 - (kernel[a] - 1)).abs())
+        };
+        let mut ranked: Vec<usize> = (0..kv).collect();
+        ranked.sort_by_key(|&k| {
+            let a = d(k);
+            (a[2], a[0] + a[1] + a[2], k)
+        });
+        let mut to_mask = std::array::from_fn(|b| b as u8);
+        let mut to_key = to_mask;
+        for (b, &k) in ranked.iter().enumerate() {
+            to_mask[b] = k as u8;
+            to_key[k] = b as u8;
+        }
+        MaskKey { to_key: BitMap64(to_key), to_mask: BitMap64(to_mask) }
+    }
+
+    /// Every bit kept where it is.
+    pub const IDENTITY: MaskKey = {
+        let mut b = [0u8; 64];
+        let mut i = 0;
+        while i < 64 {
+            b[i] = i as u8;
+            i += 1;
+        }
+        MaskKey { to_key: BitMap64(b), to_mask: BitMap64(b) }
+    };
+
+    /// The sort key of `mask` (bit k: offset k).
+    pub fn key(&self, mask: u64) -> u64 {
+        self.to_key.apply(mask)
+    }
+
+    /// The mask of sort key `key`.
+    pub fn mask(&self, key: u64) -> u64 {
+        self.to_mask.apply(key)
+    }
 }
 
 fn grid_u64(n: u64) -> Result<LaunchConfig, Error> {
@@ -207,7 +286,7 @@ impl CudaKernelMap {
 
 /// The map's [`MaskOrder`]: computed once per map, reused by every conv on it. None for kernel
 /// volumes over 64 or no outputs.
-fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize) -> Result<Option<MaskOrder>, Error> {
+fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize, key: MaskKey) -> Result<Option<MaskOrder>, Error> {
     if kv > MAX_MASK_KV || m == 0 {
         return Ok(None);
     }
@@ -219,19 +298,27 @@ fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize) -> Re
     let (m32, kv32) = (m as u32, kv as u32);
     // SAFETY: argument list matches sparse_map.cu; nbr holds m * kv, keys/order m.
     unsafe {
-        s.launch_builder(&f).arg(nbr).arg(&m32).arg(&kv32).arg(&mut keys).arg(&mut order)
+        s.launch_builder(&f).arg(nbr).arg(&m32).arg(&kv32).arg(&key.to_key).arg(&mut keys).arg(&mut order)
             .launch(grid_1d(m32, THREADS)).map_err(cuda_err("nbr_masks"))?;
     }
-    sorted_by_mask(dev, keys, order, m, kv)
+    sorted_by_mask(dev, keys, order, m, kv, key)
 }
 
 /// Largest kernel volume whose neighbour bitmask fits the u64 a map's mask order keeps.
 const MAX_MASK_KV: usize = 64;
 
-/// The mask order from unsorted `masks` (m entries) and `order` = 0..m: both sorted by mask.
-fn sorted_by_mask(dev: &CudaDevice, mut masks: CudaSlice<u64>, mut order: CudaSlice<u32>, m: usize, kv: usize) -> Result<Option<MaskOrder>, Error> {
-    radix_sort_pairs(dev, &mut masks, &mut order, m, kv as u32)?;
-    Ok(Some(MaskOrder { order, masks }))
+/// The mask order from unsorted sort keys (`key` of each output's mask, m entries) and `order` =
+/// 0..m: both sorted by key, then the keys turned back into masks.
+fn sorted_by_mask(dev: &CudaDevice, mut keys: CudaSlice<u64>, mut order: CudaSlice<u32>, m: usize, kv: usize, key: MaskKey) -> Result<Option<MaskOrder>, Error> {
+    radix_sort_pairs(dev, &mut keys, &mut order, m, kv as u32)?;
+    let f = dev.function("sparse_map", "permute_bits")?;
+    let m32 = m as u32;
+    // SAFETY: argument list matches sparse_map.cu; keys holds m entries.
+    unsafe {
+        dev.stream.launch_builder(&f).arg(&mut keys).arg(&m32).arg(&key.to_mask)
+            .launch(grid_1d(m32, THREADS)).map_err(cuda_err("permute_bits"))?;
+    }
+    Ok(Some(MaskOrder { order, masks: keys, key }))
 }
 
 /// A neighbour table of `len` entries (at least one), all -1 (no input), for kernels that write
@@ -272,8 +359,9 @@ pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: CudaSites, kernel: [i32; 
     let mut nbr = table_of_none(dev, n * kv)?;
     let f = dev.function("sparse_map", "submanifold_nbr")?;
     let n32 = n as u32;
-    // The neighbour masks come out of the table's kernel: zeroed masks it ORs into, and the order
-    // 0..n it writes.
+    // The neighbour masks' sort keys come out of the table's kernel: zeroed keys it ORs into, and
+    // the order 0..n it writes.
+    let key = MaskKey::for_kernel(kernel);
     let mut mask_order = None;
     if n > 0 && kv <= MAX_MASK_KV {
         let masks = dev.stream.alloc_zeros::<u64>(n).map_err(cuda_err("allocating mask keys"))?;
@@ -287,7 +375,7 @@ pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: CudaSites, kernel: [i32; 
         // n each (or NULL); one thread per output and offset up to the centre (kv is odd).
         unsafe {
             let mut b = dev.stream.launch_builder(&f);
-            b.arg(&sites.coords).arg(&n32).arg(&g).arg(&sites.keys).arg(&sites.vals).arg(&sites.mask).arg(&mut nbr);
+            b.arg(&sites.coords).arg(&n32).arg(&g).arg(&sites.keys).arg(&sites.vals).arg(&sites.mask).arg(&mut nbr).arg(&key.to_key);
             match &mut mask_order {
                 Some((masks, order)) => b.arg(masks).arg(order),
                 None => b.arg(&null).arg(&null),
@@ -296,7 +384,7 @@ pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: CudaSites, kernel: [i32; 
         }
     }
     let sorted = match mask_order {
-        Some((masks, order)) => sorted_by_mask(dev, masks, order, n, kv)?,
+        Some((keys, order)) => sorted_by_mask(dev, keys, order, n, kv, key)?,
         None => None,
     };
     Ok(CudaKernelMap { kind: MapKind::Submanifold, kv, in_count: n, out_count: n, out: sites, nbr, sorted })
@@ -420,7 +508,7 @@ pub fn strided_cuda_sites(
                 .map_err(cuda_err("strided_nbr"))?;
         }
     }
-    let sorted = mask_order(dev, &nbr, m, kv)?;
+    let sorted = mask_order(dev, &nbr, m, kv, MaskKey::for_kernel(g.kernel))?;
     Ok((CudaKernelMap { kind: MapKind::Strided, kv, in_count: n, out_count: m, out, nbr, sorted }, out_shape, out_origin))
 }
 
@@ -445,13 +533,45 @@ pub fn inverse_cuda(dev: &CudaDevice, down: &CudaKernelMap, in_sites: CudaSites)
                 .launch(grid_u64((m * kv) as u64)?).map_err(cuda_err("invert_nbr"))?;
         }
     }
-    let sorted = mask_order(dev, &inv, n, kv)?;
+    // The strided map's offsets, so its key (one exists unless it has no outputs or too many
+    // offsets; then the inverse's masks are all zero or it has no mask order either).
+    let key = down.sorted.as_ref().map_or(MaskKey::IDENTITY, |d| d.key);
+    let sorted = mask_order(dev, &inv, n, kv, key)?;
     Ok(CudaKernelMap { kind: MapKind::Inverse, kv, in_count: m, out_count: n, out: in_sites, nbr: inv, sorted })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mask_key_ranks_planar_then_near_offsets_first() {
+        // 3 x 3 x 3: offset k = (x * 3 + y) * 3 + z. The key's bits from low to high: the centre,
+        // the in-plane axis neighbours, the in-plane diagonals, then up/down, then the rest.
+        let key = MaskKey::for_kernel([3, 3, 3]);
+        let want = [13, 4, 10, 16, 22, 1, 7, 19, 25, 12, 14, 3, 5, 9, 11, 15, 17, 21, 23, 0, 2, 6, 8, 18, 20, 24, 26];
+        for (b, &k) in want.iter().enumerate() {
+            assert_eq!(key.key(1 << k), 1 << b, "offset {k}");
+            assert_eq!(key.mask(1 << b), 1 << k, "key bit {b}");
+        }
+        // a bijection on 64 bits, so every mask round-trips and the order of distinct masks is total
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..1000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let mask = rng & ((1 << 27) - 1);
+            assert_eq!(key.mask(key.key(mask)), mask);
+            assert_eq!(key.key(mask).count_ones(), mask.count_ones());
+        }
+        // even and flat kernels: every offset is as far from the centre, or the order is by index
+        assert_eq!(MaskKey::for_kernel([2, 2, 2]), MaskKey::IDENTITY);
+        assert_eq!(MaskKey::for_kernel([1, 1, 1]), MaskKey::IDENTITY);
+        // 5 x 5 x 5 has 125 offsets: the first 64 are ranked, and ranks stay below 64
+        let big = MaskKey::for_kernel([5, 5, 5]);
+        assert_eq!(big.key(1 << 62), 1 << 0, "offset 62 = (2, 2, 2) is the centre");
+        assert_eq!(big.mask(big.key(u64::MAX)), u64::MAX);
+    }
 
     #[test]
     fn compact_key_range_and_fallback() {
