@@ -254,12 +254,13 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // returned). The union of the tile's rows' `masks` (the map's neighbour bitmasks in `order`'s
 // order, both required) gives the active offsets at once, and only existing neighbours are read
 // from `nbr`. Every thread of the block calls it; it ends with a barrier.
-// With `slices` non-NULL it also stores the union of each 32-row slice's masks there (BM / 32
-// entries, bits by absolute offset), for kernels whose warps skip offsets their rows lack.
+// With `halves` non-NULL it also stores the union of each 16-row half-slice's masks there
+// (BM / 16 entries, bits by absolute offset), for kernels whose warps skip offsets their rows
+// lack.
 template <int BM>
 __device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __restrict__ order, const u64* __restrict__ masks,
                                    u32 m, u32 kv, u32 o0, u32 k_begin, u32 nk, u32* outs, i32* rows, u32* act, u32* n_act,
-                                   u64* slices = nullptr) {
+                                   u64* halves = nullptr) {
     static_assert(BM % 32 == 0, "whole warps load the tile's rows");
     __shared__ u64 row_mask[BM];
     __shared__ u64 warp_union[BM / 32];
@@ -271,7 +272,12 @@ __device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __res
         row_mask[tid] = rm;
         const u32 lo = __reduce_or_sync(FULL_MASK, (u32)rm), hi = __reduce_or_sync(FULL_MASK, (u32)(rm >> 32));
         if (lane == 0) warp_union[tid >> 5] = ((u64)hi << 32) | lo;
-        if (slices && lane == 0) slices[tid >> 5] = ((u64)hi << 32) | lo;
+        if (halves) {
+            u64 h = rm;
+#pragma unroll
+            for (u32 d = 8; d >= 1; d >>= 1) h |= __shfl_xor_sync(FULL_MASK, h, d);
+            if ((lane & 15u) == 0) halves[tid >> 4] = h;
+        }
     }
     __syncthreads();
     if (tid == 0) {
@@ -403,7 +409,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], u32 a) {
 //  - each thread copies fixed columns of fixed tile rows, so its gather sources are looked up
 //    once per offset and advance by BK per Cin chunk; stages advance counters, no division;
 //  - a warp skips a stage (no fragment loads, no MMAs) when none of its 32 rows has an input at
-//    the stage's offset, and its rows' copies are skipped with it.
+//    the stage's offset, and the fragment loads and MMAs of a 16-row half of them when none of
+//    the half's rows has; the skipped rows' copies are skipped with them.
 #define TILED_THREADS 256
 
 template <int BM_, int BN_, int BK_, int S_>
@@ -424,11 +431,17 @@ struct TiledShape {
     static_assert(TILED_THREADS % ACH == 0 && BM % A_ROWS_STEP == 0 && TILED_THREADS % BCH == 0, "fixed copy columns a thread");
 };
 
+// A compile-time u32, to pick an unrolled variant of a generic lambda.
+template <u32 V>
+struct Const {
+    static constexpr u32 value = V;
+};
+
 template <class T>
 __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
     constexpr int BM = T::BM, BK = T::BK, NJ = T::NJ;
     extern __shared__ __align__(16) unsigned char tiled_smem[];
-    __shared__ u64 slices[T::WARPS_M];  // each 32-row slice's neighbour-mask union
+    __shared__ u64 halves[BM / 16];  // each 16-row half-slice's neighbour-mask union
     __half* As = reinterpret_cast<__half*>(tiled_smem);
     __half* Bs = As + T::S * T::A_STAGE;
     i32* rows = reinterpret_cast<i32*>(tiled_smem + T::ROWS);
@@ -449,7 +462,7 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    const u32 n_offsets = tile_active_offsets<BM>(nbr, order, masks, m, kv, o0, k_begin, nk, outs, rows, act, act + PIPE_MAX_KV, slices);
+    const u32 n_offsets = tile_active_offsets<BM>(nbr, order, masks, m, kv, o0, k_begin, nk, outs, rows, act, act + PIPE_MAX_KV, halves);
     const u32 nc = (cin + BK - 1) / BK;
 
     // Copy side: this thread's A rows a_r0 + v * A_ROWS_STEP at column a_cv, B rows b_r0 + v *
@@ -462,7 +475,7 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
     const u32 a_cp = smem0 + 2 * (a_r0 * T::A_LD + a_cv), b_cp = smem0 + B_BASE + 2 * (b_r0 * T::B_LD + b_nv);
     const bool b_col_ok = n0 + b_nv < cout;
     const __half* a_src[T::A_PER_THREAD];
-    u32 a_state = 0;  // bit v: row v has an input (copy it); bit 16 + v: its slice is live (write it)
+    u32 a_state = 0;  // bit v: row v has an input (copy it); bit 16 + v: its half-slice is live (write it)
     const __half* b_src = w;
     u32 in_off = 0, in_chunk = 0;
     auto issue = [&](u32 buf) {
@@ -475,7 +488,7 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
                 const i32 i = rows[kk * BM + r];
                 a_src[v] = x + (u64)(i >= 0 ? i : 0) * cin + a_cv;
                 a_state |= (u32)(i >= 0) << v;
-                a_state |= (u32)((slices[r >> 5] >> k) & 1ull) << (16 + v);
+                a_state |= (u32)((halves[r >> 4] >> k) & 1ull) << (16 + v);
             }
             b_src = w + ((u64)k * cin + b_r0) * cout + n0 + b_nv;
         }
@@ -498,26 +511,22 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
             ++in_off;
         }
     };
-    // Compute side: a stage at an offset none of this warp's rows has an input at is skipped.
-    // Fragment addresses: A rows wm + (lane & 15) (+16), column 8 (lane >> 4); B row lane & 15,
-    // columns wn + 8 (lane >> 4) (+16 per fragment pair).
+    // Compute side: the fragment loads and MMAs of a 16-row half with no input at the stage's
+    // offset are skipped, so are stages where neither half has one. Fragment addresses: A rows
+    // wm + (lane & 15) (+16), column 8 (lane >> 4); B row lane & 15, columns wn + 8 (lane >> 4)
+    // (+16 per fragment pair).
     const u32 a_ld = smem0 + 2 * ((wm + (lane & 15u)) * T::A_LD + (lane >> 4) * 8);
     const u32 b_ld = smem0 + B_BASE + 2 * ((lane & 15u) * T::B_LD + wn + (lane >> 4) * 8);
-    u32 cs_off = 0, cs_chunk = 0;
-    bool live = false;
-    auto step = [&](u32 buf) {
-        if (cs_chunk == 0) live = (slices[slice] >> (k_begin + act[cs_off])) & 1ull;
-        if (++cs_chunk == nc) {
-            cs_chunk = 0;
-            ++cs_off;
-        }
-        if (!live) return;  // warp-uniform
+    // one stage's MMAs for the halves in LIVE (bit i: rows wm + 16 i ..), unrolled for each
+    auto compute = [&](auto live_tag, u32 buf) {
+        constexpr u32 LIVE = decltype(live_tag)::value;
         const u32 a_s = a_ld + buf * A_STAGE_B, b_s = b_ld + buf * B_STAGE_B;
 #pragma unroll
         for (u32 kk = 0; kk < BK; kk += 16) {
             u32 a[2][4];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) ldmatrix_x4(a[i], a_s + 2 * (i * 16 * T::A_LD + kk));
+            for (int i = 0; i < 2; ++i)
+                if ((LIVE >> i) & 1u) ldmatrix_x4(a[i], a_s + 2 * (i * 16 * T::A_LD + kk));
 #pragma unroll
             for (int jp = 0; jp < NJ / 2; ++jp) {
                 u32 r[4];
@@ -525,11 +534,27 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
                 const u32 b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
+                    if (!((LIVE >> i) & 1u)) continue;
                     mma_16816(acc[i][2 * jp], a[i], b0);
                     mma_16816(acc[i][2 * jp + 1], a[i], b1);
                 }
             }
         }
+    };
+    u32 cs_off = 0, cs_chunk = 0, live = 0;
+    auto step = [&](u32 buf) {
+        if (cs_chunk == 0) {
+            const u32 k = k_begin + act[cs_off];
+            live = (u32)((halves[2 * slice] >> k) & 1ull) | (u32)((halves[2 * slice + 1] >> k) & 1ull) << 1;
+        }
+        if (++cs_chunk == nc) {
+            cs_chunk = 0;
+            ++cs_off;
+        }
+        // warp-uniform
+        if (live == 3u) compute(Const<3>{}, buf);
+        else if (live == 1u) compute(Const<1>{}, buf);
+        else if (live == 2u) compute(Const<2>{}, buf);
     };
     cp_async_ring<T::S>(n_offsets * nc, [&](u32, u32 buf) { issue(buf); }, [&](u32, u32 buf) { step(buf); });
     tile_store<2, NJ>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
