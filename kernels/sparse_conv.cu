@@ -402,8 +402,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], u32 a) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-// ---- Tiled kernels for large maps: BM x BN tiles (BM = 128 built), THREADS / 32 warps of 32
-// rows x WN channels (BM / 32 warps along the rows), fragments by ldmatrix, the cp.async ring of the
+// ---- Tiled kernels for large maps: BM x BN tiles (BM = 128 built), 8 warps of 32 rows x WN
+// channels (BM / 32 warps along the rows), fragments by ldmatrix, the cp.async ring of the
 // pipelined kernels, built to spend as few instructions as possible outside the MMAs (the 64-row
 // kernels issue ~3.5 integer instructions per MMA: Nsight Compute, session 7):
 //  - each thread copies fixed columns of fixed tile rows, so its gather sources are looked up
@@ -411,22 +411,24 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], u32 a) {
 //  - a warp skips a stage (no fragment loads, no MMAs) when none of its 32 rows has an input at
 //    the stage's offset, and the fragment loads and MMAs of a 16-row half of them when none of
 //    the half's rows has; the skipped rows' copies are skipped with them.
-template <int BM_, int BN_, int BK_, int S_, int THREADS_>
+#define TILED_THREADS 256
+
+template <int BM_, int BN_, int BK_, int S_>
 struct TiledShape {
-    static constexpr int BM = BM_, BN = BN_, BK = BK_, S = S_, THREADS = THREADS_;
-    static constexpr int WARPS_M = BM / 32, WARPS_N = THREADS / 32 / WARPS_M, WN = BN / WARPS_N, NJ = WN / 8;
+    static constexpr int BM = BM_, BN = BN_, BK = BK_, S = S_;
+    static constexpr int WARPS_M = BM / 32, WARPS_N = 8 / WARPS_M, WN = BN / WARPS_N, NJ = WN / 8;
     static constexpr int A_LD = BK + 8, B_LD = BN + 8;            // padded rows: conflict-free ldmatrix
     static constexpr int A_STAGE = BM * A_LD, B_STAGE = BK * B_LD;  // halves
     static constexpr int ACH = BK / 8, BCH = BN / 8;                 // 16-byte chunks a row
-    static constexpr int A_ROWS_STEP = THREADS / ACH, A_PER_THREAD = BM / A_ROWS_STEP;
-    static constexpr int B_ROWS_STEP = THREADS / BCH, B_PER_THREAD = (BK + B_ROWS_STEP - 1) / B_ROWS_STEP;
+    static constexpr int A_ROWS_STEP = TILED_THREADS / ACH, A_PER_THREAD = BM / A_ROWS_STEP;
+    static constexpr int B_ROWS_STEP = TILED_THREADS / BCH, B_PER_THREAD = (BK + B_ROWS_STEP - 1) / B_ROWS_STEP;
     // dynamic shared memory, byte offsets (mirrored by TILED_VARIANTS in conv_cuda.rs)
     static constexpr int ROWS = 2 * S * (A_STAGE + B_STAGE);  // i32 [PIPE_MAX_KV][BM]
     static constexpr int OUTS = ROWS + PIPE_MAX_KV * BM * 4;    // u32 [BM]
     static constexpr int ACT = OUTS + BM * 4;                   // u32 [PIPE_MAX_KV], then the count
     static constexpr int BYTES = ACT + (PIPE_MAX_KV + 1) * 4;
-    static_assert(WARPS_M * WARPS_N * 32 == THREADS && WN % 16 == 0 && BK % 16 == 0, "whole warps of whole ldmatrix_x4 fragments");
-    static_assert(THREADS % ACH == 0 && BM % A_ROWS_STEP == 0 && THREADS % BCH == 0, "fixed copy columns a thread");
+    static_assert(WARPS_M * WARPS_N == 8 && WN % 16 == 0 && BK % 16 == 0, "8 warps of whole ldmatrix_x4 fragments");
+    static_assert(TILED_THREADS % ACH == 0 && BM % A_ROWS_STEP == 0 && TILED_THREADS % BCH == 0, "fixed copy columns a thread");
 };
 
 // A compile-time u32, to pick an unrolled variant of a generic lambda.
@@ -560,20 +562,16 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
 
 // The instantiations (kernel volume <= PIPE_MAX_KV); conv_cuda.rs' TILED_VARIANTS lists them
 // with their shared memory. Register caps keep 3 blocks an SM up to 64 channels, 2 at 128.
-#define TILED_KERNEL(NAME, BM, BN, BK, S, THREADS, MIN_BLOCKS)                                  \
-    extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) NAME(IMPLICIT_GEMM_ARGS) { \
-        implicit_gemm_tiled<TiledShape<BM, BN, BK, S, THREADS>>(IMPLICIT_GEMM_CALL);             \
+#define TILED_KERNEL(NAME, BM, BN, BK, S, MIN_BLOCKS)                                                 \
+    extern "C" __global__ void __launch_bounds__(TILED_THREADS, MIN_BLOCKS) NAME(IMPLICIT_GEMM_ARGS) { \
+        implicit_gemm_tiled<TiledShape<BM, BN, BK, S>>(IMPLICIT_GEMM_CALL);                            \
     }
-TILED_KERNEL(conv_tiled_m128_n32_k32, 128, 32, 32, 4, 256, 3)
-TILED_KERNEL(conv_tiled_m128_n64_k32, 128, 64, 32, 4, 256, 3)
-TILED_KERNEL(conv_tiled_m128_n64_k64, 128, 64, 64, 3, 256, 2)
-TILED_KERNEL(conv_tiled_m128_n128_k32, 128, 128, 32, 4, 256, 2)
-TILED_KERNEL(conv_tiled_m128_n128_k64, 128, 128, 64, 2, 256, 2)
-TILED_KERNEL(conv_tiled_m128_n128_k64_s3, 128, 128, 64, 3, 256, 1)
-// 128 x 256: 16 warps of 32 x 64, one block an SM; each gathered row feeds 256 output channels,
-// so a stage reads 0.73x the L2 bytes a multiply-add of the 128 x 128 tile
-TILED_KERNEL(conv_tiled_m128_n256_k64, 128, 256, 64, 3, 512, 1)
-TILED_KERNEL(conv_tiled_m128_n256_k64_s4, 128, 256, 64, 4, 512, 1)
+TILED_KERNEL(conv_tiled_m128_n32_k32, 128, 32, 32, 4, 3)
+TILED_KERNEL(conv_tiled_m128_n64_k32, 128, 64, 32, 4, 3)
+TILED_KERNEL(conv_tiled_m128_n64_k64, 128, 64, 64, 3, 2)
+TILED_KERNEL(conv_tiled_m128_n128_k32, 128, 128, 32, 4, 2)
+TILED_KERNEL(conv_tiled_m128_n128_k64, 128, 128, 64, 2, 2)
+TILED_KERNEL(conv_tiled_m128_n128_k64_s3, 128, 128, 64, 3, 1)
 
 // The split implicit GEMM's epilogue: out = sum over splits (in split order) + bias + residual,
 // then the optional post-activation.

@@ -94,7 +94,7 @@ pub enum ConvAlgo {
     /// The pipelined kernel with 32-row tiles (`conv_implicit_gemm_pipe_m32`).
     ImplicitGemmPipe32,
     /// The pipelined kernel family with `rows` x `cols` tiles, `depth`-deep Cin chunks and a
-    /// `stages`-deep copy ring, warps of 32 rows each, a warp skipping the offsets its rows lack
+    /// `stages`-deep copy ring, 8 warps of 32 rows each, a warp skipping the offsets its rows lack
     /// (`conv_tiled_m*_n*_k*`; the shapes built are [`TILED_VARIANTS`]): for large maps.
     ImplicitGemmTiled { rows: u16, cols: u16, depth: u16, stages: u16 },
     /// One thread per output channel, FP32 FMA (`conv_direct`): any channel count; the oracle
@@ -116,9 +116,6 @@ pub struct TiledVariant {
     pub cols: u16,
     pub depth: u16,
     pub stages: u16,
-    /// Threads a block, 32 a warp; the warps split the tile into 32-row slices (rows / 32 of
-    /// them) and each slice's channels evenly.
-    pub threads: u16,
     pub name: &'static str,
 }
 
@@ -137,15 +134,13 @@ impl TiledVariant {
 }
 
 /// The tiled kernels built (rows x cols tiles, Cin chunks of `depth`, cp.async stages).
-pub const TILED_VARIANTS: [TiledVariant; 8] = [
-    TiledVariant { rows: 128, cols: 32, depth: 32, stages: 4, threads: 256, name: "conv_tiled_m128_n32_k32" },
-    TiledVariant { rows: 128, cols: 64, depth: 32, stages: 4, threads: 256, name: "conv_tiled_m128_n64_k32" },
-    TiledVariant { rows: 128, cols: 64, depth: 64, stages: 3, threads: 256, name: "conv_tiled_m128_n64_k64" },
-    TiledVariant { rows: 128, cols: 128, depth: 32, stages: 4, threads: 256, name: "conv_tiled_m128_n128_k32" },
-    TiledVariant { rows: 128, cols: 128, depth: 64, stages: 2, threads: 256, name: "conv_tiled_m128_n128_k64" },
-    TiledVariant { rows: 128, cols: 128, depth: 64, stages: 3, threads: 256, name: "conv_tiled_m128_n128_k64_s3" },
-    TiledVariant { rows: 128, cols: 256, depth: 64, stages: 3, threads: 512, name: "conv_tiled_m128_n256_k64" },
-    TiledVariant { rows: 128, cols: 256, depth: 64, stages: 4, threads: 512, name: "conv_tiled_m128_n256_k64_s4" },
+pub const TILED_VARIANTS: [TiledVariant; 6] = [
+    TiledVariant { rows: 128, cols: 32, depth: 32, stages: 4, name: "conv_tiled_m128_n32_k32" },
+    TiledVariant { rows: 128, cols: 64, depth: 32, stages: 4, name: "conv_tiled_m128_n64_k32" },
+    TiledVariant { rows: 128, cols: 64, depth: 64, stages: 3, name: "conv_tiled_m128_n64_k64" },
+    TiledVariant { rows: 128, cols: 128, depth: 32, stages: 4, name: "conv_tiled_m128_n128_k32" },
+    TiledVariant { rows: 128, cols: 128, depth: 64, stages: 2, name: "conv_tiled_m128_n128_k64" },
+    TiledVariant { rows: 128, cols: 128, depth: 64, stages: 3, name: "conv_tiled_m128_n128_k64_s3" },
 ];
 
 /// The tiled kernel for these channels and map outputs: tiles as wide as the output channels up
@@ -378,7 +373,7 @@ pub fn conv_cuda_split(
             let tiles = ((map.out_count as u32).div_ceil(rows as u32), (w.cout as u32).div_ceil(cols as u32));
             splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv, CONV_TARGET_BLOCKS)).clamp(1, w.kv.max(1));
             let f = dev.function_with_shared("sparse_conv", v.name, bytes)?;
-            let cfg = LaunchConfig { grid_dim: (tiles.0, tiles.1, splits as u32), block_dim: (v.threads as u32, 1, 1), shared_mem_bytes: bytes as u32 };
+            let cfg = LaunchConfig { grid_dim: (tiles.0, tiles.1, splits as u32), block_dim: (256, 1, 1), shared_mem_bytes: bytes as u32 };
             (f, cfg)
         }
     };
