@@ -410,7 +410,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], u32 a) {
 //    once per offset and advance by BK per Cin chunk; stages advance counters, no division;
 //  - a warp skips a stage (no fragment loads, no MMAs) when none of its 32 rows has an input at
 //    the stage's offset, and the fragment loads and MMAs of a 16-row half of them when none of
-//    the half's rows has; the skipped rows' copies are skipped with them.
+//    the half's rows has. Their rows' copies are not skipped: rows without an input are
+//    zero-filled by cp.async without reading memory, and a branch per copy made the compiler
+//    rebuild the copy addresses every stage (twice the instructions outside the MMAs).
 #define TILED_THREADS 256
 
 template <int BM_, int BN_, int BK_, int S_>
@@ -475,7 +477,7 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
     const u32 a_cp = smem0 + 2 * (a_r0 * T::A_LD + a_cv), b_cp = smem0 + B_BASE + 2 * (b_r0 * T::B_LD + b_nv);
     const bool b_col_ok = n0 + b_nv < cout;
     const __half* a_src[T::A_PER_THREAD];
-    u32 a_state = 0;  // bit v: row v has an input (copy it); bit 16 + v: its half-slice is live (write it)
+    u32 a_state = 0;  // bit v: row v has an input at this offset (copy it, else zero-fill)
     const __half* b_src = w;
     u32 in_off = 0, in_chunk = 0;
     auto issue = [&](u32 buf) {
@@ -488,7 +490,6 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
                 const i32 i = rows[kk * BM + r];
                 a_src[v] = x + (u64)(i >= 0 ? i : 0) * cin + a_cv;
                 a_state |= (u32)(i >= 0) << v;
-                a_state |= (u32)((halves[r >> 4] >> k) & 1ull) << (16 + v);
             }
             b_src = w + ((u64)k * cin + b_r0) * cout + n0 + b_nv;
         }
@@ -497,8 +498,7 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
         const u32 a_dst = a_cp + buf * A_STAGE_B, b_dst = b_cp + buf * B_STAGE_B;
 #pragma unroll
         for (int v = 0; v < T::A_PER_THREAD; ++v)
-            if ((a_state >> (16 + v)) & 1u)
-                cp_async16_s(a_dst + 2 * v * T::A_ROWS_STEP * T::A_LD, a_src[v] + c0, a_col_ok && ((a_state >> v) & 1u));
+            cp_async16_s(a_dst + 2 * v * T::A_ROWS_STEP * T::A_LD, a_src[v] + c0, a_col_ok && ((a_state >> v) & 1u));
 #pragma unroll
         for (int v = 0; v < T::B_PER_THREAD; ++v) {
             const u32 r = b_r0 + v * T::B_ROWS_STEP;
