@@ -67,7 +67,7 @@ struct BitMap64 {
 };
 
 // The table copied to shared memory, for lookups whose index differs across a warp's lanes (the
-// constant cache serialises those: permute_bits took 8 us instead of 3 reading the parameter).
+// constant cache serialises those; measured, the copy made no difference to these kernels' time).
 // Every thread of the block calls it (block of >= 64 threads); it ends with a barrier.
 __device__ __forceinline__ const unsigned char* bit_map_shared(const BitMap64& p) {
     __shared__ unsigned char to[64];
@@ -127,8 +127,8 @@ extern "C" __global__ void submanifold_nbr(const i32* __restrict__ coords, u32 n
     if (!masks) return;
     // An output's threads are consecutive, so within a warp they are a run of lanes (an output
     // spans at most two warps: two atomics). Each lane contributes its offset's key bit and the
-    // run ORs them together in one reduction (a loop over the run's bits in its first lane made
-    // this kernel 10 % slower); the warp's idle tail lanes reduce among themselves.
+    // run ORs them together in one reduction (not a loop over the run's bits in its first lane);
+    // the warp's idle tail lanes reduce among themselves.
     const u32 lane = threadIdx.x & 31u, idle = ~__ballot_sync(FULL_MASK, live);
     const u32 first = live && lane >= k ? lane - k : 0u, last = min(31u, lane + (per - 1u - k));
     const u32 group = live ? (0xffffffffu >> (31u - last)) & (0xffffffffu << first) : idle;
