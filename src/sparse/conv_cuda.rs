@@ -257,8 +257,8 @@ const MIN_OFFSETS_PER_SPLIT: usize = 3;
 /// Offset splits for an implicit-GEMM conv of `blocks` output tiles and kernel volume `kv`: with
 /// few outputs and wide channels (the deep levels of a sparse sweep) each block would walk every
 /// offset with most of the GPU idle.
-fn auto_offset_splits(blocks: usize, kv: usize, target: usize) -> usize {
-    let by_blocks = target.div_ceil(blocks.max(1));
+fn auto_offset_splits(blocks: usize, kv: usize) -> usize {
+    let by_blocks = CONV_TARGET_BLOCKS.div_ceil(blocks.max(1));
     let by_offsets = (kv / MIN_OFFSETS_PER_SPLIT).max(1);
     by_blocks.min(by_offsets).clamp(1, MAX_OFFSET_SPLITS)
 }
@@ -312,13 +312,10 @@ pub fn conv_cuda_split(
         }
     }
     let s = &dev.stream;
-    if algo == ConvAlgo::Direct && post.is_some() {
+    if let (ConvAlgo::Direct, Some(p)) = (algo, post) {
         // conv_direct has no post-activation in its epilogue: a separate pass
         let raw = conv_cuda_split(dev, x, map, w, pre, residual, algo, offset_splits, None)?;
-        return match post {
-            Some(p) => pre_activate(dev, &raw, map.out_count, w.cout, p),
-            None => Ok(raw),
-        };
+        return pre_activate(dev, &raw, map.out_count, w.cout, p);
     }
     if map.out_count == 0 {
         return s.alloc_zeros::<f16>(1).map_err(cuda_err("allocating conv output"));
@@ -337,8 +334,15 @@ pub fn conv_cuda_split(
         Some(a) => (a, None),
         None => (x, pre),
     };
-    let mut splits = 1usize;
-    let (f, cfg) = match algo {
+    // An implicit GEMM's grid: output tiles of tile_rows x tile_cols, each split over the kernel
+    // offsets; returns the launch and the split count.
+    let implicit_launch = |tile_rows: u32, tile_cols: u32, threads: u32, smem: u32| -> (LaunchConfig, usize) {
+        let tiles = ((map.out_count as u32).div_ceil(tile_rows), (w.cout as u32).div_ceil(tile_cols));
+        let splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv)).clamp(1, w.kv.max(1));
+        let cfg = LaunchConfig { grid_dim: (tiles.0, tiles.1, splits as u32), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
+        (cfg, splits)
+    };
+    let (f, cfg, splits) = match algo {
         ConvAlgo::Direct => {
             let threads = (w.cout.min(256) as u32).div_ceil(32) * 32;
             let cfg = LaunchConfig {
@@ -346,7 +350,7 @@ pub fn conv_cuda_split(
                 block_dim: (threads, 1, 1),
                 shared_mem_bytes: 0,
             };
-            (dev.function("sparse_conv", "conv_direct")?, cfg)
+            (dev.function("sparse_conv", "conv_direct")?, cfg, 1)
         }
         ConvAlgo::ImplicitGemm | ConvAlgo::ImplicitGemm32 | ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 => {
             // BM x 64 output tiles, 128 threads (sparse_conv.cu: BM = 32 * MI, IG_BN).
@@ -356,25 +360,16 @@ pub fn conv_cuda_split(
                 ConvAlgo::ImplicitGemmPipe => (64, "conv_implicit_gemm_pipe"),
                 _ => (32, "conv_implicit_gemm_pipe_m32"),
             };
-            let tiles = ((map.out_count as u32).div_ceil(bm), (w.cout as u32).div_ceil(64));
-            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv, CONV_TARGET_BLOCKS)).clamp(1, w.kv.max(1));
-            let cfg = LaunchConfig {
-                grid_dim: (tiles.0, tiles.1, splits as u32),
-                block_dim: (128, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            (dev.function("sparse_conv", name)?, cfg)
+            let (cfg, splits) = implicit_launch(bm, 64, 128, 0);
+            (dev.function("sparse_conv", name)?, cfg, splits)
         }
         ConvAlgo::ImplicitGemmTiled { rows, cols, depth, stages } => {
             let v = TILED_VARIANTS.iter().find(|v| (v.rows, v.cols, v.depth, v.stages) == (rows, cols, depth, stages)).ok_or_else(|| {
                 Error::InvalidInput(format!("no tiled conv kernel with {rows} x {cols} tiles, {depth}-deep chunks and {stages} stages is built"))
             })?;
             let bytes = v.smem_bytes();
-            let tiles = ((map.out_count as u32).div_ceil(rows as u32), (w.cout as u32).div_ceil(cols as u32));
-            splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv, CONV_TARGET_BLOCKS)).clamp(1, w.kv.max(1));
-            let f = dev.function_with_shared("sparse_conv", v.name, bytes)?;
-            let cfg = LaunchConfig { grid_dim: (tiles.0, tiles.1, splits as u32), block_dim: (256, 1, 1), shared_mem_bytes: bytes as u32 };
-            (f, cfg)
+            let (cfg, splits) = implicit_launch(rows as u32, cols as u32, 256, bytes as u32);
+            (dev.function_with_shared("sparse_conv", v.name, bytes)?, cfg, splits)
         }
     };
     let null: u64 = 0; // a NULL device pointer for absent optional inputs
