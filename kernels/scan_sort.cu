@@ -240,8 +240,7 @@ extern "C" __global__ void iota_u32(u32* __restrict__ vals, u32 n) {
 }
 
 // ---- small sorts in one launch: one block sorts n <= SMALL_SORT_CAP pairs, every 8-bit pass in
-// shared memory. Same digits in the same order as radix_histogram + radix_scatter, so the same
-// (stable) result. Warp w owns positions [w * SMALL_SORT_WARP_ITEMS, (w + 1) * ...) and takes
+// shared memory. Same digits in the same order as radix_onesweep, so the same (stable) result. Warp w owns positions [w * SMALL_SORT_WARP_ITEMS, (w + 1) * ...) and takes
 // them in rounds of 32 (round r, lane l: position w * 256 + r * 32 + l), so (warp, round, lane)
 // order is input order and ranks by it are stable. Items stay in registers across a pass;
 // shared memory holds, per warp, 256 digit counts (then offsets) and 256 exchange words:

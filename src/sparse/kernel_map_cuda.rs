@@ -129,8 +129,7 @@ impl MaskKey {
             let a = d(k);
             (a[2], a[0] + a[1] + a[2], k)
         });
-        let mut to_mask = std::array::from_fn(|b| b as u8);
-        let mut to_key = to_mask;
+        let MaskKey { to_key: BitMap64(mut to_key), to_mask: BitMap64(mut to_mask) } = MaskKey::IDENTITY;
         for (b, &k) in ranked.iter().enumerate() {
             to_mask[b] = k as u8;
             to_key[k] = b as u8;
