@@ -77,8 +77,8 @@ fn check_map(dev: &CudaDevice, case: &str, cpu: &KernelMap, gpu: &CudaKernelMap)
     check_mask_order(dev, case, gpu);
 }
 
-/// A map's mask order (up to 64 offsets): the outputs in a stable sort by neighbour bitmask, each
-/// mask equal to the bits of the output's row of the neighbour table.
+/// A map's mask order (up to 64 offsets): the outputs in a stable sort by their neighbour
+/// bitmask's sort key, each mask equal to the bits of the output's row of the neighbour table.
 fn check_mask_order(dev: &CudaDevice, case: &str, gpu: &CudaKernelMap) {
     let Some(sorted) = &gpu.sorted else {
         assert!(gpu.kv > 64 || gpu.out_count == 0, "{case}: a map of {} offsets without its mask order", gpu.kv);
