@@ -573,6 +573,230 @@ TILED_KERNEL(conv_tiled_m128_n128_k32, 128, 128, 32, 4, 2)
 TILED_KERNEL(conv_tiled_m128_n128_k64, 128, 128, 64, 2, 2)
 TILED_KERNEL(conv_tiled_m128_n128_k64_s3, 128, 128, 64, 3, 1)
 
+// ---- Hopper warpgroup MMA kernels (wgmma, sm_90a only; conv_cuda.rs picks them on compute
+// capability 9.0). The tiled kernels above issue ~5 instructions per HMMA (ldmatrix, address
+// arithmetic, the MMAs themselves) and keep the issue slots ~40 % busy for it; a wgmma computes
+// a 64 x N x 16 product from shared memory in one instruction, asynchronously, so the warps only
+// copy. 128-row tiles: two warpgroups of 64 rows x BN channels; Cin chunks of 64, so a tile row
+// is 128 bytes and the shared tiles use the 128-byte swizzle (16-byte chunk c of row r at chunk
+// c ^ (r & 7)), which wgmma reads without bank conflicts. B is read K-major: the transposed
+// weights W^T[k][Cout][Cin] (CudaConvWeights keeps them for these kernels). A warpgroup skips
+// the MMAs of a stage none of its 64 rows has an input at; the copies are never skipped (rows
+// without an input are zero-filled). Needs Cin % 64 == 0 and Cout % BN == 0 (no bound checks).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// Shared-memory matrix descriptor of a K-major tile with the 128-byte swizzle: start address,
+// leading byte offset 16 (unused by swizzled K-major layouts), stride 1024 bytes between 8-row
+// groups, swizzle mode 1 (128 bytes). `smem_addr` must lie in a 1024-byte aligned atom (plus the
+// 32-byte steps along K within a row).
+__device__ __forceinline__ u64 wgmma_desc(u32 smem_addr) {
+    return (u64)((smem_addr & 0x3FFFFu) >> 4) | ((u64)(16 >> 4) << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// cp.async writes shared memory through the generic proxy, wgmma reads it through the async
+// proxy: a proxy fence between them (each thread after its copies have landed, before the barrier).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Keeps the compiler from moving accumulator accesses across a wgmma issue or wait.
+template <int NJ>
+__device__ __forceinline__ void wgmma_fence_acc(float (&d)[NJ][4]) {
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+
+// d (+)= A (64 x 16, descriptor a) x B (16 x 64, descriptor b): one warpgroup's m64n64k16.
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[8][4], u64 a, u64 b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(a), "l"(b));
+}
+
+// d (+)= A (64 x 16, descriptor a) x B (16 x 128, descriptor b): one warpgroup's m64n128k16.
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[16][4], u64 a, u64 b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "l"(a), "l"(b));
+}
+
+
+template <int BN>
+__device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 8][4], u64 a, u64 b);
+template <>
+__device__ __forceinline__ void wgmma_m64k16<64>(float (&d)[8][4], u64 a, u64 b) { wgmma_m64n64k16(d, a, b); }
+template <>
+__device__ __forceinline__ void wgmma_m64k16<128>(float (&d)[16][4], u64 a, u64 b) { wgmma_m64n128k16(d, a, b); }
+
+#define WGMMA_THREADS 256
+template <int BN_, int S_>
+struct WgmmaShape {
+    static constexpr int BM = 128, BN = BN_, BK = 64, S = S_, NJ = BN / 8;
+    // dynamic shared memory, byte offsets from the first 1024-byte boundary (mirrored by
+    // WGMMA_VARIANTS in conv_cuda.rs, which adds 1024 bytes for that alignment)
+    static constexpr int A_STAGE = BM * 128, B_STAGE = BN * 128, STAGE = A_STAGE + B_STAGE;
+    static constexpr int ROWS = S * STAGE;                    // i32 [PIPE_MAX_KV][BM]
+    static constexpr int OUTS = ROWS + PIPE_MAX_KV * BM * 4;  // u32 [BM]
+    static constexpr int ACT = OUTS + BM * 4;                 // u32 [PIPE_MAX_KV], then the count
+    static constexpr int BYTES = ACT + (PIPE_MAX_KV + 1) * 4;
+    static constexpr int B_PER_THREAD = BN / 32;              // 16-byte copies a B stage, a thread
+    static_assert(BN == 64 || BN == 128, "wgmma_m64k16 is built for 64 and 128 channels");
+};
+
+// x: [*, cin]; wt: W^T [kv][cout][cin]; the other arguments as IMPLICIT_GEMM_ARGS (pre must be 0:
+// a pre-activation is applied to the input beforehand, as for the pipelined kernels).
+template <class T>
+__device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const __half* __restrict__ wt) {
+    constexpr int BM = T::BM, BK = T::BK, NJ = T::NJ;
+    extern __shared__ __align__(16) unsigned char wgmma_smem_raw[];
+    __shared__ u64 halves[BM / 16];
+    const u32 raw0 = (u32)__cvta_generic_to_shared(wgmma_smem_raw);
+    const u32 smem0 = (raw0 + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
+    unsigned char* smem = wgmma_smem_raw + (smem0 - raw0);
+    i32* rows = reinterpret_cast<i32*>(smem + T::ROWS);
+    u32* outs = reinterpret_cast<u32*>(smem + T::OUTS);
+    u32* act = reinterpret_cast<u32*>(smem + T::ACT);
+    const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, wg = warp >> 2;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const u32 o0 = blockIdx.x * BM, n0 = blockIdx.y * T::BN;
+    const u32 per = (kv + splits - 1) / splits;
+    const u32 k_begin = blockIdx.z * per, k_end = min(kv, k_begin + per);
+    const u32 nk = k_end > k_begin ? k_end - k_begin : 0u;
+    float acc[1][NJ][4];
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[0][j][e] = 0.f;
+
+    const u32 n_offsets = tile_active_offsets<BM>(nbr, order, masks, m, kv, o0, k_begin, nk, outs, rows, act, act + PIPE_MAX_KV, halves);
+    // this warpgroup's 64 rows' neighbour-mask union
+    const u64 wg_mask = halves[4 * wg] | halves[4 * wg + 1] | halves[4 * wg + 2] | halves[4 * wg + 3];
+    const u32 nc = cin / BK;
+
+    // Copy side: this thread copies 16-byte chunk `ch` of rows r0 + 32 v (A: v < 4, B: v <
+    // B_PER_THREAD); all of them have r & 7 == r0 & 7, so one swizzled column serves every copy.
+    const u32 ch = tid & 7u, r0 = tid >> 3;
+    const u32 swz = ((ch ^ (r0 & 7u)) << 4) + r0 * 128u;
+    const u32 a_cp = smem0 + swz, b_cp = smem0 + T::A_STAGE + swz;
+    const __half* a_src[4];
+    u32 a_state = 0;  // bit v: row r0 + 32 v has an input at this offset
+    const __half* b_src = wt;
+    u32 in_off = 0, in_chunk = 0;
+    auto issue = [&](u32 buf) {
+        if (in_chunk == 0) {
+            const u32 kk = act[in_off], k = k_begin + kk;
+            a_state = 0;
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const i32 i = rows[kk * BM + r0 + 32 * v];
+                a_src[v] = x + (u64)(i >= 0 ? i : 0) * cin + ch * 8;
+                a_state |= (u32)(i >= 0) << v;
+            }
+            b_src = wt + ((u64)k * cout + n0 + r0) * cin + ch * 8;
+        }
+        const u32 c0 = in_chunk * BK;
+        const u32 dst = buf * T::STAGE;
+#pragma unroll
+        for (int v = 0; v < 4; ++v) cp_async16_s(a_cp + dst + v * 4096u, a_src[v] + c0, (a_state >> v) & 1u);
+#pragma unroll
+        for (int v = 0; v < T::B_PER_THREAD; ++v) cp_async16_s(b_cp + dst + v * 4096u, b_src + (u64)v * 32 * cin + c0, true);
+        if (++in_chunk == nc) {
+            in_chunk = 0;
+            ++in_off;
+        }
+    };
+    // Compute side: descriptors of this warpgroup's A rows (64 x 128 bytes from wg * 8192) and
+    // of the B tile, stepped by 32 bytes (16 halves) along K and by a stage along the ring.
+    const u64 a_desc0 = wgmma_desc(smem0 + wg * 8192u), b_desc0 = wgmma_desc(smem0 + T::A_STAGE);
+    u32 cs_off = 0, cs_chunk = 0;
+    bool live = false;
+    auto step = [&](u32 buf) {
+        if (cs_chunk == 0) live = (wg_mask >> (k_begin + act[cs_off])) & 1ull;
+        if (++cs_chunk == nc) {
+            cs_chunk = 0;
+            ++cs_off;
+        }
+        if (!live) return;  // warpgroup-uniform
+        const u64 st = (u64)((buf * T::STAGE) >> 4);
+        wgmma_fence();
+#pragma unroll
+        for (u32 kk = 0; kk < BK / 16; ++kk) wgmma_m64k16<T::BN>(acc[0], a_desc0 + st + 2 * kk, b_desc0 + st + 2 * kk);
+        wgmma_commit();
+    };
+    // The ring of cp_async_ring, with the wgmma waits: before the barrier that frees stage st - 1
+    // for new copies, this warpgroup's MMAs on it must be done (wgmma_wait<0>); the MMAs of stage
+    // st then run while the threads wait for stage st + 1's copies.
+    const u32 total = n_offsets * nc;
+#pragma unroll
+    for (int s = 0; s < T::S - 1; ++s) {
+        if ((u32)s < total) issue((u32)s);
+        cp_async_commit();
+    }
+    u32 buf = 0, next = T::S - 1;
+    for (u32 s = 0; s < total; ++s) {
+        cp_async_wait<T::S - 2>();
+        fence_proxy_async();
+        wgmma_wait<0>();
+        wgmma_fence_acc<NJ>(acc[0]);
+        __syncthreads();
+        if (s + T::S - 1 < total) issue(next);
+        cp_async_commit();
+        step(buf);
+        buf = buf + 1 == T::S ? 0 : buf + 1;
+        next = next + 1 == T::S ? 0 : next + 1;
+    }
+    cp_async_wait<0>();
+    wgmma_wait<0>();
+    wgmma_fence_acc<NJ>(acc[0]);
+    tile_store<1, NJ>(acc, outs, wg * 64 + (warp & 3u) * 16, 0, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
+}
+
+#define WGMMA_KERNEL(NAME, BN, S, MIN_BLOCKS)                                                                            \
+    extern "C" __global__ void __launch_bounds__(WGMMA_THREADS, MIN_BLOCKS) NAME(IMPLICIT_GEMM_ARGS, const __half* __restrict__ wt) { \
+        implicit_gemm_wgmma<WgmmaShape<BN, S>>(IMPLICIT_GEMM_CALL, wt);                                                \
+    }
+WGMMA_KERNEL(conv_wgmma_m128_n64, 64, 4, 2)
+WGMMA_KERNEL(conv_wgmma_m128_n128, 128, 3, 2)
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
 // The split implicit GEMM's epilogue: out = sum over splits (in split order) + bias + residual,
 // then the optional post-activation.
 extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, u32 splits, u32 m, u32 cout,

@@ -10,7 +10,7 @@ use half::f16;
 use sptr::config::ModelConfig;
 use sptr::device::cuda::CudaDevice;
 use sptr::sparse::conv_cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
-use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation, TILED_VARIANTS};
+use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation, TILED_VARIANTS, WGMMA_VARIANTS};
 use sptr::sparse::kernel_map::{inverse, strided, submanifold, ConvGeometry, KernelMap};
 use sptr::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda, CudaKernelMap, CudaSites};
 use sptr::sparse::tensor::SparseTensor;
@@ -149,6 +149,13 @@ fn check_conv(
             }
         }
     }
+    // The warpgroup-MMA kernels where the device has them (compute capability 9.0) and the
+    // weights fit them (Cin, Cout multiples of 64; Cout of the tile width).
+    let wgmma: Vec<ConvAlgo> = WGMMA_VARIANTS.iter().filter(|v| weights.wgmma_ready() && cout % v.cols as usize == 0).map(|v| v.algo()).collect();
+    assert_eq!(weights.wgmma_ready(), dev.arch.has_wgmma() && cin % 64 == 0 && cout % 64 == 0 && kv <= PIPE_MAX_KV, "{case}: transposed weights uploaded");
+    for splits in [Some(1), Some(2), Some(kv), None] {
+        algos.extend(wgmma.iter().map(|&a| (a, splits)));
+    }
     for (algo, splits) in algos {
         let run = || conv_cuda_split(dev, &x, gpu_map, &weights, fused.then_some(&pre), fused.then_some(&dres), algo, splits, None).unwrap();
         // Warm-up. Every output element is then compared with the CPU value; the random bias
@@ -193,6 +200,7 @@ fn check_conv(
                 posts.push((ConvAlgo::ImplicitGemmPipe, splits));
                 posts.extend(TILED_VARIANTS.iter().map(|v| (v.algo(), splits)));
             }
+            posts.extend(wgmma.iter().map(|&a| (a, splits)));
         }
     }
     for (algo, splits) in posts {
@@ -366,4 +374,18 @@ fn cuda_conv_rejects_mismatches() {
     let err = conv_cuda_split(&dev, &x8, &gpu, &w8, None, None, unbuilt, None, None).err().expect("an unbuilt tile shape");
     assert!(err.to_string().contains("96 x 32"), "{err}");
     assert!(conv_cuda_split(&dev, &x8, &gpu, &w8, None, None, TILED_VARIANTS[0].algo(), None, None).is_ok(), "a built shape runs");
+    // The warpgroup-MMA kernels: refused for weights without the transposed copy (Cin 8, or a
+    // device without wgmma), for Cout not a multiple of the tile width, and for an unbuilt width.
+    let err = conv_cuda_split(&dev, &x8, &gpu, &w8, None, None, WGMMA_VARIANTS[0].algo(), None, None).err().expect("Cin 8 on wgmma");
+    assert!(err.to_string().contains("multiples of 64"), "{err}");
+    let w64 = CudaConvWeights::upload(&dev, &vec![0.01; 27 * 64 * 64], WeightLayout::Krsc, 27, 64, 64, None).unwrap();
+    assert_eq!(w64.wgmma_ready(), dev.arch.has_wgmma());
+    let x64 = dev.stream.alloc_zeros::<f16>(50 * 64).unwrap();
+    if dev.arch.has_wgmma() {
+        let err = conv_cuda_split(&dev, &x64, &gpu, &w64, None, None, ConvAlgo::Wgmma { cols: 128 }, None, None).err().expect("Cout 64 on 128-wide tiles");
+        assert!(err.to_string().contains("multiple of 128"), "{err}");
+        let err = conv_cuda_split(&dev, &x64, &gpu, &w64, None, None, ConvAlgo::Wgmma { cols: 32 }, None, None).err().expect("an unbuilt width");
+        assert!(err.to_string().contains("32-channel tiles"), "{err}");
+        assert!(conv_cuda_split(&dev, &x64, &gpu, &w64, None, None, ConvAlgo::Wgmma { cols: 64 }, None, None).is_ok(), "a built width runs");
+    }
 }

@@ -34,6 +34,28 @@ fn every_kernel_compiles_for_sm90_sm87_sm86() {
     }
 }
 
+/// The Hopper warpgroup-MMA conv kernels are built for 9.0 (compiled as sm_90a) and only there:
+/// the host picks them by `Arch::has_wgmma`, so a module without them elsewhere is correct.
+#[test]
+fn wgmma_kernels_exist_exactly_on_sm90() {
+    if !nvrtc_here("wgmma_kernels_exist_exactly_on_sm90") {
+        return;
+    }
+    let k = kernels::find("sparse_conv").unwrap();
+    let has = |cubin: &[u8], name: &str| cubin.windows(name.len()).any(|w| w == name.as_bytes());
+    for (arch, want) in [("sm_90", true), ("sm_87", false), ("sm_86", false)] {
+        let arch: Arch = arch.parse().unwrap();
+        assert_eq!(arch.has_wgmma(), want, "{}", arch.sm());
+        let c = nvrtc::compile(k, arch).unwrap();
+        for name in ["conv_wgmma_m128_n64", "conv_wgmma_m128_n128"] {
+            assert_eq!(has(&c.cubin, name), want, "{name} in sparse_conv for {}", arch.target());
+        }
+        assert!(has(&c.cubin, "conv_tiled_m128_n128_k64"), "the tiled kernels are built everywhere");
+    }
+    assert_eq!("sm_90".parse::<Arch>().unwrap().target(), "sm_90a");
+    assert_eq!("8.7".parse::<Arch>().unwrap().target(), "sm_87");
+}
+
 #[test]
 fn broken_kernel_reports_the_compiler_log() {
     if !nvrtc_here("broken_kernel_reports_the_compiler_log") {

@@ -25,6 +25,23 @@ impl Arch {
     pub fn sm(&self) -> String {
         format!("sm_{}{}", self.major, self.minor)
     }
+
+    /// Whether the architecture has Hopper's warpgroup MMA (`wgmma`): compute capability 9.0
+    /// exactly (H100, H200; not its successors, whose tensor-core instructions differ).
+    pub fn has_wgmma(&self) -> bool {
+        (self.major, self.minor) == (9, 0)
+    }
+
+    /// NVRTC's target: `sm_90a` on 9.0, whose architecture-specific features (`wgmma`) the sparse
+    /// conv kernels use (kernels test `__CUDA_ARCH_FEAT_SM90_ALL`); `sm_XY` elsewhere. A CUBIN
+    /// for either runs on exactly that compute capability, which is what the cache keys on.
+    pub fn target(&self) -> String {
+        if self.has_wgmma() {
+            format!("{}a", self.sm())
+        } else {
+            self.sm()
+        }
+    }
 }
 
 impl std::str::FromStr for Arch {
@@ -96,7 +113,7 @@ pub fn include_dirs() -> Vec<PathBuf> {
 
 fn options(arch: Arch, fmad: bool, includes: &[PathBuf]) -> Vec<String> {
     let mut o = vec![
-        format!("--gpu-architecture={}", arch.sm()),
+        format!("--gpu-architecture={}", arch.target()),
         "--std=c++17".to_string(),
         // IEEE division and (unless the module opts in) no FMA contraction: the voxel key
         // `floor((p - o) / v)` must round exactly as the CPU reference does, or CPU and GPU

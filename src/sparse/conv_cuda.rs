@@ -12,12 +12,15 @@ use half::f16;
 /// Widest input the direct kernel stages in shared memory.
 pub const MAX_CIN: usize = 512;
 
-/// A conv layer's parameters on the GPU: weight repacked to `[K][Cin][Cout]` FP16, bias f32.
+/// A conv layer's parameters on the GPU: weight repacked to `[K][Cin][Cout]` FP16, bias f32;
+/// on a device with warpgroup MMA, for the layers its kernels take (see
+/// [`CudaConvWeights::wgmma_ready`]), also the transpose `[K][Cout][Cin]` they read.
 pub struct CudaConvWeights {
     pub kv: usize,
     pub cin: usize,
     pub cout: usize,
     w: CudaSlice<f16>,
+    wt: Option<CudaSlice<f16>>,
     bias: Option<CudaSlice<f32>>,
 }
 
@@ -35,8 +38,34 @@ impl CudaConvWeights {
             Some(b) => Some(s.clone_htod(b).map_err(cuda_err("uploading bias"))?),
             None => None,
         };
-        Ok(CudaConvWeights { kv, cin, cout, w: s.clone_htod(&w16).map_err(cuda_err("uploading weight"))?, bias })
+        let wt = if dev.arch.has_wgmma() && wgmma_shapes_fit(kv, cin, cout) {
+            let mut t = vec![f16::ZERO; w16.len()];
+            for k in 0..kv {
+                for ci in 0..cin {
+                    for co in 0..cout {
+                        t[(k * cout + co) * cin + ci] = w16[(k * cin + ci) * cout + co];
+                    }
+                }
+            }
+            Some(s.clone_htod(&t).map_err(cuda_err("uploading the transposed weight"))?)
+        } else {
+            None
+        };
+        Ok(CudaConvWeights { kv, cin, cout, w: s.clone_htod(&w16).map_err(cuda_err("uploading weight"))?, wt, bias })
     }
+
+    /// Whether the warpgroup-MMA kernels ([`ConvAlgo::Wgmma`]) can run this layer: uploaded to a
+    /// compute capability 9.0 device, Cin and Cout multiples of 64, kernel volume up to
+    /// [`PIPE_MAX_KV`].
+    pub fn wgmma_ready(&self) -> bool {
+        self.wt.is_some()
+    }
+}
+
+/// Layers the warpgroup-MMA kernels take: 64-channel Cin chunks and output tiles without bound
+/// checks, the pipelined kernels' per-tile neighbour table.
+fn wgmma_shapes_fit(kv: usize, cin: usize, cout: usize) -> bool {
+    cin % 64 == 0 && cout % 64 == 0 && kv <= PIPE_MAX_KV
 }
 
 impl CudaConvWeights {
@@ -97,6 +126,11 @@ pub enum ConvAlgo {
     /// `stages`-deep copy ring, 8 warps of 32 rows each, a warp skipping the offsets its rows lack
     /// (`conv_tiled_m*_n*_k*`; the shapes built are [`TILED_VARIANTS`]): for large maps.
     ImplicitGemmTiled { rows: u16, cols: u16, depth: u16, stages: u16 },
+    /// Hopper's warpgroup MMA (`conv_wgmma_m128_n*`): 128-row tiles of two warpgroups, `cols`
+    /// output channels each (one of [`WGMMA_VARIANTS`]), Cin chunks of 64 read from swizzled
+    /// shared memory by `wgmma`; compute capability 9.0, weights that are
+    /// [`CudaConvWeights::wgmma_ready`], Cout a multiple of `cols`.
+    Wgmma { cols: u16 },
     /// One thread per output channel, FP32 FMA (`conv_direct`): any channel count; the oracle
     /// the fast kernel is tested against.
     Direct,
@@ -141,6 +175,34 @@ pub const TILED_VARIANTS: [TiledVariant; 6] = [
     TiledVariant { rows: 128, cols: 128, depth: 32, stages: 4, name: "conv_tiled_m128_n128_k32" },
     TiledVariant { rows: 128, cols: 128, depth: 64, stages: 2, name: "conv_tiled_m128_n128_k64" },
     TiledVariant { rows: 128, cols: 128, depth: 64, stages: 3, name: "conv_tiled_m128_n128_k64_s3" },
+];
+
+/// One instantiation of the warpgroup-MMA kernels (sparse_conv.cu, WGMMA_KERNEL).
+#[derive(Debug, Clone, Copy)]
+pub struct WgmmaVariant {
+    pub cols: u16,
+    pub stages: u16,
+    pub name: &'static str,
+}
+
+impl WgmmaVariant {
+    pub fn algo(&self) -> ConvAlgo {
+        ConvAlgo::Wgmma { cols: self.cols }
+    }
+
+    /// Dynamic shared memory (WgmmaShape in sparse_conv.cu): `stages` of a 128 x 64 A tile and a
+    /// cols x 64 B tile (128 bytes a row), the per-offset row table, output rows, active offsets
+    /// and their count, and 1024 bytes to align the tiles to the swizzle atom.
+    const fn smem_bytes(&self) -> usize {
+        let (bn, st) = (self.cols as usize, self.stages as usize);
+        st * (128 * 128 + bn * 128) + PIPE_MAX_KV * 128 * 4 + 128 * 4 + (PIPE_MAX_KV + 1) * 4 + 1024
+    }
+}
+
+/// The warpgroup-MMA kernels built (output tiles of 128 rows x `cols` channels).
+pub const WGMMA_VARIANTS: [WgmmaVariant; 2] = [
+    WgmmaVariant { cols: 64, stages: 4, name: "conv_wgmma_m128_n64" },
+    WgmmaVariant { cols: 128, stages: 3, name: "conv_wgmma_m128_n128" },
 ];
 
 /// The tiled kernel for these channels and map outputs: tiles as wide as the output channels up
@@ -196,6 +258,20 @@ impl ConvAlgo {
     }
 }
 
+impl ConvAlgo {
+    /// [`ConvAlgo::best_for_volume`] for uploaded weights: where the tiled kernels would run and
+    /// the weights are [`CudaConvWeights::wgmma_ready`], the warpgroup-MMA kernel, with tiles
+    /// as wide as the tiled kernel's (128 channels on large maps, else 64).
+    pub fn best_for_weights(w: &CudaConvWeights, outputs: usize) -> ConvAlgo {
+        match Self::best_for_volume(w.cin, w.cout, outputs, w.kv) {
+            ConvAlgo::ImplicitGemmTiled { cols, .. } if w.wgmma_ready() => {
+                ConvAlgo::Wgmma { cols: if cols >= 128 && w.cout % 128 == 0 { 128 } else { 64 } }
+            }
+            algo => algo,
+        }
+    }
+}
+
 /// `x`: `[map.in_count, cin]` FP16. Returns `[map.out_count, cout]` FP16. Uses the best kernel.
 pub fn conv_cuda(
     dev: &CudaDevice,
@@ -205,7 +281,7 @@ pub fn conv_cuda(
     pre: Option<&CudaPreActivation<'_>>,
     residual: Option<&CudaSlice<f16>>,
 ) -> Result<CudaSlice<f16>, Error> {
-    conv_cuda_split(dev, x, map, w, pre, residual, ConvAlgo::best_for_volume(w.cin, w.cout, map.out_count, w.kv), None, None)
+    conv_cuda_split(dev, x, map, w, pre, residual, ConvAlgo::best_for_weights(w, map.out_count), None, None)
 }
 
 /// [`conv_cuda`] whose output goes through the next layer's BN (+ ReLU) in the epilogue:
@@ -219,7 +295,7 @@ pub fn conv_cuda_post(
     pre: Option<&CudaPreActivation<'_>>,
     post: &CudaPreActivation<'_>,
 ) -> Result<CudaSlice<f16>, Error> {
-    let algo = ConvAlgo::best_for_volume(w.cin, w.cout, map.out_count, w.kv);
+    let algo = ConvAlgo::best_for_weights(w, map.out_count);
     conv_cuda_split(dev, x, map, w, pre, None, algo, None, Some(post))
 }
 
@@ -279,7 +355,7 @@ pub fn conv_cuda_split(
     offset_splits: Option<usize>,
     post: Option<&CudaPreActivation<'_>>,
 ) -> Result<CudaSlice<f16>, Error> {
-    let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmTiled { .. });
+    let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmTiled { .. } | ConvAlgo::Wgmma { .. });
     if pipelined && w.kv > PIPE_MAX_KV {
         return Err(Error::InvalidInput(format!("the pipelined conv takes kernel volumes up to {PIPE_MAX_KV}, got {}", w.kv)));
     }
@@ -289,6 +365,20 @@ pub fn conv_cuda_split(
     if pipelined && map.sorted.is_none() && map.out_count > 0 {
         // maps of up to 64 offsets always carry it (kernel_map_cuda::mask_order)
         return Err(Error::InvalidInput("the pipelined conv needs the map's outputs sorted by neighbour mask".into()));
+    }
+    if let ConvAlgo::Wgmma { cols } = algo {
+        if !w.wgmma_ready() {
+            return Err(Error::InvalidInput(format!(
+                "the warpgroup-MMA conv needs a compute capability 9.0 GPU (this one is {}) and Cin and Cout multiples of 64 \
+                 (got {} and {}); use ConvAlgo::best_for_weights to pick a kernel",
+                dev.arch.sm(),
+                w.cin,
+                w.cout
+            )));
+        }
+        if w.cout % cols as usize != 0 {
+            return Err(Error::InvalidInput(format!("the warpgroup-MMA conv with {cols}-channel tiles needs Cout a multiple of {cols}, got {}", w.cout)));
+        }
     }
     if w.kv != map.kv {
         return Err(Error::InvalidInput(format!("conv weight has kernel volume {}, the map {}", w.kv, map.kv)));
@@ -371,6 +461,15 @@ pub fn conv_cuda_split(
             let (cfg, splits) = implicit_launch(rows as u32, cols as u32, 256, bytes as u32);
             (dev.function_with_shared("sparse_conv", v.name, bytes)?, cfg, splits)
         }
+        ConvAlgo::Wgmma { cols } => {
+            let v = WGMMA_VARIANTS
+                .iter()
+                .find(|v| v.cols == cols)
+                .ok_or_else(|| Error::InvalidInput(format!("no warpgroup-MMA conv kernel with {cols}-channel tiles is built")))?;
+            let bytes = v.smem_bytes();
+            let (cfg, splits) = implicit_launch(128, cols as u32, 256, bytes as u32);
+            (dev.function_with_shared("sparse_conv", v.name, bytes)?, cfg, splits)
+        }
     };
     let null: u64 = 0; // a NULL device pointer for absent optional inputs
     let (m32, kv32, cin32, cout32) = (map.out_count as u32, w.kv as u32, w.cin as u32, w.cout as u32);
@@ -385,7 +484,8 @@ pub fn conv_cuda_split(
         None
     };
     // SAFETY: the argument lists match the kernels (the implicit GEMMs also take `order` and
-    // `masks`, m entries each, or NULL);
+    // `masks`, m entries each, or NULL; the warpgroup-MMA kernels then the transposed weight,
+    // present: checked above);
     // buffer sizes checked above.
     unsafe {
         let mut b = s.launch_builder(&f);
@@ -422,6 +522,9 @@ pub fn conv_cuda_split(
                 None => b.arg(&null).arg(&null),
             };
             b.arg(&post_relu);
+        }
+        if let (ConvAlgo::Wgmma { .. }, Some(wt)) = (algo, &w.wt) {
+            b.arg(wt);
         }
         b.launch(cfg).map_err(cuda_err(format!("sparse conv ({algo:?})")))?;
     }
