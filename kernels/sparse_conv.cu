@@ -659,72 +659,17 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[16][4], u64 a, u64 b
 }
 
 
-// d (+)= A (64 x 16, descriptor a) x B (16 x 256, descriptor b): one warpgroup's m64n256k16.
-__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[32][4], u64 a, u64 b) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, 1, 1, 1, 0, 0;\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
-          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3]),
-          "+f"(d[16][0]), "+f"(d[16][1]), "+f"(d[16][2]), "+f"(d[16][3]),
-          "+f"(d[17][0]), "+f"(d[17][1]), "+f"(d[17][2]), "+f"(d[17][3]),
-          "+f"(d[18][0]), "+f"(d[18][1]), "+f"(d[18][2]), "+f"(d[18][3]),
-          "+f"(d[19][0]), "+f"(d[19][1]), "+f"(d[19][2]), "+f"(d[19][3]),
-          "+f"(d[20][0]), "+f"(d[20][1]), "+f"(d[20][2]), "+f"(d[20][3]),
-          "+f"(d[21][0]), "+f"(d[21][1]), "+f"(d[21][2]), "+f"(d[21][3]),
-          "+f"(d[22][0]), "+f"(d[22][1]), "+f"(d[22][2]), "+f"(d[22][3]),
-          "+f"(d[23][0]), "+f"(d[23][1]), "+f"(d[23][2]), "+f"(d[23][3]),
-          "+f"(d[24][0]), "+f"(d[24][1]), "+f"(d[24][2]), "+f"(d[24][3]),
-          "+f"(d[25][0]), "+f"(d[25][1]), "+f"(d[25][2]), "+f"(d[25][3]),
-          "+f"(d[26][0]), "+f"(d[26][1]), "+f"(d[26][2]), "+f"(d[26][3]),
-          "+f"(d[27][0]), "+f"(d[27][1]), "+f"(d[27][2]), "+f"(d[27][3]),
-          "+f"(d[28][0]), "+f"(d[28][1]), "+f"(d[28][2]), "+f"(d[28][3]),
-          "+f"(d[29][0]), "+f"(d[29][1]), "+f"(d[29][2]), "+f"(d[29][3]),
-          "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]),
-          "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
-        : "l"(a), "l"(b));
-}
-
 template <int BN>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[BN / 8][4], u64 a, u64 b);
 template <>
 __device__ __forceinline__ void wgmma_m64k16<64>(float (&d)[8][4], u64 a, u64 b) { wgmma_m64n64k16(d, a, b); }
 template <>
 __device__ __forceinline__ void wgmma_m64k16<128>(float (&d)[16][4], u64 a, u64 b) { wgmma_m64n128k16(d, a, b); }
-template <>
-__device__ __forceinline__ void wgmma_m64k16<256>(float (&d)[32][4], u64 a, u64 b) { wgmma_m64n256k16(d, a, b); }
 
 #define WGMMA_THREADS 256
-// S stages in the copy ring; D wgmma groups a warpgroup keeps in flight across the stage barrier
-// (0: its MMAs on stage st finish before it passes the barrier of stage st + 1; 1: they may
-// still run while it copies and computes stage st + 1, and copies run S - 2 stages ahead
-// instead of S - 1).
-template <int BN_, int S_, int D_>
+template <int BN_, int S_>
 struct WgmmaShape {
-    static constexpr int BM = 128, BN = BN_, BK = 64, S = S_, D = D_, NJ = BN / 8;
+    static constexpr int BM = 128, BN = BN_, BK = 64, S = S_, NJ = BN / 8;
     // dynamic shared memory, byte offsets from the first 1024-byte boundary (mirrored by
     // WGMMA_VARIANTS in conv_cuda.rs, which adds 1024 bytes for that alignment)
     static constexpr int A_STAGE = BM * 128, B_STAGE = BN * 128, STAGE = A_STAGE + B_STAGE;
@@ -733,9 +678,7 @@ struct WgmmaShape {
     static constexpr int ACT = OUTS + BM * 4;                 // u32 [PIPE_MAX_KV], then the count
     static constexpr int BYTES = ACT + (PIPE_MAX_KV + 1) * 4;
     static constexpr int B_PER_THREAD = BN / 32;              // 16-byte copies a B stage, a thread
-    static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma_m64k16 is built for 64, 128 and 256 channels");
-    static_assert(D == 0 || D == 1, "one group in flight at most");
-    static_assert(S - 1 - D >= 1, "copies at least one stage ahead");
+    static_assert(BN == 64 || BN == 128, "wgmma_m64k16 is built for 64 and 128 channels");
 };
 
 // x: [*, cin]; wt: W^T [kv][cout][cin]; the other arguments as IMPLICIT_GEMM_ARGS (pre must be 0:
@@ -811,33 +754,30 @@ __device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const __
             cs_chunk = 0;
             ++cs_off;
         }
-        if (live) {  // warpgroup-uniform
-            const u64 st = (u64)((buf * T::STAGE) >> 4);
-            wgmma_fence();
+        if (!live) return;  // warpgroup-uniform
+        const u64 st = (u64)((buf * T::STAGE) >> 4);
+        wgmma_fence();
 #pragma unroll
-            for (u32 kk = 0; kk < BK / 16; ++kk) wgmma_m64k16<T::BN>(acc[0], a_desc0 + st + 2 * kk, b_desc0 + st + 2 * kk);
-        }
-        wgmma_commit();  // an empty group when skipped: wgmma_wait<D> counts a group a stage
+        for (u32 kk = 0; kk < BK / 16; ++kk) wgmma_m64k16<T::BN>(acc[0], a_desc0 + st + 2 * kk, b_desc0 + st + 2 * kk);
+        wgmma_commit();
     };
-    // The ring of cp_async_ring with the wgmma waits: copies run AHEAD = S - 1 - D stages ahead,
-    // into the buffer of stage st - 1 - D; before the barrier after which that buffer is
-    // rewritten, this warpgroup's MMAs on it must be done (wgmma_wait<D>: at most the D newest
-    // groups still run).
-    constexpr int AHEAD = T::S - 1 - T::D;
+    // The ring of cp_async_ring, with the wgmma waits: before the barrier that frees stage st - 1
+    // for new copies, this warpgroup's MMAs on it must be done (wgmma_wait<0>); the MMAs of stage
+    // st then run while the threads wait for stage st + 1's copies.
     const u32 total = n_offsets * nc;
 #pragma unroll
-    for (int s = 0; s < AHEAD; ++s) {
+    for (int s = 0; s < T::S - 1; ++s) {
         if ((u32)s < total) issue((u32)s);
         cp_async_commit();
     }
-    u32 buf = 0, next = AHEAD;
+    u32 buf = 0, next = T::S - 1;
     for (u32 s = 0; s < total; ++s) {
-        cp_async_wait<AHEAD - 1>();  // this thread's copies of stage s have landed
+        cp_async_wait<T::S - 2>();
         fence_proxy_async();
-        wgmma_wait<T::D>();
+        wgmma_wait<0>();
         wgmma_fence_acc<NJ>(acc[0]);
         __syncthreads();
-        if (s + AHEAD < total) issue(next);
+        if (s + T::S - 1 < total) issue(next);
         cp_async_commit();
         step(buf);
         buf = buf + 1 == T::S ? 0 : buf + 1;
@@ -849,17 +789,12 @@ __device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const __
     tile_store<1, NJ>(acc, outs, wg * 64 + (warp & 3u) * 16, 0, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
 }
 
-// The instantiations; conv_cuda.rs' WGMMA_VARIANTS lists them with their shared memory.
-#define WGMMA_KERNEL(NAME, BN, S, D, MIN_BLOCKS)                                                                         \
+#define WGMMA_KERNEL(NAME, BN, S, MIN_BLOCKS)                                                                            \
     extern "C" __global__ void __launch_bounds__(WGMMA_THREADS, MIN_BLOCKS) NAME(IMPLICIT_GEMM_ARGS, const __half* __restrict__ wt) { \
-        implicit_gemm_wgmma<WgmmaShape<BN, S, D>>(IMPLICIT_GEMM_CALL, wt);                                             \
+        implicit_gemm_wgmma<WgmmaShape<BN, S>>(IMPLICIT_GEMM_CALL, wt);                                                \
     }
-WGMMA_KERNEL(conv_wgmma_m128_n64, 64, 4, 0, 2)
-WGMMA_KERNEL(conv_wgmma_m128_n64_d1, 64, 4, 1, 2)
-WGMMA_KERNEL(conv_wgmma_m128_n128, 128, 3, 0, 2)
-WGMMA_KERNEL(conv_wgmma_m128_n128_d1, 128, 3, 1, 2)
-WGMMA_KERNEL(conv_wgmma_m128_n128_s4_d1, 128, 4, 1, 1)
-WGMMA_KERNEL(conv_wgmma_m128_n256_d1, 256, 4, 1, 1)
+WGMMA_KERNEL(conv_wgmma_m128_n64, 64, 4, 2)
+WGMMA_KERNEL(conv_wgmma_m128_n128, 128, 3, 2)
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // The split implicit GEMM's epilogue: out = sum over splits (in split order) + bias + residual,

@@ -127,11 +127,10 @@ pub enum ConvAlgo {
     /// (`conv_tiled_m*_n*_k*`; the shapes built are [`TILED_VARIANTS`]): for large maps.
     ImplicitGemmTiled { rows: u16, cols: u16, depth: u16, stages: u16 },
     /// Hopper's warpgroup MMA (`conv_wgmma_m128_n*`): 128-row tiles of two warpgroups, `cols`
-    /// output channels each, Cin chunks of 64 read from swizzled shared memory by `wgmma`, a
-    /// `stages`-deep copy ring, `in_flight` (0 or 1) MMA groups a warpgroup keeps running across
-    /// a stage barrier (the shapes built are [`WGMMA_VARIANTS`]); compute capability 9.0, weights
-    /// that are [`CudaConvWeights::wgmma_ready`], Cout a multiple of `cols`.
-    Wgmma { cols: u16, stages: u16, in_flight: u16 },
+    /// output channels each (one of [`WGMMA_VARIANTS`]), Cin chunks of 64 read from swizzled
+    /// shared memory by `wgmma`; compute capability 9.0, weights that are
+    /// [`CudaConvWeights::wgmma_ready`], Cout a multiple of `cols`.
+    Wgmma { cols: u16 },
     /// One thread per output channel, FP32 FMA (`conv_direct`): any channel count; the oracle
     /// the fast kernel is tested against.
     Direct,
@@ -183,13 +182,12 @@ pub const TILED_VARIANTS: [TiledVariant; 6] = [
 pub struct WgmmaVariant {
     pub cols: u16,
     pub stages: u16,
-    pub in_flight: u16,
     pub name: &'static str,
 }
 
 impl WgmmaVariant {
     pub fn algo(&self) -> ConvAlgo {
-        ConvAlgo::Wgmma { cols: self.cols, stages: self.stages, in_flight: self.in_flight }
+        ConvAlgo::Wgmma { cols: self.cols }
     }
 
     /// Dynamic shared memory (WgmmaShape in sparse_conv.cu): `stages` of a 128 x 64 A tile and a
@@ -202,13 +200,9 @@ impl WgmmaVariant {
 }
 
 /// The warpgroup-MMA kernels built (output tiles of 128 rows x `cols` channels).
-pub const WGMMA_VARIANTS: [WgmmaVariant; 6] = [
-    WgmmaVariant { cols: 64, stages: 4, in_flight: 0, name: "conv_wgmma_m128_n64" },
-    WgmmaVariant { cols: 64, stages: 4, in_flight: 1, name: "conv_wgmma_m128_n64_d1" },
-    WgmmaVariant { cols: 128, stages: 3, in_flight: 0, name: "conv_wgmma_m128_n128" },
-    WgmmaVariant { cols: 128, stages: 3, in_flight: 1, name: "conv_wgmma_m128_n128_d1" },
-    WgmmaVariant { cols: 128, stages: 4, in_flight: 1, name: "conv_wgmma_m128_n128_s4_d1" },
-    WgmmaVariant { cols: 256, stages: 4, in_flight: 1, name: "conv_wgmma_m128_n256_d1" },
+pub const WGMMA_VARIANTS: [WgmmaVariant; 2] = [
+    WgmmaVariant { cols: 64, stages: 4, name: "conv_wgmma_m128_n64" },
+    WgmmaVariant { cols: 128, stages: 3, name: "conv_wgmma_m128_n128" },
 ];
 
 /// The tiled kernel for these channels and map outputs: tiles as wide as the output channels up
@@ -271,8 +265,7 @@ impl ConvAlgo {
     pub fn best_for_weights(w: &CudaConvWeights, outputs: usize) -> ConvAlgo {
         match Self::best_for_volume(w.cin, w.cout, outputs, w.kv) {
             ConvAlgo::ImplicitGemmTiled { cols, .. } if w.wgmma_ready() => {
-                let v = if cols >= 128 && w.cout % 128 == 0 { &WGMMA_VARIANTS[2] } else { &WGMMA_VARIANTS[0] };
-                v.algo()
+                ConvAlgo::Wgmma { cols: if cols >= 128 && w.cout % 128 == 0 { 128 } else { 64 } }
             }
             algo => algo,
         }
@@ -373,7 +366,7 @@ pub fn conv_cuda_split(
         // maps of up to 64 offsets always carry it (kernel_map_cuda::mask_order)
         return Err(Error::InvalidInput("the pipelined conv needs the map's outputs sorted by neighbour mask".into()));
     }
-    if let ConvAlgo::Wgmma { cols, .. } = algo {
+    if let ConvAlgo::Wgmma { cols } = algo {
         if !w.wgmma_ready() {
             return Err(Error::InvalidInput(format!(
                 "the warpgroup-MMA conv needs a compute capability 9.0 GPU (this one is {}) and Cin and Cout multiples of 64 \
@@ -468,12 +461,11 @@ pub fn conv_cuda_split(
             let (cfg, splits) = implicit_launch(rows as u32, cols as u32, 256, bytes as u32);
             (dev.function_with_shared("sparse_conv", v.name, bytes)?, cfg, splits)
         }
-        ConvAlgo::Wgmma { cols, stages, in_flight } => {
-            let v = WGMMA_VARIANTS.iter().find(|v| (v.cols, v.stages, v.in_flight) == (cols, stages, in_flight)).ok_or_else(|| {
-                Error::InvalidInput(format!(
-                    "no warpgroup-MMA conv kernel with {cols}-channel tiles, {stages} stages and {in_flight} MMA groups in flight is built"
-                ))
-            })?;
+        ConvAlgo::Wgmma { cols } => {
+            let v = WGMMA_VARIANTS
+                .iter()
+                .find(|v| v.cols == cols)
+                .ok_or_else(|| Error::InvalidInput(format!("no warpgroup-MMA conv kernel with {cols}-channel tiles is built")))?;
             let bytes = v.smem_bytes();
             let (cfg, splits) = implicit_launch(128, cols as u32, 256, bytes as u32);
             (dev.function_with_shared("sparse_conv", v.name, bytes)?, cfg, splits)
