@@ -447,7 +447,7 @@ fn kernels_cmd(archs: &[String]) -> Result<()> {
         for k in sptr::device::kernels::ALL {
             let t = Instant::now();
             let c = nvrtc::compile(k, arch)?;
-            println!("{:<12} {:<6} {:>8} bytes  {:>6.0} ms", k.name, arch.sm(), c.cubin.len(), t.elapsed().as_secs_f64() * 1e3);
+            println!("{:<12} {:<7} {:>8} bytes  {:>6.0} ms", k.name, arch.target(), c.cubin.len(), t.elapsed().as_secs_f64() * 1e3);
             if !c.log.is_empty() {
                 println!("{}", c.log);
             }
