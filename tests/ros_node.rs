@@ -3,7 +3,8 @@
 //! Each test starts the built node as a subprocess with `--ros-args --params-file <temp params,
 //! device cpu, the test model and its random weights> -r __ns:=/<unique namespace>`, runs one
 //! peer scenario, checks the node is still running, then sends SIGINT and checks it exits with
-//! status 0 within 1 s. Other tests start the node with invalid parameters or weights and check
+//! status 0 before `ros2 launch` would escalate (5 s; the node reports its own stop, well under a
+//! second). Other tests start the node with invalid parameters or weights and check
 //! it refuses to start with a message naming the parameter.
 //!
 //! The test model is `config/models/sphereformer_nuscenes.yaml` narrowed (m 16, layers
@@ -293,8 +294,8 @@ fn signal(p: &Proc, sig: &str) {
     assert!(ok, "kill -{sig} {} failed", p.child.id());
 }
 
-/// Starts the node, runs the peer's `scenario`, checks the node survived it and stops on
-/// SIGINT within a second with status 0. Returns the peer's output.
+/// Starts the node, runs the peer's `scenario`, checks the node survived it and exits on SIGINT
+/// with status 0 before launch's escalation. Returns the peer's output.
 fn run_scenario(scenario: &str, node_extra: &[&str], peer_extra: &[&str]) -> String {
     let ns = unique(scenario);
     let params = params_file(&ns, "cpu", |t| t);
@@ -372,8 +373,10 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
         );
     }
 
-    // SIGINT (SIGTERM for the launch-style test, as launch escalates): exits within a second,
-    // status 0.
+    // SIGINT (SIGTERM for the launch-style test, as launch escalates): exits with status 0 before
+    // `ros2 launch` would escalate (its sigterm_timeout, 5 s by default). The node itself reports
+    // stopping in well under a second; the process teardown after it (DDS participants) once took
+    // over a second on the loaded 2-core CI machine, so the limit is launch's, not a guess.
     let sig = if ns.contains("_launch_") {
         "TERM"
     } else {
@@ -381,7 +384,8 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
     };
     let t = Instant::now();
     signal(&node, sig);
-    match node.wait_for(Duration::from_secs(1)) {
+    const EXIT_LIMIT: Duration = Duration::from_secs(5);
+    match node.wait_for(EXIT_LIMIT) {
         Some(s) if s.success() => {}
         Some(s) => panic!(
             "{}",
@@ -389,7 +393,7 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
         ),
         None => panic!(
             "{}",
-            report(&format!("the node did not exit within 1 s of SIG{sig}"))
+            report(&format!("the node did not exit within {EXIT_LIMIT:?} of SIG{sig}"))
         ),
     }
     eprintln!(
