@@ -301,11 +301,17 @@ __device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __res
     return na;
 }
 
+struct NoHook {
+    __device__ void operator()() const {}
+};
+
 // The pipelined kernels' cp.async ring over `total` stages: issue(st) starts copying stage st
 // into ring buffer buf = st % S, step(st, buf) computes on it once landed; S - 1 stages stay in
-// flight.
-template <int S, typename Issue, typename Step>
-__device__ __forceinline__ void cp_async_ring(u32 total, Issue issue, Step step) {
+// flight. landed() runs in each thread after its copies of a stage have landed, before the
+// barrier after which the buffer of the stage before is rewritten (the warpgroup-MMA kernels
+// finish their asynchronous MMAs on that buffer there).
+template <int S, typename Issue, typename Step, typename Landed = NoHook>
+__device__ __forceinline__ void cp_async_ring(u32 total, Issue issue, Step step, Landed landed = {}) {
 #pragma unroll
     for (int st = 0; st < S - 1; ++st) {
         if ((u32)st < total) issue((u32)st, (u32)st);
@@ -314,6 +320,7 @@ __device__ __forceinline__ void cp_async_ring(u32 total, Issue issue, Step step)
     u32 buf = 0, next = S - 1;  // st % S and (st + S - 1) % S, kept without division
     for (u32 st = 0; st < total; ++st) {
         cp_async_wait<S - 2>();  // this thread's copies of stage st have landed
+        landed();
         __syncthreads();         // everyone's have; and every thread is done with stage st - 1
         if (st + S - 1 < total) issue(st + S - 1, next);  // into the buffer stage st - 1 used
         cp_async_commit();
@@ -415,6 +422,34 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], u32 a) {
 //    rebuild the copy addresses every stage (twice the instructions outside the MMAs).
 #define TILED_THREADS 256
 
+// The per-tile tables of the tiled and warpgroup-MMA kernels (filled by tile_active_offsets), in
+// dynamic shared memory after a copy ring of RING bytes: byte offsets (mirrored by
+// tile_tables_bytes in conv_cuda.rs), and pointers to them from the shared memory's start.
+template <int BM, int RING>
+struct TileTables {
+    static constexpr int ROWS = RING;                         // i32 [PIPE_MAX_KV][BM]: input rows
+    static constexpr int OUTS = ROWS + PIPE_MAX_KV * BM * 4;  // u32 [BM]: output rows
+    static constexpr int ACT = OUTS + BM * 4;                 // u32 [PIPE_MAX_KV]: active offsets, then their count
+    static constexpr int BYTES = ACT + (PIPE_MAX_KV + 1) * 4;
+    i32* rows;
+    u32* outs;
+    u32* act;
+    __device__ explicit TileTables(unsigned char* smem)
+        : rows(reinterpret_cast<i32*>(smem + ROWS)), outs(reinterpret_cast<u32*>(smem + OUTS)), act(reinterpret_cast<u32*>(smem + ACT)) {}
+};
+
+// Where a side of the ring (copies or compute) is in the stage list: active offset `off`, Cin
+// chunk `chunk` of nc.
+struct StageCursor {
+    u32 off = 0, chunk = 0;
+    __device__ void advance(u32 nc) {
+        if (++chunk == nc) {
+            chunk = 0;
+            ++off;
+        }
+    }
+};
+
 template <int BM_, int BN_, int BK_, int S_>
 struct TiledShape {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, S = S_;
@@ -424,11 +459,8 @@ struct TiledShape {
     static constexpr int ACH = BK / 8, BCH = BN / 8;                 // 16-byte chunks a row
     static constexpr int A_ROWS_STEP = TILED_THREADS / ACH, A_PER_THREAD = BM / A_ROWS_STEP;
     static constexpr int B_ROWS_STEP = TILED_THREADS / BCH, B_PER_THREAD = (BK + B_ROWS_STEP - 1) / B_ROWS_STEP;
-    // dynamic shared memory, byte offsets (mirrored by TILED_VARIANTS in conv_cuda.rs)
-    static constexpr int ROWS = 2 * S * (A_STAGE + B_STAGE);  // i32 [PIPE_MAX_KV][BM]
-    static constexpr int OUTS = ROWS + PIPE_MAX_KV * BM * 4;    // u32 [BM]
-    static constexpr int ACT = OUTS + BM * 4;                   // u32 [PIPE_MAX_KV], then the count
-    static constexpr int BYTES = ACT + (PIPE_MAX_KV + 1) * 4;
+    // dynamic shared memory: the ring, then the tables (mirrored by TILED_VARIANTS in conv_cuda.rs)
+    using Tables = TileTables<BM, 2 * S * (A_STAGE + B_STAGE)>;
     static_assert(WARPS_M * WARPS_N == 8 && WN % 16 == 0 && BK % 16 == 0, "8 warps of whole ldmatrix_x4 fragments");
     static_assert(TILED_THREADS % ACH == 0 && BM % A_ROWS_STEP == 0 && TILED_THREADS % BCH == 0, "fixed copy columns a thread");
 };
@@ -446,9 +478,10 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
     __shared__ u64 halves[BM / 16];  // each 16-row half-slice's neighbour-mask union
     __half* As = reinterpret_cast<__half*>(tiled_smem);
     __half* Bs = As + T::S * T::A_STAGE;
-    i32* rows = reinterpret_cast<i32*>(tiled_smem + T::ROWS);
-    u32* outs = reinterpret_cast<u32*>(tiled_smem + T::OUTS);
-    u32* act = reinterpret_cast<u32*>(tiled_smem + T::ACT);
+    const typename T::Tables tab(tiled_smem);
+    i32* rows = tab.rows;
+    u32* outs = tab.outs;
+    u32* act = tab.act;
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const u32 slice = warp % T::WARPS_M, wm = slice * 32, wn = (warp / T::WARPS_M) * T::WN;
     const u32 g = lane >> 2, t = lane & 3u;
@@ -479,10 +512,10 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
     const __half* a_src[T::A_PER_THREAD];
     u32 a_state = 0;  // bit v: row v has an input at this offset (copy it, else zero-fill)
     const __half* b_src = w;
-    u32 in_off = 0, in_chunk = 0;
+    StageCursor in;
     auto issue = [&](u32 buf) {
-        if (in_chunk == 0) {
-            const u32 kk = act[in_off], k = k_begin + kk;
+        if (in.chunk == 0) {
+            const u32 kk = act[in.off], k = k_begin + kk;
             a_state = 0;
 #pragma unroll
             for (int v = 0; v < T::A_PER_THREAD; ++v) {
@@ -493,7 +526,7 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
             }
             b_src = w + ((u64)k * cin + b_r0) * cout + n0 + b_nv;
         }
-        const u32 c0 = in_chunk * BK;
+        const u32 c0 = in.chunk * BK;
         const bool a_col_ok = c0 + a_cv < cin;
         const u32 a_dst = a_cp + buf * A_STAGE_B, b_dst = b_cp + buf * B_STAGE_B;
 #pragma unroll
@@ -506,10 +539,7 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
             const bool ok = b_col_ok && c0 + r < cin;
             cp_async16_s(b_dst + 2 * v * T::B_ROWS_STEP * T::B_LD, ok ? (const void*)(b_src + (u64)(c0 + v * T::B_ROWS_STEP) * cout) : (const void*)w, ok);
         }
-        if (++in_chunk == nc) {
-            in_chunk = 0;
-            ++in_off;
-        }
+        in.advance(nc);
     };
     // Compute side: the fragment loads and MMAs of a 16-row half with no input at the stage's
     // offset are skipped, so are stages where neither half has one. Fragment addresses: A rows
@@ -541,16 +571,14 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
             }
         }
     };
-    u32 cs_off = 0, cs_chunk = 0, live = 0;
+    StageCursor cs;
+    u32 live = 0;
     auto step = [&](u32 buf) {
-        if (cs_chunk == 0) {
-            const u32 k = k_begin + act[cs_off];
+        if (cs.chunk == 0) {
+            const u32 k = k_begin + act[cs.off];
             live = (u32)((halves[2 * slice] >> k) & 1ull) | (u32)((halves[2 * slice + 1] >> k) & 1ull) << 1;
         }
-        if (++cs_chunk == nc) {
-            cs_chunk = 0;
-            ++cs_off;
-        }
+        cs.advance(nc);
         // warp-uniform
         if (live == 3u) compute(Const<3>{}, buf);
         else if (live == 1u) compute(Const<1>{}, buf);
@@ -610,6 +638,12 @@ __device__ __forceinline__ void wgmma_fence_acc(float (&d)[NJ][4]) {
         for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
 }
 
+// The accumulator operands of a wgmma, d[J][4] for rows J .. J + 7 of d (4 registers each).
+#define WGMMA_ACC_ROW(J) "+f"(d[J][0]), "+f"(d[J][1]), "+f"(d[J][2]), "+f"(d[J][3])
+#define WGMMA_ACC_8ROWS(J)                                                                        \
+    WGMMA_ACC_ROW(J), WGMMA_ACC_ROW(J + 1), WGMMA_ACC_ROW(J + 2), WGMMA_ACC_ROW(J + 3), WGMMA_ACC_ROW(J + 4), \
+        WGMMA_ACC_ROW(J + 5), WGMMA_ACC_ROW(J + 6), WGMMA_ACC_ROW(J + 7)
+
 // d (+)= A (64 x 16, descriptor a) x B (16 x 64, descriptor b): one warpgroup's m64n64k16.
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[8][4], u64 a, u64 b) {
     asm volatile(
@@ -618,14 +652,7 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[8][4], u64 a, u64 b) 
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
         "}, %32, %33, 1, 1, 1, 0, 0;\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : WGMMA_ACC_8ROWS(0)
         : "l"(a), "l"(b));
 }
 
@@ -639,22 +666,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[16][4], u64 a, u64 b
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
         "}, %64, %65, 1, 1, 1, 0, 0;\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
-          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
-          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
-          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
-          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
-          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
-          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : WGMMA_ACC_8ROWS(0), WGMMA_ACC_8ROWS(8)
         : "l"(a), "l"(b));
 }
 
@@ -670,13 +682,10 @@ __device__ __forceinline__ void wgmma_m64k16<128>(float (&d)[16][4], u64 a, u64 
 template <int BN_, int S_>
 struct WgmmaShape {
     static constexpr int BM = 128, BN = BN_, BK = 64, S = S_, NJ = BN / 8;
-    // dynamic shared memory, byte offsets from the first 1024-byte boundary (mirrored by
-    // WGMMA_VARIANTS in conv_cuda.rs, which adds 1024 bytes for that alignment)
+    // dynamic shared memory from the first 1024-byte boundary: the ring, then the tables
+    // (mirrored by WGMMA_VARIANTS in conv_cuda.rs, which adds 1024 bytes for that alignment)
     static constexpr int A_STAGE = BM * 128, B_STAGE = BN * 128, STAGE = A_STAGE + B_STAGE;
-    static constexpr int ROWS = S * STAGE;                    // i32 [PIPE_MAX_KV][BM]
-    static constexpr int OUTS = ROWS + PIPE_MAX_KV * BM * 4;  // u32 [BM]
-    static constexpr int ACT = OUTS + BM * 4;                 // u32 [PIPE_MAX_KV], then the count
-    static constexpr int BYTES = ACT + (PIPE_MAX_KV + 1) * 4;
+    using Tables = TileTables<BM, S * STAGE>;
     static constexpr int B_PER_THREAD = BN / 32;              // 16-byte copies a B stage, a thread
     static_assert(BN == 64 || BN == 128, "wgmma_m64k16 is built for 64 and 128 channels");
 };
@@ -691,9 +700,10 @@ __device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const __
     const u32 raw0 = (u32)__cvta_generic_to_shared(wgmma_smem_raw);
     const u32 smem0 = (raw0 + 1023u) & ~1023u;  // swizzle atoms are 1024-byte aligned
     unsigned char* smem = wgmma_smem_raw + (smem0 - raw0);
-    i32* rows = reinterpret_cast<i32*>(smem + T::ROWS);
-    u32* outs = reinterpret_cast<u32*>(smem + T::OUTS);
-    u32* act = reinterpret_cast<u32*>(smem + T::ACT);
+    const typename T::Tables tab(smem);
+    i32* rows = tab.rows;
+    u32* outs = tab.outs;
+    u32* act = tab.act;
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, wg = warp >> 2;
     const u32 g = lane >> 2, t = lane & 3u;
     const u32 o0 = blockIdx.x * BM, n0 = blockIdx.y * T::BN;
@@ -719,10 +729,10 @@ __device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const __
     const __half* a_src[4];
     u32 a_state = 0;  // bit v: row r0 + 32 v has an input at this offset
     const __half* b_src = wt;
-    u32 in_off = 0, in_chunk = 0;
+    StageCursor in;
     auto issue = [&](u32 buf) {
-        if (in_chunk == 0) {
-            const u32 kk = act[in_off], k = k_begin + kk;
+        if (in.chunk == 0) {
+            const u32 kk = act[in.off], k = k_begin + kk;
             a_state = 0;
 #pragma unroll
             for (int v = 0; v < 4; ++v) {
@@ -732,28 +742,22 @@ __device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const __
             }
             b_src = wt + ((u64)k * cout + n0 + r0) * cin + ch * 8;
         }
-        const u32 c0 = in_chunk * BK;
+        const u32 c0 = in.chunk * BK;
         const u32 dst = buf * T::STAGE;
 #pragma unroll
         for (int v = 0; v < 4; ++v) cp_async16_s(a_cp + dst + v * 4096u, a_src[v] + c0, (a_state >> v) & 1u);
 #pragma unroll
         for (int v = 0; v < T::B_PER_THREAD; ++v) cp_async16_s(b_cp + dst + v * 4096u, b_src + (u64)v * 32 * cin + c0, true);
-        if (++in_chunk == nc) {
-            in_chunk = 0;
-            ++in_off;
-        }
+        in.advance(nc);
     };
     // Compute side: descriptors of this warpgroup's A rows (64 x 128 bytes from wg * 8192) and
     // of the B tile, stepped by 32 bytes (16 halves) along K and by a stage along the ring.
     const u64 a_desc0 = wgmma_desc(smem0 + wg * 8192u), b_desc0 = wgmma_desc(smem0 + T::A_STAGE);
-    u32 cs_off = 0, cs_chunk = 0;
+    StageCursor cs;
     bool live = false;
     auto step = [&](u32 buf) {
-        if (cs_chunk == 0) live = (wg_mask >> (k_begin + act[cs_off])) & 1ull;
-        if (++cs_chunk == nc) {
-            cs_chunk = 0;
-            ++cs_off;
-        }
+        if (cs.chunk == 0) live = (wg_mask >> (k_begin + act[cs.off])) & 1ull;
+        cs.advance(nc);
         if (!live) return;  // warpgroup-uniform
         const u64 st = (u64)((buf * T::STAGE) >> 4);
         wgmma_fence();
@@ -761,29 +765,15 @@ __device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const __
         for (u32 kk = 0; kk < BK / 16; ++kk) wgmma_m64k16<T::BN>(acc[0], a_desc0 + st + 2 * kk, b_desc0 + st + 2 * kk);
         wgmma_commit();
     };
-    // The ring of cp_async_ring, with the wgmma waits: before the barrier that frees stage st - 1
-    // for new copies, this warpgroup's MMAs on it must be done (wgmma_wait<0>); the MMAs of stage
-    // st then run while the threads wait for stage st + 1's copies.
-    const u32 total = n_offsets * nc;
-#pragma unroll
-    for (int s = 0; s < T::S - 1; ++s) {
-        if ((u32)s < total) issue((u32)s);
-        cp_async_commit();
-    }
-    u32 buf = 0, next = T::S - 1;
-    for (u32 s = 0; s < total; ++s) {
-        cp_async_wait<T::S - 2>();
+    // Once a thread's copies of a stage have landed, before the barrier that frees stage st - 1
+    // for new copies: the proxy fence, and this warpgroup's MMAs on stage st - 1 done. The MMAs
+    // of stage st then run while the threads wait for stage st + 1's copies.
+    auto landed = [&]() {
         fence_proxy_async();
         wgmma_wait<0>();
         wgmma_fence_acc<NJ>(acc[0]);
-        __syncthreads();
-        if (s + T::S - 1 < total) issue(next);
-        cp_async_commit();
-        step(buf);
-        buf = buf + 1 == T::S ? 0 : buf + 1;
-        next = next + 1 == T::S ? 0 : next + 1;
-    }
-    cp_async_wait<0>();
+    };
+    cp_async_ring<T::S>(n_offsets * nc, [&](u32, u32 buf) { issue(buf); }, [&](u32, u32 buf) { step(buf); }, landed);
     wgmma_wait<0>();
     wgmma_fence_acc<NJ>(acc[0]);
     tile_store<1, NJ>(acc, outs, wg * 64 + (warp & 3u) * 16, 0, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);

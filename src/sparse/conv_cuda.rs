@@ -159,12 +159,18 @@ impl TiledVariant {
     }
 
     /// Dynamic shared memory (TiledShape in sparse_conv.cu): `stages` of a rows x (depth + 8) A
-    /// tile and a depth x (cols + 8) B tile, FP16; the per-offset row table; output rows; active
-    /// offsets and their count.
+    /// tile and a depth x (cols + 8) B tile, FP16, then the tile's tables.
     const fn smem_bytes(&self) -> usize {
         let (bm, bn, bk, s) = (self.rows as usize, self.cols as usize, self.depth as usize, self.stages as usize);
-        2 * s * (bm * (bk + 8) + bk * (bn + 8)) + PIPE_MAX_KV * bm * 4 + bm * 4 + (PIPE_MAX_KV + 1) * 4
+        2 * s * (bm * (bk + 8) + bk * (bn + 8)) + tile_tables_bytes(bm)
     }
+}
+
+/// The per-tile tables after a tiled or warpgroup-MMA kernel's copy ring (TileTables in
+/// sparse_conv.cu): each active offset's input rows, the output rows, the active offsets and
+/// their count.
+const fn tile_tables_bytes(rows: usize) -> usize {
+    PIPE_MAX_KV * rows * 4 + rows * 4 + (PIPE_MAX_KV + 1) * 4
 }
 
 /// The tiled kernels built (rows x cols tiles, Cin chunks of `depth`, cp.async stages).
@@ -191,11 +197,11 @@ impl WgmmaVariant {
     }
 
     /// Dynamic shared memory (WgmmaShape in sparse_conv.cu): `stages` of a 128 x 64 A tile and a
-    /// cols x 64 B tile (128 bytes a row), the per-offset row table, output rows, active offsets
-    /// and their count, and 1024 bytes to align the tiles to the swizzle atom.
+    /// cols x 64 B tile (128 bytes a row), the tile's tables, and 1024 bytes to align the tiles to
+    /// the swizzle atom.
     const fn smem_bytes(&self) -> usize {
         let (bn, st) = (self.cols as usize, self.stages as usize);
-        st * (128 * 128 + bn * 128) + PIPE_MAX_KV * 128 * 4 + 128 * 4 + (PIPE_MAX_KV + 1) * 4 + 1024
+        st * (128 * 128 + bn * 128) + tile_tables_bytes(128) + 1024
     }
 }
 
@@ -256,9 +262,7 @@ impl ConvAlgo {
             ConvAlgo::ImplicitGemm
         }
     }
-}
 
-impl ConvAlgo {
     /// [`ConvAlgo::best_for_volume`] for uploaded weights: where the tiled kernels would run and
     /// the weights are [`CudaConvWeights::wgmma_ready`], the warpgroup-MMA kernel, with tiles
     /// as wide as the tiled kernel's (128 channels on large maps, else 64).
