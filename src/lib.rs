@@ -9,6 +9,7 @@ pub mod bag;
 pub mod bev;
 pub mod cloud;
 pub mod config;
+pub mod dense;
 pub mod device;
 pub mod error;
 pub mod eval;

@@ -31,6 +31,7 @@ pub const ALL: &[KernelSource] = &[
     KernelSource { name: "attention", src: include_str!("../../kernels/attention.cu"), fmad: false },
     KernelSource { name: "attention_core", src: include_str!("../../kernels/attention_core.cu"), fmad: true },
     KernelSource { name: "layers", src: include_str!("../../kernels/layers.cu"), fmad: true },
+    KernelSource { name: "dense", src: include_str!("../../kernels/dense.cu"), fmad: false },
 ];
 
 /// The source of module `name`, if there is one.
