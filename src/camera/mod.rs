@@ -1,0 +1,5 @@
+//! The camera branch: images in, BEVFusion's camera features out.
+
+pub mod encoder;
+pub mod fpn;
+pub mod swin;
