@@ -8,18 +8,22 @@
 #include <cuda_fp16.h>
 
 // nn.LayerNorm over the c channels of each row (biased variance, eps inside the square root).
-// One warp per row; c <= 32 * LN_MAX_PER_LANE.
+// One warp per row; c <= 32 * PER_LANE: layer_norm_rows up to 512 channels (LN_MAX_PER_LANE),
+// layer_norm_rows_wide up to 1536 (LN_WIDE_PER_LANE: Swin's 4 x 384 features before a patch
+// merging's reduction) with three times the registers.
 #define LN_MAX_PER_LANE 16
-extern "C" __global__ void layer_norm_rows(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
-                                           const float* __restrict__ beta, float eps, __half* __restrict__ out) {
+#define LN_WIDE_PER_LANE 48
+template <int PER_LANE>
+__device__ __forceinline__ void layer_norm_row(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
+                                               const float* __restrict__ beta, float eps, __half* __restrict__ out) {
     const u32 row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const u32 lane = threadIdx.x & 31u;
     if (row >= n) return;
     const __half* xr = x + (u64)row * c;
-    float v[LN_MAX_PER_LANE];
+    float v[PER_LANE];
     float sum = 0.0f;
 #pragma unroll
-    for (int t = 0; t < LN_MAX_PER_LANE; ++t) {
+    for (int t = 0; t < PER_LANE; ++t) {
         const u32 j = lane + 32u * t;
         v[t] = j < c ? __half2float(xr[j]) : 0.0f;
         sum += v[t];
@@ -29,7 +33,7 @@ extern "C" __global__ void layer_norm_rows(const __half* __restrict__ x, u32 n, 
     const float mean = sum / (float)c;
     float var = 0.0f;
 #pragma unroll
-    for (int t = 0; t < LN_MAX_PER_LANE; ++t) {
+    for (int t = 0; t < PER_LANE; ++t) {
         const u32 j = lane + 32u * t;
         const float d = j < c ? v[t] - mean : 0.0f;
         var += d * d;
@@ -39,10 +43,20 @@ extern "C" __global__ void layer_norm_rows(const __half* __restrict__ x, u32 n, 
     const float inv = rsqrtf(var / (float)c + eps);
     __half* orow = out + (u64)row * c;
 #pragma unroll
-    for (int t = 0; t < LN_MAX_PER_LANE; ++t) {
+    for (int t = 0; t < PER_LANE; ++t) {
         const u32 j = lane + 32u * t;
         if (j < c) orow[j] = __float2half_rn((v[t] - mean) * inv * gamma[j] + beta[j]);
     }
+}
+
+extern "C" __global__ void layer_norm_rows(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
+                                           const float* __restrict__ beta, float eps, __half* __restrict__ out) {
+    layer_norm_row<LN_MAX_PER_LANE>(x, n, c, gamma, beta, eps, out);
+}
+
+extern "C" __global__ void layer_norm_rows_wide(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
+                                                const float* __restrict__ beta, float eps, __half* __restrict__ out) {
+    layer_norm_row<LN_WIDE_PER_LANE>(x, n, c, gamma, beta, eps, out);
 }
 
 // GELU as nn.GELU() computes it (the erf form).

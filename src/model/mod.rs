@@ -4,6 +4,8 @@
 //! inference preprocessing that turns points into the network's inputs (`preprocess`).
 
 pub mod bench;
+#[cfg(feature = "cuda")]
+pub mod gpu_layers;
 pub mod layers;
 pub mod preprocess;
 pub mod random;

@@ -18,38 +18,19 @@ use crate::attention::cuda::{sphere_attention_cuda, CudaSphereTables, CudaSphere
 use crate::attention::sphere::SphereLevel;
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::grid_1d;
-use crate::model::layers::{BatchNorm, LayerNorm, Linear};
+use crate::model::layers::BatchNorm;
 use crate::model::preprocess::cuda::{CudaNetworkInputs, CudaPointMap};
 use crate::sparse::conv_cpu::WeightLayout;
 use crate::sparse::conv_cuda::{conv_cuda, conv_cuda_post, CudaConvWeights, CudaPreActivation};
 use crate::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda_sites, submanifold_cuda_sites, CudaKernelMap, CudaSites};
 use crate::sparse::tensor::{validate_geometry, validate_sites};
 use crate::Error;
-use cudarc::cublas::{sys as blas_sys, CudaBlas};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, PushKernelArg};
+use crate::model::gpu_layers::{alloc, elements, epilogue, up_f16, up_f32, GpuLayerNorm, GpuLinear};
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaSlice, PushKernelArg};
 use half::f16;
 
 const THREADS: u32 = 256;
-/// LayerNorm's widest row (`LN_MAX_PER_LANE` × 32 in layers.cu).
-const LAYER_NORM_MAX_C: usize = 512;
-
-fn up_f32(dev: &CudaDevice, v: &[f32], what: &str) -> Result<CudaSlice<f32>, Error> {
-    dev.stream.clone_htod(v).map_err(cuda_err(format!("uploading {what}")))
-}
-
-fn up_f16(dev: &CudaDevice, v: &[f32], what: &str) -> Result<CudaSlice<f16>, Error> {
-    let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
-    dev.stream.clone_htod(&h).map_err(cuda_err(format!("uploading {what}")))
-}
-
-/// Device memory for `len` elements that the next kernel overwrites entirely.
-fn alloc<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(dev: &CudaDevice, len: usize, what: &str) -> Result<CudaSlice<T>, Error> {
-    dev.stream.alloc_zeros::<T>(len.max(1)).map_err(cuda_err(format!("allocating {what}")))
-}
-
-fn elements(n: usize, c: usize, what: &str) -> Result<u32, Error> {
-    u32::try_from(n * c).map_err(|_| Error::InvalidInput(format!("{what}: {n} x {c} values exceed 2^32")))
-}
 
 /// Folded BatchNorm: per-channel scale and shift.
 struct GpuBatchNorm {
@@ -63,140 +44,6 @@ impl GpuBatchNorm {
     }
     fn pre_relu(&self) -> CudaPreActivation<'_> {
         CudaPreActivation { scale: &self.scale, shift: &self.shift, relu: true }
-    }
-}
-
-/// `nn.Linear`: FP16 weight `[out, in]` (PyTorch's layout), FP32 bias split into `parts` equal
-/// column ranges (the qkv Linear's q, k and v).
-struct GpuLinear {
-    weight: CudaSlice<f16>,
-    bias: Vec<CudaSlice<f32>>,
-    fin: usize,
-    fout: usize,
-}
-
-impl GpuLinear {
-    fn upload(dev: &CudaDevice, l: &Linear, parts: usize) -> Result<Self, Error> {
-        let zeros = vec![0f32; l.out_features];
-        let b = l.bias.as_deref().unwrap_or(&zeros);
-        let w = l.out_features / parts;
-        let bias = (0..parts).map(|p| up_f32(dev, &b[p * w..(p + 1) * w], "linear bias")).collect::<Result<_, _>>()?;
-        Ok(Self { weight: up_f16(dev, &l.weight, "linear weight")?, bias, fin: l.in_features, fout: l.out_features })
-    }
-
-    /// `acc[n, fout] = x[n, fin] · Wᵀ` in FP32 (no bias: the epilogue adds it).
-    fn gemm(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize) -> Result<CudaSlice<f32>, Error> {
-        let mut acc = alloc::<f32>(dev, n * self.fout, "linear output")?;
-        if n == 0 {
-            return Ok(acc);
-        }
-        let dims = |v: usize| i32::try_from(v).map_err(|_| Error::InvalidInput(format!("linear: dimension {v} exceeds 2^31")));
-        let (m, nn, k) = (dims(self.fout)?, dims(n)?, dims(self.fin)?);
-        let (alpha, beta) = (1.0f32, 0.0f32);
-        let s = &dev.stream;
-        let (w_ptr, w_sync) = self.weight.device_ptr(s);
-        let (x_ptr, x_sync) = x.device_ptr(s);
-        let (y_ptr, y_sync) = acc.device_ptr_mut(s);
-        // Row-major y[n, out] = x[n, in] · W[out, in]ᵀ is column-major yᵀ = op(W) · xᵀ with
-        // op = transpose (W row-major is Wᵀ column-major): m = out, n = rows, k = in.
-        // SAFETY: the pointers are live device buffers of the sizes above; the handle is bound
-        // to this stream.
-        unsafe {
-            cudarc::cublas::result::gemm_ex(
-                *blas.handle(),
-                blas_sys::cublasOperation_t::CUBLAS_OP_T,
-                blas_sys::cublasOperation_t::CUBLAS_OP_N,
-                m,
-                nn,
-                k,
-                (&alpha) as *const f32 as *const _,
-                w_ptr as *const _,
-                blas_sys::cudaDataType_t::CUDA_R_16F,
-                k,
-                x_ptr as *const _,
-                blas_sys::cudaDataType_t::CUDA_R_16F,
-                k,
-                (&beta) as *const f32 as *const _,
-                y_ptr as *mut _,
-                blas_sys::cudaDataType_t::CUDA_R_32F,
-                m,
-                blas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                blas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
-        }
-        .map_err(|e| Error::Cuda(format!("cuBLAS GEMM [{n} x {}] x [{} x {}]: {e:?}", self.fin, self.fin, self.fout)))?;
-        drop((w_sync, x_sync, y_sync));
-        Ok(acc)
-    }
-}
-
-/// Epilogue of a Linear: `act((acc[:, part] + bias) * scale) (+ residual)` as FP16 `[n, c]`.
-#[allow(clippy::too_many_arguments)]
-fn epilogue(
-    dev: &CudaDevice,
-    acc: &CudaSlice<f32>,
-    acc_ld: usize,
-    col0: usize,
-    n: usize,
-    bias: &CudaSlice<f32>,
-    scale: f32,
-    gelu: bool,
-    residual: Option<&CudaSlice<f16>>,
-) -> Result<CudaSlice<f16>, Error> {
-    let c = bias.len();
-    let total = elements(n, c, "linear epilogue")?;
-    let mut out = alloc::<f16>(dev, n * c, "linear epilogue output")?;
-    if total == 0 {
-        return Ok(out);
-    }
-    let f = dev.function("layers", "linear_epilogue")?;
-    let (ld, col0, n32, c32, act) = (acc_ld as u32, col0 as u32, n as u32, c as u32, gelu as u32);
-    let null: u64 = 0;
-    let s = &dev.stream;
-    let mut b = s.launch_builder(&f);
-    b.arg(acc).arg(&ld).arg(&col0).arg(&n32).arg(&c32).arg(bias).arg(&scale).arg(&act);
-    match residual {
-        Some(r) => b.arg(r),
-        None => b.arg(&null),
-    };
-    b.arg(&mut out);
-    // SAFETY: matches layers.cu's signature; acc holds n * acc_ld floats, residual/out n * c.
-    unsafe { b.launch(grid_1d(total, THREADS)) }.map_err(cuda_err("linear_epilogue"))?;
-    Ok(out)
-}
-
-/// `nn.LayerNorm(C)`: FP32 gamma and beta.
-struct GpuLayerNorm {
-    gamma: CudaSlice<f32>,
-    beta: CudaSlice<f32>,
-    eps: f32,
-}
-
-impl GpuLayerNorm {
-    fn upload(dev: &CudaDevice, ln: &LayerNorm) -> Result<Self, Error> {
-        if ln.gamma.len() > LAYER_NORM_MAX_C {
-            return Err(Error::InvalidInput(format!("CUDA LayerNorm supports up to {LAYER_NORM_MAX_C} channels, not {}", ln.gamma.len())));
-        }
-        Ok(Self { gamma: up_f32(dev, &ln.gamma, "layer norm")?, beta: up_f32(dev, &ln.beta, "layer norm")?, eps: ln.eps as f32 })
-    }
-
-    fn forward(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize) -> Result<CudaSlice<f16>, Error> {
-        let c = self.gamma.len();
-        let mut out = alloc::<f16>(dev, n * c, "layer norm output")?;
-        if n == 0 {
-            return Ok(out);
-        }
-        let f = dev.function("layers", "layer_norm_rows")?;
-        let (n32, c32) = (elements(n, 1, "layer norm")?, c as u32);
-        // 8 rows (warps) a block
-        let cfg = cudarc::driver::LaunchConfig { grid_dim: (n32.div_ceil(8), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        let s = &dev.stream;
-        // SAFETY: matches layers.cu; x and out hold n * c halves.
-        unsafe {
-            s.launch_builder(&f).arg(x).arg(&n32).arg(&c32).arg(&self.gamma).arg(&self.beta).arg(&self.eps).arg(&mut out).launch(cfg)
-        }
-        .map_err(cuda_err("layer_norm_rows"))?;
-        Ok(out)
     }
 }
 
