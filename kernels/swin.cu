@@ -1,0 +1,140 @@
+// The Swin backbone's per-token steps on CUDA (src/camera/swin_cuda.rs): patch im2col, LayerNorm
+// into the window-padded grid, the qkv split, the cropped residual epilogue after proj, and the
+// patch merging gather. Around them: cuBLAS GEMMs (FP16 in, FP32 out), layers.cu's LayerNorm and
+// Linear epilogue, and attention_core.cu's window attention.
+//
+// Tokens are FP16 rows `[n, h, w, c]` (NHWC); every sum and every epilogue is FP32. One thread per
+// output element (u64 indices) unless noted; the host checks that element counts fit in u32 grids.
+#include <cuda_fp16.h>
+
+// PatchEmbed's conv as im2col: images NCHW f32 [n, cin, h, w] -> rows [n * ho * wo, cin * p * p],
+// each the patch's values in (channel, row, col) order (the conv weight's [E, cin, p, p] order),
+// zero past the image (AdaptivePadding 'corner' pads right and bottom).
+extern "C" __global__ void swin_patch_im2col(const float* __restrict__ img, u32 n, u32 cin, u32 h, u32 w, u32 p, u32 ho,
+                                             u32 wo, __half* __restrict__ cols) {
+    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u32 pp = p * p;
+    const u64 k = (u64)cin * pp;
+    if (idx >= (u64)n * ho * wo * k) return;
+    const u64 t = idx / k;
+    const u32 f = (u32)(idx % k);
+    const u32 ci = f / pp, di = (f % pp) / p, dj = f % p;
+    const u32 j = (u32)(t % wo);
+    const u32 i = (u32)((t / wo) % ho);
+    const u32 b = (u32)(t / ((u64)wo * ho));
+    const u32 y = i * p + di, x = j * p + dj;
+    const float v = (y < h && x < w) ? img[(((u64)b * cin + ci) * h + y) * w + x] : 0.0f;
+    cols[idx] = __float2half_rn(v);
+}
+
+// norm1 + the window padding: row (b, r, q) of the padded grid [n, hp, wp] gets LayerNorm(x[b, r, q])
+// when r < h and q < w, zeros elsewhere (Swin pads the normed tokens, so padded tokens carry only
+// the qkv bias). One warp per padded row; c <= 32 * PER_LANE.
+template <int PER_LANE>
+__device__ __forceinline__ void ln_pad_row(const __half* __restrict__ x, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
+                                           const float* __restrict__ gamma, const float* __restrict__ beta, float eps,
+                                           __half* __restrict__ out) {
+    const u64 row = (u64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const u32 lane = threadIdx.x & 31u;
+    if (row >= (u64)n * hp * wp) return;
+    const u32 q = (u32)(row % wp);
+    const u32 r = (u32)((row / wp) % hp);
+    const u64 b = row / ((u64)wp * hp);
+    __half* orow = out + row * c;
+    if (r >= h || q >= w) {
+        for (u32 j = lane; j < c; j += 32) orow[j] = __float2half_rn(0.0f);
+        return;
+    }
+    const __half* xr = x + ((b * h + r) * w + q) * c;
+    float v[PER_LANE];
+    float sum = 0.0f;
+#pragma unroll
+    for (int t = 0; t < PER_LANE; ++t) {
+        const u32 j = lane + 32u * t;
+        v[t] = j < c ? __half2float(xr[j]) : 0.0f;
+        sum += v[t];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
+    const float mean = sum / (float)c;
+    float var = 0.0f;
+#pragma unroll
+    for (int t = 0; t < PER_LANE; ++t) {
+        const u32 j = lane + 32u * t;
+        const float d = j < c ? v[t] - mean : 0.0f;
+        var += d * d;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) var += __shfl_xor_sync(FULL_MASK, var, o);
+    const float inv = rsqrtf(var / (float)c + eps);
+#pragma unroll
+    for (int t = 0; t < PER_LANE; ++t) {
+        const u32 j = lane + 32u * t;
+        if (j < c) orow[j] = __float2half_rn((v[t] - mean) * inv * gamma[j] + beta[j]);
+    }
+}
+
+// c <= 256
+extern "C" __global__ void swin_ln_pad(const __half* __restrict__ x, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
+                                       const float* __restrict__ gamma, const float* __restrict__ beta, float eps,
+                                       __half* __restrict__ out) {
+    ln_pad_row<8>(x, n, h, w, hp, wp, c, gamma, beta, eps, out);
+}
+
+// c <= 768
+extern "C" __global__ void swin_ln_pad_wide(const __half* __restrict__ x, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
+                                            const float* __restrict__ gamma, const float* __restrict__ beta, float eps,
+                                            __half* __restrict__ out) {
+    ln_pad_row<24>(x, n, h, w, hp, wp, c, gamma, beta, eps, out);
+}
+
+// The qkv Linear's epilogue: acc [rows, 3c] (FP32 GEMM output) + bias [3c] split into
+// q = (acc + b) * scale, k = acc + b, v = acc + b, each FP16 [rows, c] (upstream's reshape
+// (B, N, 3, heads, head_dim): q, k, v are consecutive column ranges).
+extern "C" __global__ void swin_qkv_split(const float* __restrict__ acc, u32 rows, u32 c, const float* __restrict__ bias,
+                                          float scale, __half* __restrict__ q, __half* __restrict__ k,
+                                          __half* __restrict__ v) {
+    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u32 c3 = 3u * c;
+    if (idx >= (u64)rows * c3) return;
+    const u64 r = idx / c3;
+    const u32 j = (u32)(idx % c3);
+    const u32 part = j / c, col = j % c;
+    float y = acc[idx] + bias[j];
+    if (part == 0) y *= scale;
+    __half* dst = part == 0 ? q : (part == 1 ? k : v);
+    dst[r * c + col] = __float2half_rn(y);
+}
+
+// proj's epilogue on the padded grid's GEMM output, cropped: for each of the n * h * w tokens,
+// out[t] = acc[its padded row] + bias + residual[t] (the block's first residual).
+extern "C" __global__ void swin_crop_residual(const float* __restrict__ acc, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
+                                              const float* __restrict__ bias, const __half* __restrict__ residual,
+                                              __half* __restrict__ out) {
+    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (u64)n * h * w * c) return;
+    const u64 t = idx / c;
+    const u32 j = (u32)(idx % c);
+    const u32 q = (u32)(t % w);
+    const u32 r = (u32)((t / w) % h);
+    const u64 b = t / ((u64)w * h);
+    const u64 pr = (b * hp + r) * wp + q;
+    out[idx] = __float2half_rn(acc[pr * c + j] + bias[j] + __half2float(residual[idx]));
+}
+
+// PatchMerging's nn.Unfold(kernel 2, stride 2) of [n, h, w, c] tokens zero-padded right and
+// bottom to even size: out[(b, i, j)][ch * 4 + dh * 2 + dw] = x[b, 2i + dh, 2j + dw, ch].
+extern "C" __global__ void swin_merge_gather(const __half* __restrict__ x, u32 n, u32 h, u32 w, u32 c, u32 ho, u32 wo,
+                                             __half* __restrict__ out) {
+    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 c4 = 4ull * c;
+    if (idx >= (u64)n * ho * wo * c4) return;
+    const u64 t = idx / c4;
+    const u32 f = (u32)(idx % c4);
+    const u32 ch = f >> 2, dh = (f >> 1) & 1u, dw = f & 1u;
+    const u32 j = (u32)(t % wo);
+    const u32 i = (u32)((t / wo) % ho);
+    const u64 b = t / ((u64)wo * ho);
+    const u32 y = 2u * i + dh, xx = 2u * j + dw;
+    out[idx] = (y < h && xx < w) ? x[((b * h + y) * w + xx) * c + ch] : __float2half_rn(0.0f);
+}

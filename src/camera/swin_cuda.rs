@@ -1,0 +1,387 @@
+//! The Swin backbone on CUDA: the network of `swin.rs`, uploaded once, FP16 activations and FP32
+//! accumulation everywhere.
+//!
+//! What runs where, per block (tokens `[n, h, w, C]` FP16, NHWC):
+//! - norm1 + zero padding to the window grid: `swin_ln_pad` (kernels/swin.cu);
+//! - qkv: cuBLAS GEMM (FP16 in, FP32 out) on the padded grid, then `swin_qkv_split` (bias, q
+//!   scale, FP16 q / k / v);
+//! - attention: the project's varlen window-attention kernel (`attention::cuda`, 2-D relative
+//!   bias mode) over the stage's partitions ([`SwinPlan`]: built once per image size on the host,
+//!   the shift and its -100 mask expressed as smaller windows as on the CPU, so no roll);
+//! - proj: GEMM on the padded grid, then `swin_crop_residual` (crop, bias, residual);
+//! - norm2, fc1 + exact GELU, fc2 + residual: layers.cu's LayerNorm and Linear epilogue.
+//!
+//! The patch embedding is an im2col (`swin_patch_im2col`) + GEMM + LayerNorm, patch merging a
+//! gather in `nn.Unfold` order (`swin_merge_gather`) + LayerNorm(4C) + a bias-free GEMM; the
+//! stage outputs go through their `norm{i}` into NHWC [`CudaFeatureMap`]s.
+
+use super::swin::{PatchEmbed, PatchMerging, StageWindows, SwinBlock, SwinTransformer};
+use super::encoder::SwinConfig;
+use crate::attention::cuda::{window_attention_cuda, CudaBias2d, CudaPartition, CudaTerm, QkvView};
+use crate::attention::{HeadSlice, Partition};
+use crate::dense::cuda::CudaFeatureMap;
+use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::model::gpu_layers::{elements, epilogue, up_f32, GpuLayerNorm, GpuLinear};
+use crate::Error;
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use half::f16;
+
+const THREADS: u32 = 256;
+/// `swin_ln_pad` handles up to this many channels (8 values a lane), `swin_ln_pad_wide` up to
+/// [`LN_PAD_MAX_C`] (24 a lane).
+const LN_PAD_NARROW_C: usize = 256;
+const LN_PAD_MAX_C: usize = 768;
+
+fn grid(total: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (total.div_ceil(THREADS).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// Device memory for `len` elements that the next kernel or GEMM writes entirely (not zeroed:
+/// at these sizes a memset costs as much as the kernel).
+pub(crate) fn scratch<T: DeviceRepr>(dev: &CudaDevice, len: usize, what: &str) -> Result<CudaSlice<T>, Error> {
+    // SAFETY: every caller passes the buffer to a kernel or GEMM that writes all `len` elements
+    // before anything reads them.
+    unsafe { dev.stream.alloc::<T>(len.max(1)) }.map_err(cuda_err(format!("allocating {what}")))
+}
+
+/// One stage's partitions on the device (see [`StageWindows`]).
+struct GpuWindows {
+    part: CudaPartition,
+    /// Rolled (row, col) of each padded token, packed `(row << 16) | col`.
+    rc: CudaSlice<u32>,
+}
+
+impl GpuWindows {
+    fn upload(dev: &CudaDevice, part: &Partition, rc: &[[i32; 2]]) -> Result<Self, Error> {
+        let s = &dev.stream;
+        let n = part.order.len();
+        let mut win_of = vec![0u32; n];
+        for w in 0..part.windows() {
+            for p in part.offsets[w]..part.offsets[w + 1] {
+                win_of[p as usize] = w as u32;
+            }
+        }
+        // rows and columns of a padded grid stay below 2^16 (checked by SwinPlan::build)
+        let packed: Vec<u32> = rc.iter().map(|p| ((p[0] as u32) << 16) | p[1] as u32).collect();
+        let up = |v: &[u32], what: &str| s.clone_htod(v).map_err(cuda_err(format!("uploading {what}")));
+        let part = CudaPartition::new(
+            up(&part.order, "the window order")?,
+            up(&win_of, "the window of each token")?,
+            up(&part.offsets, "the window offsets")?,
+            n,
+            part.windows(),
+            part.n_max(),
+            [0.0; 3],
+        );
+        Ok(Self { part, rc: up(&packed, "token positions")? })
+    }
+}
+
+struct StagePlan {
+    /// Token grid `[h, w]` and its padding to the window `[hp, wp]`.
+    hw: [usize; 2],
+    padded: [usize; 2],
+    plain: GpuWindows,
+    shifted: Option<GpuWindows>,
+}
+
+/// Everything the backbone derives from the batch size and image size alone (each stage's grid
+/// and window partitions): built once, reused by every frame of that size.
+pub struct SwinPlan {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    stages: Vec<StagePlan>,
+}
+
+impl SwinPlan {
+    /// Plans `n` images of `h × w` pixels for `cfg`.
+    pub fn build(dev: &CudaDevice, cfg: &SwinConfig, n: usize, h: usize, w: usize) -> Result<Self, Error> {
+        if n == 0 || h == 0 || w == 0 {
+            return Err(Error::InvalidInput(format!("swin: empty image batch [{n}, {h}, {w}]")));
+        }
+        let m = cfg.window;
+        let mut stages = Vec::with_capacity(cfg.stages());
+        for (i, [hh, ww]) in cfg.stage_sizes(h, w).into_iter().enumerate() {
+            let windows = StageWindows::build(n, hh, ww, m, cfg.depths[i] > 1)?;
+            let [hp, wp] = windows.padded;
+            if hp >= 1 << 16 || wp >= 1 << 16 {
+                return Err(Error::InvalidInput(format!("swin: a {hp} x {wp} token grid exceeds the kernel's 16-bit positions")));
+            }
+            let plain = GpuWindows::upload(dev, &windows.plain.0, &windows.plain.1)?;
+            let shifted = windows.shifted.as_ref().map(|(p, rc)| GpuWindows::upload(dev, p, rc)).transpose()?;
+            stages.push(StagePlan { hw: [hh, ww], padded: [hp, wp], plain, shifted });
+        }
+        Ok(Self { n, h, w, stages })
+    }
+}
+
+struct GpuPatchEmbed {
+    cin: usize,
+    patch: usize,
+    proj: GpuLinear,
+    norm: Option<GpuLayerNorm>,
+}
+
+impl GpuPatchEmbed {
+    fn upload(dev: &CudaDevice, p: &PatchEmbed) -> Result<Self, Error> {
+        Ok(Self { cin: p.in_channels, patch: p.patch, proj: GpuLinear::upload(dev, &p.proj, 1)?, norm: p.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()? })
+    }
+
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, img: &CudaSlice<f32>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
+        let p = self.patch;
+        let (ho, wo) = (h.div_ceil(p), w.div_ceil(p));
+        let k = self.cin * p * p;
+        let rows = n * ho * wo;
+        let total = elements(rows, k, "patch embedding")?;
+        let mut cols = scratch::<f16>(dev, rows * k, "patch columns")?;
+        let f = dev.function("swin", "swin_patch_im2col")?;
+        let a = [n, self.cin, h, w, p, ho, wo].map(|v| v as u32);
+        // SAFETY: matches swin.cu; img holds n * cin * h * w floats (checked by the caller), cols rows * k.
+        unsafe {
+            dev.stream
+                .launch_builder(&f)
+                .arg(img).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5]).arg(&a[6]).arg(&mut cols)
+                .launch(grid(total))
+        }
+        .map_err(cuda_err("swin_patch_im2col"))?;
+        let acc = self.proj.gemm(dev, blas, &cols, rows)?;
+        drop(cols);
+        let t = epilogue(dev, &acc, self.proj.fout, 0, rows, &self.proj.bias[0], 1.0, false, None)?;
+        match &self.norm {
+            Some(ln) => ln.forward(dev, &t, rows),
+            None => Ok(t),
+        }
+    }
+}
+
+struct GpuBlock {
+    c: usize,
+    heads: usize,
+    window: i32,
+    shift: usize,
+    scale: f32,
+    norm1: GpuLayerNorm,
+    /// `[heads, (2M - 1)²]` f32.
+    table: CudaSlice<f32>,
+    qkv: GpuLinear,
+    proj: GpuLinear,
+    norm2: GpuLayerNorm,
+    fc1: GpuLinear,
+    fc2: GpuLinear,
+}
+
+impl GpuBlock {
+    fn upload(dev: &CudaDevice, b: &SwinBlock) -> Result<Self, Error> {
+        let d = b.channels / b.heads;
+        if ![16, 32, 64].contains(&d) {
+            return Err(Error::InvalidInput(format!(
+                "swin on CUDA: head_dim {d} ({} channels / {} heads) is not one the window-attention kernel has (16, 32, 64)",
+                b.channels, b.heads
+            )));
+        }
+        if b.channels > LN_PAD_MAX_C || !b.channels.is_multiple_of(8) {
+            return Err(Error::InvalidInput(format!("swin on CUDA: {} channels; blocks take multiples of 8 up to {LN_PAD_MAX_C}", b.channels)));
+        }
+        Ok(Self {
+            c: b.channels,
+            heads: b.heads,
+            window: b.window as i32,
+            shift: b.shift,
+            scale: b.scale,
+            norm1: GpuLayerNorm::upload(dev, &b.norm1)?,
+            table: up_f32(dev, &b.bias_table, "relative position bias")?,
+            qkv: GpuLinear::upload(dev, &b.qkv, 1)?,
+            proj: GpuLinear::upload(dev, &b.proj, 1)?,
+            norm2: GpuLayerNorm::upload(dev, &b.norm2)?,
+            fc1: GpuLinear::upload(dev, &b.fc1, 1)?,
+            fc2: GpuLinear::upload(dev, &b.fc2, 1)?,
+        })
+    }
+
+    /// norm1 of `x` `[n, h, w, C]` into the zero-padded `[n, hp, wp, C]` grid.
+    fn ln_pad(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, hw: [usize; 2], padded: [usize; 2]) -> Result<CudaSlice<f16>, Error> {
+        let c = self.c;
+        let rows = n * padded[0] * padded[1];
+        let mut out = scratch::<f16>(dev, rows * c, "padded tokens")?;
+        let name = if c <= LN_PAD_NARROW_C { "swin_ln_pad" } else { "swin_ln_pad_wide" };
+        let f = dev.function("swin", name)?;
+        let rows32 = elements(rows, 1, "padded tokens")?;
+        let a = [n, hw[0], hw[1], padded[0], padded[1], c].map(|v| v as u32);
+        // 8 rows (warps) a block
+        let cfg = LaunchConfig { grid_dim: (rows32.div_ceil(8), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: matches swin.cu; x holds n * h * w * c halves, out rows * c.
+        unsafe {
+            dev.stream
+                .launch_builder(&f)
+                .arg(x).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5])
+                .arg(&self.norm1.gamma).arg(&self.norm1.beta).arg(&self.norm1.eps).arg(&mut out)
+                .launch(cfg)
+        }
+        .map_err(cuda_err(name))?;
+        Ok(out)
+    }
+
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, stage: &StagePlan) -> Result<CudaSlice<f16>, Error> {
+        let c = self.c;
+        let [h, w] = stage.hw;
+        let [hp, wp] = stage.padded;
+        let (rows, np) = (n * h * w, n * hp * wp);
+        let padded = self.ln_pad(dev, x, n, stage.hw, stage.padded)?;
+        let acc = self.qkv.gemm(dev, blas, &padded, np)?;
+        drop(padded);
+        let (mut q, mut k, mut v) = (scratch::<f16>(dev, np * c, "q")?, scratch::<f16>(dev, np * c, "k")?, scratch::<f16>(dev, np * c, "v")?);
+        let f = dev.function("swin", "swin_qkv_split")?;
+        let (np32, c32) = (elements(np, 1, "qkv")?, c as u32);
+        // SAFETY: matches swin.cu; acc holds np * 3c floats, bias 3c, q/k/v np * c halves.
+        unsafe {
+            dev.stream
+                .launch_builder(&f)
+                .arg(&acc).arg(&np32).arg(&c32).arg(&self.qkv.bias[0]).arg(&self.scale).arg(&mut q).arg(&mut k).arg(&mut v)
+                .launch(grid(elements(np, 3 * c, "qkv")?))
+        }
+        .map_err(cuda_err("swin_qkv_split"))?;
+        drop(acc);
+        let windows = if self.shift == 0 {
+            &stage.plain
+        } else {
+            stage.shifted.as_ref().ok_or_else(|| Error::InvalidInput("swin: the plan has no shifted windows for a shifted block".into()))?
+        };
+        let mut att = scratch::<f16>(dev, np * c, "attention output")?;
+        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table });
+        window_attention_cuda(dev, QkvView { q: &q, k: &k, v: &v, ld: c }, HeadSlice::all(self.heads, c / self.heads), &windows.part, term, &mut att, c)?;
+        drop((q, k, v));
+        let acc = self.proj.gemm(dev, blas, &att, np)?;
+        drop(att);
+        let mut y = scratch::<f16>(dev, rows * c, "block residual")?;
+        let f = dev.function("swin", "swin_crop_residual")?;
+        let a = [n, h, w, hp, wp, c].map(|v| v as u32);
+        // SAFETY: matches swin.cu; acc holds np * c floats, x and y rows * c halves.
+        unsafe {
+            dev.stream
+                .launch_builder(&f)
+                .arg(&acc).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5]).arg(&self.proj.bias[0]).arg(x).arg(&mut y)
+                .launch(grid(elements(rows, c, "proj")?))
+        }
+        .map_err(cuda_err("swin_crop_residual"))?;
+        drop(acc);
+        let h2 = self.norm2.forward(dev, &y, rows)?;
+        let acc = self.fc1.gemm(dev, blas, &h2, rows)?;
+        drop(h2);
+        let hidden = epilogue(dev, &acc, self.fc1.fout, 0, rows, &self.fc1.bias[0], 1.0, true, None)?;
+        drop(acc);
+        let acc = self.fc2.gemm(dev, blas, &hidden, rows)?;
+        drop(hidden);
+        epilogue(dev, &acc, c, 0, rows, &self.fc2.bias[0], 1.0, false, Some(&y))
+    }
+}
+
+struct GpuMerge {
+    c: usize,
+    norm: Option<GpuLayerNorm>,
+    reduction: GpuLinear,
+}
+
+impl GpuMerge {
+    fn upload(dev: &CudaDevice, m: &PatchMerging) -> Result<Self, Error> {
+        Ok(Self { c: m.channels, norm: m.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()?, reduction: GpuLinear::upload(dev, &m.reduction, 1)? })
+    }
+
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
+        let c = self.c;
+        let (ho, wo) = (h.div_ceil(2), w.div_ceil(2));
+        let rows = n * ho * wo;
+        let mut u = scratch::<f16>(dev, rows * 4 * c, "unfolded tokens")?;
+        let f = dev.function("swin", "swin_merge_gather")?;
+        let a = [n, h, w, c, ho, wo].map(|v| v as u32);
+        // SAFETY: matches swin.cu; x holds n * h * w * c halves, u rows * 4c.
+        unsafe {
+            dev.stream
+                .launch_builder(&f)
+                .arg(x).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5]).arg(&mut u)
+                .launch(grid(elements(rows, 4 * c, "patch merging")?))
+        }
+        .map_err(cuda_err("swin_merge_gather"))?;
+        let u = match &self.norm {
+            Some(ln) => ln.forward(dev, &u, rows)?,
+            None => u,
+        };
+        let acc = self.reduction.gemm(dev, blas, &u, rows)?;
+        epilogue(dev, &acc, 2 * c, 0, rows, &self.reduction.bias[0], 1.0, false, None)
+    }
+}
+
+struct GpuStage {
+    c: usize,
+    blocks: Vec<GpuBlock>,
+    merge: Option<GpuMerge>,
+}
+
+/// The backbone on the device.
+pub struct CudaSwin {
+    pub config: SwinConfig,
+    patch: GpuPatchEmbed,
+    stages: Vec<GpuStage>,
+    out_norms: Vec<GpuLayerNorm>,
+}
+
+impl CudaSwin {
+    /// Uploads a loaded backbone (weights FP16; norms, biases and bias tables f32).
+    pub fn upload(dev: &CudaDevice, net: &SwinTransformer) -> Result<Self, Error> {
+        let stages = net
+            .stages
+            .iter()
+            .map(|s| {
+                Ok(GpuStage {
+                    c: s.channels,
+                    blocks: s.blocks.iter().map(|b| GpuBlock::upload(dev, b)).collect::<Result<_, Error>>()?,
+                    merge: s.downsample.as_ref().map(|m| GpuMerge::upload(dev, m)).transpose()?,
+                })
+            })
+            .collect::<Result<_, Error>>()?;
+        Ok(Self {
+            config: net.config.clone(),
+            patch: GpuPatchEmbed::upload(dev, &net.patch_embed)?,
+            stages,
+            out_norms: net.out_norms.iter().map(|l| GpuLayerNorm::upload(dev, l)).collect::<Result<_, _>>()?,
+        })
+    }
+
+    /// The partitions for `n` images of `h × w`.
+    pub fn plan(&self, dev: &CudaDevice, n: usize, h: usize, w: usize) -> Result<SwinPlan, Error> {
+        SwinPlan::build(dev, &self.config, n, h, w)
+    }
+
+    /// The outputs at `out_indices` (NHWC FP16, after their norms) of normalized NCHW images
+    /// `[plan.n, in_channels, plan.h, plan.w]` (f32 on the device).
+    pub fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, plan: &SwinPlan, images: &CudaSlice<f32>) -> Result<Vec<CudaFeatureMap>, Error> {
+        let (n, h, w) = (plan.n, plan.h, plan.w);
+        let want = n * self.config.in_channels * h * w;
+        if images.len() < want || plan.stages.len() != self.stages.len() {
+            return Err(Error::InvalidInput(format!(
+                "swin on CUDA: {} image values for [{n}, {}, {h}, {w}] (a plan of {} stages for {})",
+                images.len(),
+                self.config.in_channels,
+                plan.stages.len(),
+                self.stages.len()
+            )));
+        }
+        let mut x = self.patch.forward(dev, blas, images, n, h, w)?;
+        let mut outs = Vec::with_capacity(self.out_norms.len());
+        for (i, (stage, sp)) in self.stages.iter().zip(&plan.stages).enumerate() {
+            let [hh, ww] = sp.hw;
+            for b in &stage.blocks {
+                x = b.forward(dev, blas, &x, n, sp)?;
+            }
+            if let Some(k) = self.config.out_indices.iter().position(|&o| o == i) {
+                let y = self.out_norms[k].forward(dev, &x, n * hh * ww)?;
+                outs.push(CudaFeatureMap::from_slice(n, hh, ww, stage.c, y)?);
+            }
+            if let Some(m) = &stage.merge {
+                x = m.forward(dev, blas, &x, n, hh, ww)?;
+            }
+        }
+        Ok(outs)
+    }
+}
