@@ -7,10 +7,11 @@
 // output element (u64 indices) unless noted; the host checks that element counts fit in u32 grids.
 #include <cuda_fp16.h>
 
-// PatchEmbed's conv as im2col: images NCHW f32 [n, cin, h, w] -> rows [n * ho * wo, cin * p * p],
-// each the patch's values in (channel, row, col) order (the conv weight's [E, cin, p, p] order),
-// zero past the image (AdaptivePadding 'corner' pads right and bottom).
-extern "C" __global__ void swin_patch_im2col(const float* __restrict__ img, u32 n, u32 cin, u32 h, u32 w, u32 p, u32 ho,
+// PatchEmbed's conv as im2col: normalized images NHWC FP16 [n, h, w, cin] (the camera
+// preprocessing's output) -> rows [n * ho * wo, cin * p * p], each the patch's values in
+// (channel, row, col) order (the conv weight's [E, cin, p, p] order), zero past the image
+// (AdaptivePadding 'corner' pads right and bottom).
+extern "C" __global__ void swin_patch_im2col(const __half* __restrict__ img, u32 n, u32 cin, u32 h, u32 w, u32 p, u32 ho,
                                              u32 wo, __half* __restrict__ cols) {
     const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u32 pp = p * p;
@@ -21,10 +22,9 @@ extern "C" __global__ void swin_patch_im2col(const float* __restrict__ img, u32 
     const u32 ci = f / pp, di = (f % pp) / p, dj = f % p;
     const u32 j = (u32)(t % wo);
     const u32 i = (u32)((t / wo) % ho);
-    const u32 b = (u32)(t / ((u64)wo * ho));
+    const u64 b = t / ((u64)wo * ho);
     const u32 y = i * p + di, x = j * p + dj;
-    const float v = (y < h && x < w) ? img[(((u64)b * cin + ci) * h + y) * w + x] : 0.0f;
-    cols[idx] = __float2half_rn(v);
+    cols[idx] = (y < h && x < w) ? img[((b * h + y) * w + x) * cin + ci] : __float2half_rn(0.0f);
 }
 
 // norm1 + the window padding: row (b, r, q) of the padded grid [n, hp, wp] gets LayerNorm(x[b, r, q])

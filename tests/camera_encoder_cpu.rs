@@ -185,7 +185,7 @@ fn patch_embed_matches_a_padded_conv() {
                         for di in 0..4 {
                             for dj in 0..4 {
                                 let (y, xx) = (4 * i + di, 4 * j + dj);
-                                let v = if y < h && xx < wd { x[((bi * 3 + ci) * h + y) * wd + xx] as f64 } else { 0.0 };
+                                let v = if y < h && xx < wd { x[((bi * h + y) * wd + xx) * 3 + ci] as f64 } else { 0.0 };
                                 s += v * w[((o * 3 + ci) * 4 + di) * 4 + dj] as f64;
                             }
                         }
@@ -482,7 +482,7 @@ fn neck_matches_its_definition() {
     }
 }
 
-/// A smooth, image-like input: normalized RGB with edges and gradients (deterministic).
+/// A smooth, image-like input: normalized RGB, NHWC, with edges and gradients (deterministic).
 fn synthetic_images(n: usize, h: usize, w: usize) -> Vec<f32> {
     let mut x = vec![0f32; n * 3 * h * w];
     for b in 0..n {
@@ -491,7 +491,7 @@ fn synthetic_images(n: usize, h: usize, w: usize) -> Vec<f32> {
                 for xx in 0..w {
                     let (fy, fx) = (y as f32 / h as f32, xx as f32 / w as f32);
                     let v = (6.0 * fx + 2.0 * c as f32 + b as f32).sin() * (4.0 * fy).cos() + if fy > 0.6 { 0.8 } else { -0.3 };
-                    x[((b * 3 + c) * h + y) * w + xx] = v;
+                    x[((b * h + y) * w + xx) * 3 + c] = v;
                 }
             }
         }

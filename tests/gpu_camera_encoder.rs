@@ -56,7 +56,8 @@ fn layer_norm_kernels_match_cpu_up_to_1536_channels() {
     assert!(GpuLayerNorm::upload(&dev, &too_wide).is_err(), "more than 1536 channels is an error, not a wrong result");
 }
 
-/// Smooth, image-like normalized RGB (deterministic).
+/// Smooth, image-like normalized RGB, NHWC, rounded to FP16 as the GPU preprocessing delivers it
+/// (deterministic).
 fn synthetic_images(n: usize, h: usize, w: usize) -> Vec<f32> {
     let mut x = vec![0f32; n * 3 * h * w];
     for b in 0..n {
@@ -64,8 +65,8 @@ fn synthetic_images(n: usize, h: usize, w: usize) -> Vec<f32> {
             for y in 0..h {
                 for xx in 0..w {
                     let (fy, fx) = (y as f32 / h as f32, xx as f32 / w as f32);
-                    x[((b * 3 + c) * h + y) * w + xx] =
-                        (9.0 * fx + 2.0 * c as f32 + b as f32).sin() * (5.0 * fy).cos() + if fy > 0.55 { 0.9 } else { -0.4 };
+                    x[((b * h + y) * w + xx) * 3 + c] =
+                        f16::from_f32((9.0 * fx + 2.0 * c as f32 + b as f32).sin() * (5.0 * fy).cos() + if fy > 0.55 { 0.9 } else { -0.4 }).to_f32();
                 }
             }
         }

@@ -5,7 +5,8 @@
 //! (`encoders.camera.backbone.*`, `encoders.camera.neck.*`; a `module.` prefix is stripped by the
 //! weights reader).
 //!
-//! Images go in as upstream's normalized NCHW tensor; features come out channels-last (NHWC):
+//! Images go in normalized and channels-last (NHWC, as the camera preprocessing writes them;
+//! upstream's NCHW tensor transposed); features come out channels-last too:
 //! the backbone's outputs at `out_indices` (stride 8, 16, 32 for BEVFusion: 192, 384, 768
 //! channels) and the neck's outputs (stride 8 and 16, 256 channels). The stride-8 neck output
 //! (256 × 32 × 88 at 256 × 704) is what the view transform consumes.
@@ -605,7 +606,7 @@ impl CameraEncoder {
         Ok(Self { config: config.clone(), backbone, neck })
     }
 
-    /// The encoder on normalized images `[n, in_channels, h, w]` (NCHW, upstream's layout).
+    /// The encoder on normalized images `[n, h, w, in_channels]` (NHWC).
     pub fn forward_cpu(&self, images: &[f32], n: usize, h: usize, w: usize) -> Result<EncoderOutput, Error> {
         let stages = self.backbone.forward(images, n, h, w)?;
         let neck = self.neck.forward(&stages)?;

@@ -9,6 +9,7 @@ use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::Error;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaSlice;
+use half::f16;
 
 /// The encoder's outputs on the device (see [`EncoderOutput`]).
 pub struct CudaEncoderOutput {
@@ -47,7 +48,7 @@ impl CudaCameraEncoder {
     }
 
     /// The backbone alone (its outputs at `out_indices`).
-    pub fn backbone(&self, dev: &CudaDevice, plan: &SwinPlan, images: &CudaSlice<f32>) -> Result<Vec<CudaFeatureMap>, Error> {
+    pub fn backbone(&self, dev: &CudaDevice, plan: &SwinPlan, images: &CudaSlice<f16>) -> Result<Vec<CudaFeatureMap>, Error> {
         self.backbone.forward(dev, &self.blas, plan, images)
     }
 
@@ -56,20 +57,22 @@ impl CudaCameraEncoder {
         self.neck.forward(dev, &self.blas, stages)
     }
 
-    /// Backbone and neck on normalized NCHW images `[plan.n, 3, plan.h, plan.w]` (f32, device).
-    pub fn forward(&self, dev: &CudaDevice, plan: &SwinPlan, images: &CudaSlice<f32>) -> Result<CudaEncoderOutput, Error> {
+    /// Backbone and neck on normalized NHWC FP16 images `[plan.n, plan.h, plan.w, 3]` (device).
+    pub fn forward(&self, dev: &CudaDevice, plan: &SwinPlan, images: &CudaSlice<f16>) -> Result<CudaEncoderOutput, Error> {
         let stages = self.backbone(dev, plan, images)?;
         let neck = self.neck(dev, &stages)?;
         Ok(CudaEncoderOutput { stages, neck })
     }
 
-    /// [`forward`](Self::forward) on host images, outputs copied back (tests, the CLI).
+    /// [`forward`](Self::forward) on host NHWC images (rounded to FP16 on upload), outputs
+    /// copied back (tests, the CLI).
     pub fn forward_host(&self, dev: &CudaDevice, plan: &SwinPlan, images: &[f32]) -> Result<EncoderOutput, Error> {
         let want = plan.n * self.backbone.config.in_channels * plan.h * plan.w;
         if images.len() != want {
             return Err(Error::InvalidInput(format!("camera encoder: {} image values, the plan is for {want}", images.len())));
         }
-        let x = dev.stream.clone_htod(images).map_err(cuda_err("uploading images"))?;
+        let h16: Vec<f16> = images.iter().map(|&v| f16::from_f32(v)).collect();
+        let x = dev.stream.clone_htod(&h16).map_err(cuda_err("uploading images"))?;
         self.forward(dev, plan, &x)?.download(dev)
     }
 }

@@ -116,8 +116,9 @@ impl PatchEmbed {
         Ok(Self { in_channels: cin, patch: k, proj, norm })
     }
 
-    /// Patches of NCHW images as rows `[n · ho · wo, in · patch²]`, zeros past the image
-    /// (AdaptivePadding 'corner'); returns them with `(ho, wo)`.
+    /// Patches of NHWC images as rows `[n · ho · wo, in · patch²]` in the conv weight's
+    /// (channel, row, col) order, zeros past the image (AdaptivePadding 'corner'); returns them
+    /// with `(ho, wo)`.
     pub fn im2col(&self, x: &[f32], n: usize, h: usize, w: usize) -> (Vec<f32>, usize, usize) {
         let (cin, p) = (self.in_channels, self.patch);
         let (ho, wo) = (h.div_ceil(p), w.div_ceil(p));
@@ -134,7 +135,7 @@ impl PatchEmbed {
                     for dj in 0..p {
                         let xx = j * p + dj;
                         if xx < w {
-                            row[(ci * p + di) * p + dj] = x[((b * cin + ci) * h + y) * w + xx];
+                            row[(ci * p + di) * p + dj] = x[((b * h + y) * w + xx) * cin + ci];
                         }
                     }
                 }
@@ -143,7 +144,7 @@ impl PatchEmbed {
         (cols, ho, wo)
     }
 
-    /// Tokens `[n, ho, wo, E]` of NCHW images.
+    /// Tokens `[n, ho, wo, E]` of NHWC images.
     pub fn forward(&self, x: &[f32], n: usize, h: usize, w: usize) -> Result<(Vec<f32>, usize, usize), Error> {
         let (cols, ho, wo) = self.im2col(x, n, h, w);
         let t = self.proj.forward(&cols)?;
@@ -375,21 +376,22 @@ impl SwinTransformer {
         Ok(Self { config: cfg.clone(), patch_embed, stages, out_norms })
     }
 
-    /// Checks normalized NCHW images `[n, in_channels, h, w]`.
+    /// Checks normalized NHWC images `[n, h, w, in_channels]`.
     pub fn check_input(&self, x_len: usize, n: usize, h: usize, w: usize) -> Result<(), Error> {
         let c = self.config.in_channels;
         if n == 0 || h == 0 || w == 0 {
-            return Err(Error::InvalidInput(format!("swin: empty image batch [{n}, {c}, {h}, {w}]")));
+            return Err(Error::InvalidInput(format!("swin: empty image batch [{n}, {h}, {w}, {c}]")));
         }
         let want = n.checked_mul(c).and_then(|v| v.checked_mul(h)).and_then(|v| v.checked_mul(w));
         if want != Some(x_len) {
-            return Err(Error::InvalidInput(format!("swin: {x_len} input values for images [{n}, {c}, {h}, {w}]")));
+            return Err(Error::InvalidInput(format!("swin: {x_len} input values for images [{n}, {h}, {w}, {c}]")));
         }
         Ok(())
     }
 
-    /// The outputs at `out_indices` (NHWC, after their norms) of normalized NCHW images
-    /// `[n, in_channels, h, w]`.
+    /// The outputs at `out_indices` (NHWC, after their norms) of normalized NHWC images
+    /// `[n, h, w, in_channels]` (the camera preprocessing's layout; upstream's NCHW tensor
+    /// transposed).
     pub fn forward(&self, x: &[f32], n: usize, h: usize, w: usize) -> Result<Vec<FeatureMap>, Error> {
         self.check_input(x.len(), n, h, w)?;
         let (mut t, mut hh, mut ww) = self.patch_embed.forward(x, n, h, w)?;

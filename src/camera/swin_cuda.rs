@@ -129,7 +129,7 @@ impl GpuPatchEmbed {
         Ok(Self { cin: p.in_channels, patch: p.patch, proj: GpuLinear::upload(dev, &p.proj, 1)?, norm: p.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()? })
     }
 
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, img: &CudaSlice<f32>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, img: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
         let p = self.patch;
         let (ho, wo) = (h.div_ceil(p), w.div_ceil(p));
         let k = self.cin * p * p;
@@ -138,7 +138,7 @@ impl GpuPatchEmbed {
         let mut cols = scratch::<f16>(dev, rows * k, "patch columns")?;
         let f = dev.function("swin", "swin_patch_im2col")?;
         let a = [n, self.cin, h, w, p, ho, wo].map(|v| v as u32);
-        // SAFETY: matches swin.cu; img holds n * cin * h * w floats (checked by the caller), cols rows * k.
+        // SAFETY: matches swin.cu; img holds n * h * w * cin halves (checked by the caller), cols rows * k.
         unsafe {
             dev.stream
                 .launch_builder(&f)
@@ -353,14 +353,14 @@ impl CudaSwin {
         SwinPlan::build(dev, &self.config, n, h, w)
     }
 
-    /// The outputs at `out_indices` (NHWC FP16, after their norms) of normalized NCHW images
-    /// `[plan.n, in_channels, plan.h, plan.w]` (f32 on the device).
-    pub fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, plan: &SwinPlan, images: &CudaSlice<f32>) -> Result<Vec<CudaFeatureMap>, Error> {
+    /// The outputs at `out_indices` (NHWC FP16, after their norms) of normalized NHWC FP16
+    /// images `[plan.n, plan.h, plan.w, in_channels]` (the GPU preprocessing's output).
+    pub fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, plan: &SwinPlan, images: &CudaSlice<f16>) -> Result<Vec<CudaFeatureMap>, Error> {
         let (n, h, w) = (plan.n, plan.h, plan.w);
         let want = n * self.config.in_channels * h * w;
         if images.len() < want || plan.stages.len() != self.stages.len() {
             return Err(Error::InvalidInput(format!(
-                "swin on CUDA: {} image values for [{n}, {}, {h}, {w}] (a plan of {} stages for {})",
+                "swin on CUDA: {} image values for [{n}, {h}, {w}, {}] (a plan of {} stages for {})",
                 images.len(),
                 self.config.in_channels,
                 plan.stages.len(),
