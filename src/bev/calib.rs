@@ -42,7 +42,8 @@ pub fn mat3_inverse(m: &Mat3, what: &str) -> Result<Mat3, Error> {
     let det = m[0][0] * cof[0][0] + m[0][1] * cof[0][1] + m[0][2] * cof[0][2];
     let scale = m.iter().flatten().fold(0f64, |a, v| a.max(v.abs()));
     // singular relative to the entries' size (a 3x3 with entries ~s has a determinant ~s^3)
-    if !(det.abs() > 1e-12 * scale.powi(3)) {
+    let invertible = det.abs() > 1e-12 * scale.powi(3); // false for NaN too
+    if !invertible {
         return Err(Error::InvalidInput(format!("{what}: singular (determinant {det:e}): {m:?}")));
     }
     let mut inv = [[0.0; 3]; 3];

@@ -13,3 +13,6 @@ pub mod geometry;
 
 pub use config::{BevGrid, Frustum, ImageAug, LssConfig};
 pub use geometry::{GeometryCache, Interval, LssGeometry, LssParams};
+pub mod transform;
+
+pub use transform::{pool, weight_specs, CameraMask, Lifted, LssTransform, PREFIX};
