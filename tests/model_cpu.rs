@@ -256,11 +256,21 @@ fn half_precision_and_counters_are_read() {
     assert_eq!(w.get("b").map(|t| (t.shape.clone(), t.data.clone())), Some((vec![2, 1], vec![3.0, 0.5])));
     assert!(w.get("x.num_batches_tracked").is_none(), "counters are dropped");
 
-    // An integer tensor that is not a counter is an error naming the file and the tensor.
+    // Integer tensors (BEVFusion's `nx`) are read when f32 holds them exactly ...
     let views = vec![("w".to_string(), TensorView::new(Dtype::I64, vec![1], &c).expect("view"))];
     let bytes = safetensors::serialize(views, None).expect("serialize");
-    let e = Weights::from_bytes(&bytes, "ints.safetensors").expect_err("I64 weight").to_string();
+    let w = Weights::from_bytes(&bytes, "ints.safetensors").expect("small I64 values");
+    assert_eq!(w.get("w").map(|t| t.data.clone()), Some(vec![1234.0]));
+    // ... and an error naming the file and the tensor when it cannot.
+    let big: Vec<u8> = (1i64 << 40).to_le_bytes().to_vec();
+    let views = vec![("w".to_string(), TensorView::new(Dtype::I64, vec![1], &big).expect("view"))];
+    let bytes = safetensors::serialize(views, None).expect("serialize");
+    let e = Weights::from_bytes(&bytes, "ints.safetensors").expect_err("I64 beyond 2^24").to_string();
     assert!(e.contains("ints.safetensors") && e.contains("`w`") && e.contains("I64"), "{e}");
+    let u: Vec<u8> = vec![7u8];
+    let views = vec![("w".to_string(), TensorView::new(Dtype::U8, vec![1], &u).expect("view"))];
+    let bytes = safetensors::serialize(views, None).expect("serialize");
+    assert!(Weights::from_bytes(&bytes, "u8.safetensors").is_err());
 }
 
 #[test]

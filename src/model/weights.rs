@@ -1,7 +1,8 @@
 //! Weights read from safetensors, keyed by the upstream PyTorch `state_dict` names.
 //!
 //! safetensors only (never pickle: a checkpoint must not be able to run code). F32, F16 and BF16
-//! tensors are converted to f32. A leading `module.` (what `DistributedDataParallel` adds) is
+//! tensors are converted to f32, and so are I64 / I32 tensors whose values f32 holds exactly
+//! (integer parameters such as BEVFusion's `nx`). A leading `module.` (what `DistributedDataParallel` adds) is
 //! stripped. BatchNorm's `num_batches_tracked` counters (int64, training bookkeeping) are accepted
 //! in any dtype and dropped: inference never reads them, and exports may or may not carry them.
 
@@ -80,6 +81,18 @@ fn to_f32(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
         Dtype::BF16 => Some(
             bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
         ),
+        // Integer parameters and buffers (BEVFusion's `nx`, Swin's `relative_position_index`):
+        // accepted when every value is exact in f32 (|v| <= 2^24).
+        Dtype::I64 => bytes
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+            .map(|v| (v.unsigned_abs() <= 1 << 24).then_some(v as f32))
+            .collect(),
+        Dtype::I32 => bytes
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .map(|v| (v.unsigned_abs() <= 1 << 24).then_some(v as f32))
+            .collect(),
         _ => None,
     }
 }
@@ -106,7 +119,8 @@ impl Weights {
                 file_err(
                     source,
                     format!(
-                        "tensor `{raw_name}` has dtype {:?}; weights must be F32, F16 or BF16",
+                        "tensor `{raw_name}` has dtype {:?}; weights must be F32, F16 or BF16 (or I64/I32 \
+                         with values up to 2^24 in magnitude)",
                         view.dtype()
                     ),
                 )

@@ -1,0 +1,85 @@
+//! Shared set-up of the LSS view-transform tests (tests/lss_cpu.rs, gpu_lss.rs, gpu_lss_parity.rs):
+//! the model YAML, a reduced copy of it for fast CPU runs, the nuScenes calibration, random
+//! inputs. Included with `#[path = "common/lss.rs"] mod lss_common;`.
+#![allow(dead_code)]
+
+use sptr::bev::calib::{Calibration, NUSCENES_CAMERAS};
+use sptr::bev::lss::LssConfig;
+use std::path::PathBuf;
+
+pub fn root() -> PathBuf {
+    std::env::var_os("SPTR_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+pub fn seg_yaml() -> String {
+    std::fs::read_to_string(root().join("config/models/bevfusion_seg_camera.yaml")).expect("model YAML")
+}
+
+/// The camera-only seg config (6 × 118 × 32 × 88, C 80, 256 × 256 at 0.4 m, downsample 2).
+pub fn seg_config() -> LssConfig {
+    LssConfig::parse(&seg_yaml(), "bevfusion_seg_camera.yaml").expect("seg config")
+}
+
+/// The detection geometry of the anchors: xbound / ybound [-54, 54, 0.3] (360 × 360),
+/// the rest as the seg config.
+pub fn det_config() -> LssConfig {
+    let text = seg_yaml()
+        .replace("xbound: [-51.2, 51.2, 0.4]", "xbound: [-54.0, 54.0, 0.3]")
+        .replace("ybound: [-51.2, 51.2, 0.4]", "ybound: [-54.0, 54.0, 0.3]");
+    LssConfig::parse(&text, "det").expect("det config")
+}
+
+/// A reduced seg config for debug-build CPU tests: 32 → 16 channels, 64 × 176 images (8 × 22
+/// features), depth [1, 60, 2] (30 bins), 1.6 m cells (64 × 64), downsample 2.
+pub fn small_config() -> LssConfig {
+    let text = seg_yaml()
+        .replace("image_size: [256, 704]          #", "image_size: [64, 176]          #")
+        .replace("image_size: [256, 704]\n        feature_size: [32, 88]", "image_size: [64, 176]\n        feature_size: [8, 22]")
+        .replace("in_channels: 256\n        out_channels: 80", "in_channels: 32\n        out_channels: 16")
+        .replace("xbound: [-51.2, 51.2, 0.4]", "xbound: [-51.2, 51.2, 1.6]")
+        .replace("ybound: [-51.2, 51.2, 0.4]", "ybound: [-51.2, 51.2, 1.6]")
+        .replace("dbound: [1.0, 60.0, 0.5]", "dbound: [1.0, 60.0, 2.0]");
+    let c = LssConfig::parse(&text, "small").expect("small config");
+    assert_eq!((c.depth_bins(), c.channels(), c.feature_size()), (30, 16, [8, 22]), "the YAML changed: update small_config");
+    c
+}
+
+/// The nuScenes sample's six cameras (1600 × 900 images).
+pub fn nuscenes_calib() -> Calibration {
+    Calibration::load_nuscenes_json(&root().join("tests/data/nuscenes/calib.json"), &NUSCENES_CAMERAS, 1600, 900).expect("calib.json")
+}
+
+/// splitmix64 stream (same generator as common::Rng).
+pub struct Stream(pub u64);
+impl Stream {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    pub fn sym(&mut self) -> f32 {
+        (((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0) as f32
+    }
+}
+
+pub fn fp16(v: f32) -> f32 {
+    half::f16::from_f32(v).to_f32()
+}
+
+/// Random depth distributions `[pixels, d]` (a softmax of logits in ±3, rounded to FP16) and
+/// context `[pixels, c]` in ±1 (FP16): what the pool reads on the GPU, so CPU and GPU see the
+/// same values.
+pub fn random_lifted(seed: u64, pixels: usize, d: usize, c: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut s = Stream(seed);
+    let mut depth = vec![0f32; pixels * d];
+    for row in depth.chunks_mut(d) {
+        let logits: Vec<f32> = (0..d).map(|_| 3.0 * s.sym()).collect();
+        sptr::bev::lss::transform::softmax_into(&logits, row);
+        row.iter_mut().for_each(|v| *v = fp16(*v));
+    }
+    let context = (0..pixels * c).map(|_| fp16(s.sym())).collect();
+    (depth, context)
+}
