@@ -44,23 +44,6 @@ pub fn is_ignored(name: &str) -> bool {
     name.ends_with("num_batches_tracked")
 }
 
-/// Integer index buffers a `state_dict` carries beside the weights (Swin's
-/// `relative_position_index`, int64): read as f32 (exact, their values are small) for the model
-/// to check. Any other integer tensor is an error.
-pub fn is_index_buffer(name: &str) -> bool {
-    name.ends_with("relative_position_index")
-}
-
-/// Little-endian integers of `dtype` to f32 when every value is exactly representable (|v| <= 2^24).
-fn int_to_f32(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
-    let vals: Vec<i64> = match dtype {
-        Dtype::I64 => bytes.chunks_exact(8).map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])).collect(),
-        Dtype::I32 => bytes.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as i64).collect(),
-        _ => return None,
-    };
-    vals.iter().all(|v| v.unsigned_abs() <= 1 << 24).then(|| vals.iter().map(|&v| v as f32).collect())
-}
-
 fn strip_module(name: &str) -> &str {
     name.strip_prefix("module.").unwrap_or(name)
 }
@@ -114,8 +97,7 @@ impl Weights {
             if is_ignored(raw_name) {
                 continue;
             }
-            let as_index = || is_index_buffer(raw_name).then(|| int_to_f32(view.dtype(), view.data())).flatten();
-            let data = to_f32(view.dtype(), view.data()).or_else(as_index).ok_or_else(|| {
+            let data = to_f32(view.dtype(), view.data()).ok_or_else(|| {
                 file_err(
                     source,
                     format!(
