@@ -25,6 +25,41 @@ enum DeviceArg {
     Cuda,
 }
 
+// Value parsers for the numeric arguments: every number is range-checked when it is parsed, so
+// no value (zero, negative, huge, NaN) reaches the code below; clap prints the error and exits 2.
+
+/// An integer in `LO..=HI`.
+fn int_in<const LO: usize, const HI: usize>(s: &str) -> Result<usize, String> {
+    let v: usize = s.trim().parse().map_err(|_| format!("`{s}` is not a whole number from {LO} to {HI}"))?;
+    if !(LO..=HI).contains(&v) {
+        return Err(format!("{v} is out of range: use {LO} to {HI}"));
+    }
+    Ok(v)
+}
+
+/// float32 columns per point in a `.bin` file: at least x, y, z.
+fn stride_arg(s: &str) -> Result<usize, String> {
+    int_in::<3, 64>(s).map_err(|e| format!("{e} (float32 columns per point: 4 KITTI, 5 nuScenes, 3 x/y/z only)"))
+}
+
+/// A voxel size in metres: finite, from 1 mm to 100 m.
+fn voxel_size_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number (metres)"))?;
+    if !(v.is_finite() && (0.001..=100.0).contains(&v)) {
+        return Err(format!("{v} m is not a usable voxel size: use 0.001 to 100 (metres)"));
+    }
+    Ok(v)
+}
+
+/// A fraction in [0, 1].
+fn fraction_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
+        return Err(format!("{v} is not a fraction: use 0 to 1 (e.g. 0.995)"));
+    }
+    Ok(v)
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Voxelize a point cloud file (.bin float32 rows) as a model's preprocessing does; print a summary.
@@ -35,7 +70,7 @@ enum Cmd {
         #[arg(long, default_value = "config/models/sphereformer_nuscenes.yaml")]
         model: PathBuf,
         /// float32 columns per point: 4 (KITTI), 5 (nuScenes), 3 (x, y, z only).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = stride_arg)]
         stride: usize,
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
@@ -133,7 +168,7 @@ enum EvalCmd {
         a: PathBuf,
         b: PathBuf,
         /// Exit with status 1 when the overall agreement is below this fraction (e.g. 0.995).
-        #[arg(long)]
+        #[arg(long, value_parser = fraction_arg)]
         min: Option<f64>,
     },
 }
@@ -208,22 +243,24 @@ enum BenchCmd {
         /// cpu or cuda (as the node's `device` parameter).
         #[arg(long, default_value = "cpu")]
         device: String,
-        #[arg(long, default_value_t = 200)]
+        /// Timed frames (1 to 1,000,000).
+        #[arg(long, default_value_t = 200, value_parser = int_in::<1, 1_000_000>)]
         frames: usize,
-        #[arg(long, default_value_t = 3)]
+        /// Untimed frames first (0 to 10,000).
+        #[arg(long, default_value_t = 3, value_parser = int_in::<0, 10_000>)]
         warmup: usize,
     },
     /// Voxelization time, CPU and (if available) CUDA, on a cloud and on a batch of it.
     Voxelize {
         cloud: PathBuf,
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = stride_arg)]
         stride: usize,
         #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
         model: PathBuf,
         /// Voxel size override in metres (the dense cloud benchmark uses 0.05).
-        #[arg(long)]
+        #[arg(long, value_parser = voxel_size_arg)]
         voxel_size: Option<f64>,
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
         /// Also time a batch of the cloud plus a copy rotated about z.
         #[arg(long)]
@@ -233,36 +270,36 @@ enum BenchCmd {
     /// k2 s2 32->64..128->256, on a cloud voxelized at --voxel-size (JSON lines).
     Spconv {
         cloud: PathBuf,
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = stride_arg)]
         stride: usize,
         #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
         model: PathBuf,
-        #[arg(long, default_value_t = 0.05)]
+        #[arg(long, default_value_t = 0.05, value_parser = voxel_size_arg)]
         voxel_size: f64,
         /// Batch of the cloud plus a copy rotated 90 degrees about z (>= 250k voxels on the dense cloud).
         #[arg(long)]
         batch2: bool,
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
     },
     /// SphereFormer stage attention (CUDA): cubic and spherical window attention with RPE, the
     /// partitions, and the whole stage, at C=32/2 heads and C=64/4 heads (JSON lines).
     Attention {
         cloud: PathBuf,
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = stride_arg)]
         stride: usize,
         #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
         model: PathBuf,
         /// Voxel size override in metres (the dense cloud benchmark uses 0.05).
-        #[arg(long)]
+        #[arg(long, value_parser = voxel_size_arg)]
         voxel_size: Option<f64>,
         /// U-Net level whose windows to use (1 = full resolution).
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, value_parser = int_in::<1, 64>)]
         level: usize,
         /// Batch of the cloud plus a copy rotated 90 degrees about z.
         #[arg(long)]
         batch2: bool,
-        #[arg(long, default_value_t = 30)]
+        #[arg(long, default_value_t = 30, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
     },
     /// End-to-end segmentation (points on the host -> labels on the host): latency median/p90,
@@ -281,7 +318,7 @@ enum BenchCmd {
         seed: u64,
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 20, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
         /// Case name in the JSON (default: the cloud's file name).
         #[arg(long)]
@@ -598,8 +635,10 @@ fn bench_attention_cmd(cloud: &Path, stride: usize, model: &Path, voxel: Option<
     Ok(())
 }
 #[cfg(not(feature = "cuda"))]
-fn bench_attention_cmd(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>, _: usize, batch2: bool, _: usize) -> Result<()> {
-    let _ = bench_voxel_positions(cloud, stride, &load_model(model)?, voxel, batch2)?;
+fn bench_attention_cmd(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>, level: usize, batch2: bool, _: usize) -> Result<()> {
+    let cfg = load_model(model)?;
+    sptr::attention::SphereLevel::from_model(&cfg.yaml, level)?;
+    let _ = bench_voxel_positions(cloud, stride, &cfg, voxel, batch2)?;
     anyhow::bail!("`bench attention` needs the CUDA backend: rebuild with `--features cuda`")
 }
 
