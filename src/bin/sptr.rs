@@ -405,7 +405,7 @@ fn summarize(v: &Voxels, took_ms: f64, device: &str) {
     let st = &v.stats;
     println!("device            {device}");
     println!("points            {}", st.points_in);
-    println!("  non-finite      {}", st.non_finite);
+    println!("  non-finite      {} (NaN/Inf x, y, z or intensity)", st.non_finite);
     println!("  out of range    {}", st.out_of_range);
     println!("  out of grid     {}", st.out_of_grid);
     println!("  capped          {}", st.points_capped);
@@ -713,7 +713,11 @@ fn segment_cmd(cloud: &Path, model: &Path, weights: &Path, out: Option<&Path>, f
         println!("  {name:<22} {count:>9}  {:5.1} %", 100.0 * *count as f64 / pts.len().max(1) as f64);
     }
     if unlabeled > 0 {
-        println!("  {:<22} {unlabeled:>9}  (no voxel: NaN/Inf, out of range or over max_voxels)", "unlabeled");
+        let st = &r.voxel_stats;
+        println!(
+            "  {:<22} {unlabeled:>9}  (no voxel: {} NaN/Inf x, y, z or intensity, {} out of range, {} beyond the grid, {} over max_voxels)",
+            "unlabeled", st.non_finite, st.out_of_range, st.out_of_grid, st.points_capped
+        );
     }
     for (stage, d) in &r.times.stages {
         println!("  {stage:<16} {:9.2} ms", d.as_secs_f64() * 1e3);

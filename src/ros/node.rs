@@ -65,6 +65,8 @@ struct Counters {
     last_latency_ms: Option<f64>,
     last_voxels: Option<usize>,
     last_points: Option<usize>,
+    /// Points of the last processed cloud dropped for a NaN/Inf x, y, z or intensity.
+    last_points_dropped: Option<usize>,
     /// Processed frames that had more voxels than `voxelization.max_voxels` (the rest dropped,
     /// their points published with class_id 255).
     over_voxel_cap: u64,
@@ -280,6 +282,7 @@ impl Worker {
             grids,
             voxels,
             voxel_stats,
+            points_in,
             points_kept,
             stages,
             total_ms,
@@ -340,6 +343,7 @@ impl Worker {
         c.last_latency_ms = Some(latency);
         c.last_voxels = Some(voxels);
         c.last_points = Some(points_kept);
+        c.last_points_dropped = Some(points_in - points_kept);
         if voxel_stats.voxels_dropped() > 0 {
             c.over_voxel_cap += 1;
         }
@@ -389,7 +393,7 @@ struct Since {
 /// the last report; OK otherwise. Values: received, processed, skipped, rejected (total and
 /// `rejected.<reason>`), last processing ms, last latency ms (receipt to publication), input age
 /// ms (since the last cloud arrived), input stamp age ms (arrival minus header stamp), last
-/// points, last voxels, frames over the voxel cap, device, model config, weights, budget, last
+/// points, last points dropped (NaN/Inf x, y, z or intensity), last voxels, frames over the voxel cap, device, model config, weights, budget, last
 /// reject, last error.
 fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> DiagnosticArray {
     let now = Instant::now();
@@ -460,6 +464,7 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
         ),
         kv("input stamp age ms", opt(c.last_stamp_age_ms)),
         kv("last points", opt_n(c.last_points)),
+        kv("last points dropped", opt_n(c.last_points_dropped)),
         kv("last voxels", opt_n(c.last_voxels)),
         kv("frames over voxel cap", c.over_voxel_cap.to_string()),
         kv("device", info.device.clone()),
