@@ -102,3 +102,71 @@ fn valid_numbers_still_run() {
     // of 3, a clear error from the library
     refused(&["voxelize", &cloud, "--stride", "3", "--device", "cpu"], &["wrong --stride?"]);
 }
+
+/// A temporary directory of this test process.
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("sptr-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The nuScenes model narrowed (m 16, three levels, one block) in `dir`: the same voxelization,
+/// a fast network for a debug build.
+fn small_nuscenes_model(dir: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap();
+    let small = text
+        .replace("\nm: 32\n", "\nm: 16\n")
+        .replace("block_reps: 2", "block_reps: 1")
+        .replace("layers: [32, 64, 128, 256, 256]", "layers: [16, 32, 48]")
+        .replace("sphere_layers: [1, 2, 3, 4, 5]", "sphere_layers: [1, 2]");
+    assert_ne!(small, text, "the nuScenes model YAML changed: update this test");
+    let path = dir.join("small_nuscenes.yaml");
+    std::fs::write(&path, small).unwrap();
+    path.display().to_string()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = sptr(args);
+    assert!(out.status.success(), "sptr {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `sptr random-weights` writes weights a fresh machine can try every entry point with: the same
+/// model and seed give the same bytes, another seed other bytes; the file loads for its model and
+/// `segment --weights FILE` labels exactly as `segment --random-weights SEED`.
+#[test]
+fn random_weights_are_deterministic_and_load() {
+    let dir = temp_dir("random-weights");
+    let model = small_nuscenes_model(&dir);
+    let file = |name: &str| dir.join(name).display().to_string();
+    let (a, b, c) = (file("a.safetensors"), file("b.safetensors"), file("c.safetensors"));
+    let text = ok(&["random-weights", "--model", &model, "--seed", "3", "--out", &a]);
+    assert!(text.contains("seed 3") && text.contains(&a), "{text}");
+    ok(&["random-weights", "--model", &model, "--seed", "3", "--out", &b]);
+    ok(&["random-weights", "--model", &model, "--seed", "4", "--out", &c]);
+    let read = |p: &str| std::fs::read(p).unwrap();
+    assert_eq!(read(&a), read(&b), "same model and seed, different bytes");
+    assert_ne!(read(&a), read(&c), "another seed, the same bytes");
+    // the file fits its model (every tensor present, none unexpected or mis-shaped)
+    let cfg = sptr::config::ModelConfig::load(std::path::Path::new(&model)).unwrap().yaml;
+    let w = sptr::model::Weights::from_file(std::path::Path::new(&a)).expect("the written file loads");
+    sptr::pipeline::Segmenter::new(cfg, w).expect("the weights fit the model YAML");
+    // and not another model (the full nuScenes model): a clear error listing the tensors
+    let out = sptr(&["segment", &nuscenes_bin(), "--model", "config/models/sphereformer_nuscenes.yaml", "--weights", &a, "--device", "cpu"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && !err.contains("panicked") && err.contains("mis-shaped"), "{err}");
+
+    let cloud = nuscenes_bin();
+    let (la, lb) = (file("a.label"), file("b.label"));
+    let text = ok(&["segment", &cloud, "--model", &model, "--weights", &a, "--device", "cpu", "--out", &la]);
+    assert!(text.contains("34688 points, 17856 voxels"), "{text}");
+    ok(&["segment", &cloud, "--model", &model, "--random-weights", "3", "--device", "cpu", "--out", &lb]);
+    assert_eq!(read(&la), read(&lb), "--weights FILE and --random-weights SEED label differently");
+    assert_eq!(read(&la).len(), 34688 * 4);
+    // one of the two is needed, not both
+    refused(&["segment", &cloud, "--model", &model], &["--weights"]);
+    refused(&["segment", &cloud, "--model", &model, "--weights", &a, "--random-weights", "3"], &["--random-weights"]);
+    refused(&["random-weights", "--model", &model, "--out", &dir.join("no/such/dir/w.safetensors").display().to_string()], &["no/such/dir"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,6 +1,7 @@
 //! `sptr`: the command-line tool. Subcommands: `voxelize` (a cloud file -> voxel summary),
 //! `kernels` (compile every CUDA kernel with NVRTC), `bench voxelize` (JSON timings), `info`,
-//! `bag info`, `replay` (rosbag2 replay with evaluation) and `eval merge` (shards into one report).
+//! `bag info`, `replay` (rosbag2 replay with evaluation), `eval merge` (shards into one report),
+//! `segment`, `prepare` and `random-weights` (deterministic untrained weights for a model YAML).
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -85,8 +86,12 @@ enum Cmd {
         #[arg(long)]
         model: PathBuf,
         /// safetensors weights with the upstream state_dict names.
-        #[arg(long)]
-        weights: PathBuf,
+        #[arg(long, required_unless_present = "random_weights", conflicts_with = "random_weights")]
+        weights: Option<PathBuf>,
+        /// Untrained deterministic random weights with this seed instead of --weights (as
+        /// `sptr random-weights` writes them: real timings, meaningless labels).
+        #[arg(long, value_name = "SEED")]
+        random_weights: Option<u64>,
         /// Where to write the labels (default: none written).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -107,6 +112,20 @@ enum Cmd {
         #[arg(long)]
         model: PathBuf,
         /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Write deterministic random (untrained) weights for a model YAML as safetensors, so every
+    /// entry point (segment, replay, bench, the node's `model.weights`) runs on a fresh machine:
+    /// real timings, meaningless labels. The same model and seed give the same bytes.
+    RandomWeights {
+        /// Model YAML (`config/models/sphereformer_*.yaml`) the weights are for.
+        #[arg(long)]
+        model: PathBuf,
+        /// Seed of the generator (any 64-bit number).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The safetensors file to write (replaced if it exists).
         #[arg(long)]
         out: PathBuf,
     },
@@ -336,9 +355,10 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Voxelize { cloud, model, stride, device } => voxelize_cmd(&cloud, &model, stride, device),
-        Cmd::Segment { cloud, model, weights, out, format, device } => {
-            segment_cmd(&cloud, &model, &weights, out.as_deref(), format.as_deref(), device)
+        Cmd::Segment { cloud, model, weights, random_weights, out, format, device } => {
+            segment_cmd(&cloud, &model, weights.as_deref(), random_weights, out.as_deref(), format.as_deref(), device)
         }
+        Cmd::RandomWeights { model, seed, out } => random_weights_cmd(&model, seed, &out),
         Cmd::Kernels { arch } => kernels_cmd(&arch),
         Cmd::Prepare { cloud, format, model, out } => {
             let pts = read_cloud_arg(&cloud, format.as_deref())?;
@@ -688,15 +708,48 @@ fn segmenter_on(cfg: sptr::config::ModelYaml, weights: sptr::model::Weights, dev
     sptr::pipeline::Segmenter::on_device(cfg, weights, kind).with_context(|| format!("building the model on {kind:?}"))
 }
 
+/// `sptr random-weights`: deterministic random weights for a model YAML, as safetensors.
+fn random_weights_cmd(model: &Path, seed: u64, out: &Path) -> Result<()> {
+    let cfg = load_model(model)?.yaml;
+    let tensors = sptr::model::random::random_tensors(&cfg, seed).context("making random weights")?;
+    sptr::model::random::save_tensors(out, &tensors).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let params: usize = tensors.iter().map(|(_, _, v)| v.len()).sum();
+    println!(
+        "wrote {} ({} tensors, {params} parameters, F32) for {}, seed {seed}: untrained, for trying the tools (meaningless labels)",
+        out.display(),
+        tensors.len(),
+        model.display()
+    );
+    Ok(())
+}
+
 /// `sptr segment`: read, segment, report, optionally write a `.label` file.
-fn segment_cmd(cloud: &Path, model: &Path, weights: &Path, out: Option<&Path>, format: Option<&str>, device: DeviceArg) -> Result<()> {
+fn segment_cmd(
+    cloud: &Path,
+    model: &Path,
+    weights: Option<&Path>,
+    random_seed: Option<u64>,
+    out: Option<&Path>,
+    format: Option<&str>,
+    device: DeviceArg,
+) -> Result<()> {
     use sptr::pipeline::files::{write_label_file, LabelIds};
     use sptr::pipeline::UNLABELED;
     let pts = read_cloud_arg(cloud, format)?;
     let t0 = Instant::now();
     let cfg = load_model(model)?.yaml;
-    let w = sptr::model::Weights::from_file(weights).with_context(|| format!("loading weights {}", weights.display()))?;
-    let seg = segmenter_on(cfg, w, device).with_context(|| format!("loading {} with {}", model.display(), weights.display()))?;
+    let (w, source) = match (weights, random_seed) {
+        (Some(p), _) => (
+            sptr::model::Weights::from_file(p).with_context(|| format!("loading weights {}", p.display()))?,
+            p.display().to_string(),
+        ),
+        (None, Some(seed)) => (
+            sptr::model::random::random_weights(&cfg, seed).context("making random weights")?,
+            format!("random weights (seed {seed}; untrained: meaningless labels)"),
+        ),
+        (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for untrained weights)"),
+    };
+    let seg = segmenter_on(cfg, w, device).with_context(|| format!("loading {} with {source}", model.display()))?;
     println!("model loaded on {:?} in {:.1} ms", seg.device(), t0.elapsed().as_secs_f64() * 1e3);
     let r = seg.segment(&[&pts]).context("segmenting")?;
     let names = &seg.config().class_names;
