@@ -101,6 +101,10 @@ enum Cmd {
         format: Option<String>,
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
+        /// Progress of a CPU run on stderr, stage by stage: auto (a bar on a terminal, lines
+        /// otherwise, once the run has taken 2 s), plain, quiet.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "plain", "quiet"])]
+        progress: String,
     },
     /// Run a model's preprocessing on a cloud and write the network inputs (coords.i32, feats.f32,
     /// xyz.f32, batch.i32, inputs.json) for the PyTorch parity reference.
@@ -355,8 +359,9 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Voxelize { cloud, model, stride, device } => voxelize_cmd(&cloud, &model, stride, device),
-        Cmd::Segment { cloud, model, weights, random_weights, out, format, device } => {
-            segment_cmd(&cloud, &model, weights.as_deref(), random_weights, out.as_deref(), format.as_deref(), device)
+        Cmd::Segment { cloud, model, weights, random_weights, out, format, device, progress } => {
+            let w = (weights.as_deref(), random_weights);
+            segment_cmd(&cloud, &model, w, out.as_deref(), format.as_deref(), device, progress_mode(&progress))
         }
         Cmd::RandomWeights { model, seed, out } => random_weights_cmd(&model, seed, &out),
         Cmd::Kernels { arch } => kernels_cmd(&arch),
@@ -727,11 +732,11 @@ fn random_weights_cmd(model: &Path, seed: u64, out: &Path) -> Result<()> {
 fn segment_cmd(
     cloud: &Path,
     model: &Path,
-    weights: Option<&Path>,
-    random_seed: Option<u64>,
+    (weights, random_seed): (Option<&Path>, Option<u64>),
     out: Option<&Path>,
     format: Option<&str>,
     device: DeviceArg,
+    progress: sptr::replay::ProgressMode,
 ) -> Result<()> {
     use sptr::pipeline::files::{write_label_file, LabelIds};
     use sptr::pipeline::UNLABELED;
@@ -749,9 +754,19 @@ fn segment_cmd(
         ),
         (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for untrained weights)"),
     };
-    let seg = segmenter_on(cfg, w, device).with_context(|| format!("loading {} with {source}", model.display()))?;
+    let mut seg = segmenter_on(cfg, w, device).with_context(|| format!("loading {} with {source}", model.display()))?;
     println!("model loaded on {:?} in {:.1} ms", seg.device(), t0.elapsed().as_secs_f64() * 1e3);
-    let r = seg.segment(&[&pts]).context("segmenting")?;
+    // The CPU takes minutes on a few hundred thousand voxels: say where it is, stage by stage.
+    let stages = (seg.device() == sptr::config::DeviceKind::Cpu).then(|| {
+        let p = sptr::pipeline::progress::StageProgress::new(progress, sptr::model::sphereformer::cpu_stage_names(seg.config()));
+        seg.set_stage_hook(Some(p.hook()));
+        p
+    });
+    let r = seg.segment(&[&pts]);
+    if let Some(p) = stages {
+        p.finish();
+    }
+    let r = r.context("segmenting")?;
     let names = &seg.config().class_names;
     let mut hist = vec![0usize; names.len()];
     let mut unlabeled = 0usize;
@@ -793,6 +808,14 @@ fn bag_info_cmd(bag: &Path, count: bool) -> Result<()> {
     match error {
         Some(e) => anyhow::bail!("reading the messages: {e}"),
         None => Ok(()),
+    }
+}
+
+fn progress_mode(s: &str) -> sptr::replay::ProgressMode {
+    match s {
+        "plain" => sptr::replay::ProgressMode::Plain,
+        "quiet" => sptr::replay::ProgressMode::Quiet,
+        _ => sptr::replay::ProgressMode::Auto,
     }
 }
 
