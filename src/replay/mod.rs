@@ -40,14 +40,13 @@ use crate::bev::messages::frame_mismatch;
 use crate::cloud::{field_values, finite_mask};
 use crate::config::ModelYaml;
 use crate::eval::labels::LabelMap;
-use crate::eval::plots;
 use crate::eval::report::{Report, END_TO_END};
 use crate::eval::state::{Damage, EvalState, FrameRecord, FrameStatus, STATE_FILE, STATE_FORMAT};
 use crate::eval::Confusion;
 use crate::outputs::{self, OutputTopics};
 use crate::perception::{FrameOutput, Processor, NO_CLASS, STAGES};
 
-pub use bev_png::bev_view;
+pub use bev_png::{bev_view, write_bev_png, BevLegend};
 pub use device::{open_processor, Device, WeightsSource};
 pub use ground_truth::LabelSource;
 pub use output_dir::{merge_shards, write_reports};
@@ -226,7 +225,7 @@ pub fn replay(
         };
         let record = process_frame(
             processor,
-            cfg.classes,
+            cfg,
             opts,
             &ctx,
             &msg.data,
@@ -314,7 +313,7 @@ impl FrameCtx<'_> {
 #[allow(clippy::too_many_arguments)]
 fn process_frame(
     processor: &mut Processor,
-    classes: usize,
+    cfg: &ModelYaml,
     opts: &ReplayOptions,
     ctx: &FrameCtx,
     data: &[u8],
@@ -366,7 +365,7 @@ fn process_frame(
         Some(src) => match aligned_labels(src, ctx.index, stamp, &msg, &out) {
             Ok(raw) => {
                 for (&r, &p) in raw.iter().zip(&pred) {
-                    confusion.add(opts.label_map.resolve(r, classes), p);
+                    confusion.add(opts.label_map.resolve(r, cfg.classes), p);
                 }
                 (FrameStatus::Evaluated, None)
             }
@@ -418,13 +417,14 @@ fn process_frame(
     stages.push((END_TO_END.to_string(), ns(start.elapsed())));
 
     if opts.bev_png_frames.contains(&ctx.index) {
-        let (w, h, rgb) = bev_view(&out.grids);
-        plots::write_rgb_png(
-            &bev_dir.join(format!("frame_{:06}.png", ctx.index)),
-            w,
-            h,
-            &rgb,
-        )?;
+        let bev = processor.bev_params();
+        let legend = BevLegend {
+            class_names: &cfg.class_names,
+            palette: &bev.palette,
+            resolution: bev.resolution,
+            title: format!("BEV classes, frame {} ({} ns)", ctx.index, ctx.timestamp_ns),
+        };
+        write_bev_png(&bev_dir.join(format!("frame_{:06}.png", ctx.index)), &out.grids, &legend)?;
     }
     let labeled = pred.iter().filter(|p| p.is_some()).count() as u64;
     Ok(FrameRecord {
