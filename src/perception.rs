@@ -542,7 +542,7 @@ pub fn bench_pipeline(b: &BenchSetup) -> Result<String, String> {
     );
     let fmt = CloudFormat::from_path(b.cloud)
         .ok_or_else(|| format!("{}: not a .bin, .pcd.bin or .pcd cloud", b.cloud.display()))?;
-    let pts = read_cloud(b.cloud, fmt).map_err(|e| format!("{}: {e}", b.cloud.display()))?;
+    let pts = read_cloud(b.cloud, fmt).map_err(|e| e.to_string())?; // names the file
     let body = cloud::encode_points(&pts, cloud::Layout::XyzI32)
         .map_err(|e| format!("{}: {e}", b.cloud.display()))?;
     let (mut p, weights) = match b.weights {

@@ -170,3 +170,177 @@ fn random_weights_are_deterministic_and_load() {
     refused(&["random-weights", "--model", &model, "--out", &dir.join("no/such/dir/w.safetensors").display().to_string()], &["no/such/dir"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every argument of every subcommand has help text (`-h` shows a description beside it, not
+/// only a default).
+#[test]
+fn every_argument_has_help_text() {
+    let commands: &[&[&str]] = &[
+        &["voxelize"], &["segment"], &["prepare"], &["random-weights"], &["kernels"], &["info"],
+        &["bench", "pipeline"], &["bench", "voxelize"], &["bench", "spconv"], &["bench", "attention"],
+        &["bench", "model"], &["bag", "info"], &["replay"], &["eval", "merge"], &["eval", "agreement"],
+    ];
+    let mut bare = Vec::new();
+    for cmd in commands {
+        let mut args = cmd.to_vec();
+        args.push("-h");
+        let text = ok(&args);
+        let lines: Vec<&str> = text.lines().collect();
+        let mut section = "";
+        for (k, line) in lines.iter().enumerate() {
+            if line.ends_with(':') && !line.starts_with(' ') {
+                section = line;
+                continue;
+            }
+            if !(section == "Arguments:" || section == "Options:") {
+                continue;
+            }
+            // an entry: "  <NAME>  help" or "  -h, --name <V>  help", or (when some help is
+            // long) the entry alone and its help on the next, further indented line
+            let t = line.trim_start();
+            let indent = line.len() - t.len();
+            if indent > 6 || !(t.starts_with('-') || t.starts_with('<')) {
+                continue;
+            }
+            let mut help = t.split_once("  ").map(|(_, h)| h.trim()).unwrap_or("");
+            if help.is_empty() {
+                if let Some(next) = lines.get(k + 1) {
+                    let n = next.trim_start();
+                    if next.len() - n.len() > indent && !n.starts_with('-') && !n.starts_with('<') {
+                        help = n.trim();
+                    }
+                }
+            }
+            if help.is_empty() || help.starts_with('[') {
+                bare.push(format!("sptr {}: {}", cmd.join(" "), t));
+            }
+        }
+    }
+    assert!(bare.is_empty(), "arguments without help text:\n{}", bare.join("\n"));
+}
+
+/// A file that is not there: the error names its path once (not "reading X: reading X").
+#[test]
+fn a_missing_file_is_named_once() {
+    let dir = temp_dir("missing");
+    let small = small_nuscenes_model(&dir);
+    let cloud = nuscenes_bin();
+    let m = "/nonexistent-sptr-test/missing";
+    let (bin, yaml, st) = (format!("{m}.bin"), format!("{m}.yaml"), format!("{m}.safetensors"));
+    let out = dir.join("out").display().to_string();
+    let nus = "config/models/sphereformer_nuscenes.yaml";
+    let bag = common::data("bags/nuscenes_sample").display().to_string();
+    let params = "config/perception_nuscenes.yaml";
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["voxelize", &bin], &bin),
+        (vec!["voxelize", &cloud, "--model", &yaml], &yaml),
+        (vec!["segment", &bin, "--model", nus, "--random-weights", "1"], &bin),
+        (vec!["segment", &cloud, "--model", &yaml, "--random-weights", "1"], &yaml),
+        (vec!["segment", &cloud, "--model", &small, "--weights", &st], &st),
+        (vec!["prepare", &bin, "--model", nus, "--out", &out], &bin),
+        (vec!["random-weights", "--model", &yaml, "--out", &out], &yaml),
+        (vec!["bench", "model", &bin], &bin),
+        (vec!["bench", "model", &cloud, "--model", &small, "--weights", &st, "--device", "cpu"], &st),
+        (vec!["bench", "voxelize", &bin], &bin),
+        (vec!["bench", "pipeline", &bin], &bin),
+        (vec!["bench", "pipeline", &cloud, "--params", &yaml], &yaml),
+        (vec!["bag", "info", m], m),
+        (vec!["replay", m, "--model", nus, "--random-weights", "1", "--params", params, "--out", &out], m),
+        (vec!["replay", &bag, "--model", &yaml, "--random-weights", "1", "--params", params, "--out", &out], &yaml),
+        (vec!["replay", &bag, "--model", nus, "--random-weights", "1", "--params", &yaml, "--out", &out], &yaml),
+        (vec!["replay", &bag, "--model", nus, "--weights", &st, "--params", params, "--device", "cpu", "--out", &out], &st),
+        (vec!["eval", "merge", m, "--out", &out], m),
+        (vec!["eval", "agreement", m, &bag], m),
+    ];
+    for (args, path) in cases {
+        let o = sptr(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && !err.contains("panicked"), "sptr {args:?}:\n{err}");
+        assert_eq!(err.matches(path).count(), 1, "sptr {args:?} does not name {path} once:\n{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `eval merge` of the outputs of two different replays names both sides by their directory:
+/// here both are `--shard 0/1` runs, of different bags.
+#[test]
+fn eval_merge_of_different_bags_names_both_shards() {
+    use sptr::eval::confusion::Confusion;
+    use sptr::eval::state::{EvalState, STATE_FORMAT};
+    let dir = temp_dir("merge");
+    let state = |bag: &str| EvalState {
+        format: STATE_FORMAT,
+        bag: bag.into(),
+        lidar_topic: "/sptr/input/points".into(),
+        model: "m.yaml".into(),
+        weights: "w".into(),
+        device: "cpu".into(),
+        class_names: vec!["a".into(), "b".into()],
+        ground_truth: None,
+        shard_count: 1,
+        shards: vec![0],
+        frames: Vec::new(),
+        frames_in_bag: 0,
+        confusion: Confusion::new(2),
+        processing_s: vec![1.0],
+        damage: None,
+    };
+    let (a, b) = (dir.join("run_a"), dir.join("run_b"));
+    for (d, bag) in [(&a, "drive_x"), (&b, "drive_y")] {
+        std::fs::create_dir_all(d).unwrap();
+        state(bag).save(&d.join("eval_state.json")).unwrap();
+    }
+    let (a, b) = (a.display().to_string(), b.display().to_string());
+    let out = dir.join("merged").display().to_string();
+    let o = sptr(&["eval", "merge", &a, &b, "--out", &out]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("shard 0/1 of {b} has bag \"drive_y\" but shard 0/1 of {a} has bag \"drive_x\"")),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A replay in which every frame is skipped (here: each of the six frames has more points than
+/// the model's `max_points`) writes its report and exits non-zero, saying why.
+#[test]
+fn replay_with_every_frame_skipped_fails() {
+    let dir = temp_dir("all-skipped");
+    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_semantickitti.yaml")).unwrap();
+    let capped = text.replace("max_points: 4000000", "max_points: 10");
+    assert_ne!(capped, text, "the SemanticKITTI model YAML changed: update this test");
+    let model = dir.join("capped.yaml");
+    std::fs::write(&model, capped).unwrap();
+    let out = dir.join("out");
+    let bag = common::data("bags/semantickitti_labels").display().to_string();
+    let o = sptr(&["replay", &bag, "--model", &model.display().to_string(), "--random-weights", "1", "--device", "cpu", "--progress", "quiet", "--out", &out.display().to_string()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("every one of the 6 LiDAR frames was skipped") && err.contains("max_points"), "{err}");
+    assert!(out.join("report.md").is_file(), "the report is written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--bev-png-frames` must name frames the replay processes: beyond the bag or outside the
+/// shard is an error naming them, before anything is replayed.
+#[test]
+fn bev_png_frames_beyond_the_bag_or_shard_are_errors() {
+    let dir = temp_dir("bev-png");
+    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_semantickitti.yaml")).unwrap();
+    let model = dir.join("kitti.yaml");
+    std::fs::write(&model, text).unwrap();
+    let model = model.display().to_string();
+    let bag = common::data("bags/semantickitti_labels").display().to_string();
+    let out = dir.join("out");
+    let o = out.display().to_string();
+    let base = ["replay", &bag, "--model", &model, "--random-weights", "1", "--device", "cpu", "--out", &o];
+    let mut args = base.to_vec();
+    args.extend(["--bev-png-frames", "0,5,6,40"]);
+    refused(&args, &["--bev-png-frames [6, 40]", "6 LiDAR frame(s), indices 0 to 5"]);
+    assert!(!out.exists(), "nothing is written");
+    let mut args = base.to_vec();
+    args.extend(["--shard", "1/2", "--bev-png-frames", "1,2,4"]);
+    refused(&args, &["--bev-png-frames [2, 4]", "shard 1/2", "index % 2 == 1"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

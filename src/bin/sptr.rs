@@ -73,6 +73,7 @@ enum Cmd {
         /// float32 columns per point: 4 (KITTI), 5 (nuScenes), 3 (x, y, z only).
         #[arg(long, default_value_t = 5, value_parser = stride_arg)]
         stride: usize,
+        /// Where to run: auto (the GPU when this build and machine have a usable one, else the CPU), cpu or cuda.
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
     },
@@ -99,6 +100,7 @@ enum Cmd {
         /// the file name (`.pcd`, `.pcd.bin` = nuScenes, other `.bin` = KITTI).
         #[arg(long)]
         format: Option<String>,
+        /// Where to run: auto (the GPU when this build and machine have a usable one, else the CPU), cpu or cuda.
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
         /// Progress of a CPU run on stderr, stage by stage: auto (a bar on a terminal, lines
@@ -109,10 +111,12 @@ enum Cmd {
     /// Run a model's preprocessing on a cloud and write the network inputs (coords.i32, feats.f32,
     /// xyz.f32, batch.i32, inputs.json) for the PyTorch parity reference.
     Prepare {
+        /// KITTI `.bin`, nuScenes `.pcd.bin`, float32 x, y, z `.bin` (--format xyz) or `.pcd` cloud.
         cloud: PathBuf,
         /// Cloud layout as for `segment` (kitti, nuscenes, xyz, pcd); default from the name.
         #[arg(long)]
         format: Option<String>,
+        /// Model YAML whose preprocessing (voxelization, features) to run.
         #[arg(long)]
         model: PathBuf,
         /// Output directory.
@@ -135,6 +139,7 @@ enum Cmd {
     },
     /// Compile every CUDA kernel with NVRTC for the given architectures (needs libnvrtc, no GPU).
     Kernels {
+        /// GPU architectures to compile for, comma-separated (sm_XY).
         #[arg(long, value_delimiter = ',', default_value = "sm_90,sm_87,sm_86")]
         arch: Vec<String>,
     },
@@ -181,14 +186,16 @@ enum EvalCmd {
         /// One `sptr replay --out` directory per shard.
         #[arg(required = true)]
         shard_dirs: Vec<PathBuf>,
+        /// Output directory of the merged report (report.json, report.md, plots, eval_state.json).
         #[arg(long)]
         out: PathBuf,
     },
     /// Fraction of points two replays (e.g. --device cpu and --device cuda) gave the same
     /// class, per frame and overall, from their output bags.
     Agreement {
-        /// Two `sptr replay --out` directories (or their `bag/`).
+        /// The first `sptr replay --out` directory (or its `bag/`).
         a: PathBuf,
+        /// The second `sptr replay --out` directory (or its `bag/`), a replay of the same bag.
         b: PathBuf,
         /// Exit with status 1 when the overall agreement is below this fraction (e.g. 0.995).
         #[arg(long, value_parser = fraction_arg)]
@@ -210,6 +217,7 @@ struct ReplayArgs {
     /// runs: real timings, meaningless labels).
     #[arg(long, value_name = "SEED")]
     random_weights: Option<u64>,
+    /// Where to run: auto (the GPU when this build and machine have a usable one, else the CPU), cpu or cuda.
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
     device: DeviceArg,
     /// LiDAR PointCloud2 topic (default: /sptr/input/points, else the bag's only PointCloud2 topic).
@@ -275,14 +283,18 @@ enum BenchCmd {
     },
     /// Voxelization time, CPU and (if available) CUDA, on a cloud and on a batch of it.
     Voxelize {
+        /// Point cloud `.bin` file of float32 rows (--stride columns: x, y, z, ...).
         cloud: PathBuf,
+        /// float32 columns per point: 3 (x, y, z, the dense benchmark cloud), 4 (KITTI), 5 (nuScenes).
         #[arg(long, default_value_t = 3, value_parser = stride_arg)]
         stride: usize,
+        /// Model YAML whose voxelization rules to use.
         #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
         model: PathBuf,
         /// Voxel size override in metres (the dense cloud benchmark uses 0.05).
         #[arg(long, value_parser = voxel_size_arg)]
         voxel_size: Option<f64>,
+        /// Timed repetitions (the median is reported).
         #[arg(long, default_value_t = 20, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
         /// Also time a batch of the cloud plus a copy rotated about z.
@@ -292,25 +304,33 @@ enum BenchCmd {
     /// Sparse conv (CUDA): SubM k3 C=32..256 with the map cached and built in the call, strided
     /// k2 s2 32->64..128->256, on a cloud voxelized at --voxel-size (JSON lines).
     Spconv {
+        /// Point cloud `.bin` file of float32 rows (--stride columns: x, y, z, ...).
         cloud: PathBuf,
+        /// float32 columns per point: 3 (x, y, z, the dense benchmark cloud), 4 (KITTI), 5 (nuScenes).
         #[arg(long, default_value_t = 3, value_parser = stride_arg)]
         stride: usize,
+        /// Model YAML whose voxelization rules to use.
         #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
         model: PathBuf,
+        /// Voxel size in metres (0.05 is the dense cloud benchmark's).
         #[arg(long, default_value_t = 0.05, value_parser = voxel_size_arg)]
         voxel_size: f64,
         /// Batch of the cloud plus a copy rotated 90 degrees about z (>= 250k voxels on the dense cloud).
         #[arg(long)]
         batch2: bool,
+        /// Timed repetitions (the median is reported).
         #[arg(long, default_value_t = 50, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
     },
     /// SphereFormer stage attention (CUDA): cubic and spherical window attention with RPE, the
     /// partitions, and the whole stage, at C=32/2 heads and C=64/4 heads (JSON lines).
     Attention {
+        /// Point cloud `.bin` file of float32 rows (--stride columns: x, y, z, ...).
         cloud: PathBuf,
+        /// float32 columns per point: 3 (x, y, z, the dense benchmark cloud), 4 (KITTI), 5 (nuScenes).
         #[arg(long, default_value_t = 3, value_parser = stride_arg)]
         stride: usize,
+        /// Model YAML whose voxelization rules to use.
         #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
         model: PathBuf,
         /// Voxel size override in metres (the dense cloud benchmark uses 0.05).
@@ -322,25 +342,31 @@ enum BenchCmd {
         /// Batch of the cloud plus a copy rotated 90 degrees about z.
         #[arg(long)]
         batch2: bool,
+        /// Timed repetitions (the median is reported).
         #[arg(long, default_value_t = 30, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
     },
     /// End-to-end segmentation (points on the host -> labels on the host): latency median/p90,
     /// per-stage medians, device memory (JSON line).
     Model {
+        /// KITTI `.bin`, nuScenes `.pcd.bin` or `.pcd` cloud (--format for others).
         cloud: PathBuf,
         /// Cloud layout as for `segment` (kitti, nuscenes, xyz, pcd); default from the name.
         #[arg(long)]
         format: Option<String>,
+        /// Model YAML to run.
         #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
         model: PathBuf,
         /// safetensors weights; default: deterministic random weights (--seed).
         #[arg(long)]
         weights: Option<PathBuf>,
+        /// Seed of the random weights used without --weights.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Where to run: auto (the GPU when this build and machine have a usable one, else the CPU), cpu or cuda.
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
+        /// Timed repetitions after 3 warm-up runs (median and p90 reported).
         #[arg(long, default_value_t = 20, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
         /// Case name in the JSON (default: the cloud's file name).
@@ -412,7 +438,8 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn load_model(path: &Path) -> Result<ModelConfig> {
-    ModelConfig::load(path).with_context(|| format!("loading model config {}", path.display()))
+    // The library's errors name the file: say it once.
+    ModelConfig::load(path).map_err(|e| anyhow::anyhow!("model YAML {e}"))
 }
 
 /// A copy of `p` rotated by `deg` degrees about z (for a second batch sample).
@@ -698,7 +725,7 @@ fn read_cloud_arg(cloud: &Path, format: Option<&str>) -> Result<Points> {
         None => CloudFormat::from_path(cloud)
             .with_context(|| format!("{}: cannot tell the layout from the name; pass --format", cloud.display()))?,
     };
-    read_cloud(cloud, fmt).with_context(|| format!("reading {}", cloud.display()))
+    read_cloud(cloud, fmt).map_err(|e| anyhow::anyhow!("{e}")) // names the file
 }
 
 /// A segmenter on the chosen device (`auto`: CUDA when usable, else the CPU).
@@ -743,19 +770,15 @@ fn segment_cmd(
     let pts = read_cloud_arg(cloud, format)?;
     let t0 = Instant::now();
     let cfg = load_model(model)?.yaml;
-    let (w, source) = match (weights, random_seed) {
-        (Some(p), _) => (
-            sptr::model::Weights::from_file(p).with_context(|| format!("loading weights {}", p.display()))?,
-            p.display().to_string(),
-        ),
-        (None, Some(seed)) => (
-            sptr::model::random::random_weights(&cfg, seed).context("making random weights")?,
-            format!("random weights (seed {seed}; untrained: meaningless labels)"),
-        ),
+    let w = match (weights, random_seed) {
+        (Some(p), _) => sptr::model::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
+        (None, Some(seed)) => sptr::model::random::random_weights(&cfg, seed).context("making random weights")?,
         (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for untrained weights)"),
     };
-    let mut seg = segmenter_on(cfg, w, device).with_context(|| format!("loading {} with {source}", model.display()))?;
-    println!("model loaded on {:?} in {:.1} ms", seg.device(), t0.elapsed().as_secs_f64() * 1e3);
+    // A mismatch error names the weights file itself.
+    let mut seg = segmenter_on(cfg, w, device).with_context(|| format!("model {}", model.display()))?;
+    let source = weights.map_or_else(|| format!("random weights, seed {}", random_seed.unwrap_or(0)), |p| p.display().to_string());
+    println!("model loaded on {:?} in {:.1} ms ({source})", seg.device(), t0.elapsed().as_secs_f64() * 1e3);
     // The CPU takes minutes on a few hundred thousand voxels: say where it is, stage by stage.
     let stages = (seg.device() == sptr::config::DeviceKind::Cpu).then(|| {
         let p = sptr::pipeline::progress::StageProgress::new(progress, sptr::model::sphereformer::cpu_stage_names(seg.config()));
@@ -852,6 +875,22 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     };
     let outcome = sptr::replay::run(&req).map_err(|e| anyhow::anyhow!("{e}"))?;
     print_outcome(&outcome.report, &outcome.out);
+    if !outcome.bev_png_missing.is_empty() {
+        eprintln!(
+            "sptr: warning: no BEV PNG for --bev-png-frames {:?}: those frames were skipped or not in the bag (see {})",
+            outcome.bev_png_missing,
+            outcome.out.join("report.md").display()
+        );
+    }
+    let f = &outcome.report.frames;
+    if f.total > 0 && f.skipped == f.total {
+        let why = outcome.report.skipped.first().map_or(String::new(), |s| format!("; the first: {}", s.reason));
+        anyhow::bail!(
+            "every one of the {} LiDAR frames was skipped, none segmented{why}; the report ({}) lists them all",
+            f.total,
+            outcome.out.join("report.md").display()
+        );
+    }
     if let Some(d) = outcome.damage {
         anyhow::bail!(
             "the bag is damaged after {} LiDAR frames: {}; the report ({}) covers the frames before it",
@@ -917,7 +956,7 @@ fn bench_model_cmd(
     let pts = read_cloud_arg(cloud, format)?;
     let cfg = load_model(model)?.yaml;
     let w = match weights {
-        Some(p) => sptr::model::Weights::from_file(p).with_context(|| format!("loading weights {}", p.display()))?,
+        Some(p) => sptr::model::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
         None => sptr::model::random::random_weights(&cfg, seed).context("making random weights")?,
     };
     let seg = segmenter_on(cfg, w, device)?;

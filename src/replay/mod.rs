@@ -140,6 +140,9 @@ pub struct ReplayOutcome {
     pub out: PathBuf,
     /// Set when the bag could not be read to its end.
     pub damage: Option<Damage>,
+    /// Frames of `bev_png_frames` whose PNG was not written (skipped frames, or a bag whose
+    /// metadata promised more frames than it had).
+    pub bev_png_missing: Vec<u64>,
 }
 
 /// A duration in nanoseconds (saturating).
@@ -167,6 +170,12 @@ pub fn replay(
         Some(src) => Some(GroundTruthSource::open(&bag, src).map_err(ReplayError::Setup)?),
         None => None,
     };
+    let expected = bag
+        .topics()
+        .iter()
+        .find(|x| x.name == lidar)
+        .map_or(0, |x| x.count);
+    check_bev_png_frames(opts, expected)?;
     std::fs::create_dir_all(&opts.out).map_err(|source| ReplayError::Io {
         path: opts.out.clone(),
         source,
@@ -186,11 +195,6 @@ pub fn replay(
     writer.add_topic(&t.bev_color, "sensor_msgs/msg/Image")?;
     writer.add_topic(&t.bev_occupancy, "nav_msgs/msg/OccupancyGrid")?;
 
-    let expected = bag
-        .topics()
-        .iter()
-        .find(|x| x.name == lidar)
-        .map_or(0, |x| x.count);
     let shard_frames = expected / opts.shard.count as u64
         + u64::from(expected % opts.shard.count as u64 > opts.shard.index as u64);
     let mut progress = progress::Progress::new(opts.progress, shard_frames);
@@ -266,12 +270,49 @@ pub fn replay(
     };
     state.save(&opts.out.join(STATE_FILE))?;
     let report = write_reports(&state, &opts.out)?;
+    let bev_png_missing = opts
+        .bev_png_frames
+        .iter()
+        .copied()
+        .filter(|&i| !bev_dir.join(format!("frame_{i:06}.png")).is_file())
+        .collect();
     Ok(ReplayOutcome {
         state,
         report,
         out: opts.out.clone(),
         damage,
+        bev_png_missing,
     })
+}
+
+/// `--bev-png-frames` must name frames this replay processes: below the bag's LiDAR frame count
+/// (from its metadata, when it has one) and in this shard. An error names the others.
+fn check_bev_png_frames(opts: &ReplayOptions, frames_in_bag: u64) -> Result<(), ReplayError> {
+    let beyond: Vec<u64> = opts
+        .bev_png_frames
+        .iter()
+        .copied()
+        .filter(|&i| frames_in_bag > 0 && i >= frames_in_bag)
+        .collect();
+    if !beyond.is_empty() {
+        return Err(ReplayError::Setup(format!(
+            "--bev-png-frames {beyond:?}: the bag has {frames_in_bag} LiDAR frame(s), indices 0 to {}",
+            frames_in_bag - 1
+        )));
+    }
+    let other: Vec<u64> = opts
+        .bev_png_frames
+        .iter()
+        .copied()
+        .filter(|&i| !opts.shard.contains(i))
+        .collect();
+    if !other.is_empty() {
+        let (k, n) = (opts.shard.index, opts.shard.count);
+        return Err(ReplayError::Setup(format!(
+            "--bev-png-frames {other:?}: not frames of shard {k}/{n}, which replays the frames with index % {n} == {k}"
+        )));
+    }
+    Ok(())
 }
 
 /// Where a frame is, for its messages.
