@@ -344,3 +344,30 @@ fn bev_png_frames_beyond_the_bag_or_shard_are_errors() {
     refused(&args, &["--bev-png-frames [2, 4]", "shard 1/2", "index % 2 == 1"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The main command's replay (scripts/run_sample.sh: the sample bag with
+/// config/perception_nuscenes.yaml) runs clean: the params file and the bag agree on the BEV
+/// grids' frame, so no "no transform is applied" warning, and the grids carry the cloud's frame.
+#[test]
+fn sample_bag_with_the_nuscenes_params_runs_without_a_frame_warning() {
+    use sptr::bag::cdr::{CdrMessage, Image};
+    let dir = temp_dir("sample");
+    let model = small_nuscenes_model(&dir);
+    let out = dir.join("out");
+    let bag = common::data("bags/nuscenes_sample").display().to_string();
+    let o = sptr(&[
+        "replay", &bag, "--model", &model, "--params", "config/perception_nuscenes.yaml", "--random-weights", "0",
+        "--device", "cpu", "--progress", "plain", "--bev-png-frames", "0", "--out", &out.display().to_string(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("no transform is applied") && !err.contains("warning"), "{err}");
+    let b = sptr::bag::Bag::open(&out.join("bag")).unwrap();
+    let mut n = 0;
+    for m in b.messages(&["/sptr/output/bev/labels"]) {
+        assert_eq!(Image::from_cdr(&m.unwrap().data).unwrap().header.frame_id, "lidar_top");
+        n += 1;
+    }
+    assert_eq!(n, 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
