@@ -12,15 +12,17 @@
 //!   offset (aligned or not), big or little endian (`is_bigendian`);
 //! * `count > 1` fields (element 0 is read); `count == 0` on a field we read is malformed;
 //! * organized clouds (`height > 1`) and padded rows: row `r` starts at byte `r * row_step`;
-//! * `is_dense = false` clouds: points with a NaN or infinite `x`, `y` or `z` are dropped and
-//!   counted in [`DecodeReport::dropped_non_finite`]; their intensity/ring/time go with them.
+//! * `is_dense = false` clouds: points with a NaN or infinite `x`, `y`, `z` or `intensity` (every
+//!   value the network reads) are dropped and counted in [`DecodeReport::dropped_non_finite`];
+//!   their ring/time go with them. (`ring` and `time` are not read by the network and are not
+//!   checked.)
 //!
 //! Field names (matched exactly, first match wins; other fields are ignored and not validated):
 //!
 //! | attribute | field names, in order of preference | conversion |
 //! | --- | --- | --- |
 //! | x, y, z (required) | `x`, `y`, `z` | value as `f32` (integers taken literally, no scale; `f64` values beyond the `f32` range become infinite and the point is dropped) |
-//! | intensity | `intensity`, `i` | value as `f32`, not normalized (a `u8` intensity decodes to 0..=255); absent → zeros and `has_intensity = false` |
+//! | intensity | `intensity`, `i` | value as `f32`, not normalized (a `u8` intensity decodes to 0..=255; NaN, infinite, or an `f64` beyond the `f32` range: the point is dropped); absent → zeros and `has_intensity = false` |
 //! | ring | `ring`, `channel` | value saturated to `u16` (fractions truncated, negatives and NaN → 0) |
 //! | time | `time`, `t`, `timestamp` | **float32/float64: seconds; integer types: nanoseconds** (Ouster's `t` is `u32` ns), converted to `f32` seconds |
 //!
@@ -137,7 +139,7 @@ pub struct DecodeReport {
     pub total: usize,
     /// Points in the output.
     pub kept: usize,
-    /// Points dropped because x, y or z was NaN or infinite.
+    /// Points dropped because x, y, z or intensity was NaN or infinite.
     pub dropped_non_finite: usize,
 }
 
@@ -736,16 +738,18 @@ fn run<R: XyzRead>(data: &[u8], g: &Geometry, xyz: &R, ex: &Extras, out: &mut Po
         let row = &data[start..start + g.row_bytes];
         for p in row.chunks_exact(g.point_step) {
             let (px, py, pz) = xyz.read(p);
-            if !(px.is_finite() && py.is_finite() && pz.is_finite()) {
+            let pi = match &ex.intensity {
+                Some(a) => a.get_f32(p),
+                None => 0.0,
+            };
+            // The network reads x, y, z and intensity: a NaN/Inf in any of them drops the point.
+            if !(px.is_finite() && py.is_finite() && pz.is_finite() && pi.is_finite()) {
                 continue;
             }
             x.push(px);
             y.push(py);
             z.push(pz);
-            intensity.push(match &ex.intensity {
-                Some(a) => a.get_f32(p),
-                None => 0.0,
-            });
+            intensity.push(pi);
             if let (Some(a), Some(v)) = (&ex.ring, ring.as_deref_mut()) {
                 v.push(a.get(p) as u16);
             }
@@ -962,8 +966,9 @@ pub fn field_values(view: &CloudView, names: &[&str]) -> Result<Option<Vec<f64>>
     Ok(Some(out))
 }
 
-/// Per point of `view` (every point, row order): whether x, y and z are all finite, i.e.
-/// whether [`decode`] keeps it. `None` when x, y or z is missing (decode fails on such a cloud).
+/// Per point of `view` (every point, row order): whether x, y, z and (when the cloud has one)
+/// intensity are all finite, i.e. whether [`decode`] keeps it. `None` when x, y or z is missing
+/// (decode fails on such a cloud).
 pub fn finite_mask(view: &CloudView) -> Result<Option<Vec<bool>>, CloudError> {
     let (Some(x), Some(y), Some(z)) = (
         field_values(view, &["x"])?,
@@ -972,13 +977,17 @@ pub fn finite_mask(view: &CloudView) -> Result<Option<Vec<bool>>, CloudError> {
     ) else {
         return Ok(None);
     };
+    let intensity = field_values(view, INTENSITY)?;
     // Decode compares the f32 values: round the same way.
     let fin = |v: f64| (v as f32).is_finite();
     Ok(Some(
         x.iter()
             .zip(&y)
             .zip(&z)
-            .map(|((&a, &b), &c)| fin(a) && fin(b) && fin(c))
+            .enumerate()
+            .map(|(i, ((&a, &b), &c))| {
+                fin(a) && fin(b) && fin(c) && intensity.as_ref().is_none_or(|v| fin(v[i]))
+            })
             .collect(),
     ))
 }

@@ -7,6 +7,7 @@
 pub mod attention;
 pub mod bag;
 pub mod bev;
+pub mod budget;
 pub mod camera;
 pub mod cloud;
 pub mod config;

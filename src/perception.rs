@@ -3,7 +3,8 @@
 //! messages; `sptr bench pipeline` runs it alone (no ROS) to time the same path on any host.
 //!
 //! Steps: the point count declared by the header against `voxelization.max_points` (before
-//! anything is allocated), decode ([`crate::cloud::decode_into`], non-finite points dropped),
+//! anything is allocated), decode ([`crate::cloud::decode_into`], points with a NaN/Inf x, y, z or
+//! intensity dropped),
 //! [`Segmenter::segment`] (voxelize, network, devoxelize), the BEV grids
 //! ([`crate::bev::label_grid`]: on the GPU when the device is CUDA), the labeled cloud
 //! ([`crate::cloud::encode_labeled`]).
@@ -32,7 +33,7 @@ pub enum Reject {
     Malformed,
     /// Zero points (width or height 0).
     Empty,
-    /// Every point has a NaN/Inf coordinate.
+    /// Every point has a NaN/Inf coordinate or intensity.
     NoFinitePoints,
     /// More points than the model YAML's `voxelization.max_points`.
     TooManyPoints,
@@ -118,7 +119,8 @@ pub struct FrameOutput {
     /// Voxels the network ran on.
     pub voxels: usize,
     pub voxel_stats: VoxelStats,
-    /// Input points (declared by the message) and points kept by decoding (finite x, y, z).
+    /// Input points (declared by the message) and points kept by decoding (finite x, y, z and
+    /// intensity); the difference was dropped as NaN/Inf.
     pub points_in: usize,
     pub points_kept: usize,
     /// Wall time of each of [`STAGES`], ms.
@@ -296,7 +298,7 @@ impl Processor {
             return Err(Rejected::new(
                 Reject::NoFinitePoints,
                 format!(
-                    "all {} points have a NaN or infinite coordinate",
+                    "all {} points have a NaN or infinite x, y, z or intensity",
                     report.total
                 ),
             ));
@@ -540,7 +542,7 @@ pub fn bench_pipeline(b: &BenchSetup) -> Result<String, String> {
     );
     let fmt = CloudFormat::from_path(b.cloud)
         .ok_or_else(|| format!("{}: not a .bin, .pcd.bin or .pcd cloud", b.cloud.display()))?;
-    let pts = read_cloud(b.cloud, fmt).map_err(|e| format!("{}: {e}", b.cloud.display()))?;
+    let pts = read_cloud(b.cloud, fmt).map_err(|e| e.to_string())?; // names the file
     let body = cloud::encode_points(&pts, cloud::Layout::XyzI32)
         .map_err(|e| format!("{}: {e}", b.cloud.display()))?;
     let (mut p, weights) = match b.weights {

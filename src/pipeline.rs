@@ -9,10 +9,11 @@
 //! every point (possibly none) is `UNLABELED` and the network does not run.
 
 pub mod files;
+pub mod progress;
 
 use crate::config::{DeviceKind, ModelYaml};
 use crate::model::preprocess::{prepare_inputs, NetworkInputs};
-use crate::model::sphereformer::{SphereFormer, StageTimes};
+use crate::model::sphereformer::{SphereFormer, StageHook, StageTimes};
 use crate::model::weights::Weights;
 use crate::sparse::voxelize::{sample_offsets, VoxelStats};
 use crate::{Error, Points};
@@ -70,6 +71,8 @@ impl Segmentation {
 pub struct Segmenter {
     cfg: ModelYaml,
     model: SphereFormer,
+    /// Told of each stage as it ends (see [`Segmenter::set_stage_hook`]).
+    stage_hook: Option<StageHook>,
     #[cfg(feature = "cuda")]
     cuda: Option<std::sync::Arc<CudaBackend>>,
 }
@@ -95,6 +98,7 @@ impl Segmenter {
         Ok(Self {
             cfg,
             model,
+            stage_hook: None,
             #[cfg(feature = "cuda")]
             cuda: None,
         })
@@ -152,6 +156,13 @@ impl Segmenter {
     pub fn config(&self) -> &ModelYaml {
         &self.cfg
     }
+
+    /// A function told of each stage of every later [`Segmenter::segment`] as it ends (name,
+    /// wall time; on the CPU in the order of [`crate::model::sphereformer::cpu_stage_names`]),
+    /// e.g. progress lines for long CPU runs ([`progress`]). `None` removes it.
+    pub fn set_stage_hook(&mut self, hook: Option<StageHook>) {
+        self.stage_hook = hook;
+    }
     pub fn model(&self) -> &SphereFormer {
         &self.model
     }
@@ -162,7 +173,7 @@ impl Segmenter {
         if let Some(c) = &self.cuda {
             return self.segment_cuda(c, clouds);
         }
-        let mut times = StageTimes::default();
+        let mut times = StageTimes { hook: self.stage_hook.clone(), ..Default::default() };
         let start = Instant::now();
         let inputs = prepare_inputs(clouds, &self.cfg)?;
         times.record("voxelize", start);

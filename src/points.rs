@@ -16,6 +16,20 @@ pub struct Points {
     pub time: Option<Vec<f32>>,
 }
 
+/// Most float32 columns per point [`Points::from_interleaved`] and [`Points::read_bin`] take
+/// (far above any sensor format; keeps `4 * stride` bytes per row from overflowing).
+pub const MAX_STRIDE: usize = 1024;
+
+/// A stride (float32 columns per point) must hold x, y, z and stay below [`MAX_STRIDE`].
+fn check_stride(stride: usize) -> Result<(), crate::Error> {
+    if (3..=MAX_STRIDE).contains(&stride) {
+        return Ok(());
+    }
+    Err(crate::Error::InvalidInput(format!(
+        "a stride of {stride} float32 columns per point: need 3 (x, y, z) to {MAX_STRIDE}, e.g. 4 for KITTI, 5 for nuScenes"
+    )))
+}
+
 impl Points {
     pub fn len(&self) -> usize {
         self.x.len()
@@ -28,11 +42,7 @@ impl Points {
     /// Points from an interleaved float32 buffer of `stride` columns (x, y, z, intensity, ...),
     /// the layout of KITTI (`stride` 4) and nuScenes (`stride` 5) `.bin` files.
     pub fn from_interleaved(values: &[f32], stride: usize) -> Result<Points, crate::Error> {
-        if stride < 3 {
-            return Err(crate::Error::InvalidInput(format!(
-                "interleaved point buffer needs at least 3 columns (x, y, z), got {stride}"
-            )));
-        }
+        check_stride(stride)?;
         if values.len() % stride != 0 {
             return Err(crate::Error::InvalidInput(format!(
                 "interleaved point buffer of {} floats is not a multiple of {stride} columns",
@@ -55,6 +65,7 @@ impl Points {
 
     /// Reads a KITTI/nuScenes style `.bin` file of little-endian float32 rows of `stride` columns.
     pub fn read_bin(path: &std::path::Path, stride: usize) -> Result<Points, crate::Error> {
+        check_stride(stride)?;
         let bytes = std::fs::read(path)
             .map_err(|e| crate::Error::Io(format!("reading {}: {e}", path.display())))?;
         if bytes.len() % (4 * stride) != 0 {
@@ -69,5 +80,27 @@ impl Points {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         Points::from_interleaved(&values, stride)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_small_and_huge_strides_are_errors() {
+        let dir = std::env::temp_dir().join(format!("sptr-points-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("cloud.bin");
+        std::fs::write(&file, [0u8; 60]).unwrap();
+        for stride in [0, 1, 2, MAX_STRIDE + 1, usize::MAX / 4 + 1, usize::MAX] {
+            let e = Points::read_bin(&file, stride).unwrap_err().to_string();
+            assert!(e.contains(&format!("stride of {stride}")), "{e}");
+            let e = Points::from_interleaved(&[0.0; 12], stride).unwrap_err().to_string();
+            assert!(e.contains(&format!("stride of {stride}")), "{e}");
+        }
+        assert_eq!(Points::read_bin(&file, 3).unwrap().len(), 5);
+        assert_eq!(Points::from_interleaved(&[0.0; 12], 4).unwrap().len(), 3);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -615,22 +615,39 @@ fn unused_fields_are_not_validated() {
     assert_eq!(ok(&c).0.x, vec![5.0]);
 }
 
+/// The network reads intensity too: a NaN/Inf intensity drops the point like a NaN/Inf
+/// coordinate (and is counted with them); a finite one keeps it.
 #[test]
-fn non_finite_intensity_is_kept_only_xyz_filters() {
+fn non_finite_intensity_drops_the_point() {
     let mut fields = xyz_f32_fields();
     fields.push(field("intensity", 12, FLOAT32));
-    let mut c = Cloud::row(fields, 16, 2);
-    for i in 0..2 {
-        c.set(i, "x", 1.0);
+    let mut c = Cloud::row(fields, 16, 4);
+    for i in 0..4 {
+        c.set(i, "x", i as f64);
         c.set(i, "y", 1.0);
         c.set(i, "z", 1.0);
     }
     c.set(0, "intensity", f64::NAN);
     c.set(1, "intensity", f64::INFINITY);
+    c.set(2, "intensity", 7.0);
+    c.set(3, "intensity", f64::NEG_INFINITY);
     let (p, r) = ok(&c);
-    assert_eq!(r, report(2, 2));
-    assert!(p.intensity[0].is_nan());
-    assert_eq!(p.intensity[1], f32::INFINITY);
+    assert_eq!(r, report(4, 1));
+    assert_eq!((p.x, p.intensity), (vec![2.0], vec![7.0]));
+    // f64 intensity beyond the f32 range is infinite as f32: dropped too
+    let mut fields = xyz_f32_fields();
+    fields.push(field("intensity", 12, FLOAT64));
+    let mut c = Cloud::row(fields, 20, 2);
+    for i in 0..2 {
+        c.set(i, "x", 1.0);
+        c.set(i, "y", 1.0);
+        c.set(i, "z", 1.0);
+    }
+    c.set(0, "intensity", 1e300);
+    c.set(1, "intensity", 3.0);
+    let (p, r) = ok(&c);
+    assert_eq!(r, report(2, 1));
+    assert_eq!(p.intensity, vec![3.0]);
 }
 
 #[test]

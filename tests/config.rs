@@ -143,15 +143,18 @@ fn built_in_defaults_are_perception_yaml() {
 }
 
 /// config/perception_nuscenes.yaml is config/perception.yaml for the nuScenes model: only
-/// `model.config` and `bev.obstacle_classes` differ, and those ids are its object classes and
-/// `manmade` (ground and vegetation left out, as in perception.yaml).
+/// `model.config`, `bev.obstacle_classes` and `bev.frame_id` differ; those ids are its object
+/// classes and `manmade` (ground and vegetation left out, as in perception.yaml), and the grids
+/// are in the cloud's frame (`""`: the sample bag's `lidar_top`, so its replay does not warn).
 #[test]
 fn perception_nuscenes_yaml_is_perception_yaml_for_the_nuscenes_model() {
     let kitti = NodeParams::load(&path(NODE)).unwrap();
     let nus = NodeParams::load(&path(NODE_NUSC)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(nus.bev.frame_id, "", "{NODE_NUSC}: the BEV grids in the cloud's frame");
     let mut same = nus.clone();
     same.model.config = kitti.model.config.clone();
     same.bev.obstacle_classes = kitti.bev.obstacle_classes.clone();
+    same.bev.frame_id = kitti.bev.frame_id.clone();
     assert_eq!(same, kitti, "{NODE_NUSC} differs from {NODE} in more than the model");
     let model = path(NODE_NUSC).parent().unwrap().join(&nus.model.config);
     assert_eq!(model, path(NUSC));

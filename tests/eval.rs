@@ -290,3 +290,46 @@ fn bad_state_files_are_errors() {
         .to_string();
     assert!(e.contains("nowhere"), "{e}");
 }
+
+/// The confusion matrix PNG reads on its own: a colour scale (dark blue = 100 % of the row at
+/// its top, lightening to white = 0 % at its bottom, with tick labels) and the class names on
+/// both axes (the predicted names turned below the matrix: long names reach 40-70 px below it,
+/// where class ids never would).
+#[test]
+fn confusion_png_has_a_colour_scale_and_names_on_both_axes() {
+    const FULL: [u8; 3] = [8, 48, 107]; // the colour of 100 %
+    let mut s = state(0, 1, vec![frame(0, 1_000_000)], Confusion::from_rows(&[vec![3, 1], vec![0, 2]]));
+    s.class_names = vec!["traffic-sign".into(), "vegetation".into()];
+    let r = Report::from_state(&s);
+    let path = std::env::temp_dir().join(format!("sptr-eval-confusion-{}.png", std::process::id()));
+    sptr::eval::plots::confusion_png(&r, &path).unwrap();
+    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap()));
+    let mut rd = dec.read_info().unwrap();
+    let mut px = vec![0u8; rd.output_buffer_size().unwrap()];
+    let info = rd.next_frame(&mut px).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let (w, h) = (info.width as usize, info.height as usize);
+    let at = |x: usize, y: usize| -> [u8; 3] { px[(y * w + x) * 3..(y * w + x) * 3 + 3].try_into().unwrap() };
+    let is_text = |c: [u8; 3]| c.iter().all(|&v| v < 140);
+    let lum = |c: [u8; 3]| c.iter().map(|&v| v as u32).sum::<u32>();
+    let count = |xs: std::ops::Range<usize>, ys: std::ops::Range<usize>| {
+        xs.flat_map(|x| ys.clone().map(move |y| (x, y))).filter(|&(x, y)| is_text(at(x, y))).count()
+    };
+
+    // The scale, right of the matrix: a bar from FULL at the top, lightening to white.
+    let right = w - 110;
+    let (sx, top) = (right..w)
+        .find_map(|x| (0..h).position(|y| at(x, y) == FULL).map(|y| (x, y)))
+        .expect("the scale's 100 % colour on the right");
+    let bar: Vec<u32> = (top..h).map(|y| at(sx + 3, y)).take_while(|&c| c != [0, 0, 0]).map(lum).collect();
+    assert!(bar.len() > 50, "a bar, not a swatch: {} px", bar.len());
+    assert!(bar.windows(2).all(|p| p[0] <= p[1]), "the scale lightens from top to bottom");
+    assert_eq!(*bar.last().unwrap(), 765, "white at 0 %");
+    assert!(count(sx + 30..w, top..top + bar.len()) > 50, "no tick labels beside the scale");
+
+    // Ground-truth names left of the matrix; predicted names turned below it.
+    let matrix_bottom = (0..h).rev().find(|&y| (0..right).any(|x| at(x, y) == FULL)).expect("a 100 % cell");
+    assert!(count(40..150, 0..matrix_bottom) > 100, "no ground-truth names on the left");
+    let below = count(0..right, matrix_bottom + 40..(matrix_bottom + 70).min(h));
+    assert!(below > 20, "no predicted-class names below the matrix (bottom at y {matrix_bottom})");
+}

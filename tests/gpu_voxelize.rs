@@ -192,6 +192,33 @@ fn cuda_voxelize_empty_and_all_invalid() {
     check(&dev, "all NaN", &[&nan], &p);
 }
 
+/// A point with finite x, y, z and a NaN/Inf intensity gets no voxel on the GPU either (the
+/// host uploads its x as NaN): CUDA equals the CPU, which counts it non-finite, in a batch of two
+/// samples (the scan-minimum origin of each sample ignores it).
+#[test]
+fn cuda_voxelize_drops_points_with_a_non_finite_intensity() {
+    let Some(dev) = gpu("cuda_voxelize_drops_points_with_a_non_finite_intensity") else { return };
+    let base = nuscenes_sweep();
+    let mut bad = base.clone();
+    // the sweep's lowest point on each axis gets a NaN intensity: the scan minimum must move
+    for axis in 0..3 {
+        let v = [&bad.x, &bad.y, &bad.z][axis];
+        let i = (0..v.len()).min_by(|&a, &b| v[a].total_cmp(&v[b])).unwrap();
+        bad.intensity[i] = f32::NAN;
+    }
+    bad.intensity[100] = f32::INFINITY;
+    bad.intensity[200] = f32::NEG_INFINITY;
+    let rot = rotated_z(&bad, 90.0);
+    for model in ["sphereformer_nuscenes.yaml", "sphereformer_semantickitti.yaml"] {
+        let p = model_params(model);
+        let cpu = voxelize_cpu(&[&bad, &rot], &p).expect("cpu voxelization");
+        let n_bad = bad.intensity.iter().filter(|v| !v.is_finite()).count();
+        assert_eq!(cpu.stats.non_finite, 2 * n_bad, "{model}");
+        let g = voxelize_cuda(&dev, &[&bad, &rot], &p).expect("cuda voxelization").to_host(&dev).expect("download");
+        assert_same(&format!("non-finite intensity/{model}"), &g, &cpu);
+    }
+}
+
 #[test]
 fn cuda_scan_matches_cpu() {
     let Some(dev) = gpu("cuda_scan_matches_cpu") else { return };

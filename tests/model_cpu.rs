@@ -536,3 +536,30 @@ fn colliding_recomputed_coordinates_go_back_to_their_keys() {
     c.dedup();
     assert_eq!(c.len(), 3, "coordinates are unique");
 }
+
+/// A stage hook (progress of long CPU runs, `sptr segment`) is told of every stage as it ends,
+/// in the order `cpu_stage_names` lists them, for the small and the full configs' level layouts.
+#[test]
+fn stage_hook_sees_every_cpu_stage_in_order() {
+    use sptr::model::sphereformer::cpu_stage_names;
+    use std::sync::{Arc, Mutex};
+    let pts = kitti_sample();
+    let mut y = small("sphereformer_semantickitti.yaml");
+    for sphere_layers in [vec![1, 2], vec![2, 3], vec![]] {
+        y.sphere_layers = sphere_layers.clone();
+        let mut s = segmenter(&y, 3);
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let log = seen.clone();
+        s.set_stage_hook(Some(Arc::new(move |name: &str, _| log.lock().unwrap().push(name.to_string()))));
+        let r = s.segment(&[&pts]).expect("segment");
+        let names = cpu_stage_names(&y);
+        assert_eq!(*seen.lock().unwrap(), names, "sphere_layers {sphere_layers:?}");
+        let recorded: Vec<&str> = r.times.stages.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(recorded, names.iter().map(|n| n.as_str()).collect::<Vec<_>>());
+    }
+    let full = model_yaml("sphereformer_nuscenes.yaml");
+    let names = cpu_stage_names(&full);
+    assert_eq!(names.len(), 2 + 2 + 5 + 5 + 4 + 2 * 4, "{names:?}");
+    assert_eq!(names[..4], ["voxelize", "input_conv", "l1.blocks", "l1.attention"]);
+    assert_eq!(names[names.len() - 3..], ["l1.tail", "head", "devoxelize"]);
+}

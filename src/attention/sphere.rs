@@ -34,8 +34,11 @@ pub struct SphereLevel {
 impl SphereLevel {
     /// The parameters of U-Net level `level` (1 = full resolution) for a model config.
     pub fn from_model(m: &ModelYaml, level: usize) -> Result<Self, Error> {
-        if level == 0 {
-            return Err(Error::InvalidInput("SphereFormer levels count from 1".into()));
+        if level == 0 || level > m.layers.len() {
+            return Err(Error::InvalidInput(format!(
+                "this model has U-Net levels 1 to {} (one per entry of `layers`), not {level}",
+                m.layers.len()
+            )));
         }
         let steps = (level - 1) as i32;
         let mut cubic_window = [0f32; 3];

@@ -1,6 +1,7 @@
 //! `sptr`: the command-line tool. Subcommands: `voxelize` (a cloud file -> voxel summary),
 //! `kernels` (compile every CUDA kernel with NVRTC), `bench voxelize` (JSON timings), `info`,
-//! `bag info`, `replay` (rosbag2 replay with evaluation) and `eval merge` (shards into one report).
+//! `bag info`, `replay` (rosbag2 replay with evaluation), `eval merge` (shards into one report),
+//! `segment`, `prepare` and `random-weights` (deterministic untrained weights for a model YAML).
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -25,6 +26,41 @@ enum DeviceArg {
     Cuda,
 }
 
+// Value parsers for the numeric arguments: every number is range-checked when it is parsed, so
+// no value (zero, negative, huge, NaN) reaches the code below; clap prints the error and exits 2.
+
+/// An integer in `LO..=HI`.
+fn int_in<const LO: usize, const HI: usize>(s: &str) -> Result<usize, String> {
+    let v: usize = s.trim().parse().map_err(|_| format!("`{s}` is not a whole number from {LO} to {HI}"))?;
+    if !(LO..=HI).contains(&v) {
+        return Err(format!("{v} is out of range: use {LO} to {HI}"));
+    }
+    Ok(v)
+}
+
+/// float32 columns per point in a `.bin` file: at least x, y, z.
+fn stride_arg(s: &str) -> Result<usize, String> {
+    int_in::<3, 64>(s).map_err(|e| format!("{e} (float32 columns per point: 4 KITTI, 5 nuScenes, 3 x/y/z only)"))
+}
+
+/// A voxel size in metres: finite, from 1 mm to 100 m.
+fn voxel_size_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number (metres)"))?;
+    if !(v.is_finite() && (0.001..=100.0).contains(&v)) {
+        return Err(format!("{v} m is not a usable voxel size: use 0.001 to 100 (metres)"));
+    }
+    Ok(v)
+}
+
+/// A fraction in [0, 1].
+fn fraction_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
+        return Err(format!("{v} is not a fraction: use 0 to 1 (e.g. 0.995)"));
+    }
+    Ok(v)
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Voxelize a point cloud file (.bin float32 rows) as a model's preprocessing does; print a summary.
@@ -35,8 +71,9 @@ enum Cmd {
         #[arg(long, default_value = "config/models/sphereformer_nuscenes.yaml")]
         model: PathBuf,
         /// float32 columns per point: 4 (KITTI), 5 (nuScenes), 3 (x, y, z only).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = stride_arg)]
         stride: usize,
+        /// Where to run: auto (the GPU when this build and machine have a usable one, else the CPU), cpu or cuda.
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
     },
@@ -50,8 +87,12 @@ enum Cmd {
         #[arg(long)]
         model: PathBuf,
         /// safetensors weights with the upstream state_dict names.
-        #[arg(long)]
-        weights: PathBuf,
+        #[arg(long, required_unless_present = "random_weights", conflicts_with = "random_weights")]
+        weights: Option<PathBuf>,
+        /// Untrained deterministic random weights with this seed instead of --weights (as
+        /// `sptr random-weights` writes them: real timings, meaningless labels).
+        #[arg(long, value_name = "SEED")]
+        random_weights: Option<u64>,
         /// Where to write the labels (default: none written).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -59,24 +100,46 @@ enum Cmd {
         /// the file name (`.pcd`, `.pcd.bin` = nuScenes, other `.bin` = KITTI).
         #[arg(long)]
         format: Option<String>,
+        /// Where to run: auto (the GPU when this build and machine have a usable one, else the CPU), cpu or cuda.
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
+        /// Progress of a CPU run on stderr, stage by stage: auto (a bar on a terminal, lines
+        /// otherwise, once the run has taken 2 s), plain, quiet.
+        #[arg(long, default_value = "auto", value_parser = ["auto", "plain", "quiet"])]
+        progress: String,
     },
     /// Run a model's preprocessing on a cloud and write the network inputs (coords.i32, feats.f32,
     /// xyz.f32, batch.i32, inputs.json) for the PyTorch parity reference.
     Prepare {
+        /// KITTI `.bin`, nuScenes `.pcd.bin`, float32 x, y, z `.bin` (--format xyz) or `.pcd` cloud.
         cloud: PathBuf,
         /// Cloud layout as for `segment` (kitti, nuscenes, xyz, pcd); default from the name.
         #[arg(long)]
         format: Option<String>,
+        /// Model YAML whose preprocessing (voxelization, features) to run.
         #[arg(long)]
         model: PathBuf,
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
     },
+    /// Write deterministic random (untrained) weights for a model YAML as safetensors, so every
+    /// entry point (segment, replay, bench, the node's `model.weights`) runs on a fresh machine:
+    /// real timings, meaningless labels. The same model and seed give the same bytes.
+    RandomWeights {
+        /// Model YAML (`config/models/sphereformer_*.yaml`) the weights are for.
+        #[arg(long)]
+        model: PathBuf,
+        /// Seed of the generator (any 64-bit number).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The safetensors file to write (replaced if it exists).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Compile every CUDA kernel with NVRTC for the given architectures (needs libnvrtc, no GPU).
     Kernels {
+        /// GPU architectures to compile for, comma-separated (sm_XY).
         #[arg(long, value_delimiter = ',', default_value = "sm_90,sm_87,sm_86")]
         arch: Vec<String>,
     },
@@ -123,17 +186,19 @@ enum EvalCmd {
         /// One `sptr replay --out` directory per shard.
         #[arg(required = true)]
         shard_dirs: Vec<PathBuf>,
+        /// Output directory of the merged report (report.json, report.md, plots, eval_state.json).
         #[arg(long)]
         out: PathBuf,
     },
     /// Fraction of points two replays (e.g. --device cpu and --device cuda) gave the same
     /// class, per frame and overall, from their output bags.
     Agreement {
-        /// Two `sptr replay --out` directories (or their `bag/`).
+        /// The first `sptr replay --out` directory (or its `bag/`).
         a: PathBuf,
+        /// The second `sptr replay --out` directory (or its `bag/`), a replay of the same bag.
         b: PathBuf,
         /// Exit with status 1 when the overall agreement is below this fraction (e.g. 0.995).
-        #[arg(long)]
+        #[arg(long, value_parser = fraction_arg)]
         min: Option<f64>,
     },
 }
@@ -152,6 +217,7 @@ struct ReplayArgs {
     /// runs: real timings, meaningless labels).
     #[arg(long, value_name = "SEED")]
     random_weights: Option<u64>,
+    /// Where to run: auto (the GPU when this build and machine have a usable one, else the CPU), cpu or cuda.
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
     device: DeviceArg,
     /// LiDAR PointCloud2 topic (default: /sptr/input/points, else the bag's only PointCloud2 topic).
@@ -208,22 +274,28 @@ enum BenchCmd {
         /// cpu or cuda (as the node's `device` parameter).
         #[arg(long, default_value = "cpu")]
         device: String,
-        #[arg(long, default_value_t = 200)]
+        /// Timed frames (1 to 1,000,000).
+        #[arg(long, default_value_t = 200, value_parser = int_in::<1, 1_000_000>)]
         frames: usize,
-        #[arg(long, default_value_t = 3)]
+        /// Untimed frames first (0 to 10,000).
+        #[arg(long, default_value_t = 3, value_parser = int_in::<0, 10_000>)]
         warmup: usize,
     },
     /// Voxelization time, CPU and (if available) CUDA, on a cloud and on a batch of it.
     Voxelize {
+        /// Point cloud `.bin` file of float32 rows (--stride columns: x, y, z, ...).
         cloud: PathBuf,
-        #[arg(long, default_value_t = 3)]
+        /// float32 columns per point: 3 (x, y, z, the dense benchmark cloud), 4 (KITTI), 5 (nuScenes).
+        #[arg(long, default_value_t = 3, value_parser = stride_arg)]
         stride: usize,
+        /// Model YAML whose voxelization rules to use.
         #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
         model: PathBuf,
         /// Voxel size override in metres (the dense cloud benchmark uses 0.05).
-        #[arg(long)]
+        #[arg(long, value_parser = voxel_size_arg)]
         voxel_size: Option<f64>,
-        #[arg(long, default_value_t = 20)]
+        /// Timed repetitions (the median is reported).
+        #[arg(long, default_value_t = 20, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
         /// Also time a batch of the cloud plus a copy rotated about z.
         #[arg(long)]
@@ -232,56 +304,70 @@ enum BenchCmd {
     /// Sparse conv (CUDA): SubM k3 C=32..256 with the map cached and built in the call, strided
     /// k2 s2 32->64..128->256, on a cloud voxelized at --voxel-size (JSON lines).
     Spconv {
+        /// Point cloud `.bin` file of float32 rows (--stride columns: x, y, z, ...).
         cloud: PathBuf,
-        #[arg(long, default_value_t = 3)]
+        /// float32 columns per point: 3 (x, y, z, the dense benchmark cloud), 4 (KITTI), 5 (nuScenes).
+        #[arg(long, default_value_t = 3, value_parser = stride_arg)]
         stride: usize,
+        /// Model YAML whose voxelization rules to use.
         #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
         model: PathBuf,
-        #[arg(long, default_value_t = 0.05)]
+        /// Voxel size in metres (0.05 is the dense cloud benchmark's).
+        #[arg(long, default_value_t = 0.05, value_parser = voxel_size_arg)]
         voxel_size: f64,
         /// Batch of the cloud plus a copy rotated 90 degrees about z (>= 250k voxels on the dense cloud).
         #[arg(long)]
         batch2: bool,
-        #[arg(long, default_value_t = 50)]
+        /// Timed repetitions (the median is reported).
+        #[arg(long, default_value_t = 50, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
     },
     /// SphereFormer stage attention (CUDA): cubic and spherical window attention with RPE, the
     /// partitions, and the whole stage, at C=32/2 heads and C=64/4 heads (JSON lines).
     Attention {
+        /// Point cloud `.bin` file of float32 rows (--stride columns: x, y, z, ...).
         cloud: PathBuf,
-        #[arg(long, default_value_t = 3)]
+        /// float32 columns per point: 3 (x, y, z, the dense benchmark cloud), 4 (KITTI), 5 (nuScenes).
+        #[arg(long, default_value_t = 3, value_parser = stride_arg)]
         stride: usize,
+        /// Model YAML whose voxelization rules to use.
         #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
         model: PathBuf,
         /// Voxel size override in metres (the dense cloud benchmark uses 0.05).
-        #[arg(long)]
+        #[arg(long, value_parser = voxel_size_arg)]
         voxel_size: Option<f64>,
         /// U-Net level whose windows to use (1 = full resolution).
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, value_parser = int_in::<1, 64>)]
         level: usize,
         /// Batch of the cloud plus a copy rotated 90 degrees about z.
         #[arg(long)]
         batch2: bool,
-        #[arg(long, default_value_t = 30)]
+        /// Timed repetitions (the median is reported).
+        #[arg(long, default_value_t = 30, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
     },
     /// End-to-end segmentation (points on the host -> labels on the host): latency median/p90,
     /// per-stage medians, device memory (JSON line).
     Model {
+        /// KITTI `.bin`, nuScenes `.pcd.bin` or `.pcd` cloud (--format for others).
         cloud: PathBuf,
         /// Cloud layout as for `segment` (kitti, nuscenes, xyz, pcd); default from the name.
         #[arg(long)]
         format: Option<String>,
+        /// Model YAML to run.
         #[arg(long, default_value = "config/models/sphereformer_semantickitti.yaml")]
         model: PathBuf,
         /// safetensors weights; default: deterministic random weights (--seed).
         #[arg(long)]
         weights: Option<PathBuf>,
+        /// Seed of the random weights used without --weights.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Where to run: auto (the GPU when this build and machine have a usable one, else the CPU), cpu or cuda.
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
-        #[arg(long, default_value_t = 20)]
+        /// Timed repetitions after 3 warm-up runs (median and p90 reported).
+        #[arg(long, default_value_t = 20, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
         /// Case name in the JSON (default: the cloud's file name).
         #[arg(long)]
@@ -299,9 +385,11 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Voxelize { cloud, model, stride, device } => voxelize_cmd(&cloud, &model, stride, device),
-        Cmd::Segment { cloud, model, weights, out, format, device } => {
-            segment_cmd(&cloud, &model, &weights, out.as_deref(), format.as_deref(), device)
+        Cmd::Segment { cloud, model, weights, random_weights, out, format, device, progress } => {
+            let w = (weights.as_deref(), random_weights);
+            segment_cmd(&cloud, &model, w, out.as_deref(), format.as_deref(), device, progress_mode(&progress))
         }
+        Cmd::RandomWeights { model, seed, out } => random_weights_cmd(&model, seed, &out),
         Cmd::Kernels { arch } => kernels_cmd(&arch),
         Cmd::Prepare { cloud, format, model, out } => {
             let pts = read_cloud_arg(&cloud, format.as_deref())?;
@@ -350,7 +438,8 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn load_model(path: &Path) -> Result<ModelConfig> {
-    ModelConfig::load(path).with_context(|| format!("loading model config {}", path.display()))
+    // The library's errors name the file: say it once.
+    ModelConfig::load(path).map_err(|e| anyhow::anyhow!("model YAML {e}"))
 }
 
 /// A copy of `p` rotated by `deg` degrees about z (for a second batch sample).
@@ -368,7 +457,7 @@ fn summarize(v: &Voxels, took_ms: f64, device: &str) {
     let st = &v.stats;
     println!("device            {device}");
     println!("points            {}", st.points_in);
-    println!("  non-finite      {}", st.non_finite);
+    println!("  non-finite      {} (NaN/Inf x, y, z or intensity)", st.non_finite);
     println!("  out of range    {}", st.out_of_range);
     println!("  out of grid     {}", st.out_of_grid);
     println!("  capped          {}", st.points_capped);
@@ -598,8 +687,10 @@ fn bench_attention_cmd(cloud: &Path, stride: usize, model: &Path, voxel: Option<
     Ok(())
 }
 #[cfg(not(feature = "cuda"))]
-fn bench_attention_cmd(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>, _: usize, batch2: bool, _: usize) -> Result<()> {
-    let _ = bench_voxel_positions(cloud, stride, &load_model(model)?, voxel, batch2)?;
+fn bench_attention_cmd(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>, level: usize, batch2: bool, _: usize) -> Result<()> {
+    let cfg = load_model(model)?;
+    sptr::attention::SphereLevel::from_model(&cfg.yaml, level)?;
+    let _ = bench_voxel_positions(cloud, stride, &cfg, voxel, batch2)?;
     anyhow::bail!("`bench attention` needs the CUDA backend: rebuild with `--features cuda`")
 }
 
@@ -634,7 +725,7 @@ fn read_cloud_arg(cloud: &Path, format: Option<&str>) -> Result<Points> {
         None => CloudFormat::from_path(cloud)
             .with_context(|| format!("{}: cannot tell the layout from the name; pass --format", cloud.display()))?,
     };
-    read_cloud(cloud, fmt).with_context(|| format!("reading {}", cloud.display()))
+    read_cloud(cloud, fmt).map_err(|e| anyhow::anyhow!("{e}")) // names the file
 }
 
 /// A segmenter on the chosen device (`auto`: CUDA when usable, else the CPU).
@@ -649,17 +740,56 @@ fn segmenter_on(cfg: sptr::config::ModelYaml, weights: sptr::model::Weights, dev
     sptr::pipeline::Segmenter::on_device(cfg, weights, kind).with_context(|| format!("building the model on {kind:?}"))
 }
 
+/// `sptr random-weights`: deterministic random weights for a model YAML, as safetensors.
+fn random_weights_cmd(model: &Path, seed: u64, out: &Path) -> Result<()> {
+    let cfg = load_model(model)?.yaml;
+    let tensors = sptr::model::random::random_tensors(&cfg, seed).context("making random weights")?;
+    sptr::model::random::save_tensors(out, &tensors).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let params: usize = tensors.iter().map(|(_, _, v)| v.len()).sum();
+    println!(
+        "wrote {} ({} tensors, {params} parameters, F32) for {}, seed {seed}: untrained, for trying the tools (meaningless labels)",
+        out.display(),
+        tensors.len(),
+        model.display()
+    );
+    Ok(())
+}
+
 /// `sptr segment`: read, segment, report, optionally write a `.label` file.
-fn segment_cmd(cloud: &Path, model: &Path, weights: &Path, out: Option<&Path>, format: Option<&str>, device: DeviceArg) -> Result<()> {
+fn segment_cmd(
+    cloud: &Path,
+    model: &Path,
+    (weights, random_seed): (Option<&Path>, Option<u64>),
+    out: Option<&Path>,
+    format: Option<&str>,
+    device: DeviceArg,
+    progress: sptr::replay::ProgressMode,
+) -> Result<()> {
     use sptr::pipeline::files::{write_label_file, LabelIds};
     use sptr::pipeline::UNLABELED;
     let pts = read_cloud_arg(cloud, format)?;
     let t0 = Instant::now();
     let cfg = load_model(model)?.yaml;
-    let w = sptr::model::Weights::from_file(weights).with_context(|| format!("loading weights {}", weights.display()))?;
-    let seg = segmenter_on(cfg, w, device).with_context(|| format!("loading {} with {}", model.display(), weights.display()))?;
-    println!("model loaded on {:?} in {:.1} ms", seg.device(), t0.elapsed().as_secs_f64() * 1e3);
-    let r = seg.segment(&[&pts]).context("segmenting")?;
+    let w = match (weights, random_seed) {
+        (Some(p), _) => sptr::model::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
+        (None, Some(seed)) => sptr::model::random::random_weights(&cfg, seed).context("making random weights")?,
+        (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for untrained weights)"),
+    };
+    // A mismatch error names the weights file itself.
+    let mut seg = segmenter_on(cfg, w, device).with_context(|| format!("model {}", model.display()))?;
+    let source = weights.map_or_else(|| format!("random weights, seed {}", random_seed.unwrap_or(0)), |p| p.display().to_string());
+    println!("model loaded on {:?} in {:.1} ms ({source})", seg.device(), t0.elapsed().as_secs_f64() * 1e3);
+    // The CPU takes minutes on a few hundred thousand voxels: say where it is, stage by stage.
+    let stages = (seg.device() == sptr::config::DeviceKind::Cpu).then(|| {
+        let p = sptr::pipeline::progress::StageProgress::new(progress, sptr::model::sphereformer::cpu_stage_names(seg.config()));
+        seg.set_stage_hook(Some(p.hook()));
+        p
+    });
+    let r = seg.segment(&[&pts]);
+    if let Some(p) = stages {
+        p.finish();
+    }
+    let r = r.context("segmenting")?;
     let names = &seg.config().class_names;
     let mut hist = vec![0usize; names.len()];
     let mut unlabeled = 0usize;
@@ -674,7 +804,11 @@ fn segment_cmd(cloud: &Path, model: &Path, weights: &Path, out: Option<&Path>, f
         println!("  {name:<22} {count:>9}  {:5.1} %", 100.0 * *count as f64 / pts.len().max(1) as f64);
     }
     if unlabeled > 0 {
-        println!("  {:<22} {unlabeled:>9}  (no voxel: NaN/Inf, out of range or over max_voxels)", "unlabeled");
+        let st = &r.voxel_stats;
+        println!(
+            "  {:<22} {unlabeled:>9}  (no voxel: {} NaN/Inf x, y, z or intensity, {} out of range, {} beyond the grid, {} over max_voxels)",
+            "unlabeled", st.non_finite, st.out_of_range, st.out_of_grid, st.points_capped
+        );
     }
     for (stage, d) in &r.times.stages {
         println!("  {stage:<16} {:9.2} ms", d.as_secs_f64() * 1e3);
@@ -697,6 +831,14 @@ fn bag_info_cmd(bag: &Path, count: bool) -> Result<()> {
     match error {
         Some(e) => anyhow::bail!("reading the messages: {e}"),
         None => Ok(()),
+    }
+}
+
+fn progress_mode(s: &str) -> sptr::replay::ProgressMode {
+    match s {
+        "plain" => sptr::replay::ProgressMode::Plain,
+        "quiet" => sptr::replay::ProgressMode::Quiet,
+        _ => sptr::replay::ProgressMode::Auto,
     }
 }
 
@@ -733,6 +875,22 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     };
     let outcome = sptr::replay::run(&req).map_err(|e| anyhow::anyhow!("{e}"))?;
     print_outcome(&outcome.report, &outcome.out);
+    if !outcome.bev_png_missing.is_empty() {
+        eprintln!(
+            "sptr: warning: no BEV PNG for --bev-png-frames {:?}: those frames were skipped or not in the bag (see {})",
+            outcome.bev_png_missing,
+            outcome.out.join("report.md").display()
+        );
+    }
+    let f = &outcome.report.frames;
+    if f.total > 0 && f.skipped == f.total {
+        let why = outcome.report.skipped.first().map_or(String::new(), |s| format!("; the first: {}", s.reason));
+        anyhow::bail!(
+            "every one of the {} LiDAR frames was skipped, none segmented{why}; the report ({}) lists them all",
+            f.total,
+            outcome.out.join("report.md").display()
+        );
+    }
     if let Some(d) = outcome.damage {
         anyhow::bail!(
             "the bag is damaged after {} LiDAR frames: {}; the report ({}) covers the frames before it",
@@ -798,7 +956,7 @@ fn bench_model_cmd(
     let pts = read_cloud_arg(cloud, format)?;
     let cfg = load_model(model)?.yaml;
     let w = match weights {
-        Some(p) => sptr::model::Weights::from_file(p).with_context(|| format!("loading weights {}", p.display()))?,
+        Some(p) => sptr::model::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
         None => sptr::model::random::random_weights(&cfg, seed).context("making random weights")?,
     };
     let seg = segmenter_on(cfg, w, device)?;

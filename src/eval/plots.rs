@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 
 use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::report::Report;
 use super::EvalError;
@@ -59,8 +60,24 @@ fn render(
     h: u32,
     draw: impl FnOnce(&DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>) -> Result<(), String>,
 ) -> Result<(), EvalError> {
+    render_onto(path, w, h, vec![255u8; w as usize * h as usize * 3], draw)
+}
+
+/// [`render`] onto `buf` (`w × h` RGB, e.g. an image already copied in) instead of white.
+pub(crate) fn render_onto(
+    path: &Path,
+    w: u32,
+    h: u32,
+    mut buf: Vec<u8>,
+    draw: impl FnOnce(&DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>) -> Result<(), String>,
+) -> Result<(), EvalError> {
     font()?;
-    let mut buf = vec![255u8; w as usize * h as usize * 3];
+    if buf.len() as u64 != w as u64 * h as u64 * 3 {
+        return Err(EvalError::File {
+            path: path.to_path_buf(),
+            reason: format!("{} bytes for a {w} x {h} RGB image", buf.len()),
+        });
+    }
     {
         let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
         draw(&root).map_err(|reason| EvalError::File {
@@ -87,8 +104,12 @@ fn heat(v: f64) -> RGBColor {
     RGBColor(mix(255.0, 8.0), mix(255.0, 48.0), mix(255.0, 107.0))
 }
 
+/// Fractions marked on the confusion matrix's colour scale (square-root scale, as [`heat`]).
+const SCALE_TICKS: [f64; 6] = [0.0, 0.01, 0.05, 0.25, 0.5, 1.0];
+
 /// The confusion matrix, each row divided by its ground-truth count (unpredicted points
-/// included), ground truth down, prediction across.
+/// included), ground truth down, prediction across, class names on both axes; a colour scale of
+/// the fraction on the right.
 pub fn confusion_png(report: &Report, path: &Path) -> Result<(), EvalError> {
     let Some(m) = &report.metrics else {
         return Err(EvalError::Invalid(
@@ -97,36 +118,40 @@ pub fn confusion_png(report: &Report, path: &Path) -> Result<(), EvalError> {
     };
     let k = m.confusion.len() as i32;
     let names: Vec<String> = m.classes.iter().map(|c| c.name.clone()).collect();
-    let size = (200 + 32 * k.max(1) as u32).min(1400);
-    render(path, size + 60, size, |root| {
+    let cells_px = (32 * k.max(1) as u32).min(1200);
+    // label areas: 160 px of (rotated) names below and to the left; the scale on the right
+    let (label_px, scale_px, caption_px) = (160u32, 110u32, 50u32);
+    let (w, h) = (label_px + cells_px + 24 + scale_px, caption_px + cells_px + label_px + 12);
+    render(path, w, h, |root| {
         root.fill(&WHITE).map_err(s)?;
+        let (left, right) = root.split_horizontally(w - scale_px);
         // A segmented i32 range `a..b` has the segments a..=b: `0..k - 1` gives the k classes.
-        let mut chart = ChartBuilder::on(root)
-            .caption("Confusion matrix (row-normalized)", (FAMILY, 20))
+        let mut chart = ChartBuilder::on(&left)
+            .caption("Confusion matrix (each row divided by its ground-truth points)", (FAMILY, 18))
             .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(150)
+            .x_label_area_size(label_px)
+            .y_label_area_size(label_px)
             .build_cartesian_2d((0..k - 1).into_segmented(), (0..k - 1).into_segmented())
             .map_err(s)?;
-        let name = |v: &SegmentValue<i32>| match v {
-            SegmentValue::CenterOf(i) => {
-                names.get((k - 1 - i) as usize).cloned().unwrap_or_default()
-            }
+        let name = |i: i32| names.get(i as usize).cloned().unwrap_or_default();
+        let y_name = |v: &SegmentValue<i32>| match v {
+            SegmentValue::CenterOf(i) => name(k - 1 - i),
             _ => String::new(),
         };
-        let id = |v: &SegmentValue<i32>| match v {
-            SegmentValue::CenterOf(i) => i.to_string(),
-            _ => String::new(),
-        };
+        // The predicted names are drawn below (turned, reading downwards from their tick):
+        // plotters centres a turned axis label on its tick, half of it inside the chart.
+        let no_name = |_: &SegmentValue<i32>| String::new();
         chart
             .configure_mesh()
             .disable_mesh()
             .x_labels(k as usize)
             .y_labels(k as usize)
-            .x_label_formatter(&id)
-            .y_label_formatter(&name)
-            .x_desc("predicted class id")
-            .label_style((FAMILY, 12))
+            .x_label_formatter(&no_name)
+            .y_label_formatter(&y_name)
+            .y_label_style((FAMILY, 12))
+            .x_desc("predicted class")
+            .y_desc("ground-truth class")
+            .axis_desc_style((FAMILY, 14))
             .draw()
             .map_err(s)?;
         let mut cells = Vec::new();
@@ -155,8 +180,37 @@ pub fn confusion_png(report: &Report, path: &Path) -> Result<(), EvalError> {
             }
         }
         chart.draw_series(cells).map_err(s)?;
-        Ok(())
+        let turned = TextStyle::from((FAMILY, 12).into_font())
+            .transform(FontTransform::Rotate90)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        for p in 0..k {
+            let (x, y) = chart.backend_coord(&(SegmentValue::CenterOf(p), SegmentValue::Exact(0)));
+            left.draw(&Text::new(name(p), (x, y + 8), turned.clone())).map_err(s)?;
+        }
+        colour_scale(&right, caption_px as i32 + 12, cells_px as i32)
     })
+}
+
+/// The colour scale of [`heat`] as a vertical bar `height` px tall from `top`: fraction 1 at the
+/// top, 0 at the bottom, ticks at [`SCALE_TICKS`] (square-root spacing, as the colours).
+fn colour_scale(area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>, top: i32, height: i32) -> Result<(), String> {
+    let (x0, x1) = (10, 34);
+    let height = height.max(20);
+    for py in 0..height {
+        let v = 1.0 - py as f64 / (height - 1) as f64; // position on the sqrt scale
+        area.draw(&Rectangle::new([(x0, top + py), (x1, top + py + 1)], heat(v * v).filled())).map_err(s)?;
+    }
+    // the frame just outside the bar, so the bar shows both ends of the scale
+    area.draw(&Rectangle::new([(x0 - 1, top - 1), (x1 + 1, top + height + 1)], BLACK.stroke_width(1))).map_err(s)?;
+    let style = TextStyle::from((FAMILY, 12).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+    for f in SCALE_TICKS {
+        let y = top + ((1.0 - f.sqrt()) * (height - 1) as f64).round() as i32;
+        area.draw(&PathElement::new(vec![(x1 + 1, y), (x1 + 6, y)], BLACK)).map_err(s)?;
+        let label = if f >= 0.1 || f == 0.0 { format!("{:.0} %", 100.0 * f) } else { format!("{} %", 100.0 * f) };
+        area.draw(&Text::new(label, (x1 + 8, y), style.clone())).map_err(s)?;
+    }
+    area.draw(&Text::new("of the row", (x0 - 4, top + height + 8), (FAMILY, 12))).map_err(s)?;
+    Ok(())
 }
 
 /// Per-class IoU as horizontal bars (classes without an IoU have no bar), mIoU in the title.

@@ -132,12 +132,25 @@ impl EvalState {
 
     /// Combines shard states of one replay into the state of the whole run. Every shard of
     /// `0..n` must be there once, from the same bag, topic, model, weights and ground truth.
-    pub fn merge(mut shards: Vec<EvalState>) -> Result<EvalState, EvalError> {
+    /// Errors name shards by their index ([`EvalState::merge_named`] names their files).
+    pub fn merge(shards: Vec<EvalState>) -> Result<EvalState, EvalError> {
+        let named = shards
+            .into_iter()
+            .enumerate()
+            .map(|(k, s)| (format!("state #{k}"), s))
+            .collect();
+        Self::merge_named(named)
+    }
+
+    /// [`EvalState::merge`] of `(where it comes from, state)` pairs (e.g. the output directory):
+    /// an error names both sides by where they come from and their shard, e.g. "shard 0/2 of
+    /// run_b has bag \"y\" but shard 0/2 of run_a has bag \"x\"".
+    pub fn merge_named(mut shards: Vec<(String, EvalState)>) -> Result<EvalState, EvalError> {
         if shards.is_empty() {
             return Err(EvalError::Invalid("no shard states to merge".into()));
         }
-        shards.sort_by_key(|s| s.shards.first().copied().unwrap_or(u32::MAX));
-        let first = shards[0].clone();
+        shards.sort_by_key(|(_, s)| s.shards.first().copied().unwrap_or(u32::MAX));
+        let (first_src, first) = shards[0].clone();
         let n = first.shard_count;
         let mut out = EvalState {
             frames: Vec::new(),
@@ -146,9 +159,18 @@ impl EvalState {
             confusion: Confusion::new(first.class_names.len()),
             ..first.clone()
         };
-        for s in &shards {
+        let label = |src: &str, s: &EvalState| {
+            let idx: Vec<String> = s.shards.iter().map(|i| i.to_string()).collect();
+            format!("shard {}/{} of {src}", idx.join("+"), s.shard_count)
+        };
+        let mut seen: Vec<(u32, String)> = Vec::new();
+        for (src, s) in &shards {
             let what = |field: &str, a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| {
-                EvalError::Invalid(format!("shard {:?} has {field} {b:?} but shard {:?} has {a:?}: shards of different replays cannot be merged", s.shards, first.shards))
+                EvalError::Invalid(format!(
+                    "{} has {field} {b:?} but {} has {field} {a:?}: shards of different replays cannot be merged",
+                    label(src, s),
+                    label(&first_src, &first)
+                ))
             };
             if s.shard_count != n {
                 return Err(what("shard count", &n, &s.shard_count));
@@ -170,9 +192,12 @@ impl EvalState {
                 return Err(what("ground truth", &first.ground_truth, &s.ground_truth));
             }
             for &i in &s.shards {
-                if out.shards.contains(&i) {
-                    return Err(EvalError::Invalid(format!("shard {i}/{n} is given twice")));
+                if let Some((_, other)) = seen.iter().find(|(j, _)| *j == i) {
+                    return Err(EvalError::Invalid(format!(
+                        "shard {i}/{n} is given twice: {other} and {src}"
+                    )));
                 }
+                seen.push((i, src.clone()));
                 out.shards.push(i);
             }
             out.frames.extend(s.frames.iter().cloned());

@@ -431,15 +431,62 @@ pub fn downsample_positions(map: &KernelMap, xyz: &[[f32; 3]]) -> Result<(Vec<[f
     Ok((xyz_next, batch_next))
 }
 
+/// Called with each stage's name and wall time as it is recorded (progress of long CPU runs).
+pub type StageHook = std::sync::Arc<dyn Fn(&str, Duration) + Send + Sync>;
+
 /// Wall time of each stage of a forward, in the order they ran.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Clone, Default)]
 pub struct StageTimes {
     pub stages: Vec<(String, Duration)>,
+    /// Told of every stage [`StageTimes::record`] records; not part of the times (not compared,
+    /// not printed).
+    pub hook: Option<StageHook>,
+}
+
+impl PartialEq for StageTimes {
+    fn eq(&self, other: &Self) -> bool {
+        self.stages == other.stages
+    }
+}
+
+impl std::fmt::Debug for StageTimes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StageTimes").field("stages", &self.stages).finish()
+    }
+}
+
+/// The stages a CPU segmentation records, in order: `voxelize`, the network's
+/// ([`SphereFormer::forward_cpu_timed`]: `input_conv`, per level down the U-Net `l<k>.blocks`,
+/// `l<k>.attention` on `sphere_layers`, `l<k>.down` but on the last level, then back up
+/// `l<k>.up`, `l<k>.tail`, and `head`), `devoxelize`.
+pub fn cpu_stage_names(cfg: &ModelYaml) -> Vec<String> {
+    let levels = cfg.layers.len();
+    let mut names = vec!["voxelize".to_string(), "input_conv".to_string()];
+    for k in 1..=levels {
+        names.push(format!("l{k}.blocks"));
+        if cfg.sphere_layers.contains(&k) {
+            names.push(format!("l{k}.attention"));
+        }
+        if k < levels {
+            names.push(format!("l{k}.down"));
+        }
+    }
+    for k in (1..levels).rev() {
+        names.push(format!("l{k}.up"));
+        names.push(format!("l{k}.tail"));
+    }
+    names.extend(["head".to_string(), "devoxelize".to_string()]);
+    names
 }
 
 impl StageTimes {
     pub fn record(&mut self, name: impl Into<String>, since: Instant) {
-        self.stages.push((name.into(), since.elapsed()));
+        let name = name.into();
+        let took = since.elapsed();
+        if let Some(h) = &self.hook {
+            h(&name, took);
+        }
+        self.stages.push((name, took));
     }
     pub fn total(&self) -> Duration {
         self.stages.iter().map(|(_, d)| *d).sum()

@@ -40,14 +40,13 @@ use crate::bev::messages::frame_mismatch;
 use crate::cloud::{field_values, finite_mask};
 use crate::config::ModelYaml;
 use crate::eval::labels::LabelMap;
-use crate::eval::plots;
 use crate::eval::report::{Report, END_TO_END};
 use crate::eval::state::{Damage, EvalState, FrameRecord, FrameStatus, STATE_FILE, STATE_FORMAT};
 use crate::eval::Confusion;
 use crate::outputs::{self, OutputTopics};
 use crate::perception::{FrameOutput, Processor, NO_CLASS, STAGES};
 
-pub use bev_png::bev_view;
+pub use bev_png::{bev_view, write_bev_png, BevLegend};
 pub use device::{open_processor, Device, WeightsSource};
 pub use ground_truth::LabelSource;
 pub use output_dir::{merge_shards, write_reports};
@@ -141,6 +140,9 @@ pub struct ReplayOutcome {
     pub out: PathBuf,
     /// Set when the bag could not be read to its end.
     pub damage: Option<Damage>,
+    /// Frames of `bev_png_frames` whose PNG was not written (skipped frames, or a bag whose
+    /// metadata promised more frames than it had).
+    pub bev_png_missing: Vec<u64>,
 }
 
 /// A duration in nanoseconds (saturating).
@@ -168,6 +170,12 @@ pub fn replay(
         Some(src) => Some(GroundTruthSource::open(&bag, src).map_err(ReplayError::Setup)?),
         None => None,
     };
+    let expected = bag
+        .topics()
+        .iter()
+        .find(|x| x.name == lidar)
+        .map_or(0, |x| x.count);
+    check_bev_png_frames(opts, expected)?;
     std::fs::create_dir_all(&opts.out).map_err(|source| ReplayError::Io {
         path: opts.out.clone(),
         source,
@@ -187,11 +195,6 @@ pub fn replay(
     writer.add_topic(&t.bev_color, "sensor_msgs/msg/Image")?;
     writer.add_topic(&t.bev_occupancy, "nav_msgs/msg/OccupancyGrid")?;
 
-    let expected = bag
-        .topics()
-        .iter()
-        .find(|x| x.name == lidar)
-        .map_or(0, |x| x.count);
     let shard_frames = expected / opts.shard.count as u64
         + u64::from(expected % opts.shard.count as u64 > opts.shard.index as u64);
     let mut progress = progress::Progress::new(opts.progress, shard_frames);
@@ -226,7 +229,7 @@ pub fn replay(
         };
         let record = process_frame(
             processor,
-            cfg.classes,
+            cfg,
             opts,
             &ctx,
             &msg.data,
@@ -267,12 +270,49 @@ pub fn replay(
     };
     state.save(&opts.out.join(STATE_FILE))?;
     let report = write_reports(&state, &opts.out)?;
+    let bev_png_missing = opts
+        .bev_png_frames
+        .iter()
+        .copied()
+        .filter(|&i| !bev_dir.join(format!("frame_{i:06}.png")).is_file())
+        .collect();
     Ok(ReplayOutcome {
         state,
         report,
         out: opts.out.clone(),
         damage,
+        bev_png_missing,
     })
+}
+
+/// `--bev-png-frames` must name frames this replay processes: below the bag's LiDAR frame count
+/// (from its metadata, when it has one) and in this shard. An error names the others.
+fn check_bev_png_frames(opts: &ReplayOptions, frames_in_bag: u64) -> Result<(), ReplayError> {
+    let beyond: Vec<u64> = opts
+        .bev_png_frames
+        .iter()
+        .copied()
+        .filter(|&i| frames_in_bag > 0 && i >= frames_in_bag)
+        .collect();
+    if !beyond.is_empty() {
+        return Err(ReplayError::Setup(format!(
+            "--bev-png-frames {beyond:?}: the bag has {frames_in_bag} LiDAR frame(s), indices 0 to {}",
+            frames_in_bag - 1
+        )));
+    }
+    let other: Vec<u64> = opts
+        .bev_png_frames
+        .iter()
+        .copied()
+        .filter(|&i| !opts.shard.contains(i))
+        .collect();
+    if !other.is_empty() {
+        let (k, n) = (opts.shard.index, opts.shard.count);
+        return Err(ReplayError::Setup(format!(
+            "--bev-png-frames {other:?}: not frames of shard {k}/{n}, which replays the frames with index % {n} == {k}"
+        )));
+    }
+    Ok(())
 }
 
 /// Where a frame is, for its messages.
@@ -314,7 +354,7 @@ impl FrameCtx<'_> {
 #[allow(clippy::too_many_arguments)]
 fn process_frame(
     processor: &mut Processor,
-    classes: usize,
+    cfg: &ModelYaml,
     opts: &ReplayOptions,
     ctx: &FrameCtx,
     data: &[u8],
@@ -366,7 +406,7 @@ fn process_frame(
         Some(src) => match aligned_labels(src, ctx.index, stamp, &msg, &out) {
             Ok(raw) => {
                 for (&r, &p) in raw.iter().zip(&pred) {
-                    confusion.add(opts.label_map.resolve(r, classes), p);
+                    confusion.add(opts.label_map.resolve(r, cfg.classes), p);
                 }
                 (FrameStatus::Evaluated, None)
             }
@@ -418,13 +458,14 @@ fn process_frame(
     stages.push((END_TO_END.to_string(), ns(start.elapsed())));
 
     if opts.bev_png_frames.contains(&ctx.index) {
-        let (w, h, rgb) = bev_view(&out.grids);
-        plots::write_rgb_png(
-            &bev_dir.join(format!("frame_{:06}.png", ctx.index)),
-            w,
-            h,
-            &rgb,
-        )?;
+        let bev = processor.bev_params();
+        let legend = BevLegend {
+            class_names: &cfg.class_names,
+            palette: &bev.palette,
+            resolution: bev.resolution,
+            title: format!("BEV classes, frame {} ({} ns)", ctx.index, ctx.timestamp_ns),
+        };
+        write_bev_png(&bev_dir.join(format!("frame_{:06}.png", ctx.index)), &out.grids, &legend)?;
     }
     let labeled = pred.iter().filter(|p| p.is_some()).count() as u64;
     Ok(FrameRecord {

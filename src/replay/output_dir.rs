@@ -82,9 +82,9 @@ pub fn write_reports(state: &EvalState, out: &Path) -> Result<Report, ReplayErro
 pub fn merge_shards(dirs: &[PathBuf], out: &Path) -> Result<Report, ReplayError> {
     let states = dirs
         .iter()
-        .map(|d| EvalState::load(d))
+        .map(|d| EvalState::load(d).map(|s| (d.display().to_string(), s)))
         .collect::<Result<Vec<_>, _>>()?;
-    let merged = EvalState::merge(states)?;
+    let merged = EvalState::merge_named(states)?;
     std::fs::create_dir_all(out).map_err(|source| ReplayError::Io {
         path: out.to_path_buf(),
         source,

@@ -37,6 +37,7 @@ use r2r::std_msgs::msg::{Float64, Header, UInt32};
 
 use crate::bev::label_grid::{BevGridParams, BevGrids};
 use crate::bev::messages::{frame_mismatch, BevLayout, ImageLayout};
+use crate::budget::BudgetState;
 use crate::cloud::PointField;
 use crate::config::{CudaErrorPolicy, ModelConfig, NodeParams};
 use crate::perception::{bev_params, FrameOutput, Processor, Reject, Rejected, STAGES};
@@ -65,14 +66,16 @@ struct Counters {
     last_latency_ms: Option<f64>,
     last_voxels: Option<usize>,
     last_points: Option<usize>,
+    /// Points of the last processed cloud dropped for a NaN/Inf x, y, z or intensity.
+    last_points_dropped: Option<usize>,
     /// Processed frames that had more voxels than `voxelization.max_voxels` (the rest dropped,
     /// their points published with class_id 255).
     over_voxel_cap: u64,
     last_receipt: Option<Instant>,
     /// Receipt wall time minus the header stamp of the last cloud, ms.
     last_stamp_age_ms: Option<f64>,
-    /// Since when every processed frame has been over budget.
-    over_budget_since: Option<Instant>,
+    /// Processing against the budget over time (ERROR in the diagnostics; `crate::budget`).
+    budget: BudgetState,
     last_error: Option<String>,
     last_reject: Option<String>,
 }
@@ -229,6 +232,11 @@ impl Worker {
         let mut fields: Vec<PointField> = Vec::new();
         let mut limit = RateLimit::new();
         while let Some(frame) = self.mailbox.take() {
+            self.counters
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .budget
+                .frame_started(Instant::now());
             // A bug hit by one frame must not end processing: a panic rejects that frame.
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.process(&frame, &mut fields, &mut limit)
@@ -247,6 +255,7 @@ impl Worker {
             let Err(r) = result else { continue };
             {
                 let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+                c.budget.frame_rejected();
                 c.rejected[r.why.index()] += 1;
                 c.last_reject = Some(r.to_string());
                 if matches!(r.why, Reject::ProcessingError | Reject::DeviceError) {
@@ -280,6 +289,7 @@ impl Worker {
             grids,
             voxels,
             voxel_stats,
+            points_in,
             points_kept,
             stages,
             total_ms,
@@ -340,14 +350,12 @@ impl Worker {
         c.last_latency_ms = Some(latency);
         c.last_voxels = Some(voxels);
         c.last_points = Some(points_kept);
+        c.last_points_dropped = Some(points_in - points_kept);
         if voxel_stats.voxels_dropped() > 0 {
             c.over_voxel_cap += 1;
         }
-        if total_ms > self.budget_ms {
-            c.over_budget_since.get_or_insert_with(Instant::now);
-        } else {
-            c.over_budget_since = None;
-        }
+        c.budget
+            .frame_processed(Instant::now(), total_ms > self.budget_ms);
         Ok(())
     }
 }
@@ -384,22 +392,21 @@ struct Since {
 /// One `/diagnostics` message.
 ///
 /// Level, first match: ERROR when every frame processed during the last `budget.error_after_s`
-/// seconds was over `budget.processing_ms`, or a CUDA error happened since the last report;
+/// seconds was over `budget.processing_ms`, frame after frame for that long (see
+/// [`crate::budget`]: idle time is never over budget), or a CUDA error happened since the last report;
 /// WARN when the last frame was over budget, processing failed, or frames were rejected since
 /// the last report; OK otherwise. Values: received, processed, skipped, rejected (total and
 /// `rejected.<reason>`), last processing ms, last latency ms (receipt to publication), input age
 /// ms (since the last cloud arrived), input stamp age ms (arrival minus header stamp), last
-/// points, last voxels, frames over the voxel cap, device, model config, weights, budget, last
+/// points, last points dropped (NaN/Inf x, y, z or intensity), last voxels, frames over the voxel cap, device, model config, weights, budget, last
 /// reject, last error.
 fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> DiagnosticArray {
     let now = Instant::now();
-    let over_for = c
-        .over_budget_since
-        .map(|t| now.duration_since(t).as_secs_f64());
+    let over_for = c.budget.error(now, info.budget_ms, info.error_after_s);
     let over = c.last_processing_ms.is_some_and(|m| m > info.budget_ms);
     let last_error = c.last_error.as_deref().unwrap_or("?");
     let (level, message) = match (over_for, over) {
-        (Some(s), true) if s >= info.error_after_s => (
+        (Some(s), _) => (
             LEVEL_ERROR,
             format!(
                 "processing over the {} ms budget for {s:.1} s",
@@ -460,6 +467,7 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
         ),
         kv("input stamp age ms", opt(c.last_stamp_age_ms)),
         kv("last points", opt_n(c.last_points)),
+        kv("last points dropped", opt_n(c.last_points_dropped)),
         kv("last voxels", opt_n(c.last_voxels)),
         kv("frames over voxel cap", c.over_voxel_cap.to_string()),
         kv("device", info.device.clone()),
@@ -942,6 +950,30 @@ mod tests {
             msg.contains("CUDA") && msg.contains("illegal address"),
             "{msg}"
         );
+    }
+
+    /// The budget's ERROR comes from processed frames only (`crate::budget`): two frames just
+    /// over budget, then only rejected clouds for longer than `error_after_s`, is WARN (the last
+    /// frame was over budget) with the rejects, never ERROR.
+    #[test]
+    fn idle_time_after_frames_over_budget_is_not_an_error() {
+        let t0 = Instant::now() - Duration::from_secs(5);
+        let mut c = Counters {
+            received: 30,
+            processed: 2,
+            last_processing_ms: Some(101.3),
+            ..Default::default()
+        };
+        c.budget.frame_started(t0);
+        c.budget
+            .frame_processed(t0 + Duration::from_micros(100_900), true);
+        c.budget.frame_started(t0 + Duration::from_millis(500));
+        c.budget
+            .frame_processed(t0 + Duration::from_micros(601_300), true);
+        c.rejected[Reject::Empty.index()] = 28;
+        let (level, msg, _) = level_and_values(&c, Since::default());
+        assert_eq!(level, LEVEL_WARN, "{msg}");
+        assert!(msg.contains("over the 100 ms budget") && msg.contains("101.3"), "{msg}");
     }
 
     #[test]

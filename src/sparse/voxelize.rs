@@ -13,6 +13,10 @@
 //! 5. per voxel, in input point order: mean of the raw features (x, y, z, intensity, summed in
 //!    f32) and mean of the voxel-space positions `c` (metres);
 //! 6. voxels past `max_voxels` in key order are dropped and counted; their points map to -1.
+//!
+//! A point with NaN or Inf in any value the network reads (x, y, z or intensity: the voxel
+//! features) gets no voxel and takes no part in anything above (not even the scan minimum): it is
+//! counted in [`VoxelStats::non_finite`] and the other points come out as if it were not there.
 
 use crate::config::{KeyPrecision, OutOfRange, VoxelOrigin};
 use crate::{Error, Points};
@@ -63,7 +67,7 @@ impl VoxelParams {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct VoxelStats {
     pub points_in: usize,
-    /// Points with NaN or Inf in x, y or z.
+    /// Points with NaN or Inf in x, y, z or intensity.
     pub non_finite: usize,
     /// Points outside `pc_range` with `out_of_range: drop`.
     pub out_of_range: usize,
@@ -221,14 +225,15 @@ pub fn voxelize_cpu(batch: &[&Points], params: &VoxelParams) -> Result<Voxels, E
     }
 }
 
-fn finite3(p: &Points, i: usize) -> bool {
-    p.x[i].is_finite() && p.y[i].is_finite() && p.z[i].is_finite()
+/// Whether every value of point `i` the network reads (x, y, z, intensity) is finite.
+fn features_finite(p: &Points, i: usize) -> bool {
+    p.x[i].is_finite() && p.y[i].is_finite() && p.z[i].is_finite() && p.intensity[i].is_finite()
 }
 
 /// Voxel-space position of point `i` (clipped to the range when the params clip), or `None` when
 /// it is NaN/Inf or dropped as out of range.
 pub(crate) fn voxel_position<R: KeyFloat>(pts: &Points, i: usize, params: &VoxelParams) -> Option<[R; 3]> {
-    if !finite3(pts, i) {
+    if !features_finite(pts, i) {
         return None;
     }
     let raw = [pts.x[i], pts.y[i], pts.z[i]];
@@ -270,7 +275,7 @@ pub(crate) fn sample_origin<R: KeyFloat>(pts: &Points, params: &VoxelParams) -> 
 }
 
 fn point_fate<R: KeyFloat>(pts: &Points, i: usize, params: &VoxelParams, origin: &[R; 3]) -> PointFate {
-    if !finite3(pts, i) {
+    if !features_finite(pts, i) {
         return PointFate::NonFinite;
     }
     let Some(c) = voxel_position::<R>(pts, i, params) else {

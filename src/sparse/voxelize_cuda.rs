@@ -129,7 +129,14 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
         }
         v
     };
-    let x = s.clone_htod(&cat(|p| &p.x)).map_err(e("uploading x"))?;
+    // The kernels test x, y, z for finiteness; a point whose intensity is NaN/Inf must get no
+    // voxel either (as on the CPU): it goes up with x = NaN, so every kernel skips it and it is
+    // counted non-finite.
+    let mut host_x = Vec::with_capacity(n);
+    for p in batch {
+        host_x.extend(p.x.iter().zip(&p.intensity).map(|(&x, &i)| if i.is_finite() { x } else { f32::NAN }));
+    }
+    let x = s.clone_htod(&host_x).map_err(e("uploading x"))?;
     let y = s.clone_htod(&cat(|p| &p.y)).map_err(e("uploading y"))?;
     let z = s.clone_htod(&cat(|p| &p.z)).map_err(e("uploading z"))?;
     let inten = s.clone_htod(&cat(|p| &p.intensity)).map_err(e("uploading intensity"))?;

@@ -14,7 +14,9 @@ The node runs in namespace --ns (so its private topics are <ns>/sptr/...). Scena
                empty                                -> rejected.empty
                nan_only                             -> rejected.no_finite_points
                too_many_points (declared 4,000,001) -> rejected.too_many_points
-               nan_mixed (1/4 of the points NaN)    -> processed: only the finite points come back
+               nan_mixed (NaN coordinates, NaN/Inf intensities)
+                                                    -> processed: only the finite points come back,
+                                                       diagnostics count the others
                two_million (2,000,000 points)       -> processed: 2,000,000 labeled points
                over_voxel_cap (the cloud + a shifted copy, more voxels than --voxel-cap)
                                                     -> processed with the cap: points of dropped
@@ -319,14 +321,23 @@ def scenario_robust(p, args, xyzi):
         good_again(name)
         print(f"RESULT {name}: {key}={p.diag_int(key)}, then the valid cloud's outputs", flush=True)
 
-    # Processed, with fewer or more points.
+    # Processed, with fewer or more points. NaN y on every 4th point, NaN or Inf intensity (read
+    # by the network) on every 7th: both dropped, the rest come back in order.
     mixed = xyzi.copy()
     mixed[::4, 1] = np.nan
-    finite = int(np.sum(np.isfinite(mixed[:, :3]).all(axis=1)))
-    out = p.outputs_of(msg := xyzi_cloud(mixed), "the cloud with NaN coordinates")
-    check_outputs(p, args, msg, out, finite, "cloud with NaN coordinates")
+    mixed[1::14, 3] = np.nan
+    mixed[8::14, 3] = np.inf
+    keep = np.isfinite(mixed).all(axis=1)
+    finite = int(np.sum(keep))
+    out = p.outputs_of(msg := xyzi_cloud(mixed), "the cloud with NaN coordinates and intensities")
+    pts = check_outputs(p, args, msg, out, finite, "cloud with NaN coordinates and intensities")
+    if not np.array_equal(pts["x"], mixed[keep, 0]) or not np.array_equal(pts["intensity"], mixed[keep, 3]):
+        fail("the cloud with NaN coordinates and intensities: the points back are not its finite points in order")
+    p.spin_until(lambda: p.diag is not None and p.diag.get("last points dropped") == str(n - finite),
+                 f"/diagnostics last points dropped = {n - finite}")
     good_again("nan_mixed")
-    print(f"RESULT nan_mixed: {finite} of {n} points back, then the valid cloud's outputs", flush=True)
+    print(f"RESULT nan_mixed: {finite} of {n} points back (last points dropped {n - finite}), "
+          "then the valid cloud's outputs", flush=True)
 
     reps = -(-2_000_000 // n)
     big = np.ascontiguousarray(np.tile(xyzi, (reps, 1))[:2_000_000])

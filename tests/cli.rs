@@ -1,0 +1,373 @@
+//! The `sptr` binary's command line: every numeric argument of every subcommand is checked, so
+//! a zero, negative, huge or NaN value is a clear error (non-zero exit, the argument named, no
+//! panic), never a crash further down.
+
+mod common;
+
+use std::process::{Command, Output};
+
+fn sptr(args: &[&str]) -> Output {
+    Command::new(common::sptr_exe())
+        .current_dir(common::root())
+        .args(args)
+        .output()
+        .expect("run sptr")
+}
+
+fn nuscenes_bin() -> String {
+    let dir = common::data("nuscenes");
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".pcd.bin"))
+        .expect("the nuScenes sweep")
+        .display()
+        .to_string()
+}
+
+/// `args` fails cleanly: non-zero status, no panic, and stderr names every string of `expect`.
+fn refused(args: &[&str], expect: &[&str]) {
+    let out = sptr(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "sptr {args:?} succeeded:\n{err}");
+    assert!(out.status.code().is_some(), "sptr {args:?} died from a signal:\n{err}");
+    assert!(!err.contains("panicked"), "sptr {args:?} panicked:\n{err}");
+    for e in expect {
+        assert!(err.contains(e), "sptr {args:?}: the error does not say `{e}`:\n{err}");
+    }
+}
+
+#[test]
+fn every_numeric_argument_is_checked() {
+    let cloud = nuscenes_bin();
+    let c = cloud.as_str();
+    let huge = "18446744073709551615";
+    let over = "99999999999999999999999";
+    // (subcommand and its other arguments, the numeric argument, bad values)
+    let cases: &[(&[&str], &str, &[&str])] = &[
+        (&["voxelize", c], "--stride", &["0", "1", "2", "65", huge, over, "-1", "x", "5.5"]),
+        (&["bench", "voxelize", c], "--stride", &["0", huge, "-3"]),
+        (&["bench", "voxelize", c], "--iters", &["0", huge, over, "-1"]),
+        (&["bench", "voxelize", c], "--voxel-size", &["0", "-0.05", "nan", "NaN", "inf", "-inf", "1e308", "1e-9", "x"]),
+        (&["bench", "spconv", c], "--stride", &["0", huge]),
+        (&["bench", "spconv", c], "--voxel-size", &["0", "nan", "inf", "-1"]),
+        (&["bench", "spconv", c], "--iters", &["0", huge]),
+        (&["bench", "attention", c], "--stride", &["0", huge]),
+        (&["bench", "attention", c], "--voxel-size", &["0", "nan", "-inf"]),
+        (&["bench", "attention", c], "--level", &["0", "65", huge, "-1"]),
+        (&["bench", "attention", c], "--iters", &["0", huge]),
+        (&["bench", "model", c], "--iters", &["0", huge, "-2"]),
+        (&["bench", "model", c], "--seed", &["-1", over, "x"]),
+        (&["bench", "pipeline", c], "--frames", &["0", huge, "1000001", "-5"]),
+        (&["bench", "pipeline", c], "--warmup", &["10001", huge, "-1"]),
+        (&["eval", "agreement", "a", "b"], "--min", &["nan", "inf", "-0.1", "1.5", "x"]),
+        (&["replay", "bag", "--model", "m.yaml"], "--random-weights", &["-1", over]),
+        (&["replay", "bag", "--model", "m.yaml", "--random-weights", "0"], "--ignore", &["-1", huge]),
+        (&["replay", "bag", "--model", "m.yaml", "--random-weights", "0"], "--shard", &["0/0", "1/1", "3/2", "-1/2", "0/-2", "0/4294967296", "x"]),
+        (&["replay", "bag", "--model", "m.yaml", "--random-weights", "0"], "--bev-png-frames", &["-1", over, "1,x"]),
+    ];
+    for (cmd, arg, values) in cases {
+        for v in *values {
+            // `--arg=value` so a leading '-' reaches the value parser
+            let a = format!("{arg}={v}");
+            let mut args = cmd.to_vec();
+            args.push(&a);
+            refused(&args, &[arg]);
+        }
+    }
+}
+
+/// A level the model does not have (within the parser's range) is refused from the model YAML,
+/// before any GPU is needed.
+#[test]
+fn attention_level_beyond_the_models_levels_is_refused() {
+    let cloud = nuscenes_bin();
+    refused(
+        &["bench", "attention", &cloud, "--level", "6", "--model", "config/models/sphereformer_semantickitti.yaml"],
+        &["levels 1 to 5", "not 6"],
+    );
+}
+
+/// The values the commands document still work (zero warm-up, the smallest stride).
+#[test]
+fn valid_numbers_still_run() {
+    let cloud = nuscenes_bin();
+    let out = sptr(&["voxelize", &cloud, "--stride", "5", "--device", "cpu"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("points            34688"), "{text}");
+    let out = sptr(&["bench", "voxelize", &cloud, "--stride", "5", "--iters", "1", "--voxel-size", "0.1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // stride 3 reads the nuScenes file as x, y, z rows: 34,688 x 5 floats is not a multiple
+    // of 3, a clear error from the library
+    refused(&["voxelize", &cloud, "--stride", "3", "--device", "cpu"], &["wrong --stride?"]);
+}
+
+/// A temporary directory of this test process.
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("sptr-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The nuScenes model narrowed (m 16, three levels, one block) in `dir`: the same voxelization,
+/// a fast network for a debug build.
+fn small_nuscenes_model(dir: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap();
+    let small = text
+        .replace("\nm: 32\n", "\nm: 16\n")
+        .replace("block_reps: 2", "block_reps: 1")
+        .replace("layers: [32, 64, 128, 256, 256]", "layers: [16, 32, 48]")
+        .replace("sphere_layers: [1, 2, 3, 4, 5]", "sphere_layers: [1, 2]");
+    assert_ne!(small, text, "the nuScenes model YAML changed: update this test");
+    let path = dir.join("small_nuscenes.yaml");
+    std::fs::write(&path, small).unwrap();
+    path.display().to_string()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = sptr(args);
+    assert!(out.status.success(), "sptr {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `sptr random-weights` writes weights a fresh machine can try every entry point with: the same
+/// model and seed give the same bytes, another seed other bytes; the file loads for its model and
+/// `segment --weights FILE` labels exactly as `segment --random-weights SEED`.
+#[test]
+fn random_weights_are_deterministic_and_load() {
+    let dir = temp_dir("random-weights");
+    let model = small_nuscenes_model(&dir);
+    let file = |name: &str| dir.join(name).display().to_string();
+    let (a, b, c) = (file("a.safetensors"), file("b.safetensors"), file("c.safetensors"));
+    let text = ok(&["random-weights", "--model", &model, "--seed", "3", "--out", &a]);
+    assert!(text.contains("seed 3") && text.contains(&a), "{text}");
+    ok(&["random-weights", "--model", &model, "--seed", "3", "--out", &b]);
+    ok(&["random-weights", "--model", &model, "--seed", "4", "--out", &c]);
+    let read = |p: &str| std::fs::read(p).unwrap();
+    assert_eq!(read(&a), read(&b), "same model and seed, different bytes");
+    assert_ne!(read(&a), read(&c), "another seed, the same bytes");
+    // the file fits its model (every tensor present, none unexpected or mis-shaped)
+    let cfg = sptr::config::ModelConfig::load(std::path::Path::new(&model)).unwrap().yaml;
+    let w = sptr::model::Weights::from_file(std::path::Path::new(&a)).expect("the written file loads");
+    sptr::pipeline::Segmenter::new(cfg, w).expect("the weights fit the model YAML");
+    // and not another model (the full nuScenes model): a clear error listing the tensors
+    let out = sptr(&["segment", &nuscenes_bin(), "--model", "config/models/sphereformer_nuscenes.yaml", "--weights", &a, "--device", "cpu"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && !err.contains("panicked") && err.contains("mis-shaped"), "{err}");
+
+    let cloud = nuscenes_bin();
+    let (la, lb) = (file("a.label"), file("b.label"));
+    let text = ok(&["segment", &cloud, "--model", &model, "--weights", &a, "--device", "cpu", "--out", &la]);
+    assert!(text.contains("34688 points, 17856 voxels"), "{text}");
+    ok(&["segment", &cloud, "--model", &model, "--random-weights", "3", "--device", "cpu", "--out", &lb]);
+    assert_eq!(read(&la), read(&lb), "--weights FILE and --random-weights SEED label differently");
+    assert_eq!(read(&la).len(), 34688 * 4);
+    // one of the two is needed, not both
+    refused(&["segment", &cloud, "--model", &model], &["--weights"]);
+    refused(&["segment", &cloud, "--model", &model, "--weights", &a, "--random-weights", "3"], &["--random-weights"]);
+    refused(&["random-weights", "--model", &model, "--out", &dir.join("no/such/dir/w.safetensors").display().to_string()], &["no/such/dir"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every argument of every subcommand has help text (`-h` shows a description beside it, not
+/// only a default).
+#[test]
+fn every_argument_has_help_text() {
+    let commands: &[&[&str]] = &[
+        &["voxelize"], &["segment"], &["prepare"], &["random-weights"], &["kernels"], &["info"],
+        &["bench", "pipeline"], &["bench", "voxelize"], &["bench", "spconv"], &["bench", "attention"],
+        &["bench", "model"], &["bag", "info"], &["replay"], &["eval", "merge"], &["eval", "agreement"],
+    ];
+    let mut bare = Vec::new();
+    for cmd in commands {
+        let mut args = cmd.to_vec();
+        args.push("-h");
+        let text = ok(&args);
+        let lines: Vec<&str> = text.lines().collect();
+        let mut section = "";
+        for (k, line) in lines.iter().enumerate() {
+            if line.ends_with(':') && !line.starts_with(' ') {
+                section = line;
+                continue;
+            }
+            if !(section == "Arguments:" || section == "Options:") {
+                continue;
+            }
+            // an entry: "  <NAME>  help" or "  -h, --name <V>  help", or (when some help is
+            // long) the entry alone and its help on the next, further indented line
+            let t = line.trim_start();
+            let indent = line.len() - t.len();
+            if indent > 6 || !(t.starts_with('-') || t.starts_with('<')) {
+                continue;
+            }
+            let mut help = t.split_once("  ").map(|(_, h)| h.trim()).unwrap_or("");
+            if help.is_empty() {
+                if let Some(next) = lines.get(k + 1) {
+                    let n = next.trim_start();
+                    if next.len() - n.len() > indent && !n.starts_with('-') && !n.starts_with('<') {
+                        help = n.trim();
+                    }
+                }
+            }
+            if help.is_empty() || help.starts_with('[') {
+                bare.push(format!("sptr {}: {}", cmd.join(" "), t));
+            }
+        }
+    }
+    assert!(bare.is_empty(), "arguments without help text:\n{}", bare.join("\n"));
+}
+
+/// A file that is not there: the error names its path once (not "reading X: reading X").
+#[test]
+fn a_missing_file_is_named_once() {
+    let dir = temp_dir("missing");
+    let small = small_nuscenes_model(&dir);
+    let cloud = nuscenes_bin();
+    let m = "/nonexistent-sptr-test/missing";
+    let (bin, yaml, st) = (format!("{m}.bin"), format!("{m}.yaml"), format!("{m}.safetensors"));
+    let out = dir.join("out").display().to_string();
+    let nus = "config/models/sphereformer_nuscenes.yaml";
+    let bag = common::data("bags/nuscenes_sample").display().to_string();
+    let params = "config/perception_nuscenes.yaml";
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["voxelize", &bin], &bin),
+        (vec!["voxelize", &cloud, "--model", &yaml], &yaml),
+        (vec!["segment", &bin, "--model", nus, "--random-weights", "1"], &bin),
+        (vec!["segment", &cloud, "--model", &yaml, "--random-weights", "1"], &yaml),
+        (vec!["segment", &cloud, "--model", &small, "--weights", &st], &st),
+        (vec!["prepare", &bin, "--model", nus, "--out", &out], &bin),
+        (vec!["random-weights", "--model", &yaml, "--out", &out], &yaml),
+        (vec!["bench", "model", &bin], &bin),
+        (vec!["bench", "model", &cloud, "--model", &small, "--weights", &st, "--device", "cpu"], &st),
+        (vec!["bench", "voxelize", &bin], &bin),
+        (vec!["bench", "pipeline", &bin], &bin),
+        (vec!["bench", "pipeline", &cloud, "--params", &yaml], &yaml),
+        (vec!["bag", "info", m], m),
+        (vec!["replay", m, "--model", nus, "--random-weights", "1", "--params", params, "--out", &out], m),
+        (vec!["replay", &bag, "--model", &yaml, "--random-weights", "1", "--params", params, "--out", &out], &yaml),
+        (vec!["replay", &bag, "--model", nus, "--random-weights", "1", "--params", &yaml, "--out", &out], &yaml),
+        (vec!["replay", &bag, "--model", nus, "--weights", &st, "--params", params, "--device", "cpu", "--out", &out], &st),
+        (vec!["eval", "merge", m, "--out", &out], m),
+        (vec!["eval", "agreement", m, &bag], m),
+    ];
+    for (args, path) in cases {
+        let o = sptr(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && !err.contains("panicked"), "sptr {args:?}:\n{err}");
+        assert_eq!(err.matches(path).count(), 1, "sptr {args:?} does not name {path} once:\n{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `eval merge` of the outputs of two different replays names both sides by their directory:
+/// here both are `--shard 0/1` runs, of different bags.
+#[test]
+fn eval_merge_of_different_bags_names_both_shards() {
+    use sptr::eval::confusion::Confusion;
+    use sptr::eval::state::{EvalState, STATE_FORMAT};
+    let dir = temp_dir("merge");
+    let state = |bag: &str| EvalState {
+        format: STATE_FORMAT,
+        bag: bag.into(),
+        lidar_topic: "/sptr/input/points".into(),
+        model: "m.yaml".into(),
+        weights: "w".into(),
+        device: "cpu".into(),
+        class_names: vec!["a".into(), "b".into()],
+        ground_truth: None,
+        shard_count: 1,
+        shards: vec![0],
+        frames: Vec::new(),
+        frames_in_bag: 0,
+        confusion: Confusion::new(2),
+        processing_s: vec![1.0],
+        damage: None,
+    };
+    let (a, b) = (dir.join("run_a"), dir.join("run_b"));
+    for (d, bag) in [(&a, "drive_x"), (&b, "drive_y")] {
+        std::fs::create_dir_all(d).unwrap();
+        state(bag).save(&d.join("eval_state.json")).unwrap();
+    }
+    let (a, b) = (a.display().to_string(), b.display().to_string());
+    let out = dir.join("merged").display().to_string();
+    let o = sptr(&["eval", "merge", &a, &b, "--out", &out]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("shard 0/1 of {b} has bag \"drive_y\" but shard 0/1 of {a} has bag \"drive_x\"")),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A replay in which every frame is skipped (here: each of the six frames has more points than
+/// the model's `max_points`) writes its report and exits non-zero, saying why.
+#[test]
+fn replay_with_every_frame_skipped_fails() {
+    let dir = temp_dir("all-skipped");
+    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_semantickitti.yaml")).unwrap();
+    let capped = text.replace("max_points: 4000000", "max_points: 10");
+    assert_ne!(capped, text, "the SemanticKITTI model YAML changed: update this test");
+    let model = dir.join("capped.yaml");
+    std::fs::write(&model, capped).unwrap();
+    let out = dir.join("out");
+    let bag = common::data("bags/semantickitti_labels").display().to_string();
+    let o = sptr(&["replay", &bag, "--model", &model.display().to_string(), "--random-weights", "1", "--device", "cpu", "--progress", "quiet", "--out", &out.display().to_string()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("every one of the 6 LiDAR frames was skipped") && err.contains("max_points"), "{err}");
+    assert!(out.join("report.md").is_file(), "the report is written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--bev-png-frames` must name frames the replay processes: beyond the bag or outside the
+/// shard is an error naming them, before anything is replayed.
+#[test]
+fn bev_png_frames_beyond_the_bag_or_shard_are_errors() {
+    let dir = temp_dir("bev-png");
+    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_semantickitti.yaml")).unwrap();
+    let model = dir.join("kitti.yaml");
+    std::fs::write(&model, text).unwrap();
+    let model = model.display().to_string();
+    let bag = common::data("bags/semantickitti_labels").display().to_string();
+    let out = dir.join("out");
+    let o = out.display().to_string();
+    let base = ["replay", &bag, "--model", &model, "--random-weights", "1", "--device", "cpu", "--out", &o];
+    let mut args = base.to_vec();
+    args.extend(["--bev-png-frames", "0,5,6,40"]);
+    refused(&args, &["--bev-png-frames [6, 40]", "6 LiDAR frame(s), indices 0 to 5"]);
+    assert!(!out.exists(), "nothing is written");
+    let mut args = base.to_vec();
+    args.extend(["--shard", "1/2", "--bev-png-frames", "1,2,4"]);
+    refused(&args, &["--bev-png-frames [2, 4]", "shard 1/2", "index % 2 == 1"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The main command's replay (scripts/run_sample.sh: the sample bag with
+/// config/perception_nuscenes.yaml) runs clean: the params file and the bag agree on the BEV
+/// grids' frame, so no "no transform is applied" warning, and the grids carry the cloud's frame.
+#[test]
+fn sample_bag_with_the_nuscenes_params_runs_without_a_frame_warning() {
+    use sptr::bag::cdr::{CdrMessage, Image};
+    let dir = temp_dir("sample");
+    let model = small_nuscenes_model(&dir);
+    let out = dir.join("out");
+    let bag = common::data("bags/nuscenes_sample").display().to_string();
+    let o = sptr(&[
+        "replay", &bag, "--model", &model, "--params", "config/perception_nuscenes.yaml", "--random-weights", "0",
+        "--device", "cpu", "--progress", "plain", "--bev-png-frames", "0", "--out", &out.display().to_string(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("no transform is applied") && !err.contains("warning"), "{err}");
+    let b = sptr::bag::Bag::open(&out.join("bag")).unwrap();
+    let mut n = 0;
+    for m in b.messages(&["/sptr/output/bev/labels"]) {
+        assert_eq!(Image::from_cdr(&m.unwrap().data).unwrap().header.frame_id, "lidar_top");
+        n += 1;
+    }
+    assert_eq!(n, 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
