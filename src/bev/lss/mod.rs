@@ -9,10 +9,11 @@
 //! - `bench`: `sptr bench bevpool`.
 
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod geometry;
+pub mod transform;
 
 pub use config::{BevGrid, Frustum, ImageAug, LssConfig};
 pub use geometry::{GeometryCache, Interval, LssGeometry, LssParams};
-pub mod transform;
-
 pub use transform::{pool, weight_specs, CameraMask, Lifted, LssTransform, PREFIX};

@@ -1,0 +1,159 @@
+// Lift-splat on CUDA (see src/bev/lss/cuda.rs): the per-calibration geometry (a point's BEV cell,
+// in float64 op for op as the CPU reference src/bev/lss/geometry.rs), the cell offsets of the
+// sorted points, the depth softmax of the depthnet output, and the fused pool that sums
+// depth x context per BEV cell straight from the two tensors.
+//
+// Compiled without FMA contraction: the geometry must round exactly as the CPU reference. The
+// pool's FP32 multiply-adds are spelled __fmaf_rn (never contracted or split).
+#include <cuda_fp16.h>
+
+// Per camera, 24 doubles (CameraGeometry in geometry.rs): post_trans[3], inv_post_rot[9] (row
+// major), combine[9] = R_cam2lidar * inv(K), trans[3].
+#define CAM_DOUBLES 24
+
+// The BEV grid (mirror of GridC in cuda.rs): lower corner bx - dx/2 and dx widened from float32,
+// cell counts, points per camera (D * H * W), feature map size.
+struct LssGrid {
+    double lower[3];
+    double dx[3];
+    u32 nx[3];
+    u32 depth_bins;
+    u32 height;
+    u32 width;
+    u32 cells;     // nx * ny * nz: the key of a point outside the grid (sorts last)
+    u32 pad;
+};
+
+// Point i = ((n * D + d) * H + h) * W + w of a frame: keys[i] = its cell (x * ny + y) * nz + z or
+// grid.cells when outside, vals[i] = its depth-tensor index ((n * H + h) * W + w) * D + d. A stable
+// sort by key then leaves each cell's points in ascending i.
+extern "C" __global__ void lss_geometry(const float* __restrict__ frustum, const double* __restrict__ cams, LssGrid g,
+                                        u32 total, u64* __restrict__ keys, u32* __restrict__ vals) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const u32 per_cam = g.depth_bins * g.height * g.width;
+    const u32 n = i / per_cam;
+    const u32 r = i - n * per_cam;  // (d * H + h) * W + w: the frustum entry
+    const u32 w = r % g.width;
+    const u32 h = (r / g.width) % g.height;
+    const u32 d = r / (g.width * g.height);
+    const double* c = cams + (u64)n * CAM_DOUBLES;
+    const double* pt = c;
+    const double* a = c + 3;
+    const double* m = c + 12;
+    const double* t = c + 21;
+    const float* f = frustum + (u64)r * 3;
+    const double p0 = (double)f[0] - pt[0], p1 = (double)f[1] - pt[1], p2 = (double)f[2] - pt[2];
+    const double q0 = (a[0] * p0 + a[1] * p1) + a[2] * p2;
+    const double q1 = (a[3] * p0 + a[4] * p1) + a[5] * p2;
+    const double q2 = (a[6] * p0 + a[7] * p1) + a[8] * p2;
+    const double r0 = q0 * q2, r1 = q1 * q2, r2 = q2;
+    double s[3];
+    s[0] = ((m[0] * r0 + m[1] * r1) + m[2] * r2) + t[0];
+    s[1] = ((m[3] * r0 + m[4] * r1) + m[5] * r2) + t[1];
+    s[2] = ((m[6] * r0 + m[7] * r1) + m[8] * r2) + t[2];
+    u64 key = 0;
+    bool kept = true;
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+        const double qk = (s[k] - g.lower[k]) / g.dx[k];
+        // .long() truncates toward zero: kept when 0 <= trunc(q) < n, i.e. -1 < q < n (NaN fails)
+        if (!(qk > -1.0 && qk < (double)g.nx[k])) kept = false;
+        s[k] = kept ? trunc(qk) : 0.0;
+    }
+    if (kept) key = ((u64)(u32)s[0] * g.nx[1] + (u32)s[1]) * g.nx[2] + (u32)s[2];
+    keys[i] = kept ? key : (u64)g.cells;
+    vals[i] = ((n * g.height + h) * g.width + w) * g.depth_bins + d;
+}
+
+// cell_start[c] = the first position of the sorted keys[0..n) whose key is >= c, for c <= cells:
+// cell c's points are [cell_start[c], cell_start[c + 1]), and cell_start[cells] is the kept count.
+extern "C" __global__ void lss_cell_starts(const u64* __restrict__ keys, u32 n, u32 cells, u32* __restrict__ cell_start) {
+    const u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c > cells) return;
+    u32 lo = 0, hi = n;
+    while (lo < hi) {
+        const u32 mid = lo + (hi - lo) / 2;
+        if (keys[mid] < (u64)c) lo = mid + 1; else hi = mid;
+    }
+    cell_start[c] = lo;
+}
+
+// Depth softmax of the depthnet output: one warp per pixel p < pixels. acc is the GEMM's FP32
+// [pixels, D + C] (no bias), bias [D + C]. depth[p, :] = softmax(acc[p, :D] + bias[:D]) and
+// context[p, :] = acc[p, D:] + bias[D:], both FP16. The warp's sums use a butterfly, so every
+// lane holds the same max and total.
+extern "C" __global__ void lss_lift(const float* __restrict__ acc, const float* __restrict__ bias, u32 pixels, u32 D, u32 C,
+                                    __half* __restrict__ depth, __half* __restrict__ context) {
+    const u32 p = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const u32 lane = threadIdx.x & 31u;
+    if (p >= pixels) return;  // warp-uniform
+    const float* row = acc + (u64)p * (D + C);
+    float mx = -__int_as_float(0x7f800000);  // -inf
+    for (u32 j = lane; j < D; j += 32) mx = fmaxf(mx, row[j] + bias[j]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
+    float sum = 0.0f;
+    for (u32 j = lane; j < D; j += 32) sum += expf(row[j] + bias[j] - mx);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
+    const float inv = 1.0f / sum;
+    __half* dp = depth + (u64)p * D;
+    for (u32 j = lane; j < D; j += 32) dp[j] = __float2half_rn(expf(row[j] + bias[j] - mx) * inv);
+    __half* cp = context + (u64)p * C;
+    for (u32 j = lane; j < C; j += 32) cp[j] = __float2half_rn(row[D + j] + bias[D + j]);
+}
+
+// The pool: one warp per BEV cell (every cell, so empty ones are written as zeros and the output
+// needs no memset). Lanes are (slice, chunk): chunk = 8 channels (one 16-byte load of the context
+// row), C / 8 chunks, 32 / (C / 8) slices; slice s sums the cell's points s, s + slices, ... in
+// FP32, then slice 0 adds slices 1, 2, ... in that order and writes 8 FP16 channels. No atomics,
+// a fixed order: the same bits every run. A point of a camera outside `mask` is skipped, which
+// adds exactly what a zero depth would (fma(0, x, a) = a). Needs C % 8 == 0 and C <= 256.
+// out[cell, c] with cell = (x * ny + y) * nz + z: NHWC [nx, ny, nz * C].
+extern "C" __global__ void lss_pool(const __half* __restrict__ depth, const __half* __restrict__ context,
+                                    const u32* __restrict__ order, const u32* __restrict__ cell_start, u32 cells, u32 D,
+                                    u32 C, u32 per_cam, u32 mask, __half* __restrict__ out) {
+    const u32 cell = (u32)(((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    const u32 lane = threadIdx.x & 31u;
+    if (cell >= cells) return;  // warp-uniform
+    const u32 chunks = C >> 3;
+    const u32 slices = 32u / chunks;
+    const u32 slice = lane / chunks;
+    const u32 chunk = lane - slice * chunks;
+    float acc[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
+    const u32 begin = cell_start[cell], end = cell_start[cell + 1];
+    if (slice < slices) {
+        for (u32 i = begin + slice; i < end; i += slices) {
+            const u32 q = order[i];
+            const u32 cam = q / per_cam;
+            if (cam < 32u && ((mask >> cam) & 1u) == 0u) continue;
+            const float dv = __half2float(depth[q]);
+            const uint4 raw = *reinterpret_cast<const uint4*>(context + (u64)(q / D) * C + chunk * 8u);
+            const __half2* hv = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float2 f = __half22float2(hv[k]);
+                acc[2 * k] = __fmaf_rn(dv, f.x, acc[2 * k]);
+                acc[2 * k + 1] = __fmaf_rn(dv, f.y, acc[2 * k + 1]);
+            }
+        }
+    }
+    for (u32 s = 1; s < slices; ++s) {
+        const u32 src = (chunk + s * chunks) & 31u;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const float v = __shfl_sync(FULL_MASK, acc[k], src);
+            if (slice == 0) acc[k] = __fadd_rn(acc[k], v);
+        }
+    }
+    if (slice == 0) {
+        uint4 packed;
+        __half2* hp = reinterpret_cast<__half2*>(&packed);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) hp[k] = __floats2half2_rn(acc[2 * k], acc[2 * k + 1]);
+        *reinterpret_cast<uint4*>(out + (u64)cell * C + chunk * 8u) = packed;
+    }
+}
