@@ -373,6 +373,21 @@ enum BenchCmd {
         #[arg(long)]
         case: Option<String>,
     },
+    /// Lift-splat view transform (CUDA): geometry build and bev_pool on the seg and detection
+    /// geometries with the nuScenes calibration, bytes moved and the DRAM floor, and the whole
+    /// view transform (JSON lines).
+    Bevpool {
+        #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
+        model: PathBuf,
+        /// nuScenes-style calib.json (cameras' `cam2img`, `lidar2cam`; 1600 x 900 images).
+        #[arg(long, default_value = "tests/data/nuscenes/calib.json")]
+        calib: PathBuf,
+        #[arg(long, default_value_t = 100)]
+        iters: usize,
+        /// DRAM bandwidth for the floor in GB/s (H100 SXM: 3350).
+        #[arg(long, default_value_t = 3350.0)]
+        dram_gbps: f64,
+    },
 }
 
 fn main() {
@@ -429,6 +444,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench { what: BenchCmd::Model { cloud, format, model, weights, seed, device, iters, case } } => {
             bench_model_cmd(&cloud, format.as_deref(), &model, weights.as_deref(), seed, device, iters, case)
         }
+        Cmd::Bench { what: BenchCmd::Bevpool { model, calib, iters, dram_gbps } } => bench_bevpool_cmd(&model, &calib, iters, dram_gbps),
         Cmd::Info => info_cmd(),
         Cmd::Bag { what: BagCmd::Info { bag, count } } => bag_info_cmd(&bag, count),
         Cmd::Replay(args) => replay_cmd(args),
@@ -964,4 +980,22 @@ fn bench_model_cmd(
     let row = sptr::model::bench::bench_segment(&seg, &case, &[&pts], 3, iters)?;
     println!("{}", row.json());
     Ok(())
+}
+
+#[cfg(feature = "cuda")]
+fn bench_bevpool_cmd(model: &Path, calib: &Path, iters: usize, dram_gbps: f64) -> Result<()> {
+    use sptr::bev::calib::{Calibration, NUSCENES_CAMERAS};
+    let cfg = sptr::bev::lss::LssConfig::load(model)?;
+    let calib = Calibration::load_nuscenes_json(calib, &NUSCENES_CAMERAS, 1600, 900)?;
+    let dev = sptr::device::cuda::CudaDevice::new(0)?;
+    let opt = sptr::bev::lss::bench::BevPoolBench { iters, dram_gbps };
+    for line in sptr::bev::lss::bench::bench_bevpool(&dev, &cfg, &calib, &opt)? {
+        println!("{line}");
+    }
+    Ok(())
+}
+#[cfg(not(feature = "cuda"))]
+fn bench_bevpool_cmd(model: &Path, _: &Path, _: usize, _: f64) -> Result<()> {
+    let _ = sptr::bev::lss::LssConfig::load(model)?;
+    anyhow::bail!("`bench bevpool` needs the CUDA backend: rebuild with `--features cuda`")
 }

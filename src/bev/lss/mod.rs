@@ -8,6 +8,8 @@
 //!   lift + pool kernel that never forms the N·D·H·W·C frustum features (`kernels/bev_pool.cu`);
 //! - `bench`: `sptr bench bevpool`.
 
+#[cfg(feature = "cuda")]
+pub mod bench;
 pub mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;
