@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parity against the upstream libraries on the GPU host (see tests/parity/README.md).
 #
-#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model]     # default: all three
+#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss]    # default: all four
 #
 # Runs from the repo root with gpu-stage/ (scripts/gpu_suite.sh build) and .parity-wheels/
 # (scripts/parity_wheels.sh for spconv, scripts/parity_sptr.sh for sptr) beside it. spconv comes
@@ -11,9 +11,9 @@
 # Logs and JSON lines land in OUT_DIR; the exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model]}
+out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss]}
 shift
-what=${*:-spconv attention model}
+what=${*:-spconv attention model lss}
 [ -d gpu-stage ] || [ ! -f gpu-stage.tar.xz ] || tar -xJf gpu-stage.tar.xz
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 SPTR_ROOT=$PWD SPTR_KERNEL_CACHE=${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}
@@ -70,6 +70,18 @@ for w in $what; do
         SPTR_MODEL_PARITY_DIR=/tmp/model-parity gpu-stage/bin/test-gpu_model_parity --test-threads=1 --nocapture \
             > "$out/model_rust.log" 2>&1 || rc=1
         grep -o '{"case".*' "$out/model_rust.log" > "$out/model_parity.jsonl"
+        ;;
+    lss)
+        # Lift-splat geometry + bev_pool (issue 19): upstream's get_geometry and bev_pool in plain
+        # PyTorch (tests/parity/lss_ref.py, nothing to install), then ours from the same
+        # calibration and FP16 inputs (tests/gpu_lss_parity.rs): identical cells and intervals,
+        # pooled rel <= 1e-3, our pool's time beside PyTorch's scatter-add and upstream's path
+        rm -rf /tmp/lss-parity
+        python3 tests/parity/lss_ref.py --out /tmp/lss-parity --iters 50 > "$out/lss_py.log" 2>&1 || rc=1
+        cp /tmp/lss-parity/ref.json "$out/lss_ref.json" 2>/dev/null
+        SPTR_LSS_PARITY_DIR=/tmp/lss-parity gpu-stage/bin/test-gpu_lss_parity --test-threads=1 --nocapture \
+            > "$out/lss_rust.log" 2>&1 || rc=1
+        grep -o '{"case".*' "$out/lss_rust.log" > "$out/lss_parity.jsonl"
         ;;
     *) echo "gpu_parity: unknown part $w" >&2; rc=2 ;;
     esac
