@@ -104,19 +104,39 @@ extern "C" __global__ void lss_lift(const float* __restrict__ acc, const float* 
     for (u32 j = lane; j < C; j += 32) cp[j] = __float2half_rn(row[D + j] + bias[D + j]);
 }
 
+// Launch order of the pool: cells by descending point count (longest first, so the few cells
+// near the cameras with ~1,000 points start at once instead of setting the kernel's tail), ties
+// and empty cells in cell order. keys[c] = LEN_CAP - min(len, LEN_CAP), vals[c] = c; a stable
+// radix sort over 16 bits then gives the order.
+#define LEN_CAP 65535u
+extern "C" __global__ void lss_cell_length_keys(const u32* __restrict__ cell_start, u32 cells, u64* __restrict__ keys,
+                                                u32* __restrict__ vals) {
+    const u32 c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cells) return;
+    const u32 len = cell_start[c + 1] - cell_start[c];
+    keys[c] = (u64)(LEN_CAP - min(len, LEN_CAP));
+    vals[c] = c;
+}
+
 // The pool: one warp per BEV cell (every cell, so empty ones are written as zeros and the output
-// needs no memset). Lanes are (slice, chunk): chunk = 8 channels (one 16-byte load of the context
-// row), C / 8 chunks, 32 / (C / 8) slices; slice s sums the cell's points s, s + slices, ... in
-// FP32, then slice 0 adds slices 1, 2, ... in that order and writes 8 FP16 channels. No atomics,
-// a fixed order: the same bits every run. A point of a camera outside `mask` is skipped, which
-// adds exactly what a zero depth would (fma(0, x, a) = a). Needs C % 8 == 0 and C <= 256.
+// needs no memset); warp w takes cell cell_order[w]. Lanes are (slice, chunk): chunk = 8 channels
+// (one 16-byte load of the context row), C / 8 chunks, 32 / (C / 8) slices; slice s sums the
+// cell's points s, s + slices, ... in that order in FP32, four at a time with the next four's
+// indices already loading; then slice 0 adds slices 1, 2, ... in that order and writes 8 FP16
+// channels. No atomics, a fixed order: the same bits every run. A point of a camera outside
+// `mask` gets depth 0 and adds exactly nothing (fma(0, x, a) = a for finite x), so masking equals
+// zeroing that camera's depth. Needs C % 8 == 0 and C <= 256.
 // out[cell, c] with cell = (x * ny + y) * nz + z: NHWC [nx, ny, nz * C].
+#define POOL_UNROLL 4
+#define NO_POINT 0xffffffffu
 extern "C" __global__ void lss_pool(const __half* __restrict__ depth, const __half* __restrict__ context,
-                                    const u32* __restrict__ order, const u32* __restrict__ cell_start, u32 cells, u32 D,
-                                    u32 C, u32 per_cam, u32 mask, __half* __restrict__ out) {
-    const u32 cell = (u32)(((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+                                    const u32* __restrict__ order, const u32* __restrict__ cell_start,
+                                    const u32* __restrict__ cell_order, u32 cells, u32 D, u32 C, u32 per_cam, u32 mask,
+                                    __half* __restrict__ out) {
+    const u32 w = (u32)(((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
     const u32 lane = threadIdx.x & 31u;
-    if (cell >= cells) return;  // warp-uniform
+    if (w >= cells) return;  // warp-uniform
+    const u32 cell = cell_order[w];
     const u32 chunks = C >> 3;
     const u32 slices = 32u / chunks;
     const u32 slice = lane / chunks;
@@ -124,20 +144,48 @@ extern "C" __global__ void lss_pool(const __half* __restrict__ depth, const __ha
     float acc[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
-    const u32 begin = cell_start[cell], end = cell_start[cell + 1];
+    const u32 end = cell_start[cell + 1];
     if (slice < slices) {
-        for (u32 i = begin + slice; i < end; i += slices) {
-            const u32 q = order[i];
-            const u32 cam = q / per_cam;
-            if (cam < 32u && ((mask >> cam) & 1u) == 0u) continue;
-            const float dv = __half2float(depth[q]);
-            const uint4 raw = *reinterpret_cast<const uint4*>(context + (u64)(q / D) * C + chunk * 8u);
-            const __half2* hv = reinterpret_cast<const __half2*>(&raw);
+        u32 i = cell_start[cell] + slice;
+        u32 next[POOL_UNROLL];
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const float2 f = __half22float2(hv[k]);
-                acc[2 * k] = __fmaf_rn(dv, f.x, acc[2 * k]);
-                acc[2 * k + 1] = __fmaf_rn(dv, f.y, acc[2 * k + 1]);
+        for (int u = 0; u < POOL_UNROLL; ++u) {
+            const u32 j = i + u * slices;
+            next[u] = j < end ? order[j] : NO_POINT;
+        }
+        while (i < end) {
+            u32 q[POOL_UNROLL];
+#pragma unroll
+            for (int u = 0; u < POOL_UNROLL; ++u) q[u] = next[u];
+            i += POOL_UNROLL * slices;
+#pragma unroll
+            for (int u = 0; u < POOL_UNROLL; ++u) {
+                const u32 j = i + u * slices;
+                next[u] = j < end ? order[j] : NO_POINT;
+            }
+            float dv[POOL_UNROLL];
+            uint4 raw[POOL_UNROLL];
+#pragma unroll
+            for (int u = 0; u < POOL_UNROLL; ++u) {
+                dv[u] = 0.0f;
+                raw[u] = make_uint4(0u, 0u, 0u, 0u);
+                if (q[u] != NO_POINT) {
+                    const u32 cam = q[u] / per_cam;
+                    const bool on = cam >= 32u || ((mask >> cam) & 1u) != 0u;
+                    dv[u] = on ? __half2float(depth[q[u]]) : 0.0f;
+                    raw[u] = *reinterpret_cast<const uint4*>(context + (u64)(q[u] / D) * C + chunk * 8u);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < POOL_UNROLL; ++u) {
+                if (q[u] == NO_POINT) continue;
+                const __half2* hv = reinterpret_cast<const __half2*>(&raw[u]);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const float2 f = __half22float2(hv[k]);
+                    acc[2 * k] = __fmaf_rn(dv[u], f.x, acc[2 * k]);
+                    acc[2 * k + 1] = __fmaf_rn(dv[u], f.y, acc[2 * k + 1]);
+                }
             }
         }
     }

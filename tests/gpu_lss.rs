@@ -44,6 +44,18 @@ fn check_geometry(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &sptr::b
         panic!("{name}: point order differs first at {i}: cuda {} cpu {}", got.order[i], cpu.order[i]);
     }
     assert_eq!(got, cpu, "{name}");
+    // the pool's launch order: every cell once, by descending point count, ties by cell
+    let perm = dev.stream.clone_dtoh(&g.cell_order).unwrap();
+    let len = |c: u32| cpu.cell_start[c as usize + 1] - cpu.cell_start[c as usize];
+    let mut seen = vec![false; cpu.grid.cells()];
+    for w in 0..perm.len() {
+        assert!(!std::mem::replace(&mut seen[perm[w] as usize], true), "{name}: cell {} twice", perm[w]);
+        if w > 0 {
+            let (a, b) = (perm[w - 1], perm[w]);
+            assert!(len(a) > len(b) || (len(a) == len(b) && a < b), "{name}: launch order at {w}: cell {a} ({}) before {b} ({})", len(a), len(b));
+        }
+    }
+    assert_eq!(perm.len(), cpu.grid.cells());
 }
 
 #[test]

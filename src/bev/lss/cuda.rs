@@ -55,6 +55,9 @@ pub struct CudaLssGeometry {
     pub points: usize,
     pub cell_start: CudaSlice<u32>,
     pub order: CudaSlice<u32>,
+    /// The pool's launch order: cells by descending point count, ties in cell order (see
+    /// `lss_cell_length_keys`).
+    pub cell_order: CudaSlice<u32>,
 }
 
 impl CudaLssGeometry {
@@ -133,6 +136,16 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
     // SAFETY: matches bev_pool.cu; keys hold `points` sorted entries, cell_start cells + 1.
     unsafe { s.launch_builder(&f_starts).arg(&keys).arg(&n32).arg(&c32).arg(&mut cell_start).launch(grid_1d(c32 + 1, THREADS)) }
         .map_err(cuda_err("lss_cell_starts"))?;
+    // the pool's launch order: longest cells first (16-bit keys: counts capped at 65,535)
+    // SAFETY: lss_cell_length_keys writes all `cells` keys and values.
+    let mut len_keys = unsafe { s.alloc::<u64>(cells) }.map_err(cuda_err("allocating cell length keys"))?;
+    // SAFETY: as above.
+    let mut cell_order = unsafe { s.alloc::<u32>(cells) }.map_err(cuda_err("allocating the cell order"))?;
+    let f_len = dev.function("bev_pool", "lss_cell_length_keys")?;
+    // SAFETY: matches bev_pool.cu; cell_start holds cells + 1 offsets, the outputs `cells` entries.
+    unsafe { s.launch_builder(&f_len).arg(&cell_start).arg(&c32).arg(&mut len_keys).arg(&mut cell_order).launch(grid_1d(c32, THREADS)) }
+        .map_err(cuda_err("lss_cell_length_keys"))?;
+    radix_sort_pairs(dev, &mut len_keys, &mut cell_order, cells, 16)?;
     Ok(CudaLssGeometry {
         cameras: cams.len(),
         depth_bins: f.depth_bins,
@@ -142,6 +155,7 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
         points,
         cell_start,
         order,
+        cell_order,
     })
 }
 
@@ -192,8 +206,9 @@ pub fn pool_cuda(
     let per_cam = (geom.height * geom.width * geom.depth_bins) as u32;
     let blocks = c32.div_ceil(WARPS_PER_BLOCK).max(1);
     let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-    // SAFETY: matches bev_pool.cu; order/cell_start come from build_geometry_cuda for this
-    // geometry (every entry < N·H·W·D), depth/context hold the sizes checked above, out cells * C.
+    // SAFETY: matches bev_pool.cu; order/cell_start/cell_order come from build_geometry_cuda for
+    // this geometry (entries < N·H·W·D, cell_order a permutation of the cells), depth/context hold
+    // the sizes checked above, out cells * C.
     unsafe {
         dev.stream
             .launch_builder(&f)
@@ -201,6 +216,7 @@ pub fn pool_cuda(
             .arg(context)
             .arg(&geom.order)
             .arg(&geom.cell_start)
+            .arg(&geom.cell_order)
             .arg(&c32)
             .arg(&d32)
             .arg(&ch32)
