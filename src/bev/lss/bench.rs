@@ -6,7 +6,8 @@
 //! Depth and context are random FP16 (depth a softmax per pixel), as after the lift.
 //!
 //! Bytes the pool must move at least (each once): depth N·H·W·D·2, context N·H·W·C·2, the
-//! table kept·4 + (cells + 1)·4, the output cells·C·2. The DRAM floor is those bytes over the
+//! table kept·4 + (cells + 1)·4 + cells·4 (point order, cell offsets, launch order), the output
+//! cells·C·2. The DRAM floor is those bytes over the
 //! device's DRAM bandwidth (`--dram-gbps`, H100 SXM 3350 GB/s). The inputs (≈ 6.7 MB) fit in the
 //! 50 MB L2 of an H100, so warm runs can beat that floor; it is a scale, not a bound.
 
@@ -55,7 +56,7 @@ fn random_lifted(seed: u64, pixels: usize, d: usize, c: usize) -> (Vec<f16>, Vec
 fn pool_bytes(g: &LssGeometry, channels: usize) -> usize {
     let pixels = g.cameras * g.pixels_per_camera();
     let cells = g.grid.cells();
-    pixels * g.depth_bins * 2 + pixels * channels * 2 + g.kept() * 4 + (cells + 1) * 4 + cells * channels * 2
+    pixels * g.depth_bins * 2 + pixels * channels * 2 + g.kept() * 4 + (cells + 1) * 4 + cells * 4 + cells * channels * 2
 }
 
 /// One case: JSON line.

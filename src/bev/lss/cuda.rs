@@ -5,7 +5,7 @@
 //! deterministic), then the downsample convs (`dense::cuda`).
 //!
 //! Pool memory traffic per frame (the DRAM floor `sptr bench bevpool` reports): depth
-//! N·H·W·D halves, context N·H·W·C halves, the table (kept u32 + cells + 1 u32), the output
+//! N·H·W·D halves, context N·H·W·C halves, the table (kept + 2·cells + 1 u32), the output
 //! cells·C halves; nothing of size N·D·H·W·C is ever formed.
 
 use super::geometry::{LssGeometry, LssParams};
