@@ -70,8 +70,7 @@ fn cuda_geometry_identical_to_cpu() {
     for (i, c) in moved.cameras.iter_mut().enumerate() {
         let (s, co) = (0.01 * i as f64).sin_cos();
         let t = c.camera_to_lidar;
-        for col in 0..4 {
-            let (a, b) = (t[0][col], t[1][col]);
+        for (col, (a, b)) in t[0].iter().zip(&t[1]).enumerate() {
             c.camera_to_lidar[0][col] = co * a - s * b;
             c.camera_to_lidar[1][col] = s * a + co * b;
         }

@@ -108,7 +108,7 @@ def img_aug(cfg, w, h):
     m = torch.eye(4)
     m[:2, :2] = rot
     m[:2, 3] = tran
-    return m[:3, :3], m[:3, 3]
+    return m[:3, :3].contiguous(), m[:3, 3].contiguous()
 
 
 def calibration(path):
