@@ -1,11 +1,17 @@
 //! The camera branch: images in, BEVFusion's camera features out.
+//!
+//! Images in: `image` decodes `sensor_msgs/Image` encodings to RGB8, `compressed` JPEG / PNG
+//! `CompressedImage`s. Features out: `swin` (Swin-T), `fpn` (GeneralizedLSSFPN), `encoder` (both),
+//! each with a `_cuda` twin.
 
+pub mod compressed;
 pub mod encoder;
 #[cfg(feature = "cuda")]
 pub mod encoder_cuda;
 pub mod fpn;
 #[cfg(feature = "cuda")]
 pub mod fpn_cuda;
+pub mod image;
 pub mod swin;
 #[cfg(feature = "cuda")]
 pub mod swin_cuda;
