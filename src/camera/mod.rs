@@ -1,8 +1,9 @@
 //! The camera branch: images in, BEVFusion's camera features out.
 //!
 //! Images in: `image` decodes `sensor_msgs/Image` encodings to RGB8, `compressed` JPEG / PNG
-//! `CompressedImage`s. Features out: `swin` (Swin-T), `fpn` (GeneralizedLSSFPN), `encoder` (both),
-//! each with a `_cuda` twin.
+//! `CompressedImage`s, `preprocess` BEVFusion's test-time resize + crop + normalize on the CPU
+//! (Pillow's bicubic resize, bit for bit). Features out: `swin` (Swin-T), `fpn`
+//! (GeneralizedLSSFPN), `encoder` (both), each with a `_cuda` twin.
 
 pub mod compressed;
 pub mod encoder;
@@ -12,6 +13,7 @@ pub mod fpn;
 #[cfg(feature = "cuda")]
 pub mod fpn_cuda;
 pub mod image;
+pub mod preprocess;
 pub mod swin;
 #[cfg(feature = "cuda")]
 pub mod swin_cuda;
