@@ -2,8 +2,9 @@
 //!
 //! Images in: `image` decodes `sensor_msgs/Image` encodings to RGB8, `compressed` JPEG / PNG
 //! `CompressedImage`s, `preprocess` BEVFusion's test-time resize + crop + normalize on the CPU
-//! (Pillow's bicubic resize, bit for bit). Features out: `swin` (Swin-T), `fpn`
-//! (GeneralizedLSSFPN), `encoder` (both), each with a `_cuda` twin.
+//! (Pillow's bicubic resize, bit for bit), `preprocess_cuda` the same in one CUDA kernel (FP16
+//! NHWC out). Features out: `swin` (Swin-T), `fpn` (GeneralizedLSSFPN), `encoder` (both), each
+//! with a `_cuda` twin.
 
 pub mod compressed;
 pub mod encoder;
@@ -14,6 +15,8 @@ pub mod fpn;
 pub mod fpn_cuda;
 pub mod image;
 pub mod preprocess;
+#[cfg(feature = "cuda")]
+pub mod preprocess_cuda;
 pub mod swin;
 #[cfg(feature = "cuda")]
 pub mod swin_cuda;

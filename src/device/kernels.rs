@@ -33,6 +33,7 @@ pub const ALL: &[KernelSource] = &[
     KernelSource { name: "layers", src: include_str!("../../kernels/layers.cu"), fmad: true },
     KernelSource { name: "dense", src: include_str!("../../kernels/dense.cu"), fmad: false },
     KernelSource { name: "swin", src: include_str!("../../kernels/swin.cu"), fmad: true },
+    KernelSource { name: "image_preprocess", src: include_str!("../../kernels/image_preprocess.cu"), fmad: false },
 ];
 
 /// The source of module `name`, if there is one.
