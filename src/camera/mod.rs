@@ -6,6 +6,7 @@
 //! NHWC out). Features out: `swin` (Swin-T), `fpn` (GeneralizedLSSFPN), `encoder` (both), each
 //! with a `_cuda` twin.
 
+pub mod bench;
 pub mod compressed;
 pub mod encoder;
 #[cfg(feature = "cuda")]
