@@ -64,7 +64,8 @@ fn rows_of(f: impl Fn([u8; 3]) -> Vec<u8>) -> Vec<Vec<u8>> {
 
 #[test]
 fn rgb_bgr_rgba_bgra_with_row_padding() {
-    let cases: [(&str, usize, fn([u8; 3]) -> Vec<u8>); 4] = [
+    type Layout = fn([u8; 3]) -> Vec<u8>;
+    let cases: [(&str, usize, Layout); 4] = [
         ("rgb8", 3, |p| p.to_vec()),
         ("bgr8", 3, |p| vec![p[2], p[1], p[0]]),
         ("rgba8", 4, |p| vec![p[0], p[1], p[2], 77]),
@@ -206,9 +207,22 @@ fn grey_jpeg_is_expanded_to_rgb() {
     }
 }
 
+fn small_jpeg() -> Vec<u8> {
+    std::fs::read(common::data("camera/small.jpg")).expect("small.jpg")
+}
+
+#[test]
+fn small_colour_jpeg_matches_pillow() {
+    let img = decode_jpeg(&small_jpeg(), &limits()).expect("small.jpg");
+    let refs = png_file("camera/small.png");
+    assert_eq!((img.width, img.height), (64, 40));
+    let max = img.data.iter().zip(&refs.data).map(|(a, b)| a.abs_diff(*b)).max().unwrap_or(0);
+    assert!(max <= 5, "max abs difference from Pillow {max}");
+}
+
 #[test]
 fn compressed_format_strings() {
-    let jpg = nuscenes_jpeg("CAM_FRONT");
+    let jpg = small_jpeg();
     let want = decode_jpeg(&jpg, &limits()).expect("jpeg");
     for f in ["jpeg", "jpg", "JPEG", "rgb8; jpeg compressed bgr8", "bgr8; jpeg compressed bgr8", "mono8; jpeg compressed mono8", "image/jpeg", ""] {
         assert_eq!(decode_compressed(f, &jpg, &limits()).unwrap_or_else(|e| panic!("`{f}`: {e}")), want, "format `{f}`");
@@ -223,21 +237,25 @@ fn compressed_format_strings() {
 
 #[test]
 fn compressed_errors() {
-    let jpg = nuscenes_jpeg("CAM_BACK");
+    let jpg = small_jpeg();
     let l = limits();
     assert!(matches!(decode_compressed("tiff", &jpg, &l), Err(ImageError::UnknownFormat(f)) if f == "tiff"));
     assert!(matches!(decode_compressed("16UC1; compressedDepth png", &jpg, &l), Err(ImageError::UnknownFormat(_))));
     assert!(matches!(decode_compressed("jpeg", b"GIF89a....", &l), Err(ImageError::UnknownSignature { .. })));
     assert!(matches!(decode_compressed("jpeg", &[], &l), Err(ImageError::UnknownSignature { .. })));
     // Truncated anywhere: in the headers, or in the entropy-coded data (strict mode: no grey fill).
-    for cut in [3, 20, 200, 600, jpg.len() / 2, jpg.len() - 100] {
+    let sos = find_marker(&jpg, 0xDA).expect("SOS marker");
+    for cut in [3, 20, 200, sos + 10, (sos + jpg.len()) / 2, jpg.len() - 10] {
         let r = decode_compressed("jpeg", &jpg[..cut], &l);
         assert!(matches!(r, Err(ImageError::Jpeg(_))), "JPEG cut at {cut} of {} bytes: {r:?}", jpg.len());
     }
+    // The real camera image cut short in its scan data.
+    let big = nuscenes_jpeg("CAM_BACK");
+    let r = decode_compressed("jpeg", &big[..big.len() - 2000], &l);
+    assert!(matches!(r, Err(ImageError::Jpeg(_))), "nuScenes JPEG cut 2000 bytes short: {r:?}");
     // Corrupt: the scan data overwritten with noise; the SOF0 sample precision changed.
     let mut rng = Rng(18);
     let mut noisy = jpg.clone();
-    let sos = find_marker(&jpg, 0xDA).expect("SOS marker");
     for b in noisy[sos + 20..].iter_mut() {
         *b = rng.next() as u8;
     }
@@ -247,8 +265,8 @@ fn compressed_errors() {
     bad_sof[sof + 4] = 0; // precision 0 bits
     assert!(matches!(decode_compressed("jpeg", &bad_sof, &l), Err(ImageError::Jpeg(_))));
     // The pixel limit is checked from the header, before the image is allocated.
-    let small = DecodeLimits { max_pixels: 1600 * 900 - 1 };
-    assert!(matches!(decode_compressed("jpeg", &jpg, &small), Err(ImageError::TooLarge { width: 1600, height: 900, .. })));
+    let small = DecodeLimits { max_pixels: 64 * 40 - 1 };
+    assert!(matches!(decode_compressed("jpeg", &jpg, &small), Err(ImageError::TooLarge { width: 64, height: 40, .. })));
     let mut huge = jpg.clone();
     huge[sof + 5..sof + 9].copy_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF]); // 65535 x 65535 declared
     assert!(matches!(decode_compressed("jpeg", &huge, &l), Err(ImageError::TooLarge { width: 65535, height: 65535, .. })));
@@ -262,7 +280,7 @@ fn compressed_errors() {
     let mid = png.len() / 2;
     bad_crc[mid] ^= 0x55;
     assert!(matches!(decode_compressed("png", &bad_crc, &l), Err(ImageError::Png(_))), "PNG with a flipped byte");
-    assert!(matches!(decode_compressed("png", &png, &small), Err(ImageError::TooLarge { width: 1600, height: 900, .. })));
+    assert!(matches!(decode_compressed("png", &png, &small), Err(ImageError::TooLarge { width: 64, height: 40, .. })));
     let mut huge_png = png.clone();
     huge_png[16..24].copy_from_slice(&[0x7F, 0xFF, 0xFF, 0xFF, 0x7F, 0xFF, 0xFF, 0xFF]); // IHDR width, height
     let r = decode_compressed("png", &huge_png, &l);
@@ -539,24 +557,25 @@ fn preprocess_equals_the_naive_path_on_random_sizes() {
 }
 
 #[test]
-fn preprocess_of_the_nuscenes_frame() {
+fn preprocess_of_a_nuscenes_image() {
+    // One real camera end to end (all six are compared with the GPU in gpu_camera_preprocess);
+    // twice in a batch, so the batch layout is checked too.
     let cfg = ImagePreprocess::bevfusion_nuscenes();
-    let imgs: Vec<RgbImage> = CAMS.iter().map(|c| decode_jpeg(&nuscenes_jpeg(c), &limits()).expect("jpeg")).collect();
-    let refs: Vec<&RgbImage> = imgs.iter().collect();
-    let batch = preprocess_cpu(&refs, &cfg).expect("preprocess");
-    assert_eq!((batch.n, batch.h, batch.w, batch.data.len()), (6, 256, 704, 6 * 256 * 704 * 3));
-    // One camera against the naive path (all six are checked on the GPU test against this path).
+    let img = decode_jpeg(&nuscenes_jpeg("CAM_FRONT"), &limits()).expect("jpeg");
+    let batch = preprocess_cpu(&[&img, &img], &cfg).expect("preprocess");
+    assert_eq!((batch.n, batch.h, batch.w, batch.data.len()), (2, 256, 704, 2 * 256 * 704 * 3));
     let aug = batch.augs[0];
     assert_eq!((aug.resized, aug.crop), ([768, 432], [32, 176, 736, 432]));
-    let want = naive_preprocess(&imgs[0], &aug, &cfg);
-    assert!(batch.data[..want.len()].iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+    let want = naive_preprocess(&img, &aug, &cfg);
+    let per = want.len();
+    assert!(batch.data[..per].iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+    assert_eq!(batch.data[..per], batch.data[per..]);
     let lo = (0.0 - 0.485f32) / 0.229;
     let hi = (1.0 - 0.406f32) / 0.225;
     assert!(batch.data.iter().all(|v| v.is_finite() && *v >= lo - 1e-6 && *v <= hi + 1e-6));
-    assert!(matches!(
-        resize_crop(&imgs[1], &cfg.aug_for(1280, 720).expect("aug"), &ResizeTaps::new(&cfg.aug_for(1280, 720).expect("aug")).expect("taps")),
-        Err(ImageError::SizeMismatch { .. })
-    ));
+    let other = cfg.aug_for(1280, 720).expect("aug");
+    let r = resize_crop(&img, &other, &ResizeTaps::new(&other).expect("taps"));
+    assert!(matches!(r, Err(ImageError::SizeMismatch { expected: [1280, 720], got: [1600, 900] })));
 }
 
 /// The measurement behind README's numbers, on full-size Pillow output written by

@@ -282,11 +282,12 @@ pub fn bicubic_taps(in_size: usize, out_size: usize, offset: i64, len: usize) ->
             ww += w;
         }
         let mut abs_sum: i64 = 0;
-        for x in 0..n {
-            let v = if ww != 0.0 { k[x] / ww } else { k[x] };
+        for (dst, &kx) in taps.coeffs[o * ksize..o * ksize + n].iter_mut().zip(&k) {
+            let v = if ww != 0.0 { kx / ww } else { kx };
             let scaled = v * (1u32 << PRECISION_BITS) as f64;
+            // C's (int) cast of `±0.5 + scaled`: round half away from zero.
             let fixed = if v < 0.0 { (-0.5 + scaled) as i32 } else { (0.5 + scaled) as i32 };
-            taps.coeffs[o * ksize + x] = fixed;
+            *dst = fixed;
             abs_sum += (fixed as i64).abs();
         }
         // 255 · Σ|k| + 2^21 must fit in i32 for the integer passes (CPU and CUDA alike); the
