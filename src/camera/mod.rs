@@ -3,8 +3,8 @@
 //! Images in: `image` decodes `sensor_msgs/Image` encodings to RGB8, `compressed` JPEG / PNG
 //! `CompressedImage`s, `preprocess` BEVFusion's test-time resize + crop + normalize on the CPU
 //! (Pillow's bicubic resize, bit for bit), `preprocess_cuda` the same in one CUDA kernel (FP16
-//! NHWC out). Features out: `swin` (Swin-T), `fpn` (GeneralizedLSSFPN), `encoder` (both), each
-//! with a `_cuda` twin.
+//! NHWC out), `bench` times decode + upload + preprocessing. Features out: `swin` (Swin-T),
+//! `fpn` (GeneralizedLSSFPN), `encoder` (both), each with a `_cuda` twin.
 
 pub mod bench;
 pub mod compressed;
