@@ -355,8 +355,10 @@ enum BenchCmd {
         /// Model YAML with the preprocessing keys (image_size, augment2d, bot_pct_lim, image_normalize).
         #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
         model: PathBuf,
+        /// Timed frames (the median is reported).
         #[arg(long, default_value_t = 50)]
         iters: usize,
+        /// Untimed frames first.
         #[arg(long, default_value_t = 5)]
         warmup: usize,
     },
