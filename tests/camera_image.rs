@@ -614,4 +614,23 @@ fn measure_against_pillow_full_size() {
         );
         assert_eq!(rmax, 0, "{cam}: the resize must equal Pillow's on the same pixels");
     }
+    // Upstream's network input (numpy: ToTensor + Normalize of Pillow's preprocessing) against
+    // sptr's whole path from the JPEG bytes, in normalized units.
+    let bytes = std::fs::read(dir.join("upstream_input_nhwc.f32")).expect("upstream_input_nhwc.f32");
+    let upstream: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let imgs: Vec<RgbImage> = CAMS.iter().map(|c| decode_jpeg(&nuscenes_jpeg(c), &limits()).expect("jpeg")).collect();
+    let ours = preprocess_cpu(&imgs.iter().collect::<Vec<_>>(), &cfg).expect("preprocess");
+    assert_eq!(ours.data.len(), upstream.len());
+    let (mut max, mut sum, mut num, mut den) = (0f32, 0f64, 0f64, 0f64);
+    for (a, b) in ours.data.iter().zip(&upstream) {
+        max = max.max((a - b).abs());
+        sum += (a - b).abs() as f64;
+        num += ((a - b) as f64).powi(2);
+        den += (*b as f64).powi(2);
+    }
+    eprintln!(
+        "network input, sptr from the JPEGs vs upstream (Pillow): max abs {max:.5}, mean abs {:.6}, rel. L2 {:.3e}",
+        sum / upstream.len() as f64,
+        (num / den).sqrt()
+    );
 }
