@@ -99,6 +99,9 @@ run() {
         --case nuscenes --iters 20 > "$out/bench_model_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
     # Lift-splat view transform: geometry build and bev_pool, seg and detection geometries (issue 19)
     "$STAGE/bin/sptr" bench bevpool --iters 100 > "$out/bench_bevpool.jsonl" 2>> "$out/bench.log" || failed=1
+    # Camera input per frame: decode of the six nuScenes JPEGs, upload, resize + normalize (issue 18)
+    "$STAGE/bin/sptr" bench camera-input tests/data/nuscenes/*.jpg --model config/models/bevfusion_seg_camera.yaml \
+        --iters 50 > "$out/bench_camera_input.json" 2>> "$out/bench.log" || failed=1
     # The node's per-frame work without ROS (issue 6's pipeline latency), 200 frames, full model
     # (SemanticKITTI: the default params file's obstacle classes are its class ids)
     "$STAGE/bin/sptr" bench pipeline "$nus" --model config/models/sphereformer_semantickitti.yaml --device cuda \

@@ -346,6 +346,22 @@ enum BenchCmd {
         #[arg(long, default_value_t = 30, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
     },
+    /// Camera input per frame: JPEG decode (all images in parallel), upload, resize + crop +
+    /// normalize on the GPU (and the CPU reference), JSON (`camera::bench`).
+    CameraInput {
+        /// JPEG files, one per camera (e.g. the six tests/data/nuscenes/*.jpg).
+        #[arg(required = true)]
+        images: Vec<PathBuf>,
+        /// Model YAML with the preprocessing keys (image_size, augment2d, bot_pct_lim, image_normalize).
+        #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
+        model: PathBuf,
+        /// Timed frames (the median is reported).
+        #[arg(long, default_value_t = 50)]
+        iters: usize,
+        /// Untimed frames first.
+        #[arg(long, default_value_t = 5)]
+        warmup: usize,
+    },
     /// End-to-end segmentation (points on the host -> labels on the host): latency median/p90,
     /// per-stage medians, device memory (JSON line).
     Model {
@@ -445,6 +461,7 @@ fn run(cli: Cli) -> Result<()> {
             bench_model_cmd(&cloud, format.as_deref(), &model, weights.as_deref(), seed, device, iters, case)
         }
         Cmd::Bench { what: BenchCmd::Bevpool { model, calib, iters, dram_gbps } } => bench_bevpool_cmd(&model, &calib, iters, dram_gbps),
+        Cmd::Bench { what: BenchCmd::CameraInput { images, model, iters, warmup } } => bench_camera_input_cmd(&images, &model, iters, warmup),
         Cmd::Info => info_cmd(),
         Cmd::Bag { what: BagCmd::Info { bag, count } } => bag_info_cmd(&bag, count),
         Cmd::Replay(args) => replay_cmd(args),
@@ -606,6 +623,21 @@ fn bench_voxelize(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>,
         ));
     }
     println!("{{\"bench\":\"voxelize\",\"voxel_size\":{:?},\"iters\":{iters},\"results\":[{}]}}", params.voxel_size, rows.join(","));
+    Ok(())
+}
+
+fn bench_camera_input_cmd(images: &[PathBuf], model: &Path, iters: usize, warmup: usize) -> Result<()> {
+    let cfg = sptr::camera::preprocess::ImagePreprocess::load(model)?;
+    let limits = sptr::camera::image::DecodeLimits::default();
+    let jpegs = images.iter().map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display()))).collect::<Result<Vec<_>>>()?;
+    #[allow(unused_mut)]
+    let mut out = sptr::camera::bench::camera_input_bench(&jpegs, &cfg, &limits, warmup, iters)?;
+    #[cfg(feature = "cuda")]
+    if cuda_usable() {
+        let dev = sptr::device::cuda::CudaDevice::new(0)?;
+        out["cuda"] = sptr::camera::bench::camera_input_bench_cuda(&dev, &jpegs, &cfg, &limits, warmup, iters)?;
+    }
+    println!("{out}");
     Ok(())
 }
 

@@ -1,0 +1,156 @@
+//! `sensor_msgs/CompressedImage` → RGB8: JPEG (zune-jpeg) and PNG (the `png` crate).
+//!
+//! The `format` field comes in several spellings: `jpeg` / `png` (ROS 1 image_transport),
+//! `"rgb8; jpeg compressed bgr8"` / `"bgr8; png compressed bgr8"` (ROS 2 compressed_image_transport:
+//! the raw encoding, then the codec, then what OpenCV encoded; the JPEG/PNG bytes themselves hold
+//! ordinary colour in either case), `jpg`, `image/jpeg`, or empty. The format only has to name a
+//! codec sptr knows (or be empty); the data's own signature then decides between JPEG and PNG, so
+//! a publisher that mislabels one as the other still works. `compressedDepth` (16-bit depth PNG
+//! behind a private header) is not an image for the camera network and is refused.
+//!
+//! Sizes are checked against [`DecodeLimits`] from the header, before the decoder allocates the
+//! image. A corrupt or truncated stream is an error, never a partly grey image: zune-jpeg runs in
+//! strict mode, which refuses a premature end of data instead of filling the rest.
+//!
+//! Why zune-jpeg (measured on the six 1600 × 900 nuScenes JPEGs, 4:2:0, one thread): 3.2 ms per
+//! image against 5.0 ms for jpeg-decoder and 3.7 ms for Pillow's libjpeg-turbo 3.2 (SIMD); both
+//! Rust decoders differ from libjpeg-turbo's ISLOW IDCT in the last bits (zune-jpeg: max 4,
+//! mean 0.078 per channel in 0-255 units; jpeg-decoder: max 3, mean 0.060). It is image-rs's JPEG
+//! decoder today, pure Rust, and reads the header before it allocates. README "Camera images".
+
+use super::image::{check_size, DecodeLimits, ImageError, RgbImage};
+use zune_core::bytestream::ZCursor;
+use zune_core::colorspace::ColorSpace;
+use zune_core::options::DecoderOptions;
+
+/// The codecs a `CompressedImage` may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    Jpeg,
+    Png,
+}
+
+const JPEG_SIGNATURE: &[u8] = &[0xFF, 0xD8, 0xFF];
+const PNG_SIGNATURE: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
+
+/// Checks that `format` names JPEG or PNG (or nothing); what it names does not override the data.
+pub fn check_format(format: &str) -> Result<(), ImageError> {
+    let f = format.to_ascii_lowercase();
+    let known = f.trim().is_empty() || f.contains("jpeg") || f.contains("jpg") || f.contains("png");
+    if f.contains("compresseddepth") || !known {
+        return Err(ImageError::UnknownFormat(format.to_string()));
+    }
+    Ok(())
+}
+
+/// Which codec the bytes are, from their signature.
+pub fn sniff(format: &str, data: &[u8]) -> Result<Codec, ImageError> {
+    if data.starts_with(JPEG_SIGNATURE) {
+        Ok(Codec::Jpeg)
+    } else if data.starts_with(PNG_SIGNATURE) {
+        Ok(Codec::Png)
+    } else {
+        Err(ImageError::UnknownSignature { format: format.to_string(), head: data.iter().take(8).copied().collect() })
+    }
+}
+
+/// Decodes a `sensor_msgs/CompressedImage` (its `format` and `data`) into RGB8.
+pub fn decode_compressed(format: &str, data: &[u8], limits: &DecodeLimits) -> Result<RgbImage, ImageError> {
+    check_format(format)?;
+    match sniff(format, data)? {
+        Codec::Jpeg => decode_jpeg(data, limits),
+        Codec::Png => decode_png(data, limits),
+    }
+}
+
+/// The width and height a JPEG's header declares, checked against `limits`.
+pub fn jpeg_size(data: &[u8], limits: &DecodeLimits) -> Result<(usize, usize), ImageError> {
+    let mut dec = jpeg_decoder(data, ColorSpace::RGB);
+    dec.decode_headers().map_err(|e| ImageError::Jpeg(e.to_string()))?;
+    let (w, h) = dec.dimensions().ok_or_else(|| ImageError::Jpeg("no frame header".into()))?;
+    check_size(w as u64, h as u64, limits)
+}
+
+fn jpeg_decoder(data: &[u8], out: ColorSpace) -> zune_jpeg::JpegDecoder<ZCursor<&[u8]>> {
+    // zune's per-side limits are opened to JPEG's 16-bit maximum: the pixel count is what
+    // `check_size` bounds, between the header and the decode.
+    let side = u16::MAX as usize;
+    let opts = DecoderOptions::default()
+        .set_strict_mode(true)
+        .set_max_width(side)
+        .set_max_height(side)
+        .jpeg_set_out_colorspace(out);
+    zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(data), opts)
+}
+
+/// Decodes a JPEG into RGB8 (grey JPEGs are copied to R = G = B).
+pub fn decode_jpeg(data: &[u8], limits: &DecodeLimits) -> Result<RgbImage, ImageError> {
+    let (w, h) = jpeg_size(data, limits)?;
+    let mut out = RgbImage::zeroed(w, h);
+    decode_jpeg_into(data, (w, h), &mut out.data)?;
+    Ok(out)
+}
+
+/// Decodes a JPEG of size `size` (from [`jpeg_size`]) into `out` (`w * h * 3` bytes, RGB8,
+/// row-major): lets a caller decode straight into a buffer of its own (e.g. pinned memory).
+pub fn decode_jpeg_into(data: &[u8], size: (usize, usize), out: &mut [u8]) -> Result<(), ImageError> {
+    let (w, h) = size;
+    let need = w * h * 3;
+    if out.len() != need {
+        return Err(ImageError::Jpeg(format!("output buffer holds {} bytes, the {w} x {h} image needs {need}", out.len())));
+    }
+    let mut probe = jpeg_decoder(data, ColorSpace::RGB);
+    probe.decode_headers().map_err(|e| ImageError::Jpeg(e.to_string()))?;
+    if probe.dimensions() != Some((w, h)) {
+        return Err(ImageError::Jpeg(format!("header says {:?}, the caller expected {w} x {h}", probe.dimensions())));
+    }
+    let grey = probe.input_colorspace() == Some(ColorSpace::Luma);
+    if !grey {
+        return probe.decode_into(out).map_err(|e| ImageError::Jpeg(e.to_string()));
+    }
+    // One channel decoded, then spread from the end so the buffer can be reused in place.
+    let mut dec = jpeg_decoder(data, ColorSpace::Luma);
+    dec.decode_into(&mut out[..w * h]).map_err(|e| ImageError::Jpeg(e.to_string()))?;
+    for i in (0..w * h).rev() {
+        let v = out[i];
+        out[3 * i..3 * i + 3].copy_from_slice(&[v, v, v]);
+    }
+    Ok(())
+}
+
+/// Decodes a PNG (any colour type and bit depth) into RGB8: palettes expanded, 16-bit samples
+/// reduced to their high byte, alpha dropped, grey copied to R = G = B.
+pub fn decode_png(data: &[u8], limits: &DecodeLimits) -> Result<RgbImage, ImageError> {
+    let err = |e: png::DecodingError| ImageError::Png(e.to_string());
+    let mut dec = png::Decoder::new(std::io::Cursor::new(data));
+    dec.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let info = dec.read_header_info().map_err(err)?;
+    let (w, h) = check_size(info.width as u64, info.height as u64, limits)?;
+    // The decoder's own allocation budget (metadata chunks, row buffers): the crate's default
+    // 64 MiB plus the expanded image, so a large allowed image is not refused by it.
+    dec.set_limits(png::Limits { bytes: (64usize << 20).saturating_add(w.saturating_mul(h).saturating_mul(8)) });
+    let mut reader = dec.read_info().map_err(err)?;
+    let size = reader.output_buffer_size().ok_or_else(|| ImageError::Png("image too large for this machine".into()))?;
+    let mut buf = vec![0u8; size];
+    let frame = reader.next_frame(&mut buf).map_err(err)?;
+    if frame.bit_depth != png::BitDepth::Eight {
+        return Err(ImageError::Png(format!("unexpected bit depth {:?} after expansion", frame.bit_depth)));
+    }
+    let channels = match frame.color_type {
+        png::ColorType::Grayscale => 1,
+        png::ColorType::GrayscaleAlpha => 2,
+        png::ColorType::Rgb => 3,
+        png::ColorType::Rgba => 4,
+        png::ColorType::Indexed => return Err(ImageError::Png("palette not expanded".into())),
+    };
+    let mut out = RgbImage::zeroed(w, h);
+    for y in 0..h {
+        let src = &buf[y * frame.line_size..y * frame.line_size + w * channels];
+        let dst = &mut out.data[y * w * 3..(y + 1) * w * 3];
+        for (d, s) in dst.chunks_exact_mut(3).zip(src.chunks_exact(channels)) {
+            let px = if channels < 3 { [s[0], s[0], s[0]] } else { [s[0], s[1], s[2]] };
+            d.copy_from_slice(&px);
+        }
+    }
+    Ok(out)
+}
