@@ -10,7 +10,10 @@ pub mod bench;
 pub mod compressed;
 pub mod encoder;
 #[cfg(feature = "cuda")]
+pub mod encoder_bench;
+#[cfg(feature = "cuda")]
 pub mod encoder_cuda;
+pub mod features;
 pub mod fpn;
 #[cfg(feature = "cuda")]
 pub mod fpn_cuda;
@@ -18,6 +21,7 @@ pub mod image;
 pub mod preprocess;
 #[cfg(feature = "cuda")]
 pub mod preprocess_cuda;
+pub mod npy;
 pub mod swin;
 #[cfg(feature = "cuda")]
 pub mod swin_cuda;
