@@ -533,7 +533,6 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench { what: BenchCmd::Bevpool { model, calib, iters, dram_gbps } } => bench_bevpool_cmd(&model, &calib, iters, dram_gbps),
         Cmd::Bench { what: BenchCmd::CameraInput { images, model, iters, warmup } } => bench_camera_input_cmd(&images, &model, iters, warmup),
-    },
         Cmd::CameraFeatures { input, model, weights, random_weights, save_weights, save_input, stages, device, out } => {
             camera_features_cmd(input, model, weights, random_weights, save_weights, save_input, stages, device, out)
         }
