@@ -102,6 +102,9 @@ run() {
     # Camera input per frame: decode of the six nuScenes JPEGs, upload, resize + normalize (issue 18)
     "$STAGE/bin/sptr" bench camera-input tests/data/nuscenes/*.jpg --model config/models/bevfusion_seg_camera.yaml \
         --iters 50 > "$out/bench_camera_input.json" 2>> "$out/bench.log" || failed=1
+    # BEVFusion's camera encoder (random weights, 6 x 256 x 704): Swin-T alone and Swin-T + neck,
+    # FLOPs and the tensor-core floor
+    "$STAGE/bin/sptr" bench camera --iters 50 > "$out/bench_camera.jsonl" 2>> "$out/bench.log" || failed=1
     # The node's per-frame work without ROS (issue 6's pipeline latency), 200 frames, full model
     # (SemanticKITTI: the default params file's obstacle classes are its class ids)
     "$STAGE/bin/sptr" bench pipeline "$nus" --model config/models/sphereformer_semantickitti.yaml --device cuda \

@@ -137,6 +137,37 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// BEVFusion's camera encoder (Swin-T + GeneralizedLSSFPN) on a batch of normalized images:
+    /// writes the neck outputs (`neck0.npy` feeds the view transform) and with --stages each
+    /// backbone output (`stage{i}.npy`), NCHW float32 like upstream, into --out.
+    CameraFeatures {
+        /// Normalized images, float32 NCHW `.npy` `[n, 3, h, w]`.
+        #[arg(long)]
+        input: PathBuf,
+        /// Model YAML (reads `model.encoders.camera.backbone` and `.neck`).
+        #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
+        model: PathBuf,
+        /// safetensors weights with BEVFusion's names (`encoders.camera.*`).
+        #[arg(long, conflicts_with = "random_weights")]
+        weights: Option<PathBuf>,
+        /// Deterministic random weights with this seed instead (smoke runs, parity).
+        #[arg(long)]
+        random_weights: Option<u64>,
+        /// Write the random weights as safetensors (for the PyTorch parity reference).
+        #[arg(long, requires = "random_weights")]
+        save_weights: Option<PathBuf>,
+        /// Write the input tensor the encoder consumed (NCHW .npy; FP16-rounded on CUDA).
+        #[arg(long)]
+        save_input: Option<PathBuf>,
+        /// Also write each backbone output.
+        #[arg(long)]
+        stages: bool,
+        #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+        device: DeviceArg,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Compile every CUDA kernel with NVRTC for the given architectures (needs libnvrtc, no GPU).
     Kernels {
         /// GPU architectures to compile for, comma-separated (sm_XY).
@@ -362,6 +393,27 @@ enum BenchCmd {
         #[arg(long, default_value_t = 5)]
         warmup: usize,
     },
+    /// BEVFusion's camera encoder on CUDA (random weights): Swin-T alone and Swin-T + neck,
+    /// median/p90 GPU ms, FLOPs and the H100 tensor-core floor (JSON lines).
+    Camera {
+        #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
+        model: PathBuf,
+        /// Normalized images, float32 NCHW `.npy` (default: --batch synthetic images).
+        #[arg(long)]
+        input: Option<PathBuf>,
+        #[arg(long, default_value_t = 6)]
+        batch: usize,
+        #[arg(long, default_value_t = 256)]
+        height: usize,
+        #[arg(long, default_value_t = 704)]
+        width: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value_t = 10)]
+        warmup: usize,
+        #[arg(long, default_value_t = 50)]
+        iters: usize,
+    },
     /// End-to-end segmentation (points on the host -> labels on the host): latency median/p90,
     /// per-stage medians, device memory (JSON line).
     Model {
@@ -462,12 +514,62 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench { what: BenchCmd::Bevpool { model, calib, iters, dram_gbps } } => bench_bevpool_cmd(&model, &calib, iters, dram_gbps),
         Cmd::Bench { what: BenchCmd::CameraInput { images, model, iters, warmup } } => bench_camera_input_cmd(&images, &model, iters, warmup),
+        Cmd::CameraFeatures { input, model, weights, random_weights, save_weights, save_input, stages, device, out } => {
+            camera_features_cmd(input, model, weights, random_weights, save_weights, save_input, stages, device, out)
+        }
+        Cmd::Bench { what: BenchCmd::Camera { model, input, batch, height, width, seed, warmup, iters } } => {
+            bench_camera_cmd(model, input, batch, height, width, seed, warmup, iters)
+        }
         Cmd::Info => info_cmd(),
         Cmd::Bag { what: BagCmd::Info { bag, count } } => bag_info_cmd(&bag, count),
         Cmd::Replay(args) => replay_cmd(args),
         Cmd::Eval { what: EvalCmd::Merge { shard_dirs, out } } => eval_merge_cmd(&shard_dirs, &out),
         Cmd::Eval { what: EvalCmd::Agreement { a, b, min } } => eval_agreement_cmd(&a, &b, min),
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn camera_features_cmd(
+    input: PathBuf,
+    model: PathBuf,
+    weights: Option<PathBuf>,
+    random_weights: Option<u64>,
+    save_weights: Option<PathBuf>,
+    save_input: Option<PathBuf>,
+    stages: bool,
+    device: DeviceArg,
+    out: PathBuf,
+) -> Result<()> {
+    use sptr::camera::features::{read_input_npy, run, FeaturesJob, WeightsArg};
+    let weights = match (weights, random_weights) {
+        (Some(w), _) => WeightsArg::File(w),
+        (None, Some(seed)) => WeightsArg::Random { seed, save: save_weights },
+        (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for an untrained smoke run)"),
+    };
+    let (images, n, h, w) = read_input_npy(&input)?;
+    let cuda = match device {
+        DeviceArg::Cpu => false,
+        DeviceArg::Cuda => true,
+        DeviceArg::Auto => cuda_usable(),
+    };
+    let job = FeaturesJob { model, weights, images, n, h, w, cuda, stages, save_input, out };
+    println!("{}", run(&job)?);
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+fn bench_camera_cmd(model: PathBuf, input: Option<PathBuf>, n: usize, h: usize, w: usize, seed: u64, warmup: usize, iters: usize) -> Result<()> {
+    let args = sptr::camera::encoder_bench::CameraBenchArgs { model, input, n, h, w, seed, warmup, iters };
+    for line in sptr::camera::encoder_bench::run_bench(&args)? {
+        println!("{line}");
+    }
+    Ok(())
+}
+#[cfg(not(feature = "cuda"))]
+#[allow(clippy::too_many_arguments)]
+fn bench_camera_cmd(_: PathBuf, _: Option<PathBuf>, _: usize, _: usize, _: usize, _: u64, _: usize, _: usize) -> Result<()> {
+    anyhow::bail!("`bench camera` needs the CUDA backend: rebuild with `--features cuda`")
 }
 
 fn load_model(path: &Path) -> Result<ModelConfig> {

@@ -492,6 +492,49 @@ fn validate_fpn(y: &FpnYaml, file: &str) -> Result<FpnConfig, ConfigError> {
     })
 }
 
+/// Floating-point operations of one forward (a multiply-add counts 2), as upstream executes it:
+/// GEMMs, convolutions and the two attention matmuls (q·kᵀ and p·v over full M × M windows of the
+/// padded grid, qkv and proj on padded tokens too); norms, softmax and element-wise steps left out
+/// (they are memory-bound).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EncoderFlops {
+    pub backbone: f64,
+    pub neck: f64,
+}
+
+impl CameraEncoderConfig {
+    /// [`EncoderFlops`] for `n` images of `h × w`.
+    pub fn flops(&self, n: usize, h: usize, w: usize) -> EncoderFlops {
+        let b = &self.backbone;
+        let sizes = b.stage_sizes(h, w);
+        let m = b.window;
+        let mut f = 2.0 * (n * sizes[0][0] * sizes[0][1]) as f64 * (b.in_channels * b.patch_size * b.patch_size * b.embed_dims) as f64;
+        for (i, &[hh, ww]) in sizes.iter().enumerate() {
+            let c = b.channels(i) as f64;
+            let tokens = (n * hh * ww) as f64;
+            let padded = (n * hh.next_multiple_of(m) * ww.next_multiple_of(m)) as f64;
+            let per_block = 2.0 * padded * c * 3.0 * c // qkv
+                + 2.0 * 2.0 * padded * (m * m) as f64 * c // q·kᵀ and p·v
+                + 2.0 * padded * c * c // proj
+                + 2.0 * 2.0 * tokens * c * (b.mlp_ratio as f64 * c); // fc1, fc2
+            f += b.depths[i] as f64 * per_block;
+            if i + 1 < sizes.len() {
+                let [h2, w2] = sizes[i + 1];
+                f += 2.0 * (n * h2 * w2) as f64 * 4.0 * c * 2.0 * c; // patch merging reduction
+            }
+        }
+        let nk = &self.neck;
+        let mut g = 0.0;
+        for k in 0..nk.outputs() {
+            let [hh, ww] = sizes[b.out_indices[k]];
+            let pixels = (n * hh * ww) as f64;
+            let out = nk.out_channels as f64;
+            g += 2.0 * pixels * nk.lateral_in(k) as f64 * out + 2.0 * pixels * 9.0 * out * out;
+        }
+        EncoderFlops { backbone: f, neck: g }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Weights
 // ---------------------------------------------------------------------------------------------

@@ -10,11 +10,15 @@ pub mod bench;
 pub mod compressed;
 pub mod encoder;
 #[cfg(feature = "cuda")]
+pub mod encoder_bench;
+#[cfg(feature = "cuda")]
 pub mod encoder_cuda;
+pub mod features;
 pub mod fpn;
 #[cfg(feature = "cuda")]
 pub mod fpn_cuda;
 pub mod image;
+pub mod npy;
 pub mod preprocess;
 #[cfg(feature = "cuda")]
 pub mod preprocess_cuda;

@@ -1,0 +1,155 @@
+//! `sptr bench camera`: the CUDA camera encoder's latency (Swin-T alone, Swin-T + neck) beside its
+//! FLOP count and the tensor-core floor, as JSON lines. Also used by the camera parity test to time
+//! ours in the same run as the PyTorch references.
+
+use super::encoder::CameraEncoderConfig;
+use super::encoder_cuda::CudaCameraEncoder;
+use super::swin_cuda::SwinPlan;
+use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::Error;
+use cudarc::driver::CudaSlice;
+use half::f16;
+
+/// Dense FP16 tensor-core peak of an H100 SXM (989.4 TFLOP/s without sparsity) used for the
+/// floor: the time the FLOPs would take at that peak, a bound no implementation beats.
+pub const H100_SXM_FP16_TFLOPS: f64 = 989.4;
+
+/// One timed case.
+#[derive(Debug, Clone)]
+pub struct EncoderTiming {
+    pub case: &'static str,
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub median_ms: f64,
+    pub p90_ms: f64,
+    pub iters: usize,
+    pub gflop: f64,
+}
+
+impl EncoderTiming {
+    pub fn floor_ms(&self) -> f64 {
+        self.gflop * 1e9 / (H100_SXM_FP16_TFLOPS * 1e12) * 1e3
+    }
+
+    pub fn json(&self, gpu: &str) -> String {
+        format!(
+            "{{\"bench\": \"camera_encoder\", \"case\": \"{}\", \"gpu\": \"{gpu}\", \"n\": {}, \"h\": {}, \"w\": {}, \"median_ms\": {:.4}, \"p90_ms\": {:.4}, \"iters\": {}, \"gflop\": {:.2}, \"tflops_achieved\": {:.1}, \"tc_peak_tflops\": {H100_SXM_FP16_TFLOPS}, \"tc_floor_ms\": {:.4}}}",
+            self.case,
+            self.n,
+            self.h,
+            self.w,
+            self.median_ms,
+            self.p90_ms,
+            self.iters,
+            self.gflop,
+            self.gflop / self.median_ms, // GFLOP per ms = TFLOP/s
+            self.floor_ms()
+        )
+    }
+}
+
+/// GPU times (CUDA events on the stream) of `iters` calls of `f` after `warmup`, in ms, sorted.
+pub fn event_times(dev: &CudaDevice, warmup: usize, iters: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<Vec<f64>, Error> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let mut ts = Vec::with_capacity(iters);
+    for _ in 0..iters.max(1) {
+        let start = dev.stream.record_event(flags).map_err(cuda_err("recording an event"))?;
+        f()?;
+        let end = dev.stream.record_event(flags).map_err(cuda_err("recording an event"))?;
+        ts.push(start.elapsed_ms(&end).map_err(cuda_err("reading an event"))? as f64);
+    }
+    ts.sort_by(f64::total_cmp);
+    Ok(ts)
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Times the backbone alone and backbone + neck on `images` (NHWC FP16 on the device, the plan's
+/// size).
+pub fn bench_encoder(
+    dev: &CudaDevice,
+    cfg: &CameraEncoderConfig,
+    enc: &CudaCameraEncoder,
+    plan: &SwinPlan,
+    images: &CudaSlice<f16>,
+    warmup: usize,
+    iters: usize,
+) -> Result<Vec<EncoderTiming>, Error> {
+    let flops = cfg.flops(plan.n, plan.h, plan.w);
+    let swin = event_times(dev, warmup, iters, || enc.backbone(dev, plan, images).map(drop))?;
+    let full = event_times(dev, warmup, iters, || enc.forward(dev, plan, images).map(drop))?;
+    let row = |case, ts: &[f64], gflop: f64| EncoderTiming {
+        case,
+        n: plan.n,
+        h: plan.h,
+        w: plan.w,
+        median_ms: quantile(ts, 0.5),
+        p90_ms: quantile(ts, 0.9),
+        iters: ts.len(),
+        gflop,
+    };
+    Ok(vec![row("swin_t", &swin, flops.backbone / 1e9), row("swin_t+fpn", &full, (flops.backbone + flops.neck) / 1e9)])
+}
+
+/// Smooth, image-like normalized RGB, NHWC `[n, h, w, 3]` (deterministic): the benchmark's input
+/// when no real batch is given (the encoder's time does not depend on pixel values).
+pub fn synthetic_images(n: usize, h: usize, w: usize) -> Vec<f32> {
+    let mut x = vec![0f32; n * h * w * 3];
+    for b in 0..n {
+        for y in 0..h {
+            for xx in 0..w {
+                let (fy, fx) = (y as f32 / h as f32, xx as f32 / w as f32);
+                for c in 0..3 {
+                    x[((b * h + y) * w + xx) * 3 + c] = (9.0 * fx + 2.0 * c as f32 + b as f32).sin() * (5.0 * fy).cos() + if fy > 0.55 { 0.9 } else { -0.4 };
+                }
+            }
+        }
+    }
+    x
+}
+
+/// What `sptr bench camera` runs.
+#[derive(Debug, Clone)]
+pub struct CameraBenchArgs {
+    pub model: std::path::PathBuf,
+    /// Normalized NCHW `.npy` batch; None: `n` synthetic images of `h × w`.
+    pub input: Option<std::path::PathBuf>,
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub seed: u64,
+    pub warmup: usize,
+    pub iters: usize,
+}
+
+/// `sptr bench camera`: JSON lines (plan build, Swin-T alone, Swin-T + neck).
+pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
+    use super::encoder::{random_weights, CameraEncoder};
+    let cfg = CameraEncoderConfig::load(&a.model)?;
+    let (images, n, h, w) = match &a.input {
+        Some(p) => super::features::read_input_npy(p)?,
+        None => (synthetic_images(a.n, a.h, a.w), a.n, a.h, a.w),
+    };
+    let enc = CameraEncoder::from_weights(&cfg, random_weights(&cfg, a.seed)?)?;
+    let dev = CudaDevice::new(0)?;
+    let gpu = CudaCameraEncoder::upload(&dev, &enc)?;
+    let t = std::time::Instant::now();
+    let plan = gpu.plan(&dev, n, h, w)?;
+    let plan_ms = t.elapsed().as_secs_f64() * 1e3;
+    let h16: Vec<f16> = images.iter().map(|&v| f16::from_f32(v)).collect();
+    let x = dev.stream.clone_htod(&h16).map_err(cuda_err("uploading images"))?;
+    let mut lines = vec![format!(
+        "{{\"bench\": \"camera_encoder\", \"case\": \"plan\", \"gpu\": \"{}\", \"n\": {n}, \"h\": {h}, \"w\": {w}, \"host_ms\": {plan_ms:.3}, \"note\": \"window partitions of every stage, built once per image size\"}}",
+        dev.name
+    )];
+    for row in bench_encoder(&dev, &cfg, &gpu, &plan, &x, a.warmup, a.iters)? {
+        lines.push(row.json(&dev.name));
+    }
+    Ok(lines)
+}

@@ -1,0 +1,110 @@
+//! `sptr camera-features`: the camera encoder on a batch of preprocessed images, its outputs
+//! written as NCHW float32 `.npy` files (upstream's layout) for inspection and for the parity
+//! harness, which also takes the weights and the input tensor from here.
+
+use super::encoder::{random_tensors, CameraEncoder, CameraEncoderConfig, EncoderOutput};
+use super::npy;
+use crate::dense::FeatureMap;
+use crate::model::random::save_tensors;
+use crate::model::Weights;
+use crate::Error;
+use std::path::{Path, PathBuf};
+
+/// Where the encoder's weights come from.
+#[derive(Debug, Clone)]
+pub enum WeightsArg {
+    File(PathBuf),
+    /// Deterministic random weights with this seed (optionally written to a file).
+    Random { seed: u64, save: Option<PathBuf> },
+}
+
+/// What `camera-features` does.
+#[derive(Debug, Clone)]
+pub struct FeaturesJob {
+    pub model: PathBuf,
+    pub weights: WeightsArg,
+    /// Normalized images, NHWC f32 `[n, h, w, 3]`.
+    pub images: Vec<f32>,
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub cuda: bool,
+    /// Also write each backbone output.
+    pub stages: bool,
+    /// Write the input tensor the encoder consumed (NCHW `.npy`; FP16-rounded on CUDA).
+    pub save_input: Option<PathBuf>,
+    pub out: PathBuf,
+}
+
+/// Reads a normalized NCHW float32 `.npy` batch `[n, 3, h, w]` as NHWC `(data, n, h, w)`.
+pub fn read_input_npy(path: &Path) -> Result<(Vec<f32>, usize, usize, usize), Error> {
+    let (shape, data) = npy::read_f32(path)?;
+    let [n, c, h, w] = shape[..] else {
+        return Err(Error::InvalidInput(format!("{}: images must be NCHW [n, 3, h, w], got shape {shape:?}", path.display())));
+    };
+    if c != 3 || n == 0 || h == 0 || w == 0 {
+        return Err(Error::InvalidInput(format!("{}: images must be NCHW [n, 3, h, w] with n, h, w > 0, got {shape:?}", path.display())));
+    }
+    let m = FeatureMap::from_nchw(n, c, h, w, &data)?;
+    Ok((m.data, n, h, w))
+}
+
+fn write_map(dir: &Path, name: &str, m: &FeatureMap) -> Result<PathBuf, Error> {
+    let path = dir.join(format!("{name}.npy"));
+    npy::write_f32(&path, &[m.n, m.c, m.h, m.w], &m.to_nchw())?;
+    Ok(path)
+}
+
+/// Runs the job; returns a printable summary (one line per file written).
+pub fn run(job: &FeaturesJob) -> Result<String, Error> {
+    let cfg = CameraEncoderConfig::load(&job.model)?;
+    let weights = match &job.weights {
+        WeightsArg::File(p) => Weights::from_file(p)?,
+        WeightsArg::Random { seed, save } => {
+            let t = random_tensors(&cfg, *seed)?;
+            if let Some(p) = save {
+                save_tensors(p, &t)?;
+            }
+            Weights::from_tensors(&format!("random camera encoder weights (seed {seed})"), t)?
+        }
+    };
+    let enc = CameraEncoder::from_weights(&cfg, weights)?;
+    std::fs::create_dir_all(&job.out).map_err(|e| Error::Io(format!("{}: cannot create: {e}", job.out.display())))?;
+    let start = std::time::Instant::now();
+    let (out, used): (EncoderOutput, Vec<f32>) = if job.cuda { run_cuda(&enc, job)? } else { (enc.forward_cpu(&job.images, job.n, job.h, job.w)?, job.images.clone()) };
+    let took = start.elapsed().as_secs_f64() * 1e3;
+    let mut lines = vec![format!("{} images {} x {} on {} in {took:.1} ms (upload and plan included)", job.n, job.h, job.w, if job.cuda { "cuda" } else { "cpu" })];
+    if let Some(p) = &job.save_input {
+        let m = FeatureMap::new(job.n, job.h, job.w, 3, used)?;
+        npy::write_f32(p, &[m.n, 3, m.h, m.w], &m.to_nchw())?;
+        lines.push(format!("input  [{}, 3, {}, {}] -> {}", m.n, m.h, m.w, p.display()));
+    }
+    if job.stages {
+        for (k, m) in out.stages.iter().enumerate() {
+            let i = cfg.backbone.out_indices[k];
+            let p = write_map(&job.out, &format!("stage{i}"), m)?;
+            lines.push(format!("stage{i} [{}, {}, {}, {}] -> {}", m.n, m.c, m.h, m.w, p.display()));
+        }
+    }
+    for (k, m) in out.neck.iter().enumerate() {
+        let p = write_map(&job.out, &format!("neck{k}"), m)?;
+        lines.push(format!("neck{k}  [{}, {}, {}, {}] -> {}{}", m.n, m.c, m.h, m.w, p.display(), if k == 0 { " (the view transform's input)" } else { "" }));
+    }
+    Ok(lines.join("\n"))
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(enc: &CameraEncoder, job: &FeaturesJob) -> Result<(EncoderOutput, Vec<f32>), Error> {
+    use super::encoder_cuda::CudaCameraEncoder;
+    let dev = crate::device::cuda::CudaDevice::new(0)?;
+    let gpu = CudaCameraEncoder::upload(&dev, enc)?;
+    let plan = gpu.plan(&dev, job.n, job.h, job.w)?;
+    let out = gpu.forward_host(&dev, &plan, &job.images)?;
+    let used = job.images.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect();
+    Ok((out, used))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(_: &CameraEncoder, _: &FeaturesJob) -> Result<(EncoderOutput, Vec<f32>), Error> {
+    Err(Error::InvalidInput("this build has no CUDA backend: rebuild with `--features cuda` or use --device cpu".into()))
+}
