@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parity against the upstream libraries on the GPU host (see tests/parity/README.md).
 #
-#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss]    # default: all four
+#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera]    # default: all five
 #
 # Runs from the repo root with gpu-stage/ (scripts/gpu_suite.sh build) and .parity-wheels/
 # (scripts/parity_wheels.sh for spconv, scripts/parity_sptr.sh for sptr) beside it. spconv comes
@@ -11,9 +11,9 @@
 # Logs and JSON lines land in OUT_DIR; the exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss]}
+out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera]}
 shift
-what=${*:-spconv attention model lss}
+what=${*:-spconv attention model lss camera}
 [ -d gpu-stage ] || [ ! -f gpu-stage.tar.xz ] || tar -xJf gpu-stage.tar.xz
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 SPTR_ROOT=$PWD SPTR_KERNEL_CACHE=${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}
@@ -82,6 +82,24 @@ for w in $what; do
         SPTR_LSS_PARITY_DIR=/tmp/lss-parity gpu-stage/bin/test-gpu_lss_parity --test-threads=1 --nocapture \
             > "$out/lss_rust.log" 2>&1 || rc=1
         grep -o '{"case".*' "$out/lss_rust.log" > "$out/lss_parity.jsonl"
+        ;;
+    camera)
+        # BEVFusion's camera encoder (Swin-T + GeneralizedLSSFPN): the six nuScenes images through our
+        # preprocessing and random weights (sptr camera-features writes both), the PyTorch reference of
+        # the upstream modules on them (timm's Swin-T timed beside it), then ours compared per stage
+        # and timed in the same run (tests/gpu_camera_parity.rs). Needs torch; timm for its timing.
+        d=/tmp/camera-parity
+        m=config/models/bevfusion_seg_camera.yaml
+        rm -rf "$d" && mkdir -p "$d" && echo "$m" > "$d/model.txt"
+        {
+            gpu-stage/bin/sptr camera-features tests/data/nuscenes/*__CAM_*.jpg --model "$m" --random-weights 2026 \
+                --save-weights "$d/weights.safetensors" --save-input "$d/input.npy" --stages --device cuda --out "$d/ours" &&
+            python3 tests/parity/bevfusion_camera_ref.py --model "$m" --weights "$d/weights.safetensors" \
+                --input "$d/input.npy" --out "$d/ref" --bench --timm
+        } > "$out/camera_py.log" 2>&1 || rc=1
+        SPTR_CAMERA_PARITY_DIR=$d gpu-stage/bin/test-gpu_camera_parity --test-threads=1 --nocapture \
+            > "$out/camera_rust.log" 2>&1 || rc=1
+        grep -o '{"case".*\|{"bench".*' "$out/camera_rust.log" > "$out/camera_parity.jsonl"
         ;;
     *) echo "gpu_parity: unknown part $w" >&2; rc=2 ;;
     esac
