@@ -21,7 +21,7 @@ use crate::attention::cuda::{window_attention_cuda, CudaBias2d, CudaPartition, C
 use crate::attention::{HeadSlice, Partition};
 use crate::dense::cuda::CudaFeatureMap;
 use crate::device::cuda::{cuda_err, CudaDevice};
-use crate::model::gpu_layers::{elements, epilogue, up_f32, GpuLayerNorm, GpuLinear};
+use crate::model::gpu_layers::{alloc_uninit, elements, epilogue, up_f32, GpuLayerNorm, GpuLinear};
 use crate::Error;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
@@ -37,12 +37,11 @@ fn grid(total: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (total.div_ceil(THREADS).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
 }
 
-/// Device memory for `len` elements that the next kernel or GEMM writes entirely (not zeroed:
-/// at these sizes a memset costs as much as the kernel).
-pub(crate) fn scratch<T: DeviceRepr>(dev: &CudaDevice, len: usize, what: &str) -> Result<CudaSlice<T>, Error> {
+/// Device memory for `len` elements that the next kernel or GEMM writes entirely.
+fn scratch<T: DeviceRepr>(dev: &CudaDevice, len: usize, what: &str) -> Result<CudaSlice<T>, Error> {
     // SAFETY: every caller passes the buffer to a kernel or GEMM that writes all `len` elements
     // before anything reads them.
-    unsafe { dev.stream.alloc::<T>(len.max(1)) }.map_err(cuda_err(format!("allocating {what}")))
+    unsafe { alloc_uninit::<T>(dev, len, what) }
 }
 
 /// One stage's partitions on the device (see [`StageWindows`]).

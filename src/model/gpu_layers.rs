@@ -34,6 +34,16 @@ pub fn alloc<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(de
 }
 
 /// `n · c` as a kernel's u32 element count.
+/// Device memory for `len` elements that the next kernel or GEMM writes entirely, not zeroed
+/// (at activation sizes a memset costs as much as the kernel that follows).
+///
+/// # Safety
+/// The caller must write every element before anything reads it.
+pub unsafe fn alloc_uninit<T: cudarc::driver::DeviceRepr>(dev: &CudaDevice, len: usize, what: &str) -> Result<CudaSlice<T>, Error> {
+    // SAFETY: forwarded to the caller.
+    unsafe { dev.stream.alloc::<T>(len.max(1)) }.map_err(cuda_err(format!("allocating {what}")))
+}
+
 pub fn elements(n: usize, c: usize, what: &str) -> Result<u32, Error> {
     u32::try_from(n * c).map_err(|_| Error::InvalidInput(format!("{what}: {n} x {c} values exceed 2^32")))
 }
@@ -58,10 +68,11 @@ impl GpuLinear {
 
     /// `acc[n, fout] = x[n, fin] · Wᵀ` in FP32 (no bias: the epilogue adds it).
     pub fn gemm(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize) -> Result<CudaSlice<f32>, Error> {
-        let mut acc = alloc::<f32>(dev, n * self.fout, "linear output")?;
         if n == 0 {
-            return Ok(acc);
+            return alloc::<f32>(dev, 1, "linear output");
         }
+        // SAFETY: the GEMM below (beta = 0, so C is not read) writes all n * fout values.
+        let mut acc = unsafe { alloc_uninit::<f32>(dev, n * self.fout, "linear output")? };
         let dims = |v: usize| i32::try_from(v).map_err(|_| Error::InvalidInput(format!("linear: dimension {v} exceeds 2^31")));
         let (m, nn, k) = (dims(self.fout)?, dims(n)?, dims(self.fin)?);
         let (alpha, beta) = (1.0f32, 0.0f32);
@@ -117,10 +128,11 @@ pub fn epilogue(
 ) -> Result<CudaSlice<f16>, Error> {
     let c = bias.len();
     let total = elements(n, c, "linear epilogue")?;
-    let mut out = alloc::<f16>(dev, n * c, "linear epilogue output")?;
     if total == 0 {
-        return Ok(out);
+        return alloc::<f16>(dev, 1, "linear epilogue output");
     }
+    // SAFETY: linear_epilogue writes every one of the n * c outputs (one thread each).
+    let mut out = unsafe { alloc_uninit::<f16>(dev, n * c, "linear epilogue output")? };
     let f = dev.function("layers", "linear_epilogue")?;
     let (ld, col0, n32, c32, act) = (acc_ld as u32, col0 as u32, n as u32, c as u32, gelu as u32);
     let null: u64 = 0;
@@ -154,10 +166,11 @@ impl GpuLayerNorm {
 
     pub fn forward(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize) -> Result<CudaSlice<f16>, Error> {
         let c = self.gamma.len();
-        let mut out = alloc::<f16>(dev, n * c, "layer norm output")?;
         if n == 0 {
-            return Ok(out);
+            return alloc::<f16>(dev, 1, "layer norm output");
         }
+        // SAFETY: the kernel writes all c values of each of the n rows (one warp a row).
+        let mut out = unsafe { alloc_uninit::<f16>(dev, n * c, "layer norm output")? };
         if x.len() < n * c {
             return Err(Error::InvalidInput(format!("layer norm: {} input halves for {n} rows of {c}", x.len())));
         }
