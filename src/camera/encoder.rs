@@ -368,7 +368,7 @@ fn validate_swin(y: &SwinYaml, file: &str) -> Result<SwinConfig, ConfigError> {
     }
     for (i, &h) in y.num_heads.iter().enumerate() {
         let c = y.embed_dims << i;
-        if h == 0 || c % h != 0 {
+        if h == 0 || !c.is_multiple_of(h) {
             return Err(value_err(
                 file,
                 &key("num_heads"),
