@@ -10,7 +10,7 @@
 # and with the part `longbag`, issue 7's long replay on CUDA and the CPU (scripts/gpu_long_bag.sh:
 # long_bag.txt, long_report_cuda.json, long_report_cpu.json).
 #
-#   scripts/gpu_all.sh OUT_DIR [WORK_DIR] [PARTS...]   (parity parts: spconv attention model;
+#   scripts/gpu_all.sh OUT_DIR [WORK_DIR] [PARTS...]   (parity parts: spconv attention model camera;
 #                                                       default: attention model; plus longbag)
 set -uo pipefail
 cd "$(dirname "$0")/.."
