@@ -100,6 +100,16 @@ model:
     let again = gpu_enc.forward_host(&dev, &plan, &x).expect("gpu");
     assert_eq!(again.neck[0].data, got.neck[0].data, "deterministic");
 
+    // the timed forward: same result, every stage boundary named
+    let xd = dev.stream.clone_htod(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()).expect("htod");
+    let mut clock = sptr::model::sphereformer::cuda::GpuClock::start(&dev).expect("clock");
+    let timed = gpu_enc.forward_timed(&dev, &plan, &xd, &mut clock).expect("timed").download(&dev).expect("download");
+    let mut t = sptr::model::sphereformer::StageTimes::default();
+    clock.finish(&mut t).expect("times");
+    let names: Vec<&str> = t.stages.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["patch_embed", "stage0", "merge0", "stage1", "merge1", "stage2", "merge2", "stage3", "neck"]);
+    assert_eq!(timed.neck[1].data, got.neck[1].data);
+
     // bad inputs
     assert!(gpu_enc.forward_host(&dev, &plan, &x[1..]).is_err(), "short input");
     assert!(gpu_enc.plan(&dev, 0, h, w).is_err(), "no images");

@@ -151,5 +151,41 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
     for row in bench_encoder(&dev, &cfg, &gpu, &plan, &x, a.warmup, a.iters)? {
         lines.push(row.json(&dev.name));
     }
+    lines.push(stage_breakdown(&dev, &gpu, &plan, &x, a.iters)?);
     Ok(lines)
+}
+
+/// Median GPU time of each stage of the encoder (`patch_embed`, `stage{i}` with its output norm,
+/// `merge{i}`, `neck`) over `iters` frames, as a JSON line: where the time goes.
+pub fn stage_breakdown(dev: &CudaDevice, enc: &CudaCameraEncoder, plan: &SwinPlan, images: &CudaSlice<f16>, iters: usize) -> Result<String, Error> {
+    use crate::model::sphereformer::cuda::GpuClock;
+    use crate::model::sphereformer::StageTimes;
+    let mut per: Vec<(String, Vec<f64>)> = Vec::new();
+    for _ in 0..iters.max(1) {
+        let mut clock = GpuClock::start(dev)?;
+        drop(enc.forward_timed(dev, plan, images, &mut clock)?);
+        let mut t = StageTimes::default();
+        clock.finish(&mut t)?;
+        for (k, (name, d)) in t.stages.into_iter().enumerate() {
+            if per.len() <= k {
+                per.push((name, Vec::new()));
+            }
+            per[k].1.push(d.as_secs_f64() * 1e3);
+        }
+    }
+    let fields: Vec<String> = per
+        .into_iter()
+        .map(|(name, mut v)| {
+            v.sort_by(f64::total_cmp);
+            format!("\"{name}\": {:.4}", quantile(&v, 0.5))
+        })
+        .collect();
+    Ok(format!(
+        "{{\"bench\": \"camera_encoder\", \"case\": \"stages\", \"gpu\": \"{}\", \"n\": {}, \"h\": {}, \"w\": {}, \"median_ms\": {{{}}}}}",
+        dev.name,
+        plan.n,
+        plan.h,
+        plan.w,
+        fields.join(", ")
+    ))
 }

@@ -6,6 +6,7 @@ use super::fpn_cuda::CudaFpn;
 use super::swin_cuda::{CudaSwin, SwinPlan};
 use crate::dense::cuda::CudaFeatureMap;
 use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::model::sphereformer::cuda::GpuClock;
 use crate::Error;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaSlice;
@@ -61,6 +62,14 @@ impl CudaCameraEncoder {
     pub fn forward(&self, dev: &CudaDevice, plan: &SwinPlan, images: &CudaSlice<f16>) -> Result<CudaEncoderOutput, Error> {
         let stages = self.backbone(dev, plan, images)?;
         let neck = self.neck(dev, &stages)?;
+        Ok(CudaEncoderOutput { stages, neck })
+    }
+
+    /// [`forward`](Self::forward) with the backbone's stage boundaries and `neck` marked on `clock`.
+    pub fn forward_timed(&self, dev: &CudaDevice, plan: &SwinPlan, images: &CudaSlice<f16>, clock: &mut GpuClock) -> Result<CudaEncoderOutput, Error> {
+        let stages = self.backbone.forward_timed(dev, &self.blas, plan, images, Some(&mut *clock))?;
+        let neck = self.neck(dev, &stages)?;
+        clock.mark(dev, "neck".into())?;
         Ok(CudaEncoderOutput { stages, neck })
     }
 

@@ -22,6 +22,7 @@ use crate::attention::{HeadSlice, Partition};
 use crate::dense::cuda::CudaFeatureMap;
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::model::gpu_layers::{alloc_uninit, elements, epilogue, up_f32, GpuLayerNorm, GpuLinear};
+use crate::model::sphereformer::cuda::GpuClock;
 use crate::Error;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
@@ -355,6 +356,25 @@ impl CudaSwin {
     /// The outputs at `out_indices` (NHWC FP16, after their norms) of normalized NHWC FP16
     /// images `[plan.n, plan.h, plan.w, in_channels]` (the GPU preprocessing's output).
     pub fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, plan: &SwinPlan, images: &CudaSlice<f16>) -> Result<Vec<CudaFeatureMap>, Error> {
+        self.forward_timed(dev, blas, plan, images, None)
+    }
+
+    /// [`forward`](Self::forward) with its stage boundaries (`patch_embed`, `stage{i}`,
+    /// `merge{i}`) marked on `clock`.
+    pub fn forward_timed(
+        &self,
+        dev: &CudaDevice,
+        blas: &CudaBlas,
+        plan: &SwinPlan,
+        images: &CudaSlice<f16>,
+        mut clock: Option<&mut GpuClock>,
+    ) -> Result<Vec<CudaFeatureMap>, Error> {
+        let mut mark = |name: String| -> Result<(), Error> {
+            match clock.as_deref_mut() {
+                Some(c) => c.mark(dev, name),
+                None => Ok(()),
+            }
+        };
         let (n, h, w) = (plan.n, plan.h, plan.w);
         let want = n * self.config.in_channels * h * w;
         if images.len() < want || plan.stages.len() != self.stages.len() {
@@ -367,6 +387,7 @@ impl CudaSwin {
             )));
         }
         let mut x = self.patch.forward(dev, blas, images, n, h, w)?;
+        mark("patch_embed".into())?;
         let mut outs = Vec::with_capacity(self.out_norms.len());
         for (i, (stage, sp)) in self.stages.iter().zip(&plan.stages).enumerate() {
             let [hh, ww] = sp.hw;
@@ -377,8 +398,10 @@ impl CudaSwin {
                 let y = self.out_norms[k].forward(dev, &x, n * hh * ww)?;
                 outs.push(CudaFeatureMap::from_slice(n, hh, ww, stage.c, y)?);
             }
+            mark(format!("stage{i}"))?;
             if let Some(m) = &stage.merge {
                 x = m.forward(dev, blas, &x, n, hh, ww)?;
+                mark(format!("merge{i}"))?;
             }
         }
         Ok(outs)
