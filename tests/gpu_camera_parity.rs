@@ -15,7 +15,7 @@ mod common;
 use common::rel_err;
 use half::f16;
 use sptr::camera::encoder::{CameraEncoder, CameraEncoderConfig};
-use sptr::camera::encoder_bench::bench_encoder;
+use sptr::camera::encoder_bench::{bench_encoder, stage_breakdown};
 use sptr::camera::encoder_cuda::CudaCameraEncoder;
 use sptr::camera::features::read_input_npy;
 use sptr::camera::npy;
@@ -81,6 +81,7 @@ fn camera_encoder_matches_the_pytorch_reference() {
     for r in &rows {
         println!("{}", r.json(&dev.name));
     }
+    println!("{}", stage_breakdown(&dev, &gpu, &plan, &x, 20).expect("stage times"));
     println!(
         "{{\"case\": \"camera_timing\", \"ours_swin_t_ms\": {:.4}, \"ours_swin_t_fpn_ms\": {:.4}, \"upstream_fp16_autocast_backbone_ms\": {}, \"upstream_fp16_autocast_encoder_ms\": {}, \"timm_fp16_eager_ms\": {}, \"timm_fp16_graph_ms\": {}, \"gflop_swin_t\": {:.2}, \"tc_floor_ms_swin_t\": {:.4}}}",
         rows[0].median_ms,
