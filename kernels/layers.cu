@@ -67,11 +67,13 @@ __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + e
 extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, u32 acc_ld, u32 col0, u32 n, u32 c,
                                            const float* __restrict__ bias, float scale, u32 act,
                                            const __half* __restrict__ residual, __half* __restrict__ out) {
-    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (u64)n * c) return;
-    const u64 r = idx / c;
-    const u32 j = (u32)(idx % c);
-    float y = (acc[r * acc_ld + col0 + j] + bias[j]) * scale;
+    // the host checks n * c < 2^32: 32-bit index arithmetic (a 64-bit division costs several
+    // times more), 64-bit addresses
+    const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= (u64)n * c) return;
+    const u32 idx = (u32)gid;  // < 2^32: the host checks the element count
+    const u32 r = idx / c, j = idx % c;
+    float y = (acc[(u64)r * acc_ld + col0 + j] + bias[j]) * scale;
     if (act == 1) y = gelu_erf(y);
     if (residual) y += __half2float(residual[idx]);
     out[idx] = __float2half_rn(y);

@@ -4,7 +4,9 @@
 // Linear epilogue, and attention_core.cu's window attention.
 //
 // Tokens are FP16 rows `[n, h, w, c]` (NHWC); every sum and every epilogue is FP32. One thread per
-// output element (u64 indices) unless noted; the host checks that element counts fit in u32 grids.
+// output element unless noted. The host checks that every launch's element count fits in u32, so
+// index arithmetic is 32-bit (a 64-bit division costs several times a 32-bit one) and only
+// addresses are widened.
 #include <cuda_fp16.h>
 
 // PatchEmbed's conv as im2col: normalized images NHWC FP16 [n, h, w, cin] (the camera
@@ -13,18 +15,16 @@
 // (AdaptivePadding 'corner' pads right and bottom).
 extern "C" __global__ void swin_patch_im2col(const __half* __restrict__ img, u32 n, u32 cin, u32 h, u32 w, u32 p, u32 ho,
                                              u32 wo, __half* __restrict__ cols) {
-    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u32 pp = p * p;
-    const u64 k = (u64)cin * pp;
-    if (idx >= (u64)n * ho * wo * k) return;
-    const u64 t = idx / k;
-    const u32 f = (u32)(idx % k);
+    const u32 k = cin * pp;
+    const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= (u64)n * ho * wo * k) return;
+    const u32 idx = (u32)gid;  // < 2^32: the host checks the element count
+    const u32 t = idx / k, f = idx % k;
     const u32 ci = f / pp, di = (f % pp) / p, dj = f % p;
-    const u32 j = (u32)(t % wo);
-    const u32 i = (u32)((t / wo) % ho);
-    const u64 b = t / ((u64)wo * ho);
+    const u32 j = t % wo, i = (t / wo) % ho, b = t / (wo * ho);
     const u32 y = i * p + di, x = j * p + dj;
-    cols[idx] = (y < h && x < w) ? img[((b * h + y) * w + x) * cin + ci] : __float2half_rn(0.0f);
+    cols[idx] = (y < h && x < w) ? img[(((u64)b * h + y) * w + x) * cin + ci] : __float2half_rn(0.0f);
 }
 
 // norm1 + the window padding: row (b, r, q) of the padded grid [n, hp, wp] gets LayerNorm(x[b, r, q])
@@ -94,16 +94,16 @@ extern "C" __global__ void swin_ln_pad_wide(const __half* __restrict__ x, u32 n,
 extern "C" __global__ void swin_qkv_split(const float* __restrict__ acc, u32 rows, u32 c, const float* __restrict__ bias,
                                           float scale, __half* __restrict__ q, __half* __restrict__ k,
                                           __half* __restrict__ v) {
-    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u32 c3 = 3u * c;
-    if (idx >= (u64)rows * c3) return;
-    const u64 r = idx / c3;
-    const u32 j = (u32)(idx % c3);
+    const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= (u64)rows * c3) return;
+    const u32 idx = (u32)gid;  // < 2^32: the host checks the element count
+    const u32 r = idx / c3, j = idx % c3;
     const u32 part = j / c, col = j % c;
     float y = acc[idx] + bias[j];
     if (part == 0) y *= scale;
     __half* dst = part == 0 ? q : (part == 1 ? k : v);
-    dst[r * c + col] = __float2half_rn(y);
+    dst[(u64)r * c + col] = __float2half_rn(y);
 }
 
 // proj's epilogue on the padded grid's GEMM output, cropped: for each of the n * h * w tokens,
@@ -111,14 +111,12 @@ extern "C" __global__ void swin_qkv_split(const float* __restrict__ acc, u32 row
 extern "C" __global__ void swin_crop_residual(const float* __restrict__ acc, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
                                               const float* __restrict__ bias, const __half* __restrict__ residual,
                                               __half* __restrict__ out) {
-    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (u64)n * h * w * c) return;
-    const u64 t = idx / c;
-    const u32 j = (u32)(idx % c);
-    const u32 q = (u32)(t % w);
-    const u32 r = (u32)((t / w) % h);
-    const u64 b = t / ((u64)w * h);
-    const u64 pr = (b * hp + r) * wp + q;
+    const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= (u64)n * h * w * c) return;
+    const u32 idx = (u32)gid;  // < 2^32: the host checks the element count
+    const u32 t = idx / c, j = idx % c;
+    const u32 q = t % w, r = (t / w) % h, b = t / (w * h);
+    const u64 pr = ((u64)b * hp + r) * wp + q;
     out[idx] = __float2half_rn(acc[pr * c + j] + bias[j] + __half2float(residual[idx]));
 }
 
@@ -126,15 +124,13 @@ extern "C" __global__ void swin_crop_residual(const float* __restrict__ acc, u32
 // bottom to even size: out[(b, i, j)][ch * 4 + dh * 2 + dw] = x[b, 2i + dh, 2j + dw, ch].
 extern "C" __global__ void swin_merge_gather(const __half* __restrict__ x, u32 n, u32 h, u32 w, u32 c, u32 ho, u32 wo,
                                              __half* __restrict__ out) {
-    const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 c4 = 4ull * c;
-    if (idx >= (u64)n * ho * wo * c4) return;
-    const u64 t = idx / c4;
-    const u32 f = (u32)(idx % c4);
+    const u32 c4 = 4u * c;
+    const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= (u64)n * ho * wo * c4) return;
+    const u32 idx = (u32)gid;  // < 2^32: the host checks the element count
+    const u32 t = idx / c4, f = idx % c4;
     const u32 ch = f >> 2, dh = (f >> 1) & 1u, dw = f & 1u;
-    const u32 j = (u32)(t % wo);
-    const u32 i = (u32)((t / wo) % ho);
-    const u64 b = t / ((u64)wo * ho);
+    const u32 j = t % wo, i = (t / wo) % ho, b = t / (wo * ho);
     const u32 y = 2u * i + dh, xx = 2u * j + dw;
-    out[idx] = (y < h && xx < w) ? x[((b * h + y) * w + xx) * c + ch] : __float2half_rn(0.0f);
+    out[idx] = (y < h && xx < w) ? x[(((u64)b * h + y) * w + xx) * c + ch] : __float2half_rn(0.0f);
 }
