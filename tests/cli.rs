@@ -58,6 +58,13 @@ fn every_numeric_argument_is_checked() {
         (&["bench", "attention", c], "--iters", &["0", huge]),
         (&["bench", "model", c], "--iters", &["0", huge, "-2"]),
         (&["bench", "model", c], "--seed", &["-1", over, "x"]),
+        (&["bench", "camera"], "--iters", &["0", huge, "-1"]),
+        (&["bench", "camera"], "--batch", &["0", "65", huge]),
+        (&["bench", "camera"], "--height", &["0", "8193", "-1"]),
+        (&["bench", "camera"], "--width", &["0", huge, "x"]),
+        (&["bench", "camera"], "--warmup", &["10001", "-1"]),
+        (&["bench", "camera"], "--seed", &["-1", over]),
+        (&["camera-features", "--input", "x.npy", "--out", "o"], "--random-weights", &["-1", over, "x"]),
         (&["bench", "pipeline", c], "--frames", &["0", huge, "1000001", "-5"]),
         (&["bench", "pipeline", c], "--warmup", &["10001", huge, "-1"]),
         (&["eval", "agreement", "a", "b"], "--min", &["nan", "inf", "-0.1", "1.5", "x"]),
@@ -179,6 +186,7 @@ fn every_argument_has_help_text() {
         &["voxelize"], &["segment"], &["prepare"], &["random-weights"], &["kernels"], &["info"],
         &["bench", "pipeline"], &["bench", "voxelize"], &["bench", "spconv"], &["bench", "attention"],
         &["bench", "model"], &["bag", "info"], &["replay"], &["eval", "merge"], &["eval", "agreement"],
+        &["camera-features"], &["bench", "camera"],
     ];
     let mut bare = Vec::new();
     for cmd in commands {

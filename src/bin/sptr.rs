@@ -162,6 +162,7 @@ enum Cmd {
         /// Also write each backbone output.
         #[arg(long)]
         stages: bool,
+        /// Where the encoder runs (auto: CUDA when a GPU and this build's CUDA support are there).
         #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
         device: DeviceArg,
         /// Output directory.
@@ -396,22 +397,29 @@ enum BenchCmd {
     /// BEVFusion's camera encoder on CUDA (random weights): Swin-T alone and Swin-T + neck,
     /// median/p90 GPU ms, FLOPs and the H100 tensor-core floor (JSON lines).
     Camera {
+        /// Model YAML (reads `model.encoders.camera.backbone` and `.neck`).
         #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
         model: PathBuf,
         /// Normalized images, float32 NCHW `.npy` (default: --batch synthetic images).
         #[arg(long)]
         input: Option<PathBuf>,
-        #[arg(long, default_value_t = 6)]
+        /// Synthetic images in the batch (without --input).
+        #[arg(long, default_value_t = 6, value_parser = int_in::<1, 64>)]
         batch: usize,
-        #[arg(long, default_value_t = 256)]
+        /// Synthetic image height in pixels (without --input).
+        #[arg(long, default_value_t = 256, value_parser = int_in::<1, 8192>)]
         height: usize,
-        #[arg(long, default_value_t = 704)]
+        /// Synthetic image width in pixels (without --input).
+        #[arg(long, default_value_t = 704, value_parser = int_in::<1, 8192>)]
         width: usize,
+        /// Seed of the random weights.
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        #[arg(long, default_value_t = 10)]
+        /// Untimed forwards first.
+        #[arg(long, default_value_t = 10, value_parser = int_in::<0, 10_000>)]
         warmup: usize,
-        #[arg(long, default_value_t = 50)]
+        /// Timed forwards (median and p90 reported).
+        #[arg(long, default_value_t = 50, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
     },
     /// End-to-end segmentation (points on the host -> labels on the host): latency median/p90,
