@@ -10,6 +10,7 @@ use common::{rel_err, Rng};
 use sptr::camera::encoder::{
     buffer_specs, random_tensors, random_weights, weight_specs, CameraEncoder, CameraEncoderConfig, NamedTensors,
 };
+use sptr::camera::features::preprocess_files;
 use sptr::camera::swin::{StageWindows, SwinBlock};
 use sptr::dense::FeatureMap;
 use sptr::model::layers::gelu;
@@ -528,6 +529,44 @@ fn reduced_encoder_end_to_end() {
     let one = enc.forward_cpu(&x[3 * h * w..], 1, h, w).expect("forward one");
     let half = out.neck[0].data.len() / 2;
     assert!(rel_err(&one.neck[0].data, &out.neck[0].data[half..]) < 1e-6);
+}
+
+/// The nuScenes CAM_FRONT JPEG of tests/data/nuscenes, decoded and preprocessed as BEVFusion's
+/// camera YAML says (1600 x 900 -> resize 0.48 -> crop 256 x 704, normalized): NHWC.
+fn nuscenes_front() -> Vec<f32> {
+    let dir = common::data("nuscenes");
+    let jpg = std::fs::read_dir(&dir)
+        .expect("tests/data/nuscenes")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().contains("__CAM_FRONT__"))
+        .expect("the CAM_FRONT JPEG");
+    let (x, n, h, w) = preprocess_files(&[jpg], &common::root().join("config/models/bevfusion_seg_camera.yaml")).expect("preprocess");
+    assert_eq!((n, h, w), (1, 256, 704));
+    x
+}
+
+/// The reduced encoder on a real camera image at BEVFusion's input size: every stage and neck
+/// output at upstream's sizes (stride 8: 32 x 88, the view transform's grid), finite, at a sane
+/// scale, deterministic.
+#[test]
+fn reduced_encoder_on_a_nuscenes_image() {
+    let cfg = small();
+    let enc = encoder(&cfg, 19);
+    let x = nuscenes_front();
+    let out = enc.forward_cpu(&x, 1, 256, 704).expect("forward");
+    let shapes: Vec<_> = out.stages.iter().map(|m| (m.h, m.w, m.c)).collect();
+    assert_eq!(shapes, vec![(32, 88, 48), (16, 44, 96), (8, 22, 192)]);
+    let neck: Vec<_> = out.neck.iter().map(|m| (m.h, m.w, m.c)).collect();
+    assert_eq!(neck, vec![(32, 88, 32), (16, 44, 32)]);
+    for m in out.stages.iter().chain(&out.neck) {
+        assert!(m.data.iter().all(|v| v.is_finite()));
+        let rms = (m.data.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / m.data.len() as f64).sqrt();
+        assert!(rms > 0.05 && rms < 20.0, "rms {rms} is not a sane activation scale");
+    }
+    // the picture shows: the neck's response differs between the image's top and bottom rows
+    let row_mean = |r: usize| out.neck[0].data[r * 88 * 32..(r + 1) * 88 * 32].iter().map(|&v| v as f64).sum::<f64>();
+    assert!((row_mean(2) - row_mean(29)).abs() > 1e-3, "rows of a real image give different features");
+    assert_eq!(enc.forward_cpu(&x, 1, 256, 704).expect("forward").neck[0].data, out.neck[0].data, "deterministic");
 }
 
 fn with(cfg: &CameraEncoderConfig, seed: u64, f: impl FnOnce(&mut NamedTensors)) -> Result<CameraEncoder, ModelError> {

@@ -1,7 +1,7 @@
 //! The camera encoder on CUDA against the CPU reference: the wide LayerNorm kernels, a reduced
 //! encoder on odd image sizes (every padding path: patch embedding, window grid, patch merging),
 //! and the full BEVFusion configuration (Swin-T + GeneralizedLSSFPN, random weights) on the six
-//! nuScenes camera images at 256 × 704: ‖out − ref‖ / ‖ref‖ ≤ 2e-3 per stage and at the neck, no NaN.
+//! nuScenes camera images preprocessed to 256 × 704: ‖out − ref‖ / ‖ref‖ ≤ 2e-3 per stage and at the neck, no NaN.
 //! Skipped without a GPU; SPTR_REQUIRE_GPU=1 makes a missing GPU a failure.
 #![cfg(feature = "cuda")]
 
@@ -11,6 +11,7 @@ use common::{gpu, rel_err, Rng};
 use half::f16;
 use sptr::camera::encoder::{random_weights, CameraEncoder, CameraEncoderConfig, EncoderOutput};
 use sptr::camera::encoder_cuda::CudaCameraEncoder;
+use sptr::camera::features::preprocess_files;
 use sptr::model::gpu_layers::GpuLayerNorm;
 use sptr::model::layers::LayerNorm;
 
@@ -122,14 +123,24 @@ model:
 }
 
 /// The full configuration (Swin-T: embed 96, depths 2-2-6-2, heads 3-6-12-24; the neck 448/1152
-/// → 256) on six images of 256 × 704.
+/// → 256) on the six nuScenes camera images, decoded and preprocessed to 256 × 704 (rounded to
+/// FP16 for both sides, as the GPU preprocessing delivers them).
 #[test]
 fn full_encoder_matches_cpu_on_six_images() {
     let Some(dev) = gpu("full_encoder_matches_cpu_on_six_images") else { return };
-    let cfg = CameraEncoderConfig::load(&common::root().join("config/models/bevfusion_seg_camera.yaml")).expect("config");
+    let model = common::root().join("config/models/bevfusion_seg_camera.yaml");
+    let cfg = CameraEncoderConfig::load(&model).expect("config");
     let enc = CameraEncoder::from_weights(&cfg, random_weights(&cfg, 2026).expect("w")).expect("encoder");
-    let (n, h, w) = (6, 256, 704);
-    let x = synthetic_images(n, h, w);
+    let mut jpgs: Vec<_> = std::fs::read_dir(common::data("nuscenes"))
+        .expect("tests/data/nuscenes")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().contains("__CAM_") && p.extension().is_some_and(|e| e == "jpg"))
+        .collect();
+    jpgs.sort();
+    assert_eq!(jpgs.len(), 6, "six camera JPEGs in tests/data/nuscenes");
+    let (x, n, h, w) = preprocess_files(&jpgs, &model).expect("preprocess");
+    assert_eq!((n, h, w), (6, 256, 704));
+    let x: Vec<f32> = x.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
     let t = std::time::Instant::now();
     let want = enc.forward_cpu(&x, n, h, w).expect("cpu");
     eprintln!("CPU reference: {:.1} s", t.elapsed().as_secs_f64());

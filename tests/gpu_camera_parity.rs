@@ -15,7 +15,7 @@ mod common;
 use common::rel_err;
 use half::f16;
 use sptr::camera::encoder::{CameraEncoder, CameraEncoderConfig};
-use sptr::camera::encoder_bench::{bench_encoder, stage_breakdown};
+use sptr::camera::encoder_bench::{bench_encoder, bench_encoder_graph, stage_breakdown};
 use sptr::camera::encoder_cuda::CudaCameraEncoder;
 use sptr::camera::features::read_input_npy;
 use sptr::camera::npy;
@@ -80,6 +80,9 @@ fn camera_encoder_matches_the_pytorch_reference() {
     let num = |k: &str| refj.get(k).and_then(|v| v.as_f64()).map_or("null".to_string(), |v| format!("{v:.4}"));
     for r in &rows {
         println!("{}", r.json(&dev.name));
+    }
+    for line in bench_encoder_graph(&dev, &cfg, &gpu, &plan, &x, 10, 50) {
+        println!("{line}");
     }
     println!("{}", stage_breakdown(&dev, &gpu, &plan, &x, 20).expect("stage times"));
     println!(

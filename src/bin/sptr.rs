@@ -150,9 +150,13 @@ enum Cmd {
     /// writes the neck outputs (`neck0.npy` feeds the view transform) and with --stages each
     /// backbone output (`stage{i}.npy`), NCHW float32 like upstream, into --out.
     CameraFeatures {
-        /// Normalized images, float32 NCHW `.npy` `[n, 3, h, w]`.
-        #[arg(long)]
-        input: PathBuf,
+        /// Camera images (JPEG or PNG), one batch in this order; decoded and preprocessed as the
+        /// model YAML says (resize, crop, normalize).
+        #[arg(required_unless_present = "input")]
+        images: Vec<PathBuf>,
+        /// Instead of images: normalized images, float32 NCHW `.npy` `[n, 3, h, w]`.
+        #[arg(long, conflicts_with = "images")]
+        input: Option<PathBuf>,
         /// Model YAML (reads `model.encoders.camera.backbone` and `.neck`).
         #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
         model: PathBuf,
@@ -533,8 +537,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench { what: BenchCmd::Bevpool { model, calib, iters, dram_gbps } } => bench_bevpool_cmd(&model, &calib, iters, dram_gbps),
         Cmd::Bench { what: BenchCmd::CameraInput { images, model, iters, warmup } } => bench_camera_input_cmd(&images, &model, iters, warmup),
-        Cmd::CameraFeatures { input, model, weights, random_weights, save_weights, save_input, stages, device, out } => {
-            camera_features_cmd(input, model, weights, random_weights, save_weights, save_input, stages, device, out)
+        Cmd::CameraFeatures { images, input, model, weights, random_weights, save_weights, save_input, stages, device, out } => {
+            camera_features_cmd(images, input, model, weights, random_weights, save_weights, save_input, stages, device, out)
         }
         Cmd::Bench { what: BenchCmd::Camera { model, input, batch, height, width, seed, warmup, iters } } => {
             bench_camera_cmd(model, input, batch, height, width, seed, warmup, iters)
@@ -549,7 +553,8 @@ fn run(cli: Cli) -> Result<()> {
 
 #[allow(clippy::too_many_arguments)]
 fn camera_features_cmd(
-    input: PathBuf,
+    images: Vec<PathBuf>,
+    input: Option<PathBuf>,
     model: PathBuf,
     weights: Option<PathBuf>,
     random_weights: Option<u64>,
@@ -559,13 +564,16 @@ fn camera_features_cmd(
     device: DeviceArg,
     out: PathBuf,
 ) -> Result<()> {
-    use sptr::camera::features::{read_input_npy, run, FeaturesJob, WeightsArg};
+    use sptr::camera::features::{preprocess_files, read_input_npy, run, FeaturesJob, WeightsArg};
     let weights = match (weights, random_weights) {
         (Some(w), _) => WeightsArg::File(w),
         (None, Some(seed)) => WeightsArg::Random { seed, save: save_weights },
         (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for an untrained smoke run)"),
     };
-    let (images, n, h, w) = read_input_npy(&input)?;
+    let (images, n, h, w) = match input {
+        Some(p) => read_input_npy(&p)?,
+        None => preprocess_files(&images, &model)?,
+    };
     let cuda = match device {
         DeviceArg::Cpu => false,
         DeviceArg::Cuda => true,

@@ -151,6 +151,7 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
     for row in bench_encoder(&dev, &cfg, &gpu, &plan, &x, a.warmup, a.iters)? {
         lines.push(row.json(&dev.name));
     }
+    lines.extend(bench_encoder_graph(&dev, &cfg, &gpu, &plan, &x, a.warmup, a.iters));
     lines.push(stage_breakdown(&dev, &gpu, &plan, &x, a.iters)?);
     Ok(lines)
 }
@@ -188,4 +189,50 @@ pub fn stage_breakdown(dev: &CudaDevice, enc: &CudaCameraEncoder, plan: &SwinPla
         plan.w,
         fields.join(", ")
     ))
+}
+
+/// The encoder captured once into a CUDA graph (after the warm-up of [`bench_encoder`]) and
+/// replayed: the time without host launch overheads, like timm's CUDA-graph number. Best effort:
+/// a capture the driver refuses is reported in the line (`graph_error`), not an error.
+pub fn bench_encoder_graph(
+    dev: &CudaDevice,
+    cfg: &CameraEncoderConfig,
+    enc: &CudaCameraEncoder,
+    plan: &SwinPlan,
+    images: &CudaSlice<f16>,
+    warmup: usize,
+    iters: usize,
+) -> Vec<String> {
+    use cudarc::driver::sys;
+    let flops = cfg.flops(plan.n, plan.h, plan.w);
+    let mut lines = Vec::new();
+    for (case, with_neck, gflop) in [("swin_t_graph", false, flops.backbone / 1e9), ("swin_t+fpn_graph", true, (flops.backbone + flops.neck) / 1e9)] {
+        let s = &dev.stream;
+        let captured = (|| -> Result<cudarc::driver::CudaGraph, String> {
+            // warm: kernels loaded, cuBLAS workspace allocated, pool grown (none of it may happen
+            // inside a capture)
+            for _ in 0..2 {
+                enc.forward(dev, plan, images).map_err(|e| e.to_string())?;
+            }
+            dev.synchronize().map_err(|e| e.to_string())?;
+            s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).map_err(|e| format!("begin capture: {e:?}"))?;
+            let run = if with_neck { enc.forward(dev, plan, images).map(drop) } else { enc.backbone(dev, plan, images).map(drop) };
+            // the capture always ends, so the stream is usable again whatever happened inside
+            let graph = s.end_capture(sys::CUgraphInstantiate_flags(0));
+            run.map_err(|e| format!("captured forward: {e}"))?;
+            let graph = graph.map_err(|e| format!("end capture / instantiate: {e:?}"))?.ok_or("empty graph")?;
+            graph.upload().map_err(|e| format!("graph upload: {e:?}"))?;
+            Ok(graph)
+        })();
+        let line = match captured.and_then(|g| event_times(dev, warmup, iters, || g.launch().map_err(cuda_err("graph launch"))).map_err(|e| e.to_string())) {
+            Ok(ts) => EncoderTiming { case, n: plan.n, h: plan.h, w: plan.w, median_ms: quantile(&ts, 0.5), p90_ms: quantile(&ts, 0.9), iters: ts.len(), gflop }.json(&dev.name),
+            Err(e) => format!(
+                "{{\"bench\": \"camera_encoder\", \"case\": \"{case}\", \"gpu\": \"{}\", \"graph_error\": {:?}}}",
+                dev.name,
+                e
+            ),
+        };
+        lines.push(line);
+    }
+    lines
 }

@@ -1,4 +1,5 @@
-//! `sptr camera-features`: the camera encoder on a batch of preprocessed images, its outputs
+//! `sptr camera-features`: the camera encoder on a batch of camera images (decoded and
+//! preprocessed as the model YAML says) or of preprocessed images, its outputs
 //! written as NCHW float32 `.npy` files (upstream's layout) for inspection and for the parity
 //! harness, which also takes the weights and the input tensor from here.
 
@@ -34,6 +35,31 @@ pub struct FeaturesJob {
     /// Write the input tensor the encoder consumed (NCHW `.npy`; FP16-rounded on CUDA).
     pub save_input: Option<PathBuf>,
     pub out: PathBuf,
+}
+
+/// Decodes camera image files (JPEG or PNG, any size each) and preprocesses them as the model
+/// YAML says (`image_size`, `augment2d.resize`, `bot_pct_lim`, `image_normalize`; the CPU
+/// preprocessing, Pillow's resize): NHWC `(data, n, h, w)`.
+pub fn preprocess_files(paths: &[PathBuf], model: &Path) -> Result<(Vec<f32>, usize, usize, usize), Error> {
+    use super::compressed::decode_compressed;
+    use super::image::DecodeLimits;
+    use super::preprocess::{preprocess_cpu, ImagePreprocess};
+    if paths.is_empty() {
+        return Err(Error::InvalidInput("no camera images given".into()));
+    }
+    let cfg = ImagePreprocess::load(model)?;
+    let limits = DecodeLimits::default();
+    let images = paths
+        .iter()
+        .map(|p| {
+            let bytes = std::fs::read(p).map_err(|e| Error::Io(format!("{}: cannot read: {e}", p.display())))?;
+            // the format is sniffed from the bytes; an empty format string accepts JPEG and PNG
+            decode_compressed("", &bytes, &limits).map_err(|e| Error::InvalidInput(format!("{}: {e}", p.display())))
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+    let refs: Vec<_> = images.iter().collect();
+    let batch = preprocess_cpu(&refs, &cfg)?;
+    Ok((batch.data, batch.n, batch.h, batch.w))
 }
 
 /// Reads a normalized NCHW float32 `.npy` batch `[n, 3, h, w]` as NHWC `(data, n, h, w)`.

@@ -18,6 +18,7 @@ pub mod fpn;
 #[cfg(feature = "cuda")]
 pub mod fpn_cuda;
 pub mod image;
+pub mod npy;
 pub mod preprocess;
 #[cfg(feature = "cuda")]
 pub mod preprocess_cuda;
