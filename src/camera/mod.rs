@@ -22,7 +22,6 @@ pub mod npy;
 pub mod preprocess;
 #[cfg(feature = "cuda")]
 pub mod preprocess_cuda;
-pub mod npy;
 pub mod swin;
 #[cfg(feature = "cuda")]
 pub mod swin_cuda;
