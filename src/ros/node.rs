@@ -329,6 +329,22 @@ impl Worker {
         })?;
         let cloud_msg = super::to_msg(cloud, msg.header.clone());
 
+        // Counted before its outputs go out: a `/diagnostics` report made after a subscriber has
+        // the outputs must count the frame (issue 23: a report in between said "processed 0").
+        {
+            let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+            c.processed += 1;
+            c.last_processing_ms = Some(total_ms);
+            c.last_voxels = Some(voxels);
+            c.last_points = Some(points_kept);
+            c.last_points_dropped = Some(points_in - points_kept);
+            if voxel_stats.voxels_dropped() > 0 {
+                c.over_voxel_cap += 1;
+            }
+            c.budget
+                .frame_processed(Instant::now(), total_ms > self.budget_ms);
+        }
+
         // A failed publish (the node is shutting down) is not the frame's fault.
         let _ = self.pubs.points.publish(&cloud_msg);
         let _ = self.pubs.bev_labels.publish(&labels);
@@ -343,19 +359,10 @@ impl Worker {
         });
         let _ = self.pubs.latency.publish(&f64_msg(latency));
         let _ = self.pubs.processing.publish(&f64_msg(total_ms));
-
-        let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
-        c.processed += 1;
-        c.last_processing_ms = Some(total_ms);
-        c.last_latency_ms = Some(latency);
-        c.last_voxels = Some(voxels);
-        c.last_points = Some(points_kept);
-        c.last_points_dropped = Some(points_in - points_kept);
-        if voxel_stats.voxels_dropped() > 0 {
-            c.over_voxel_cap += 1;
-        }
-        c.budget
-            .frame_processed(Instant::now(), total_ms > self.budget_ms);
+        self.counters
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_latency_ms = Some(latency);
         Ok(())
     }
 }
