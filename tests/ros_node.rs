@@ -840,17 +840,27 @@ fn malformed_yaml_fails_before_ros_starts() {
 /// take effect (on a machine without a GPU it must be refused with a clear message).
 #[test]
 fn device_override_takes_effect() {
-    if cfg!(feature = "cuda") && Path::new("/dev/nvidia0").exists() {
+    // The node under test is built as README builds it (scripts/test_ros.sh: `ros,cuda`), so its
+    // default `device: cuda` is refused for want of a GPU here, never for want of CUDA support.
+    assert!(
+        cfg!(feature = "cuda"),
+        "build the node as README says, --features ros,cuda (scripts/test_ros.sh)"
+    );
+    if Path::new("/dev/nvidia0").exists() {
         eprintln!("skipped: a GPU is present, device cuda would start");
         return;
     }
     let ns = unique("cudaoverride");
     let params = params_file(&ns, "cpu", |t| t);
-    refused(
+    let out = refused(
         "-p device:=cuda",
         &ns,
         node_cmd(&params, &ns, &["-p", "device:=cuda"]),
         &["device", "cuda"],
+    );
+    assert!(
+        !out.contains("no CUDA support"),
+        "the documented build must support device cuda:\n{out}"
     );
 }
 
