@@ -52,6 +52,15 @@ fn voxel_size_arg(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// A memory bandwidth in GB/s: finite, positive, at most 1,000,000.
+fn bandwidth_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number (GB/s)"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 1e6) {
+        return Err(format!("{v} GB/s is not a usable bandwidth: use a positive number up to 1000000"));
+    }
+    Ok(v)
+}
+
 /// A fraction in [0, 1].
 fn fraction_arg(s: &str) -> Result<f64, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
@@ -356,10 +365,10 @@ enum BenchCmd {
         #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
         model: PathBuf,
         /// Timed frames (the median is reported).
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
         /// Untimed frames first.
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = int_in::<0, 10_000>)]
         warmup: usize,
     },
     /// End-to-end segmentation (points on the host -> labels on the host): latency median/p90,
@@ -393,15 +402,17 @@ enum BenchCmd {
     /// geometries with the nuScenes calibration, bytes moved and the DRAM floor, and the whole
     /// view transform (JSON lines).
     Bevpool {
+        /// Model YAML whose view transform (BEV grid, depth bins, image size) to use.
         #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
         model: PathBuf,
         /// nuScenes-style calib.json (cameras' `cam2img`, `lidar2cam`; 1600 x 900 images).
         #[arg(long, default_value = "tests/data/nuscenes/calib.json")]
         calib: PathBuf,
-        #[arg(long, default_value_t = 100)]
+        /// Timed repetitions (the median is reported).
+        #[arg(long, default_value_t = 100, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
         /// DRAM bandwidth for the floor in GB/s (H100 SXM: 3350).
-        #[arg(long, default_value_t = 3350.0)]
+        #[arg(long, default_value_t = 3350.0, value_parser = bandwidth_arg)]
         dram_gbps: f64,
     },
 }
