@@ -14,6 +14,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/ros_env.sh
 export SPTR_BENCH_FRAMES="${1:-${SPTR_BENCH_FRAMES:-200}}"
 export SPTR_BENCH_OUT="${SPTR_BENCH_OUT:-${TMPDIR:-/tmp}/sptr_bench_node.json}"
-cargo test --release --features ros --test ros_node bench_node_receipt_to_publication -- \
+cargo test --release --features ros,cuda --test ros_node bench_node_receipt_to_publication -- \
     --ignored --exact --nocapture 2>&1 | grep -E '^\{"bench"|^test |FAIL|panicked' >&2
 cat "$SPTR_BENCH_OUT"

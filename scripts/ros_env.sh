@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ROS 2 (Kilted) from PyPI wheels, for building and testing sptr's `ros` feature (r2r 0.9.7)
-# on machines without /opt/ros. Idempotent; the venv is cached outside the clone.
+# on machines without /opt/ros. Idempotent; the venv is cached outside the clone. Exports
+# ROS_DISTRO=rolling, not kilted: r2r 0.9.7 does not know kilted (see print_exports).
 #
 #   source scripts/ros_env.sh       set up (first time only) and export the build environment
 #   scripts/ros_env.sh --print      set up and print the `export` lines (for eval or CI env files)
@@ -155,7 +156,11 @@ print_exports() {
                 LD_LIBRARY_PATH ROS_LOG_DIR; do
         case "$name" in
             SPTR_ROS_VENV | AMENT_PREFIX_PATH | CMAKE_PREFIX_PATH) value="$V" ;;
-            ROS_DISTRO) value=rolling ;;  # r2r 0.9.7 does not know "kilted"; "rolling" works
+            # The wheels are ROS 2 Kilted (rclpy 9.1.2, rcl 10.1.3, rmw_fastrtps_cpp 9.3.3), but
+            # r2r 0.9.7's build scripts stop on ROS_DISTRO=kilted (they know foxy ... jazzy,
+            # lyrical, rolling); their `rolling` code matches Kilted's rcl API (README: Building
+            # with ROS 2). Say kilted once r2r knows it.
+            ROS_DISTRO) value=rolling ;;
             IDL_PACKAGE_FILTER) value="$IDL_FILTER" ;;
             LD_LIBRARY_PATH) value="$ld" ;;  # r2r's build scripts load the introspection libs
             ROS_LOG_DIR) value="${ROS_LOG_DIR:-$CACHE/ros-log}" ;;

@@ -14,6 +14,7 @@ if [ -e /dev/nvidia0 ] || command -v nvidia-smi >/dev/null 2>&1; then
     source scripts/cuda_env.sh   # NVRTC for the GPU path (system CUDA if present)
 fi
 cargo build --release --features cuda --bin sptr
+echo "run_sample.sh: the sptr CLI is $CARGO_TARGET_DIR/release/sptr (README: export PATH=$CARGO_TARGET_DIR/release:\$PATH)" >&2
 weights=(--random-weights 0)
 for a in "$@"; do [ "$a" = --weights ] && weights=(); done
 "$CARGO_TARGET_DIR/release/sptr" replay tests/data/bags/nuscenes_sample \

@@ -20,7 +20,10 @@ source scripts/ros_env.sh
 
 export SPTR_CACHE="${SPTR_CACHE:-$HOME/.cache/sptr}"
 target="${CARGO_TARGET_DIR:-$repo/target}"
-tests=(--release --features ros --test ros_smoke --test ros_node)
+# The node as README builds it: `ros,cuda` (its device parameter defaults to cuda; the CUDA
+# support is loaded at run time, so this builds and runs on the CPU without CUDA).
+features=ros,cuda
+tests=(--release --features "$features" --test ros_smoke --test ros_node)
 
 echo "test_ros.sh: cargo test ${tests[*]} --no-run (target dir: $target)" >&2
 cargo test "${tests[@]}" --no-run
@@ -42,13 +45,13 @@ if [[ "${SPTR_SKIP_COLCON:-0}" != 1 ]]; then
     (cd "$ws" && PATH="$colcon_bin:$PATH" colcon --log-base "$ws/log" build \
         --base-paths "$repo" --build-base "$ws/build" --install-base "$ws/install" \
         --event-handlers console_direct- \
-        --cargo-args --release --features ros) >&2
+        --cargo-args --release --features "$features") >&2
     echo "test_ros.sh: colcon build took $(( $(date +%s) - start )) s" >&2
     export SPTR_COLCON_INSTALL="$ws/install" SPTR_REQUIRE_COLCON=1
 fi
 
-echo "test_ros.sh: cargo test --release --features ros --lib ros:: (the node's unit tests)" >&2
-cargo test --release --features ros --lib ros::
+echo "test_ros.sh: cargo test --release --features $features --lib ros:: budget:: (the node's unit tests)" >&2
+cargo test --release --features "$features" --lib -- ros:: budget::
 
 echo "test_ros.sh: cargo test ${tests[*]} $*" >&2
 cargo test "${tests[@]}" "$@"

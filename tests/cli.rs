@@ -68,6 +68,10 @@ fn every_numeric_argument_is_checked() {
         (&["bench", "pipeline", c], "--frames", &["0", huge, "1000001", "-5"]),
         (&["bench", "pipeline", c], "--warmup", &["10001", huge, "-1"]),
         (&["eval", "agreement", "a", "b"], "--min", &["nan", "inf", "-0.1", "1.5", "x"]),
+        (&["bench", "camera-input", "a.jpg"], "--iters", &["0", huge, "-1"]),
+        (&["bench", "camera-input", "a.jpg"], "--warmup", &["10001", huge, "-1"]),
+        (&["bench", "bevpool"], "--iters", &["0", huge, "-1"]),
+        (&["bench", "bevpool"], "--dram-gbps", &["0", "-1", "nan", "inf", "1e300", "x"]),
         (&["replay", "bag", "--model", "m.yaml"], "--random-weights", &["-1", over]),
         (&["replay", "bag", "--model", "m.yaml", "--random-weights", "0"], "--ignore", &["-1", huge]),
         (&["replay", "bag", "--model", "m.yaml", "--random-weights", "0"], "--shard", &["0/0", "1/1", "3/2", "-1/2", "0/-2", "0/4294967296", "x"]),
@@ -118,11 +122,12 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     d
 }
 
-/// The nuScenes model narrowed (m 16, three levels, one block) in `dir`: the same voxelization,
-/// a fast network for a debug build.
+/// The nuScenes model narrowed (m 16, three levels, one block, 0.2 m voxels) in `dir`: a fast
+/// network for a debug build.
 fn small_nuscenes_model(dir: &std::path::Path) -> String {
     let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap();
     let small = text
+        .replace("voxel_size: [0.1, 0.1, 0.1]", "voxel_size: [0.2, 0.2, 0.2]")
         .replace("\nm: 32\n", "\nm: 16\n")
         .replace("block_reps: 2", "block_reps: 1")
         .replace("layers: [32, 64, 128, 256, 256]", "layers: [16, 32, 48]")
@@ -167,7 +172,7 @@ fn random_weights_are_deterministic_and_load() {
     let cloud = nuscenes_bin();
     let (la, lb) = (file("a.label"), file("b.label"));
     let text = ok(&["segment", &cloud, "--model", &model, "--weights", &a, "--device", "cpu", "--out", &la]);
-    assert!(text.contains("34688 points, 17856 voxels"), "{text}");
+    assert!(text.contains("34688 points, ") && text.contains(" voxels ("), "{text}");
     ok(&["segment", &cloud, "--model", &model, "--random-weights", "3", "--device", "cpu", "--out", &lb]);
     assert_eq!(read(&la), read(&lb), "--weights FILE and --random-weights SEED label differently");
     assert_eq!(read(&la).len(), 34688 * 4);
@@ -182,14 +187,38 @@ fn random_weights_are_deterministic_and_load() {
 /// only a default).
 #[test]
 fn every_argument_has_help_text() {
-    let commands: &[&[&str]] = &[
-        &["voxelize"], &["segment"], &["prepare"], &["random-weights"], &["kernels"], &["info"],
-        &["bench", "pipeline"], &["bench", "voxelize"], &["bench", "spconv"], &["bench", "attention"],
-        &["bench", "model"], &["bag", "info"], &["replay"], &["eval", "merge"], &["eval", "agreement"],
-        &["camera-features"], &["bench", "camera"],
-    ];
+    // every subcommand, found from the help texts themselves (new ones are checked too)
+    let mut commands: Vec<Vec<String>> = Vec::new();
+    let mut todo: Vec<Vec<String>> = vec![Vec::new()];
+    while let Some(cmd) = todo.pop() {
+        let mut args: Vec<&str> = cmd.iter().map(|s| s.as_str()).collect();
+        args.push("-h");
+        let text = ok(&args);
+        let subs: Vec<String> = text
+            .split("\nCommands:\n")
+            .nth(1)
+            .map(|c| {
+                c.lines()
+                    .take_while(|l| l.starts_with("  "))
+                    .filter_map(|l| l.split_whitespace().next())
+                    .filter(|n| *n != "help")
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        for sub in subs {
+            let mut c = cmd.clone();
+            c.push(sub);
+            todo.push(c);
+        }
+        if !cmd.is_empty() {
+            commands.push(cmd);
+        }
+    }
+    assert!(commands.len() >= 15, "subcommands found: {commands:?}");
     let mut bare = Vec::new();
-    for cmd in commands {
+    for cmd in &commands {
+        let cmd: Vec<&str> = cmd.iter().map(|s| s.as_str()).collect();
         let mut args = cmd.to_vec();
         args.push("-h");
         let text = ok(&args);

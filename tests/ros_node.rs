@@ -3,8 +3,8 @@
 //! Each test starts the built node as a subprocess with `--ros-args --params-file <temp params,
 //! device cpu, the test model and its random weights> -r __ns:=/<unique namespace>`, runs one
 //! peer scenario, checks the node is still running, then sends SIGINT and checks it exits with
-//! status 0 before `ros2 launch` would escalate (5 s; the node reports its own stop, well under a
-//! second). Other tests start the node with invalid parameters or weights and check
+//! status 0 within 3 s (README: a second; margin for a loaded machine) with its stop report as
+//! its last line. Other tests start the node with invalid parameters or weights and check
 //! it refuses to start with a message naming the parameter.
 //!
 //! The test model is `config/models/sphereformer_nuscenes.yaml` narrowed (m 16, layers
@@ -373,10 +373,11 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
         );
     }
 
-    // SIGINT (SIGTERM for the launch-style test, as launch escalates): exits with status 0 before
-    // `ros2 launch` would escalate (its sigterm_timeout, 5 s by default). The node itself reports
-    // stopping in well under a second; the process teardown after it (DDS participants) once took
-    // over a second on the loaded 2-core CI machine, so the limit is launch's, not a guess.
+    // SIGINT (SIGTERM for the launch-style test, as launch escalates): README promises the
+    // process is gone within a second of the signal; the limit here is three times that, for a
+    // loaded 2-core CI machine (the node's stop was measured at 0.06-0.2 s idle, up to 1.2 s at a
+    // load average of 10). And the node's own last line reports its orderly stop: nothing runs
+    // after it (the process exits right after, without the libraries' exit-time teardown).
     let sig = if ns.contains("_launch_") {
         "TERM"
     } else {
@@ -384,7 +385,7 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
     };
     let t = Instant::now();
     signal(&node, sig);
-    const EXIT_LIMIT: Duration = Duration::from_secs(5);
+    const EXIT_LIMIT: Duration = Duration::from_secs(3);
     match node.wait_for(EXIT_LIMIT) {
         Some(s) if s.success() => {}
         Some(s) => panic!(
@@ -396,6 +397,13 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
             report(&format!("the node did not exit within {EXIT_LIMIT:?} of SIG{sig}"))
         ),
     }
+    let node_log = node.log_text();
+    let last = node_log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    assert!(
+        last.starts_with(&format!("perception_node: SIG{sig}: stopped in ")),
+        "{}",
+        report(&format!("the node's last line is not its stop report: {last:?}"))
+    );
     eprintln!(
         "ros_node {scenario}: node stopped {:?} after SIG{sig}",
         t.elapsed()
@@ -494,15 +502,29 @@ fn robustness_every_bad_cloud_is_counted_and_the_next_valid_cloud_is_answered() 
             "no result for `{case}`; peer output:\n{out}"
         );
     }
-    for reason in [
-        "malformed=3",
-        "empty=1",
-        "no_finite_points=1",
-        "too_many_points=1",
+    // The peer republishes a bad cloud each second until the node has counted it, so on a
+    // loaded machine a copy can be counted twice: at least these many (each case's own count
+    // rising is checked by the peer).
+    let last = out
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("RESULT rejected="))
+        .unwrap_or_else(|| panic!("no final diagnostics line; peer output:\n{out}"));
+    for (reason, at_least) in [
+        ("malformed", 3),
+        ("empty", 1),
+        ("no_finite_points", 1),
+        ("too_many_points", 1),
     ] {
+        let key = format!("rejected.{reason}=");
+        let n: u64 = last
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(&key))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {last:?}"));
         assert!(
-            out.contains(&format!("rejected.{reason}")),
-            "diagnostics do not count rejected.{reason}; peer output:\n{out}"
+            n >= at_least,
+            "diagnostics count {n} for rejected.{reason}, expected at least {at_least}; peer output:\n{out}"
         );
     }
 }
@@ -818,17 +840,27 @@ fn malformed_yaml_fails_before_ros_starts() {
 /// take effect (on a machine without a GPU it must be refused with a clear message).
 #[test]
 fn device_override_takes_effect() {
-    if cfg!(feature = "cuda") && Path::new("/dev/nvidia0").exists() {
+    // The node under test is built as README builds it (scripts/test_ros.sh: `ros,cuda`), so its
+    // default `device: cuda` is refused for want of a GPU here, never for want of CUDA support.
+    assert!(
+        cfg!(feature = "cuda"),
+        "build the node as README says, --features ros,cuda (scripts/test_ros.sh)"
+    );
+    if Path::new("/dev/nvidia0").exists() {
         eprintln!("skipped: a GPU is present, device cuda would start");
         return;
     }
     let ns = unique("cudaoverride");
     let params = params_file(&ns, "cpu", |t| t);
-    refused(
+    let out = refused(
         "-p device:=cuda",
         &ns,
         node_cmd(&params, &ns, &["-p", "device:=cuda"]),
         &["device", "cuda"],
+    );
+    assert!(
+        !out.contains("no CUDA support"),
+        "the documented build must support device cuda:\n{out}"
     );
 }
 

@@ -215,7 +215,7 @@ mod tests {
         let node = NodeParams::load(&file).unwrap();
         let (bev, frame) = bev_params(&nus, Some((&file, &node))).unwrap();
         assert_eq!(bev.classes, 16);
-        assert_eq!(frame, "base_link");
+        assert_eq!(frame, "", "the nuScenes params file stamps the grids with the cloud's frame");
         let mut bad = node.clone();
         bad.bev.obstacle_classes.push(16);
         let e = bev_params(&nus, Some((&file, &bad)))
