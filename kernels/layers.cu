@@ -10,6 +10,7 @@
 // the FP16 range guard of prelude.cuh over the values it stores. concat_rows copies FP16 values
 // another guarded kernel stored, so it has none; pad_channels_f16 guards the network's input
 // features (converted to FP16 by the voxelization), add_bias_f32 flags non-finite FP32 logits.
+// A value is guarded before a ReLU or GELU: those would turn a NaN or -inf into 0 and hide it.
 #include <cuda_fp16.h>
 
 // nn.LayerNorm over the c channels of each row (biased variance, eps inside the square root).
@@ -87,9 +88,11 @@ extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, u32 ac
     const u64 r = idx / c;
     const u32 j = (u32)(idx % c);
     float y = (acc[r * acc_ld + col0 + j] + bias[j]) * scale;
+    // the Linear's own output (upstream stores it before the GELU) and what is stored
+    u32 bits = fp16_range_bits(y);
     if (act == 1) y = gelu_erf(y);
     if (residual) y += __half2float(residual[idx]);
-    range_flag(range_flags, range_layer, fp16_range_bits(y));
+    range_flag(range_flags, range_layer, bits | fp16_range_bits(y));
     out[idx] = __float2half_rn(y);
 }
 

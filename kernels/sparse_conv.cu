@@ -92,8 +92,9 @@ __device__ __forceinline__ void tile_mma(const __half (*As)[IG_BK + IG_APAD], co
 }
 
 // Epilogue of a warp's (16 * MI) x (8 * NJ) tile: bias, residual, the next layer's BN + ReLU when
-// asked (post_scale non-NULL), FP16 store, with the FP16 range guard of the stored values (one
-// range_flag per thread at the end: nothing more than two compares a value while in range); or
+// asked (post_scale non-NULL), FP16 store, with the FP16 range guard of the stored values (taken
+// before the ReLU; one range_flag per thread at the end: nothing more than two compares a value
+// while in range); or
 // with offset splits the raw FP32 sum into the split's partial (conv_split_reduce finishes and
 // guards it). acc[i][j] = rows (wm + 16i + g, +8), channels
 // (n0 + wn + 8j + 2t, +1), stored two at a time (Cout is a multiple of 8, so both exist); outs
@@ -132,12 +133,13 @@ __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32
                 if (post_scale) {
                     v0 = v0 * post_scale[n] + post_shift[n];
                     v1 = v1 * post_scale[n + 1] + post_shift[n + 1];
-                    if (post_relu) {
-                        v0 = fmaxf(v0, 0.f);
-                        v1 = fmaxf(v1, 0.f);
-                    }
                 }
+                // guarded before the ReLU, which would zero a NaN or -inf
                 range_bits |= fp16_range_bits(v0) | fp16_range_bits(v1);
+                if (post_scale && post_relu) {
+                    v0 = fmaxf(v0, 0.f);
+                    v1 = fmaxf(v1, 0.f);
+                }
                 *reinterpret_cast<__half2*>(&out[(u64)o * cout + n]) = __floats2half2_rn(v0, v1);
             }
         }
@@ -213,8 +215,8 @@ __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
 #pragma unroll
                         for (int e = 0; e < 8; ++e) {
                             float f = __half2float(h[e]) * pre_scale[c0 + cv + e] + pre_shift[c0 + cv + e];
+                            bits |= fp16_range_bits(f);  // before the ReLU, which zeroes NaN and -inf
                             if (relu) f = fmaxf(f, 0.f);
-                            bits |= fp16_range_bits(f);
                             h[e] = __float2half_rn(f);
                         }
                         range_flag(range_flags, range_layer, bits);
@@ -817,11 +819,9 @@ extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, 
     const u32 n = (u32)(i % cout);
     if (bias) v += bias[n];
     if (residual) v += __half2float(residual[i]);
-    if (post_scale) {
-        v = v * post_scale[n] + post_shift[n];
-        if (post_relu) v = fmaxf(v, 0.f);
-    }
-    range_flag(range_flags, range_layer, fp16_range_bits(v));
+    if (post_scale) v = v * post_scale[n] + post_shift[n];
+    range_flag(range_flags, range_layer, fp16_range_bits(v));  // before the ReLU, as tile_store
+    if (post_scale && post_relu) v = fmaxf(v, 0.f);
     out[i] = __float2half_rn(v);
 }
 
@@ -834,7 +834,7 @@ extern "C" __global__ void conv_pre_activate(const __half* __restrict__ x, u32 n
     if (idx >= (u64)n * c) return;
     const u32 j = (u32)(idx % c);
     float f = __half2float(x[idx]) * scale[j] + shift[j];
+    range_flag(range_flags, range_layer, fp16_range_bits(f));  // before the ReLU, as tile_store
     if (relu) f = fmaxf(f, 0.f);
-    range_flag(range_flags, range_layer, fp16_range_bits(f));
     out[idx] = __float2half_rn(f);
 }

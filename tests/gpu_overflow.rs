@@ -5,8 +5,8 @@
 //! - Kernels: every sparse conv kernel (direct, 64/32-row implicit GEMMs, pipelined, each tiled
 //!   shape, the warpgroup-MMA ones on compute capability 9.0), unsplit and split over offsets
 //!   (the split reduction stores), with a saturating output, a saturating pre-activation, a
-//!   saturating post-activation and a NaN input, and in range (no flag, and the same bits as the
-//!   unguarded launch); the window attention (per-query and tiled kernels, the key-split merge,
+//!   saturating post-activation, a NaN input, a NaN and saturated negatives that a fused ReLU
+//!   zeroes, and in range (no flag, and the same bits as the unguarded launch); the window attention (per-query and tiled kernels, the key-split merge,
 //!   contextual RPE on both window kinds, no RPE) with a saturating value table and a NaN value.
 //! - The network, full nuScenes configuration on the nuScenes sweep: with weights drawn as the
 //!   issue draws them (conv/linear N(0, 0.05), BN/LN weights U(0.5, 1.5), biases and running means
@@ -106,6 +106,8 @@ fn every_conv_kernel_flags_values_out_of_fp16_range() {
     let small = CudaConvWeights::upload(&dev, &w_small, WeightLayout::Rsck, kv, cin, cout, None).unwrap();
     // every output >= 1100 * 64 = 70,400 on an all-ones input (each site is its own neighbour)
     let big = CudaConvWeights::upload(&dev, &vec![1100.0; kv * cin * cout], WeightLayout::Rsck, kv, cin, cout, None).unwrap();
+    // every output <= -70,400 on an all-ones input
+    let neg = CudaConvWeights::upload(&dev, &vec![-1100.0; kv * cin * cout], WeightLayout::Rsck, kv, cin, cout, None).unwrap();
     // outputs of at most 1e-4 * 1e5 * 64 * 27 = 17,280 after a 1e5 pre-scale
     let tiny = CudaConvWeights::upload(&dev, &vec![1e-4; kv * cin * cout], WeightLayout::Rsck, kv, cin, cout, None).unwrap();
     let x_rand: Vec<f32> = (0..m_in * cin).map(|_| rng.uniform(-1.0, 1.0)).collect();
@@ -162,6 +164,29 @@ fn every_conv_kernel_flags_values_out_of_fp16_range() {
         let (p, o, _) = run(&x_nan, &small, None, None);
         assert_eq!(p, 0, "{case}");
         assert!(o & RANGE_NON_FINITE != 0, "{case}: NaN input: {o}");
+        // the guard reads before a fused ReLU, which would zero a NaN or a saturated negative
+        // value: a NaN through the post-activation, outputs <= -70,400 zeroed by it
+        let (p, o, _) = run(&x_nan, &small, None, Some(&bn));
+        assert!(p == 0 && o & RANGE_NON_FINITE != 0, "{case}: NaN before the epilogue's ReLU: {p} {o}");
+        let (p, o, y) = run(&ones, &neg, None, Some(&bn));
+        if algo == ConvAlgo::Direct {
+            // its raw output is stored first (-inf in FP16), then activated by a pass of its own
+            assert!(p == 0 && o & RANGE_SATURATED != 0, "{case}: saturated negative outputs: {p} {o}");
+        } else {
+            assert_eq!((p, o), (0, RANGE_SATURATED), "{case}: saturated negative outputs before the epilogue's ReLU");
+        }
+        assert!(bits16(&dev, &y).iter().all(|&b| b == 0), "{case}: the ReLU zeroed them");
+        // ... and through the pre-activation: its own pass (pipelined) or the gather (64/32-row
+        // implicit GEMMs) flags it; the direct kernel's FP32 gather zeroes it unseen (its input
+        // is guarded where it is produced)
+        let (p, o, _) = run(&x_nan, &small, Some(&bn), None);
+        if pipelined(algo) {
+            assert!(p & RANGE_NON_FINITE != 0, "{case}: NaN into the pre-activation pass: {p} {o}");
+        } else if algo == ConvAlgo::Direct {
+            assert_eq!((p, o), (0, 0), "{case}: FP32 gather");
+        } else {
+            assert!(p == 0 && o & RANGE_NON_FINITE != 0, "{case}: NaN on the gather: {p} {o}");
+        }
         cases += 1;
     }
     eprintln!("conv range guard: {cases} kernel/split cases, {m_out} outputs, Cin {cin} Cout {cout}");

@@ -11,6 +11,10 @@
 //! - [`RANGE_SATURATED`]: `|v| >= 65504` (it rounds to the largest FP16 value or to inf);
 //! - [`RANGE_NON_FINITE`]: `v` is NaN or ±inf already in FP32 (an input was).
 //!
+//! A value followed by a fused ReLU or GELU is checked before it: the activation would turn a NaN
+//! or -inf into 0 (so a large negative value that the ReLU zeroes is flagged too: the network is
+//! out of FP16's range there, as an FP16 store of the layer's own output would show).
+//!
 //! A thread ORs those bits over what it stores and, only when they are not zero, its warp's
 //! converged lanes OR them into one `u32` per layer with a single `atomicOr`: nothing but two
 //! compares a value when the frame is in range. The flags live in one small device buffer per
