@@ -80,7 +80,7 @@ fn conv_algos(w: &CudaConvWeights) -> Vec<(ConvAlgo, Option<usize>)> {
         }
         v.extend(TILED_VARIANTS.iter().map(|t| (t.algo(), splits)));
         if w.wgmma_ready() {
-            v.extend(WGMMA_VARIANTS.iter().filter(|t| w.cout % t.cols as usize == 0).map(|t| (t.algo(), splits)));
+            v.extend(WGMMA_VARIANTS.iter().filter(|t| w.cout.is_multiple_of(t.cols as usize)).map(|t| (t.algo(), splits)));
         }
     }
     v
