@@ -74,13 +74,15 @@ struct AttnParams {
 // pos: contextual with split = positions [n, 3] (the radius is column 2). tq/tk/tv: contextual =
 // [rows, 3, heads_b, D] f32; bias2d: tq = [heads_b, (2h-1)(2w-1)]. Unused ones may be any buffer.
 // partial: the tiled kernel's per-split results when A.key_splits > 1 (see attn_tiled_merge).
+// range_flags (may be NULL), range_layer: the FP16 range guard (prelude.cuh) of the stored output.
 #define ATTN_PARAMS                                                                                 \
     const __half *__restrict__ q, const __half *__restrict__ k, const __half *__restrict__ v,       \
         __half *__restrict__ out, const u32 *__restrict__ order, const u32 *__restrict__ win_of,    \
         const u32 *__restrict__ offsets, const u32 *__restrict__ quant, const float *__restrict__ pos, \
         const float *__restrict__ tq, const float *__restrict__ tk, const float *__restrict__ tv,   \
-        float *__restrict__ partial, const u32 *__restrict__ items, AttnParams A
-#define ATTN_ARGS q, k, v, out, order, win_of, offsets, quant, pos, tq, tk, tv, partial, items, A
+        float *__restrict__ partial, const u32 *__restrict__ items, AttnParams A,                   \
+        u32 *__restrict__ range_flags, u32 range_layer
+#define ATTN_ARGS q, k, v, out, order, win_of, offsets, quant, pos, tq, tk, tv, partial, items, A, range_flags, range_layer
 
 template <int D>
 __device__ __forceinline__ void load_row(const __half* p, float* r) {
@@ -215,10 +217,16 @@ __device__ void attention_impl(ATTN_PARAMS) {
     // each lane writes its quarter of the row
     const float inv = 1.0f / l;
     __half2* o = reinterpret_cast<__half2*>(out + (u64)i * A.out_ld + h * D);
+    u32 bits = 0;
 #pragma unroll
     for (int c = 0; c < D; c += 2) {
-        if ((c / 2) % QUERY_LANES == (int)sub) o[c / 2] = __floats2half2_rn(acc[c] * inv, acc[c + 1] * inv);
+        if ((c / 2) % QUERY_LANES == (int)sub) {
+            const float y0 = acc[c] * inv, y1 = acc[c + 1] * inv;
+            bits |= fp16_range_bits(y0) | fp16_range_bits(y1);
+            o[c / 2] = __floats2half2_rn(y0, y1);
+        }
     }
+    range_flag(range_flags, range_layer, bits);
 }
 
 #define ATTN_KERNEL(D, MODE, NAME) \
@@ -764,8 +772,14 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
     }
     const float inv = 1.0f / l;
     __half2* o2 = reinterpret_cast<__half2*>(out + (u64)i * A.out_ld + h * D + d0);
+    u32 bits = 0;
 #pragma unroll
-    for (int c = 0; c < D / 2; c += 2) o2[c / 2] = __floats2half2_rn(acc[c] * inv, acc[c + 1] * inv);
+    for (int c = 0; c < D / 2; c += 2) {
+        const float y0 = acc[c] * inv, y1 = acc[c + 1] * inv;
+        bits |= fp16_range_bits(y0) | fp16_range_bits(y1);
+        o2[c / 2] = __floats2half2_rn(y0, y1);
+    }
+    range_flag(range_flags, range_layer, bits);
 }
 
 // The tiled kernel's work list, step 1: per window, its query chunks if it is a tiled window.
@@ -796,7 +810,8 @@ extern "C" __global__ void attn_tiled_items(const u32* __restrict__ chunks, cons
 // (sorted position, head of the call); head_dim d <= 32.
 extern "C" __global__ void attn_tiled_merge(const float* __restrict__ partial, const u32* __restrict__ order,
                                             const u32* __restrict__ win_of, const u32* __restrict__ offsets,
-                                            AttnParams A, u32 d, __half* __restrict__ out) {
+                                            AttnParams A, u32 d, __half* __restrict__ out,
+                                            u32* __restrict__ range_flags, u32 range_layer) {
     const u64 x = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (x >= (u64)A.n * A.heads_b) return;
     const u32 p = (u32)(x / A.heads_b), hb = (u32)(x % A.heads_b);
@@ -820,7 +835,13 @@ extern "C" __global__ void attn_tiled_merge(const float* __restrict__ partial, c
     }
     const float inv = 1.0f / l;
     __half* o = out + (u64)order[p] * A.out_ld + (A.head0 + hb) * d;
-    for (u32 c = 0; c < d; ++c) o[c] = __float2half_rn(acc[c] * inv);
+    u32 bits = 0;
+    for (u32 c = 0; c < d; ++c) {
+        const float y = acc[c] * inv;
+        bits |= fp16_range_bits(y);
+        o[c] = __float2half_rn(y);
+    }
+    range_flag(range_flags, range_layer, bits);
 }
 
 // MIN_BLOCKS per SM caps the registers (65536 / (128 * MIN_BLOCKS)): 3 blocks, 168 registers,

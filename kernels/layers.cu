@@ -5,6 +5,12 @@
 // Activations are FP16 rows `[n, c]`; every reduction and every epilogue is FP32. Compiled with
 // FMA contraction on (nothing here must round op by op like PyTorch; `downsample_xyz` only adds
 // and divides, which contraction cannot change).
+//
+// Every kernel that stores FP16 activations takes `range_flags` (may be NULL) and `range_layer`:
+// the FP16 range guard of prelude.cuh over the values it stores. concat_rows copies FP16 values
+// another guarded kernel stored, so it has none; pad_channels_f16 guards the network's input
+// features (converted to FP16 by the voxelization), add_bias_f32 flags non-finite FP32 logits.
+// A value is guarded before a ReLU or GELU: those would turn a NaN or -inf into 0 and hide it.
 #include <cuda_fp16.h>
 
 // nn.LayerNorm over the c channels of each row (biased variance, eps inside the square root).
@@ -15,7 +21,8 @@
 #define LN_WIDE_PER_LANE 48
 template <int PER_LANE>
 __device__ __forceinline__ void layer_norm_row(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
-                                               const float* __restrict__ beta, float eps, __half* __restrict__ out) {
+                                               const float* __restrict__ beta, float eps, __half* __restrict__ out,
+                                               u32* __restrict__ range_flags, u32 range_layer) {
     const u32 row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const u32 lane = threadIdx.x & 31u;
     if (row >= n) return;
@@ -42,21 +49,29 @@ __device__ __forceinline__ void layer_norm_row(const __half* __restrict__ x, u32
     for (int o = 16; o > 0; o >>= 1) var += __shfl_xor_sync(FULL_MASK, var, o);
     const float inv = rsqrtf(var / (float)c + eps);
     __half* orow = out + (u64)row * c;
+    u32 bits = 0;
 #pragma unroll
     for (int t = 0; t < PER_LANE; ++t) {
         const u32 j = lane + 32u * t;
-        if (j < c) orow[j] = __float2half_rn((v[t] - mean) * inv * gamma[j] + beta[j]);
+        if (j < c) {
+            const float y = (v[t] - mean) * inv * gamma[j] + beta[j];
+            bits |= fp16_range_bits(y);
+            orow[j] = __float2half_rn(y);
+        }
     }
+    range_flag(range_flags, range_layer, bits);
 }
 
 extern "C" __global__ void layer_norm_rows(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
-                                           const float* __restrict__ beta, float eps, __half* __restrict__ out) {
-    layer_norm_row<LN_MAX_PER_LANE>(x, n, c, gamma, beta, eps, out);
+                                           const float* __restrict__ beta, float eps, __half* __restrict__ out,
+                                           u32* __restrict__ range_flags, u32 range_layer) {
+    layer_norm_row<LN_MAX_PER_LANE>(x, n, c, gamma, beta, eps, out, range_flags, range_layer);
 }
 
 extern "C" __global__ void layer_norm_rows_wide(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
-                                                const float* __restrict__ beta, float eps, __half* __restrict__ out) {
-    layer_norm_row<LN_WIDE_PER_LANE>(x, n, c, gamma, beta, eps, out);
+                                                const float* __restrict__ beta, float eps, __half* __restrict__ out,
+                                                u32* __restrict__ range_flags, u32 range_layer) {
+    layer_norm_row<LN_WIDE_PER_LANE>(x, n, c, gamma, beta, eps, out, range_flags, range_layer);
 }
 
 // GELU as nn.GELU() computes it (the erf form).
@@ -66,7 +81,8 @@ __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + e
 // acc: FP32 GEMM output with `acc_ld` floats a row; act: 0 none, 1 GELU; residual may be NULL.
 extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, u32 acc_ld, u32 col0, u32 n, u32 c,
                                            const float* __restrict__ bias, float scale, u32 act,
-                                           const __half* __restrict__ residual, __half* __restrict__ out) {
+                                           const __half* __restrict__ residual, __half* __restrict__ out,
+                                           u32* __restrict__ range_flags, u32 range_layer) {
     // the host checks n * c < 2^32: 32-bit index arithmetic (a 64-bit division costs several
     // times more), 64-bit addresses
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -74,18 +90,25 @@ extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, u32 ac
     const u32 idx = (u32)gid;  // < 2^32: the host checks the element count
     const u32 r = idx / c, j = idx % c;
     float y = (acc[(u64)r * acc_ld + col0 + j] + bias[j]) * scale;
+    // the Linear's own output (upstream stores it before the GELU) and what is stored
+    u32 bits = fp16_range_bits(y);
     if (act == 1) y = gelu_erf(y);
     if (residual) y += __half2float(residual[idx]);
+    range_flag(range_flags, range_layer, bits | fp16_range_bits(y));
     out[idx] = __float2half_rn(y);
 }
 
 // Folded inference BatchNorm followed by ReLU: out = max(x * scale + shift, 0) per channel.
 extern "C" __global__ void bn_relu_rows(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ scale,
-                                        const float* __restrict__ shift, __half* __restrict__ out) {
+                                        const float* __restrict__ shift, __half* __restrict__ out,
+                                        u32* __restrict__ range_flags, u32 range_layer) {
     const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (u64)n * c) return;
     const u32 j = (u32)(idx % c);
-    out[idx] = __float2half_rn(fmaxf(__half2float(x[idx]) * scale[j] + shift[j], 0.0f));
+    // the affine map before the ReLU: fmaxf would turn a NaN into 0 and hide it
+    const float y = __half2float(x[idx]) * scale[j] + shift[j];
+    range_flag(range_flags, range_layer, fp16_range_bits(y));
+    out[idx] = __float2half_rn(fmaxf(y, 0.0f));
 }
 
 // Row-wise [a | b]: out[r] = (a[r, 0..ca], b[r, 0..cb]).
@@ -124,19 +147,26 @@ extern "C" __global__ void downsample_xyz(const i32* __restrict__ nbr, u32 m, u3
     out_batch[o] = out_coords[(u64)o * 4];
 }
 
-// The head's logits in place: logits[r, j] += bias[j] (FP32 GEMM output).
-extern "C" __global__ void add_bias_f32(float* __restrict__ logits, u32 n, u32 c, const float* __restrict__ bias) {
+// The head's logits in place: logits[r, j] += bias[j] (FP32 GEMM output). FP32 has the range:
+// only NaN and inf are flagged.
+extern "C" __global__ void add_bias_f32(float* __restrict__ logits, u32 n, u32 c, const float* __restrict__ bias,
+                                        u32* __restrict__ range_flags, u32 range_layer) {
     const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (u64)n * c) return;
-    logits[idx] += bias[idx % c];
+    const float y = logits[idx] + bias[idx % c];
+    range_flag(range_flags, range_layer, fabsf(y) <= 3.402823466e38f ? 0u : RANGE_NONFINITE);
+    logits[idx] = y;
 }
 
 // [n, c] -> [n, c_pad] (c_pad >= c), the extra channels zero: a narrow input widened for the
-// tensor-core conv (its padded weights are zero).
+// tensor-core conv (its padded weights are zero). Guards the input features: a value the FP16
+// conversion before it saturated (an intensity of 65,520 or more) is inf here.
 extern "C" __global__ void pad_channels_f16(const __half* __restrict__ x, u32 n, u32 c, u32 c_pad,
-                                            __half* __restrict__ out) {
+                                            __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (u64)n * c_pad) return;
     const u32 row = (u32)(i / c_pad), col = (u32)(i % c_pad);
-    out[i] = col < c ? x[(u64)row * c + col] : __float2half_rn(0.f);
+    const __half v = col < c ? x[(u64)row * c + col] : __float2half_rn(0.f);
+    range_flag(range_flags, range_layer, fp16_range_bits(__half2float(v)));
+    out[i] = v;
 }

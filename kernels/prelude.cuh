@@ -68,3 +68,26 @@ __device__ __forceinline__ void mma_16816(float c[4], const u32 a[4], const u32 
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+// ---- FP16 range guard (src/model/range.rs). A kernel that stores FP16 activations ORs
+// fp16_range_bits over the FP32 values it converts and stores, then calls range_flag once per
+// thread: flags[layer] |= those bits. RANGE_SATURATED: |v| >= 65504, the largest FP16 value (v
+// rounds to it or to inf); RANGE_NONFINITE: v is NaN or inf already. Bits as in range.rs.
+#define RANGE_SATURATED 1u
+#define RANGE_NONFINITE 2u
+__device__ __forceinline__ u32 fp16_range_bits(float v) {
+    const float a = fabsf(v);  // NaN fails both compares
+    return a < 65504.0f ? 0u : (a <= 3.402823466e38f ? RANGE_SATURATED : RANGE_NONFINITE);
+}
+// Nothing happens unless bits != 0 (a frame in range: a not-taken branch, no atomic) and flags is
+// set (NULL: the caller does not guard this launch). Then the converged lanes that got here with
+// bits set OR theirs together and one of them does the atomicOr: safe after divergent exits and
+// inside divergent branches (__activemask names exactly the lanes that take part).
+__device__ __forceinline__ void range_flag(u32* flags, u32 layer, u32 bits) {
+    if (bits == 0u || flags == nullptr) return;
+    const u32 lanes = __activemask();
+    const u32 all = __reduce_or_sync(lanes, bits);
+    u32 lane;
+    asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+    if (lane == (u32)(__ffs((int)lanes) - 1)) atomicOr(flags + layer, all);
+}

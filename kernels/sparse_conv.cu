@@ -8,11 +8,14 @@
 
 // out[o, co] = bias[co] + residual[o, co] + sum_k sum_ci W[k, ci, co] * act(x[nbr[o, k], ci]),
 // act(v) = relu?(v * scale[ci] + shift[ci]) when `pre` is set. W is repacked [K][Cin][Cout].
+// Every conv kernel takes `range_flags` (may be NULL) and `range_layer`: the FP16 range guard
+// (prelude.cuh) of the values it stores.
 extern "C" __global__ void conv_direct(const __half* __restrict__ x, const i32* __restrict__ nbr, u32 m, u32 kv,
                                        const __half* __restrict__ w, u32 cin, u32 cout,
                                        const float* __restrict__ bias, const float* __restrict__ pre_scale,
                                        const float* __restrict__ pre_shift, u32 pre, u32 relu,
-                                       const __half* __restrict__ residual, __half* __restrict__ out) {
+                                       const __half* __restrict__ residual, __half* __restrict__ out,
+                                       u32* __restrict__ range_flags, u32 range_layer) {
     __shared__ float row[CONV_MAX_CIN];
     const u32 o = blockIdx.x;
     const u32 co = blockIdx.y * blockDim.x + threadIdx.x;
@@ -39,6 +42,7 @@ extern "C" __global__ void conv_direct(const __half* __restrict__ x, const i32* 
     if (co >= cout) return;
     if (bias) acc += bias[co];
     if (residual) acc += __half2float(residual[(u64)o * cout + co]);
+    range_flag(range_flags, range_layer, fp16_range_bits(acc));
     out[(u64)o * cout + co] = __float2half_rn(acc);
 }
 
@@ -88,8 +92,11 @@ __device__ __forceinline__ void tile_mma(const __half (*As)[IG_BK + IG_APAD], co
 }
 
 // Epilogue of a warp's (16 * MI) x (8 * NJ) tile: bias, residual, the next layer's BN + ReLU when
-// asked (post_scale non-NULL), FP16 store; or with offset splits the raw FP32 sum into the
-// split's partial (conv_split_reduce finishes it). acc[i][j] = rows (wm + 16i + g, +8), channels
+// asked (post_scale non-NULL), FP16 store, with the FP16 range guard of the stored values (taken
+// before the ReLU; one range_flag per thread at the end: nothing more than two compares a value
+// while in range); or
+// with offset splits the raw FP32 sum into the split's partial (conv_split_reduce finishes and
+// guards it). acc[i][j] = rows (wm + 16i + g, +8), channels
 // (n0 + wn + 8j + 2t, +1), stored two at a time (Cout is a multiple of 8, so both exist); outs
 // maps tile rows to output rows (m past the end).
 template <int MI, int NJ>
@@ -97,7 +104,8 @@ __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32
                                            u32 m, u32 cout, const float* __restrict__ bias, const __half* __restrict__ residual,
                                            __half* __restrict__ out, u32 splits, float* __restrict__ partial,
                                            const float* __restrict__ post_scale, const float* __restrict__ post_shift,
-                                           u32 post_relu) {
+                                           u32 post_relu, u32* __restrict__ range_flags, u32 range_layer) {
+    u32 range_bits = 0;
 #pragma unroll
     for (int i = 0; i < MI; ++i)
 #pragma unroll
@@ -125,14 +133,17 @@ __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32
                 if (post_scale) {
                     v0 = v0 * post_scale[n] + post_shift[n];
                     v1 = v1 * post_scale[n + 1] + post_shift[n + 1];
-                    if (post_relu) {
-                        v0 = fmaxf(v0, 0.f);
-                        v1 = fmaxf(v1, 0.f);
-                    }
+                }
+                // guarded before the ReLU, which would zero a NaN or -inf
+                range_bits |= fp16_range_bits(v0) | fp16_range_bits(v1);
+                if (post_scale && post_relu) {
+                    v0 = fmaxf(v0, 0.f);
+                    v1 = fmaxf(v1, 0.f);
                 }
                 *reinterpret_cast<__half2*>(&out[(u64)o * cout + n]) = __floats2half2_rn(v0, v1);
             }
         }
+    range_flag(range_flags, range_layer, range_bits);
 }
 
 // The implicit-GEMM kernels' parameters (the device functions take them as the kernels do).
@@ -142,9 +153,11 @@ __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32
         const __half *__restrict__ w, u32 cin, u32 cout, const float *__restrict__ bias,                    \
         const float *__restrict__ pre_scale, const float *__restrict__ pre_shift, u32 pre, u32 relu,        \
         const __half *__restrict__ residual, __half *__restrict__ out, u32 splits, float *__restrict__ partial, \
-        const float *__restrict__ post_scale, const float *__restrict__ post_shift, u32 post_relu
-#define IMPLICIT_GEMM_CALL \
-    x, nbr, order, masks, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out, splits, partial, post_scale, post_shift, post_relu
+        const float *__restrict__ post_scale, const float *__restrict__ post_shift, u32 post_relu,            \
+        u32 *__restrict__ range_flags, u32 range_layer
+#define IMPLICIT_GEMM_CALL                                                                                   \
+    x, nbr, order, masks, m, kv, w, cin, cout, bias, pre_scale, pre_shift, pre, relu, residual, out, splits, partial, post_scale, post_shift, \
+        post_relu, range_flags, range_layer
 
 // `order` (may be NULL): tile row r of block b is output order[b * BM + r] (outputs sorted by
 // neighbour mask, so rows of a tile share active offsets and more offsets are skipped). `masks`
@@ -196,13 +209,17 @@ __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
                 if (i >= 0 && c0 + cv < cin) {
                     val = *reinterpret_cast<const uint4*>(x + (u64)i * cin + c0 + cv);
                     if (pre) {
+                        // the pre-activated row is FP16 in shared memory: guarded under the conv's layer
                         __half* h = reinterpret_cast<__half*>(&val);
+                        u32 bits = 0;
 #pragma unroll
                         for (int e = 0; e < 8; ++e) {
                             float f = __half2float(h[e]) * pre_scale[c0 + cv + e] + pre_shift[c0 + cv + e];
+                            bits |= fp16_range_bits(f);  // before the ReLU, which zeroes NaN and -inf
                             if (relu) f = fmaxf(f, 0.f);
                             h[e] = __float2half_rn(f);
                         }
+                        range_flag(range_flags, range_layer, bits);
                     }
                 }
                 *reinterpret_cast<uint4*>(&As[r][cv]) = val;
@@ -222,7 +239,7 @@ __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
             __syncthreads();
         }
     }
-    tile_store<MI, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
+    tile_store<MI, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer);
 }
 
 // ---- The same implicit GEMM with a cp.async pipeline: each (offset, Cin chunk) stage's A and B
@@ -379,7 +396,7 @@ __device__ __forceinline__ void implicit_gemm_pipe(IMPLICIT_GEMM_ARGS) {
         }
     };
     cp_async_ring<S>(total, issue, [&](u32, u32 buf) { tile_mma<MI>(As[buf], Bs[buf], wm, wn, g, t, acc); });
-    tile_store<MI, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
+    tile_store<MI, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer);
 }
 
 // 64-row tiles (128 threads).
@@ -585,7 +602,7 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
         else if (live == 2u) compute(Const<2>{}, buf);
     };
     cp_async_ring<T::S>(n_offsets * nc, [&](u32, u32 buf) { issue(buf); }, [&](u32, u32 buf) { step(buf); });
-    tile_store<2, NJ>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
+    tile_store<2, NJ>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer);
 }
 
 // The instantiations (kernel volume <= PIPE_MAX_KV); conv_cuda.rs' TILED_VARIANTS lists them
@@ -776,7 +793,7 @@ __device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const __
     cp_async_ring<T::S>(n_offsets * nc, [&](u32, u32 buf) { issue(buf); }, [&](u32, u32 buf) { step(buf); }, landed);
     wgmma_wait<0>();
     wgmma_fence_acc<NJ>(acc[0]);
-    tile_store<1, NJ>(acc, outs, wg * 64 + (warp & 3u) * 16, 0, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu);
+    tile_store<1, NJ>(acc, outs, wg * 64 + (warp & 3u) * 16, 0, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer);
 }
 
 #define WGMMA_KERNEL(NAME, BN, S, MIN_BLOCKS)                                                                            \
@@ -792,7 +809,8 @@ WGMMA_KERNEL(conv_wgmma_m128_n128, 128, 3, 2)
 extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, u32 splits, u32 m, u32 cout,
                                              const float* __restrict__ bias, const __half* __restrict__ residual,
                                              __half* __restrict__ out, const float* __restrict__ post_scale,
-                                             const float* __restrict__ post_shift, u32 post_relu) {
+                                             const float* __restrict__ post_shift, u32 post_relu,
+                                             u32* __restrict__ range_flags, u32 range_layer) {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u64 total = (u64)m * cout;
     if (i >= total) return;
@@ -801,21 +819,22 @@ extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, 
     const u32 n = (u32)(i % cout);
     if (bias) v += bias[n];
     if (residual) v += __half2float(residual[i]);
-    if (post_scale) {
-        v = v * post_scale[n] + post_shift[n];
-        if (post_relu) v = fmaxf(v, 0.f);
-    }
+    if (post_scale) v = v * post_scale[n] + post_shift[n];
+    range_flag(range_flags, range_layer, fp16_range_bits(v));  // before the ReLU, as tile_store
+    if (post_scale && post_relu) v = fmaxf(v, 0.f);
     out[i] = __float2half_rn(v);
 }
 
 // relu?(x * scale[c] + shift[c]) over a whole [n, c] input, once, for the pipelined convs (their
 // cp.async gather cannot transform rows on the way): the same float steps as the gather's.
 extern "C" __global__ void conv_pre_activate(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ scale,
-                                             const float* __restrict__ shift, u32 relu, __half* __restrict__ out) {
+                                             const float* __restrict__ shift, u32 relu, __half* __restrict__ out,
+                                             u32* __restrict__ range_flags, u32 range_layer) {
     const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (u64)n * c) return;
     const u32 j = (u32)(idx % c);
     float f = __half2float(x[idx]) * scale[j] + shift[j];
+    range_flag(range_flags, range_layer, fp16_range_bits(f));  // before the ReLU, as tile_store
     if (relu) f = fmaxf(f, 0.f);
     out[idx] = __float2half_rn(f);
 }

@@ -233,6 +233,9 @@ pub struct NodeParams {
     /// What a CUDA error while processing a frame does (default `exit`).
     #[serde(default)]
     pub on_cuda_error: CudaErrorPolicy,
+    /// What a frame whose activations left the FP16 range gives (default `drop`).
+    #[serde(default)]
+    pub on_overflow: OverflowPolicy,
     /// Topic names (default: the private `~/...` names; remapping works on either).
     #[serde(default)]
     pub topics: TopicParams,
@@ -248,6 +251,29 @@ pub enum CudaErrorPolicy {
     /// the node with a fresh CUDA context: most CUDA errors leave the context unusable).
     #[default]
     Exit,
+}
+
+/// `on_overflow`: what a frame gives whose activations left FP16's range on the GPU (or were
+/// NaN/inf on the CPU; see `model::range`). Either way the frame is an ERROR in diagnostics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OverflowPolicy {
+    /// Publish nothing for the frame (counted as rejected, reason `overflow`).
+    #[default]
+    Drop,
+    /// Publish the labeled cloud with every `probability` 0 (class ids as computed) and BEV
+    /// grids with every cell unknown, for consumers that must get a message per cloud.
+    ZeroProbability,
+}
+
+impl OverflowPolicy {
+    /// The parameter value.
+    pub fn name(self) -> &'static str {
+        match self {
+            OverflowPolicy::Drop => "drop",
+            OverflowPolicy::ZeroProbability => "zero_probability",
+        }
+    }
 }
 
 /// `topics:` names of the node's topics (relative and `~/` names resolve as usual in ROS 2).

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::bev::label_grid::{label_grid_cpu, BevGridParams, BevGrids};
 use crate::cloud::{self, CloudBuf, CloudView};
-use crate::config::{DeviceKind, ModelYaml};
+use crate::config::{DeviceKind, ModelYaml, OverflowPolicy};
+use crate::model::range::RangeReport;
 use crate::model::weights::Weights;
 use crate::pipeline::{Segmentation, Segmenter, UNLABELED};
 use crate::sparse::voxelize::VoxelStats;
@@ -41,16 +42,20 @@ pub enum Reject {
     ProcessingError,
     /// A CUDA error (the `on_cuda_error` parameter says what happens next).
     DeviceError,
+    /// The network's activations left the FP16 range (or were NaN/inf on the CPU) and
+    /// `on_overflow` is `drop`: the labels would be plausible-looking garbage.
+    Overflow,
 }
 
 impl Reject {
-    pub const ALL: [Reject; 6] = [
+    pub const ALL: [Reject; 7] = [
         Reject::Malformed,
         Reject::Empty,
         Reject::NoFinitePoints,
         Reject::TooManyPoints,
         Reject::ProcessingError,
         Reject::DeviceError,
+        Reject::Overflow,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +66,7 @@ impl Reject {
             Reject::TooManyPoints => "too_many_points",
             Reject::ProcessingError => "processing_error",
             Reject::DeviceError => "device_error",
+            Reject::Overflow => "overflow",
         }
     }
 
@@ -127,6 +133,64 @@ pub struct FrameOutput {
     pub stages: [f64; STAGES.len()],
     /// Sum of the stages, ms.
     pub total_ms: f64,
+    /// The network's FP16 range guard: empty when every activation was in range. Not empty
+    /// only under `on_overflow: zero_probability` (under `drop` the frame is rejected): the cloud
+    /// then has probability 0 everywhere and the BEV grids are unknown.
+    pub range: RangeReport,
+}
+
+/// The node's count of frames whose activations left the FP16 range, for `/diagnostics`: every
+/// such frame is an ERROR there, whatever `on_overflow` did with it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OverflowStats {
+    /// Frames out of range, dropped or published with probability 0.
+    pub frames: u64,
+    /// Of those, the ones dropped (`on_overflow: drop`).
+    pub dropped: u64,
+    /// The last one's flagged layers ([`RangeReport::summary`]).
+    pub last: Option<String>,
+}
+
+impl OverflowStats {
+    /// A frame rejected with [`Reject::Overflow`] (its detail is [`overflow_detail`]).
+    pub fn dropped(&mut self, r: &Rejected) {
+        if r.why == Reject::Overflow {
+            self.frames += 1;
+            self.dropped += 1;
+            self.last = Some(r.detail.clone());
+        }
+    }
+
+    /// A frame published: counted when its range report is not clean (`zero_probability`).
+    pub fn published(&mut self, range: &RangeReport) {
+        if !range.is_clean() {
+            self.frames += 1;
+            self.last = Some(overflow_detail(range));
+        }
+    }
+
+    /// The ERROR message of a diagnostics report after `new` more such frames (None for 0).
+    pub fn diagnostic(&self, new: u64, policy: OverflowPolicy) -> Option<String> {
+        if new == 0 {
+            return None;
+        }
+        let what = match policy {
+            OverflowPolicy::Drop => "not published (on_overflow: drop)",
+            OverflowPolicy::ZeroProbability => "published with probability 0 (on_overflow: zero_probability)",
+        };
+        Some(format!(
+            "{new} frame(s) out of the FP16 range, {what}; last: {}",
+            self.last.as_deref().unwrap_or("?")
+        ))
+    }
+}
+
+/// The text a frame out of range is reported with (logs, reject reasons, replay's report).
+pub fn overflow_detail(range: &RangeReport) -> String {
+    format!(
+        "the network's activations left the FP16 range (NaN/inf on the CPU), so its labels cannot be trusted: {}",
+        range.summary(3)
+    )
 }
 
 /// The network (the `Segmenter` runs it on the CPU or the GPU it was moved to).
@@ -148,6 +212,10 @@ pub struct Processor {
     bev: BevGridParams,
     max_points: usize,
     device_name: String,
+    /// What a frame out of the FP16 range gives (the node's `on_overflow`).
+    on_overflow: OverflowPolicy,
+    /// The range report of the last frame that reached the network.
+    last_range: RangeReport,
     // Reused per frame.
     points: Points,
     class_id: Vec<u8>,
@@ -240,6 +308,8 @@ impl Processor {
             bev,
             max_points: model.voxelization.max_points,
             device_name,
+            on_overflow: OverflowPolicy::default(),
+            last_range: RangeReport::default(),
             points: Points::default(),
             class_id: Vec::new(),
         })
@@ -263,8 +333,26 @@ impl Processor {
         &self.bev
     }
 
+    /// What a frame whose activations leave the FP16 range gives (default `drop`: rejected
+    /// with [`Reject::Overflow`]).
+    pub fn set_on_overflow(&mut self, policy: OverflowPolicy) {
+        self.on_overflow = policy;
+    }
+
+    pub fn on_overflow(&self) -> OverflowPolicy {
+        self.on_overflow
+    }
+
+    /// The FP16 range report of the last frame [`process`](Self::process) ran the network on
+    /// (empty: in range, or the frame never reached the network); a frame rejected with
+    /// [`Reject::Overflow`] leaves its flagged layers here.
+    pub fn last_range(&self) -> &RangeReport {
+        &self.last_range
+    }
+
     /// One frame. A rejected frame leaves nothing behind: the next one starts clean.
     pub fn process(&mut self, view: &CloudView) -> Result<FrameOutput, Rejected> {
+        self.last_range = RangeReport::default();
         let mut stages = [0.0; STAGES.len()];
         let declared = (view.width as u64).saturating_mul(view.height as u64);
         if declared > self.max_points as u64 {
@@ -304,9 +392,19 @@ impl Processor {
             ));
         }
 
-        let seg = self
+        let mut seg = self
             .segment()
             .map_err(|e| Rejected::new(Reject::of_error(&e), e.to_string()))?;
+        let range = std::mem::take(&mut seg.range);
+        self.last_range = range.clone();
+        if !range.is_clean() {
+            match self.on_overflow {
+                OverflowPolicy::Drop => {
+                    return Err(Rejected::new(Reject::Overflow, overflow_detail(&range)))
+                }
+                OverflowPolicy::ZeroProbability => seg.probs.fill(0.0),
+            }
+        }
         let network: Duration = seg
             .times
             .stages
@@ -322,9 +420,13 @@ impl Processor {
         self.class_id.clear();
         self.class_id
             .extend(seg.labels.iter().map(|&l| class_u8(l)));
-        let grids = self
-            .grids(&seg.probs)
-            .map_err(|e| Rejected::new(Reject::of_error(&e), format!("BEV grid: {e}")))?;
+        let grids = if range.is_clean() {
+            self.grids(&seg.probs)
+        } else {
+            // every cell unknown: the grid of no points
+            label_grid_cpu(&[], &[], &[], &[], &self.bev)
+        }
+        .map_err(|e| Rejected::new(Reject::of_error(&e), format!("BEV grid: {e}")))?;
         stages[4] = ms(t.elapsed());
 
         let t = Instant::now();
@@ -345,6 +447,7 @@ impl Processor {
             points_kept: report.kept,
             total_ms: stages.iter().sum(),
             stages,
+            range,
         })
     }
 
@@ -611,6 +714,31 @@ mod tests {
         assert_eq!(Percentiles::of(&[]), None);
         assert_eq!(Percentiles::of(&[7.0]).unwrap().p99, 7.0);
         assert_eq!(json_str("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    }
+
+    #[test]
+    fn overflow_stats_count_dropped_and_published_frames() {
+        use crate::model::range::LayerNames;
+        let mut names = LayerNames::new();
+        names.add("input");
+        names.add("unet.blocks.block0.conv_branch.2");
+        let report = names.report(&[0, crate::model::range::RANGE_SATURATED]);
+        let mut st = OverflowStats::default();
+        assert_eq!(st.diagnostic(0, OverflowPolicy::Drop), None);
+        // other rejects and clean frames are not counted
+        st.dropped(&Rejected::new(Reject::Malformed, "truncated"));
+        st.published(&RangeReport::default());
+        assert_eq!(st, OverflowStats::default());
+        st.dropped(&Rejected::new(Reject::Overflow, overflow_detail(&report)));
+        st.published(&report);
+        assert_eq!((st.frames, st.dropped), (2, 1));
+        let last = st.last.clone().unwrap();
+        assert!(last.contains("unet.blocks.block0.conv_branch.2 (overflow)"), "{last}");
+        let m = st.diagnostic(2, OverflowPolicy::ZeroProbability).unwrap();
+        assert!(m.starts_with("2 frame(s) out of the FP16 range") && m.contains("zero_probability") && m.contains("conv_branch.2"), "{m}");
+        assert!(st.diagnostic(1, OverflowPolicy::Drop).unwrap().contains("not published"));
+        assert_eq!(Reject::Overflow.name(), "overflow");
+        assert_eq!(Reject::of_error(&Error::InvalidInput("x".into())), Reject::ProcessingError);
     }
 
     #[test]

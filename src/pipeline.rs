@@ -13,6 +13,7 @@ pub mod progress;
 
 use crate::config::{DeviceKind, ModelYaml};
 use crate::model::preprocess::{prepare_inputs, NetworkInputs};
+use crate::model::range::RangeReport;
 use crate::model::sphereformer::{SphereFormer, StageHook, StageTimes};
 use crate::model::weights::Weights;
 use crate::sparse::voxelize::{sample_offsets, VoxelStats};
@@ -42,6 +43,9 @@ pub struct Segmentation {
     /// are stages of their own (`input_map`, `l<k>.map`) and the network's stage times are GPU
     /// times between CUDA events (no host synchronisation per stage).
     pub times: StageTimes,
+    /// The FP16 range guard ([`crate::model::range`]): the layers whose activations left FP16's
+    /// range (CUDA) or were not finite (CPU). Not clean: the labels are not to be trusted.
+    pub range: RangeReport,
 }
 
 impl Segmentation {
@@ -57,6 +61,7 @@ impl Segmentation {
             voxel_stats,
             coord_fixups,
             times,
+            range: RangeReport::default(),
         }
     }
 
@@ -181,7 +186,8 @@ impl Segmenter {
         if inputs.is_empty() {
             return Ok(out);
         }
-        let logits = self.run_network(&inputs, &mut out.times)?;
+        let (logits, range) = self.run_network_checked(&inputs, &mut out.times)?;
+        out.range = range;
         let start = Instant::now();
         let per_voxel = argmax_softmax(&logits, self.model.classes());
         devoxelize(&inputs.point_to_voxel, &per_voxel, &mut out.labels, &mut out.probs);
@@ -203,8 +209,10 @@ impl Segmenter {
             return Ok(out);
         }
         let mut clock = GpuClock::start(&c.dev)?;
-        let (logits, point_map) = c.net.forward_prepared(&c.dev, inputs, &mut clock)?;
+        let (logits, point_map, range) = c.net.forward_prepared(&c.dev, inputs, &mut clock)?;
         let (labels, probs) = labels_to_points_cuda(&c.dev, &logits, &point_map, self.model.classes(), UNLABELED)?;
+        // the flags' copy was enqueued before the labels', which are on the host now
+        out.range = range.finish(c.net.layer_names())?;
         // devoxelize: arg-max, the map back to points and the copy of the labels to the host.
         clock.mark(&c.dev, "devoxelize".into())?;
         clock.finish(&mut out.times)?;
@@ -213,13 +221,19 @@ impl Segmenter {
         Ok(out)
     }
 
-    /// Voxel logits `[voxels, classes]` for prepared inputs, on this segmenter's device.
+    /// Voxel logits `[voxels, classes]` for prepared inputs, on this segmenter's device (without
+    /// the range guard's report: [`Segmenter::run_network_checked`]).
     pub fn run_network(&self, inputs: &NetworkInputs, times: &mut StageTimes) -> Result<Vec<f32>, Error> {
+        self.run_network_checked(inputs, times).map(|(logits, _)| logits)
+    }
+
+    /// [`Segmenter::run_network`] and the FP16 range guard's report of the forward.
+    pub fn run_network_checked(&self, inputs: &NetworkInputs, times: &mut StageTimes) -> Result<(Vec<f32>, RangeReport), Error> {
         #[cfg(feature = "cuda")]
         if let Some(c) = &self.cuda {
             return c.net.forward(&c.dev, &inputs.coords, &inputs.feats, &inputs.xyz, &inputs.batch, inputs.spatial_shape, times);
         }
-        self.model.forward_cpu_timed(&inputs.coords, &inputs.feats, &inputs.xyz, &inputs.batch, inputs.spatial_shape, times)
+        self.model.forward_cpu_checked(&inputs.coords, &inputs.feats, &inputs.xyz, &inputs.batch, inputs.spatial_shape, times)
     }
 }
 

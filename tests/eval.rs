@@ -130,6 +130,7 @@ fn frame(index: u64, e2e: u64) -> FrameRecord {
             ("voxelize".into(), e2e / 2),
             (END_TO_END.into(), e2e),
         ],
+        out_of_range: Vec::new(),
     }
 }
 
@@ -219,6 +220,7 @@ fn report_json_keys_are_stable() {
             "frames",
             "latency_ms",
             "metrics",
+            "out_of_range",
             "run",
             "skipped",
             "throughput"
@@ -332,4 +334,39 @@ fn confusion_png_has_a_colour_scale_and_names_on_both_axes() {
     assert!(count(40..150, 0..matrix_bottom) > 100, "no ground-truth names on the left");
     let below = count(0..right, matrix_bottom + 40..(matrix_bottom + 70).min(h));
     assert!(below > 20, "no predicted-class names below the matrix (bottom at y {matrix_bottom})");
+}
+
+/// Frames whose activations left the FP16 range are listed with their layers (JSON and
+/// Markdown), merged like the rest; a state or report written before the field reads as none.
+#[test]
+fn out_of_range_frames_are_listed() {
+    let mut bad = frame(1, 2_000_000);
+    bad.status = FrameStatus::Skipped;
+    bad.reason = Some("rejected as the node would reject it (overflow: ...)".into());
+    bad.out_of_range = vec!["input_conv.0 (overflow)".into(), "unet.blocks.block0.conv_branch.2 (overflow, NaN/inf)".into()];
+    let s = state(0, 1, vec![frame(0, 1_000_000), bad], Confusion::from_rows(&[vec![3, 1], vec![0, 2]]));
+    let r = Report::from_state(&s);
+    assert_eq!(r.out_of_range.len(), 1);
+    let f = &r.out_of_range[0];
+    assert_eq!((f.frame, f.timestamp_ns, f.status), (1, 1001, FrameStatus::Skipped));
+    assert_eq!(f.layers[0], "input_conv.0 (overflow)");
+    let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+    assert_eq!(v["out_of_range"][0]["layers"][1], "unet.blocks.block0.conv_branch.2 (overflow, NaN/inf)");
+    assert_eq!(v["out_of_range"][0]["status"], "skipped");
+    let md = r.to_markdown();
+    assert!(md.contains("1 frame(s) left the FP16 range") && md.contains("## Frames out of the FP16 range"), "{md}");
+    assert!(md.contains("| 1 | 1001 | Skipped | input_conv.0 (overflow), unet.blocks.block0.conv_branch.2 (overflow, NaN/inf) |"), "{md}");
+    // in-range frames add nothing
+    let clean = Report::from_state(&state(0, 1, vec![frame(0, 1_000_000)], Confusion::from_rows(&[vec![1]])));
+    assert!(clean.out_of_range.is_empty() && !clean.to_markdown().contains("FP16"));
+    // older files: no `out_of_range` in a frame record or a report
+    let mut json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+    json.as_object_mut().unwrap().remove("out_of_range");
+    let old: Report = serde_json::from_value(json).unwrap();
+    assert!(old.out_of_range.is_empty());
+    let rec: FrameRecord = serde_json::from_str(r#"{"index":0,"timestamp_ns":5,"status":"replayed","points":1,"labeled_points":1,"stages_ns":[]}"#).unwrap();
+    assert!(rec.out_of_range.is_empty());
+    // shards merge: the frame keeps its layers
+    let merged = EvalState::merge(vec![s.clone()]).unwrap();
+    assert_eq!(Report::from_state(&merged).out_of_range, r.out_of_range);
 }

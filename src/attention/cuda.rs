@@ -21,6 +21,7 @@ use super::rpe::RpeGeometry;
 use super::sphere::{cubic_heads, SphereLevel};
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::{bits_for, exclusive_scan_u32_async, grid_1d, radix_sort_pairs};
+use crate::device::range::RangeSlot;
 use crate::Error;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use half::f16;
@@ -518,6 +519,25 @@ pub fn window_attention_cuda_split(
     tiled_min: usize,
     key_splits: Option<usize>,
 ) -> Result<(), Error> {
+    window_attention_cuda_guarded(dev, qkv, heads, part, term, out, out_ld, tiled_min, key_splits, None)
+}
+
+/// [`window_attention_cuda_split`] with the FP16 range guard of the output reporting into
+/// `range` ([`crate::model::range`]; `None`: not guarded).
+#[allow(clippy::too_many_arguments)]
+pub fn window_attention_cuda_guarded(
+    dev: &CudaDevice,
+    qkv: QkvView,
+    heads: HeadSlice,
+    part: &CudaPartition,
+    term: CudaTerm,
+    out: &mut CudaSlice<f16>,
+    out_ld: usize,
+    tiled_min: usize,
+    key_splits: Option<usize>,
+    range: Option<RangeSlot<'_>>,
+) -> Result<(), Error> {
+    let range = range.as_ref();
     let n = part.n;
     if heads.head_dim == 0 || heads.count == 0 || heads.first + heads.count > heads.heads {
         return Err(Error::InvalidInput(format!("window attention: bad head slice {heads:?}")));
@@ -626,7 +646,7 @@ pub fn window_attention_cuda_split(
         block_dim: (ATTN_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    launch_attention(dev, name, cfg, qkv, out, None, None, part, quant, floats, &p)?;
+    launch_attention(dev, name, cfg, qkv, out, None, None, part, quant, floats, &p, range)?;
     let Some(smem) = tiled else { return Ok(()) };
     let splits = key_splits.unwrap_or_else(|| auto_key_splits(n, part.n_max, heads.count)).clamp(1, MAX_KEY_SPLITS);
     p.key_splits = splits as u32;
@@ -655,24 +675,25 @@ pub fn window_attention_cuda_split(
     };
     if splits == 1 {
         // the grid covers every work item (blocks past the list's count return), shared memory as computed
-        return launch_attention(dev, name, cfg, qkv, out, None, Some(&items.list), part, quant, floats, &p);
+        return launch_attention(dev, name, cfg, qkv, out, None, Some(&items.list), part, quant, floats, &p, range);
     }
     // [splits][n][heads][d + 2] partials, then the merge writes the tiled windows' rows
     let mut partial = dev
         .stream
         .alloc_zeros::<f32>(splits * n * heads.count * (d + 2))
         .map_err(cuda_err("allocating the key-split partials"))?;
-    launch_attention(dev, name, cfg, qkv, out, Some(&mut partial), Some(&items.list), part, quant, floats, &p)?;
+    launch_attention(dev, name, cfg, qkv, out, Some(&mut partial), Some(&items.list), part, quant, floats, &p, range)?;
     let merge = dev.function("attention_core", "attn_tiled_merge")?;
     let total = u32::try_from(n * heads.count).map_err(|_| Error::InvalidInput(format!("window attention: {n} voxels x {} heads exceed 2^32", heads.count)))?;
     let d32 = d as u32;
     // SAFETY: partial holds splits * n * heads * (d + 2) floats, written for every position of a
-    // tiled window; order/win_of hold n entries, offsets windows + 1; out was checked above.
+    // tiled window; order/win_of hold n entries, offsets windows + 1; out was checked above; the
+    // range slot's layer lies in its flags.
     unsafe {
-        dev.stream
-            .launch_builder(&merge)
-            .arg(&partial).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(&p).arg(&d32).arg(out)
-            .launch(grid_1d(total, THREADS))
+        let mut b = dev.stream.launch_builder(&merge);
+        b.arg(&partial).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(&p).arg(&d32).arg(out);
+        RangeSlot::push(range, &mut b);
+        b.launch(grid_1d(total, THREADS))
     }
     .map_err(cuda_err("attn_tiled_merge"))?;
     Ok(())
@@ -693,6 +714,7 @@ fn launch_attention(
     quant: &CudaSlice<u32>,
     floats: [Option<&CudaSlice<f32>>; 4],
     p: &AttnParamsC,
+    range: Option<&RangeSlot<'_>>,
 ) -> Result<(), Error> {
     let f = dev.function("attention_core", name)?;
     let mut b = dev.stream.launch_builder(&f);
@@ -712,7 +734,9 @@ fn launch_attention(
         None => b.arg(&part.order),
     };
     b.arg(p);
-    // SAFETY: argument list matches ATTN_PARAMS; the caller checked every buffer's size.
+    RangeSlot::push(range, &mut b);
+    // SAFETY: argument list matches ATTN_PARAMS; the caller checked every buffer's size; the
+    // range slot's layer lies in its flags.
     unsafe { b.launch(cfg) }.map_err(cuda_err(name))?;
     Ok(())
 }
@@ -775,6 +799,7 @@ impl CudaSphereTables {
 
 /// SphereFormer's attention core on CUDA: heads `[0, heads / 2)` on cubic windows of `xyz`, the
 /// rest on spherical windows; output rows `[n, heads * head_dim]` in `out`.
+#[allow(clippy::too_many_arguments)]
 pub fn sphere_attention_cuda(
     dev: &CudaDevice,
     qkv: QkvView,
@@ -784,6 +809,22 @@ pub fn sphere_attention_cuda(
     windows: &CudaSphereWindows,
     tables: &CudaSphereTables,
     out: &mut CudaSlice<f16>,
+) -> Result<(), Error> {
+    sphere_attention_cuda_guarded(dev, qkv, heads, head_dim, xyz, windows, tables, out, None)
+}
+
+/// [`sphere_attention_cuda`] with the FP16 range guard of the output reporting into `range`.
+#[allow(clippy::too_many_arguments)]
+pub fn sphere_attention_cuda_guarded(
+    dev: &CudaDevice,
+    qkv: QkvView,
+    heads: usize,
+    head_dim: usize,
+    xyz: &CudaSlice<f32>,
+    windows: &CudaSphereWindows,
+    tables: &CudaSphereTables,
+    out: &mut CudaSlice<f16>,
+    range: Option<RangeSlot<'_>>,
 ) -> Result<(), Error> {
     let hc = cubic_heads(heads);
     let out_ld = heads * head_dim;
@@ -795,7 +836,7 @@ pub fn sphere_attention_cuda(
             tables: [&tables.cubic[0], &tables.cubic[1], &tables.cubic[2]],
         });
         let slice = HeadSlice { heads, head_dim, first: 0, count: hc };
-        window_attention_cuda(dev, qkv, slice, &windows.cubic, term, out, out_ld)?;
+        window_attention_cuda_guarded(dev, qkv, slice, &windows.cubic, term, out, out_ld, TILED_MIN_WINDOW, None, range)?;
     }
     let term = CudaTerm::Contextual(CudaContextual {
         geometry: windows.sphere_rpe,
@@ -804,5 +845,5 @@ pub fn sphere_attention_cuda(
         tables: [&tables.sphere[0], &tables.sphere[1], &tables.sphere[2]],
     });
     let slice = HeadSlice { heads, head_dim, first: hc, count: heads - hc };
-    window_attention_cuda(dev, qkv, slice, &windows.sphere, term, out, out_ld)
+    window_attention_cuda_guarded(dev, qkv, slice, &windows.sphere, term, out, out_ld, TILED_MIN_WINDOW, None, range)
 }

@@ -116,6 +116,10 @@ enum Cmd {
         /// otherwise, once the run has taken 2 s), plain, quiet.
         #[arg(long, default_value = "auto", value_parser = ["auto", "plain", "quiet"])]
         progress: String,
+        /// Write the labels and exit 0 even when the network's activations left the FP16 range
+        /// (default: the flagged layers are printed, nothing is written, exit status 4).
+        #[arg(long)]
+        allow_overflow: bool,
     },
     /// Run a model's preprocessing on a cloud and write the network inputs (coords.i32, feats.f32,
     /// xyz.f32, batch.i32, inputs.json) for the PyTorch parity reference.
@@ -298,7 +302,27 @@ struct ReplayArgs {
     /// Progress on stderr: auto (bar on a terminal, lines otherwise), plain, quiet.
     #[arg(long, default_value = "auto", value_parser = ["auto", "plain", "quiet"])]
     progress: String,
+    /// Exit 0 even when frames' activations left the FP16 range (default: exit status 4 after
+    /// writing the report, which lists them).
+    #[arg(long)]
+    allow_overflow: bool,
 }
+
+/// Exit status of `segment` and `replay` when the network's activations left the FP16 range
+/// (NaN/inf on the CPU) and `--allow-overflow` was not given: results not to be trusted.
+const EXIT_OUT_OF_RANGE: i32 = 4;
+
+/// The error that makes [`main`] exit with [`EXIT_OUT_OF_RANGE`].
+#[derive(Debug)]
+struct OutOfRange(String);
+
+impl std::fmt::Display for OutOfRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OutOfRange {}
 
 #[derive(Subcommand)]
 enum BenchCmd {
@@ -484,16 +508,16 @@ enum BenchCmd {
 fn main() {
     if let Err(e) = run(Cli::parse()) {
         eprintln!("sptr: error: {e:#}");
-        std::process::exit(1);
+        std::process::exit(if e.downcast_ref::<OutOfRange>().is_some() { EXIT_OUT_OF_RANGE } else { 1 });
     }
 }
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Voxelize { cloud, model, stride, device } => voxelize_cmd(&cloud, &model, stride, device),
-        Cmd::Segment { cloud, model, weights, random_weights, out, format, device, progress } => {
+        Cmd::Segment { cloud, model, weights, random_weights, out, format, device, progress, allow_overflow } => {
             let w = (weights.as_deref(), random_weights);
-            segment_cmd(&cloud, &model, w, out.as_deref(), format.as_deref(), device, progress_mode(&progress))
+            segment_cmd(&cloud, &model, w, out.as_deref(), format.as_deref(), device, progress_mode(&progress), allow_overflow)
         }
         Cmd::RandomWeights { model, seed, out } => random_weights_cmd(&model, seed, &out),
         Cmd::Kernels { arch } => kernels_cmd(&arch),
@@ -932,7 +956,23 @@ fn random_weights_cmd(model: &Path, seed: u64, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The layers a range report flags, one per line (at most 20), for `segment`.
+fn print_out_of_range(range: &sptr::model::range::RangeReport) {
+    eprintln!(
+        "sptr: the network's activations left the FP16 range (NaN/inf on the CPU) in {} layer(s), in execution order \
+         (the first is where the range was left):",
+        range.layers.len()
+    );
+    for l in range.layers.iter().take(20) {
+        eprintln!("  {l}");
+    }
+    if range.layers.len() > 20 {
+        eprintln!("  ... and {} more", range.layers.len() - 20);
+    }
+}
+
 /// `sptr segment`: read, segment, report, optionally write a `.label` file.
+#[allow(clippy::too_many_arguments)]
 fn segment_cmd(
     cloud: &Path,
     model: &Path,
@@ -941,6 +981,7 @@ fn segment_cmd(
     format: Option<&str>,
     device: DeviceArg,
     progress: sptr::replay::ProgressMode,
+    allow_overflow: bool,
 ) -> Result<()> {
     use sptr::pipeline::files::{write_label_file, LabelIds};
     use sptr::pipeline::UNLABELED;
@@ -967,6 +1008,17 @@ fn segment_cmd(
         p.finish();
     }
     let r = r.context("segmenting")?;
+    if !r.range.is_clean() {
+        print_out_of_range(&r.range);
+        if !allow_overflow {
+            return Err(OutOfRange(format!(
+                "the labels cannot be trusted, none written (README: FP16 range); {}; --allow-overflow to write them anyway",
+                r.range.summary(1)
+            ))
+            .into());
+        }
+        eprintln!("sptr: warning: labels out of the FP16 range kept (--allow-overflow)");
+    }
     let names = &seg.config().class_names;
     let mut hist = vec![0usize; names.len()];
     let mut unlabeled = 0usize;
@@ -1021,6 +1073,7 @@ fn progress_mode(s: &str) -> sptr::replay::ProgressMode {
 
 /// `sptr replay`: the library does the work; this prints where the results are.
 fn replay_cmd(a: ReplayArgs) -> Result<()> {
+    let allow_overflow = a.allow_overflow;
     use sptr::replay::{Device, LabelSource, ProgressMode, ReplayRequest, WeightsSource};
     let weights = match (a.weights, a.random_weights) {
         (Some(w), _) => WeightsSource::File(w),
@@ -1058,6 +1111,22 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
             outcome.bev_png_missing,
             outcome.out.join("report.md").display()
         );
+    }
+    // Frames out of the FP16 range (status 4) before "every frame skipped" (1): dropped frames
+    // out of range are skipped too, and this names why; a damaged bag keeps its status 1.
+    let oor = &outcome.report.out_of_range;
+    if let (Some(first), None) = (oor.first(), &outcome.damage) {
+        let msg = format!(
+            "{} frame(s) left the FP16 range (first: frame {}, {}); the report ({}) lists them",
+            oor.len(),
+            first.frame,
+            first.layers.first().map_or("?", String::as_str),
+            outcome.out.join("report.md").display()
+        );
+        if !allow_overflow {
+            return Err(OutOfRange(msg).into());
+        }
+        eprintln!("sptr: warning: {msg} (--allow-overflow)");
     }
     let f = &outcome.report.frames;
     if f.total > 0 && f.skipped == f.total {
@@ -1105,6 +1174,9 @@ fn eval_agreement_cmd(a: &Path, b: &Path, min: Option<f64>) -> Result<()> {
 fn print_outcome(r: &sptr::eval::Report, out: &Path) {
     let f = &r.frames;
     println!("frames: {} of {} replayed, {} evaluated, {} without ground truth, {} skipped", f.total - f.skipped, f.in_bag, f.evaluated, f.no_ground_truth, f.skipped);
+    if !r.out_of_range.is_empty() {
+        println!("out of the FP16 range: {} frame(s), labels not to be trusted (listed in the report)", r.out_of_range.len());
+    }
     if let Some(m) = &r.metrics {
         let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.2} %", 100.0 * v));
         println!("mIoU {}  accuracy {}  ({} points)", pct(m.miou), pct(m.accuracy), m.points_evaluated);

@@ -2,7 +2,8 @@
 //! implementation (FP16 storage, FP32 accumulation) whose kernels come from `kernels/*.cu`.
 //!
 //! `kernels` (the embedded sources) is always compiled so tools can list them; `nvrtc` (compile
-//! and on-disk cache) and `cuda` (context, stream, loaded modules) need feature `cuda`.
+//! and on-disk cache), `cuda` (context, stream, loaded modules) and `range` (the FP16 range
+//! guard's device buffers, see `model::range`) need feature `cuda`.
 
 pub mod kernels;
 #[cfg(feature = "cuda")]
@@ -11,6 +12,8 @@ pub mod cuda;
 pub mod nvrtc;
 #[cfg(feature = "cuda")]
 pub mod primitives;
+#[cfg(feature = "cuda")]
+pub mod range;
 
 /// Which backend a caller asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

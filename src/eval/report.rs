@@ -7,6 +7,8 @@
 //! format, run {bag, lidar_topic, model, weights, device, ground_truth, shards},
 //! frames {in_bag, total, evaluated, replayed, no_ground_truth, skipped},
 //! skipped [{frame, timestamp_ns, status, reason}], damage {file, frames_before, error} | null,
+//! out_of_range [{frame, timestamp_ns, status, layers [...]}] (frames whose activations left the
+//! FP16 range; status `skipped`: dropped as the node drops them, else replayed with probability 0),
 //! metrics {miou, accuracy, points_evaluated, points_ignored, points_unmapped,
 //!          points_out_of_range, points_unpredicted,
 //!          classes [{id, name, iou, gt_points, pred_points, true_positives}],
@@ -32,6 +34,9 @@ pub struct Report {
     pub run: RunInfo,
     pub frames: FrameCounts,
     pub skipped: Vec<SkippedFrame>,
+    /// Frames whose activations left the FP16 range (absent in reports written before it).
+    #[serde(default)]
+    pub out_of_range: Vec<OutOfRangeFrame>,
     pub damage: Option<super::state::Damage>,
     pub metrics: Option<Metrics>,
     pub latency_ms: Latency,
@@ -66,6 +71,17 @@ pub struct SkippedFrame {
     pub timestamp_ns: i64,
     pub status: FrameStatus,
     pub reason: String,
+}
+
+/// A frame whose network activations left the FP16 range (NaN/inf on the CPU): its labels
+/// cannot be trusted. `layers`: the flagged layers in execution order, the first is where the
+/// range was left.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutOfRangeFrame {
+    pub frame: u64,
+    pub timestamp_ns: i64,
+    pub status: FrameStatus,
+    pub layers: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -137,6 +153,17 @@ impl Report {
                 timestamp_ns: f.timestamp_ns,
                 status: f.status,
                 reason: f.reason.clone().unwrap_or_default(),
+            })
+            .collect();
+        let out_of_range = s
+            .frames
+            .iter()
+            .filter(|f| !f.out_of_range.is_empty())
+            .map(|f| OutOfRangeFrame {
+                frame: f.index,
+                timestamp_ns: f.timestamp_ns,
+                status: f.status,
+                layers: f.out_of_range.clone(),
             })
             .collect();
         let metrics = s.ground_truth.as_ref().map(|_| {
@@ -213,6 +240,7 @@ impl Report {
             },
             frames,
             skipped,
+            out_of_range,
             damage: s.damage.clone(),
             metrics,
             latency_ms: latency,
@@ -265,6 +293,12 @@ impl Report {
                 d.file, d.frames_before, d.error
             ));
         }
+        if !self.out_of_range.is_empty() {
+            m.push_str(&format!(
+                "- **{} frame(s) left the FP16 range**: their labels cannot be trusted (see below)\n",
+                self.out_of_range.len()
+            ));
+        }
         m.push('\n');
         if let Some(x) = &self.metrics {
             m.push_str("## Segmentation\n\n");
@@ -314,6 +348,26 @@ impl Report {
             t.frames_per_s.map_or("-".into(), |v| format!("{v:.2}")),
             t.points_per_s.map_or("-".into(), |v| format!("{v:.0}"))
         ));
+        if !self.out_of_range.is_empty() {
+            m.push_str(
+                "\n## Frames out of the FP16 range\n\nThe network's activations left the FP16 range (65,504; NaN/inf on the CPU): \
+                 `skipped` frames were dropped as the node drops them (`on_overflow: drop`), the others replayed with \
+                 probability 0. Layers in execution order, the first is where the range was left.\n\n\
+                 | frame | timestamp (ns) | status | layers |\n| ---: | ---: | --- | --- |\n",
+            );
+            for f in &self.out_of_range {
+                let shown: Vec<&str> = f.layers.iter().take(8).map(String::as_str).collect();
+                let more = f.layers.len().saturating_sub(shown.len());
+                let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+                m.push_str(&format!(
+                    "| {} | {} | {:?} | {}{tail} |\n",
+                    f.frame,
+                    f.timestamp_ns,
+                    f.status,
+                    shown.join(", ").replace('|', "\\|")
+                ));
+            }
+        }
         if !self.skipped.is_empty() {
             m.push_str("\n## Frames not evaluated\n\n| frame | timestamp (ns) | status | reason |\n| ---: | ---: | --- | --- |\n");
             for s in &self.skipped {

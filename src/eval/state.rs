@@ -48,6 +48,11 @@ pub struct FrameRecord {
     /// `voxelize`, `network`, `devoxelize`, `bev`, `encode`, then `write`), and `end_to_end`
     /// (deserialize through write). Nanoseconds.
     pub stages_ns: Vec<(String, u64)>,
+    /// The network's activations left the FP16 range (NaN/inf on the CPU): the flagged layers
+    /// in execution order (`name (overflow)`), see `model::range`. The frame is then skipped
+    /// (`on_overflow: drop`, the default) or replayed with probability 0.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub out_of_range: Vec<String>,
 }
 
 /// Damage that ended the read of the bag (frames after it were not seen).

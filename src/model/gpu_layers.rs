@@ -4,6 +4,7 @@
 
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::grid_1d;
+use crate::device::range::RangeSlot;
 use crate::model::layers::{LayerNorm, Linear};
 use crate::Error;
 use cudarc::cublas::{sys as blas_sys, CudaBlas};
@@ -113,7 +114,8 @@ impl GpuLinear {
     }
 }
 
-/// Epilogue of a Linear: `act((acc[:, part] + bias) * scale) (+ residual)` as FP16 `[n, c]`.
+/// Epilogue of a Linear: `act((acc[:, part] + bias) * scale) (+ residual)` as FP16 `[n, c]`
+/// (not guarded: [`epilogue_guarded`]).
 #[allow(clippy::too_many_arguments)]
 pub fn epilogue(
     dev: &CudaDevice,
@@ -125,6 +127,24 @@ pub fn epilogue(
     scale: f32,
     gelu: bool,
     residual: Option<&CudaSlice<f16>>,
+) -> Result<CudaSlice<f16>, Error> {
+    epilogue_guarded(dev, acc, acc_ld, col0, n, bias, scale, gelu, residual, None)
+}
+
+/// [`epilogue`] with the FP16 range guard ([`crate::model::range`]) of its output reporting
+/// into `range` (the Linear's output before the GELU, and what is stored).
+#[allow(clippy::too_many_arguments)]
+pub fn epilogue_guarded(
+    dev: &CudaDevice,
+    acc: &CudaSlice<f32>,
+    acc_ld: usize,
+    col0: usize,
+    n: usize,
+    bias: &CudaSlice<f32>,
+    scale: f32,
+    gelu: bool,
+    residual: Option<&CudaSlice<f16>>,
+    range: Option<RangeSlot<'_>>,
 ) -> Result<CudaSlice<f16>, Error> {
     let c = bias.len();
     let total = elements(n, c, "linear epilogue")?;
@@ -144,7 +164,9 @@ pub fn epilogue(
         None => b.arg(&null),
     };
     b.arg(&mut out);
-    // SAFETY: matches layers.cu's signature; acc holds n * acc_ld floats, residual/out n * c.
+    RangeSlot::push(range.as_ref(), &mut b);
+    // SAFETY: matches layers.cu's signature; acc holds n * acc_ld floats, residual/out n * c;
+    // the range slot's layer lies in its flags.
     unsafe { b.launch(grid_1d(total, THREADS)) }.map_err(cuda_err("linear_epilogue"))?;
     Ok(out)
 }
@@ -164,7 +186,13 @@ impl GpuLayerNorm {
         Ok(Self { gamma: up_f32(dev, &ln.gamma, "layer norm")?, beta: up_f32(dev, &ln.beta, "layer norm")?, eps: ln.eps as f32 })
     }
 
+    /// `x` `[n, C]` normalised (not guarded: [`GpuLayerNorm::forward_guarded`]).
     pub fn forward(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize) -> Result<CudaSlice<f16>, Error> {
+        self.forward_guarded(dev, x, n, None)
+    }
+
+    /// [`GpuLayerNorm::forward`] with the FP16 range guard of its output reporting into `range`.
+    pub fn forward_guarded(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, range: Option<RangeSlot<'_>>) -> Result<CudaSlice<f16>, Error> {
         let c = self.gamma.len();
         if n == 0 {
             return alloc::<f16>(dev, 1, "layer norm output");
@@ -180,9 +208,13 @@ impl GpuLayerNorm {
         // 8 rows (warps) a block
         let cfg = cudarc::driver::LaunchConfig { grid_dim: (n32.div_ceil(8), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let s = &dev.stream;
-        // SAFETY: matches layers.cu; x and out hold n * c halves.
+        // SAFETY: matches layers.cu; x and out hold n * c halves; the range slot's layer lies in
+        // its flags.
         unsafe {
-            s.launch_builder(&f).arg(x).arg(&n32).arg(&c32).arg(&self.gamma).arg(&self.beta).arg(&self.eps).arg(&mut out).launch(cfg)
+            let mut b = s.launch_builder(&f);
+            b.arg(x).arg(&n32).arg(&c32).arg(&self.gamma).arg(&self.beta).arg(&self.eps).arg(&mut out);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(cfg)
         }
         .map_err(cuda_err(name))?;
         Ok(out)

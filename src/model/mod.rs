@@ -1,7 +1,8 @@
 //! Networks and their weights: SphereFormer's `Semantic` segmentation network (`sphereformer`),
 //! the layers it is built from (`layers`), safetensors weights with the upstream `state_dict`
 //! names (`weights`), deterministic random weights for tests (`random`) and the upstream
-//! inference preprocessing that turns points into the network's inputs (`preprocess`).
+//! inference preprocessing that turns points into the network's inputs (`preprocess`), and the
+//! FP16 range guard that reports layers whose activations left FP16's range (`range`).
 
 pub mod bench;
 #[cfg(feature = "cuda")]
@@ -9,6 +10,7 @@ pub mod gpu_layers;
 pub mod layers;
 pub mod preprocess;
 pub mod random;
+pub mod range;
 pub mod sphereformer;
 pub mod weights;
 

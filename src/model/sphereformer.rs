@@ -25,6 +25,7 @@
 //! per level, as upstream caches them per `indice_key`.
 
 use super::layers::{gelu_inplace, BatchNorm, LayerNorm, Linear};
+use super::range::{CpuRangeScan, RangeReport};
 use super::weights::{WeightSpec, Weights};
 use super::ModelError;
 use crate::attention::cpu::RpeTables;
@@ -145,11 +146,14 @@ impl Block {
         Ok(Block::Residual { cin, cout, i_branch, bn1, conv1, bn2, conv2 })
     }
 
-    fn forward(&self, x: &SparseTensor, maps: &LevelMaps) -> Result<SparseTensor, Error> {
+    /// The block `p` (module path); its layer outputs are checked by `scan` (names as the CUDA
+    /// path's: `p.i_branch.0`, `p.conv_branch.2`, `p.conv_branch.5`, `p.conv_layers.2`).
+    fn forward(&self, x: &SparseTensor, maps: &LevelMaps, p: &str, scan: &mut CpuRangeScan) -> Result<SparseTensor, Error> {
         let subm = &maps.subm;
         match self {
             Block::Vgg { cout, bn, conv } => {
                 let f = conv_with(x, subm, conv, WeightLayout::Rsck, x.channels(), *cout, &pre(bn))?;
+                scan.check(&f, || format!("{p}.conv_layers.2"));
                 x.with_feats(f, *cout)
             }
             Block::Residual { cin, cout, i_branch, bn1, conv1, bn2, conv2 } => {
@@ -157,13 +161,17 @@ impl Block {
                     None => x.feats().to_vec(),
                     Some(w) => {
                         let one = maps.one_by_one(x)?;
-                        conv_with(x, one, w, WeightLayout::Rsck, *cin, *cout, &ConvOptions::default())?
+                        let f = conv_with(x, one, w, WeightLayout::Rsck, *cin, *cout, &ConvOptions::default())?;
+                        scan.check(&f, || format!("{p}.i_branch.0"));
+                        f
                     }
                 };
                 let h = conv_with(x, subm, conv1, WeightLayout::Rsck, *cin, *cout, &pre(bn1))?;
+                scan.check(&h, || format!("{p}.conv_branch.2"));
                 let h = x.with_feats(h, *cout)?;
                 let opts = ConvOptions { residual: Some(&identity), ..pre(bn2) };
                 let f = conv_with(&h, subm, conv2, WeightLayout::Rsck, *cout, *cout, &opts)?;
+                scan.check(&f, || format!("{p}.conv_branch.5"));
                 x.with_feats(f, *cout)
             }
         }
@@ -252,10 +260,14 @@ impl TransformerBlock {
         Ok(Self { level: lv, channels: c, heads, head_dim, norm1, cubic, sphere, qkv, proj, norm2, fc1, fc2 })
     }
 
-    /// `x + proj(attn(norm1(x)))`, then `+ fc2(gelu(fc1(norm2(·))))`.
-    fn forward(&self, x: &[f32], xyz: &[[f32; 3]], windows: &SphereWindows) -> Result<Vec<f32>, Error> {
+    /// `x + proj(attn(norm1(x)))`, then `+ fc2(gelu(fc1(norm2(·))))`; the block is `p`, its
+    /// layer outputs checked by `scan`.
+    fn forward(&self, x: &[f32], xyz: &[[f32; 3]], windows: &SphereWindows, p: &str, scan: &mut CpuRangeScan) -> Result<Vec<f32>, Error> {
         let (c, n) = (self.channels, xyz.len());
-        let qkv = self.qkv.forward(&self.norm1.forward(x)?)?;
+        let h = self.norm1.forward(x)?;
+        scan.check(&h, || format!("{p}.norm1"));
+        let qkv = self.qkv.forward(&h)?;
+        scan.check(&qkv, || format!("{p}.attn.qkv"));
         // qkv row = [q | k | v], each `[heads, head_dim]` (upstream reshape (N, 3, H, D)).
         let mut q = vec![0f32; n * c];
         let mut k = vec![0f32; n * c];
@@ -274,12 +286,18 @@ impl TransformerBlock {
             sphere: RpeTables { q: &self.sphere[0], k: &self.sphere[1], v: &self.sphere[2] },
         };
         let att = sphere_attention_cpu(&q, &k, &v, self.heads, self.head_dim, xyz, windows, tables)?;
+        scan.check(&att, || format!("{p}.attn"));
         let mut y = self.proj.forward(&att)?;
         add_inplace(&mut y, x);
-        let mut h = self.fc1.forward(&self.norm2.forward(&y)?)?;
+        scan.check(&y, || format!("{p}.attn.proj"));
+        let h = self.norm2.forward(&y)?;
+        scan.check(&h, || format!("{p}.norm2"));
+        let mut h = self.fc1.forward(&h)?;
         gelu_inplace(&mut h);
+        scan.check(&h, || format!("{p}.mlp.fc1"));
         let mut out = self.fc2.forward(&h)?;
         add_inplace(&mut out, &y);
+        scan.check(&out, || format!("{p}.mlp.fc2"));
         Ok(out)
     }
 }
@@ -304,6 +322,8 @@ struct Down {
 /// One U-Net level (upstream `UBlock`; level 1 is `unet`, each deeper one its parent's `u`).
 #[derive(Debug, Clone)]
 struct UBlock {
+    /// Module path (`unet`, `unet.u`, ...): the prefix of its layers' names in range reports.
+    name: String,
     level: usize,
     channels: usize,
     blocks: Vec<Block>,
@@ -343,22 +363,23 @@ impl UBlock {
         } else {
             None
         };
-        Ok(Self { level, channels: c, blocks, transformer, down })
+        Ok(Self { name: p.to_string(), level, channels: c, blocks, transformer, down })
     }
 
-    fn forward(&self, x: SparseTensor, xyz: &[[f32; 3]], batch: &[i32], t: &mut StageTimes) -> Result<SparseTensor, Error> {
+    fn forward(&self, x: SparseTensor, xyz: &[[f32; 3]], batch: &[i32], t: &mut StageTimes, scan: &mut CpuRangeScan) -> Result<SparseTensor, Error> {
         let k = self.level;
+        let p = &self.name;
         let start = Instant::now();
         let maps = LevelMaps::new(&x)?;
         let mut x = x;
-        for b in &self.blocks {
-            x = b.forward(&x, &maps)?;
+        for (i, b) in self.blocks.iter().enumerate() {
+            x = b.forward(&x, &maps, &format!("{p}.blocks.block{i}"), scan)?;
         }
         t.record(format!("l{k}.blocks"), start);
         if let Some(tr) = &self.transformer {
             let start = Instant::now();
             let windows = SphereWindows::build(xyz, batch, &tr.level)?;
-            let f = tr.forward(x.feats(), xyz, &windows)?;
+            let f = tr.forward(x.feats(), xyz, &windows, &format!("{p}.transformer_block"), scan)?;
             x = x.with_feats(f, self.channels)?;
             t.record(format!("l{k}.attention"), start);
         }
@@ -367,19 +388,21 @@ impl UBlock {
         let map = strided(&x, DOWN)?;
         let cout = d.next.channels;
         let coarse = conv_with(&x, &map, &d.conv, WeightLayout::Rsck, self.channels, cout, &pre(&d.bn))?;
+        scan.check(&coarse, || format!("{p}.conv.2"));
         let coarse = map.output_tensor(coarse, cout)?;
         let (xyz_next, batch_next) = downsample_positions(&map, xyz)?;
         t.record(format!("l{k}.down"), start);
-        let deep = d.next.forward(coarse, &xyz_next, &batch_next, t)?;
+        let deep = d.next.forward(coarse, &xyz_next, &batch_next, t, scan)?;
         let start = Instant::now();
         let inv = inverse(&map)?;
         let up = conv_with(&deep, &inv, &d.deconv, WeightLayout::Rsck, cout, self.channels, &pre(&d.up_bn))?;
+        scan.check(&up, || format!("{p}.deconv.2"));
         let cat = concat_channels(x.feats(), self.channels, &up, self.channels);
         let mut y = x.with_feats(cat, 2 * self.channels)?;
         t.record(format!("l{k}.up"), start);
         let start = Instant::now();
-        for b in &d.tail {
-            y = b.forward(&y, &maps)?;
+        for (i, b) in d.tail.iter().enumerate() {
+            y = b.forward(&y, &maps, &format!("{p}.blocks_tail.block{i}"), scan)?;
         }
         t.record(format!("l{k}.tail"), start);
         Ok(y)
@@ -571,7 +594,8 @@ impl SphereFormer {
         self.forward_cpu_timed(coords, feats, xyz, batch, spatial_shape, &mut StageTimes::default())
     }
 
-    /// [`forward_cpu`](Self::forward_cpu) recording per-stage wall times into `t`.
+    /// [`forward_cpu`](Self::forward_cpu) recording per-stage wall times into `t` (the range
+    /// guard's report is dropped: see [`forward_cpu_checked`](Self::forward_cpu_checked)).
     pub fn forward_cpu_timed(
         &self,
         coords: &[[i32; 4]],
@@ -581,22 +605,42 @@ impl SphereFormer {
         spatial_shape: [i32; 3],
         t: &mut StageTimes,
     ) -> Result<Vec<f32>, Error> {
+        self.forward_cpu_checked(coords, feats, xyz, batch, spatial_shape, t).map(|(logits, _)| logits)
+    }
+
+    /// [`forward_cpu_timed`](Self::forward_cpu_timed) and the range guard's report: the layers
+    /// (upstream module paths, in execution order, as the CUDA path names them) whose f32 output
+    /// held a NaN or an infinity, `input` for the input features.
+    pub fn forward_cpu_checked(
+        &self,
+        coords: &[[i32; 4]],
+        feats: &[f32],
+        xyz: &[[f32; 3]],
+        batch: &[i32],
+        spatial_shape: [i32; 3],
+        t: &mut StageTimes,
+    ) -> Result<(Vec<f32>, RangeReport), Error> {
         let n = coords.len();
         self.check_inputs(coords, feats, xyz, batch)?;
+        let mut scan = CpuRangeScan::new();
         let start = Instant::now();
+        scan.check(feats, || "input".into());
         let x = SparseTensor::new(coords.to_vec(), feats.to_vec(), self.input_c, spatial_shape)?;
         let subm1 = submanifold(&x, [3; 3], [1; 3])?;
         let f = conv_with(&x, &subm1, &self.input_conv, WeightLayout::Rsck, self.input_c, self.m, &ConvOptions::default())?;
+        scan.check(&f, || "input_conv.0".into());
         let x = x.with_feats(f, self.m)?;
         t.record("input_conv", start);
-        let y = self.unet.forward(x, xyz, batch, t)?;
+        let y = self.unet.forward(x, xyz, batch, t, &mut scan)?;
         let start = Instant::now();
         let mut h = y.into_feats();
         self.output_bn.relu_inplace(&mut h)?;
+        scan.check(&h, || "output_layer.0".into());
         let logits = self.linear.forward(&h)?;
+        scan.check(&logits, || "linear".into());
         t.record("head", start);
         debug_assert_eq!(logits.len(), n * self.classes);
-        Ok(logits)
+        Ok((logits, scan.finish()))
     }
 
     fn check_inputs(&self, coords: &[[i32; 4]], feats: &[f32], xyz: &[[f32; 3]], batch: &[i32]) -> Result<(), Error> {

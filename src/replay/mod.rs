@@ -333,6 +333,7 @@ impl FrameCtx<'_> {
             points: 0,
             labeled_points: 0,
             stages_ns: Vec::new(),
+            out_of_range: Vec::new(),
         }
     }
     fn skipped(&self, what: String) -> FrameRecord {
@@ -382,7 +383,11 @@ fn process_frame(
     let mut stages = vec![("deserialize".to_string(), ns(start.elapsed()))];
     let out = match processor.process(&msg.view()) {
         Ok(o) => o,
-        Err(r) => return Ok(ctx.skipped(format!("rejected as the node would reject it ({r})"))),
+        Err(r) => {
+            let mut rec = ctx.skipped(format!("rejected as the node would reject it ({r})"));
+            rec.out_of_range = flagged_layers(processor.last_range());
+            return Ok(rec);
+        }
     };
     stages.extend(
         STAGES
@@ -472,8 +477,14 @@ fn process_frame(
         points: out.points_kept as u64,
         labeled_points: labeled,
         stages_ns: stages,
+        out_of_range: flagged_layers(&out.range),
         ..ctx.record(status, reason)
     })
+}
+
+/// A frame record's `out_of_range`: the flagged layers as `name (what)`.
+fn flagged_layers(range: &crate::model::range::RangeReport) -> Vec<String> {
+    range.layers.iter().map(|l| l.to_string()).collect()
 }
 
 /// Raw ground-truth ids for the decoded points of `msg` (points decoding dropped as NaN/Inf

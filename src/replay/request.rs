@@ -113,6 +113,8 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
     let (bev, bev_frame_id) = bev_params(&model, params.as_ref().map(|(p, n)| (*p, n)))?;
     let (mut processor, device_name) =
         open_processor(req.device, &model, &req.model, &req.weights, &bev)?;
+    // as the node: `on_overflow` of the params file (default `drop`)
+    processor.set_on_overflow(params.as_ref().map(|(_, p)| p.on_overflow).unwrap_or_default());
     let opts = ReplayOptions {
         bag: req.bag.clone(),
         lidar_topic: req.lidar_topic.clone(),

@@ -39,8 +39,8 @@ use crate::bev::label_grid::{BevGridParams, BevGrids};
 use crate::bev::messages::{frame_mismatch, BevLayout, ImageLayout};
 use crate::budget::BudgetState;
 use crate::cloud::PointField;
-use crate::config::{CudaErrorPolicy, ModelConfig, NodeParams};
-use crate::perception::{bev_params, FrameOutput, Processor, Reject, Rejected, STAGES};
+use crate::config::{CudaErrorPolicy, ModelConfig, NodeParams, OverflowPolicy};
+use crate::perception::{bev_params, FrameOutput, OverflowStats, Processor, Reject, Rejected, STAGES};
 use crate::ros::mailbox::Mailbox;
 use crate::ros::params;
 
@@ -79,6 +79,8 @@ struct Counters {
     budget: BudgetState,
     last_error: Option<String>,
     last_reject: Option<String>,
+    /// Frames whose activations left the FP16 range (dropped or published with probability 0).
+    overflow: OverflowStats,
 }
 
 struct Frame {
@@ -112,6 +114,11 @@ impl RateLimit {
     }
 
     fn log(&mut self, logger: &str, i: usize, line: &str, every: Duration) {
+        self.log_at(logger, i, line, every, false)
+    }
+
+    /// [`RateLimit::log`] at ERROR level when `error`.
+    fn log_at(&mut self, logger: &str, i: usize, line: &str, every: Duration, error: bool) {
         let now = Instant::now();
         if self.last[i].is_some_and(|t| now.duration_since(t) < every) {
             self.suppressed[i] += 1;
@@ -123,7 +130,11 @@ impl RateLimit {
         } else {
             String::new()
         };
-        r2r::log_warn!(logger, "{line}{more}");
+        if error {
+            r2r::log_error!(logger, "{line}{more}");
+        } else {
+            r2r::log_warn!(logger, "{line}{more}");
+        }
         self.last[i] = Some(now);
     }
 }
@@ -261,6 +272,7 @@ impl Worker {
                 let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
                 c.budget.frame_rejected();
                 c.rejected[r.why.index()] += 1;
+                c.overflow.dropped(&r);
                 c.last_reject = Some(r.to_string());
                 if matches!(r.why, Reject::ProcessingError | Reject::DeviceError) {
                     c.last_error = Some(r.to_string());
@@ -274,6 +286,11 @@ impl Worker {
                 );
                 let _ = self.exit.send(r.detail.clone());
                 return;
+            }
+            if r.why == Reject::Overflow {
+                let line = format!("dropped a cloud (overflow, on_overflow: drop): {}", r.detail);
+                limit.log_at(&self.logger, r.why.index(), &line, Duration::from_secs(1), true);
+                continue;
             }
             limit.warn(&self.logger, &r);
         }
@@ -297,8 +314,22 @@ impl Worker {
             points_kept,
             stages,
             total_ms,
+            range,
             ..
         } = out;
+        if !range.is_clean() {
+            // on_overflow: zero_probability (under drop the processor rejected the frame)
+            limit.log_at(
+                &self.logger,
+                Reject::Overflow.index(),
+                &format!(
+                    "publishing a cloud with probability 0 and unknown BEV cells (on_overflow: zero_probability): {}",
+                    crate::perception::overflow_detail(&range)
+                ),
+                Duration::from_secs(1),
+                true,
+            );
+        }
         if voxel_stats.voxels_dropped() > 0 {
             limit.log(
                 &self.logger,
@@ -337,6 +368,7 @@ impl Worker {
         // the outputs must count the frame (issue 23: a report in between said "processed 0").
         {
             let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+            c.overflow.published(&range);
             c.processed += 1;
             c.last_processing_ms = Some(total_ms);
             c.last_voxels = Some(voxels);
@@ -395,6 +427,7 @@ struct DiagInfo {
     weights: String,
     budget_ms: f64,
     error_after_s: f64,
+    on_overflow: OverflowPolicy,
 }
 
 /// Counts since the previous report, for the level.
@@ -403,19 +436,23 @@ struct Since {
     device_errors: u64,
     processing_errors: u64,
     rejected: u64,
+    /// Frames out of the FP16 range (dropped or not).
+    overflows: u64,
 }
 
 /// One `/diagnostics` message.
 ///
 /// Level, first match: ERROR when every frame processed during the last `budget.error_after_s`
 /// seconds was over `budget.processing_ms`, frame after frame for that long (see
-/// [`crate::budget`]: idle time is never over budget), or a CUDA error happened since the last report;
+/// [`crate::budget`]: idle time is never over budget), or a CUDA error happened since the last report,
+/// or a frame left the FP16 range since the last report (dropped or not, see `on_overflow`);
 /// WARN when the last frame was over budget, processing failed, or frames were rejected since
 /// the last report; OK otherwise. Values: received, processed, skipped, rejected (total and
 /// `rejected.<reason>`), last processing ms, last latency ms (receipt to publication), input age
 /// ms (since the last cloud arrived), input stamp age ms (arrival minus header stamp), last
-/// points, last points dropped (NaN/Inf x, y, z or intensity), last voxels, frames over the voxel cap, device, model config, weights, budget, last
-/// reject, last error.
+/// points, last points dropped (NaN/Inf x, y, z or intensity), last voxels, frames over the voxel cap, frames out of
+/// fp16 range, on_overflow, device, model config, weights, budget, last reject, last error, last
+/// out of fp16 range.
 fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> DiagnosticArray {
     let now = Instant::now();
     let over_for = c.budget.error(now, info.budget_ms, info.error_after_s);
@@ -432,6 +469,12 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
         _ if since.device_errors > 0 => (
             LEVEL_ERROR,
             format!("{} CUDA error(s): {last_error}", since.device_errors),
+        ),
+        _ if since.overflows > 0 => (
+            LEVEL_ERROR,
+            c.overflow
+                .diagnostic(since.overflows, info.on_overflow)
+                .unwrap_or_default(),
         ),
         (_, true) => (
             LEVEL_WARN,
@@ -486,6 +529,8 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
         kv("last points dropped", opt_n(c.last_points_dropped)),
         kv("last voxels", opt_n(c.last_voxels)),
         kv("frames over voxel cap", c.over_voxel_cap.to_string()),
+        kv("frames out of fp16 range", c.overflow.frames.to_string()),
+        kv("on_overflow", info.on_overflow.name().to_string()),
         kv("device", info.device.clone()),
         kv("model config", info.model_config.clone()),
         kv("weights", info.weights.clone()),
@@ -497,6 +542,9 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
     }
     if let Some(e) = &c.last_error {
         values.push(kv("last error", e.clone()));
+    }
+    if let Some(e) = &c.overflow.last {
+        values.push(kv("last out of fp16 range", e.clone()));
     }
     let t = wall_now();
     let mut header = Header::default();
@@ -608,11 +656,12 @@ pub fn main() -> i32 {
         &params.bev.obstacle_classes,
     );
     let t = Instant::now();
-    let processor = match Processor::open(params.device, &model.yaml, &weights, bev) {
+    let mut processor = match Processor::open(params.device, &model.yaml, &weights, bev) {
         Ok(p) => p,
         Err(e) if e.starts_with("parameter `device`") => return fail(EXIT_DEVICE, e),
         Err(e) => return fail(EXIT_PARAMS, e),
     };
+    processor.set_on_overflow(params.on_overflow);
     eprintln!(
         "perception_node: model {} with weights {} loaded on {} in {:.0} ms",
         model.source.display(),
@@ -806,6 +855,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
         weights: weights.display().to_string(),
         budget_ms: params.budget.processing_ms,
         error_after_s: params.budget.error_after_s,
+        on_overflow: params.on_overflow,
     };
     {
         let (mailbox, counters) = (mailbox.clone(), counters.clone());
@@ -813,6 +863,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut seen = [0u64; N_REJECT];
+            let mut seen_overflows = 0u64;
             loop {
                 tick.tick().await;
                 let skipped = mailbox.skipped();
@@ -823,9 +874,11 @@ fn run(setup: Setup, fqn: String) -> i32 {
                         device_errors: new(Reject::DeviceError),
                         processing_errors: new(Reject::ProcessingError),
                         rejected: Reject::ALL.iter().map(|&r| new(r)).sum(),
+                        overflows: c.overflow.frames - seen_overflows,
                     };
                     let m = diagnostics(&info, &c, skipped, since);
                     seen = c.rejected;
+                    seen_overflows = c.overflow.frames;
                     m
                 };
                 let _ = diag_pub.publish(&msg);
@@ -936,6 +989,7 @@ mod tests {
             weights: "w.safetensors".into(),
             budget_ms: 100.0,
             error_after_s: 2.0,
+            on_overflow: OverflowPolicy::Drop,
         }
     }
 
@@ -1026,6 +1080,55 @@ mod tests {
         assert!(msg.contains("over the 100 ms budget") && msg.contains("101.3"), "{msg}");
     }
 
+    /// A frame out of the FP16 range is an ERROR in the next report (dropped or published),
+    /// counted, and named; it never ends the node.
+    #[test]
+    fn overflow_frames_are_errors_and_counted() {
+        let mut c = Counters {
+            received: 3,
+            processed: 1,
+            ..Default::default()
+        };
+        let mut names = crate::model::range::LayerNames::new();
+        names.add("input_conv.0");
+        let report = names.report(&[crate::model::range::RANGE_SATURATED]);
+        let detail = crate::perception::overflow_detail(&report);
+        c.rejected[Reject::Overflow.index()] = 1;
+        c.overflow.dropped(&Rejected {
+            why: Reject::Overflow,
+            detail,
+        });
+        let since = Since {
+            rejected: 1,
+            overflows: 1,
+            ..Default::default()
+        };
+        let (level, msg, values) = level_and_values(&c, since);
+        assert_eq!(level, LEVEL_ERROR, "{msg}");
+        assert!(
+            msg.contains("1 frame(s) out of the FP16 range")
+                && msg.contains("on_overflow: drop")
+                && msg.contains("input_conv.0 (overflow)"),
+            "{msg}"
+        );
+        let get = |k: &str| values.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone());
+        assert_eq!(get("rejected.overflow").as_deref(), Some("1"));
+        assert_eq!(get("frames out of fp16 range").as_deref(), Some("1"));
+        assert_eq!(get("on_overflow").as_deref(), Some("drop"));
+        assert!(get("last out of fp16 range").is_some_and(|v| v.contains("input_conv.0")));
+        // published with probability 0: counted too, still an ERROR; the next report without
+        // new such frames is not
+        c.overflow.published(&report);
+        assert_eq!(c.overflow.frames, 2);
+        let (level, _, _) = level_and_values(&c, Since { overflows: 1, ..Default::default() });
+        assert_eq!(level, LEVEL_ERROR);
+        let (level, msg, _) = level_and_values(&c, Since::default());
+        assert_eq!(level, LEVEL_OK, "{msg}");
+        for policy in [CudaErrorPolicy::Exit, CudaErrorPolicy::Recover] {
+            assert!(!ends_node(policy, Reject::Overflow));
+        }
+    }
+
     #[test]
     fn only_cuda_errors_under_exit_end_the_node() {
         for why in Reject::ALL {
@@ -1078,6 +1181,7 @@ mod tests {
                 points_kept: 0,
                 stages: [0.0; STAGES.len()],
                 total_ms: 0.0,
+                range: Default::default(),
             };
             let cdr_cloud = crate::bag::cdr::Header {
                 stamp: crate::bag::cdr::Time {

@@ -3,6 +3,7 @@
 //! `conv_cpu::conv_with` (bias, pre-activation on the gather, residual add).
 
 use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::device::range::RangeSlot;
 use crate::sparse::conv_cpu::{repack, WeightLayout};
 use crate::sparse::kernel_map_cuda::CudaKernelMap;
 use crate::Error;
@@ -106,6 +107,17 @@ pub struct CudaPreActivation<'a> {
     pub scale: &'a CudaSlice<f32>,
     pub shift: &'a CudaSlice<f32>,
     pub relu: bool,
+}
+
+/// Where a conv's FP16 range guard reports ([`crate::model::range`]): the layer of its output
+/// (epilogue, split reduction, and a post-activation) and the layer of its input's
+/// pre-activation when a pass of its own stores it in FP16 (the pipelined kernels; the other
+/// kernels apply it on the gather: the direct one in FP32, the 64/32-row implicit GEMMs into
+/// FP16 shared memory, reported under `conv`). `None`: not guarded.
+#[derive(Clone, Copy, Default)]
+pub struct ConvRange<'a> {
+    pub conv: Option<RangeSlot<'a>>,
+    pub pre: Option<RangeSlot<'a>>,
 }
 
 /// Which kernel computes a conv.
@@ -303,8 +315,16 @@ pub fn conv_cuda_post(
     conv_cuda_split(dev, x, map, w, pre, None, algo, None, Some(post))
 }
 
-/// `relu?(x * scale + shift)` per channel over `[n, c]` FP16 rows (conv_pre_activate).
-fn pre_activate(dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, c: usize, p: &CudaPreActivation<'_>) -> Result<CudaSlice<f16>, Error> {
+/// `relu?(x * scale + shift)` per channel over `[n, c]` FP16 rows (conv_pre_activate), its
+/// values guarded under `range`.
+fn pre_activate(
+    dev: &CudaDevice,
+    x: &CudaSlice<f16>,
+    n: usize,
+    c: usize,
+    p: &CudaPreActivation<'_>,
+    range: Option<&RangeSlot<'_>>,
+) -> Result<CudaSlice<f16>, Error> {
     let s = &dev.stream;
     let total = u32::try_from(n * c).map_err(|_| Error::InvalidInput("conv input exceeds 2^32 values".into()))?;
     if total == 0 {
@@ -315,11 +335,12 @@ fn pre_activate(dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, c: usize, p: &Cu
     let f = dev.function("sparse_conv", "conv_pre_activate")?;
     let (n32, c32, relu) = (n as u32, c as u32, p.relu as u32);
     // SAFETY: matches sparse_conv.cu; x holds >= n * c halves (checked by the caller), scale and
-    // shift c floats, out n * c halves.
+    // shift c floats, out n * c halves; the range slot's layer lies in its flags.
     unsafe {
-        s.launch_builder(&f)
-            .arg(x).arg(&n32).arg(&c32).arg(p.scale).arg(p.shift).arg(&relu).arg(&mut out)
-            .launch(crate::device::primitives::grid_1d(total, 256))
+        let mut b = s.launch_builder(&f);
+        b.arg(x).arg(&n32).arg(&c32).arg(p.scale).arg(p.shift).arg(&relu).arg(&mut out);
+        RangeSlot::push(range, &mut b);
+        b.launch(crate::device::primitives::grid_1d(total, 256))
     }
     .map_err(cuda_err("conv_pre_activate"))?;
     Ok(out)
@@ -345,8 +366,7 @@ fn auto_offset_splits(blocks: usize, kv: usize) -> usize {
 
 /// [`conv_cuda`] with the kernel chosen by the caller, the implicit GEMM's kernel-offset splits
 /// (`None`: chosen from the grid size; 1: no split; ignored by the direct kernel) and an optional
-/// post-activation (see [`conv_cuda_post`]) — the one entry with every option, for the model's
-/// wrappers, tests and benchmarks.
+/// post-activation (see [`conv_cuda_post`]), not guarded — for tests and benchmarks.
 #[allow(clippy::too_many_arguments)]
 pub fn conv_cuda_split(
     dev: &CudaDevice,
@@ -358,6 +378,24 @@ pub fn conv_cuda_split(
     algo: ConvAlgo,
     offset_splits: Option<usize>,
     post: Option<&CudaPreActivation<'_>>,
+) -> Result<CudaSlice<f16>, Error> {
+    conv_cuda_guarded(dev, x, map, w, pre, residual, algo, offset_splits, post, ConvRange::default())
+}
+
+/// [`conv_cuda_split`] with the FP16 range guard reporting into `range` — the one entry with
+/// every option, for the model's wrappers, tests and benchmarks.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_cuda_guarded(
+    dev: &CudaDevice,
+    x: &CudaSlice<f16>,
+    map: &CudaKernelMap,
+    w: &CudaConvWeights,
+    pre: Option<&CudaPreActivation<'_>>,
+    residual: Option<&CudaSlice<f16>>,
+    algo: ConvAlgo,
+    offset_splits: Option<usize>,
+    post: Option<&CudaPreActivation<'_>>,
+    range: ConvRange<'_>,
 ) -> Result<CudaSlice<f16>, Error> {
     let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmTiled { .. } | ConvAlgo::Wgmma { .. });
     if pipelined && w.kv > PIPE_MAX_KV {
@@ -407,9 +445,10 @@ pub fn conv_cuda_split(
     }
     let s = &dev.stream;
     if let (ConvAlgo::Direct, Some(p)) = (algo, post) {
-        // conv_direct has no post-activation in its epilogue: a separate pass
-        let raw = conv_cuda_split(dev, x, map, w, pre, residual, algo, offset_splits, None)?;
-        return pre_activate(dev, &raw, map.out_count, w.cout, p);
+        // conv_direct has no post-activation in its epilogue: a separate pass, guarded as the
+        // fused epilogue is, under the conv's layer
+        let raw = conv_cuda_guarded(dev, x, map, w, pre, residual, algo, offset_splits, None, range)?;
+        return pre_activate(dev, &raw, map.out_count, w.cout, p, range.conv.as_ref());
     }
     if map.out_count == 0 {
         return s.alloc_zeros::<f16>(1).map_err(cuda_err("allocating conv output"));
@@ -421,7 +460,7 @@ pub fn conv_cuda_split(
     // The pipelined kernels copy rows straight into shared memory, so a pre-activation is applied
     // to the whole input once here (each row would otherwise be transformed at every gather).
     let activated = match pre {
-        Some(p) if pipelined => Some(pre_activate(dev, x, map.in_count, w.cin, p)?),
+        Some(p) if pipelined => Some(pre_activate(dev, x, map.in_count, w.cin, p, range.pre.as_ref())?),
         _ => None,
     };
     let (x, pre) = match &activated {
@@ -488,8 +527,8 @@ pub fn conv_cuda_split(
         None
     };
     // SAFETY: the argument lists match the kernels (the implicit GEMMs also take `order` and
-    // `masks`, m entries each, or NULL; the warpgroup-MMA kernels then the transposed weight,
-    // present: checked above);
+    // `masks`, m entries each, or NULL; every kernel the range slot, whose layer lies in its
+    // flags; the warpgroup-MMA kernels then the transposed weight, present: checked above);
     // buffer sizes checked above.
     unsafe {
         let mut b = s.launch_builder(&f);
@@ -527,6 +566,7 @@ pub fn conv_cuda_split(
             };
             b.arg(&post_relu);
         }
+        RangeSlot::push(range.conv.as_ref(), &mut b);
         if let (ConvAlgo::Wgmma { .. }, Some(wt)) = (algo, &w.wt) {
             b.arg(wt);
         }
@@ -554,6 +594,7 @@ pub fn conv_cuda_split(
             None => b.arg(&null).arg(&null),
         };
         b.arg(&post_relu);
+        RangeSlot::push(range.conv.as_ref(), &mut b);
         b.launch(crate::device::primitives::grid_1d(total, 256)).map_err(cuda_err("conv_split_reduce"))?;
     }
     Ok(out)
