@@ -81,9 +81,6 @@ fn camera_encoder_matches_the_pytorch_reference() {
     for r in &rows {
         println!("{}", r.json(&dev.name));
     }
-    for line in bench_encoder_graph(&dev, &cfg, &gpu, &plan, &x, 10, 50) {
-        println!("{line}");
-    }
     println!("{}", stage_breakdown(&dev, &gpu, &plan, &x, 20).expect("stage times"));
     println!(
         "{{\"case\": \"camera_timing\", \"ours_swin_t_ms\": {:.4}, \"ours_swin_t_fpn_ms\": {:.4}, \"upstream_fp16_autocast_backbone_ms\": {}, \"upstream_fp16_autocast_encoder_ms\": {}, \"timm_fp16_eager_ms\": {}, \"timm_fp16_graph_ms\": {}, \"gflop_swin_t\": {:.2}, \"tc_floor_ms_swin_t\": {:.4}}}",
@@ -96,5 +93,9 @@ fn camera_encoder_matches_the_pytorch_reference() {
         rows[0].gflop,
         rows[0].floor_ms()
     );
+    // last: a capture the driver refuses must not cost the numbers above (reported, not failed)
+    for line in bench_encoder_graph(&dev, &cfg, &gpu, &plan, &x, 10, 50) {
+        println!("{line}");
+    }
     assert!(failures.is_empty(), "parity failures: {failures:?}");
 }
