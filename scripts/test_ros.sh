@@ -21,7 +21,10 @@ source scripts/ros_env.sh
 export SPTR_CACHE="${SPTR_CACHE:-$HOME/.cache/sptr}"
 target="${CARGO_TARGET_DIR:-$repo/target}"
 # The node as README builds it: `ros,cuda` (its device parameter defaults to cuda; the CUDA
-# support is loaded at run time, so this builds and runs on the CPU without CUDA).
+# support is loaded at run time, so this builds and runs on the CPU without CUDA). colcon gets
+# them as two `--features` flags: cargo-ament-build (0.1.11) reads `--features ros,cuda` as one
+# feature named "ros,cuda" when it picks the binaries to install, and leaves out perception_node
+# (required-features = ["ros"]).
 features=ros,cuda
 tests=(--release --features "$features" --test ros_smoke --test ros_node)
 
@@ -45,7 +48,7 @@ if [[ "${SPTR_SKIP_COLCON:-0}" != 1 ]]; then
     (cd "$ws" && PATH="$colcon_bin:$PATH" colcon --log-base "$ws/log" build \
         --base-paths "$repo" --build-base "$ws/build" --install-base "$ws/install" \
         --event-handlers console_direct- \
-        --cargo-args --release --features "$features") >&2
+        --cargo-args --release --features ros --features cuda) >&2
     echo "test_ros.sh: colcon build took $(( $(date +%s) - start )) s" >&2
     export SPTR_COLCON_INSTALL="$ws/install" SPTR_REQUIRE_COLCON=1
 fi

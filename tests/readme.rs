@@ -58,9 +58,16 @@ fn node_builds_have_the_cuda_feature_its_default_device_needs() {
     let builds: Vec<&str> = code_lines(&readme).into_iter().filter(|l| l.contains("--features ros")).collect();
     assert!(builds.len() >= 3, "README's node build lines: {builds:?}");
     for l in builds {
-        assert!(l.contains("--features ros,cuda"), "README builds the node without cuda: {l}");
+        assert!(
+            l.contains("--features ros,cuda") || l.contains("--features ros --features cuda"),
+            "README builds the node without cuda: {l}"
+        );
+        // cargo-ament-build reads a comma list as one feature name and then installs no node
+        assert!(!(l.contains("colcon build") && l.contains("ros,cuda")), "colcon needs two --features flags: {l}");
     }
-    assert!(read("scripts/test_ros.sh").contains("features=ros,cuda"), "scripts/test_ros.sh tests another build");
+    let test_ros = read("scripts/test_ros.sh");
+    assert!(test_ros.contains("features=ros,cuda"), "scripts/test_ros.sh tests another build");
+    assert!(test_ros.contains("--cargo-args --release --features ros --features cuda"), "scripts/test_ros.sh installs another build");
 }
 
 /// The PyPI wheels are Kilted; the script exports ROS_DISTRO=rolling because of r2r's version;
