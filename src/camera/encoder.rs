@@ -16,7 +16,7 @@ use super::swin::SwinTransformer;
 use crate::config::ConfigError;
 use crate::dense::FeatureMap;
 use crate::model::random::SplitMix;
-use crate::model::weights::{Tensor, WeightSpec, Weights};
+use crate::model::weights::{SpecRecorder, Tensor, WeightSpec, Weights};
 use crate::model::{Misshaped, ModelError};
 use crate::Error;
 use serde::Deserialize;
@@ -538,34 +538,6 @@ impl CameraEncoderConfig {
 // ---------------------------------------------------------------------------------------------
 // Weights
 // ---------------------------------------------------------------------------------------------
-
-/// Where a builder gets each tensor: the weights file, or a recorder that lists the specs.
-pub(crate) trait Source {
-    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError>;
-}
-
-impl Source for Weights {
-    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
-        self.take(name, shape)
-    }
-}
-
-/// Lists every tensor a builder asks for, in `state_dict` order; hands out values that build
-/// (ones: a BatchNorm variance of zero would not fold).
-#[derive(Default)]
-struct SpecRecorder(Vec<WeightSpec>);
-
-impl Source for SpecRecorder {
-    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
-        self.0.push(WeightSpec { name: name.to_string(), shape: shape.to_vec() });
-        Ok(vec![1.0; shape.iter().product()])
-    }
-}
-
-/// A tensor's values with a `bad weights` error for the layer constructors.
-pub(crate) fn bad_weights(name: &str, e: Error) -> ModelError {
-    ModelError::Config(format!("{name}: {e}"))
-}
 
 /// Every tensor of the encoder's `state_dict` (the backbone's, then the neck's) for this
 /// configuration, in `state_dict` order; buffers excepted (`relative_position_index`, which a

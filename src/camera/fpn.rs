@@ -14,7 +14,8 @@
 //! `encoders.camera.neck.`): `lateral_convs.{i}.conv.weight`, `lateral_convs.{i}.bn.*`, then
 //! `fpn_convs.{i}.*` likewise. BatchNorm is folded into the conv at load.
 
-use super::encoder::{bad_weights, FpnConfig, Source};
+use super::encoder::{FpnConfig};
+use crate::model::weights::{bad_weights, TensorSource as Source};
 use crate::dense::{bilinear_resize, concat_channels, Activation, Conv2d, FeatureMap};
 use crate::model::layers::BatchNorm;
 use crate::model::ModelError;

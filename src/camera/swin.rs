@@ -30,7 +30,8 @@
 //! Stage outputs are taken before the stage's patch merging, then `norm{i}`; all NHWC here (the
 //! NCHW permute of upstream is only a layout change).
 
-use super::encoder::{bad_weights, Source, SwinConfig};
+use super::encoder::{SwinConfig};
+use crate::model::weights::{bad_weights, TensorSource as Source};
 use crate::attention::swin::swin_partition;
 use crate::attention::{window_attention, HeadSlice, Partition, PositionTerm, RelativeBias2d};
 use crate::dense::FeatureMap;

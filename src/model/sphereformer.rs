@@ -26,7 +26,7 @@
 
 use super::layers::{gelu_inplace, BatchNorm, LayerNorm, Linear};
 use super::range::{CpuRangeScan, RangeReport};
-use super::weights::{WeightSpec, Weights};
+use super::weights::{bad_weights, SpecRecorder, TensorSource as Source, WeightSpec, Weights};
 use super::ModelError;
 use crate::attention::cpu::RpeTables;
 use crate::attention::sphere::{
@@ -43,38 +43,12 @@ use std::time::{Duration, Instant};
 #[path = "sphereformer_cuda.rs"]
 pub mod cuda;
 
-/// Where the builder gets each tensor: the weights file, or a recorder that lists the specs.
-trait Source {
-    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError>;
-}
-
-impl Source for Weights {
-    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
-        self.take(name, shape)
-    }
-}
-
-/// Lists every tensor the builder asks for, in `state_dict` order; hands out zeros.
-#[derive(Default)]
-struct SpecRecorder(Vec<WeightSpec>);
-
-impl Source for SpecRecorder {
-    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
-        self.0.push(WeightSpec { name: name.to_string(), shape: shape.to_vec() });
-        Ok(vec![0.0; shape.iter().product()])
-    }
-}
-
 /// Every tensor of the upstream `state_dict` for this config (BatchNorm's `num_batches_tracked`
 /// counters excepted: they are not weights), in `state_dict` order.
 pub fn weight_specs(cfg: &ModelYaml) -> Result<Vec<WeightSpec>, ModelError> {
     let mut rec = SpecRecorder::default();
     build(cfg, &mut rec)?;
     Ok(rec.0)
-}
-
-fn bad_weights(name: &str, e: Error) -> ModelError {
-    ModelError::Config(format!("{name}: {e}"))
 }
 
 fn batch_norm(src: &mut dyn Source, prefix: &str, c: usize) -> Result<BatchNorm, ModelError> {

@@ -218,3 +218,33 @@ impl Weights {
         }
     }
 }
+
+/// Where a model builder gets each tensor: the weights file, or a [`SpecRecorder`] that lists the
+/// specs. Every model (SphereFormer, the camera encoder) builds its layers through one `load`
+/// path from either, so the spec list and the loader can never disagree.
+pub(crate) trait TensorSource {
+    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError>;
+}
+
+impl TensorSource for Weights {
+    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
+        self.take(name, shape)
+    }
+}
+
+/// Lists every tensor a builder asks for, in `state_dict` order; hands out ones, values every
+/// layer constructor accepts (a BatchNorm variance of zero would not fold without an eps).
+#[derive(Default)]
+pub(crate) struct SpecRecorder(pub(crate) Vec<WeightSpec>);
+
+impl TensorSource for SpecRecorder {
+    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
+        self.0.push(WeightSpec { name: name.to_string(), shape: shape.to_vec() });
+        Ok(vec![1.0; shape.iter().product()])
+    }
+}
+
+/// A layer constructor's error on loaded values, as a model error naming the tensor.
+pub(crate) fn bad_weights(name: &str, e: crate::Error) -> ModelError {
+    ModelError::Config(format!("{name}: {e}"))
+}
