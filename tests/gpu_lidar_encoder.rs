@@ -63,6 +63,17 @@ fn hard_voxelize_cuda_equals_cpu() {
     check_voxelize(&dev, "2 points, 5000 voxels", &ten, &q);
     q.round_points_to_fp16 = true;
     check_voxelize(&dev, "FP16-rounded points", &ten, &q);
+    // points on the range's faces: kept by the voxelizer alone, dropped by PointsRangeFilter
+    let faces: Vec<[f32; POINT_COLUMNS]> = (0..2000)
+        .map(|i| {
+            let t = i as f32 / 2000.0;
+            [-51.2 + (i % 3) as f32 * 0.05, 102.4 * t - 51.2, -5.0 + 8.0 * t, t, 0.0]
+        })
+        .collect();
+    let mut nf = p.clone();
+    nf.range_filter = false;
+    check_voxelize(&dev, "faces, no range filter", &faces, &nf);
+    check_voxelize(&dev, "faces, range filter", &faces, &p);
     // non-finite points sprinkled in, one per 101
     let mut dirty = ten.clone();
     for (i, r) in dirty.iter_mut().enumerate().filter(|(i, _)| i % 101 == 0) {

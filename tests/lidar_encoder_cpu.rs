@@ -47,6 +47,9 @@ fn naive_voxelize(points: &[[f32; 5]], p: &HardVoxelParams) -> (Vec<[i32; 4]>, V
         if q.iter().any(|v| !v.is_finite()) {
             return None;
         }
+        if p.range_filter && !(0..3).all(|a| q[a] > lo[a] && q[a] < hi[a]) {
+            return None;
+        }
         let c = [0, 1, 2].map(|a| ((q[a] - lo[a]) / vs[a]).floor() as i32);
         (0..3).all(|a| c[a] >= 0 && c[a] < grid[a]).then_some(c)
     };
@@ -83,6 +86,7 @@ fn hard_voxelize_matches_naive_on_random_clouds() {
     for case in 0..4 {
         // a small box around the range edges, few cells, so voxels fill up and the cap bites
         let mut p = nus_params();
+        p.range_filter = case % 2 == 0;
         p.max_num_points = [10, 3, 1, 5][case];
         p.max_voxels = [120000, 40, 7, 200][case];
         let n = 1500;
@@ -128,6 +132,8 @@ fn hard_voxelize_on_the_sweep_matches_naive() {
 #[test]
 fn hard_voxelize_hand_made_cases() {
     let mut p = nus_params();
+    assert!(p.range_filter, "on by default from the YAML");
+    p.range_filter = false;
     p.max_num_points = 2;
     p.max_voxels = 2;
     let pt = |x: f32, y: f32, z: f32, i: f32| [x, y, z, i, 0.0];
@@ -150,6 +156,18 @@ fn hard_voxelize_hand_made_cases() {
     let s = v.stats;
     assert_eq!((s.points_in, s.out_of_range, s.points_over_max, s.points_capped), (9, 2, 1, 2));
     assert_eq!((s.voxels_total, s.voxels_kept, s.voxels_dropped(), s.points_used()), (3, 2, 1, 4));
+
+    // with upstream's PointsRangeFilter (strict) the lower-corner points go; C moves up
+    p.range_filter = true;
+    let v = hard_voxelize_cpu(&pts, &p).unwrap();
+    assert_eq!(v.coords, vec![[0, 512, 512, 25], [0, 100 + 512, 100 + 512, 25]]);
+    assert_eq!(v.counts, vec![2, 2]);
+    let s = v.stats;
+    assert_eq!((s.out_of_range, s.points_over_max, s.points_capped, s.voxels_total), (4, 1, 0, 2));
+    let mut edge = nus_params();
+    edge.max_voxels = 10;
+    let v = hard_voxelize_cpu(&[[-51.19, -51.19, -4.99, 0.0, 0.0], [51.199, 51.199, 2.999, 0.0, 0.0]], &edge).unwrap();
+    assert_eq!(v.coords, vec![[0, 0, 0, 0], [0, 1023, 1023, 39]], "just inside both faces");
 }
 
 #[test]

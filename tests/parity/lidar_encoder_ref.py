@@ -58,6 +58,8 @@ def load_cfg(path):
         "range": [float(x) for x in v["point_cloud_range"]],
         "max_points": int(v["max_num_points"]),
         "max_voxels": int(mv[1] if isinstance(mv, list) else mv),
+        # the test pipeline's PointsRangeFilter (strict, float32) before the model; sptr's key
+        "range_filter": bool(v.get("range_filter", True)),
         "in_channels": int(b["in_channels"]),
         "sparse_shape": [int(x) for x in b["sparse_shape"]],
         "base_channels": int(b.get("base_channels", 16)),
@@ -245,7 +247,7 @@ def make_cloud(path, sweeps):
 
 
 def hard_voxelize(pts, cfg):
-    """Upstream's deterministic hard voxelization + voxelize_reduce, in numpy float32.
+    """PointsRangeFilter, then upstream's deterministic hard voxelization + voxelize_reduce (numpy, float32).
 
     -> feats [M, 5] (mean of the kept points), coords [M, 4] (0, x, y, z) int32, stats."""
     f32 = np.float32
@@ -257,6 +259,8 @@ def hard_voxelize(pts, cfg):
         c = np.floor((pts[:, :3] - lo) / vs)
         finite = np.isfinite(pts).all(1)
         valid = finite & (c >= 0).all(1) & (c < grid).all(1)
+        if cfg["range_filter"]:  # mmdet3d's in_range_3d with a float32 range
+            valid &= ((pts[:, :3] > lo) & (pts[:, :3] < hi)).all(1)
     gi = grid.astype(np.int64)
     ci = np.where(valid[:, None], c, 0).astype(np.int64)
     key = (ci[:, 0] * gi[1] + ci[:, 1]) * gi[2] + ci[:, 2]
