@@ -329,9 +329,9 @@ fn reduced_config() -> LidarEncoderConfig {
     let mut cfg = full_config();
     cfg.voxelize.voxel_size = [0.4, 0.4, 0.2];
     cfg.backbone.sparse_shape = [256, 256, 41];
-    cfg.backbone.base_channels = 8;
-    cfg.backbone.output_channels = 16;
-    cfg.backbone.encoder_channels = vec![vec![8, 8, 16], vec![16, 16, 24], vec![24, 24, 32], vec![32, 32]];
+    cfg.backbone.base_channels = 4;
+    cfg.backbone.output_channels = 8;
+    cfg.backbone.encoder_channels = vec![vec![4, 4, 8], vec![8, 8, 12], vec![12, 12, 16], vec![16, 16]];
     cfg.validate().unwrap();
     cfg
 }
@@ -441,7 +441,7 @@ fn encoder_matches_the_site_by_site_reference_on_the_sweep() {
     let enc = LidarEncoder::load(&cfg, &w).unwrap();
     let pts = sweep_rows();
     let (bev, stats) = enc.forward(&pts).unwrap();
-    assert_eq!((bev.n, bev.h, bev.w, bev.c), (1, 32, 32, 32), "256 / 8 = 32 cells, 16 channels x 2 z planes");
+    assert_eq!((bev.n, bev.h, bev.w, bev.c), (1, 32, 32, 16), "256 / 8 = 32 cells, 8 channels x 2 z planes");
     assert_eq!(stats.points_in, pts.len());
     assert!(stats.voxels_kept > 5000 && stats.out_of_range > 0, "{stats:?}");
     assert!(bev.data.iter().all(|v| v.is_finite()));
@@ -450,7 +450,7 @@ fn encoder_matches_the_site_by_site_reference_on_the_sweep() {
 
     let v = enc.voxelize(&pts).unwrap();
     let (want, shape) = Naive { w: &w }.run(&cfg, &v.coords, &v.feats);
-    assert_eq!(shape, [32, 32, 32]);
+    assert_eq!(shape, [32, 32, 16]);
     let err = rel_err(&bev.data, &want);
     assert!(err < 1e-5, "rel err {err} against the site-by-site reference");
 
