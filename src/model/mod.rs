@@ -8,6 +8,7 @@ pub mod bench;
 #[cfg(feature = "cuda")]
 pub mod gpu_layers;
 pub mod layers;
+pub mod lidar_encoder;
 pub mod preprocess;
 pub mod random;
 pub mod range;
