@@ -302,6 +302,16 @@ fn full_model(dev: &CudaDevice, yaml: &str, seed: u64) {
     }
 }
 
+/// The CUDA parts can move to a worker thread (each owns its cuDNN handle).
+#[test]
+fn cuda_parts_are_send() {
+    fn send<T: Send>() {}
+    send::<CudaBevStack>();
+    send::<sptr::model::bev_decoder_cuda::CudaBevDecoder>();
+    send::<sptr::model::bev_head_cuda::CudaBevSegHead>();
+    send::<sptr::model::bev_decoder_cuda::CudaBevFuser>();
+}
+
 #[test]
 fn fusion_model_matches_cpu() {
     let Some(dev) = gpu("fusion_model_matches_cpu") else { return };

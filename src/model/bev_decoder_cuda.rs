@@ -143,6 +143,11 @@ impl CudaBevDecoder {
         self.engine.backend()
     }
 
+    /// The loaded cuDNN version when the decoder runs on cuDNN.
+    pub fn cudnn_version(&self) -> Option<usize> {
+        self.engine.cudnn_version()
+    }
+
     /// Backbone then neck, as [`BevDecoder::forward`].
     pub fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaFeatureMap) -> Result<CudaFeatureMap, Error> {
         let e = &self.engine;
