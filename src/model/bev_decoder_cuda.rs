@@ -75,6 +75,7 @@ struct GpuResNet {
     upsample: Option<GpuConv>,
 }
 
+#[allow(clippy::large_enum_variant)]
 enum GpuDecoder {
     Second(GpuSecond),
     ResNet(GpuResNet),
