@@ -108,6 +108,9 @@ run() {
     # BEVFusion's LiDAR branch (issue 20): ten synthetic sweeps of the nuScenes cloud (346,880 points),
     # hard voxelization from host points and the SparseEncoder to the 128 x 128 x 256 BEV map
     "$STAGE/bin/sptr" bench lidar-encoder "$nus" --iters 50 > "$out/bench_lidar_encoder.json" 2>> "$out/bench.log" || failed=1
+    # BEVFusion's fuser, BEV decoders and map head (random weights, 128 x 128 BEV): cuDNN vs
+    # im2col + cuBLAS per part, both seg models (issue 20)
+    "$STAGE/bin/sptr" bench bev-decoder --iters 50 > "$out/bench_bev_decoder.jsonl" 2>> "$out/bench.log" || failed=1
     # The node's per-frame work without ROS (issue 6's pipeline latency), 200 frames, full model
     # (SemanticKITTI: the default params file's obstacle classes are its class ids)
     "$STAGE/bin/sptr" bench pipeline "$nus" --model config/models/sphereformer_semantickitti.yaml --device cuda \

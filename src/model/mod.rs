@@ -6,6 +6,20 @@
 
 pub mod bench;
 #[cfg(feature = "cuda")]
+pub mod bev_bench;
+pub mod bev_config;
+pub mod bev_decoder;
+#[cfg(feature = "cuda")]
+pub mod bev_decoder_cuda;
+pub mod bev_head;
+#[cfg(feature = "cuda")]
+pub mod bev_head_cuda;
+mod bev_load;
+pub mod bev_stack;
+#[cfg(feature = "cuda")]
+pub mod bev_stack_cuda;
+pub mod fuser;
+#[cfg(feature = "cuda")]
 pub mod gpu_layers;
 pub mod layers;
 pub mod lidar_encoder;
