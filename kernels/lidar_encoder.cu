@@ -26,15 +26,15 @@ struct HvGrid {
     u32 filter;      // PointsRangeFilter first: min < p < max, strict
 };
 
-// The point's columns as the voxelizer reads them; false when one is not finite.
+// The point's columns as the voxelizer reads them; false when one is NaN, Inf or beyond FP16's
+// largest finite value 65504 (checked before the FP16 rounding, as the CPU's read_point does).
 __device__ __forceinline__ bool hv_read(const float* __restrict__ pts, u32 i, u32 fp16, float q[POINT_COLUMNS]) {
     bool ok = true;
 #pragma unroll
     for (int c = 0; c < POINT_COLUMNS; ++c) {
         float v = pts[(u64)i * POINT_COLUMNS + c];
-        if (!isfinite(v)) ok = false;
+        if (!isfinite(v) || fabsf(v) > 65504.0f) ok = false;
         if (fp16) v = __half2float(__float2half_rn(v));
-        if (!isfinite(v)) ok = false;
         q[c] = v;
     }
     return ok;
