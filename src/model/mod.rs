@@ -5,6 +5,7 @@
 //! FP16 range guard that reports layers whose activations left FP16's range (`range`).
 
 pub mod bench;
+pub mod bevfusion_seg;
 #[cfg(feature = "cuda")]
 pub mod gpu_layers;
 pub mod layers;
