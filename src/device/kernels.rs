@@ -34,6 +34,7 @@ pub const ALL: &[KernelSource] = &[
     KernelSource { name: "dense", src: include_str!("../../kernels/dense.cu"), fmad: false },
     KernelSource { name: "swin", src: include_str!("../../kernels/swin.cu"), fmad: true },
     KernelSource { name: "bev_pool", src: include_str!("../../kernels/bev_pool.cu"), fmad: false },
+    KernelSource { name: "lidar_encoder", src: include_str!("../../kernels/lidar_encoder.cu"), fmad: false },
     KernelSource { name: "image_preprocess", src: include_str!("../../kernels/image_preprocess.cu"), fmad: false },
 ];
 

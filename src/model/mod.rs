@@ -9,6 +9,7 @@ pub mod bevfusion_seg;
 #[cfg(feature = "cuda")]
 pub mod gpu_layers;
 pub mod layers;
+pub mod lidar_encoder;
 pub mod preprocess;
 pub mod random;
 pub mod range;
