@@ -13,10 +13,19 @@ pub const BATCH_NORM_2D_EPS: f32 = 1e-5;
 /// An `nn.BatchNorm2d` (eps 1e-5) folded to `y = x · scale + shift` per channel, from its
 /// `weight`, `bias`, `running_mean`, `running_var`.
 pub fn batch_norm_2d(gamma: &[f32], beta: &[f32], mean: &[f32], var: &[f32]) -> Result<BatchNorm, Error> {
-    if let Some(v) = var.iter().find(|v| !(v.is_finite() && **v + BATCH_NORM_2D_EPS > 0.0)) {
+    batch_norm_2d_eps(gamma, beta, mean, var, BATCH_NORM_2D_EPS)
+}
+
+/// [`batch_norm_2d`] with another epsilon (mmcv's `BN` with `eps=1e-3` in SECOND / SECONDFPN).
+/// The epsilon must be positive and finite; `var + eps` must be positive.
+pub fn batch_norm_2d_eps(gamma: &[f32], beta: &[f32], mean: &[f32], var: &[f32], eps: f32) -> Result<BatchNorm, Error> {
+    if !(eps.is_finite() && eps > 0.0) {
+        return Err(Error::InvalidInput(format!("batch norm: eps {eps} must be a positive number")));
+    }
+    if let Some(v) = var.iter().find(|v| !(v.is_finite() && **v + eps > 0.0)) {
         return Err(Error::InvalidInput(format!("batch norm: running_var {v} gives no real 1/sqrt(var + eps)")));
     }
-    let (scale, shift) = fold_batch_norm(gamma, beta, mean, var, BATCH_NORM_2D_EPS)?;
+    let (scale, shift) = fold_batch_norm(gamma, beta, mean, var, eps)?;
     Ok(BatchNorm { scale, shift })
 }
 
@@ -276,6 +285,26 @@ mod tests {
         assert!(nb.fold_bn(&bn3).is_err());
         assert!(batch_norm_2d(&gamma, &beta, &mean, &[1.0, -1.0, 1.0, 1.0]).is_err());
         assert!(batch_norm_2d(&gamma, &beta, &mean, &[1.0, f32::NAN, 1.0, 1.0]).is_err());
+    }
+
+    #[test]
+    fn batch_norm_eps_is_used() {
+        // var 0: scale = gamma / sqrt(eps) exactly shows which eps was used
+        let bn = batch_norm_2d_eps(&[1.0], &[0.5], &[2.0], &[0.0], 1e-3).unwrap();
+        let want = 1.0 / 1e-3f32.sqrt();
+        assert!((bn.scale[0] - want).abs() < 1e-6 * want, "{} vs {want}", bn.scale[0]);
+        assert!((bn.shift[0] - (0.5 - 2.0 * want)).abs() < 1e-4);
+        // the default is 1e-5, unchanged for existing callers
+        let d = batch_norm_2d(&[1.0], &[0.0], &[0.0], &[0.0]).unwrap();
+        let e = batch_norm_2d_eps(&[1.0], &[0.0], &[0.0], &[0.0], BATCH_NORM_2D_EPS).unwrap();
+        assert_eq!((&d.scale, &d.shift), (&e.scale, &e.shift));
+        assert!((d.scale[0] - 1.0 / 1e-5f32.sqrt()).abs() < 1e-2);
+        // var -5e-4 folds with eps 1e-3 but not with 1e-5; a bad eps is an error
+        assert!(batch_norm_2d_eps(&[1.0], &[0.0], &[0.0], &[-5e-4], 1e-3).is_ok());
+        assert!(batch_norm_2d(&[1.0], &[0.0], &[0.0], &[-5e-4]).is_err());
+        for eps in [0.0, -1e-3, f32::NAN, f32::INFINITY] {
+            assert!(batch_norm_2d_eps(&[1.0], &[0.0], &[0.0], &[1.0], eps).is_err(), "eps {eps}");
+        }
     }
 
     #[test]

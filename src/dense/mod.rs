@@ -12,11 +12,15 @@
 //! count); CUDA in `cuda` (FP16 storage, FP32 accumulation, cuBLAS GEMMs).
 
 mod conv;
+mod conv_transpose;
+mod grid_sample;
 mod resize;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 
-pub use conv::{batch_norm_2d, Conv2d, BATCH_NORM_2D_EPS};
+pub use conv::{batch_norm_2d, batch_norm_2d_eps, Conv2d, BATCH_NORM_2D_EPS};
+pub use conv_transpose::ConvTranspose2d;
+pub use grid_sample::{grid_sample, GridPadding};
 pub use resize::{bilinear_resize, concat_channels};
 
 use crate::Error;

@@ -5,7 +5,13 @@
 //! FP16 range guard that reports layers whose activations left FP16's range (`range`).
 
 pub mod bench;
+pub mod bev_config;
+pub mod bev_decoder;
+pub mod bev_head;
+mod bev_load;
+pub mod bev_stack;
 pub mod bevfusion_seg;
+pub mod fuser;
 #[cfg(feature = "cuda")]
 pub mod gpu_layers;
 pub mod layers;
