@@ -17,12 +17,12 @@ const THREADS: u32 = 256;
 const MAX_BLOCKS: u64 = 1 << 16;
 
 /// A launch covering `total` elements with grid-stride loops.
-fn grid_stride(total: u64) -> LaunchConfig {
+pub(crate) fn grid_stride(total: u64) -> LaunchConfig {
     let blocks = total.div_ceil(THREADS as u64).clamp(1, MAX_BLOCKS) as u32;
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
 }
 
-fn u32_of(v: usize, what: &str) -> Result<u32, Error> {
+pub(crate) fn u32_of(v: usize, what: &str) -> Result<u32, Error> {
     u32::try_from(v).map_err(|_| Error::InvalidInput(format!("{what}: {v} exceeds 2^32-1")))
 }
 
@@ -248,7 +248,7 @@ impl CudaConv2d {
 /// `acc[m, cout] = a[m, k] · w[cout, k]ᵀ` with FP16 operands (row-major, `k` halves a row), FP32
 /// accumulation and output.
 #[allow(clippy::too_many_arguments)]
-fn gemm(
+pub(crate) fn gemm(
     dev: &CudaDevice,
     blas: &CudaBlas,
     a: &CudaSlice<f16>,

@@ -16,7 +16,13 @@ mod conv_transpose;
 mod grid_sample;
 mod resize;
 #[cfg(feature = "cuda")]
+pub mod conv_engine;
+#[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod cuda_ops;
+#[cfg(feature = "cuda")]
+pub mod cudnn;
 
 pub use conv::{batch_norm_2d, batch_norm_2d_eps, Conv2d, BATCH_NORM_2D_EPS};
 pub use conv_transpose::ConvTranspose2d;

@@ -32,6 +32,7 @@ pub const ALL: &[KernelSource] = &[
     KernelSource { name: "attention_core", src: include_str!("../../kernels/attention_core.cu"), fmad: true },
     KernelSource { name: "layers", src: include_str!("../../kernels/layers.cu"), fmad: true },
     KernelSource { name: "dense", src: include_str!("../../kernels/dense.cu"), fmad: false },
+    KernelSource { name: "bev_dense", src: include_str!("../../kernels/bev_dense.cu"), fmad: false },
     KernelSource { name: "swin", src: include_str!("../../kernels/swin.cu"), fmad: true },
     KernelSource { name: "bev_pool", src: include_str!("../../kernels/bev_pool.cu"), fmad: false },
     KernelSource { name: "lidar_encoder", src: include_str!("../../kernels/lidar_encoder.cu"), fmad: false },

@@ -7,9 +7,15 @@
 pub mod bench;
 pub mod bev_config;
 pub mod bev_decoder;
+#[cfg(feature = "cuda")]
+pub mod bev_decoder_cuda;
 pub mod bev_head;
+#[cfg(feature = "cuda")]
+pub mod bev_head_cuda;
 mod bev_load;
 pub mod bev_stack;
+#[cfg(feature = "cuda")]
+pub mod bev_stack_cuda;
 pub mod bevfusion_seg;
 pub mod fuser;
 #[cfg(feature = "cuda")]
