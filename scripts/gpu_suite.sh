@@ -105,6 +105,12 @@ run() {
     # BEVFusion's camera encoder (random weights, 6 x 256 x 704): Swin-T alone and Swin-T + neck,
     # FLOPs and the tensor-core floor
     "$STAGE/bin/sptr" bench camera --iters 50 > "$out/bench_camera.jsonl" 2>> "$out/bench.log" || failed=1
+    # BEVFusion BEV map segmentation end to end (issue 20, random weights): the six nuScenes JPEGs
+    # (+ the sweep for fusion) on the host -> masks on the host, per-stage medians, peak memory
+    for m in fusion camera; do
+        "$STAGE/bin/sptr" bench bevseg --model config/models/bevfusion_seg_$m.yaml --iters 50 \
+            > "$out/bench_bevseg_$m.json" 2>> "$out/bench.log" || failed=1
+    done
     # The node's per-frame work without ROS (issue 6's pipeline latency), 200 frames, full model
     # (SemanticKITTI: the default params file's obstacle classes are its class ids)
     "$STAGE/bin/sptr" bench pipeline "$nus" --model config/models/sphereformer_semantickitti.yaml --device cuda \

@@ -31,6 +31,12 @@ use crate::camera::image::RgbImage;
 use crate::camera::preprocess::{preprocess_cpu, ImagePreprocess};
 use crate::config::ConfigError;
 use crate::dense::FeatureMap;
+use crate::model::bev_config::BevConfig;
+use crate::model::bev_head::BevMaps;
+use crate::model::bev_stack::BevStack;
+use crate::model::lidar_encoder::{LidarEncoder, LidarEncoderConfig};
+use crate::sparse::hard_voxelize::HardVoxelStats;
+use crate::model::random::NamedTensors;
 use crate::model::weights::{Tensor, Weights};
 use crate::model::ModelError;
 use crate::Error;
@@ -204,58 +210,64 @@ pub struct FrameImages<'a> {
 /// Points in upstream's layout `(x, y, z, intensity, time lag)`.
 pub type Point5 = [f32; 5];
 
-/// Drops points with a non-finite value; returns the kept ones and how many were dropped.
-pub fn finite_points(points: &[Point5]) -> (Vec<Point5>, usize) {
-    let kept: Vec<Point5> = points.iter().filter(|p| p.iter().all(|v| v.is_finite())).copied().collect();
-    let dropped = points.len() - kept.len();
-    (kept, dropped)
+
+/// A black image of the calibration's size for every masked camera (None elsewhere): a masked
+/// camera still takes its slot in the batch, and its features are never pooled.
+pub fn blank_images(calib: &Calibration, images: &[Option<&RgbImage>]) -> Vec<Option<RgbImage>> {
+    images.iter().zip(&calib.cameras).map(|(i, c)| i.is_none().then(|| RgbImage::zeroed(c.image_width, c.image_height))).collect()
 }
 
-/// The images as one preprocessed batch, in calibration order; masked cameras get a zero image
-/// (their features are never pooled). Checks the count and each image's size against `calib`.
+/// Every slot filled: the image, or its blank.
+pub fn with_blanks<'a>(images: &[Option<&'a RgbImage>], blanks: &'a [Option<RgbImage>]) -> Result<Vec<&'a RgbImage>, Error> {
+    images
+        .iter()
+        .zip(blanks)
+        .map(|(i, b)| i.or(b.as_ref()))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| Error::InvalidInput("a camera has neither an image nor a blank".into()))
+}
+
+/// The images as one preprocessed batch `[N, H, W, 3]`, in calibration order (checked by
+/// [`check_cameras`]), with the mask and the masked cameras' names.
 pub fn camera_batch(pre: &ImagePreprocess, calib: &Calibration, images: &[Option<&RgbImage>]) -> Result<(FeatureMap, CameraMask, Vec<String>), Error> {
-    if images.len() != calib.len() {
+    let (mask, masked) = check_cameras(calib, images.iter().map(|i| i.map(|i| (i.width, i.height))))?;
+    let blanks = blank_images(calib, images);
+    let all = with_blanks(images, &blanks)?;
+    let batch = preprocess_cpu(&all, pre)?;
+    Ok((FeatureMap::new(batch.n, batch.h, batch.w, 3, batch.data)?, mask, masked))
+}
+
+/// The camera count and each present image's size against the calibration; the mask and the
+/// masked cameras' names.
+pub fn check_cameras(calib: &Calibration, sizes: impl ExactSizeIterator<Item = Option<(usize, usize)>>) -> Result<(CameraMask, Vec<String>), Error> {
+    if sizes.len() != calib.len() {
         return Err(Error::InvalidInput(format!(
-            "{} camera images for a calibration of {} cameras ({}): give one per camera, in that order (a missing one is masked)",
-            images.len(),
-            calib.len(),
-            calib.cameras.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+            "{} camera images for a calibration of {} cameras: give one per camera, in the calibration's order (a missing one is masked)",
+            sizes.len(),
+            calib.len()
         )));
     }
     let mut mask = CameraMask::ALL;
     let mut masked = Vec::new();
-    let mut present = Vec::new();
-    for (i, (img, cam)) in images.iter().zip(&calib.cameras).enumerate() {
-        match img {
+    for (i, (s, c)) in sizes.zip(&calib.cameras).enumerate() {
+        match s {
             None => {
                 mask = mask.without(i);
-                masked.push(cam.name.clone());
+                masked.push(c.name.clone());
             }
-            Some(im) => {
-                if (im.width, im.height) != (cam.image_width, cam.image_height) {
-                    return Err(Error::InvalidInput(format!(
-                        "camera `{}`: image is {}x{} but its calibration is for {}x{} (the geometry depends on it)",
-                        cam.name, im.width, im.height, cam.image_width, cam.image_height
-                    )));
-                }
-                present.push(*im);
+            Some((w, h)) if (w, h) != (c.image_width, c.image_height) => {
+                return Err(Error::InvalidInput(format!(
+                    "camera `{}`: image is {w}x{h} but its calibration is for {}x{} (the geometry depends on it)",
+                    c.name, c.image_width, c.image_height
+                )));
             }
+            Some(_) => {}
         }
     }
-    if present.is_empty() {
+    if masked.len() == calib.len() {
         return Err(Error::InvalidInput("no camera image at all: the camera BEV would be empty; give at least one image".into()));
     }
-    let batch = preprocess_cpu(&present, pre)?;
-    let per = batch.h * batch.w * 3;
-    let mut data = vec![0f32; images.len() * per];
-    let mut k = 0;
-    for (i, img) in images.iter().enumerate() {
-        if img.is_some() {
-            data[i * per..(i + 1) * per].copy_from_slice(&batch.data[k * per..(k + 1) * per]);
-            k += 1;
-        }
-    }
-    Ok((FeatureMap::new(images.len(), batch.h, batch.w, 3, data)?, mask, masked))
+    Ok((mask, masked))
 }
 
 /// The camera half's configuration from a model YAML.
@@ -320,10 +332,20 @@ impl CameraHalf {
     }
 }
 
-/// Reports built from the LiDAR input.
-pub fn empty_lidar_stats(points_in: usize, non_finite: usize) -> LidarStats {
-    LidarStats { points_in, points_non_finite: non_finite, empty: true, ..Default::default() }
+/// The report of a cloud from what voxelization did with it; `empty` (no voxel: the LiDAR BEV
+/// is zero) for a cloud with no point, only non-finite points or none in range.
+pub fn lidar_stats(v: &HardVoxelStats) -> LidarStats {
+    LidarStats {
+        points_in: v.points_in,
+        points_non_finite: v.non_finite,
+        points_in_range: v.points_in - v.non_finite - v.out_of_range,
+        voxels: v.voxels_kept,
+        voxels_dropped: v.voxels_dropped(),
+        points_over_voxel_cap: v.points_over_max,
+        empty: v.voxels_kept == 0,
+    }
 }
+
 
 /// A BEV map from `[1, X, Y, K]` channels-last probabilities (the head's output layout) and the
 /// output grid.
@@ -352,6 +374,272 @@ pub fn bev_map_from_nhwc(probs: &FeatureMap, classes: &[String], scope: [[f64; 3
         masked_cameras: masked,
         lidar,
     })
+}
+
+/// True when the YAML at `path` says `arch: bevfusion_seg` (how `random-weights` tells a
+/// BEVFusion seg YAML from a SphereFormer one); false when unreadable (the caller's own loader
+/// then reports the problem).
+pub fn is_bevfusion_seg_yaml(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else { return false };
+    serde_yaml::from_str::<serde_yaml::Value>(&text).ok().and_then(|d| d.get("arch").and_then(|a| a.as_str()).map(|a| a == "bevfusion_seg")).unwrap_or(false)
+}
+
+/// The whole model's configuration (one YAML).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BevSegConfig {
+    pub kind: BevSegKind,
+    pub classes: Vec<String>,
+    pub camera: CameraHalfConfig,
+    /// `model.encoders.lidar` (fusion only).
+    pub lidar: Option<LidarEncoderConfig>,
+    /// `model.fuser`, `model.decoder`, `model.heads.map`.
+    pub bev: BevConfig,
+    /// The YAML's name (error messages).
+    pub file: String,
+}
+
+impl BevSegConfig {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let (text, file) = read_yaml(path)?;
+        Self::parse(&text, &file)
+    }
+
+    pub fn parse(text: &str, file: &str) -> Result<Self, ConfigError> {
+        let seg = parse_seg_yaml(text, file)?;
+        let camera = CameraHalfConfig::parse(text, file)?;
+        let lidar = match seg.kind {
+            BevSegKind::Fusion => Some(LidarEncoderConfig::parse(text, file)?),
+            BevSegKind::Camera => None,
+        };
+        let bev = BevConfig::parse(text, file)?;
+        let cfg = Self { kind: seg.kind, classes: seg.classes, camera, lidar, bev, file: file.to_string() };
+        cfg.check_shapes()?;
+        Ok(cfg)
+    }
+
+    /// The BEV maps the parts hand each other must agree: camera BEV (and LiDAR BEV) channels
+    /// and sizes into the fuser / decoder, the head's classes.
+    fn check_shapes(&self) -> Result<(), ConfigError> {
+        let lss = &self.camera.lss;
+        let cam_c = lss.channels();
+        let g = crate::bev::lss::BevGrid::from_bounds(lss.vtransform.xbound, lss.vtransform.ybound, lss.vtransform.zbound);
+        let ds = lss.vtransform.downsample;
+        let cam_hw = [g.nx[0].div_ceil(ds), g.nx[1].div_ceil(ds)];
+        let cam_ch = cam_c * g.nx[2];
+        let head_classes = self.bev.head.classes.len();
+        if head_classes != self.classes.len() {
+            return Err(value_err(&self.file, "model.heads.map.classes", format!("{head_classes} classes in the head, {} in map_classes", self.classes.len())));
+        }
+        let decoder_in = match (&self.bev.fuser, &self.lidar) {
+            (Some(f), Some(l)) => {
+                let [lx, ly, lidar_ch] = l.bev_shape().map_err(|e| value_err(&self.file, "model.encoders.lidar", e.to_string()))?;
+                let lidar_hw = [lx, ly];
+                if lidar_hw != cam_hw {
+                    return Err(value_err(
+                        &self.file,
+                        "model.encoders.lidar",
+                        format!("gives a {lidar_hw:?} LiDAR BEV but the camera BEV is {cam_hw:?} (xbound/ybound/downsample): the fuser needs one size"),
+                    ));
+                }
+                if f.in_channels != [cam_ch, lidar_ch] {
+                    return Err(value_err(
+                        &self.file,
+                        "model.fuser.in_channels",
+                        format!("is {:?} but the camera BEV has {cam_ch} channels and the LiDAR BEV {lidar_ch} (camera first)", f.in_channels),
+                    ));
+                }
+                f.out_channels
+            }
+            _ => cam_ch,
+        };
+        if self.bev.decoder.in_channels() != decoder_in {
+            return Err(value_err(
+                &self.file,
+                "model.decoder.backbone.in_channels",
+                format!("is {} but its input (the {}) has {decoder_in} channels", self.bev.decoder.in_channels(), if self.bev.fuser.is_some() { "fuser's output" } else { "camera BEV" }),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Deterministic random weights for every tensor of the model, with upstream names: each part's
+/// own generator, seeded `seed`, `seed + 1`, … in `state_dict` order of the parts.
+pub fn random_tensors(cfg: &BevSegConfig, seed: u64) -> Result<NamedTensors, ModelError> {
+    let mut t = crate::camera::encoder::random_tensors(&cfg.camera.encoder, seed)?;
+    t.extend(crate::bev::lss::transform::random_tensors(&cfg.camera.lss, VTRANSFORM_PREFIX, seed.wrapping_add(1)));
+    if let Some(l) = &cfg.lidar {
+        t.extend(crate::model::lidar_encoder::random_tensors(l, seed.wrapping_add(2))?);
+    }
+    t.extend(crate::model::bev_stack::random_tensors(&cfg.bev, seed.wrapping_add(3))?);
+    Ok(t)
+}
+
+/// Each stage's output of one forward (`--dump-stages`, tests, parity), channels-last.
+#[derive(Debug, Clone)]
+pub struct BevSegStages {
+    /// The normalized images the encoder consumed `[N, H, W, 3]`.
+    pub input: FeatureMap,
+    pub camera_bev: FeatureMap,
+    pub lidar_bev: Option<FeatureMap>,
+    pub fused: Option<FeatureMap>,
+    pub decoder: FeatureMap,
+    /// Probabilities `[1, X, Y, K]`.
+    pub head: FeatureMap,
+}
+
+impl BevSegStages {
+    /// `(name, map)` of every stage present, in order.
+    pub fn named(&self) -> Vec<(&'static str, &FeatureMap)> {
+        let mut v = vec![("input", &self.input), ("camera_bev", &self.camera_bev)];
+        if let Some(l) = &self.lidar_bev {
+            v.push(("lidar_bev", l));
+        }
+        if let Some(f) = &self.fused {
+            v.push(("fused", f));
+        }
+        v.push(("decoder", &self.decoder));
+        v.push(("head", &self.head));
+        v
+    }
+}
+
+/// What a forward returns.
+#[derive(Debug, Clone)]
+pub struct BevSegOutput {
+    pub map: BevMap,
+    pub times: StageMs,
+    pub stages: Option<BevSegStages>,
+}
+
+/// The LiDAR BEV of a cloud with no usable point: zeros of the encoder's output shape (upstream
+/// would fail on an empty sparse tensor; a zero map is what "no LiDAR evidence" means here).
+pub fn zero_lidar_bev(cfg: &LidarEncoderConfig) -> Result<FeatureMap, Error> {
+    let [x, y, c] = cfg.bev_shape()?;
+    FeatureMap::zeros(1, x, y, c)
+}
+
+/// Probabilities `[1, K, X, Y]` (upstream layout) as a channels-last map `[1, X, Y, K]`.
+pub fn maps_to_nhwc(m: &BevMaps) -> Result<FeatureMap, Error> {
+    let (k, x, y) = (m.classes, m.x, m.y);
+    if m.n != 1 || m.data.len() != k * x * y {
+        return Err(Error::InvalidInput(format!("head output: {} values for [{}, {k}, {x}, {y}]", m.data.len(), m.n)));
+    }
+    let mut d = vec![0f32; k * x * y];
+    for c in 0..k {
+        for i in 0..x * y {
+            d[i * k + c] = m.data[c * x * y + i];
+        }
+    }
+    FeatureMap::new(1, x, y, k, d)
+}
+
+/// The whole model on the CPU.
+#[derive(Debug)]
+pub struct BevSegModel {
+    pub config: BevSegConfig,
+    pub camera: CameraHalf,
+    pub lidar: Option<LidarEncoder>,
+    pub bev: BevStack,
+}
+
+impl BevSegModel {
+    /// Checks every tensor of the file against the whole model at once (one error listing all
+    /// missing, unexpected and mis-shaped tensors, led by "these weights look like the other
+    /// model" when they do), then builds each part with BatchNorm folded.
+    pub fn from_weights(cfg: &BevSegConfig, mut w: Weights) -> Result<Self, ModelError> {
+        let names: Vec<String> = w.names().map(str::to_string).collect();
+        let mut errors = Vec::new();
+        // each part gets exactly its tensors; whatever is left is unexpected
+        // the encoder's tensors; any other `encoders.lidar.*` stays and is reported unexpected
+        let lidar_w = split_prefix(&mut w, crate::model::lidar_encoder::PREFIX, &[]).map_err(|e| vec![e]);
+        let camera = CameraHalf::from_weights(&cfg.camera, &mut w);
+        let lidar = match (&cfg.lidar, lidar_w) {
+            (Some(l), Ok(lw)) => Some(LidarEncoder::load(l, &lw).map_err(|e| vec![e])),
+            (None, Ok(lw)) => {
+                // the camera-only model has no LiDAR tensors: all of them are unexpected
+                if !lw.is_empty() {
+                    errors.push(ModelError::Mismatch { file: w.source().to_string(), missing: vec![], unexpected: lw.names().map(str::to_string).collect(), misshaped: vec![] });
+                }
+                None
+            }
+            (_, Err(e)) => Some(Err(e)),
+        };
+        let bev = BevStack::from_weights(&cfg.bev, w);
+        let camera = camera.map_err(|e| errors.extend(e)).ok();
+        let lidar = match lidar {
+            Some(Ok(l)) => Some(Some(l)),
+            Some(Err(e)) => {
+                errors.extend(e);
+                None
+            }
+            None => Some(None),
+        };
+        let bev = bev.map_err(|e| errors.push(e)).ok();
+        match (camera, lidar, bev) {
+            (Some(camera), Some(lidar), Some(bev)) if errors.is_empty() => Ok(Self { config: cfg.clone(), camera, lidar, bev }),
+            _ => Err(mismatch_error(cfg.kind, &cfg.file, &names, errors)),
+        }
+    }
+
+    pub fn kind(&self) -> BevSegKind {
+        self.config.kind
+    }
+
+    /// One frame: `images` one per calibration camera (None = masked), `cloud` the fusion
+    /// model's points `(x, y, z, intensity, time lag)`. `keep_stages` keeps every stage's tensor.
+    pub fn forward(&mut self, calib: &Calibration, images: &[Option<&RgbImage>], cloud: Option<&[Point5]>, keep_stages: bool) -> Result<BevSegOutput, Error> {
+        // the cheap checks first: a wrong input is refused before any compute
+        match (self.lidar.is_some(), cloud) {
+            (true, None) => return Err(Error::InvalidInput("the fusion model needs a LiDAR cloud".into())),
+            (false, Some(c)) if !c.is_empty() => return Err(Error::InvalidInput("the camera-only model takes no LiDAR cloud".into())),
+            _ => {}
+        }
+        let mut t = StageMs::default();
+        let mut since = Instant::now();
+        let (input, mask, masked) = camera_batch(&self.config.camera.preprocess, calib, images)?;
+        t.mark("preprocess", &mut since);
+        let camera_bev = self.camera.forward(calib, &input, mask, &mut t, &mut since)?;
+        let (lidar_bev, lstats) = match (&self.lidar, &self.config.lidar) {
+            (Some(enc), Some(lcfg)) => {
+                let cloud = cloud.ok_or_else(|| Error::InvalidInput("the fusion model needs a LiDAR cloud".into()))?;
+                // voxelization drops and counts non-finite and out-of-range points
+                let v = enc.voxelize(cloud)?;
+                let stats = lidar_stats(&v.stats);
+                let bev = if v.is_empty() { zero_lidar_bev(lcfg)? } else { enc.forward_voxels(&v, false)?.0 };
+                t.mark("lidar", &mut since);
+                (Some(bev), Some(stats))
+            }
+            _ => (None, None),
+        };
+        let mut inputs = vec![&camera_bev];
+        if let Some(l) = &lidar_bev {
+            inputs.push(l);
+        }
+        // BevStack::forward's steps one by one, for the per-stage times
+        let fused = match &self.bev.fuser {
+            Some(f) => {
+                let y = f.forward(&inputs)?;
+                t.mark("fuser", &mut since);
+                Some(y)
+            }
+            None => None,
+        };
+        let decoded = self.bev.decoder.forward(fused.as_ref().unwrap_or(&camera_bev))?;
+        t.mark("decoder", &mut since);
+        let maps = self.bev.head.forward(&decoded)?;
+        t.mark("head", &mut since);
+        let head = maps_to_nhwc(&maps)?;
+        let scope = self.head_scope();
+        let map = bev_map_from_nhwc(&head, &self.config.classes, scope, masked, lstats)?;
+        let stages = keep_stages.then(|| BevSegStages { input, camera_bev, lidar_bev, fused, decoder: decoded, head });
+        Ok(BevSegOutput { map, times: t, stages })
+    }
+
+    /// The head's output grid `[[xmin, xmax, step], [ymin, ymax, step]]`.
+    pub fn head_scope(&self) -> [[f64; 3]; 2] {
+        self.config.bev.head.output_scope
+    }
 }
 
 #[cfg(test)]
@@ -416,13 +704,6 @@ mod tests {
         assert!(msg.contains("1 missing"), "{msg}");
     }
 
-    #[test]
-    fn points_with_nan_are_dropped_and_counted() {
-        let pts = [[1.0, 2.0, 0.0, 5.0, 0.0], [f32::NAN, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, f32::INFINITY, 0.0], [3.0, 1.0, 0.5, 1.0, 0.0]];
-        let (kept, dropped) = finite_points(&pts);
-        assert_eq!(dropped, 2);
-        assert_eq!(kept, vec![pts[0], pts[3]]);
-    }
 
     #[test]
     fn head_layout_to_class_x_y() {
