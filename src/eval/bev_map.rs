@@ -106,7 +106,7 @@ impl MapEval {
     /// absent), as in torch.
     pub fn add(&mut self, pred: &[f32], label: &[u8]) -> Result<(), EvalError> {
         let k = self.classes.len();
-        if pred.len() != label.len() || pred.len() % k != 0 || pred.is_empty() {
+        if pred.len() != label.len() || !pred.len().is_multiple_of(k) || pred.is_empty() {
             return Err(EvalError::Invalid(format!(
                 "map evaluation: {} probabilities and {} labels for {k} classes (both must be classes x cells, cells > 0)",
                 pred.len(),

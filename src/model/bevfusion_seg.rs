@@ -632,7 +632,7 @@ impl BevSegModel {
         let head = maps_to_nhwc(&maps)?;
         let scope = self.head_scope();
         let map = bev_map_from_nhwc(&head, &self.config.classes, scope, masked, lstats)?;
-        let stages = keep_stages.then(|| BevSegStages { input, camera_bev, lidar_bev, fused, decoder: decoded, head });
+        let stages = keep_stages.then_some(BevSegStages { input, camera_bev, lidar_bev, fused, decoder: decoded, head });
         Ok(BevSegOutput { map, times: t, stages })
     }
 

@@ -52,6 +52,6 @@ pub fn full(kind: &str) -> PathBuf {
     root().join(format!("config/models/bevfusion_seg_{kind}.yaml"))
 }
 
-pub fn config(path: &PathBuf) -> BevSegConfig {
+pub fn config(path: &std::path::Path) -> BevSegConfig {
     BevSegConfig::load(path).unwrap()
 }
