@@ -22,6 +22,8 @@ struct HvGrid {
     u32 fp16;        // round every column through FP16 first
     u32 max_points;  // per voxel
     u32 max_voxels;
+    float max[3];
+    u32 filter;      // PointsRangeFilter first: min < p < max, strict
 };
 
 // The point's columns as the voxelizer reads them; false when one is not finite.
@@ -50,6 +52,11 @@ extern "C" __global__ void hv_keys(const float* __restrict__ pts, HvGrid G, u64 
         atomicAdd(&stats[0], 1u);
     } else {
         bool in = true;
+        if (G.filter) {
+#pragma unroll
+            for (int a = 0; a < 3; ++a)
+                if (!(q[a] > G.min[a] && q[a] < G.max[a])) in = false;
+        }
         i32 c[3];
 #pragma unroll
         for (int a = 0; a < 3; ++a) {

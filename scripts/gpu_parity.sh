@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parity against the upstream libraries on the GPU host (see tests/parity/README.md).
 #
-#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [bevseg]    # default: all six
+#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevseg]    # default: all seven
 #
 # Runs from the repo root with gpu-stage/ (scripts/gpu_suite.sh build) and .parity-wheels/
 # (scripts/parity_wheels.sh for spconv, scripts/parity_sptr.sh for sptr) beside it. spconv comes
@@ -11,9 +11,9 @@
 # Logs and JSON lines land in OUT_DIR; the exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [bevseg]}
+out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevseg]}
 shift
-what=${*:-spconv attention model lss camera bevseg}
+what=${*:-spconv attention model lss camera lidarenc bevseg}
 [ -d gpu-stage ] || [ ! -f gpu-stage.tar.xz ] || tar -xJf gpu-stage.tar.xz
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 SPTR_ROOT=$PWD SPTR_KERNEL_CACHE=${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}
@@ -100,6 +100,27 @@ for w in $what; do
         SPTR_CAMERA_PARITY_DIR=$d gpu-stage/bin/test-gpu_camera_parity --test-threads=1 --nocapture \
             > "$out/camera_rust.log" 2>&1 || rc=1
         grep -o '{"case".*\|{"bench".*' "$out/camera_rust.log" > "$out/camera_parity.jsonl"
+        ;;
+    lidarenc)
+        # BEVFusion's LiDAR branch (issue 20): hard voxelization + SparseEncoder written from upstream on
+        # spconv 2.x (tests/parity/lidar_encoder_ref.py) with random weights it saves in the released
+        # checkpoints' spconv 1.x layout, on ten synthetic sweeps of the nuScenes cloud; then ours from
+        # the same weights and points, per stage and timed (tests/gpu_lidar_encoder_parity.rs)
+        [ -d /tmp/site/spconv ] || python3 -c 'import tarfile; tarfile.open(".parity-wheels/site.tar.xz").extractall("/tmp/site")' \
+            || { rc=1; continue; }
+        d=/tmp/lidarenc-parity
+        m=config/models/bevfusion_seg_fusion.yaml
+        nus=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)
+        rm -rf "$d" && mkdir -p "$d"
+        {
+            PYTHONPATH=/tmp/site python3 tests/parity/lidar_encoder_ref.py --model "$m" --random-weights "$d/weights.safetensors" --seed 20261124 &&
+            PYTHONPATH=/tmp/site python3 tests/parity/lidar_encoder_ref.py --model "$m" --weights "$d/weights.safetensors" \
+                --cloud "$nus" --sweeps 10 --out "$d/ref" --bench --iters 20
+        } > "$out/lidarenc_py.log" 2>&1 || rc=1
+        cp "$d/ref/ref.json" "$out/lidarenc_ref.json" 2>/dev/null
+        SPTR_LIDAR_PARITY_DIR=$d gpu-stage/bin/test-gpu_lidar_encoder_parity --test-threads=1 --nocapture \
+            > "$out/lidarenc_rust.log" 2>&1 || rc=1
+        grep -o '{"case".*\|{"bench".*' "$out/lidarenc_rust.log" > "$out/lidarenc_parity.jsonl"
         ;;
     bevseg)
         # BEVFusion BEV map segmentation end to end (issue 20), both models: ours on CUDA from the six

@@ -105,6 +105,9 @@ run() {
     # BEVFusion's camera encoder (random weights, 6 x 256 x 704): Swin-T alone and Swin-T + neck,
     # FLOPs and the tensor-core floor
     "$STAGE/bin/sptr" bench camera --iters 50 > "$out/bench_camera.jsonl" 2>> "$out/bench.log" || failed=1
+    # BEVFusion's LiDAR branch (issue 20): ten synthetic sweeps of the nuScenes cloud (346,880 points),
+    # hard voxelization from host points and the SparseEncoder to the 128 x 128 x 256 BEV map
+    "$STAGE/bin/sptr" bench lidar-encoder "$nus" --iters 50 > "$out/bench_lidar_encoder.json" 2>> "$out/bench.log" || failed=1
     # BEVFusion BEV map segmentation end to end (issue 20, random weights): the six nuScenes JPEGs
     # (+ the sweep for fusion) on the host -> masks on the host, per-stage medians, peak memory
     for m in fusion camera; do

@@ -476,6 +476,27 @@ enum BenchCmd {
         #[arg(long, default_value_t = 5, value_parser = int_in::<0, 10_000>)]
         warmup: usize,
     },
+    /// BEVFusion's LiDAR branch on CUDA (random weights): hard voxelization from host points and
+    /// the SparseEncoder to the BEV map, medians and p90 (JSON line).
+    LidarEncoder {
+        /// nuScenes `.pcd.bin` sweep (float32 x 5; the fifth column is replaced by the time lag).
+        cloud: PathBuf,
+        /// Model YAML (reads `model.encoders.lidar`).
+        #[arg(long, default_value = "config/models/bevfusion_seg_fusion.yaml")]
+        model: PathBuf,
+        /// Copies of the sweep aggregated as synthetic sweeps (10: a nuScenes-sized cloud).
+        #[arg(long, default_value_t = 10, value_parser = int_in::<1, 100>)]
+        sweeps: usize,
+        /// Seed of the random weights.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Untimed frames first.
+        #[arg(long, default_value_t = 5, value_parser = int_in::<0, 10_000>)]
+        warmup: usize,
+        /// Timed frames.
+        #[arg(long, default_value_t = 50, value_parser = int_in::<1, 1_000_000>)]
+        iters: usize,
+    },
     /// BEVFusion's camera encoder on CUDA (random weights): Swin-T alone and Swin-T + neck,
     /// median/p90 GPU ms, FLOPs and the H100 tensor-core floor (JSON lines).
     Camera {
@@ -658,6 +679,9 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::CameraFeatures { images, input, model, weights, random_weights, save_weights, save_input, stages, device, out } => {
             camera_features_cmd(images, input, model, weights, random_weights, save_weights, save_input, stages, device, out)
         }
+        Cmd::Bench { what: BenchCmd::LidarEncoder { cloud, model, sweeps, seed, warmup, iters } } => {
+            bench_lidar_encoder_cmd(&cloud, &model, sweeps, seed, warmup, iters)
+        }
         Cmd::Bench { what: BenchCmd::Camera { model, input, batch, height, width, seed, warmup, iters } } => {
             bench_camera_cmd(model, input, batch, height, width, seed, warmup, iters)
         }
@@ -715,6 +739,24 @@ fn bench_camera_cmd(model: PathBuf, input: Option<PathBuf>, n: usize, h: usize, 
 #[allow(clippy::too_many_arguments)]
 fn bench_camera_cmd(_: PathBuf, _: Option<PathBuf>, _: usize, _: usize, _: usize, _: u64, _: usize, _: usize) -> Result<()> {
     anyhow::bail!("`bench camera` needs the CUDA backend: rebuild with `--features cuda`")
+}
+
+#[cfg(feature = "cuda")]
+fn bench_lidar_encoder_cmd(cloud: &Path, model: &Path, sweeps: usize, seed: u64, warmup: usize, iters: usize) -> Result<()> {
+    use sptr::model::lidar_encoder::{cuda, random_weights, LidarEncoder, LidarEncoderConfig};
+    use sptr::sparse::hard_voxelize::{point_rows, synthetic_sweeps};
+    let cfg = LidarEncoderConfig::load(model)?;
+    let enc = LidarEncoder::load(&cfg, &random_weights(&cfg, seed)?)?;
+    let points = synthetic_sweeps(&point_rows(&Points::read_bin(cloud, 5)?, 0.0), sweeps);
+    let dev = sptr::device::cuda::CudaDevice::new(0)?;
+    let gpu = cuda::CudaLidarEncoder::upload(&dev, &enc)?;
+    println!("{}", cuda::bench(&dev, &gpu, &points, warmup, iters)?);
+    Ok(())
+}
+#[cfg(not(feature = "cuda"))]
+fn bench_lidar_encoder_cmd(_: &Path, model: &Path, _: usize, _: u64, _: usize, _: usize) -> Result<()> {
+    let _ = sptr::model::lidar_encoder::LidarEncoderConfig::load(model)?;
+    anyhow::bail!("`bench lidar-encoder` needs the CUDA backend: rebuild with `--features cuda`")
 }
 
 fn load_model(path: &Path) -> Result<ModelConfig> {

@@ -81,6 +81,10 @@ pub struct VoxelizeYaml {
     /// (see `sparse::hard_voxelize`). Default false.
     #[serde(default)]
     pub round_points_to_fp16: bool,
+    /// sptr's: apply upstream's test-pipeline `PointsRangeFilter` (strict `min < p < max` with this
+    /// range) first. Default true: the model then sees the points upstream's model sees.
+    #[serde(default = "yes")]
+    pub range_filter: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -180,6 +184,7 @@ impl LidarEncoderConfig {
                 MaxVoxels::TrainTest([_, test]) => test,
             },
             round_points_to_fp16: v.round_points_to_fp16,
+            range_filter: v.range_filter,
         };
         let cfg = Self { voxelize, backbone: y.backbone };
         cfg.validate().map_err(|(key, reason)| value_err(file, &format!("model.encoders.lidar.{key}"), reason))?;

@@ -189,3 +189,59 @@ impl CudaLidarEncoder {
         Ok((bev, stages))
     }
 }
+
+/// Median and 90th percentile of `v` (ms), sorted in place.
+fn median_p90(v: &mut [f64]) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    (v[v.len() / 2], v[((v.len() * 9) / 10).min(v.len() - 1)])
+}
+
+/// `sptr bench lidar-encoder`: per iteration, host points → voxels on the GPU (upload included)
+/// and voxels → BEV map, each closed by a stream synchronize and timed on the host clock; one
+/// JSON line with the medians and 90th percentiles (ms), the voxel counts and one frame's peak
+/// device memory.
+pub fn bench(dev: &CudaDevice, enc: &CudaLidarEncoder, points: &[[f32; POINT_COLUMNS]], warmup: usize, iters: usize) -> Result<String, Error> {
+    let (mut vox, mut encode, mut total) = (Vec::new(), Vec::new(), Vec::new());
+    let mut stats = HardVoxelStats::default();
+    for i in 0..warmup + iters.max(1) {
+        let t0 = std::time::Instant::now();
+        let v = enc.voxelize(dev, points)?;
+        dev.synchronize()?;
+        let t1 = std::time::Instant::now();
+        stats = v.stats;
+        let (bev, _) = enc.forward_voxels(dev, v, false)?;
+        dev.synchronize()?;
+        let t2 = std::time::Instant::now();
+        drop(bev);
+        if i >= warmup {
+            vox.push((t1 - t0).as_secs_f64() * 1e3);
+            encode.push((t2 - t1).as_secs_f64() * 1e3);
+            total.push((t2 - t0).as_secs_f64() * 1e3);
+        }
+    }
+    // peak: the pool emptied, one more frame, the drop in free memory (the pool keeps what the
+    // frame freed, so the drop is the frame's high-water mark; see CudaDevice::trim_pool)
+    dev.trim_pool()?;
+    let before = crate::device::cuda::free_device_bytes()?;
+    let (bev, _) = enc.forward(dev, points)?;
+    dev.synchronize()?;
+    let peak = before.saturating_sub(crate::device::cuda::free_device_bytes()?);
+    drop(bev);
+    let (v50, v90) = median_p90(&mut vox);
+    let (e50, e90) = median_p90(&mut encode);
+    let (t50, t90) = median_p90(&mut total);
+    let s = &enc.cfg;
+    Ok(format!(
+        "{{\"bench\": \"lidar_encoder\", \"points\": {}, \"voxels\": {}, \"voxels_total\": {}, \"max_voxels\": {}, \"iters\": {}, \
+         \"voxelize_ms\": {v50:.3}, \"voxelize_p90_ms\": {v90:.3}, \"encoder_ms\": {e50:.3}, \"encoder_p90_ms\": {e90:.3}, \
+         \"total_ms\": {t50:.3}, \"total_p90_ms\": {t90:.3}, \"peak_device_bytes\": {peak}}}",
+        points.len(),
+        stats.voxels_kept,
+        stats.voxels_total,
+        s.voxelize.max_voxels,
+        iters.max(1),
+    ))
+}

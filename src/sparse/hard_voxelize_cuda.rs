@@ -25,8 +25,10 @@ struct HvGridC {
     fp16: u32,
     max_points: u32,
     max_voxels: u32,
+    max: [f32; 3],
+    filter: u32,
 }
-// SAFETY: plain-old-data, same layout as the C struct (thirteen 4-byte fields).
+// SAFETY: plain-old-data, same layout as the C struct (seventeen 4-byte fields).
 unsafe impl DeviceRepr for HvGridC {}
 
 const THREADS: u32 = 256;
@@ -111,6 +113,8 @@ pub fn hard_voxelize_cuda_device(dev: &CudaDevice, pts: &CudaSlice<f32>, n: usiz
         fp16: params.round_points_to_fp16 as u32,
         max_points: params.max_num_points as u32,
         max_voxels: params.max_voxels as u32,
+        max: g.max,
+        filter: params.range_filter as u32,
     };
     let empty = g.cells();
     let n32 = n as u32;
