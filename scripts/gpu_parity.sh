@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parity against the upstream libraries on the GPU host (see tests/parity/README.md).
 #
-#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevseg]    # default: all seven
+#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder] [bevseg]    # default: all eight
 #
 # Runs from the repo root with gpu-stage/ (scripts/gpu_suite.sh build) and .parity-wheels/
 # (scripts/parity_wheels.sh for spconv, scripts/parity_sptr.sh for sptr) beside it. spconv comes
@@ -11,9 +11,9 @@
 # Logs and JSON lines land in OUT_DIR; the exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevseg]}
+out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder] [bevseg]}
 shift
-what=${*:-spconv attention model lss camera lidarenc bevseg}
+what=${*:-spconv attention model lss camera lidarenc bevdecoder bevseg}
 [ -d gpu-stage ] || [ ! -f gpu-stage.tar.xz ] || tar -xJf gpu-stage.tar.xz
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 SPTR_ROOT=$PWD SPTR_KERNEL_CACHE=${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}
@@ -153,6 +153,19 @@ for w in $what; do
                 > "$out/bench_bevseg_$m.json" 2>> "$out/bevseg_py.log" || rc=1
         done
         grep -o '{"case".*' "$out/bevseg_py.log" > "$out/bevseg_parity.jsonl"
+        ;;
+    bevdecoder)
+        # BEVFusion's fuser, BEV decoders and map head (issue 20): the PyTorch reference of the
+        # upstream modules (tests/parity/bev_decoder_ref.py, torch + numpy + PyYAML) writes random
+        # weights with the upstream names, FP16-exact BEV inputs and each stage's float32 output;
+        # ours loads those weights through the checked loader and is compared per module and end
+        # to end, on cuDNN and on im2col + cuBLAS (tests/gpu_bev_decoder_parity.rs)
+        rm -rf /tmp/bev-decoder-parity
+        python3 tests/parity/bev_decoder_ref.py --out /tmp/bev-decoder-parity --bench --iters 50 \
+            > "$out/bevdecoder_py.log" 2>&1 || rc=1
+        SPTR_BEV_DECODER_PARITY_DIR=/tmp/bev-decoder-parity gpu-stage/bin/test-gpu_bev_decoder_parity --test-threads=1 --nocapture \
+            > "$out/bevdecoder_rust.log" 2>&1 || rc=1
+        grep -o '{"case".*' "$out/bevdecoder_rust.log" > "$out/bevdecoder_parity.jsonl"
         ;;
     *) echo "gpu_parity: unknown part $w" >&2; rc=2 ;;
     esac

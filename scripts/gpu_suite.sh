@@ -114,6 +114,9 @@ run() {
         "$STAGE/bin/sptr" bench bevseg --model config/models/bevfusion_seg_$m.yaml --iters 50 \
             > "$out/bench_bevseg_$m.json" 2>> "$out/bench.log" || failed=1
     done
+    # BEVFusion's fuser, BEV decoders and map head (random weights, 128 x 128 BEV): cuDNN vs
+    # im2col + cuBLAS per part, both seg models (issue 20)
+    "$STAGE/bin/sptr" bench bev-decoder --iters 50 > "$out/bench_bev_decoder.jsonl" 2>> "$out/bench.log" || failed=1
     # The node's per-frame work without ROS (issue 6's pipeline latency), 200 frames, full model
     # (SemanticKITTI: the default params file's obstacle classes are its class ids)
     "$STAGE/bin/sptr" bench pipeline "$nus" --model config/models/sphereformer_semantickitti.yaml --device cuda \

@@ -497,6 +497,25 @@ enum BenchCmd {
         #[arg(long, default_value_t = 50, value_parser = int_in::<1, 1_000_000>)]
         iters: usize,
     },
+    /// BEVFusion's fuser, BEV decoder and map head on CUDA (random weights, full-size BEV
+    /// maps), cuDNN and im2col + cuBLAS side by side: median/p90/min GPU ms per part (JSON lines).
+    BevDecoder {
+        /// Model YAMLs (each read for `model.fuser`, `model.decoder`, `model.heads.map`).
+        #[arg(long, num_args = 1.., default_values = ["config/models/bevfusion_seg_fusion.yaml", "config/models/bevfusion_seg_camera.yaml"])]
+        models: Vec<PathBuf>,
+        /// Seed of the random weights and inputs.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Side of the square input BEV map in cells.
+        #[arg(long, default_value_t = 128, value_parser = int_in::<1, 4096>)]
+        bev: usize,
+        /// Untimed runs of each part first (at least 1: cuDNN picks its algorithms on first use).
+        #[arg(long, default_value_t = 5, value_parser = int_in::<0, 10_000>)]
+        warmup: usize,
+        /// Timed runs of each part (median, p90, min reported).
+        #[arg(long, default_value_t = 50, value_parser = int_in::<1, 1_000_000>)]
+        iters: usize,
+    },
     /// BEVFusion's camera encoder on CUDA (random weights): Swin-T alone and Swin-T + neck,
     /// median/p90 GPU ms, FLOPs and the H100 tensor-core floor (JSON lines).
     Camera {
@@ -682,6 +701,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench { what: BenchCmd::LidarEncoder { cloud, model, sweeps, seed, warmup, iters } } => {
             bench_lidar_encoder_cmd(&cloud, &model, sweeps, seed, warmup, iters)
         }
+        Cmd::Bench { what: BenchCmd::BevDecoder { models, seed, bev, warmup, iters } } => bench_bev_decoder_cmd(models, seed, bev, warmup, iters),
         Cmd::Bench { what: BenchCmd::Camera { model, input, batch, height, width, seed, warmup, iters } } => {
             bench_camera_cmd(model, input, batch, height, width, seed, warmup, iters)
         }
@@ -757,6 +777,19 @@ fn bench_lidar_encoder_cmd(cloud: &Path, model: &Path, sweeps: usize, seed: u64,
 fn bench_lidar_encoder_cmd(_: &Path, model: &Path, _: usize, _: u64, _: usize, _: usize) -> Result<()> {
     let _ = sptr::model::lidar_encoder::LidarEncoderConfig::load(model)?;
     anyhow::bail!("`bench lidar-encoder` needs the CUDA backend: rebuild with `--features cuda`")
+}
+
+#[cfg(feature = "cuda")]
+fn bench_bev_decoder_cmd(models: Vec<PathBuf>, seed: u64, bev: usize, warmup: usize, iters: usize) -> Result<()> {
+    let args = sptr::model::bev_bench::BevDecoderBenchArgs { models, seed, warmup, iters, bev };
+    for line in sptr::model::bev_bench::run_bench(&args)? {
+        println!("{line}");
+    }
+    Ok(())
+}
+#[cfg(not(feature = "cuda"))]
+fn bench_bev_decoder_cmd(_: Vec<PathBuf>, _: u64, _: usize, _: usize, _: usize) -> Result<()> {
+    anyhow::bail!("`bench bev-decoder` needs the CUDA backend: rebuild with `--features cuda`")
 }
 
 fn load_model(path: &Path) -> Result<ModelConfig> {

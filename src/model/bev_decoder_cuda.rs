@@ -75,6 +75,7 @@ struct GpuResNet {
     upsample: Option<GpuConv>,
 }
 
+#[allow(clippy::large_enum_variant)]
 enum GpuDecoder {
     Second(GpuSecond),
     ResNet(GpuResNet),
@@ -141,6 +142,11 @@ impl CudaBevDecoder {
     /// The backend in use (cuDNN may have fallen back to im2col).
     pub fn backend(&self) -> ConvBackend {
         self.engine.backend()
+    }
+
+    /// The loaded cuDNN version when the decoder runs on cuDNN.
+    pub fn cudnn_version(&self) -> Option<usize> {
+        self.engine.cudnn_version()
     }
 
     /// Backbone then neck, as [`BevDecoder::forward`].

@@ -5,6 +5,8 @@
 //! FP16 range guard that reports layers whose activations left FP16's range (`range`).
 
 pub mod bench;
+#[cfg(feature = "cuda")]
+pub mod bev_bench;
 pub mod bev_config;
 pub mod bev_decoder;
 #[cfg(feature = "cuda")]
