@@ -32,6 +32,7 @@ GPU to the probabilities (geometry recomputed each call, as upstream does). Exit
 stage's error is over --tol (2e-3) or the masks agree on fewer than --min-agree (99.9 %) cells.
 """
 import argparse
+import copy
 import json
 import os
 import sys
@@ -105,10 +106,9 @@ def build_lss(y):
             # upstream: @force_fp32 (mmcv runs it with autocast off) on geometry, lift and pool;
             # the downsample convs run under the caller's autocast
             with torch.autocast("cuda", enabled=False):
-                B, N = 1, feats.shape[0]
+                # geometry (B = 1, N, D, fH, fW, 3) and features (N, D, fH, fW, C): one point order
                 geom = lss_ref.get_geometry(self.frustum, geo["rots"], geo["trans"], geo["intrins"], geo["post_rots"], geo["post_trans"])
-                x = self.get_cam_feats(feats.float())
-                x = self.bev_pool(geom, x.view(B, N, *x.shape[1:]))
+                x = self.bev_pool(geom, self.get_cam_feats(feats.float()))
             return self.downsample(x)
 
     return LSSTransform()
@@ -129,17 +129,26 @@ def geometry_inputs(y, calib_path, dev):
             "post_rots": post_rot.to(dev).expand(1, n, 3, 3).contiguous(), "post_trans": post_tran.to(dev).expand(1, n, 3).contiguous()}
 
 
-def build_model(y):
-    """The whole model under upstream's names; the LiDAR and BEV parts from their references."""
+def build_model(y, model_path):
+    """The whole model under upstream's names: our camera encoder + LSS here, the LiDAR encoder
+    from lidar_encoder_ref (spconv), fuser / decoder / head from bev_decoder_ref."""
     import torch.nn as nn
     import bev_decoder_ref as decref  # noqa: E402
     bb, nk = camref_cfg(y)
     enc = camref.build(bb, nk)
+    bev = decref.build(y["model"])
 
     class Camera(nn.Module):
         def __init__(self):
             super().__init__()
             self.backbone, self.neck, self.vtransform = enc.backbone, enc.neck, build_lss(y)
+
+    class Lidar(nn.Module):
+        def __init__(self, cfg):
+            super().__init__()
+            import lidar_encoder_ref as lidref  # noqa: E402
+            self.cfg = cfg
+            self.backbone = lidref.build_encoder(cfg)
 
     class Model(nn.Module):
         def __init__(self):
@@ -147,11 +156,10 @@ def build_model(y):
             self.encoders = nn.ModuleDict({"camera": Camera()})
             if y["model"]["encoders"].get("lidar"):
                 import lidar_encoder_ref as lidref  # noqa: E402
-                self.encoders["lidar"] = lidref.build_lidar(y)
-            fuser, decoder, head = decref.build_bev(y)
-            self.fuser = fuser  # None for the camera-only model
-            self.decoder = decoder  # ModuleDict(backbone, neck)
-            self.heads = nn.ModuleDict({"map": head})
+                self.encoders["lidar"] = Lidar(lidref.load_cfg(model_path))
+            self.fuser = bev.fuser  # None for the camera-only model
+            self.decoder = bev.decoder  # ModuleDict(backbone, neck)
+            self.heads = bev.heads  # ModuleDict(map)
 
     return Model()
 
@@ -169,13 +177,21 @@ def camref_cfg(y):
         os.unlink(p)
 
 
+LIDAR = "encoders.lidar.backbone."
+
+
 def load_weights(model, path):
     """Strict load: every parameter and buffer but BatchNorm's num_batches_tracked and Swin's
-    relative_position_index (checked when present) must be in the file with its shape."""
+    relative_position_index must be in the file with its shape. The LiDAR encoder's tensors (spconv
+    1.x layout in the file, as the released checkpoints) go through lidar_encoder_ref.load_state."""
     import torch
     st = read_safetensors(path)
     got = {(k[len("module."):] if k.startswith("module.") else k): a for k, (_, a) in st.items()}
-    sd = model.state_dict()
+    sd = {k: v for k, v in model.state_dict().items() if not k.startswith(LIDAR)}
+    got = {k: a for k, a in got.items() if not k.startswith(LIDAR)}
+    if "lidar" in model.encoders:
+        import lidar_encoder_ref as lidref  # noqa: E402
+        lidref.load_state(model.encoders["lidar"].backbone, path)
     need = {k for k in sd if not k.endswith("num_batches_tracked") and not k.endswith("relative_position_index")}
     missing = sorted(need - set(got))
     unexpected = sorted(k for k in got if k not in sd)
@@ -187,21 +203,33 @@ def load_weights(model, path):
             sd[k].copy_(torch.from_numpy(np.ascontiguousarray(got[k])).to(sd[k].dtype))
 
 
-def read_points(path):
-    pts = np.fromfile(path, dtype=np.float32).reshape(-1, 5).copy()
-    pts[:, 4] = 0.0  # the key frame's time lag
-    return pts
+def lidar_inputs(model, cloud, dev):
+    """The sweep voxelized as upstream (lidar_encoder_ref.hard_voxelize: PointsRangeFilter, hard
+    voxelization, voxelize_reduce), on the device: (feats [M, 5], coords [M, 4] int32), stats."""
+    import torch
+    import lidar_encoder_ref as lidref  # noqa: E402
+    pts = lidref.make_cloud(cloud, 1)  # column 4 = 0, the key frame's time lag
+    feats, coords, stats = lidref.hard_voxelize(pts, model.encoders["lidar"].cfg)
+    return (torch.from_numpy(feats).to(dev), torch.from_numpy(coords).to(dev)), stats
 
 
-def forward(model, y, imgs, geo, points):
+def forward(model, y, imgs, geo, points, lidar16=None):
     """forward_single at test time: camera -> [lidar] -> fuser -> decoder -> map head (sigmoid)."""
+    import torch
     out = {}
     cam = model.encoders["camera"]
     feats = cam.neck(cam.backbone(imgs))[0]
     out["camera_bev"] = cam.vtransform(feats, geo)
     feats_bev = [out["camera_bev"]]
     if "lidar" in model.encoders:
-        out["lidar_bev"] = model.encoders["lidar"](points)
+        feats, coords = points
+        if lidar16 is None:
+            out["lidar_bev"] = model.encoders["lidar"].backbone(feats, coords)
+        else:
+            # the FP16 run: a half copy of the encoder outside autocast (spconv 2.x finds no
+            # algorithm for autocast's mixed inputs), as lidar_encoder_ref.py runs it
+            with torch.autocast("cuda", enabled=False):
+                out["lidar_bev"] = lidar16(feats.half(), coords)
         feats_bev.append(out["lidar_bev"])
     x = feats_bev[0]
     if model.fuser is not None:
@@ -244,19 +272,20 @@ def main():
     if fusion and not args.cloud:
         sys.exit("the fusion model needs --cloud")
     dev = torch.device("cuda")
-    model = build_model(y)
+    model = build_model(y, args.model)
     load_weights(model, args.weights)
     model = model.to(dev).eval()
     imgs = torch.from_numpy(np.load(os.path.join(args.ours, "stages", "input.npy")).astype(np.float32)).to(dev)
     geo = geometry_inputs(y, args.calib, dev)
-    points = torch.from_numpy(read_points(args.cloud)).to(dev) if fusion else None
+    points, vstats = lidar_inputs(model, args.cloud, dev) if fusion else (None, None)
     os.makedirs(args.out, exist_ok=True)
+    lidar16 = copy.deepcopy(model.encoders["lidar"].backbone).half().eval() if fusion else None
     with torch.no_grad():
         ref = forward(model, y, imgs, geo, points)
         with torch.autocast("cuda", dtype=torch.float16):
-            ref16 = forward(model, y, imgs.half(), geo, points)
+            ref16 = forward(model, y, imgs.half(), geo, points, lidar16)
     report = {"model": args.model, "fusion": fusion, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "stages": {}}
+              "voxel_stats": vstats, "stages": {}}
     failed = False
     for name in STAGES:
         if name not in ref:
@@ -296,15 +325,16 @@ def main():
 
         def run16():
             with torch.autocast("cuda", dtype=torch.float16):
-                return forward(model, y, imgs.half(), geo, points)
+                return forward(model, y, imgs.half(), geo, points, lidar16)
         with torch.no_grad():
             for name, fn in (("fp32", run32), ("fp16_autocast", run16)):
                 ts = event_times_ms(fn, args.warmup, args.iters)
                 report[f"ref_{name}_ms"] = float(np.median(ts))
                 report[f"ref_{name}_p90_ms"] = float(np.percentile(ts, 90))
                 report[f"ref_{name}_peak_extra_mb"] = peak_extra_bytes(fn) / 1e6
-        report["ref_timing_note"] = ("eager PyTorch from the normalized images and points on the GPU to the "
-                                     "probabilities; pool by index_add_ (upstream: its bev_pool CUDA op), geometry per call")
+        report["ref_timing_note"] = ("eager PyTorch from the normalized images and the voxels on the GPU to the "
+                                     "probabilities (voxelization not timed: upstream's is a CUDA op, ours is numpy "
+                                     "here); pool by index_add_ (upstream: its bev_pool CUDA op); geometry per call")
     print(json.dumps({"case": f"bevseg_{'fusion' if fusion else 'camera'}", "summary": {k: v for k, v in report.items() if k != "stages"}}), flush=True)
     with open(os.path.join(args.out, "ref.json"), "w") as f:
         json.dump(report, f, indent=1)
