@@ -126,27 +126,18 @@ impl CudaBevSeg {
         Ok(CameraInput { batch, mask: CameraMask::ALL, masked: vec![] })
     }
 
-    /// The network from the device input on: camera BEV [→ LiDAR BEV → fuser] → decoder → head,
+    /// The network from the device input on: [LiDAR BEV →] camera BEV [→ fuser] → decoder → head,
     /// probabilities back on the host.
     fn run(&mut self, dev: &CudaDevice, calib: &Calibration, cam: CameraInput, cloud: Option<&[Point5]>, keep: bool, clock: &mut GpuClock) -> Result<(crate::bev::seg_map::BevMap, Option<BevSegStages>), Error> {
         let CameraInput { batch, mask, masked } = cam;
         clock.mark(dev, "upload+preprocess".into())?;
-        self.plan_for(dev, batch.n, batch.h, batch.w)?;
-        let plan = self.plan.as_ref().ok_or_else(|| Error::Cuda("Swin plan missing".into()))?;
-        let stages = self.encoder.backbone(dev, plan, &batch.data)?;
-        clock.mark(dev, "backbone".into())?;
-        let neck = self.encoder.neck(dev, &stages)?;
-        drop(stages);
-        clock.mark(dev, "fpn".into())?;
-        let feats = neck.first().ok_or_else(|| Error::InvalidInput("the camera neck gave no output".into()))?;
-        let camera_bev = self.vtransform.forward(dev, &self.blas, calib, feats, mask)?;
-        drop(neck);
-        clock.mark(dev, "depth+pool".into())?;
         let (lidar_bev, stats): (Option<CudaFeatureMap>, Option<LidarStats>) = match &self.lidar {
             Some(enc) => {
                 let cloud = cloud.ok_or_else(|| Error::InvalidInput("the fusion model needs a LiDAR cloud".into()))?;
-                // voxelization drops and counts non-finite and out-of-range points (its voxel count
-                // comes back to the host: it sizes the sparse tensors)
+                // voxelization drops and counts non-finite and out-of-range points; its voxel count
+                // (and the sparse encoder's per-level site counts) come back to the host, so the
+                // LiDAR branch runs first, while little else is queued, and the camera branch then
+                // goes to the stream without a wait
                 let v = enc.voxelize(dev, cloud)?;
                 let stats = lidar_stats(&v.stats);
                 let bev = if v.len == 0 {
@@ -160,6 +151,17 @@ impl CudaBevSeg {
             }
             None => (None, None),
         };
+        self.plan_for(dev, batch.n, batch.h, batch.w)?;
+        let plan = self.plan.as_ref().ok_or_else(|| Error::Cuda("Swin plan missing".into()))?;
+        let stages = self.encoder.backbone(dev, plan, &batch.data)?;
+        clock.mark(dev, "backbone".into())?;
+        let neck = self.encoder.neck(dev, &stages)?;
+        drop(stages);
+        clock.mark(dev, "fpn".into())?;
+        let feats = neck.first().ok_or_else(|| Error::InvalidInput("the camera neck gave no output".into()))?;
+        let camera_bev = self.vtransform.forward(dev, &self.blas, calib, feats, mask)?;
+        drop(neck);
+        clock.mark(dev, "depth+pool".into())?;
         let mut inputs = vec![&camera_bev];
         if let Some(l) = &lidar_bev {
             inputs.push(l);
