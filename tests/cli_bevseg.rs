@@ -173,6 +173,10 @@ fn bad_arguments_fail_clearly() {
     a.extend(s(&["--weights", &w.display().to_string(), "--cloud", &sweep_path()]));
     a.extend(image_args(None));
     refused(&a, &["look like BEVFusion's camera-only seg model"]);
+    // the bench's numbers are range-checked before anything runs
+    refused(&s(&["bench", "bevseg", "--iters", "0"]), &["--iters"]);
+    refused(&s(&["bench", "bevseg", "--warmup=x"]), &["--warmup"]);
+    refused(&s(&["bench", "bevseg", "--images", "a.jpg"]), &["--images"]);
     // neither weights nor random weights
     let mut a = base(&cam, &out);
     a.extend(image_args(None));
