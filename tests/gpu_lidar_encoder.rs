@@ -85,6 +85,7 @@ fn hard_voxelize_cuda_equals_cpu() {
     check_voxelize(&dev, "one point", &[[1.0, 2.0, 0.5, 3.0, 0.0]], &p);
     check_voxelize(&dev, "all out of range", &[[90.0, 0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 5.0, 1.0, 0.0]], &p);
     check_voxelize(&dev, "all NaN", &[[f32::NAN; 5]; 3], &p);
+    check_voxelize(&dev, "beyond FP16", &[[0.0, 0.0, 0.0, 1.0e6, 0.0], [0.0, 0.0, 0.0, 65504.0, -65505.0], [1.0, 1.0, 0.0, 65504.0, 0.0]], &p);
 }
 
 #[test]

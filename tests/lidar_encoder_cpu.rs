@@ -44,8 +44,8 @@ fn naive_voxelize(points: &[[f32; 5]], p: &HardVoxelParams) -> (Vec<[i32; 4]>, V
     let hi = [0, 1, 2].map(|a| p.point_cloud_range[a + 3] as f32);
     let grid = [0, 1, 2].map(|a| ((hi[a] - lo[a]) / vs[a]).round() as i32);
     let cell = |q: &[f32; 5]| -> Option<[i32; 3]> {
-        if q.iter().any(|v| !v.is_finite()) {
-            return None;
+        if q.iter().any(|v| !(v.abs() <= 65504.0)) {
+            return None; // NaN, Inf, or beyond FP16's range
         }
         if p.range_filter && !(0..3).all(|a| q[a] > lo[a] && q[a] < hi[a]) {
             return None;
@@ -182,9 +182,14 @@ fn hard_voxelize_fp16_rounding_option() {
     assert_eq!(v16.coords[0][1], 1012);
     assert_eq!(v16.feats[0], 50.09375);
     assert_eq!(v16.feats[4], half::f16::from_f32(0.3).to_f32());
-    // a finite value beyond FP16's range becomes Inf: dropped as non-finite
-    let v = hard_voxelize_cpu(&[[0.0, 0.0, 0.0, 1.0e6, 0.0]], &p).unwrap();
-    assert_eq!((v.len(), v.stats.non_finite), (0, 1));
+    // a value beyond FP16's range (Inf in FP16): dropped as non-finite, with or without rounding;
+    // 65504 itself is kept
+    for fp16 in [false, true] {
+        p.round_points_to_fp16 = fp16;
+        let v = hard_voxelize_cpu(&[[0.0, 0.0, 0.0, 1.0e6, 0.0], [0.0, 0.0, 0.0, 0.0, -65505.0], [0.0, 0.0, 0.0, 65504.0, 0.0]], &p).unwrap();
+        assert_eq!((v.len(), v.stats.non_finite), (1, 2));
+        assert_eq!(v.feats[3], 65504.0);
+    }
 }
 
 #[test]
@@ -198,7 +203,7 @@ fn hard_voxelize_bad_input() {
     assert_eq!((v.len(), v.stats.non_finite), (0, 4));
     let far = vec![[100.0, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 3.5, 0.0, 0.0], [f32::MAX, 0.0, 0.0, 0.0, 0.0]];
     let v = hard_voxelize_cpu(&far, &p).unwrap();
-    assert_eq!((v.len(), v.stats.out_of_range), (0, 3));
+    assert_eq!((v.len(), v.stats.out_of_range, v.stats.non_finite), (0, 2, 1), "f32::MAX is beyond FP16's range");
 }
 
 // ---------- anisotropic kernel maps ----------

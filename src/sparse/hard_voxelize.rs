@@ -19,7 +19,8 @@
 //!   `PointsRangeFilter` (`min < p < max` per axis, float32, strict) on the points before the model.
 //!
 //! Deviations, all about inputs upstream does not define: a point with NaN or Inf in any column
-//! is dropped and counted (upstream's float→int cast of NaN is undefined behaviour). The sum here
+//! is dropped and counted (upstream's float→int cast of NaN is undefined behaviour), and so is one
+//! with a value beyond ±65504 (FP16's range: upstream's FP16 evaluation would make it Inf). The sum here
 //! runs in point order; PyTorch's reduction order over the 10 slots is its own (a last-bit
 //! difference at most).
 //!
@@ -133,7 +134,7 @@ impl HardVoxelGrid {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HardVoxelStats {
     pub points_in: usize,
-    /// Points with NaN or Inf in any column.
+    /// Points with NaN or Inf in any column, or a value beyond FP16's range ([`MAX_ABS_VALUE`]).
     pub non_finite: usize,
     /// Finite points outside `point_cloud_range` (cell outside the grid, or on a face with
     /// `range_filter`).
@@ -199,14 +200,18 @@ pub fn synthetic_sweeps(rows: &[[f32; POINT_COLUMNS]], sweeps: usize) -> Vec<[f3
     out
 }
 
-/// The point as the voxelizer reads it: FP16-rounded when asked, None when a column is not finite.
+/// Largest magnitude a point column may have: FP16's largest finite value. Beyond it the CUDA
+/// path's FP16 features (and upstream's FP16 evaluation, which casts the points to FP16) would
+/// hold Inf, so such a point is dropped on every path and counted with the non-finite ones.
+pub const MAX_ABS_VALUE: f32 = 65504.0;
+
+/// The point as the voxelizer reads it: FP16-rounded when asked, None when a column is NaN, Inf
+/// or beyond [`MAX_ABS_VALUE`].
 pub(crate) fn read_point(p: &[f32; POINT_COLUMNS], fp16: bool) -> Option<[f32; POINT_COLUMNS]> {
-    if !p.iter().all(|v| v.is_finite()) {
+    if !p.iter().all(|v| v.is_finite() && v.abs() <= MAX_ABS_VALUE) {
         return None;
     }
-    let q = if fp16 { p.map(|v| f16::from_f32(v).to_f32()) } else { *p };
-    // a finite value beyond FP16's range rounds to Inf: dropped like any non-finite point
-    q.iter().all(|v| v.is_finite()).then_some(q)
+    Some(if fp16 { p.map(|v| f16::from_f32(v).to_f32()) } else { *p })
 }
 
 /// Hard voxelization of one cloud on the CPU (the reference the CUDA path matches exactly).

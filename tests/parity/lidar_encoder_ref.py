@@ -257,7 +257,7 @@ def hard_voxelize(pts, cfg):
     grid = np.round((hi - lo) / vs)  # float32 arithmetic, as the C++ code
     with np.errstate(invalid="ignore", over="ignore"):
         c = np.floor((pts[:, :3] - lo) / vs)
-        finite = np.isfinite(pts).all(1)
+        finite = (np.abs(pts) <= 65504.0).all(1)  # sptr drops NaN/Inf and values beyond FP16's range
         valid = finite & (c >= 0).all(1) & (c < grid).all(1)
         if cfg["range_filter"]:  # mmdet3d's in_range_3d with a float32 range
             valid &= ((pts[:, :3] > lo) & (pts[:, :3] < hi)).all(1)
