@@ -456,3 +456,30 @@ fn bad_inputs_are_errors() {
     assert!(cam_stack.forward(&[&random_map(5, 16, 12, 4), &random_map(6, 16, 12, 4)]).is_err());
     assert!(cam_stack.forward(&[&random_map(5, 16, 12, 3)]).is_err());
 }
+
+#[test]
+fn flop_counts_of_the_full_models() {
+    use sptr::model::bev_stack::part_gflop;
+    // hand counts (2 FLOP per multiply-add) of the upstream layers at a 128 x 128 BEV
+    let f = repo_cfg("bevfusion_seg_fusion.yaml");
+    let stack = BevStack::from_weights(&f, random_weights(&f, 1).unwrap()).unwrap();
+    let px = |s: f64| s * s;
+    let fuser = 2.0 * px(128.0) * 256.0 * 336.0 * 9.0;
+    let second = 2.0 * px(128.0) * 9.0 * (256.0 * 128.0 + 5.0 * 128.0 * 128.0) + 2.0 * px(64.0) * 9.0 * (128.0 * 256.0 + 5.0 * 256.0 * 256.0);
+    let fpn = 2.0 * px(128.0) * 128.0 * 256.0 + 2.0 * px(64.0) * 256.0 * 256.0 * 4.0;
+    let head = |c: f64| 2.0 * px(200.0) * (2.0 * c * c * 9.0 + c * 6.0);
+    let got = part_gflop(&stack, 128);
+    for (g, w) in got.iter().zip([fuser, second + fpn, head(512.0)]) {
+        assert!((g - w / 1e9).abs() < 1e-9 * w, "{got:?} vs {w}");
+    }
+    let c = repo_cfg("bevfusion_seg_camera.yaml");
+    let stack = BevStack::from_weights(&c, random_weights(&c, 1).unwrap()).unwrap();
+    // layer l at side s, blocks: conv1 (cin -> c, 3x3), conv2 (c -> c), downsample 1x1 on the first
+    let layer = |s: f64, cin: f64, c: f64| 2.0 * px(s) * (9.0 * cin * c + 9.0 * c * c + cin * c + 2.0 * 9.0 * c * c);
+    let resnet = layer(64.0, 80.0, 160.0) + layer(32.0, 160.0, 320.0) + layer(32.0, 320.0, 640.0);
+    let lss = 2.0 * px(64.0) * (800.0 * 256.0 + 9.0 * 256.0 * 256.0) + 2.0 * px(128.0) * 9.0 * 256.0 * 256.0;
+    let got = part_gflop(&stack, 128);
+    assert_eq!(got[0], 0.0);
+    assert!((got[1] - (resnet + lss) / 1e9).abs() < 1e-6, "{got:?} vs {}", (resnet + lss) / 1e9);
+    assert!((got[2] - head(256.0) / 1e9).abs() < 1e-6);
+}

@@ -51,7 +51,9 @@ impl ConvEngine {
             ConvBackend::Cudnn => match CudnnContext::new(dev) {
                 Ok(c) => Self { cudnn: Some(c) },
                 Err(reason) => {
-                    eprintln!("sptr: cuDNN is not available ({reason}); dense convolutions use im2col + cuBLAS");
+                    // once per process: every model part asks
+                    static LOGGED: std::sync::Once = std::sync::Once::new();
+                    LOGGED.call_once(|| eprintln!("sptr: cuDNN is not available ({reason}); dense convolutions use im2col + cuBLAS"));
                     Self { cudnn: None }
                 }
             },
@@ -112,5 +114,19 @@ impl GpuConv {
                 None => Err(Error::InvalidInput("a cuDNN convolution run on an engine without cuDNN".into())),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_names_round_trip() {
+        for b in [ConvBackend::Im2col, ConvBackend::Cudnn] {
+            assert_eq!(ConvBackend::parse(b.name()).unwrap(), b);
+        }
+        let e = ConvBackend::parse("cudnn8").unwrap_err().to_string();
+        assert!(e.contains("im2col") && e.contains("cudnn"), "{e}");
     }
 }

@@ -2,13 +2,13 @@
 //! `state_dict` specs, checked loading, deterministic random weights and the CPU forward.
 
 use super::bev_config::{BevConfig, FpnBranch, DecoderConfig};
-use super::bev_decoder::BevDecoder;
+use super::bev_decoder::{BevDecoder, FpnUp};
 use super::bev_head::{BevMaps, BevSegHead};
 use super::fuser::BevFuser;
 use super::random::SplitMix;
 use super::weights::{SpecRecorder, TensorSource, WeightSpec, Weights};
 use super::ModelError;
-use crate::dense::FeatureMap;
+use crate::dense::{Conv2d, FeatureMap};
 use crate::Error;
 
 /// Builds every part from one tensor source, in `state_dict` order (fuser, decoder, head).
@@ -128,4 +128,51 @@ pub fn random_tensors(cfg: &BevConfig, seed: u64) -> Result<NamedTensors, ModelE
 /// [`random_tensors`] as a [`Weights`] store.
 pub fn random_weights(cfg: &BevConfig, seed: u64) -> Result<Weights, ModelError> {
     Weights::from_tensors(&format!("random BEV decoder weights (seed {seed})"), random_tensors(cfg, seed)?)
+}
+
+/// Multiply-add FLOPs (×2) of a conv producing `pixels` output pixels.
+fn conv_flops(c: &Conv2d, pixels: usize) -> f64 {
+    2.0 * pixels as f64 * (c.cout * c.cin * c.kh * c.kw) as f64
+}
+
+/// GFLOP of the fuser, the decoder and the head for a `bev × bev` input (convs and the deconv;
+/// element-wise steps left out).
+pub fn part_gflop(stack: &BevStack, bev: usize) -> [f64; 3] {
+    let fuser = stack.fuser.as_ref().map_or(0.0, |f| conv_flops(&f.conv, bev * bev));
+    let mut dec = 0.0;
+    let mut side = bev;
+    match &stack.decoder {
+        BevDecoder::Second(d) => {
+            let mut sides = Vec::new();
+            for (convs, &s) in d.stages.iter().zip(&d.backbone.layer_strides) {
+                side = side.div_ceil(s);
+                dec += convs.iter().map(|c| conv_flops(c, side * side)).sum::<f64>();
+                sides.push(side);
+            }
+            for (b, &s) in d.deblocks.iter().zip(&sides) {
+                dec += match b {
+                    FpnUp::Conv(c) => conv_flops(c, (s / c.stride[0]).pow(2)),
+                    FpnUp::Deconv(t) => 2.0 * (s * s) as f64 * (t.cin * t.cout * t.kh * t.kw) as f64,
+                };
+            }
+        }
+        BevDecoder::ResNet(d) => {
+            let mut sides = Vec::new();
+            for (blocks, b) in d.layers.iter().zip(&d.backbone.blocks) {
+                side = side.div_ceil(b[2]);
+                for blk in blocks {
+                    dec += conv_flops(&blk.conv1, side * side) + conv_flops(&blk.conv2, side * side);
+                    dec += blk.downsample.as_ref().map_or(0.0, |c| conv_flops(c, side * side));
+                }
+                sides.push(side);
+            }
+            let s2 = sides[d.neck.in_indices[1]];
+            dec += conv_flops(&d.fuse[0], s2 * s2) + conv_flops(&d.fuse[1], s2 * s2);
+            let up = s2 * d.neck.scale_factor;
+            dec += d.upsample.as_ref().map_or(0.0, |c| conv_flops(c, up * up));
+        }
+    }
+    let out = stack.head.out_x * stack.head.out_y;
+    let head = conv_flops(&stack.head.convs[0], out) + conv_flops(&stack.head.convs[1], out) + conv_flops(&stack.head.logits, out);
+    [fuser / 1e9, dec / 1e9, head / 1e9]
 }
