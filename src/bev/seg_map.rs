@@ -39,7 +39,7 @@ pub const POINTS_RGB: [u8; 3] = [235, 235, 235];
 pub struct LidarStats {
     /// Points given.
     pub points_in: usize,
-    /// Points dropped for a NaN or infinite coordinate or feature.
+    /// Points dropped for a NaN or infinite value (or one beyond FP16's range) in any column.
     pub points_non_finite: usize,
     /// Points inside the point cloud range (what voxelization kept before `max_voxels`).
     pub points_in_range: usize,

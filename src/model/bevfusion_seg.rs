@@ -670,6 +670,30 @@ mod tests {
     }
 
     #[test]
+    fn parts_must_agree_on_the_bev_maps() {
+        let (text, _) = read_yaml(&root("config/models/bevfusion_seg_fusion.yaml")).unwrap();
+        let cfg = BevSegConfig::parse(&text, "f.yaml").unwrap();
+        assert_eq!(cfg.kind, BevSegKind::Fusion);
+        assert_eq!(cfg.lidar.as_ref().unwrap().bev_shape().unwrap(), [128, 128, 256]);
+        // 0.2 m voxels: a 64 x 64 LiDAR BEV beside the 128 x 128 camera BEV
+        let coarse = text
+            .replacen("        voxel_size: [0.1, 0.1, 0.2]\n        max_voxels", "        voxel_size: [0.2, 0.2, 0.2]\n        max_voxels", 1)
+            .replacen("sparse_shape: [1024, 1024, 41]", "sparse_shape: [512, 512, 41]", 1);
+        assert_ne!(coarse, text);
+        let e = BevSegConfig::parse(&coarse, "f.yaml").unwrap_err().to_string();
+        assert!(e.contains("[64, 64] LiDAR BEV") && e.contains("[128, 128]"), "{e}");
+        // the decoder must take the fuser's channels
+        let e = BevSegConfig::parse(&text.replacen("      in_channels: 256\n      out_channels: [128, 256]", "      in_channels: 128\n      out_channels: [128, 256]", 1), "f.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("model.decoder.backbone.in_channels"), "{e}");
+        // the camera-only decoder takes the camera BEV's 80 channels
+        let (cam, _) = read_yaml(&root("config/models/bevfusion_seg_camera.yaml")).unwrap();
+        let e = BevSegConfig::parse(&cam.replacen("      in_channels: 80\n", "      in_channels: 64\n", 1), "c.yaml").unwrap_err().to_string();
+        assert!(e.contains("camera BEV") && e.contains("80"), "{e}");
+    }
+
+    #[test]
     fn which_model_names_look_like() {
         assert_eq!(looks_like(["encoders.lidar.backbone.conv_input.0.weight"]), Some(BevSegKind::Fusion));
         assert_eq!(looks_like(["decoder.backbone.blocks.0.0.weight"]), Some(BevSegKind::Fusion));
