@@ -146,6 +146,8 @@ pub fn run(job: &BevSegJob) -> Result<String, Error> {
         out.map.ny,
         out.map.resolution
     )];
+    let stage_line: Vec<String> = out.times.0.iter().map(|(n, ms)| format!("{n} {ms:.1}")).collect();
+    lines.push(format!("stages (ms{}): {}", if job.cuda { ", GPU time" } else { "" }, stage_line.join(", ")));
     if !out.map.masked_cameras.is_empty() {
         lines.push(format!("masked cameras (no image): {}", out.map.masked_cameras.join(", ")));
     }
