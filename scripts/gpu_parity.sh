@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Parity against the upstream libraries on the GPU host (see tests/parity/README.md).
 #
-#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder] [bevseg]    # default: all eight
+#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder] [bevseg]
+#                                                                  # default: all of them
 #
 # Runs from the repo root with gpu-stage/ (scripts/gpu_suite.sh build) and .parity-wheels/
 # (scripts/parity_wheels.sh for spconv, scripts/parity_sptr.sh for sptr) beside it. spconv comes

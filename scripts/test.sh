@@ -3,7 +3,8 @@
 #   1. NVRTC + CUDA headers from PyPI wheels (scripts/cuda_env.sh; cached)
 #   2. cargo test --features cuda: CPU unit/property tests, the NVRTC compile test of every
 #      kernel for sm_90/sm_87/sm_86, GPU tests (skipped without a GPU)
-#   3. the ROS 2 tests: r2r <-> rclpy smoke test, the node against an rclpy peer, colcon install
+#   3. a short fuzz pass of every decoder of outside bytes (scripts/fuzz.sh, fuzz/)
+#   4. the ROS 2 tests: r2r <-> rclpy smoke test, the node against an rclpy peer, colcon install
 #      (scripts/test_ros.sh; the ROS 2
 #      venv from PyPI wheels is created and cached by scripts/ros_env.sh)
 # Builds go to ${CARGO_TARGET_DIR:-$SPTR_CACHE/target} so a fresh clone reuses them.
@@ -22,6 +23,11 @@ export SPTR_REQUIRE_NVRTC=1
 
 step "cargo test --features cuda (CPU tests, NVRTC compile of every kernel, GPU tests if a GPU is present)"
 cargo test --features cuda 2>&1
+
+step "short fuzz pass (every decoder of outside bytes, a fixed number of inputs from the committed seeds)"
+# scripts/fuzz.sh installs the nightly toolchain and cargo-fuzz when missing; the long runs are
+# `scripts/fuzz.sh SECONDS` (README, Reliability).
+SPTR_FUZZ_RUNS="${SPTR_FUZZ_RUNS:-4000}" scripts/fuzz.sh 2>&1
 
 step "ROS 2 tests (r2r <-> rclpy smoke test, the node against an rclpy peer, colcon install)"
 scripts/test_ros.sh 2>&1

@@ -68,10 +68,16 @@ impl Points {
         check_stride(stride)?;
         let bytes = std::fs::read(path)
             .map_err(|e| crate::Error::Io(format!("reading {}: {e}", path.display())))?;
+        Points::parse_bin(&bytes, stride, &path.display().to_string())
+    }
+
+    /// Parses the bytes of a `.bin` cloud (little-endian float32 rows of `stride` columns);
+    /// `source` names them in errors.
+    pub fn parse_bin(bytes: &[u8], stride: usize, source: &str) -> Result<Points, crate::Error> {
+        check_stride(stride)?;
         if bytes.len() % (4 * stride) != 0 {
             return Err(crate::Error::InvalidInput(format!(
-                "{}: {} bytes is not a whole number of {stride}-float rows; wrong --stride?",
-                path.display(),
+                "{source}: {} bytes is not a whole number of {stride}-float rows; wrong --stride?",
                 bytes.len()
             )));
         }

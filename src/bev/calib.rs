@@ -148,6 +148,7 @@ pub fn intrinsics_from_k(k: &[f64]) -> Result<Mat3, Error> {
     if k.len() != 9 {
         return Err(Error::InvalidInput(format!("CameraInfo K has {} values, not 9", k.len())));
     }
+    finite_values(k, "K")?;
     Ok([[k[0], k[1], k[2]], [k[3], k[4], k[5]], [k[6], k[7], k[8]]])
 }
 
@@ -157,7 +158,16 @@ pub fn intrinsics_from_projection(p: &[f64]) -> Result<Mat3, Error> {
     if p.len() != 12 {
         return Err(Error::InvalidInput(format!("CameraInfo P has {} values, not 12", p.len())));
     }
+    finite_values(p, "P")?;
     Ok([[p[0], 0.0, p[2]], [0.0, p[5], p[6]], [0.0, 0.0, 1.0]])
+}
+
+/// A CameraInfo matrix with a NaN or infinite entry is refused (the geometry would be NaN).
+fn finite_values(m: &[f64], what: &str) -> Result<(), Error> {
+    match m.iter().position(|v| !v.is_finite()) {
+        Some(i) => Err(Error::InvalidInput(format!("CameraInfo {what}[{i}] is {}: the camera driver published a broken calibration", m[i]))),
+        None => Ok(()),
+    }
 }
 
 /// Every camera of a frame, in the order the network sees them.

@@ -158,6 +158,10 @@ fn pcd_header(bytes: &[u8]) -> Result<(PcdHeader, usize), String> {
             counts.len()
         ));
     }
+    // A field of no bytes or no elements has no value to read (the PCD format has count >= 1).
+    if let Some(i) = (0..names.len()).find(|&i| sizes[i] == 0 || counts[i] == 0) {
+        return Err(format!("PCD field `{}` has SIZE {} and COUNT {}: both must be at least 1", names[i], sizes[i], counts[i]));
+    }
     let points = match (points, width, height) {
         (Some(p), _, _) => p,
         (None, Some(w), Some(h)) => w.checked_mul(h).ok_or("PCD WIDTH x HEIGHT overflows")?,
@@ -197,7 +201,8 @@ pub fn parse_pcd(bytes: &[u8]) -> Result<Points, String> {
     let wanted: Vec<usize> = [Some(ix), Some(iy), Some(iz), ii].into_iter().flatten().collect();
     for &f in &wanted {
         let fd = &h.fields[f];
-        if pcd_value(&vec![0u8; fd.size], fd.kind).is_none() {
+        // Values are 1, 2, 4 or 8 bytes; test the type on a zero value of that size.
+        if fd.size > 8 || pcd_value(&[0u8; 8][..fd.size], fd.kind).is_none() {
             return Err(format!("PCD field `{}`: TYPE {} SIZE {} is not supported", fd.name, fd.kind, fd.size));
         }
     }
@@ -224,7 +229,9 @@ fn pcd_ascii(data: &[u8], h: &PcdHeader, wanted: &[usize]) -> Result<Vec<Vec<f32
         first.push(acc);
         acc += f.count;
     }
-    let mut cols = vec![Vec::with_capacity(h.points); wanted.len()];
+    // Capacity from the data, not the header: a header's POINTS must not reserve memory the rows
+    // do not back (every ASCII row takes at least two bytes).
+    let mut cols = vec![Vec::with_capacity(h.points.min(data.len() / 2)); wanted.len()];
     let mut rows = text.lines().filter(|l| !l.trim().is_empty());
     for r in 0..h.points {
         let line = rows.next().ok_or_else(|| format!("PCD ascii data has {r} rows, header says {}", h.points))?;

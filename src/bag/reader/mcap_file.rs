@@ -132,24 +132,31 @@ pub(super) fn raw_message(channel: &mcap::Channel<'_>, log_time: u64, data: Vec<
     }
 }
 
-/// Options of every linear read: chunk CRCs checked where the writer stored them (`ros2 bag
-/// record` does; a zero CRC, as `rosbags` writes, is skipped). No record length limit: the
-/// crate applies it to the records inside chunks too, which may be longer than the file.
-fn linear_options() -> LinearReaderOptions {
-    LinearReaderOptions::default().with_validate_chunk_crcs(true)
+/// Options of every linear read of a file of `file_len` bytes: chunk CRCs checked where the
+/// writer stored them (`ros2 bag record` does; a zero CRC, as `rosbags` writes, is skipped), and
+/// a record length limit so that a corrupt length field cannot make the reader reserve more
+/// memory than the file can back. The crate applies the limit to the records inside compressed
+/// chunks too, which may be longer than the file: the bound leaves room for a 64x compression
+/// ratio (clouds and images compress 2-4x) and is never under 64 MiB.
+fn linear_options(file_len: u64) -> LinearReaderOptions {
+    LinearReaderOptions::default().with_validate_chunk_crcs(true).with_record_length_limit(record_length_limit(file_len))
+}
+
+/// See [`linear_options`].
+fn record_length_limit(file_len: u64) -> usize {
+    const FLOOR: u64 = 64 << 20;
+    usize::try_from(file_len.saturating_mul(64).max(FLOOR)).unwrap_or(usize::MAX)
 }
 
 fn open_linear_reader(path: &Path) -> std::io::Result<mcap::io::MessageReader<BufReader<File>>> {
     let file = File::open(path)?;
+    let len = file.metadata()?.len();
     Ok(mcap::io::MessageReader::new_with_options(
         BufReader::new(file),
-        linear_options(),
+        linear_options(len),
     ))
 }
 
-/// The first pass of an unindexed file: do the messages on the filter's topics come in
-/// non-decreasing log time, up to the end or the first error? (An error is the end of what is
-/// delivered, so the order after it does not matter.) Payloads are dropped as they are read.
 fn wanted_messages_in_log_time_order(path: &Path, filter: &[String]) -> bool {
     let Ok(reader) = open_linear_reader(path) else {
         // The reading pass reports the error.

@@ -1,0 +1,15 @@
+//! A `sensor_msgs/CameraInfo` CDR body and the intrinsics taken from its K and P.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use sptr::bag::cdr::{decode_message, Message};
+use sptr::bev::calib::{intrinsics_from_k, intrinsics_from_projection};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(Message::CameraInfo(msg)) = decode_message("sensor_msgs/msg/CameraInfo", data) else {
+        return;
+    };
+    for k in [intrinsics_from_k(&msg.k), intrinsics_from_projection(&msg.p)].into_iter().flatten() {
+        // Accepted intrinsics are finite (the geometry divides by them).
+        assert!(k.iter().flatten().all(|v| v.is_finite()), "{k:?}");
+    }
+});

@@ -1,0 +1,18 @@
+//! A `sensor_msgs/CompressedImage` CDR body (JPEG or PNG inside) decoded to RGB.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use sptr::bag::cdr::{decode_message, Message};
+use sptr::camera::compressed::decode_compressed;
+use sptr::camera::image::DecodeLimits;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(Message::CompressedImage(msg)) = decode_message("sensor_msgs/msg/CompressedImage", data) else {
+        return;
+    };
+    let limits = DecodeLimits { max_pixels: 1 << 20 };
+    if let Ok(img) = decode_compressed(&msg.format, &msg.data, &limits) {
+        let pixels = img.width as u64 * img.height as u64;
+        assert!(pixels > 0 && pixels <= limits.max_pixels);
+        assert_eq!(img.data.len() as u64, pixels * 3);
+    }
+});

@@ -1,0 +1,28 @@
+//! A single `.mcap` file given to `sptr replay` / `sptr bag info`: opened, every message read and
+//! every supported message decoded, as replay does.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use sptr::bag::cdr::{decode_message, is_supported_type};
+use sptr::bag::reader::Bag;
+
+fuzz_target!(|data: &[u8]| {
+    let dir = std::env::temp_dir().join(format!("sptr-fuzz-mcap-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let file = dir.join("fuzz.mcap");
+    if std::fs::write(&file, data).is_err() {
+        return;
+    }
+    let Ok(bag) = Bag::open(&file) else {
+        return;
+    };
+    for msg in bag.messages(&[]) {
+        let Ok(msg) = msg else {
+            break;
+        };
+        // A message's payload comes out of the file: it cannot be larger than the file.
+        assert!(msg.data.len() <= data.len());
+        if is_supported_type(&msg.type_name) {
+            let _ = decode_message(&msg.type_name, &msg.data);
+        }
+    }
+});

@@ -1,0 +1,13 @@
+//! A model YAML (`--model`), parsed and validated as every model reader of sptr reads one.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use sptr::camera::encoder::CameraEncoderConfig;
+use sptr::config::ModelConfig;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let _ = ModelConfig::parse(text, "fuzz.yaml");
+    let _ = CameraEncoderConfig::parse(text, "fuzz.yaml");
+});

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing (libFuzzer via cargo-fuzz) of every decoder that reads outside bytes.
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     # default: 60 s, every target in fuzz/
+#   SPTR_FUZZ_RUNS=5000 scripts/fuzz.sh                    # CI: a fixed number of inputs per target
+#                                                          # from the seeds alone, fixed random seed
+#
+# Installs what it needs when missing (the nightly toolchain, cargo-fuzz), seeds each target's
+# corpus from the committed test data (tests/data, config), keeps the grown corpus in
+# ~/.cache/sptr/fuzz/corpus/<target> between runs, and writes reproducers of any crash, timeout
+# (> 1 s an input) or out-of-memory case (> 2 GB resident, or one allocation > 2 GB) to
+# fuzz/artifacts/<target>/. One JSON line per target goes to fuzz/artifacts/summary.jsonl (runs,
+# executions per second, coverage, corpus size, outcome). Exit status 1 if any target failed.
+# A found input is fixed in the code and kept as a regression test under tests/data/fuzz/ (run
+# by tests/fuzz_regressions.rs in the normal suite).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-60}
+shift || true
+CACHE=${SPTR_FUZZ_CACHE:-$HOME/.cache/sptr/fuzz}
+ART=fuzz/artifacts
+export CARGO_TARGET_DIR=${SPTR_FUZZ_TARGET_DIR:-$CACHE/target}
+
+if ! rustup run nightly rustc --version > /dev/null 2>&1; then
+    echo "fuzz: installing the nightly toolchain (libFuzzer's sanitizer flags need it)"
+    rustup toolchain install nightly --profile minimal || exit 1
+fi
+if ! cargo fuzz --version > /dev/null 2>&1; then
+    echo "fuzz: installing cargo-fuzz"
+    cargo install cargo-fuzz --locked || exit 1
+fi
+
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+    mapfile -t targets < <(cd fuzz && cargo +nightly fuzz list)
+fi
+
+# Seeds: small committed files from tests/data and config, per target.
+seed() {
+    local t=$1 dir=$2
+    mkdir -p "$dir"
+    case $t in
+        cloud_cdr) cp tests/data/cdr/pointcloud2.*.cdr "$dir" ;;
+        image_cdr) cp tests/data/cdr/image.*.cdr "$dir" ;;
+        compressed_image_cdr) cp tests/data/cdr/compressed_image.*.cdr "$dir" ;;
+        camera_info_cdr) cp tests/data/cdr/camera_info.*.cdr "$dir" ;;
+        jpeg) cp tests/data/camera/*.jpg "$dir" ;;
+        png) cp tests/data/camera/*.png "$dir" ;;
+        pcd) printf 'VERSION .7\nFIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\nCOUNT 1 1 1 1\nWIDTH 2\nHEIGHT 1\nPOINTS 2\nDATA ascii\n1 2 3 4\n5 6 7 8\n' > "$dir/ascii.pcd"
+             { printf 'VERSION .7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 2\nHEIGHT 1\nPOINTS 2\nDATA binary\n'; head -c 24 tests/data/semantickitti/000000.bin; } > "$dir/binary.pcd" ;;
+        bin_cloud) { printf '\x04'; head -c 1600 tests/data/semantickitti/000000.bin; } > "$dir/kitti"
+                   { printf '\x05'; head -c 2000 tests/data/nuscenes/*.pcd.bin; } > "$dir/nuscenes" ;;
+        mcap_file) cp tests/data/bags/mcap_small/*.mcap tests/data/bags/mcap_zstd/*.mcap "$dir" ;;
+        sqlite_bag) cp tests/data/bags/sqlite_small/*.db3 "$dir" ;;
+        bag_metadata) for b in mcap_small sqlite_small; do cp tests/data/bags/$b/metadata.yaml "$dir/$b.yaml"; done ;;
+        safetensors) python3 - "$dir/tiny.safetensors" <<'PY'
+import json, struct, sys
+header = json.dumps({"a.weight": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+                     "b": {"dtype": "F16", "shape": [2], "data_offsets": [16, 20]}}).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(header)) + header + bytes(20))
+PY
+        ;;
+        model_yaml) cp config/models/*.yaml "$dir" ;;
+        params_yaml) cp config/*.yaml "$dir" ;;
+        calib_json) cp tests/data/nuscenes/calib.json "$dir" ;;
+        *) [ -d "tests/data/fuzz/$t" ] || echo "fuzz: no seeds for $t" ;;
+    esac
+    # Earlier findings are seeds too.
+    [ -d "tests/data/fuzz/$t" ] && cp tests/data/fuzz/"$t"/* "$dir" 2>/dev/null
+    return 0
+}
+
+dict_for() {
+    case $1 in
+        cloud_cdr|image_cdr|compressed_image_cdr|camera_info_cdr|jpeg|png) echo fuzz/dict/cdr.dict ;;
+        mcap_file) echo fuzz/dict/mcap.dict ;;
+        bag_metadata|model_yaml|params_yaml) echo fuzz/dict/yaml.dict ;;
+        safetensors) echo fuzz/dict/safetensors.dict ;;
+        calib_json) echo fuzz/dict/json.dict ;;
+    esac
+}
+
+mkdir -p "$ART"
+summary="$ART/summary.jsonl"
+: > "$summary"
+echo "fuzz: building ${#targets[@]} targets"
+(cd fuzz && cargo +nightly fuzz build 2>&1 | tail -3) || true
+failed=0
+for t in "${targets[@]}"; do
+    corpus="$CACHE/corpus/$t"
+    # A fixed run count starts from the committed seeds with a fixed random seed, so that a CI
+    # pass explores the same inputs every time (no luck involved); the cached corpus is for the
+    # long runs.
+    budget=(-max_total_time="$SECS")
+    if [ -n "${SPTR_FUZZ_RUNS:-}" ]; then
+        corpus="$CACHE/ci-corpus/$t"
+        rm -rf "$corpus"
+        budget=(-runs="$SPTR_FUZZ_RUNS" -seed=1)
+    fi
+    # The mcap crate (0.26, the newest) reads a u32-prefixed string by allocating its declared
+    # length before checking it against the record (up to 4 GiB of address space that is never
+    # touched; resident memory stays small). Bag targets get a malloc bound above that; the
+    # resident-memory bound (2 GB) is the same for every target.
+    malloc_mb=2048
+    case $t in mcap_file|bag_metadata|sqlite_bag) malloc_mb=4352 ;; esac
+    seeds="$CACHE/seeds/$t"
+    rm -rf "$seeds"
+    seed "$t" "$seeds"
+    mkdir -p "$corpus" "$ART/$t"
+    dict=$(dict_for "$t")
+    log="$ART/$t.log"
+    start=$(date +%s)
+    (cd fuzz && cargo +nightly fuzz run "$t" "$corpus" "$seeds" -- \
+        "${budget[@]}" -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb="$malloc_mb" \
+        -max_len=262144 -print_final_stats=1 -artifact_prefix="$PWD/../$ART/$t/" \
+        ${dict:+-dict=$PWD/../$dict}) > "$log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    python3 - "$t" "$rc" "$secs" "$log" "$corpus" "$ART/$t" >> "$summary" <<'PY'
+import json, os, re, sys
+t, rc, secs, log, corpus, art = sys.argv[1:]
+text = open(log, errors="replace").read()
+def stat(name):
+    m = re.findall(r"stat::%s:\s+(\d+)" % name, text)
+    return int(m[-1]) if m else None
+cov = re.findall(r"cov: (\d+) ft: (\d+)", text)
+found = sorted(f for f in os.listdir(art) if f.split("-")[0] in ("crash", "timeout", "oom", "leak", "slow"))
+outcome = "ok" if rc == "0" and not found else ("found: " + ", ".join(found) if found else f"exit {rc}")
+print(json.dumps({"target": t, "seconds": int(secs), "runs": stat("number_of_executed_units"),
+                  "execs_per_s": stat("average_exec_per_sec"), "cov": int(cov[-1][0]) if cov else None,
+                  "features": int(cov[-1][1]) if cov else None,
+                  "corpus": len(os.listdir(corpus)), "peak_rss_mb": stat("peak_rss_mb"), "outcome": outcome}))
+PY
+    tail -1 "$summary"
+    if [ "$rc" != 0 ] || ls "$ART/$t" | grep -qE '^(crash|timeout|oom|leak)-'; then
+        failed=1
+        echo "fuzz: $t FAILED (log $log; reproducers in $ART/$t/)"
+    fi
+done
+exit $failed
