@@ -114,6 +114,9 @@ run() {
         "$STAGE/bin/sptr" bench bevseg --model config/models/bevfusion_seg_$m.yaml --iters 50 \
             > "$out/bench_bevseg_$m.json" 2>> "$out/bench.log" || failed=1
     done
+    # ... and the fusion model on a nuScenes-sized aggregated cloud (ten synthetic sweeps, ~350k points)
+    "$STAGE/bin/sptr" bench bevseg --model config/models/bevfusion_seg_fusion.yaml --sweeps 10 --iters 50 \
+        > "$out/bench_bevseg_fusion_10sweeps.json" 2>> "$out/bench.log" || failed=1
     # BEVFusion's fuser, BEV decoders and map head (random weights, 128 x 128 BEV): cuDNN vs
     # im2col + cuBLAS per part, both seg models (issue 20)
     "$STAGE/bin/sptr" bench bev-decoder --iters 50 > "$out/bench_bev_decoder.jsonl" 2>> "$out/bench.log" || failed=1

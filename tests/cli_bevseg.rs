@@ -177,6 +177,8 @@ fn bad_arguments_fail_clearly() {
     refused(&s(&["bench", "bevseg", "--iters", "0"]), &["--iters"]);
     refused(&s(&["bench", "bevseg", "--warmup=x"]), &["--warmup"]);
     refused(&s(&["bench", "bevseg", "--images", "a.jpg"]), &["--images"]);
+    refused(&s(&["bench", "bevseg", "--sweeps", "0"]), &["--sweeps"]);
+    refused(&s(&["bench", "bevseg", "--model", &cam.display().to_string(), "--sweeps", "2"]), &["camera-only", "--sweeps"]);
     // neither weights nor random weights
     let mut a = base(&cam, &out);
     a.extend(image_args(None));

@@ -593,6 +593,10 @@ enum BenchCmd {
         /// LiDAR cloud for the fusion model (default: the sample sweep in tests/data/nuscenes).
         #[arg(long)]
         cloud: Option<PathBuf>,
+        /// The fusion model's cloud as this many synthetic sweeps of --cloud (copies rotated and
+        /// shifted, with time lags; 10 is a nuScenes-sized aggregated cloud, ~350k points).
+        #[arg(long, default_value_t = 1, value_parser = int_in::<1, 100>)]
+        sweeps: usize,
         /// Untimed frames first.
         #[arg(long, default_value_t = 10, value_parser = int_in::<0, 10_000>)]
         warmup: usize,
@@ -690,8 +694,8 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench { what: BenchCmd::Model { cloud, format, model, weights, seed, device, iters, case } } => {
             bench_model_cmd(&cloud, format.as_deref(), &model, weights.as_deref(), seed, device, iters, case)
         }
-        Cmd::Bench { what: BenchCmd::Bevseg { model, weights, seed, calib, images, cloud, warmup, iters } } => {
-            bench_bevseg_cmd(model, weights, seed, calib, images, cloud, warmup, iters)
+        Cmd::Bench { what: BenchCmd::Bevseg { model, weights, seed, calib, images, cloud, sweeps, warmup, iters } } => {
+            bench_bevseg_cmd(model, weights, seed, calib, images, cloud, sweeps, warmup, iters)
         }
         Cmd::Bench { what: BenchCmd::Bevpool { model, calib, iters, dram_gbps } } => bench_bevpool_cmd(&model, &calib, iters, dram_gbps),
         Cmd::Bench { what: BenchCmd::CameraInput { images, model, iters, warmup } } => bench_camera_input_cmd(&images, &model, iters, warmup),
@@ -1420,9 +1424,8 @@ fn nuscenes_sample(part: &str) -> Result<PathBuf> {
     hits.into_iter().next().with_context(|| format!("no file with `{part}` in {}", dir.display()))
 }
 
-#[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
-fn bench_bevseg_cmd(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: PathBuf, images: Vec<PathBuf>, cloud: Option<PathBuf>, warmup: usize, iters: usize) -> Result<()> {
+fn bench_bevseg_cmd(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: PathBuf, images: Vec<PathBuf>, cloud: Option<PathBuf>, sweeps: usize, warmup: usize, iters: usize) -> Result<()> {
     use sptr::model::bevfusion_seg::{BevSegConfig, BevSegKind};
     let cfg = BevSegConfig::load(&model)?;
     let images = if images.is_empty() {
@@ -1431,6 +1434,7 @@ fn bench_bevseg_cmd(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: 
         images
     };
     let cloud = match (cfg.kind, cloud) {
+        (BevSegKind::Camera, None) if sweeps > 1 => anyhow::bail!("{} is the camera-only model: --sweeps is for the fusion model", model.display()),
         (BevSegKind::Camera, None) => None,
         (BevSegKind::Camera, Some(_)) => anyhow::bail!("{} is the camera-only model: it takes no --cloud", model.display()),
         (BevSegKind::Fusion, c) => {
@@ -1438,15 +1442,22 @@ fn bench_bevseg_cmd(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: 
                 Some(p) => p,
                 None => nuscenes_sample(".pcd.bin")?,
             };
-            Some(sptr::model::bevfusion_seg_run::points5(&read_cloud_arg(&path, None)?))
+            let rows = sptr::model::bevfusion_seg_run::points5(&read_cloud_arg(&path, None)?);
+            Some(sptr::sparse::hard_voxelize::synthetic_sweeps(&rows, sweeps))
         }
     };
+    run_bevseg_bench(model, weights, seed, calib, images, cloud, warmup, iters)
+}
+
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+fn run_bevseg_bench(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: PathBuf, images: Vec<PathBuf>, cloud: Option<Vec<[f32; 5]>>, warmup: usize, iters: usize) -> Result<()> {
     let args = sptr::model::bevfusion_seg_bench::BevSegBenchArgs { model, weights, seed, calib, images, cloud, warmup, iters };
     println!("{}", sptr::model::bevfusion_seg_bench::run_bench(&args)?);
     Ok(())
 }
 #[cfg(not(feature = "cuda"))]
 #[allow(clippy::too_many_arguments)]
-fn bench_bevseg_cmd(_: PathBuf, _: Option<PathBuf>, _: u64, _: PathBuf, _: Vec<PathBuf>, _: Option<PathBuf>, _: usize, _: usize) -> Result<()> {
+fn run_bevseg_bench(_: PathBuf, _: Option<PathBuf>, _: u64, _: PathBuf, _: Vec<PathBuf>, _: Option<Vec<[f32; 5]>>, _: usize, _: usize) -> Result<()> {
     anyhow::bail!("`bench bevseg` needs the CUDA backend: rebuild with `--features cuda`")
 }
