@@ -1,8 +1,8 @@
 //! BEVFusion BEV map segmentation on CUDA against the CPU reference (issue 20), on the full
 //! configurations (config/models/bevfusion_seg_{camera,fusion}.yaml) with random weights and the
 //! nuScenes frame of tests/data/nuscenes: probabilities rel ≤ 2e-3, the 0.5 masks agreeing on
-//! ≥ 99.9 % of the cells, every stage printed; the same bits on a repeated run; the JPEG path (the
-//! bench's) equal to the decoded-image path; a masked camera against the CPU's. Skips without a
+//! ≥ 99.9 % of the cells, every stage printed; a repeated run and the JPEG path (the
+//! bench's) equal to the decoded-image path (to 1e-6); a masked camera against the CPU's. Skips without a
 //! GPU unless SPTR_REQUIRE_GPU=1.
 #![cfg(feature = "cuda")]
 
