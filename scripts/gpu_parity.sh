@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parity against the upstream libraries on the GPU host (see tests/parity/README.md).
 #
-#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder]
+#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder] [bevseg]
 #                                                                  # default: all of them
 #
 # Runs from the repo root with gpu-stage/ (scripts/gpu_suite.sh build) and .parity-wheels/
@@ -12,9 +12,9 @@
 # Logs and JSON lines land in OUT_DIR; the exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder]}
+out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder] [bevseg]}
 shift
-what=${*:-spconv attention model lss camera lidarenc bevdecoder}
+what=${*:-spconv attention model lss camera lidarenc bevdecoder bevseg}
 [ -d gpu-stage ] || [ ! -f gpu-stage.tar.xz ] || tar -xJf gpu-stage.tar.xz
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 SPTR_ROOT=$PWD SPTR_KERNEL_CACHE=${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}
@@ -122,6 +122,38 @@ for w in $what; do
         SPTR_LIDAR_PARITY_DIR=$d gpu-stage/bin/test-gpu_lidar_encoder_parity --test-threads=1 --nocapture \
             > "$out/lidarenc_rust.log" 2>&1 || rc=1
         grep -o '{"case".*\|{"bench".*' "$out/lidarenc_rust.log" > "$out/lidarenc_parity.jsonl"
+        ;;
+    bevseg)
+        # BEVFusion BEV map segmentation end to end (issue 20), both models: ours on CUDA from the six
+        # nuScenes JPEGs (+ the sweep) with random weights, every stage dumped (sptr bevseg
+        # --dump-stages writes the weights and the preprocessed images too), then the PyTorch reference
+        # of the upstream model on the same images, points and weights (tests/parity/
+        # bevfusion_seg_ref.py: torch, spconv from the packed wheels for the LiDAR encoder): per-stage
+        # rel errors vs its FP32, mask agreement at 0.5, its FP32 / FP16-autocast eager time; then
+        # our bench for the ratio (bench_bevseg_*.json)
+        [ -d /tmp/site/spconv ] || python3 -c 'import tarfile; tarfile.open(".parity-wheels/site.tar.xz").extractall("/tmp/site")' \
+            || { rc=1; continue; }
+        nus=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)
+        imgs=""
+        for c in CAM_FRONT CAM_FRONT_RIGHT CAM_FRONT_LEFT CAM_BACK CAM_BACK_LEFT CAM_BACK_RIGHT; do
+            imgs="$imgs $c=$(ls tests/data/nuscenes/*__${c}__*.jpg)"
+        done
+        for m in camera fusion; do
+            d=/tmp/bevseg-parity/$m
+            rm -rf "$d" && mkdir -p "$d"
+            cloud=""; [ $m = fusion ] && cloud="--cloud $nus"
+            {
+                gpu-stage/bin/sptr bevseg --model config/models/bevfusion_seg_$m.yaml --calib tests/data/nuscenes/calib.json \
+                    --images $imgs $cloud --random-weights 2026 --save-weights "$d/weights.safetensors" \
+                    --device cuda --dump-stages --out "$d/ours" &&
+                PYTHONPATH=/tmp/site python3 tests/parity/bevfusion_seg_ref.py --model config/models/bevfusion_seg_$m.yaml \
+                    --weights "$d/weights.safetensors" --ours "$d/ours" $cloud --out "$d/ref" --bench --iters 20
+            } >> "$out/bevseg_py.log" 2>&1 || rc=1
+            cp "$d/ref/ref.json" "$out/bevseg_${m}_ref.json" 2>/dev/null
+            gpu-stage/bin/sptr bench bevseg --model config/models/bevfusion_seg_$m.yaml --iters 50 \
+                > "$out/bench_bevseg_$m.json" 2>> "$out/bevseg_py.log" || rc=1
+        done
+        grep -o '{"case".*' "$out/bevseg_py.log" > "$out/bevseg_parity.jsonl"
         ;;
     bevdecoder)
         # BEVFusion's fuser, BEV decoders and map head (issue 20): the PyTorch reference of the

@@ -108,6 +108,15 @@ run() {
     # BEVFusion's LiDAR branch (issue 20): ten synthetic sweeps of the nuScenes cloud (346,880 points),
     # hard voxelization from host points and the SparseEncoder to the 128 x 128 x 256 BEV map
     "$STAGE/bin/sptr" bench lidar-encoder "$nus" --iters 50 > "$out/bench_lidar_encoder.json" 2>> "$out/bench.log" || failed=1
+    # BEVFusion BEV map segmentation end to end (issue 20, random weights): the six nuScenes JPEGs
+    # (+ the sweep for fusion) on the host -> masks on the host, per-stage medians, peak memory
+    for m in fusion camera; do
+        "$STAGE/bin/sptr" bench bevseg --model config/models/bevfusion_seg_$m.yaml --iters 50 \
+            > "$out/bench_bevseg_$m.json" 2>> "$out/bench.log" || failed=1
+    done
+    # ... and the fusion model on a nuScenes-sized aggregated cloud (ten synthetic sweeps, ~350k points)
+    "$STAGE/bin/sptr" bench bevseg --model config/models/bevfusion_seg_fusion.yaml --sweeps 10 --iters 50 \
+        > "$out/bench_bevseg_fusion_10sweeps.json" 2>> "$out/bench.log" || failed=1
     # BEVFusion's fuser, BEV decoders and map head (random weights, 128 x 128 BEV): cuDNN vs
     # im2col + cuBLAS per part, both seg models (issue 20)
     "$STAGE/bin/sptr" bench bev-decoder --iters 50 > "$out/bench_bev_decoder.jsonl" 2>> "$out/bench.log" || failed=1

@@ -8,3 +8,4 @@ pub mod label_grid;
 pub mod label_grid_cuda;
 pub mod lss;
 pub mod messages;
+pub mod seg_map;

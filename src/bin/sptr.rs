@@ -1,7 +1,8 @@
 //! `sptr`: the command-line tool. Subcommands: `voxelize` (a cloud file -> voxel summary),
 //! `kernels` (compile every CUDA kernel with NVRTC), `bench voxelize` (JSON timings), `info`,
 //! `bag info`, `replay` (rosbag2 replay with evaluation), `eval merge` (shards into one report),
-//! `segment`, `prepare` and `random-weights` (deterministic untrained weights for a model YAML).
+//! `segment`, `prepare`, `random-weights` (deterministic untrained weights for a model YAML) and
+//! `bevseg` (BEVFusion BEV map segmentation of one frame).
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -136,11 +137,12 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Write deterministic random (untrained) weights for a model YAML as safetensors, so every
+    /// Write deterministic random (untrained) weights for a model YAML (SphereFormer, or a BEVFusion
+    /// seg model: `arch: bevfusion_seg`, upstream names) as safetensors, so every
     /// entry point (segment, replay, bench, the node's `model.weights`) runs on a fresh machine:
     /// real timings, meaningless labels. The same model and seed give the same bytes.
     RandomWeights {
-        /// Model YAML (`config/models/sphereformer_*.yaml`) the weights are for.
+        /// Model YAML (`config/models/sphereformer_*.yaml`, `bevfusion_seg_*.yaml`) the weights are for.
         #[arg(long)]
         model: PathBuf,
         /// Seed of the generator (any 64-bit number).
@@ -185,6 +187,49 @@ enum Cmd {
         /// Output directory.
         #[arg(long)]
         out: PathBuf,
+    },
+    /// BEVFusion BEV map segmentation (camera-only or camera + LiDAR, from the model YAML) on one
+    /// frame: writes the per-class probabilities (`bev_probabilities.f32` + `.json` header, `.npy`)
+    /// and `bev_map.png` (classes at --threshold over the LiDAR points) into --out.
+    Bevseg {
+        /// Model YAML (`config/models/bevfusion_seg_camera.yaml` or `_fusion.yaml`).
+        #[arg(long)]
+        model: PathBuf,
+        /// safetensors weights with BEVFusion's state_dict names (README: from the upstream .pth).
+        #[arg(long, required_unless_present = "random_weights", conflicts_with = "random_weights")]
+        weights: Option<PathBuf>,
+        /// Untrained deterministic random weights with this seed instead (smoke runs, parity).
+        #[arg(long, value_name = "SEED")]
+        random_weights: Option<u64>,
+        /// Also write the random weights as safetensors (for the PyTorch parity reference).
+        #[arg(long, requires = "random_weights")]
+        save_weights: Option<PathBuf>,
+        /// nuScenes-style calib.json (cameras' `cam2img`, `lidar2cam`).
+        #[arg(long)]
+        calib: PathBuf,
+        /// Camera images as CAMERA=FILE (JPEG or PNG), e.g. CAM_FRONT=front.jpg; cameras without
+        /// an image are masked (and reported).
+        #[arg(long, required = true, num_args = 1.., value_parser = sptr::model::bevfusion_seg_run::parse_camera_image)]
+        images: Vec<(String, PathBuf)>,
+        /// LiDAR cloud (the fusion model needs one): nuScenes `.pcd.bin`, KITTI `.bin` or `.pcd`.
+        #[arg(long)]
+        cloud: Option<PathBuf>,
+        /// Cloud layout as for `segment` (kitti, nuscenes, xyz, pcd); default from the name.
+        #[arg(long)]
+        format: Option<String>,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Where to run: auto (the GPU when this build and machine have a usable one, else the CPU), cpu or cuda.
+        #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+        device: DeviceArg,
+        /// Probability at or above which the PNG draws a class.
+        #[arg(long, default_value_t = 0.5, value_parser = fraction_arg)]
+        threshold: f64,
+        /// Also write each stage's tensor (input, camera_bev, lidar_bev, fused, decoder, head) as
+        /// NCHW float32 .npy into OUT/stages (the parity harness reads them).
+        #[arg(long)]
+        dump_stages: bool,
     },
     /// Compile every CUDA kernel with NVRTC for the given architectures (needs libnvrtc, no GPU).
     Kernels {
@@ -526,6 +571,39 @@ enum BenchCmd {
         #[arg(long)]
         case: Option<String>,
     },
+    /// BEVFusion BEV map segmentation on CUDA, from JPEG bytes on the host to the masks on the
+    /// host: median / p90 per frame and per stage, peak device memory (one JSON line).
+    Bevseg {
+        /// Model YAML (`config/models/bevfusion_seg_camera.yaml` or `_fusion.yaml`).
+        #[arg(long, default_value = "config/models/bevfusion_seg_fusion.yaml")]
+        model: PathBuf,
+        /// safetensors weights (default: deterministic random weights, --seed).
+        #[arg(long)]
+        weights: Option<PathBuf>,
+        /// Seed of the random weights.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// nuScenes-style calib.json.
+        #[arg(long, default_value = "tests/data/nuscenes/calib.json")]
+        calib: PathBuf,
+        /// Six JPEGs in nuScenes camera order (CAM_FRONT, CAM_FRONT_RIGHT, CAM_FRONT_LEFT,
+        /// CAM_BACK, CAM_BACK_LEFT, CAM_BACK_RIGHT); default: the sample in tests/data/nuscenes.
+        #[arg(long, num_args = 6)]
+        images: Vec<PathBuf>,
+        /// LiDAR cloud for the fusion model (default: the sample sweep in tests/data/nuscenes).
+        #[arg(long)]
+        cloud: Option<PathBuf>,
+        /// The fusion model's cloud as this many synthetic sweeps of --cloud (copies rotated and
+        /// shifted, with time lags; 10 is a nuScenes-sized aggregated cloud, ~350k points).
+        #[arg(long, default_value_t = 1, value_parser = int_in::<1, 100>)]
+        sweeps: usize,
+        /// Untimed frames first.
+        #[arg(long, default_value_t = 10, value_parser = int_in::<0, 10_000>)]
+        warmup: usize,
+        /// Timed frames.
+        #[arg(long, default_value_t = 50, value_parser = int_in::<1, 1_000_000>)]
+        iters: usize,
+    },
     /// Lift-splat view transform (CUDA): geometry build and bev_pool on the seg and detection
     /// geometries with the nuScenes calibration, bytes moved and the DRAM floor, and the whole
     /// view transform (JSON lines).
@@ -561,6 +639,23 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::RandomWeights { model, seed, out } => random_weights_cmd(&model, seed, &out),
         Cmd::Kernels { arch } => kernels_cmd(&arch),
+        Cmd::Bevseg { model, weights, random_weights, save_weights, calib, images, cloud, format, out, device, threshold, dump_stages } => {
+            use sptr::model::bevfusion_seg_run::{run, BevSegJob, SegWeights};
+            let weights = match (weights, random_weights) {
+                (Some(w), _) => SegWeights::File(w),
+                (None, Some(seed)) => SegWeights::Random { seed, save: save_weights },
+                (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for an untrained smoke run)"),
+            };
+            let cloud = cloud.map(|c| read_cloud_arg(&c, format.as_deref())).transpose()?;
+            let cuda = match device {
+                DeviceArg::Cpu => false,
+                DeviceArg::Cuda => true,
+                DeviceArg::Auto => cuda_usable(),
+            };
+            let job = BevSegJob { model, weights, calib, images, cloud, out, cuda, dump_stages, threshold: threshold as f32 };
+            println!("{}", run(&job)?);
+            Ok(())
+        }
         Cmd::Prepare { cloud, format, model, out } => {
             let pts = read_cloud_arg(&cloud, format.as_deref())?;
             let cfg = load_model(&model)?.yaml;
@@ -598,6 +693,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench { what: BenchCmd::Model { cloud, format, model, weights, seed, device, iters, case } } => {
             bench_model_cmd(&cloud, format.as_deref(), &model, weights.as_deref(), seed, device, iters, case)
+        }
+        Cmd::Bench { what: BenchCmd::Bevseg { model, weights, seed, calib, images, cloud, sweeps, warmup, iters } } => {
+            bench_bevseg_cmd(model, weights, seed, calib, images, cloud, sweeps, warmup, iters)
         }
         Cmd::Bench { what: BenchCmd::Bevpool { model, calib, iters, dram_gbps } } => bench_bevpool_cmd(&model, &calib, iters, dram_gbps),
         Cmd::Bench { what: BenchCmd::CameraInput { images, model, iters, warmup } } => bench_camera_input_cmd(&images, &model, iters, warmup),
@@ -1018,8 +1116,14 @@ fn segmenter_on(cfg: sptr::config::ModelYaml, weights: sptr::model::Weights, dev
 
 /// `sptr random-weights`: deterministic random weights for a model YAML, as safetensors.
 fn random_weights_cmd(model: &Path, seed: u64, out: &Path) -> Result<()> {
-    let cfg = load_model(model)?.yaml;
-    let tensors = sptr::model::random::random_tensors(&cfg, seed).context("making random weights")?;
+    use sptr::model::bevfusion_seg as seg;
+    let tensors = if seg::is_bevfusion_seg_yaml(model) {
+        let cfg = seg::BevSegConfig::load(model)?;
+        seg::random_tensors(&cfg, seed).context("making random BEVFusion seg weights")?
+    } else {
+        let cfg = load_model(model)?.yaml;
+        sptr::model::random::random_tensors(&cfg, seed).context("making random weights")?
+    };
     sptr::model::random::save_tensors(out, &tensors).map_err(|e| anyhow::anyhow!("{e}"))?;
     let params: usize = tensors.iter().map(|(_, _, v)| v.len()).sum();
     println!(
@@ -1306,4 +1410,54 @@ fn bench_bevpool_cmd(model: &Path, calib: &Path, iters: usize, dram_gbps: f64) -
 fn bench_bevpool_cmd(model: &Path, _: &Path, _: usize, _: f64) -> Result<()> {
     let _ = sptr::bev::lss::LssConfig::load(model)?;
     anyhow::bail!("`bench bevpool` needs the CUDA backend: rebuild with `--features cuda`")
+}
+
+/// The sample's file in tests/data/nuscenes whose name contains `part`.
+fn nuscenes_sample(part: &str) -> Result<PathBuf> {
+    let dir = Path::new("tests/data/nuscenes");
+    let mut hits: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("{}: pass the files explicitly", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().contains(part)))
+        .collect();
+    hits.sort();
+    hits.into_iter().next().with_context(|| format!("no file with `{part}` in {}", dir.display()))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn bench_bevseg_cmd(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: PathBuf, images: Vec<PathBuf>, cloud: Option<PathBuf>, sweeps: usize, warmup: usize, iters: usize) -> Result<()> {
+    use sptr::model::bevfusion_seg::{BevSegConfig, BevSegKind};
+    let cfg = BevSegConfig::load(&model)?;
+    let images = if images.is_empty() {
+        sptr::bev::calib::NUSCENES_CAMERAS.iter().map(|c| nuscenes_sample(&format!("__{c}__"))).collect::<Result<Vec<_>>>()?
+    } else {
+        images
+    };
+    let cloud = match (cfg.kind, cloud) {
+        (BevSegKind::Camera, None) if sweeps > 1 => anyhow::bail!("{} is the camera-only model: --sweeps is for the fusion model", model.display()),
+        (BevSegKind::Camera, None) => None,
+        (BevSegKind::Camera, Some(_)) => anyhow::bail!("{} is the camera-only model: it takes no --cloud", model.display()),
+        (BevSegKind::Fusion, c) => {
+            let path = match c {
+                Some(p) => p,
+                None => nuscenes_sample(".pcd.bin")?,
+            };
+            let rows = sptr::model::bevfusion_seg_run::points5(&read_cloud_arg(&path, None)?);
+            Some(sptr::sparse::hard_voxelize::synthetic_sweeps(&rows, sweeps))
+        }
+    };
+    run_bevseg_bench(model, weights, seed, calib, images, cloud, warmup, iters)
+}
+
+#[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
+fn run_bevseg_bench(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: PathBuf, images: Vec<PathBuf>, cloud: Option<Vec<[f32; 5]>>, warmup: usize, iters: usize) -> Result<()> {
+    let args = sptr::model::bevfusion_seg_bench::BevSegBenchArgs { model, weights, seed, calib, images, cloud, warmup, iters };
+    println!("{}", sptr::model::bevfusion_seg_bench::run_bench(&args)?);
+    Ok(())
+}
+#[cfg(not(feature = "cuda"))]
+#[allow(clippy::too_many_arguments)]
+fn run_bevseg_bench(_: PathBuf, _: Option<PathBuf>, _: u64, _: PathBuf, _: Vec<PathBuf>, _: Option<Vec<[f32; 5]>>, _: usize, _: usize) -> Result<()> {
+    anyhow::bail!("`bench bevseg` needs the CUDA backend: rebuild with `--features cuda`")
 }

@@ -112,6 +112,14 @@ impl CameraPreprocessCuda {
     /// JPEG files (any sizes) → decoded in parallel straight into the staging buffer → the
     /// network input on the GPU. Errors name the camera whose JPEG is bad.
     pub fn run_jpeg(&mut self, dev: &CudaDevice, jpegs: &[&[u8]], limits: &DecodeLimits) -> Result<CudaCameraBatch, Error> {
+        self.stage_jpeg(dev, jpegs, limits)?;
+        self.upload_and_launch(dev)
+    }
+
+    /// The host half of [`run_jpeg`](Self::run_jpeg): the JPEGs decoded into the staging buffer;
+    /// [`upload_and_launch`](Self::upload_and_launch) then does the device half (so a caller can
+    /// time the two apart).
+    pub fn stage_jpeg(&mut self, dev: &CudaDevice, jpegs: &[&[u8]], limits: &DecodeLimits) -> Result<(), Error> {
         let mut sizes = Vec::with_capacity(jpegs.len());
         for (i, j) in jpegs.iter().enumerate() {
             let (w, h) = jpeg_size(j, limits).map_err(|e| Error::InvalidInput(format!("camera {i}: {e}")))?;
@@ -131,7 +139,7 @@ impl CameraPreprocessCuda {
         for (i, r) in results.into_iter().enumerate() {
             r.map_err(|e| Error::InvalidInput(format!("camera {i}: {e}")))?;
         }
-        self.upload_and_launch(dev)
+        Ok(())
     }
 
     /// Makes the plan, staging and device buffers fit `sizes`, and waits until the staging
@@ -164,7 +172,7 @@ impl CameraPreprocessCuda {
     }
 
     /// Copies each camera's rows from the staging buffer and runs the kernel.
-    fn upload_and_launch(&mut self, dev: &CudaDevice) -> Result<CudaCameraBatch, Error> {
+    pub fn upload_and_launch(&mut self, dev: &CudaDevice) -> Result<CudaCameraBatch, Error> {
         self.upload(dev)?;
         self.launch(dev)
     }

@@ -6,6 +6,7 @@
 //! Everything but the timings is a pure function of the bag, the model and the options, so a
 //! run, a re-run and a merge of shards give the same metrics bit for bit.
 
+pub mod bev_map;
 pub mod confusion;
 pub mod labels;
 pub mod latency;

@@ -18,6 +18,12 @@ mod bev_load;
 pub mod bev_stack;
 #[cfg(feature = "cuda")]
 pub mod bev_stack_cuda;
+pub mod bevfusion_seg;
+#[cfg(feature = "cuda")]
+pub mod bevfusion_seg_bench;
+#[cfg(feature = "cuda")]
+pub mod bevfusion_seg_cuda;
+pub mod bevfusion_seg_run;
 pub mod fuser;
 #[cfg(feature = "cuda")]
 pub mod gpu_layers;
