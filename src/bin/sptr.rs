@@ -430,6 +430,12 @@ enum BenchCmd {
         /// Untimed frames first.
         #[arg(long, default_value_t = 5, value_parser = int_in::<0, 10_000>)]
         warmup: usize,
+        /// JPEG decoders compared on CUDA, side by side: cpu (zune-jpeg), nvjpeg, auto.
+        #[arg(long, value_delimiter = ',', default_value = "cpu,nvjpeg")]
+        decoder: Vec<sptr::camera::compressed::JpegDecoderChoice>,
+        /// Alternating rounds of `iters` frames per decoder (each round's median is reported).
+        #[arg(long, default_value_t = 3, value_parser = int_in::<1, 100>)]
+        rounds: usize,
     },
     /// BEVFusion's LiDAR branch on CUDA (random weights): hard voxelization from host points and
     /// the SparseEncoder to the BEV map, medians and p90 (JSON line).
@@ -581,7 +587,9 @@ fn run(cli: Cli) -> Result<()> {
             bench_model_cmd(&cloud, format.as_deref(), &model, weights.as_deref(), seed, device, iters, case)
         }
         Cmd::Bench { what: BenchCmd::Bevpool { model, calib, iters, dram_gbps } } => bench_bevpool_cmd(&model, &calib, iters, dram_gbps),
-        Cmd::Bench { what: BenchCmd::CameraInput { images, model, iters, warmup } } => bench_camera_input_cmd(&images, &model, iters, warmup),
+        Cmd::Bench { what: BenchCmd::CameraInput { images, model, iters, warmup, decoder, rounds } } => {
+            bench_camera_input_cmd(&images, &model, iters, warmup, &decoder, rounds)
+        }
         Cmd::CameraFeatures { images, input, model, weights, random_weights, save_weights, save_input, stages, device, out } => {
             camera_features_cmd(images, input, model, weights, random_weights, save_weights, save_input, stages, device, out)
         }
@@ -821,7 +829,15 @@ fn bench_voxelize(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>,
     Ok(())
 }
 
-fn bench_camera_input_cmd(images: &[PathBuf], model: &Path, iters: usize, warmup: usize) -> Result<()> {
+#[allow(unused_variables)]
+fn bench_camera_input_cmd(
+    images: &[PathBuf],
+    model: &Path,
+    iters: usize,
+    warmup: usize,
+    decoders: &[sptr::camera::compressed::JpegDecoderChoice],
+    rounds: usize,
+) -> Result<()> {
     let cfg = sptr::camera::preprocess::ImagePreprocess::load(model)?;
     let limits = sptr::camera::image::DecodeLimits::default();
     let jpegs = images.iter().map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display()))).collect::<Result<Vec<_>>>()?;
@@ -830,7 +846,7 @@ fn bench_camera_input_cmd(images: &[PathBuf], model: &Path, iters: usize, warmup
     #[cfg(feature = "cuda")]
     if cuda_usable() {
         let dev = sptr::device::cuda::CudaDevice::new(0)?;
-        out["cuda"] = sptr::camera::bench::camera_input_bench_cuda(&dev, &jpegs, &cfg, &limits, warmup, iters)?;
+        out["cuda"] = sptr::camera::bench::camera_input_bench_cuda(&dev, &jpegs, &cfg, &limits, warmup, iters, decoders, rounds)?;
     }
     println!("{out}");
     Ok(())
