@@ -176,6 +176,10 @@ enum Cmd {
         /// Write the input tensor the encoder consumed (NCHW .npy; FP16-rounded on CUDA).
         #[arg(long)]
         save_input: Option<PathBuf>,
+        /// JPEG decoder: cpu (zune-jpeg, CPU preprocessing, the default) or nvjpeg / auto (the
+        /// CUDA preprocessing with nvJPEG; JPEG files only; needs the CUDA backend).
+        #[arg(long, default_value = "cpu")]
+        jpeg_decoder: sptr::camera::compressed::JpegDecoderChoice,
         /// Also write each backbone output.
         #[arg(long)]
         stages: bool,
@@ -590,8 +594,8 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench { what: BenchCmd::CameraInput { images, model, iters, warmup, decoder, rounds } } => {
             bench_camera_input_cmd(&images, &model, iters, warmup, &decoder, rounds)
         }
-        Cmd::CameraFeatures { images, input, model, weights, random_weights, save_weights, save_input, stages, device, out } => {
-            camera_features_cmd(images, input, model, weights, random_weights, save_weights, save_input, stages, device, out)
+        Cmd::CameraFeatures { images, input, model, weights, random_weights, save_weights, save_input, jpeg_decoder, stages, device, out } => {
+            camera_features_cmd(images, input, model, weights, random_weights, save_weights, save_input, jpeg_decoder, stages, device, out)
         }
         Cmd::Bench { what: BenchCmd::LidarEncoder { cloud, model, sweeps, seed, warmup, iters } } => {
             bench_lidar_encoder_cmd(&cloud, &model, sweeps, seed, warmup, iters)
@@ -616,6 +620,7 @@ fn camera_features_cmd(
     random_weights: Option<u64>,
     save_weights: Option<PathBuf>,
     save_input: Option<PathBuf>,
+    jpeg_decoder: sptr::camera::compressed::JpegDecoderChoice,
     stages: bool,
     device: DeviceArg,
     out: PathBuf,
@@ -626,9 +631,11 @@ fn camera_features_cmd(
         (None, Some(seed)) => WeightsArg::Random { seed, save: save_weights },
         (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for an untrained smoke run)"),
     };
-    let (images, n, h, w) = match input {
-        Some(p) => read_input_npy(&p)?,
-        None => preprocess_files(&images, &model)?,
+    use sptr::camera::compressed::JpegDecoderChoice;
+    let (images, n, h, w) = match (input, jpeg_decoder) {
+        (Some(p), _) => read_input_npy(&p)?,
+        (None, JpegDecoderChoice::Cpu) => preprocess_files(&images, &model)?,
+        (None, choice) => camera_input_cuda(&images, &model, choice)?,
     };
     let cuda = match device {
         DeviceArg::Cpu => false,
@@ -638,6 +645,21 @@ fn camera_features_cmd(
     let job = FeaturesJob { model, weights, images, n, h, w, cuda, stages, save_input, out };
     println!("{}", run(&job)?);
     Ok(())
+}
+
+/// `camera-features --jpeg-decoder nvjpeg|auto`: the CUDA preprocessing of the JPEGs.
+#[cfg(feature = "cuda")]
+fn camera_input_cuda(images: &[PathBuf], model: &Path, choice: sptr::camera::compressed::JpegDecoderChoice) -> Result<(Vec<f32>, usize, usize, usize)> {
+    if !cuda_usable() {
+        anyhow::bail!("--jpeg-decoder {choice} preprocesses on CUDA, and no CUDA device is usable here");
+    }
+    let (data, n, h, w, decoder) = sptr::camera::features::preprocess_files_cuda(images, model, choice)?;
+    eprintln!("camera input decoded by {decoder}");
+    Ok((data, n, h, w))
+}
+#[cfg(not(feature = "cuda"))]
+fn camera_input_cuda(_: &[PathBuf], _: &Path, choice: sptr::camera::compressed::JpegDecoderChoice) -> Result<(Vec<f32>, usize, usize, usize)> {
+    anyhow::bail!("--jpeg-decoder {choice} needs the CUDA backend: rebuild with `--features cuda`")
 }
 
 #[cfg(feature = "cuda")]
