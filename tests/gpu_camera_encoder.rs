@@ -93,8 +93,14 @@ model:
     let (n, h, w) = (2, 70, 130);
     let x = synthetic_images(n, h, w);
     let want = enc.forward_cpu(&x, n, h, w).expect("cpu");
-    let gpu_enc = CudaCameraEncoder::upload(&dev, &enc).expect("upload");
+    let mut gpu_enc = CudaCameraEncoder::upload(&dev, &enc).expect("upload");
     let plan = gpu_enc.plan(&dev, n, h, w).expect("plan");
+    // Both GEMM paths (swin_cuda: cuBLASLt FP16 out with fused bias / cuBLAS FP32 out + epilogues).
+    let fused = gpu_enc.backbone.is_fused();
+    gpu_enc.set_swin_fused(&dev, !fused).expect("switch path");
+    let other = gpu_enc.forward_host(&dev, &plan, &x).expect("gpu, other path");
+    compare(if fused { "reduced 70x130 (unfused GEMMs)" } else { "reduced 70x130 (fused GEMMs)" }, &other, &want);
+    gpu_enc.set_swin_fused(&dev, fused).expect("switch back");
     let got = gpu_enc.forward_host(&dev, &plan, &x).expect("gpu");
     compare("reduced 70x130", &got, &want);
     // the plan is reused: a second frame gives the same result
@@ -144,9 +150,14 @@ fn full_encoder_matches_cpu_on_six_images() {
     let t = std::time::Instant::now();
     let want = enc.forward_cpu(&x, n, h, w).expect("cpu");
     eprintln!("CPU reference: {:.1} s", t.elapsed().as_secs_f64());
-    let gpu_enc = CudaCameraEncoder::upload(&dev, &enc).expect("upload");
+    let mut gpu_enc = CudaCameraEncoder::upload(&dev, &enc).expect("upload");
     let plan = gpu_enc.plan(&dev, n, h, w).expect("plan");
     let got = gpu_enc.forward_host(&dev, &plan, &x).expect("gpu");
     assert_eq!((got.neck[0].h, got.neck[0].w, got.neck[0].c), (32, 88, 256), "the view transform's input");
-    compare("full 6x256x704", &got, &want);
+    let fused = gpu_enc.backbone.is_fused();
+    compare(if fused { "full 6x256x704 (fused GEMMs)" } else { "full 6x256x704 (unfused GEMMs)" }, &got, &want);
+    // The other GEMM path (swin_cuda module docs) meets the same bound.
+    gpu_enc.set_swin_fused(&dev, !fused).expect("switch path");
+    let other = gpu_enc.forward_host(&dev, &plan, &x).expect("gpu, other path");
+    compare(if fused { "full 6x256x704 (unfused GEMMs)" } else { "full 6x256x704 (fused GEMMs)" }, &other, &want);
 }

@@ -1,5 +1,6 @@
 //! `sptr bench camera`: the CUDA camera encoder's latency (Swin-T alone, Swin-T + neck) beside its
-//! FLOP count and the tensor-core floor, as JSON lines. Also used by the camera parity test to time
+//! FLOP count and the tensor-core floor, as JSON lines; the backbone's fused and unfused GEMM
+//! paths (`swin_cuda`) both, in the same run (`*_unfused` rows and `stages_unfused`). Also used by the camera parity test to time
 //! ours in the same run as the PyTorch references.
 
 use super::encoder::CameraEncoderConfig;
@@ -138,7 +139,7 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
     };
     let enc = CameraEncoder::from_weights(&cfg, random_weights(&cfg, a.seed)?)?;
     let dev = CudaDevice::new(0)?;
-    let gpu = CudaCameraEncoder::upload(&dev, &enc)?;
+    let mut gpu = CudaCameraEncoder::upload(&dev, &enc)?;
     let t = std::time::Instant::now();
     let plan = gpu.plan(&dev, n, h, w)?;
     let plan_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -148,10 +149,31 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
         "{{\"bench\": \"camera_encoder\", \"case\": \"plan\", \"gpu\": \"{}\", \"n\": {n}, \"h\": {h}, \"w\": {w}, \"host_ms\": {plan_ms:.3}, \"note\": \"window partitions of every stage, built once per image size\"}}",
         dev.name
     )];
+    let fused = gpu.backbone.is_fused();
     for row in bench_encoder(&dev, &cfg, &gpu, &plan, &x, a.warmup, a.iters)? {
         lines.push(row.json(&dev.name));
     }
     lines.push(stage_breakdown(&dev, &gpu, &plan, &x, a.iters).unwrap_or_else(|e| format!("{{\"bench\": \"camera_encoder\", \"case\": \"stages\", \"error\": {:?}}}", e.to_string())));
+    // The other GEMM path in the same run (swin_cuda module docs): `*_unfused` rows when the
+    // default is fused, `*_fused` when SPTR_SWIN_UNFUSED=1 made the default unfused.
+    gpu.set_swin_fused(&dev, !fused)?;
+    let tag = |case: &'static str| -> &'static str {
+        match (case, fused) {
+            ("swin_t", true) => "swin_t_unfused",
+            ("swin_t+fpn", true) => "swin_t+fpn_unfused",
+            ("swin_t", false) => "swin_t_fused",
+            ("swin_t+fpn", false) => "swin_t+fpn_fused",
+            (other, _) => other,
+        }
+    };
+    for mut row in bench_encoder(&dev, &cfg, &gpu, &plan, &x, a.warmup, a.iters)? {
+        row.case = tag(row.case);
+        lines.push(row.json(&dev.name));
+    }
+    let other = stage_breakdown(&dev, &gpu, &plan, &x, a.iters)
+        .map(|l| l.replacen("\"case\": \"stages\"", if fused { "\"case\": \"stages_unfused\"" } else { "\"case\": \"stages_fused\"" }, 1));
+    lines.push(other.unwrap_or_else(|e| format!("{{\"bench\": \"camera_encoder\", \"case\": \"stages_other_path\", \"error\": {:?}}}", e.to_string())));
+    gpu.set_swin_fused(&dev, fused)?;
     // last: a capture the driver refuses must not cost the numbers above
     lines.extend(bench_encoder_graph(&dev, &cfg, &gpu, &plan, &x, a.warmup, a.iters));
     Ok(lines)

@@ -7,6 +7,8 @@
 pub mod bench;
 #[cfg(feature = "cuda")]
 pub mod gpu_layers;
+#[cfg(feature = "cuda")]
+pub mod gpu_lt;
 pub mod layers;
 pub mod lidar_encoder;
 pub mod preprocess;
