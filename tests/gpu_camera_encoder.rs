@@ -36,6 +36,21 @@ fn compare(case: &str, got: &EncoderOutput, want: &EncoderOutput) {
 }
 
 /// LayerNorm rows of 96 … 1536 channels (the narrow and the wide kernel) against the CPU.
+/// Runs `forward` on each of the backbone's four paths (fused / unfused GEMMs × whole-window /
+/// per-query attention), compares each with `want`, and restores the default path.
+fn every_path(dev: &sptr::device::cuda::CudaDevice, enc: &mut CudaCameraEncoder, case: &str, forward: impl Fn(&CudaCameraEncoder) -> EncoderOutput, want: &EncoderOutput) {
+    let (f0, w0) = (enc.backbone.is_fused(), enc.backbone.is_whole_window_attention());
+    for (fused, whole) in [(true, true), (true, false), (false, true), (false, false)] {
+        enc.set_swin_fused(dev, fused).expect("switch GEMM path");
+        enc.set_swin_whole_window_attention(whole);
+        let got = forward(enc);
+        let name = format!("{case} ({} GEMMs, {} attention)", if fused { "fused" } else { "unfused" }, if whole { "whole-window" } else { "per-query" });
+        compare(&name, &got, want);
+    }
+    enc.set_swin_fused(dev, f0).expect("switch back");
+    enc.set_swin_whole_window_attention(w0);
+}
+
 #[test]
 fn layer_norm_kernels_match_cpu_up_to_1536_channels() {
     let Some(dev) = gpu("layer_norm_kernels_match_cpu_up_to_1536_channels") else { return };
@@ -95,12 +110,9 @@ model:
     let want = enc.forward_cpu(&x, n, h, w).expect("cpu");
     let mut gpu_enc = CudaCameraEncoder::upload(&dev, &enc).expect("upload");
     let plan = gpu_enc.plan(&dev, n, h, w).expect("plan");
-    // Both GEMM paths (swin_cuda: cuBLASLt FP16 out with fused bias / cuBLAS FP32 out + epilogues).
-    let fused = gpu_enc.backbone.is_fused();
-    gpu_enc.set_swin_fused(&dev, !fused).expect("switch path");
-    let other = gpu_enc.forward_host(&dev, &plan, &x).expect("gpu, other path");
-    compare(if fused { "reduced 70x130 (unfused GEMMs)" } else { "reduced 70x130 (fused GEMMs)" }, &other, &want);
-    gpu_enc.set_swin_fused(&dev, fused).expect("switch back");
+    // Every backbone path (swin_cuda: cuBLASLt FP16 GEMMs with fused bias or cuBLAS FP32 +
+    // epilogues; whole-window or per-query attention kernel) against the same CPU reference.
+    every_path(&dev, &mut gpu_enc, "reduced 70x130", |e| e.forward_host(&dev, &plan, &x).expect("gpu"), &want);
     let got = gpu_enc.forward_host(&dev, &plan, &x).expect("gpu");
     compare("reduced 70x130", &got, &want);
     // the plan is reused: a second frame gives the same result
@@ -154,10 +166,7 @@ fn full_encoder_matches_cpu_on_six_images() {
     let plan = gpu_enc.plan(&dev, n, h, w).expect("plan");
     let got = gpu_enc.forward_host(&dev, &plan, &x).expect("gpu");
     assert_eq!((got.neck[0].h, got.neck[0].w, got.neck[0].c), (32, 88, 256), "the view transform's input");
-    let fused = gpu_enc.backbone.is_fused();
-    compare(if fused { "full 6x256x704 (fused GEMMs)" } else { "full 6x256x704 (unfused GEMMs)" }, &got, &want);
-    // The other GEMM path (swin_cuda module docs) meets the same bound.
-    gpu_enc.set_swin_fused(&dev, !fused).expect("switch path");
-    let other = gpu_enc.forward_host(&dev, &plan, &x).expect("gpu, other path");
-    compare(if fused { "full 6x256x704 (unfused GEMMs)" } else { "full 6x256x704 (fused GEMMs)" }, &other, &want);
+    compare("full 6x256x704 (default path)", &got, &want);
+    // Every backbone path (swin_cuda module docs) meets the same bound.
+    every_path(&dev, &mut gpu_enc, "full 6x256x704", |e| e.forward_host(&dev, &plan, &x).expect("gpu"), &want);
 }

@@ -48,6 +48,11 @@ impl CudaCameraEncoder {
         self.backbone.set_fused(dev, fused)
     }
 
+    /// Selects the backbone's window-attention kernel (`CudaSwin::set_whole_window_attention`).
+    pub fn set_swin_whole_window_attention(&mut self, on: bool) {
+        self.backbone.set_whole_window_attention(on)
+    }
+
     /// The window partitions for batches of `n` images of `h × w` (build once, reuse per frame).
     pub fn plan(&self, dev: &CudaDevice, n: usize, h: usize, w: usize) -> Result<SwinPlan, Error> {
         self.backbone.plan(dev, n, h, w)

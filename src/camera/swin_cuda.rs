@@ -28,6 +28,14 @@
 //!   more before the q scale / residual / GELU (≤ 2⁻¹¹ relative each).
 //! - unfused (`SPTR_SWIN_UNFUSED=1`, or `set_fused(false)`): cuBLAS GEMMs write FP32 and the
 //!   epilogue kernels above add bias, scale, GELU and residual before the one rounding.
+//!
+//! Window attention: by default the whole-window kernel of the shared attention family
+//! (`attn_bias2d_win_d*` in attention_core.cu: a block per window and head, K and V staged in
+//! shared memory once, 49 queries walking them there) instead of the per-query kernel (4 lanes a
+//! query, every key row loaded from global memory / L1 by each of its window's 49 queries:
+//! stage 1's 76,440 padded tokens × 3 heads × 49 keys × 2 rows × 64 bytes ≈ 1.4 GB of L1/L2
+//! traffic a block, against 44 MB staged by the whole-window kernel). `SPTR_SWIN_ATTN=perquery`
+//! or `set_whole_window_attention(false)` selects the per-query kernel.
 
 use super::swin::{PatchEmbed, PatchMerging, StageWindows, SwinBlock, SwinTransformer};
 use super::encoder::SwinConfig;
@@ -255,7 +263,7 @@ impl GpuBlock {
     }
 
     /// The block on the fused path (module docs): the same steps as [`GpuBlock::forward`].
-    fn forward_lt(&self, dev: &CudaDevice, lt: &LtGemm, x: &CudaSlice<f16>, n: usize, stage: &StagePlan) -> Result<CudaSlice<f16>, Error> {
+    fn forward_lt(&self, dev: &CudaDevice, lt: &LtGemm, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, whole_window: bool) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let [h, w] = stage.hw;
         let [hp, wp] = stage.padded;
@@ -277,7 +285,7 @@ impl GpuBlock {
             stage.shifted.as_ref().ok_or_else(|| Error::InvalidInput("swin: the plan has no shifted windows for a shifted block".into()))?
         };
         let mut att = scratch::<f16>(dev, np * c, "attention output")?;
-        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table });
+        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, whole_window });
         window_attention_cuda(dev, QkvView { q: &q, k: &k, v: &v, ld: c }, HeadSlice::all(self.heads, c / self.heads), &windows.part, term, &mut att, c)?;
         drop((q, k, v));
         let yp = lt.linear(dev, &self.proj.weight, &self.bh[1], c, c, &att, np, None)?;
@@ -325,7 +333,7 @@ impl GpuBlock {
         Ok(out)
     }
 
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, stage: &StagePlan) -> Result<CudaSlice<f16>, Error> {
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, whole_window: bool) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let [h, w] = stage.hw;
         let [hp, wp] = stage.padded;
@@ -351,7 +359,7 @@ impl GpuBlock {
             stage.shifted.as_ref().ok_or_else(|| Error::InvalidInput("swin: the plan has no shifted windows for a shifted block".into()))?
         };
         let mut att = scratch::<f16>(dev, np * c, "attention output")?;
-        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table });
+        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, whole_window });
         window_attention_cuda(dev, QkvView { q: &q, k: &k, v: &v, ld: c }, HeadSlice::all(self.heads, c / self.heads), &windows.part, term, &mut att, c)?;
         drop((q, k, v));
         let acc = self.proj.gemm(dev, blas, &att, np)?;
@@ -437,6 +445,8 @@ pub struct CudaSwin {
     out_norms: Vec<GpuLayerNorm>,
     /// The fused GEMM path's cuBLASLt handle (module docs); None: the unfused path.
     lt: Option<LtGemm>,
+    /// Window attention on the whole-window kernel (module docs); false: the per-query kernel.
+    whole_window: bool,
 }
 
 impl CudaSwin {
@@ -459,7 +469,18 @@ impl CudaSwin {
             stages,
             out_norms: net.out_norms.iter().map(|l| GpuLayerNorm::upload(dev, l)).collect::<Result<_, _>>()?,
             lt: if std::env::var("SPTR_SWIN_UNFUSED").is_ok_and(|v| v == "1") { None } else { Some(LtGemm::new(dev)?) },
+            whole_window: !std::env::var("SPTR_SWIN_ATTN").is_ok_and(|v| v == "perquery"),
         })
+    }
+
+    /// Selects the whole-window (default unless `SPTR_SWIN_ATTN=perquery`) or the per-query
+    /// window-attention kernel.
+    pub fn set_whole_window_attention(&mut self, on: bool) {
+        self.whole_window = on;
+    }
+
+    pub fn is_whole_window_attention(&self) -> bool {
+        self.whole_window
     }
 
     /// Selects the fused (cuBLASLt, FP16 out) or unfused (cuBLAS FP32 out + epilogues) GEMM path
@@ -523,8 +544,8 @@ impl CudaSwin {
             let [hh, ww] = sp.hw;
             for b in &stage.blocks {
                 x = match lt {
-                    Some(lt) => b.forward_lt(dev, lt, &x, n, sp)?,
-                    None => b.forward(dev, blas, &x, n, sp)?,
+                    Some(lt) => b.forward_lt(dev, lt, &x, n, sp, self.whole_window)?,
+                    None => b.forward(dev, blas, &x, n, sp, self.whole_window)?,
                 };
             }
             if let Some(k) = self.config.out_indices.iter().position(|&o| o == i) {
