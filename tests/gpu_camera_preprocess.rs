@@ -190,9 +190,14 @@ fn gpu_nvjpeg_input_is_close_to_the_zune_path() {
     let mixed: Vec<&[u8]> = vec![&prog, slices[0], &grey, &small];
     let got = nv.run_jpeg(&dev, &mixed, &limits).expect("mixed batch").to_host(&dev).expect("to host");
     let st = nv.jpeg_stats().clone();
-    assert_eq!(st.gpu, vec![1, 3], "{st:?}");
-    assert_eq!(st.cpu_fallback.iter().map(|c| c.0).collect::<Vec<_>>(), vec![0, 2], "{st:?}");
-    assert!(st.cpu_fallback[0].1.contains("progressive") && st.cpu_fallback[1].1.contains("1 components"), "{st:?}");
+    // The nuScenes JPEG goes to nvJPEG, the progressive and grey ones to zune-jpeg with their
+    // reasons; the 64 x 40 colour JPEG is eligible, and the JPEG engine may still refuse so small
+    // an image (then nvJPEG's reason is given).
+    assert!(st.gpu.contains(&1), "{st:?}");
+    assert!(st.cpu_fallback.iter().any(|c| c.0 == 0 && c.1.contains("progressive")), "{st:?}");
+    assert!(st.cpu_fallback.iter().any(|c| c.0 == 2 && c.1.contains("1 components")), "{st:?}");
+    assert!(st.gpu.contains(&3) || st.cpu_fallback.iter().any(|c| c.0 == 3 && c.1.starts_with("nvJPEG:")), "{st:?}");
+    assert_eq!(st.gpu.len() + st.cpu_fallback.len(), 4, "{st:?}");
     let want = zune.run_jpeg(&dev, &mixed, &limits).expect("zune mixed").to_host(&dev).expect("to host");
     let per = want.len() / 4;
     for c in [0, 2] {

@@ -12,8 +12,11 @@
 //!    decoded in one batched call (`nvjpegDecodeBatched`); a JPEG the engine refuses
 //!    (`nvjpegDecodeBatchedSupported`) is reported as unsupported and the caller decodes it on
 //!    the CPU.
-//! 2. `NVJPEG_BACKEND_GPU_HYBRID`, then `NVJPEG_BACKEND_DEFAULT`: one `nvjpegDecode` per image,
-//!    each image with its own decoder state.
+//! 2. `NVJPEG_BACKEND_DEFAULT`, then `NVJPEG_BACKEND_GPU_HYBRID`: one `nvjpegDecode` per image,
+//!    each image with its own decoder state. The documentation promises GPU-assisted Huffman
+//!    decoding (GPU_HYBRID) only through the decoupled API or batches of more than 50 images, so
+//!    for six single-image calls the library's own choice comes first; GPU_HYBRID is the last
+//!    resort.
 //!
 //! Each backend is first asked for interpolated chroma upsampling
 //! (`NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION`, what libjpeg and zune-jpeg do); a library that
@@ -177,7 +180,7 @@ impl NvjpegDecoder {
         // primary context cudarc created.
         dev.ctx.bind_to_thread().map_err(cuda_err("binding the CUDA context for nvJPEG"))?;
         let mut refusals = Vec::new();
-        for backend in [Backend::Hardware, Backend::GpuHybrid, Backend::Default] {
+        for backend in [Backend::Hardware, Backend::Default, Backend::GpuHybrid] {
             for interpolated in [true, false] {
                 let flags = if interpolated { FLAGS_UPSAMPLING_WITH_INTERPOLATION } else { 0 };
                 let mut handle: Handle = std::ptr::null_mut();
