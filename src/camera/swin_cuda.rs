@@ -20,10 +20,11 @@
 //!   residual added through the GEMM's C matrix (`model::gpu_lt`); what is left after a GEMM
 //!   reads FP16 (`swin_qkv_split_h`, `swin_crop_residual_h`, `swin_gelu_h`). Per value of a
 //!   Linear's output this moves 2 bytes (+ 2 + 2 for a following elementwise pass) where the
-//!   unfused path moves 4 (FP32 write) + 4 (read) + 2 (FP16 write). Over Swin-T at
-//!   6 × 256 × 704 that is ≈ 2.3 GB less traffic a frame (Σ over blocks of tokens × (3C + C + 4C
-//!   + C) × 6 bytes, stage 1's padded grid 76,440 tokens at C = 96), ≈ 0.7 ms at ~3 TB/s of the
-//!   4.2 ms measured, less what L2 already caught in the small later stages.
+//!   unfused path moves 4 (FP32 write) + 4 (read) + 2 (FP16 write): 4 bytes less a value for
+//!   qkv, proj and fc1, 8 for fc2 (its residual rides in the GEMM). Over Swin-T at 6 × 256 × 704
+//!   that is 1.38 GB less DRAM traffic a frame (stages 1-4: 0.55 / 0.27 / 0.46 / 0.10 GB; stage
+//!   1's padded grid is 76,440 tokens at C = 96), ≈ 0.46 ms at ~3 TB/s of the 4.2 ms measured
+//!   (less what L2 already caught in the small later stages).
 //!   Numerically: the same FP32 sums; q, proj's output and fc1's output are rounded to FP16 once
 //!   more before the q scale / residual / GELU (≤ 2⁻¹¹ relative each).
 //! - unfused (`SPTR_SWIN_UNFUSED=1`, or `set_fused(false)`): cuBLAS GEMMs write FP32 and the
@@ -33,8 +34,10 @@
 //! (`attn_bias2d_win_d*` in attention_core.cu: a block per window and head, K and V staged in
 //! shared memory once, 49 queries walking them there) instead of the per-query kernel (4 lanes a
 //! query, every key row loaded from global memory / L1 by each of its window's 49 queries:
-//! stage 1's 76,440 padded tokens × 3 heads × 49 keys × 2 rows × 64 bytes ≈ 1.4 GB of L1/L2
-//! traffic a block, against 44 MB staged by the whole-window kernel). `SPTR_SWIN_ATTN=perquery`
+//! stage 1's 76,440 padded tokens × 49 keys × 2 rows × 96 channels × 2 bytes ≈ 1.4 GB of L1/L2
+//! traffic a block, 7.8 GB over Swin-T, against 0.24 GB staged by the whole-window kernel).
+//! Expected: most of the attention's share of the 4.2 ms (not separately measured in session 10;
+//! 7.8 GB at L2 rates of 10-20 TB/s is 0.4-0.8 ms). `SPTR_SWIN_ATTN=perquery`
 //! or `set_whole_window_attention(false)` selects the per-query kernel.
 
 use super::swin::{PatchEmbed, PatchMerging, StageWindows, SwinBlock, SwinTransformer};
