@@ -76,13 +76,16 @@ pub enum MarkerError {
     BadFrame(usize),
 }
 
+/// A frame header: marker, precision, width, height, components.
+type Frame = (u8, u8, u16, u16, Vec<(u8, u8, u8)>);
+
 /// Reads the marker segments from SOI to the first SOS.
 pub fn read_layout(data: &[u8]) -> Result<JpegLayout, MarkerError> {
     if data.len() < 4 || data[0] != 0xFF || data[1] != 0xD8 {
         return Err(MarkerError::NoSoi);
     }
     let mut at = 2usize;
-    let mut frame: Option<(u8, u8, u16, u16, Vec<(u8, u8, u8)>)> = None;
+    let mut frame: Option<Frame> = None;
     let mut adobe = None;
     loop {
         if at >= data.len() {
@@ -285,7 +288,7 @@ mod tests {
                 x ^= x << 13;
                 x ^= x >> 17;
                 x ^= x << 5;
-                d.push(if x % 5 == 0 { 0xFF } else { x as u8 });
+                d.push(if x.is_multiple_of(5) { 0xFF } else { x as u8 });
             }
             let _ = read_layout(&d);
         }

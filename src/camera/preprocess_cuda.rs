@@ -300,7 +300,7 @@ impl CameraPreprocessCuda {
             outcomes = r?;
         }
         // What nvJPEG did not take goes to zune-jpeg.
-        let mut cpu: Vec<(usize, String)> = (0..jpegs.len()).filter_map(|i| (eligible[i] != GpuEligibility::Eligible).then(|| (i, eligible[i].reason()))).collect();
+        let mut cpu: Vec<(usize, String)> = (0..jpegs.len()).filter(|&i| eligible[i] != GpuEligibility::Eligible).map(|i| (i, eligible[i].reason())).collect();
         let mut gpu = Vec::with_capacity(gpu_idx.len());
         let mut corrupt = None;
         for (&i, oc) in gpu_idx.iter().zip(&outcomes) {

@@ -186,6 +186,7 @@ impl GpuPatchEmbed {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, lt: Option<&LtGemm>, img: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
         let p = self.patch;
         let (ho, wo) = (h.div_ceil(p), w.div_ceil(p));
@@ -407,6 +408,7 @@ impl GpuMerge {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, lt: Option<&LtGemm>, x: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let (ho, wo) = (h.div_ceil(2), w.div_ceil(2));

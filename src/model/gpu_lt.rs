@@ -151,11 +151,10 @@ impl LtGemm {
         let (m, nn, k) = (fout as u64, n as u64, fin as u64);
         let mut plans = self.plans.lock().map_err(|_| Error::Cuda("cuBLASLt plan cache poisoned".into()))?;
         let key = (m, nn, k, residual.is_some());
-        if !plans.contains_key(&key) {
-            let p = self.plan(dev, m, nn, k)?;
-            plans.insert(key, p);
-        }
-        let p = plans.get(&key).ok_or_else(|| Error::Cuda("cuBLASLt plan missing".into()))?;
+        let p = match plans.entry(key) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(self.plan(dev, m, nn, k)?),
+        };
         let s = &dev.stream;
         let (b_ptr, b_sync) = bias.device_ptr(s);
         self.set_bias(p.desc, b_ptr)?;
