@@ -35,7 +35,6 @@ fn compare(case: &str, got: &EncoderOutput, want: &EncoderOutput) {
     assert_eq!((got.stages.len(), got.neck.len()), (want.stages.len(), want.neck.len()));
 }
 
-/// LayerNorm rows of 96 … 1536 channels (the narrow and the wide kernel) against the CPU.
 /// Runs `forward` on each of the backbone's four paths (fused / unfused GEMMs × whole-window /
 /// per-query attention), compares each with `want`, and restores the default path.
 fn every_path(dev: &sptr::device::cuda::CudaDevice, enc: &mut CudaCameraEncoder, case: &str, forward: impl Fn(&CudaCameraEncoder) -> EncoderOutput, want: &EncoderOutput) {
@@ -51,6 +50,48 @@ fn every_path(dev: &sptr::device::cuda::CudaDevice, enc: &mut CudaCameraEncoder,
     enc.set_swin_whole_window_attention(w0);
 }
 
+/// The fused path's cuBLASLt Linear (FP16 out, bias in the epilogue, optional residual through
+/// C) against an f64 reference on the same FP16 inputs, at Swin-T's shapes and odd row counts.
+/// Tolerance: one FP16 rounding of the output (2⁻¹¹ relative) plus FP32 accumulation over at
+/// most 1536 terms (≪ that): relative L2 ≤ 1e-3, and each value within 2⁻¹⁰·|y| + 1e-3.
+#[test]
+fn lt_linear_matches_cpu() {
+    use sptr::model::gpu_lt::LtGemm;
+    let Some(dev) = gpu("lt_linear_matches_cpu") else { return };
+    let lt = LtGemm::new(&dev).expect("cuBLASLt");
+    let mut rng = Rng(77);
+    let h = |v: f32| f16::from_f32(v).to_f32();
+    for (n, fin, fout, residual) in [(333usize, 96usize, 288usize, false), (1001, 96, 96, true), (77, 384, 1536, false), (5, 1536, 384, true), (1, 48, 96, false)] {
+        let x: Vec<f32> = (0..n * fin).map(|_| h(rng.sym())).collect();
+        let w: Vec<f32> = (0..fout * fin).map(|_| h(rng.sym() * 0.1)).collect();
+        let b: Vec<f32> = (0..fout).map(|_| h(rng.sym())).collect();
+        let r: Vec<f32> = (0..n * fout).map(|_| h(rng.sym() * 2.0)).collect();
+        let mut want = vec![0f32; n * fout];
+        for i in 0..n {
+            for o in 0..fout {
+                let mut acc = b[o] as f64 + if residual { r[i * fout + o] as f64 } else { 0.0 };
+                for k in 0..fin {
+                    acc += x[i * fin + k] as f64 * w[o * fin + k] as f64;
+                }
+                want[i * fout + o] = acc as f32;
+            }
+        }
+        let up = |v: &[f32]| dev.stream.clone_htod(&v.iter().map(|&a| f16::from_f32(a)).collect::<Vec<_>>()).expect("htod");
+        let (xd, wd, bd, rd) = (up(&x), up(&w), up(&b), up(&r));
+        let y = lt.linear(&dev, &wd, &bd, fin, fout, &xd, n, residual.then_some(&rd)).expect("linear");
+        let got: Vec<f32> = dev.stream.clone_dtoh(&y).expect("dtoh").iter().map(|v| v.to_f32()).collect();
+        let case = format!("cuBLASLt linear [{n} x {fin}] -> {fout}, residual {residual}");
+        check(&case, &got, &want, 1e-3);
+        for (i, (&g, &t)) in got.iter().zip(&want).enumerate() {
+            assert!((g - t).abs() <= t.abs() / 1024.0 + 1e-3, "{case}: value {i}: {g} vs {t}");
+        }
+    }
+    // An operand shorter than the shape says is an error, not an out-of-bounds read.
+    let small = dev.stream.alloc_zeros::<f16>(8).expect("alloc");
+    assert!(lt.linear(&dev, &small, &small, 96, 96, &small, 4, None).is_err());
+}
+
+/// LayerNorm rows of 96 … 1536 channels (the narrow and the wide kernel) against the CPU.
 #[test]
 fn layer_norm_kernels_match_cpu_up_to_1536_channels() {
     let Some(dev) = gpu("layer_norm_kernels_match_cpu_up_to_1536_channels") else { return };
