@@ -138,7 +138,8 @@ pub enum ImageOutcome {
     Decoded,
     /// nvJPEG does not decode this JPEG (the reason): decode it on the CPU.
     Unsupported(String),
-    /// nvJPEG says the data is corrupt (the status).
+    /// nvJPEG says the data is corrupt (the status); the caller decides (the camera input lets
+    /// zune-jpeg judge, as on the CPU path).
     Corrupt(String),
 }
 

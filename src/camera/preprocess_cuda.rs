@@ -12,8 +12,9 @@
 //! copied into pinned memory, decoded by nvJPEG straight into a device buffer that holds every
 //! camera's whole image (RGB8 interleaved), and the same kernel reads them there: no pixel
 //! crosses the bus. A JPEG nvJPEG does not take (progressive, grey, CMYK, ...:
-//! `camera::jpeg_markers`, or refused by the library) is decoded by zune-jpeg on the host and its
-//! rows uploaded into its place in that buffer; [`CameraPreprocessCuda::jpeg_stats`] counts them.
+//! `camera::jpeg_markers`, refused by the library, or called corrupt by it) is decoded by
+//! zune-jpeg on the host and its rows uploaded into its place in that buffer, so zune-jpeg's strict
+//! mode judges corrupt data on both paths; [`CameraPreprocessCuda::jpeg_stats`] counts them.
 //! A truncated JPEG (no end-of-image marker after its scan) is refused before nvJPEG sees it, as
 //! zune-jpeg's strict mode refuses it on the CPU path.
 
@@ -302,21 +303,18 @@ impl CameraPreprocessCuda {
         // What nvJPEG did not take goes to zune-jpeg.
         let mut cpu: Vec<(usize, String)> = (0..jpegs.len()).filter(|&i| eligible[i] != GpuEligibility::Eligible).map(|i| (i, eligible[i].reason())).collect();
         let mut gpu = Vec::with_capacity(gpu_idx.len());
-        let mut corrupt = None;
         for (&i, oc) in gpu_idx.iter().zip(&outcomes) {
             match oc {
                 ImageOutcome::Decoded => gpu.push(i),
                 ImageOutcome::Unsupported(why) => cpu.push((i, format!("nvJPEG: {why}"))),
-                ImageOutcome::Corrupt(why) => {
-                    corrupt.get_or_insert((i, why.clone()));
-                }
+                // zune-jpeg (strict) is the judge of corrupt data on both paths: it names the
+                // camera if the JPEG is bad, and decodes it if nvJPEG was only stricter. Its
+                // upload is ordered after whatever nvJPEG enqueued for the image.
+                ImageOutcome::Corrupt(why) => cpu.push((i, format!("nvJPEG: {why}"))),
             }
         }
         cpu.sort();
-        let result = match corrupt {
-            Some((i, why)) => Err(bad(i, format!("nvJPEG: {why}"))),
-            None => self.decode_fallbacks(dev, jpegs, &cpu),
-        };
+        let result = self.decode_fallbacks(dev, jpegs, &cpu);
         // Recorded whether or not the frame failed: nvJPEG may still read the JPEG bytes.
         let ev = dev.ctx.new_event(None).map_err(cuda_err("creating the camera upload event"))?;
         ev.record(&dev.stream).map_err(cuda_err("recording the camera upload event"))?;
