@@ -25,8 +25,9 @@
 //!   that is 1.38 GB less DRAM traffic a frame (stages 1-4: 0.55 / 0.27 / 0.46 / 0.10 GB; stage
 //!   1's padded grid is 76,440 tokens at C = 96), ≈ 0.46 ms at ~3 TB/s of the 4.2 ms measured
 //!   (less what L2 already caught in the small later stages).
-//!   Numerically: the same FP32 sums; q, proj's output and fc1's output are rounded to FP16 once
-//!   more before the q scale / residual / GELU (≤ 2⁻¹¹ relative each).
+//!   Numerically: the same FP32 sums; the biases are FP16 (cuBLASLt's bias type for FP16
+//!   output; rounding ≤ 2⁻¹¹ of the bias), and q, proj's output and fc1's output are rounded to
+//!   FP16 once more before the q scale / residual / GELU (≤ 2⁻¹¹ relative each).
 //! - unfused (`SPTR_SWIN_UNFUSED=1`, or `set_fused(false)`): cuBLAS GEMMs write FP32 and the
 //!   epilogue kernels above add bias, scale, GELU and residual before the one rounding.
 //!
