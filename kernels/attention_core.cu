@@ -856,3 +856,116 @@ ATTN_TILED_KERNEL(16, false, 3, attn_ctx_tiled_d16)
 ATTN_TILED_KERNEL(32, false, 3, attn_ctx_tiled_d32)
 ATTN_TILED_KERNEL(16, true, 3, attn_ctx_tiled_split_d16)
 ATTN_TILED_KERNEL(32, true, 3, attn_ctx_tiled_split_d32)
+
+// ---- Whole-window kernel for 2-D windows (Swin: at most 49 tokens a window) -----------------
+// One block per (window, head): the window's K and V rows (as f32), its tokens' packed (row, col)
+// and the head's bias table are staged in shared memory once; then one thread per query walks
+// every key of the window from shared memory (the threads of a warp read the same key row: a
+// broadcast) with the online softmax of attention_impl, and writes its whole output row. The
+// per-query kernel instead has 4 lanes per query each load their keys' rows from global memory
+// (through L1), once per query: 49 times per key. Launched for MODE_BIAS2D when every window has
+// at most WIN_MAX_TOKENS tokens and the table at most WIN_MAX_TABLE entries (src/attention/cuda.rs,
+// `CudaBias2d::whole_window`); blockDim.x must be WIN_MAX_TOKENS.
+#define WIN_MAX_TOKENS 64
+#define WIN_MAX_TABLE 256
+template <int D>
+__device__ void attention_bias2d_win_impl(ATTN_PARAMS) {
+    __shared__ __align__(16) float ks[WIN_MAX_TOKENS * D];
+    __shared__ __align__(16) float vs[WIN_MAX_TOKENS * D];
+    __shared__ u32 rcs[WIN_MAX_TOKENS];
+    __shared__ u32 ids[WIN_MAX_TOKENS];
+    __shared__ float tab[WIN_MAX_TABLE];
+    const u32 w = blockIdx.x;
+    const u32 hb = blockIdx.y;
+    const u32 h = A.head0 + hb;
+    const u32 s = offsets[w], e = offsets[w + 1];
+    const u32 nw = min(e - s, (u32)WIN_MAX_TOKENS);  // == e - s: the host checks n_max
+    const int tw = 2 * A.win_w - 1;
+    const int tl = min((2 * A.win_h - 1) * tw, WIN_MAX_TABLE);  // the host checks the table size
+    for (int t = threadIdx.x; t < tl; t += blockDim.x) tab[t] = tq[(u64)hb * tl + t];
+    for (u32 t = threadIdx.x; t < nw; t += blockDim.x) {
+        const u32 j = order[s + t];
+        ids[t] = j;
+        rcs[t] = quant[j];
+    }
+    __syncthreads();
+    // K and V rows, 8 halves (16 bytes) a step
+    constexpr u32 PER_ROW = D / 8;
+    for (u32 c = threadIdx.x; c < nw * PER_ROW; c += blockDim.x) {
+        const u32 t = c / PER_ROW, part = c % PER_ROW;
+        const u32 j = ids[t];
+        const uint4 uk = __ldg(reinterpret_cast<const uint4*>(k + (u64)j * A.ld + h * D) + part);
+        const uint4 uv = __ldg(reinterpret_cast<const uint4*>(v + (u64)j * A.ld + h * D) + part);
+        const __half2* hk = reinterpret_cast<const __half2*>(&uk);
+        const __half2* hv = reinterpret_cast<const __half2*>(&uv);
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            const float2 fk = __half22float2(hk[x]), fv = __half22float2(hv[x]);
+            ks[t * D + part * 8 + 2 * x] = fk.x;
+            ks[t * D + part * 8 + 2 * x + 1] = fk.y;
+            vs[t * D + part * 8 + 2 * x] = fv.x;
+            vs[t * D + part * 8 + 2 * x + 1] = fv.y;
+        }
+    }
+    __syncthreads();
+    const u32 t = threadIdx.x;
+    if (t >= nw) return;
+    const u32 i = ids[t];
+    float qi[D], acc[D];
+    load_row<D>(q + (u64)i * A.ld + h * D, qi);
+#pragma unroll
+    for (int c = 0; c < D; ++c) acc[c] = 0.0f;
+    float m = -__int_as_float(0x7f800000), l = 0.0f;  // -inf
+    const u32 pi = rcs[t];
+    const int hmax = 2 * A.win_h - 2, wmax = 2 * A.win_w - 2;
+    for (u32 jj = 0; jj < nw; ++jj) {
+        const float4* kr = reinterpret_cast<const float4*>(ks + jj * D);
+        float logit = 0.0f;
+#pragma unroll
+        for (int c = 0; c < D / 4; ++c) {
+            const float4 x = kr[c];
+            logit += qi[4 * c] * x.x + qi[4 * c + 1] * x.y + qi[4 * c + 2] * x.z + qi[4 * c + 3] * x.w;
+        }
+        const u32 pj = rcs[jj];
+        int dr = (int)(pi >> 16) - (int)(pj >> 16) + A.win_h - 1;
+        int dc = (int)(pi & 0xffffu) - (int)(pj & 0xffffu) + A.win_w - 1;
+        dr = dr < 0 ? 0 : (dr > hmax ? hmax : dr);
+        dc = dc < 0 ? 0 : (dc > wmax ? wmax : dc);
+        logit += tab[min(dr * tw + dc, tl - 1)];
+        if (logit > m) {
+            const float scale = __expf(m - logit);  // 0 on the first key (m = -inf)
+            l *= scale;
+#pragma unroll
+            for (int c = 0; c < D; ++c) acc[c] *= scale;
+            m = logit;
+        }
+        const float pw = __expf(logit - m);
+        l += pw;
+        const float4* vr = reinterpret_cast<const float4*>(vs + jj * D);
+#pragma unroll
+        for (int c = 0; c < D / 4; ++c) {
+            const float4 x = vr[c];
+            acc[4 * c] += pw * x.x;
+            acc[4 * c + 1] += pw * x.y;
+            acc[4 * c + 2] += pw * x.z;
+            acc[4 * c + 3] += pw * x.w;
+        }
+    }
+    const float inv = 1.0f / l;
+    __half2* o = reinterpret_cast<__half2*>(out + (u64)i * A.out_ld + h * D);
+    u32 bits = 0;
+#pragma unroll
+    for (int c = 0; c < D; c += 2) {
+        const float y0 = acc[c] * inv, y1 = acc[c + 1] * inv;
+        bits |= fp16_range_bits(y0) | fp16_range_bits(y1);
+        o[c / 2] = __floats2half2_rn(y0, y1);
+    }
+    range_flag(range_flags, range_layer, bits);
+}
+
+#define ATTN_WIN_KERNEL(D, NAME) \
+    extern "C" __global__ void __launch_bounds__(WIN_MAX_TOKENS) NAME(ATTN_PARAMS) { attention_bias2d_win_impl<D>(ATTN_ARGS); }
+
+ATTN_WIN_KERNEL(16, attn_bias2d_win_d16)
+ATTN_WIN_KERNEL(32, attn_bias2d_win_d32)
+ATTN_WIN_KERNEL(64, attn_bias2d_win_d64)

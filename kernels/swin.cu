@@ -134,3 +134,53 @@ extern "C" __global__ void swin_merge_gather(const __half* __restrict__ x, u32 n
     const u32 y = 2u * i + dh, xx = 2u * j + dw;
     out[idx] = (y < h && xx < w) ? x[(((u64)b * h + y) * w + xx) * c + ch] : __float2half_rn(0.0f);
 }
+
+// ---- The fused-GEMM path (src/camera/swin_cuda.rs with cuBLASLt): the GEMMs write FP16 with the
+// bias already added (src/model/gpu_lt.rs), so these read FP16, two values a thread (every
+// channel count here is even: the host checks multiples of 8). ----
+
+// GELU as nn.GELU() computes it (the erf form), as layers.cu's gelu_erf.
+__device__ __forceinline__ float swin_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
+
+// qkv split of the FP16 GEMM output y [rows, 3c] (bias added): q = y[:, :c] * scale, k, v copied.
+// One thread per pair of values; `pairs` = rows * 3c / 2.
+extern "C" __global__ void swin_qkv_split_h(const __half2* __restrict__ y, u32 pairs, u32 c, float scale,
+                                            __half2* __restrict__ q, __half2* __restrict__ k, __half2* __restrict__ v) {
+    const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= pairs) return;
+    const u32 p = (u32)gid;
+    const u32 hc = c >> 1, hc3 = 3u * hc;
+    const u32 r = p / hc3, j = p % hc3;
+    const u32 part = j / hc, col = j % hc;
+    __half2 val = y[p];
+    if (part == 0) {
+        const float2 f = __half22float2(val);
+        val = __floats2half2_rn(f.x * scale, f.y * scale);
+    }
+    __half2* dst = part == 0 ? q : (part == 1 ? k : v);
+    dst[(u64)r * hc + col] = val;
+}
+
+// proj's output on the padded grid (FP16, bias added), cropped, plus the block's residual:
+// out[t] = y[its padded row] + residual[t], two channels a thread; `pairs` = n * h * w * c / 2.
+extern "C" __global__ void swin_crop_residual_h(const __half2* __restrict__ y, u32 pairs, u32 h, u32 w, u32 hp, u32 wp, u32 c,
+                                                const __half2* __restrict__ residual, __half2* __restrict__ out) {
+    const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= pairs) return;
+    const u32 p = (u32)gid;
+    const u32 hc = c >> 1;
+    const u32 t = p / hc, j = p % hc;
+    const u32 qx = t % w, r = (t / w) % h, b = t / (w * h);
+    const u64 pr = ((u64)b * hp + r) * wp + qx;
+    const float2 a = __half22float2(y[pr * hc + j]);
+    const float2 s = __half22float2(residual[p]);
+    out[p] = __floats2half2_rn(a.x + s.x, a.y + s.y);
+}
+
+// Exact GELU in place on `pairs` pairs of FP16 values (fc1's output, bias added).
+extern "C" __global__ void swin_gelu_h(__half2* __restrict__ x, u32 pairs) {
+    const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= pairs) return;
+    const float2 f = __half22float2(x[gid]);
+    x[gid] = __floats2half2_rn(swin_gelu_erf(f.x), swin_gelu_erf(f.y));
+}

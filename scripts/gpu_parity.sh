@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parity against the upstream libraries on the GPU host (see tests/parity/README.md).
 #
-#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder] [bevseg]
+#   scripts/gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder] [bevseg] [camdecode]
 #                                                                  # default: all of them
 #
 # Runs from the repo root with gpu-stage/ (scripts/gpu_suite.sh build) and .parity-wheels/
@@ -12,9 +12,9 @@
 # Logs and JSON lines land in OUT_DIR; the exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder] [bevseg]}
+out=${1:?usage: gpu_parity.sh OUT_DIR [spconv] [attention] [model] [lss] [camera] [lidarenc] [bevdecoder] [bevseg] [camdecode]}
 shift
-what=${*:-spconv attention model lss camera lidarenc bevdecoder bevseg}
+what=${*:-spconv attention model lss camera lidarenc bevdecoder bevseg camdecode}
 [ -d gpu-stage ] || [ ! -f gpu-stage.tar.xz ] || tar -xJf gpu-stage.tar.xz
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 SPTR_ROOT=$PWD SPTR_KERNEL_CACHE=${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}
@@ -167,6 +167,26 @@ for w in $what; do
         SPTR_BEV_DECODER_PARITY_DIR=/tmp/bev-decoder-parity gpu-stage/bin/test-gpu_bev_decoder_parity --test-threads=1 --nocapture \
             > "$out/bevdecoder_rust.log" 2>&1 || rc=1
         grep -o '{"case".*' "$out/bevdecoder_rust.log" > "$out/bevdecoder_parity.jsonl"
+        ;;
+    camdecode)
+        # The feature-level error our JPEG decoders cause against upstream's Pillow decode: the
+        # six nuScenes JPEGs preprocessed by us with zune-jpeg and with nvJPEG (camera-features
+        # --save-input), and by Pillow as upstream does; the PyTorch reference (FP32, random
+        # weights) on each; rel. error per stage against the Pillow run (camera_decode_ref.py).
+        # Needs torch and Pillow.
+        d=/tmp/camdecode
+        m=config/models/bevfusion_seg_camera.yaml
+        imgs=(tests/data/nuscenes/*__CAM_*.jpg)
+        rm -rf "$d" && mkdir -p "$d"
+        {
+            gpu-stage/bin/sptr camera-features "${imgs[@]}" --model "$m" --random-weights 2026 \
+                --save-weights "$d/weights.safetensors" --save-input "$d/input_zune.npy" --device cuda --out "$d/ours_zune" &&
+            gpu-stage/bin/sptr camera-features "${imgs[@]}" --model "$m" --random-weights 2026 --jpeg-decoder nvjpeg \
+                --save-input "$d/input_nvjpeg.npy" --device cuda --out "$d/ours_nvjpeg" &&
+            python3 tests/parity/camera_decode_ref.py --model "$m" --weights "$d/weights.safetensors" \
+                --images "${imgs[@]}" --ours zune="$d/input_zune.npy" --ours nvjpeg="$d/input_nvjpeg.npy" --out "$d/ref"
+        } > "$out/camdecode.log" 2>&1 || rc=1
+        grep -o '{"case".*' "$out/camdecode.log" > "$out/camdecode.jsonl"
         ;;
     *) echo "gpu_parity: unknown part $w" >&2; rc=2 ;;
     esac

@@ -53,7 +53,8 @@ run() {
     local out=${1:?usage: gpu_suite.sh run OUT_DIR}
     mkdir -p "$out"
     [ -d "$STAGE" ] || [ ! -f "$STAGE.tar.xz" ] || tar -xJf "$STAGE.tar.xz"
-    export SPTR_REQUIRE_GPU=1 SPTR_REQUIRE_NVRTC=1 SPTR_ROOT="$PWD" SPTR_EXE="$PWD/$STAGE/bin/sptr"
+    # The GPU host has CUDA 13's libnvjpeg: the nvJPEG test must not skip there.
+    export SPTR_REQUIRE_GPU=1 SPTR_REQUIRE_NVRTC=1 SPTR_REQUIRE_NVJPEG=1 SPTR_ROOT="$PWD" SPTR_EXE="$PWD/$STAGE/bin/sptr"
     export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export SPTR_KERNEL_CACHE="${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}"
     local summary="$out/summary.txt" failed=0
@@ -73,7 +74,7 @@ run() {
         fi
     done < "$STAGE/tests.txt"
     # Per-case GPU numbers printed by the tests (errors vs CPU, timings).
-    grep -hE "rel err|cuda [0-9.]+ ms" "$out"/test-*.log | tee -a "$summary" > /dev/null || true
+    grep -hE "rel err|cuda [0-9.]+ ms|nvjpeg_vs_zune" "$out"/test-*.log | tee -a "$summary" > /dev/null || true
     local cloud="$STAGE/benchmark-pc.bin"
     [ -f "$cloud" ] || cloud=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)
     local stride=3
@@ -99,7 +100,8 @@ run() {
         --case nuscenes --iters 20 > "$out/bench_model_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
     # Lift-splat view transform: geometry build and bev_pool, seg and detection geometries (issue 19)
     "$STAGE/bin/sptr" bench bevpool --iters 100 > "$out/bench_bevpool.jsonl" 2>> "$out/bench.log" || failed=1
-    # Camera input per frame: decode of the six nuScenes JPEGs, upload, resize + normalize (issue 18)
+    # Camera input per frame: decode of the six nuScenes JPEGs, upload, resize + normalize (issue 18);
+    # zune-jpeg on the host and nvJPEG on the device side by side, 3 alternating rounds
     "$STAGE/bin/sptr" bench camera-input tests/data/nuscenes/*.jpg --model config/models/bevfusion_seg_camera.yaml \
         --iters 50 > "$out/bench_camera_input.json" 2>> "$out/bench.log" || failed=1
     # BEVFusion's camera encoder (random weights, 6 x 256 x 704): Swin-T alone and Swin-T + neck,

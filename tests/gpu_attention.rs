@@ -298,35 +298,41 @@ fn sphere_attention_matches_cpu_on_nuscenes() {
 fn swin_windows_match_cpu() {
     let Some(dev) = gpu("swin_windows_match_cpu") else { return };
     let mut rng = Rng(41);
-    let (hh, ww, m, heads, d) = (28i32, 42i32, 7i32, 3usize, 32usize);
-    for shift in [0, 3] {
-        let (part, rc) = swin_partition(2, hh, ww, m, shift).unwrap();
-        let n = rc.len();
-        let row = heads * d;
-        let (q, k, v) = (rand_vec(&mut rng, n * row, 0.3), rand_vec(&mut rng, n * row, 1.0), rand_vec(&mut rng, n * row, 1.0));
-        let tl = ((2 * m - 1) * (2 * m - 1)) as usize;
-        let table = rand_vec(&mut rng, heads * tl, 1.0);
-        let bias = RelativeBias2d { window: [m, m], table: &table, rc: &rc };
-        let want = window_attention(&q, &k, &v, HeadSlice::all(heads, d), &part, PositionTerm::Bias2d(bias)).unwrap();
-        // the partition built on the host, uploaded as the device layout
-        let s = &dev.stream;
-        let order = s.clone_htod(&part.order).unwrap();
-        let offsets = s.clone_htod(&part.offsets).unwrap();
-        let mut win_of = vec![0u32; n];
-        for w in 0..part.windows() {
-            for p in part.offsets[w]..part.offsets[w + 1] {
-                win_of[p as usize] = w as u32;
+    let (hh, ww, m, heads) = (28i32, 42i32, 7i32, 3usize);
+    // every head_dim the kernels have
+    for d in [16usize, 32, 64] {
+        for shift in [0, 3] {
+            let (part, rc) = swin_partition(2, hh, ww, m, shift).unwrap();
+            let n = rc.len();
+            let row = heads * d;
+            let (q, k, v) = (rand_vec(&mut rng, n * row, 0.3), rand_vec(&mut rng, n * row, 1.0), rand_vec(&mut rng, n * row, 1.0));
+            let tl = ((2 * m - 1) * (2 * m - 1)) as usize;
+            let table = rand_vec(&mut rng, heads * tl, 1.0);
+            let bias = RelativeBias2d { window: [m, m], table: &table, rc: &rc };
+            let want = window_attention(&q, &k, &v, HeadSlice::all(heads, d), &part, PositionTerm::Bias2d(bias)).unwrap();
+            // the partition built on the host, uploaded as the device layout
+            let s = &dev.stream;
+            let order = s.clone_htod(&part.order).unwrap();
+            let offsets = s.clone_htod(&part.offsets).unwrap();
+            let mut win_of = vec![0u32; n];
+            for w in 0..part.windows() {
+                for p in part.offsets[w]..part.offsets[w + 1] {
+                    win_of[p as usize] = w as u32;
+                }
+            }
+            let part_d = sptr::attention::cuda::CudaPartition::new(order, s.clone_htod(&win_of).unwrap(), offsets, n, part.windows(), part.n_max(), [0.0; 3]);
+            let packed: Vec<u32> = rc.iter().map(|p| (p[0] as u32) << 16 | p[1] as u32).collect();
+            let rc_d = s.clone_htod(&packed).unwrap();
+            let table_d = s.clone_htod(&table).unwrap();
+            let (qd, kd, vd) = (up16(&dev, &q), up16(&dev, &k), up16(&dev, &v));
+            // Both kernels: per query (4 lanes a query) and whole window (a block per window and head).
+            for whole_window in [false, true] {
+                let mut out = s.alloc_zeros::<f16>(n * row).unwrap();
+                let term = CudaTerm::Bias2d(CudaBias2d { window: [m, m], rc_packed: &rc_d, table: &table_d, whole_window });
+                window_attention_cuda(&dev, QkvView { q: &qd, k: &kd, v: &vd, ld: row }, HeadSlice::all(heads, d), &part_d, term, &mut out, row).unwrap();
+                check(&format!("swin 7x7 shift {shift} d{d} whole_window {whole_window}"), &down16(&dev, &out), &want);
             }
         }
-        let part_d = sptr::attention::cuda::CudaPartition::new(order, s.clone_htod(&win_of).unwrap(), offsets, n, part.windows(), part.n_max(), [0.0; 3]);
-        let packed: Vec<u32> = rc.iter().map(|p| (p[0] as u32) << 16 | p[1] as u32).collect();
-        let rc_d = s.clone_htod(&packed).unwrap();
-        let table_d = s.clone_htod(&table).unwrap();
-        let (qd, kd, vd) = (up16(&dev, &q), up16(&dev, &k), up16(&dev, &v));
-        let mut out = s.alloc_zeros::<f16>(n * row).unwrap();
-        let term = CudaTerm::Bias2d(CudaBias2d { window: [m, m], rc_packed: &rc_d, table: &table_d });
-        window_attention_cuda(&dev, QkvView { q: &qd, k: &kd, v: &vd, ld: row }, HeadSlice::all(heads, d), &part_d, term, &mut out, row).unwrap();
-        check(&format!("swin 7x7 shift {shift} d{d}"), &down16(&dev, &out), &want);
     }
 }
 

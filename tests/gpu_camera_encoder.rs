@@ -35,6 +35,62 @@ fn compare(case: &str, got: &EncoderOutput, want: &EncoderOutput) {
     assert_eq!((got.stages.len(), got.neck.len()), (want.stages.len(), want.neck.len()));
 }
 
+/// Runs `forward` on each of the backbone's four paths (fused / unfused GEMMs × whole-window /
+/// per-query attention), compares each with `want`, and restores the default path.
+fn every_path(dev: &sptr::device::cuda::CudaDevice, enc: &mut CudaCameraEncoder, case: &str, forward: impl Fn(&CudaCameraEncoder) -> EncoderOutput, want: &EncoderOutput) {
+    let (f0, w0) = (enc.backbone.is_fused(), enc.backbone.is_whole_window_attention());
+    for (fused, whole) in [(true, true), (true, false), (false, true), (false, false)] {
+        enc.set_swin_fused(dev, fused).expect("switch GEMM path");
+        enc.set_swin_whole_window_attention(whole);
+        let got = forward(enc);
+        let name = format!("{case} ({} GEMMs, {} attention)", if fused { "fused" } else { "unfused" }, if whole { "whole-window" } else { "per-query" });
+        compare(&name, &got, want);
+    }
+    enc.set_swin_fused(dev, f0).expect("switch back");
+    enc.set_swin_whole_window_attention(w0);
+}
+
+/// The fused path's cuBLASLt Linear (FP16 out, bias in the epilogue, optional residual through
+/// C) against an f64 reference on the same FP16 inputs, at Swin-T's shapes and odd row counts.
+/// Tolerance: one FP16 rounding of the output (2⁻¹¹ relative) plus FP32 accumulation over at
+/// most 1536 terms (≪ that): relative L2 ≤ 1e-3, and each value within 2⁻¹⁰·|y| + 1e-3.
+#[test]
+fn lt_linear_matches_cpu() {
+    use sptr::model::gpu_lt::LtGemm;
+    let Some(dev) = gpu("lt_linear_matches_cpu") else { return };
+    let lt = LtGemm::new(&dev).expect("cuBLASLt");
+    let mut rng = Rng(77);
+    let h = |v: f32| f16::from_f32(v).to_f32();
+    for (n, fin, fout, residual) in [(333usize, 96usize, 288usize, false), (1001, 96, 96, true), (77, 384, 1536, false), (5, 1536, 384, true), (1, 48, 96, false)] {
+        let x: Vec<f32> = (0..n * fin).map(|_| h(rng.sym())).collect();
+        let w: Vec<f32> = (0..fout * fin).map(|_| h(rng.sym() * 0.1)).collect();
+        let b: Vec<f32> = (0..fout).map(|_| h(rng.sym())).collect();
+        let r: Vec<f32> = (0..n * fout).map(|_| h(rng.sym() * 2.0)).collect();
+        let mut want = vec![0f32; n * fout];
+        for i in 0..n {
+            for o in 0..fout {
+                let mut acc = b[o] as f64 + if residual { r[i * fout + o] as f64 } else { 0.0 };
+                for k in 0..fin {
+                    acc += x[i * fin + k] as f64 * w[o * fin + k] as f64;
+                }
+                want[i * fout + o] = acc as f32;
+            }
+        }
+        let up = |v: &[f32]| dev.stream.clone_htod(&v.iter().map(|&a| f16::from_f32(a)).collect::<Vec<_>>()).expect("htod");
+        let (xd, wd, bd, rd) = (up(&x), up(&w), up(&b), up(&r));
+        let y = lt.linear(&dev, &wd, &bd, fin, fout, &xd, n, residual.then_some(&rd)).expect("linear");
+        let got: Vec<f32> = dev.stream.clone_dtoh(&y).expect("dtoh").iter().map(|v| v.to_f32()).collect();
+        let case = format!("cuBLASLt linear [{n} x {fin}] -> {fout}, residual {residual}");
+        check(&case, &got, &want, 1e-3);
+        for (i, (&g, &t)) in got.iter().zip(&want).enumerate() {
+            assert!((g - t).abs() <= t.abs() / 1024.0 + 1e-3, "{case}: value {i}: {g} vs {t}");
+        }
+    }
+    // An operand shorter than the shape says is an error, not an out-of-bounds read.
+    let small = dev.stream.alloc_zeros::<f16>(8).expect("alloc");
+    assert!(lt.linear(&dev, &small, &small, 96, 96, &small, 4, None).is_err());
+}
+
 /// LayerNorm rows of 96 … 1536 channels (the narrow and the wide kernel) against the CPU.
 #[test]
 fn layer_norm_kernels_match_cpu_up_to_1536_channels() {
@@ -93,8 +149,11 @@ model:
     let (n, h, w) = (2, 70, 130);
     let x = synthetic_images(n, h, w);
     let want = enc.forward_cpu(&x, n, h, w).expect("cpu");
-    let gpu_enc = CudaCameraEncoder::upload(&dev, &enc).expect("upload");
+    let mut gpu_enc = CudaCameraEncoder::upload(&dev, &enc).expect("upload");
     let plan = gpu_enc.plan(&dev, n, h, w).expect("plan");
+    // Every backbone path (swin_cuda: cuBLASLt FP16 GEMMs with fused bias or cuBLAS FP32 +
+    // epilogues; whole-window or per-query attention kernel) against the same CPU reference.
+    every_path(&dev, &mut gpu_enc, "reduced 70x130", |e| e.forward_host(&dev, &plan, &x).expect("gpu"), &want);
     let got = gpu_enc.forward_host(&dev, &plan, &x).expect("gpu");
     compare("reduced 70x130", &got, &want);
     // the plan is reused: a second frame gives the same result
@@ -144,9 +203,11 @@ fn full_encoder_matches_cpu_on_six_images() {
     let t = std::time::Instant::now();
     let want = enc.forward_cpu(&x, n, h, w).expect("cpu");
     eprintln!("CPU reference: {:.1} s", t.elapsed().as_secs_f64());
-    let gpu_enc = CudaCameraEncoder::upload(&dev, &enc).expect("upload");
+    let mut gpu_enc = CudaCameraEncoder::upload(&dev, &enc).expect("upload");
     let plan = gpu_enc.plan(&dev, n, h, w).expect("plan");
     let got = gpu_enc.forward_host(&dev, &plan, &x).expect("gpu");
     assert_eq!((got.neck[0].h, got.neck[0].w, got.neck[0].c), (32, 88, 256), "the view transform's input");
-    compare("full 6x256x704", &got, &want);
+    compare("full 6x256x704 (default path)", &got, &want);
+    // Every backbone path (swin_cuda module docs) meets the same bound.
+    every_path(&dev, &mut gpu_enc, "full 6x256x704", |e| e.forward_host(&dev, &plan, &x).expect("gpu"), &want);
 }

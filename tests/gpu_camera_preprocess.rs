@@ -8,7 +8,8 @@
 //! must equal the CPU's float32 value rounded to FP16 (round to nearest even on both sides) — the
 //! FP16 rounding of the normalized values, at most 2^-10 relative (0.002 at |x| = 2.64, the
 //! largest normalized value). The test asserts equal FP16 bits and prints the max abs difference
-//! from the float32 reference. Skips without a GPU unless SPTR_REQUIRE_GPU=1.
+//! from the float32 reference. Skips without a GPU unless SPTR_REQUIRE_GPU=1; the nvJPEG test
+//! (last) also needs libnvjpeg, or fails when SPTR_REQUIRE_NVJPEG=1.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -111,4 +112,114 @@ fn gpu_preprocess_of_mixed_sizes_equals_the_cpu() {
     let up = ImagePreprocess { out_h: 128, out_w: 200, resize_lim: [1.5, 1.7], bot_pct_lim: [0.1, 0.2], ..nus };
     let mut pre_up = CameraPreprocessCuda::new(up);
     check(&dev, &mut pre_up, "upsampled by 1.6 with bottom crop 0.15", &[&e, &e]);
+}
+
+/// The network input from nvJPEG-decoded JPEGs against the zune-jpeg path, on the six nuScenes
+/// images (all decoded by nvJPEG), then a batch mixing them with JPEGs nvJPEG is not given.
+///
+/// The two decoders differ in their IDCT and colour conversion arithmetic: each IDCT is within
+/// 1 of the exact one per sample (the JPEG accuracy requirement both meet), colour conversion
+/// rounds once more, so with interpolated chroma the decoded pixels differ by a few levels
+/// (zune-jpeg vs Pillow's libjpeg-turbo, measured: max 4, mean 0.078). The bicubic resize is a
+/// weighted mean (weights summing to 1, Σ|w| ≤ 1.3 at this scale), so the 8-bit network input
+/// differs by at most ≈ 1.3 × 4 + 1 (its own rounding) ≈ 6 levels = 6 / 255 / 0.224 ≈ 0.105 in
+/// normalized units (the smallest std is 0.224), plus FP16 rounding (≤ 0.003): bound 0.11. The
+/// relative L2 difference is bounded by 1.5e-2 (2.4 × zune's measured 6.3e-3 from Pillow). A
+/// library that replicates chroma (the interpolation flag refused) differs more at colour
+/// edges: then only the L2 bound is asserted and the max printed.
+#[test]
+fn gpu_nvjpeg_input_is_close_to_the_zune_path() {
+    use sptr::camera::compressed::JpegDecoderChoice;
+    let Some(dev) = gpu("gpu_nvjpeg_input_is_close_to_the_zune_path") else { return };
+    let cfg = ImagePreprocess::bevfusion_nuscenes();
+    let limits = DecodeLimits::default();
+    let jpegs = nuscenes_jpegs();
+    let slices: Vec<&[u8]> = jpegs.iter().map(|j| j.as_slice()).collect();
+    let mut nv = match CameraPreprocessCuda::with_decoder(&dev, cfg.clone(), JpegDecoderChoice::Nvjpeg) {
+        Ok(p) => p,
+        Err(e) => {
+            // `auto` must then fall back to zune-jpeg and say why.
+            let auto = CameraPreprocessCuda::with_decoder(&dev, cfg.clone(), JpegDecoderChoice::Auto).expect("auto");
+            assert!(!auto.uses_nvjpeg());
+            assert!(auto.jpeg_decoder().contains("nvJPEG not used"), "{}", auto.jpeg_decoder());
+            assert!(std::env::var("SPTR_REQUIRE_NVJPEG").is_err(), "SPTR_REQUIRE_NVJPEG set, but nvJPEG cannot be used: {e}");
+            eprintln!("nvJPEG not usable here, zune-jpeg path checked only: {e}");
+            return;
+        }
+    };
+    let auto = CameraPreprocessCuda::with_decoder(&dev, cfg.clone(), JpegDecoderChoice::Auto).expect("auto");
+    assert!(auto.uses_nvjpeg(), "auto must pick nvJPEG where it loads");
+    let decoder = nv.jpeg_decoder();
+    eprintln!("decoder: {decoder}");
+    let mut zune = CameraPreprocessCuda::new(cfg.clone());
+    let want = zune.run_jpeg(&dev, &slices, &limits).expect("zune path").to_host(&dev).expect("to host");
+    let got_batch = nv.run_jpeg(&dev, &slices, &limits).expect("nvJPEG path");
+    assert_eq!(got_batch.augs, zune.run_jpeg(&dev, &slices, &limits).expect("zune").augs);
+    let got = got_batch.to_host(&dev).expect("to host");
+    assert_eq!(nv.jpeg_stats().gpu, (0..6).collect::<Vec<_>>(), "every nuScenes JPEG (baseline 4:2:0) must go to nvJPEG: {:?}", nv.jpeg_stats());
+    assert!(nv.jpeg_stats().cpu_fallback.is_empty());
+    let (mut d2, mut r2, mut max, mut sum_abs) = (0f64, 0f64, 0f32, 0f64);
+    for (&g, &w) in got.iter().zip(&want) {
+        assert!(g.is_finite());
+        let d = g - w;
+        d2 += (d as f64).powi(2);
+        r2 += (w as f64).powi(2);
+        max = max.max(d.abs());
+        sum_abs += d.abs() as f64;
+    }
+    let rel = (d2 / r2).sqrt();
+    let mean = sum_abs / want.len() as f64;
+    let interp = nv.nvjpeg_interpolated_chroma() == Some(true);
+    println!(
+        "{{\"case\":\"nvjpeg_vs_zune_input\",\"decoder\":\"{decoder}\",\"rel_l2\":{rel:.3e},\"max_abs\":{max:.4},\"mean_abs\":{mean:.3e},\"max_levels\":{:.1},\"interpolated_chroma\":{interp}}}",
+        max * 0.224 * 255.0
+    );
+    assert!(rel <= 1.5e-2, "nvJPEG vs zune-jpeg network input: relative L2 {rel:.3e} > 1.5e-2");
+    if interp {
+        assert!(max <= 0.11, "nvJPEG vs zune-jpeg network input: max abs {max} > 0.11 (≈ 6 levels)");
+    }
+    // Same bits on a second frame (the batched state and buffers are reused).
+    let again = nv.run_jpeg(&dev, &slices, &limits).expect("again").to_host(&dev).expect("to host");
+    assert!(again.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "nvJPEG path not repeatable");
+
+    // A batch mixing JPEGs nvJPEG is not given (progressive, grey) with ones it takes: the
+    // others go to zune-jpeg and are counted, and give exactly the zune path's values.
+    let cam = common::data("camera");
+    let read = |n: &str| std::fs::read(cam.join(n)).expect(n);
+    let (prog, grey, small) = (read("progressive.jpg"), read("gray.jpg"), read("small.jpg"));
+    let mixed: Vec<&[u8]> = vec![&prog, slices[0], &grey, &small];
+    let got = nv.run_jpeg(&dev, &mixed, &limits).expect("mixed batch").to_host(&dev).expect("to host");
+    let st = nv.jpeg_stats().clone();
+    // The nuScenes JPEG goes to nvJPEG, the progressive and grey ones to zune-jpeg with their
+    // reasons; the 64 x 40 colour JPEG is eligible, and the JPEG engine may still refuse so small
+    // an image (then nvJPEG's reason is given).
+    assert!(st.gpu.contains(&1), "{st:?}");
+    assert!(st.cpu_fallback.iter().any(|c| c.0 == 0 && c.1.contains("progressive")), "{st:?}");
+    assert!(st.cpu_fallback.iter().any(|c| c.0 == 2 && c.1.contains("1 components")), "{st:?}");
+    assert!(st.gpu.contains(&3) || st.cpu_fallback.iter().any(|c| c.0 == 3 && c.1.starts_with("nvJPEG:")), "{st:?}");
+    assert_eq!(st.gpu.len() + st.cpu_fallback.len(), 4, "{st:?}");
+    let want = zune.run_jpeg(&dev, &mixed, &limits).expect("zune mixed").to_host(&dev).expect("to host");
+    let per = want.len() / 4;
+    for c in [0, 2] {
+        let (g, w) = (&got[c * per..(c + 1) * per], &want[c * per..(c + 1) * per]);
+        assert!(g.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()), "camera {c} (zune-jpeg on both paths) differs");
+    }
+    eprintln!("mixed batch: nvJPEG {:?}, zune-jpeg {:?}", st.gpu, st.cpu_fallback);
+
+    // Bad data: a truncated JPEG is refused before nvJPEG and named; garbage in the scan data is
+    // an error naming the camera or a finite decode, never a crash; the preprocessor works after.
+    let cut = &jpegs[2][..jpegs[2].len() / 2];
+    let e = nv.run_jpeg(&dev, &[slices[0], slices[1], cut], &limits).err().expect("truncated JPEG").to_string();
+    assert!(e.contains("camera 2") && e.contains("end-of-image"), "{e}");
+    let mut garbled = jpegs[1].clone();
+    let mid = garbled.len() / 2;
+    for (k, b) in garbled[mid..mid + 4096].iter_mut().enumerate() {
+        *b = (k as u8).wrapping_mul(37);
+    }
+    match nv.run_jpeg(&dev, &[slices[0], &garbled], &limits) {
+        Err(e) => assert!(e.to_string().contains("camera 1"), "{e}"),
+        Ok(b) => assert!(b.to_host(&dev).expect("to host").iter().all(|v| v.is_finite())),
+    }
+    let after = nv.run_jpeg(&dev, &slices, &limits).expect("after bad frames").to_host(&dev).expect("to host");
+    assert!(after.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "nvJPEG path changed after bad frames");
 }

@@ -397,7 +397,17 @@ pub struct CudaBias2d<'a> {
     pub window: [i32; 2],
     pub rc_packed: &'a CudaSlice<u32>,
     pub table: &'a CudaSlice<f32>,
+    /// Run the whole-window kernel (`attn_bias2d_win_d*`: a block per window and head, keys and
+    /// values staged in shared memory) when every window has at most [`WIN_MAX_TOKENS`] tokens
+    /// and the table at most [`WIN_MAX_TABLE`] entries; otherwise, or when false, the per-query
+    /// kernel.
+    pub whole_window: bool,
 }
+
+/// The whole-window 2-D kernel's limits (attention_core.cu's WIN_MAX_TOKENS / WIN_MAX_TABLE);
+/// its block has WIN_MAX_TOKENS threads.
+pub const WIN_MAX_TOKENS: usize = 64;
+pub const WIN_MAX_TABLE: usize = 256;
 
 #[derive(Clone, Copy)]
 pub enum CudaTerm<'a> {
@@ -638,6 +648,20 @@ pub fn window_attention_cuda_guarded(
     };
     if tiled.is_some() {
         p.tiled_min = u32::try_from(tiled_min.max(1)).unwrap_or(u32::MAX);
+    }
+    // 2-D windows small enough for the whole-window kernel: one block per (window, head).
+    if let CudaTerm::Bias2d(b) = term {
+        let tl = ((2 * b.window[0] - 1) * (2 * b.window[1] - 1)) as usize;
+        if b.whole_window && part.n_max <= WIN_MAX_TOKENS && tl <= WIN_MAX_TABLE {
+            let name = match d {
+                16 => "attn_bias2d_win_d16",
+                32 => "attn_bias2d_win_d32",
+                _ => "attn_bias2d_win_d64",
+            };
+            let windows = u32::try_from(part.windows).map_err(|_| Error::InvalidInput(format!("window attention: {} windows exceed 2^32", part.windows)))?;
+            let cfg = LaunchConfig { grid_dim: (windows, heads.count as u32, 1), block_dim: (WIN_MAX_TOKENS as u32, 1, 1), shared_mem_bytes: 0 };
+            return launch_attention(dev, name, cfg, qkv, out, None, None, part, quant, floats, &p, range);
+        }
     }
     // QUERY_LANES lanes per query (attention_core.cu)
     let lanes = u32::try_from(n * QUERY_LANES).map_err(|_| Error::InvalidInput(format!("window attention: {n} voxels exceed 2^30")))?;

@@ -178,6 +178,10 @@ enum Cmd {
         /// Write the input tensor the encoder consumed (NCHW .npy; FP16-rounded on CUDA).
         #[arg(long)]
         save_input: Option<PathBuf>,
+        /// JPEG decoder: cpu (zune-jpeg, CPU preprocessing, the default) or nvjpeg / auto (the
+        /// CUDA preprocessing with nvJPEG; JPEG files only; needs the CUDA backend).
+        #[arg(long, default_value = "cpu")]
+        jpeg_decoder: sptr::camera::compressed::JpegDecoderChoice,
         /// Also write each backbone output.
         #[arg(long)]
         stages: bool,
@@ -475,6 +479,12 @@ enum BenchCmd {
         /// Untimed frames first.
         #[arg(long, default_value_t = 5, value_parser = int_in::<0, 10_000>)]
         warmup: usize,
+        /// JPEG decoders compared on CUDA, side by side: cpu (zune-jpeg), nvjpeg, auto.
+        #[arg(long, value_delimiter = ',', default_value = "cpu,nvjpeg")]
+        decoder: Vec<sptr::camera::compressed::JpegDecoderChoice>,
+        /// Alternating rounds of `iters` frames per decoder (each round's median is reported).
+        #[arg(long, default_value_t = 3, value_parser = int_in::<1, 100>)]
+        rounds: usize,
     },
     /// BEVFusion's LiDAR branch on CUDA (random weights): hard voxelization from host points and
     /// the SparseEncoder to the BEV map, medians and p90 (JSON line).
@@ -698,9 +708,11 @@ fn run(cli: Cli) -> Result<()> {
             bench_bevseg_cmd(model, weights, seed, calib, images, cloud, sweeps, warmup, iters)
         }
         Cmd::Bench { what: BenchCmd::Bevpool { model, calib, iters, dram_gbps } } => bench_bevpool_cmd(&model, &calib, iters, dram_gbps),
-        Cmd::Bench { what: BenchCmd::CameraInput { images, model, iters, warmup } } => bench_camera_input_cmd(&images, &model, iters, warmup),
-        Cmd::CameraFeatures { images, input, model, weights, random_weights, save_weights, save_input, stages, device, out } => {
-            camera_features_cmd(images, input, model, weights, random_weights, save_weights, save_input, stages, device, out)
+        Cmd::Bench { what: BenchCmd::CameraInput { images, model, iters, warmup, decoder, rounds } } => {
+            bench_camera_input_cmd(&images, &model, iters, warmup, &decoder, rounds)
+        }
+        Cmd::CameraFeatures { images, input, model, weights, random_weights, save_weights, save_input, jpeg_decoder, stages, device, out } => {
+            camera_features_cmd(images, input, model, weights, random_weights, save_weights, save_input, jpeg_decoder, stages, device, out)
         }
         Cmd::Bench { what: BenchCmd::LidarEncoder { cloud, model, sweeps, seed, warmup, iters } } => {
             bench_lidar_encoder_cmd(&cloud, &model, sweeps, seed, warmup, iters)
@@ -726,6 +738,7 @@ fn camera_features_cmd(
     random_weights: Option<u64>,
     save_weights: Option<PathBuf>,
     save_input: Option<PathBuf>,
+    jpeg_decoder: sptr::camera::compressed::JpegDecoderChoice,
     stages: bool,
     device: DeviceArg,
     out: PathBuf,
@@ -736,9 +749,11 @@ fn camera_features_cmd(
         (None, Some(seed)) => WeightsArg::Random { seed, save: save_weights },
         (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for an untrained smoke run)"),
     };
-    let (images, n, h, w) = match input {
-        Some(p) => read_input_npy(&p)?,
-        None => preprocess_files(&images, &model)?,
+    use sptr::camera::compressed::JpegDecoderChoice;
+    let (images, n, h, w) = match (input, jpeg_decoder) {
+        (Some(p), _) => read_input_npy(&p)?,
+        (None, JpegDecoderChoice::Cpu) => preprocess_files(&images, &model)?,
+        (None, choice) => camera_input_cuda(&images, &model, choice)?,
     };
     let cuda = match device {
         DeviceArg::Cpu => false,
@@ -748,6 +763,21 @@ fn camera_features_cmd(
     let job = FeaturesJob { model, weights, images, n, h, w, cuda, stages, save_input, out };
     println!("{}", run(&job)?);
     Ok(())
+}
+
+/// `camera-features --jpeg-decoder nvjpeg|auto`: the CUDA preprocessing of the JPEGs.
+#[cfg(feature = "cuda")]
+fn camera_input_cuda(images: &[PathBuf], model: &Path, choice: sptr::camera::compressed::JpegDecoderChoice) -> Result<(Vec<f32>, usize, usize, usize)> {
+    if !cuda_usable() {
+        anyhow::bail!("--jpeg-decoder {choice} preprocesses on CUDA, and no CUDA device is usable here");
+    }
+    let (data, n, h, w, decoder) = sptr::camera::features::preprocess_files_cuda(images, model, choice)?;
+    eprintln!("camera input decoded by {decoder}");
+    Ok((data, n, h, w))
+}
+#[cfg(not(feature = "cuda"))]
+fn camera_input_cuda(_: &[PathBuf], _: &Path, choice: sptr::camera::compressed::JpegDecoderChoice) -> Result<(Vec<f32>, usize, usize, usize)> {
+    anyhow::bail!("--jpeg-decoder {choice} needs the CUDA backend: rebuild with `--features cuda`")
 }
 
 #[cfg(feature = "cuda")]
@@ -952,7 +982,15 @@ fn bench_voxelize(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>,
     Ok(())
 }
 
-fn bench_camera_input_cmd(images: &[PathBuf], model: &Path, iters: usize, warmup: usize) -> Result<()> {
+#[allow(unused_variables)]
+fn bench_camera_input_cmd(
+    images: &[PathBuf],
+    model: &Path,
+    iters: usize,
+    warmup: usize,
+    decoders: &[sptr::camera::compressed::JpegDecoderChoice],
+    rounds: usize,
+) -> Result<()> {
     let cfg = sptr::camera::preprocess::ImagePreprocess::load(model)?;
     let limits = sptr::camera::image::DecodeLimits::default();
     let jpegs = images.iter().map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display()))).collect::<Result<Vec<_>>>()?;
@@ -961,7 +999,7 @@ fn bench_camera_input_cmd(images: &[PathBuf], model: &Path, iters: usize, warmup
     #[cfg(feature = "cuda")]
     if cuda_usable() {
         let dev = sptr::device::cuda::CudaDevice::new(0)?;
-        out["cuda"] = sptr::camera::bench::camera_input_bench_cuda(&dev, &jpegs, &cfg, &limits, warmup, iters)?;
+        out["cuda"] = sptr::camera::bench::camera_input_bench_cuda(&dev, &jpegs, &cfg, &limits, warmup, iters, decoders, rounds)?;
     }
     println!("{out}");
     Ok(())

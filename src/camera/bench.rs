@@ -9,7 +9,9 @@
 //!   (decode into pinned memory, upload, kernel, synchronised) — the bar is 8 ms for six
 //!   1600 × 900 images, the goal 3 ms; `cuda.decoded_frame_ms`: the same from decoded images
 //!   (copy into pinned memory instead of decoding there); `cuda.upload_ms` and `cuda.kernel_ms`
-//!   (CUDA events) and `cuda.upload_mb` (bytes uploaded).
+//!   (CUDA events) and `cuda.upload_mb` (bytes uploaded); `cuda.decoders`: the frame with each
+//!   JPEG decoder side by side (zune-jpeg on the host, nvJPEG on the device), medians of
+//!   alternating rounds, and how many images each decoded on the GPU / CPU.
 
 use super::compressed::decode_jpeg;
 use super::image::{DecodeLimits, RgbImage};
@@ -74,8 +76,13 @@ pub fn camera_input_bench(jpegs: &[Vec<u8>], cfg: &ImagePreprocess, limits: &Dec
     }))
 }
 
-/// Times the CUDA camera input stage on `jpegs` (the `cuda` object of the bench's JSON).
+/// Times the CUDA camera input stage on `jpegs` (the `cuda` object of the bench's JSON), with
+/// each JPEG decoder `decoders` names side by side: zune-jpeg on the host (`cpu`) and nvJPEG on
+/// the device (`nvjpeg`; with `auto`, whichever loads). The frame is timed in `rounds` rounds
+/// that alternate the decoders (so drifting clocks hit both alike), each the median of `iters`
+/// frames; reported per decoder: every round's median and their median.
 #[cfg(feature = "cuda")]
+#[allow(clippy::too_many_arguments)]
 pub fn camera_input_bench_cuda(
     dev: &crate::device::cuda::CudaDevice,
     jpegs: &[Vec<u8>],
@@ -83,17 +90,52 @@ pub fn camera_input_bench_cuda(
     limits: &DecodeLimits,
     warmup: usize,
     iters: usize,
+    decoders: &[super::compressed::JpegDecoderChoice],
+    rounds: usize,
 ) -> Result<Value, Error> {
+    use super::compressed::JpegDecoderChoice;
     use super::preprocess_cuda::CameraPreprocessCuda;
     let decoded: Vec<RgbImage> = jpegs.par_iter().map(|j| decode_jpeg(j, limits).map_err(Error::from)).collect::<Result<_, _>>()?;
     let images: Vec<&RgbImage> = decoded.iter().collect();
-    let mut pre = CameraPreprocessCuda::new(cfg.clone());
     let slices: Vec<&[u8]> = jpegs.iter().map(|j| j.as_slice()).collect();
-    let frame = time_ms(warmup, iters, || {
-        pre.run_jpeg(dev, &slices, limits)?;
-        dev.synchronize()
-    })?;
-    let decoded = time_ms(warmup, iters, || {
+    let mut pres = Vec::new();
+    let mut unavailable = Vec::new();
+    for &d in decoders {
+        let pre = CameraPreprocessCuda::with_decoder(dev, cfg.clone(), d);
+        match (d, pre) {
+            (_, Ok(p)) => pres.push((d, p)),
+            // `nvjpeg` where it cannot load: reported, the other decoders still run.
+            (JpegDecoderChoice::Nvjpeg, Err(e)) => unavailable.push(json!({"decoder": "nvjpeg", "error": e.to_string()})),
+            (_, Err(e)) => return Err(e),
+        }
+    }
+    let mut runs: Vec<Vec<f64>> = vec![Vec::new(); pres.len()];
+    for _ in 0..rounds.max(1) {
+        for (k, (_, pre)) in pres.iter_mut().enumerate() {
+            runs[k].push(time_ms(warmup, iters, || {
+                pre.run_jpeg(dev, &slices, limits)?;
+                dev.synchronize()
+            })?);
+        }
+    }
+    let mut per_decoder = Vec::new();
+    for ((choice, pre), r) in pres.iter().zip(&runs) {
+        let st = pre.jpeg_stats();
+        per_decoder.push(json!({
+            "choice": choice.to_string(),
+            "decoder": pre.jpeg_decoder(),
+            "nvjpeg": pre.uses_nvjpeg(),
+            "frame_ms": median(r.clone()),
+            "frame_ms_rounds": r,
+            "gpu_decoded": st.gpu.len(),
+            "cpu_decoded": if pre.uses_nvjpeg() { st.cpu_fallback.len() } else { jpegs.len() },
+            "cpu_fallback_reasons": st.cpu_fallback.iter().map(|(i, w)| format!("camera {i}: {w}")).collect::<Vec<_>>(),
+            "bar_ms": 8.0,
+            "goal_ms": 3.0,
+        }));
+    }
+    let mut pre = CameraPreprocessCuda::new(cfg.clone());
+    let decoded_ms = time_ms(warmup, iters, || {
         pre.run(dev, &images)?;
         dev.synchronize()
     })?;
@@ -101,10 +143,15 @@ pub fn camera_input_bench_cuda(
     let upload = dev.time_median_ms(warmup, iters, || pre.upload(dev))?;
     let kernel = dev.time_median_ms(warmup, iters, || pre.launch(dev).map(|_| ()))?;
     let upload_mb = pre.upload_bytes() as f64 / 1e6;
+    // `frame_ms`: the zune-jpeg frame as reported before the decoders were compared.
+    let zune = per_decoder.iter().find(|d| d["nvjpeg"] == json!(false)).map(|d| d["frame_ms"].clone()).unwrap_or(Value::Null);
     Ok(json!({
         "device": dev.name,
-        "frame_ms": frame,
-        "decoded_frame_ms": decoded,
+        "frame_ms": zune,
+        "decoders": per_decoder,
+        "unavailable": unavailable,
+        "rounds": rounds.max(1),
+        "decoded_frame_ms": decoded_ms,
         "upload_ms": upload,
         "kernel_ms": kernel,
         "upload_mb": upload_mb,

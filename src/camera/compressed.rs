@@ -33,6 +33,39 @@ pub enum Codec {
 const JPEG_SIGNATURE: &[u8] = &[0xFF, 0xD8, 0xFF];
 const PNG_SIGNATURE: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
 
+/// Which JPEG decoder the CUDA camera input uses (`camera::preprocess_cuda`; the CPU path always
+/// uses zune-jpeg). `auto`: nvJPEG when the library loads and a backend starts, else zune-jpeg
+/// (and the preprocessor says why); `nvjpeg`: nvJPEG or an error; `cpu`: zune-jpeg.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JpegDecoderChoice {
+    #[default]
+    Auto,
+    Nvjpeg,
+    Cpu,
+}
+
+impl std::str::FromStr for JpegDecoderChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(JpegDecoderChoice::Auto),
+            "nvjpeg" => Ok(JpegDecoderChoice::Nvjpeg),
+            "cpu" | "zune" | "zune-jpeg" => Ok(JpegDecoderChoice::Cpu),
+            _ => Err(format!("JPEG decoder `{s}` is not known: use auto, nvjpeg or cpu")),
+        }
+    }
+}
+
+impl std::fmt::Display for JpegDecoderChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            JpegDecoderChoice::Auto => "auto",
+            JpegDecoderChoice::Nvjpeg => "nvjpeg",
+            JpegDecoderChoice::Cpu => "cpu",
+        })
+    }
+}
+
 /// Checks that `format` names JPEG or PNG (or nothing); what it names does not override the data.
 pub fn check_format(format: &str) -> Result<(), ImageError> {
     let f = format.to_ascii_lowercase();

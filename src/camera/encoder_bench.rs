@@ -1,5 +1,8 @@
 //! `sptr bench camera`: the CUDA camera encoder's latency (Swin-T alone, Swin-T + neck) beside its
-//! FLOP count and the tensor-core floor, as JSON lines. Also used by the camera parity test to time
+//! FLOP count and the tensor-core floor, as JSON lines; the backbone's paths (`swin_cuda`) side
+//! by side in the same run: the default (fused GEMMs, whole-window attention: `swin_t`,
+//! `stages`), the per-query attention kernel (`*_perquery_attn`) and session 10's path (unfused
+//! GEMMs and per-query attention: `*_session10`). Also used by the camera parity test to time
 //! ours in the same run as the PyTorch references.
 
 use super::encoder::CameraEncoderConfig;
@@ -138,7 +141,7 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
     };
     let enc = CameraEncoder::from_weights(&cfg, random_weights(&cfg, a.seed)?)?;
     let dev = CudaDevice::new(0)?;
-    let gpu = CudaCameraEncoder::upload(&dev, &enc)?;
+    let mut gpu = CudaCameraEncoder::upload(&dev, &enc)?;
     let t = std::time::Instant::now();
     let plan = gpu.plan(&dev, n, h, w)?;
     let plan_ms = t.elapsed().as_secs_f64() * 1e3;
@@ -148,13 +151,57 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
         "{{\"bench\": \"camera_encoder\", \"case\": \"plan\", \"gpu\": \"{}\", \"n\": {n}, \"h\": {h}, \"w\": {w}, \"host_ms\": {plan_ms:.3}, \"note\": \"window partitions of every stage, built once per image size\"}}",
         dev.name
     )];
-    for row in bench_encoder(&dev, &cfg, &gpu, &plan, &x, a.warmup, a.iters)? {
-        lines.push(row.json(&dev.name));
+    // The backbone's paths in the same run (swin_cuda module docs): the default (fused GEMMs,
+    // whole-window attention) first, then the per-query attention kernel alone, then both old
+    // steps (session 10's path). Each with its per-stage breakdown.
+    let (fused0, whole0) = (gpu.backbone.is_fused(), gpu.backbone.is_whole_window_attention());
+    let mut variants = vec![(fused0, whole0)];
+    for v in [(true, true), (true, false), (false, false)] {
+        if !variants.contains(&v) {
+            variants.push(v);
+        }
     }
-    lines.push(stage_breakdown(&dev, &gpu, &plan, &x, a.iters).unwrap_or_else(|e| format!("{{\"bench\": \"camera_encoder\", \"case\": \"stages\", \"error\": {:?}}}", e.to_string())));
+    for (fused, whole) in variants {
+        gpu.set_swin_fused(&dev, fused)?;
+        gpu.set_swin_whole_window_attention(whole);
+        let (swin, full, stages) = variant_names(fused, whole);
+        for mut row in bench_encoder(&dev, &cfg, &gpu, &plan, &x, a.warmup, a.iters)? {
+            row.case = if row.case == "swin_t" { swin } else { full };
+            lines.push(row.json(&dev.name));
+        }
+        let line = stage_breakdown(&dev, &gpu, &plan, &x, a.iters).map(|l| l.replacen("\"case\": \"stages\"", &format!("\"case\": \"{stages}\""), 1));
+        lines.push(line.unwrap_or_else(|e| format!("{{\"bench\": \"camera_encoder\", \"case\": \"{stages}\", \"error\": {:?}}}", e.to_string())));
+    }
+    gpu.set_swin_fused(&dev, fused0)?;
+    gpu.set_swin_whole_window_attention(whole0);
     // last: a capture the driver refuses must not cost the numbers above
-    lines.extend(bench_encoder_graph(&dev, &cfg, &gpu, &plan, &x, a.warmup, a.iters));
+    // The CUDA graph: captured on a device with a stream of its own (capture is refused on the
+    // legacy default stream the encoder runs on above: session 10's
+    // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), with the encoder uploaded there.
+    drop((gpu, x));
+    let graph_lines = (|| -> Result<Vec<String>, Error> {
+        let dev2 = CudaDevice::new_capturable(0)?;
+        let gpu2 = CudaCameraEncoder::upload(&dev2, &enc)?;
+        let plan2 = gpu2.plan(&dev2, n, h, w)?;
+        let x2 = dev2.stream.clone_htod(&h16).map_err(cuda_err("uploading images"))?;
+        Ok(bench_encoder_graph(&dev2, &cfg, &gpu2, &plan2, &x2, a.warmup, a.iters))
+    })();
+    match graph_lines {
+        Ok(l) => lines.extend(l),
+        Err(e) => lines.push(format!("{{\"bench\": \"camera_encoder\", \"case\": \"swin_t_graph\", \"graph_error\": {:?}}}", e.to_string())),
+    }
     Ok(lines)
+}
+
+/// Row names of a backbone path: (Swin-T, Swin-T + neck, stage breakdown). The default path
+/// (fused GEMMs, whole-window attention) keeps the names earlier sessions reported.
+fn variant_names(fused: bool, whole_window: bool) -> (&'static str, &'static str, &'static str) {
+    match (fused, whole_window) {
+        (true, true) => ("swin_t", "swin_t+fpn", "stages"),
+        (true, false) => ("swin_t_perquery_attn", "swin_t+fpn_perquery_attn", "stages_perquery_attn"),
+        (false, false) => ("swin_t_session10", "swin_t+fpn_session10", "stages_session10"),
+        (false, true) => ("swin_t_unfused_gemm", "swin_t+fpn_unfused_gemm", "stages_unfused_gemm"),
+    }
 }
 
 /// Median GPU time of each stage of the encoder (`patch_embed`, `stage{i}` with its output norm,

@@ -43,6 +43,16 @@ impl CudaCameraEncoder {
         Ok(Self { blas, backbone: CudaSwin::upload(dev, &enc.backbone)?, neck: CudaFpn::upload(dev, &enc.neck)? })
     }
 
+    /// Selects the backbone's fused or unfused GEMM path (`CudaSwin::set_fused`).
+    pub fn set_swin_fused(&mut self, dev: &CudaDevice, fused: bool) -> Result<(), Error> {
+        self.backbone.set_fused(dev, fused)
+    }
+
+    /// Selects the backbone's window-attention kernel (`CudaSwin::set_whole_window_attention`).
+    pub fn set_swin_whole_window_attention(&mut self, on: bool) {
+        self.backbone.set_whole_window_attention(on)
+    }
+
     /// The window partitions for batches of `n` images of `h × w` (build once, reuse per frame).
     pub fn plan(&self, dev: &CudaDevice, n: usize, h: usize, w: usize) -> Result<SwinPlan, Error> {
         self.backbone.plan(dev, n, h, w)

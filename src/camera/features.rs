@@ -62,6 +62,34 @@ pub fn preprocess_files(paths: &[PathBuf], model: &Path) -> Result<(Vec<f32>, us
     Ok((batch.data, batch.n, batch.h, batch.w))
 }
 
+/// Like [`preprocess_files`], on CUDA with the JPEG decoder `choice` (`camera::preprocess_cuda`;
+/// JPEG files only): the FP16 network input widened to f32, NHWC `(data, n, h, w)`, and the
+/// decoder used in words.
+#[cfg(feature = "cuda")]
+pub fn preprocess_files_cuda(
+    paths: &[PathBuf],
+    model: &Path,
+    choice: super::compressed::JpegDecoderChoice,
+) -> Result<(Vec<f32>, usize, usize, usize, String), Error> {
+    use super::image::DecodeLimits;
+    use super::preprocess::ImagePreprocess;
+    use super::preprocess_cuda::CameraPreprocessCuda;
+    if paths.is_empty() {
+        return Err(Error::InvalidInput("no camera images given".into()));
+    }
+    let cfg = ImagePreprocess::load(model)?;
+    let jpegs = paths
+        .iter()
+        .map(|p| std::fs::read(p).map_err(|e| Error::Io(format!("{}: cannot read: {e}", p.display()))))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let dev = crate::device::cuda::CudaDevice::new(0)?;
+    let mut pre = CameraPreprocessCuda::with_decoder(&dev, cfg, choice)?;
+    let slices: Vec<&[u8]> = jpegs.iter().map(|j| j.as_slice()).collect();
+    let batch = pre.run_jpeg(&dev, &slices, &DecodeLimits::default())?;
+    let data = batch.to_host(&dev)?;
+    Ok((data, batch.n, batch.h, batch.w, pre.jpeg_decoder()))
+}
+
 /// Reads a normalized NCHW float32 `.npy` batch `[n, 3, h, w]` as NHWC `(data, n, h, w)`.
 pub fn read_input_npy(path: &Path) -> Result<(Vec<f32>, usize, usize, usize), Error> {
     let (shape, data) = npy::read_f32(path)?;

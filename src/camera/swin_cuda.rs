@@ -14,6 +14,32 @@
 //! The patch embedding is an im2col (`swin_patch_im2col`) + GEMM + LayerNorm, patch merging a
 //! gather in `nn.Unfold` order (`swin_merge_gather`) + LayerNorm(4C) + a bias-free GEMM; the
 //! stage outputs go through their `norm{i}` into NHWC [`CudaFeatureMap`]s.
+//!
+//! Two GEMM paths, both kept so they can be timed side by side ([`CudaSwin::set_fused`]):
+//! - fused (default): cuBLASLt GEMMs write FP16 with the bias added in their epilogue, fc2's
+//!   residual added through the GEMM's C matrix (`model::gpu_lt`); what is left after a GEMM
+//!   reads FP16 (`swin_qkv_split_h`, `swin_crop_residual_h`, `swin_gelu_h`). Per value of a
+//!   Linear's output this moves 2 bytes (+ 2 + 2 for a following elementwise pass) where the
+//!   unfused path moves 4 (FP32 write) + 4 (read) + 2 (FP16 write): 4 bytes less a value for
+//!   qkv, proj and fc1, 8 for fc2 (its residual rides in the GEMM). Over Swin-T at 6 × 256 × 704
+//!   that is 1.38 GB less DRAM traffic a frame (stages 1-4: 0.55 / 0.27 / 0.46 / 0.10 GB; stage
+//!   1's padded grid is 76,440 tokens at C = 96), ≈ 0.46 ms at ~3 TB/s of the 4.2 ms measured
+//!   (less what L2 already caught in the small later stages).
+//!   Numerically: the same FP32 sums; the biases are FP16 (cuBLASLt's bias type for FP16
+//!   output; rounding ≤ 2⁻¹¹ of the bias), and q, proj's output and fc1's output are rounded to
+//!   FP16 once more before the q scale / residual / GELU (≤ 2⁻¹¹ relative each).
+//! - unfused (`SPTR_SWIN_UNFUSED=1`, or `set_fused(false)`): cuBLAS GEMMs write FP32 and the
+//!   epilogue kernels above add bias, scale, GELU and residual before the one rounding.
+//!
+//! Window attention: by default the whole-window kernel of the shared attention family
+//! (`attn_bias2d_win_d*` in attention_core.cu: a block per window and head, K and V staged in
+//! shared memory once, 49 queries walking them there) instead of the per-query kernel (4 lanes a
+//! query, every key row loaded from global memory / L1 by each of its window's 49 queries:
+//! stage 1's 76,440 padded tokens × 49 keys × 2 rows × 96 channels × 2 bytes ≈ 1.4 GB of L1/L2
+//! traffic a block, 7.8 GB over Swin-T, against 0.24 GB staged by the whole-window kernel).
+//! Expected: most of the attention's share of the 4.2 ms (not separately measured in session 10;
+//! 7.8 GB at L2 rates of 10-20 TB/s is 0.4-0.8 ms). `SPTR_SWIN_ATTN=perquery`
+//! or `set_whole_window_attention(false)` selects the per-query kernel.
 
 use super::swin::{PatchEmbed, PatchMerging, StageWindows, SwinBlock, SwinTransformer};
 use super::encoder::SwinConfig;
@@ -21,7 +47,9 @@ use crate::attention::cuda::{window_attention_cuda, CudaBias2d, CudaPartition, C
 use crate::attention::{HeadSlice, Partition};
 use crate::dense::cuda::CudaFeatureMap;
 use crate::device::cuda::{cuda_err, CudaDevice};
-use crate::model::gpu_layers::{alloc_uninit, elements, epilogue, up_f32, GpuLayerNorm, GpuLinear};
+use crate::model::gpu_layers::{alloc_uninit, elements, epilogue, up_f16, up_f32, GpuLayerNorm, GpuLinear};
+use crate::model::gpu_lt::LtGemm;
+use crate::model::layers::Linear;
 use crate::model::sphereformer::cuda::GpuClock;
 use crate::Error;
 use cudarc::cublas::CudaBlas;
@@ -117,19 +145,50 @@ impl SwinPlan {
     }
 }
 
+/// A Linear's bias as FP16 for the cuBLASLt epilogue (zeros when it has none).
+fn bias_f16(dev: &CudaDevice, l: &Linear) -> Result<CudaSlice<f16>, Error> {
+    let zeros = vec![0f32; l.out_features];
+    up_f16(dev, l.bias.as_deref().unwrap_or(&zeros), "linear bias (FP16)")
+}
+
+/// `pairs` = values / 2 as a kernel count (every fused-path tensor has an even channel count).
+fn pairs(rows: usize, c: usize, what: &str) -> Result<u32, Error> {
+    if !c.is_multiple_of(2) {
+        return Err(Error::InvalidInput(format!("{what}: odd channel count {c} on the FP16-pair path")));
+    }
+    elements(rows, c / 2, what)
+}
+
+/// `y` `[rows, c]` FP16 through exact GELU, in place.
+fn gelu_in_place(dev: &CudaDevice, y: &mut CudaSlice<f16>, rows: usize, c: usize) -> Result<(), Error> {
+    let p = pairs(rows, c, "GELU")?;
+    let f = dev.function("swin", "swin_gelu_h")?;
+    // SAFETY: matches swin.cu; y holds rows * c halves (2 * p), 4-byte aligned (a whole allocation).
+    unsafe { dev.stream.launch_builder(&f).arg(y).arg(&p).launch(grid(p)) }.map_err(cuda_err("swin_gelu_h"))?;
+    Ok(())
+}
+
 struct GpuPatchEmbed {
     cin: usize,
     patch: usize,
     proj: GpuLinear,
+    proj_bh: CudaSlice<f16>,
     norm: Option<GpuLayerNorm>,
 }
 
 impl GpuPatchEmbed {
     fn upload(dev: &CudaDevice, p: &PatchEmbed) -> Result<Self, Error> {
-        Ok(Self { cin: p.in_channels, patch: p.patch, proj: GpuLinear::upload(dev, &p.proj, 1)?, norm: p.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()? })
+        Ok(Self {
+            cin: p.in_channels,
+            patch: p.patch,
+            proj: GpuLinear::upload(dev, &p.proj, 1)?,
+            proj_bh: bias_f16(dev, &p.proj)?,
+            norm: p.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()?,
+        })
     }
 
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, img: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
+    #[allow(clippy::too_many_arguments)]
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, lt: Option<&LtGemm>, img: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
         let p = self.patch;
         let (ho, wo) = (h.div_ceil(p), w.div_ceil(p));
         let k = self.cin * p * p;
@@ -146,9 +205,14 @@ impl GpuPatchEmbed {
                 .launch(grid(total))
         }
         .map_err(cuda_err("swin_patch_im2col"))?;
-        let acc = self.proj.gemm(dev, blas, &cols, rows)?;
-        drop(cols);
-        let t = epilogue(dev, &acc, self.proj.fout, 0, rows, &self.proj.bias[0], 1.0, false, None)?;
+        let t = match lt {
+            Some(lt) => lt.linear(dev, &self.proj.weight, &self.proj_bh, self.proj.fin, self.proj.fout, &cols, rows, None)?,
+            None => {
+                let acc = self.proj.gemm(dev, blas, &cols, rows)?;
+                drop(cols);
+                epilogue(dev, &acc, self.proj.fout, 0, rows, &self.proj.bias[0], 1.0, false, None)?
+            }
+        };
         match &self.norm {
             Some(ln) => ln.forward(dev, &t, rows),
             None => Ok(t),
@@ -170,6 +234,8 @@ struct GpuBlock {
     norm2: GpuLayerNorm,
     fc1: GpuLinear,
     fc2: GpuLinear,
+    /// FP16 biases of qkv, proj, fc1, fc2 (the fused path).
+    bh: [CudaSlice<f16>; 4],
 }
 
 impl GpuBlock {
@@ -197,7 +263,56 @@ impl GpuBlock {
             norm2: GpuLayerNorm::upload(dev, &b.norm2)?,
             fc1: GpuLinear::upload(dev, &b.fc1, 1)?,
             fc2: GpuLinear::upload(dev, &b.fc2, 1)?,
+            bh: [bias_f16(dev, &b.qkv)?, bias_f16(dev, &b.proj)?, bias_f16(dev, &b.fc1)?, bias_f16(dev, &b.fc2)?],
         })
+    }
+
+    /// The block on the fused path (module docs): the same steps as [`GpuBlock::forward`].
+    fn forward_lt(&self, dev: &CudaDevice, lt: &LtGemm, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, whole_window: bool) -> Result<CudaSlice<f16>, Error> {
+        let c = self.c;
+        let [h, w] = stage.hw;
+        let [hp, wp] = stage.padded;
+        let (rows, np) = (n * h * w, n * hp * wp);
+        let padded = self.ln_pad(dev, x, n, stage.hw, stage.padded)?;
+        let y = lt.linear(dev, &self.qkv.weight, &self.bh[0], c, 3 * c, &padded, np, None)?;
+        drop(padded);
+        let (mut q, mut k, mut v) = (scratch::<f16>(dev, np * c, "q")?, scratch::<f16>(dev, np * c, "k")?, scratch::<f16>(dev, np * c, "v")?);
+        let f = dev.function("swin", "swin_qkv_split_h")?;
+        let (p, c32) = (pairs(np, 3 * c, "qkv")?, c as u32);
+        // SAFETY: matches swin.cu; y holds np * 3c halves (p pairs), q/k/v np * c each; whole
+        // allocations, so 4-byte aligned; c even.
+        unsafe { dev.stream.launch_builder(&f).arg(&y).arg(&p).arg(&c32).arg(&self.scale).arg(&mut q).arg(&mut k).arg(&mut v).launch(grid(p)) }
+            .map_err(cuda_err("swin_qkv_split_h"))?;
+        drop(y);
+        let windows = if self.shift == 0 {
+            &stage.plain
+        } else {
+            stage.shifted.as_ref().ok_or_else(|| Error::InvalidInput("swin: the plan has no shifted windows for a shifted block".into()))?
+        };
+        let mut att = scratch::<f16>(dev, np * c, "attention output")?;
+        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, whole_window });
+        window_attention_cuda(dev, QkvView { q: &q, k: &k, v: &v, ld: c }, HeadSlice::all(self.heads, c / self.heads), &windows.part, term, &mut att, c)?;
+        drop((q, k, v));
+        let yp = lt.linear(dev, &self.proj.weight, &self.bh[1], c, c, &att, np, None)?;
+        drop(att);
+        let mut y1 = scratch::<f16>(dev, rows * c, "block residual")?;
+        let f = dev.function("swin", "swin_crop_residual_h")?;
+        let p = pairs(rows, c, "proj")?;
+        let a = [h, w, hp, wp, c].map(|v| v as u32);
+        // SAFETY: matches swin.cu; yp holds np * c halves, x and y1 rows * c (p pairs); c even.
+        unsafe {
+            dev.stream
+                .launch_builder(&f)
+                .arg(&yp).arg(&p).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(x).arg(&mut y1)
+                .launch(grid(p))
+        }
+        .map_err(cuda_err("swin_crop_residual_h"))?;
+        drop(yp);
+        let h2 = self.norm2.forward(dev, &y1, rows)?;
+        let mut hidden = lt.linear(dev, &self.fc1.weight, &self.bh[2], c, self.fc1.fout, &h2, rows, None)?;
+        drop(h2);
+        gelu_in_place(dev, &mut hidden, rows, self.fc1.fout)?;
+        lt.linear(dev, &self.fc2.weight, &self.bh[3], self.fc1.fout, c, &hidden, rows, Some(&y1))
     }
 
     /// norm1 of `x` `[n, h, w, C]` into the zero-padded `[n, hp, wp, C]` grid.
@@ -223,7 +338,7 @@ impl GpuBlock {
         Ok(out)
     }
 
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, stage: &StagePlan) -> Result<CudaSlice<f16>, Error> {
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, whole_window: bool) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let [h, w] = stage.hw;
         let [hp, wp] = stage.padded;
@@ -249,7 +364,7 @@ impl GpuBlock {
             stage.shifted.as_ref().ok_or_else(|| Error::InvalidInput("swin: the plan has no shifted windows for a shifted block".into()))?
         };
         let mut att = scratch::<f16>(dev, np * c, "attention output")?;
-        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table });
+        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, whole_window });
         window_attention_cuda(dev, QkvView { q: &q, k: &k, v: &v, ld: c }, HeadSlice::all(self.heads, c / self.heads), &windows.part, term, &mut att, c)?;
         drop((q, k, v));
         let acc = self.proj.gemm(dev, blas, &att, np)?;
@@ -281,14 +396,21 @@ struct GpuMerge {
     c: usize,
     norm: Option<GpuLayerNorm>,
     reduction: GpuLinear,
+    reduction_bh: CudaSlice<f16>,
 }
 
 impl GpuMerge {
     fn upload(dev: &CudaDevice, m: &PatchMerging) -> Result<Self, Error> {
-        Ok(Self { c: m.channels, norm: m.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()?, reduction: GpuLinear::upload(dev, &m.reduction, 1)? })
+        Ok(Self {
+            c: m.channels,
+            norm: m.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()?,
+            reduction: GpuLinear::upload(dev, &m.reduction, 1)?,
+            reduction_bh: bias_f16(dev, &m.reduction)?,
+        })
     }
 
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
+    #[allow(clippy::too_many_arguments)]
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, lt: Option<&LtGemm>, x: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let (ho, wo) = (h.div_ceil(2), w.div_ceil(2));
         let rows = n * ho * wo;
@@ -307,6 +429,9 @@ impl GpuMerge {
             Some(ln) => ln.forward(dev, &u, rows)?,
             None => u,
         };
+        if let Some(lt) = lt {
+            return lt.linear(dev, &self.reduction.weight, &self.reduction_bh, 4 * c, 2 * c, &u, rows, None);
+        }
         let acc = self.reduction.gemm(dev, blas, &u, rows)?;
         epilogue(dev, &acc, 2 * c, 0, rows, &self.reduction.bias[0], 1.0, false, None)
     }
@@ -324,6 +449,10 @@ pub struct CudaSwin {
     patch: GpuPatchEmbed,
     stages: Vec<GpuStage>,
     out_norms: Vec<GpuLayerNorm>,
+    /// The fused GEMM path's cuBLASLt handle (module docs); None: the unfused path.
+    lt: Option<LtGemm>,
+    /// Window attention on the whole-window kernel (module docs); false: the per-query kernel.
+    whole_window: bool,
 }
 
 impl CudaSwin {
@@ -345,7 +474,34 @@ impl CudaSwin {
             patch: GpuPatchEmbed::upload(dev, &net.patch_embed)?,
             stages,
             out_norms: net.out_norms.iter().map(|l| GpuLayerNorm::upload(dev, l)).collect::<Result<_, _>>()?,
+            lt: if std::env::var("SPTR_SWIN_UNFUSED").is_ok_and(|v| v == "1") { None } else { Some(LtGemm::new(dev)?) },
+            whole_window: !std::env::var("SPTR_SWIN_ATTN").is_ok_and(|v| v == "perquery"),
         })
+    }
+
+    /// Selects the whole-window (default unless `SPTR_SWIN_ATTN=perquery`) or the per-query
+    /// window-attention kernel.
+    pub fn set_whole_window_attention(&mut self, on: bool) {
+        self.whole_window = on;
+    }
+
+    pub fn is_whole_window_attention(&self) -> bool {
+        self.whole_window
+    }
+
+    /// Selects the fused (cuBLASLt, FP16 out) or unfused (cuBLAS FP32 out + epilogues) GEMM path
+    /// (module docs); the default is fused unless `SPTR_SWIN_UNFUSED=1`.
+    pub fn set_fused(&mut self, dev: &CudaDevice, fused: bool) -> Result<(), Error> {
+        self.lt = match (fused, self.lt.take()) {
+            (true, Some(lt)) => Some(lt),
+            (true, None) => Some(LtGemm::new(dev)?),
+            (false, _) => None,
+        };
+        Ok(())
+    }
+
+    pub fn is_fused(&self) -> bool {
+        self.lt.is_some()
     }
 
     /// The partitions for `n` images of `h × w`.
@@ -386,13 +542,17 @@ impl CudaSwin {
                 self.stages.len()
             )));
         }
-        let mut x = self.patch.forward(dev, blas, images, n, h, w)?;
+        let lt = self.lt.as_ref();
+        let mut x = self.patch.forward(dev, blas, lt, images, n, h, w)?;
         mark("patch_embed".into())?;
         let mut outs = Vec::with_capacity(self.out_norms.len());
         for (i, (stage, sp)) in self.stages.iter().zip(&plan.stages).enumerate() {
             let [hh, ww] = sp.hw;
             for b in &stage.blocks {
-                x = b.forward(dev, blas, &x, n, sp)?;
+                x = match lt {
+                    Some(lt) => b.forward_lt(dev, lt, &x, n, sp, self.whole_window)?,
+                    None => b.forward(dev, blas, &x, n, sp, self.whole_window)?,
+                };
             }
             if let Some(k) = self.config.out_indices.iter().position(|&o| o == i) {
                 let y = self.out_norms[k].forward(dev, &x, n * hh * ww)?;
@@ -400,7 +560,7 @@ impl CudaSwin {
             }
             mark(format!("stage{i}"))?;
             if let Some(m) = &stage.merge {
-                x = m.forward(dev, blas, &x, n, hh, ww)?;
+                x = m.forward(dev, blas, lt, &x, n, hh, ww)?;
                 mark(format!("merge{i}"))?;
             }
         }

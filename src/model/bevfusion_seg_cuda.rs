@@ -17,6 +17,7 @@ use crate::bev::lss::CameraMask;
 use crate::bev::seg_map::LidarStats;
 use crate::camera::encoder_cuda::CudaCameraEncoder;
 use crate::camera::image::{DecodeLimits, RgbImage};
+use crate::camera::compressed::JpegDecoderChoice;
 use crate::camera::preprocess_cuda::{CameraPreprocessCuda, CudaCameraBatch};
 use crate::camera::swin_cuda::SwinPlan;
 use crate::dense::conv_engine::ConvBackend;
@@ -63,7 +64,9 @@ impl CudaBevSeg {
         Ok(Self {
             config: m.config.clone(),
             blas,
-            preprocess: CameraPreprocessCuda::new(m.config.camera.preprocess.clone()),
+            // nvJPEG when the CUDA install has it (decoded straight into device memory), else
+            // zune-jpeg on the host; `jpeg_decoder()` says which and why.
+            preprocess: CameraPreprocessCuda::with_decoder(dev, m.config.camera.preprocess.clone(), JpegDecoderChoice::Auto)?,
             encoder: CudaCameraEncoder::upload(dev, &m.camera.encoder)?,
             plan: None,
             vtransform: CudaLssTransform::upload(dev, &m.camera.vtransform)?,
@@ -111,10 +114,9 @@ impl CudaBevSeg {
         Ok(CameraInput { batch, mask, masked })
     }
 
-    /// JPEG bytes (one per calibration camera, all present), already decoded into the staging
-    /// buffer by [`CameraPreprocessCuda::stage_jpeg`] → the network input; the bench's path.
-    fn camera_input_staged(&mut self, dev: &CudaDevice, calib: &Calibration) -> Result<CameraInput, Error> {
-        let batch = self.preprocess.upload_and_launch(dev)?;
+    /// The preprocessed batch of all calibration cameras → the network input, after checking
+    /// that each image has its calibration's size.
+    fn camera_input_batch(calib: &Calibration, batch: CudaCameraBatch) -> Result<CameraInput, Error> {
         for (a, c) in batch.augs.iter().zip(&calib.cameras) {
             if a.input != [c.image_width, c.image_height] {
                 return Err(Error::InvalidInput(format!(
@@ -124,6 +126,11 @@ impl CudaBevSeg {
             }
         }
         Ok(CameraInput { batch, mask: CameraMask::ALL, masked: vec![] })
+    }
+
+    /// The JPEG decoder in use, in words (nvJPEG and its backend, or zune-jpeg and why).
+    pub fn jpeg_decoder(&self) -> String {
+        self.preprocess.jpeg_decoder()
     }
 
     /// The network from the device input on: [LiDAR BEV →] camera BEV [→ fuser] → decoder → head,
@@ -218,15 +225,28 @@ impl CudaBevSeg {
         if jpegs.len() != calib.len() {
             return Err(Error::InvalidInput(format!("{} JPEGs for a calibration of {} cameras", jpegs.len(), calib.len())));
         }
+        let limits = DecodeLimits::default();
         let t0 = Instant::now();
-        self.preprocess.stage_jpeg(dev, jpegs, &DecodeLimits::default())?;
-        let decode_ms = t0.elapsed().as_secs_f64() * 1e3;
-        // the GPU clock starts after the host decode: its first stage is upload + preprocess
-        let mut clock = GpuClock::start(dev)?;
-        let cam = self.camera_input_staged(dev, calib)?;
+        let nvjpeg = self.preprocess.uses_nvjpeg();
+        let (cam, mut clock, decode_ms) = if nvjpeg {
+            // nvJPEG decodes on the GPU: the decode is in the first GPU stage (upload+preprocess);
+            // the host time is what parsing and submitting it took.
+            let clock = GpuClock::start(dev)?;
+            let batch = self.preprocess.run_jpeg(dev, jpegs, &limits)?;
+            let submit_ms = t0.elapsed().as_secs_f64() * 1e3;
+            (Self::camera_input_batch(calib, batch)?, clock, submit_ms)
+        } else {
+            self.preprocess.stage_jpeg(dev, jpegs, &limits)?;
+            let decode_ms = t0.elapsed().as_secs_f64() * 1e3;
+            // the GPU clock starts after the host decode: its first stage is upload + preprocess
+            let clock = GpuClock::start(dev)?;
+            let batch = self.preprocess.upload_and_launch(dev)?;
+            (Self::camera_input_batch(calib, batch)?, clock, decode_ms)
+        };
         let (map, stages) = self.run(dev, calib, cam, cloud, false, &mut clock)?;
         let mut times = finish(clock)?;
-        times.0.insert(0, ("decode (host)".into(), decode_ms));
+        let host_stage = if nvjpeg { "decode submit (host, nvJPEG)" } else { "decode (host)" };
+        times.0.insert(0, (host_stage.into(), decode_ms));
         Ok(BevSegOutput { map, times, stages })
     }
 }

@@ -27,6 +27,8 @@ pub mod bevfusion_seg_run;
 pub mod fuser;
 #[cfg(feature = "cuda")]
 pub mod gpu_layers;
+#[cfg(feature = "cuda")]
+pub mod gpu_lt;
 pub mod layers;
 pub mod lidar_encoder;
 pub mod preprocess;
