@@ -15,7 +15,7 @@
 //!
 //! Unknown keys are errors (a misspelt `lidar2camera` must not be ignored). Every matrix is
 //! validated as [`CameraCalib::new`] validates it; errors name the file and the camera.
-//! `tests/data/nuscenes/calibration.yaml` is the nuScenes sample frame's file.
+//! `config/calibration/nuscenes_sample.yaml` is the nuScenes sample frame's file.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -116,7 +116,7 @@ mod tests {
     /// double down; the YAML parser's is).
     #[test]
     fn nuscenes_sample_file_matches_calib_json() {
-        let f = CalibrationFile::load(&root().join("tests/data/nuscenes/calibration.yaml")).unwrap();
+        let f = CalibrationFile::load(&root().join("config/calibration/nuscenes_sample.yaml")).unwrap();
         let json = Calibration::load_nuscenes_json(&root().join("tests/data/nuscenes/calib.json"), &NUSCENES_CAMERAS, 1600, 900).unwrap();
         assert_eq!(f.cameras.len(), 6);
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(1.0);
