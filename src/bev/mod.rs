@@ -6,8 +6,10 @@
 //! gives), `map_messages` (its OccupancyGrid / mono8 / rgb8 messages), `sync` (latest image of
 //! each camera per LiDAR cloud, masking), `tf` (TFMessage edges chained between frames),
 //! `calib_file` (the calibration file), `rig` (the calibration per frame from CameraInfo, TF and
-//! the file, with change detection), `sweeps` (multi-sweep LiDAR input with ego motion).
+//! the file, with change detection), `sweeps` (multi-sweep LiDAR input with ego motion), and
+//! `branch`, which puts them together per LiDAR cloud for the model ([`branch::BevMapModel`]).
 
+pub mod branch;
 pub mod calib;
 pub mod calib_file;
 pub mod label_grid;
