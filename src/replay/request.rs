@@ -264,6 +264,32 @@ mod tests {
         );
     }
 
+    /// The six-camera params file gives the sample bag's topics, the calibration file and the
+    /// six map classes; a missing calibration file and a threshold list of the wrong length are
+    /// errors naming the parameter; no cameras, no camera branch.
+    #[test]
+    fn camera_options_from_the_params_file() {
+        let file = root().join("config/perception_nuscenes_cameras.yaml");
+        let p = NodeParams::load(&file).unwrap();
+        let c = camera_options(&file, &p).unwrap().unwrap();
+        assert_eq!(c.inputs[0].image_topic, "/sptr/input/cameras/CAM_FRONT/image/compressed");
+        assert_eq!(c.inputs[5].camera_info_topic, "/sptr/input/cameras/CAM_BACK_RIGHT/camera_info");
+        assert_eq!(c.map_classes, NUSCENES_MAP_CLASSES.map(String::from).to_vec());
+        assert_eq!(c.branch.calibration_file.as_ref().map(|f| f.cameras.len()), Some(6));
+        assert_eq!(c.map_style.as_ref().map(|s| s.thresholds.clone()), Some(vec![0.5; 6]));
+        let mut bad = p.clone();
+        bad.camera.calibration_file = "nowhere.yaml".into();
+        let e = camera_options(&file, &bad).unwrap_err().to_string();
+        assert!(e.contains("camera.calibration_file") && e.contains("nowhere.yaml"), "{e}");
+        let mut bad = p.clone();
+        bad.camera.map_thresholds = vec![0.5; 5];
+        let e = camera_options(&file, &bad).unwrap_err().to_string();
+        assert!(e.contains("camera.map_thresholds") && e.contains("6 classes"), "{e}");
+        let mut none = p.clone();
+        none.input.cameras.clear();
+        assert!(camera_options(&file, &none).unwrap().is_none());
+    }
+
     /// The default obstacle ids are SemanticKITTI's: the nuScenes model (16 classes) needs
     /// --params, as the node would exit on them; its params file works.
     #[test]
