@@ -88,11 +88,11 @@ impl BevMapModel for CameraCountModel {
         for c in 0..6 {
             for x in 100..200 {
                 for y in 0..200 {
-                    m.probs[(c * 200 + x) * 200 + y] = p;
+                    m.probabilities[(c * 200 + x) * 200 + y] = p;
                 }
             }
         }
-        m.probs[0] += inputs.points.len() as f32 * 1e-6;
+        m.probabilities[0] += inputs.points.len() as f32 * 1e-6;
         Ok(m)
     }
 }

@@ -97,7 +97,7 @@ pub fn map_messages(map: &BevMap, style: &MapStyle, stamp: Time, cloud_frame_id:
         resolution: map.resolution as f32,
         width,
         height,
-        origin: Pose { position: [map.origin[0], map.origin[1], 0.0], orientation: [0.0, 0.0, 0.0, 1.0] },
+        origin: Pose { position: [map.x_range[0], map.y_range[0], 0.0], orientation: [0.0, 0.0, 0.0, 1.0] },
     };
     let cells = nx * ny;
     // Message cell (row y, column x) = map cell (x, y).
@@ -152,11 +152,11 @@ mod tests {
         let c0 = [[0.0, 0.1], [0.5, 0.449], [0.996, f32::NAN]];
         for x in 0..3 {
             for y in 0..2 {
-                m.probs[x * 2 + y] = c0[x][y];
+                m.probabilities[x * 2 + y] = c0[x][y];
             }
         }
-        m.probs[6 + 2 * 2 + 1] = 0.9; // class 1, x 2, y 1
-        m.probs[6] = 1.5; // class 1, x 0, y 0: out of 0..1, clamped in the grid
+        m.probabilities[6 + 2 * 2 + 1] = 0.9; // class 1, x 2, y 1
+        m.probabilities[6] = 1.5; // class 1, x 0, y 0: out of 0..1, clamped in the grid
         m
     }
 
@@ -220,7 +220,7 @@ mod tests {
         let e = map_messages(&nine, &s(vec![0.5; 9], 9), Time::default(), "l", "").unwrap_err().to_string();
         assert!(e.contains("at most 8"), "{e}");
         let mut broken = map();
-        broken.probs.pop();
+        broken.probabilities.pop();
         assert!(map_messages(&broken, &style(), Time::default(), "l", "").is_err());
     }
 
