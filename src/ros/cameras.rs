@@ -292,7 +292,16 @@ impl CameraWorker {
             Ok((p, _)) => p,
             Err(_) => return, // the LiDAR path rejected it already
         };
-        let arrived = std::mem::take(&mut *lock(&self.inbox));
+        // Taken slot by slot: the inbox keeps one slot per camera for the subscription tasks.
+        let arrived = {
+            let mut inbox = lock(&self.inbox);
+            Inbox {
+                images: inbox.images.iter_mut().map(Option::take).collect(),
+                infos: inbox.infos.iter_mut().map(Option::take).collect(),
+                tf_static: std::mem::take(&mut inbox.tf_static),
+                tf: std::mem::take(&mut inbox.tf),
+            }
+        };
         for (i, img) in arrived.images.into_iter().enumerate() {
             if let Some(img) = img {
                 self.branch.on_image(i, img);
@@ -427,7 +436,9 @@ pub fn start(
                 let mut sub = node.subscribe::<Image>(&cam.image_topic, qos.clone())?;
                 rt.spawn(async move {
                     while let Some(m) = sub.next().await {
-                        lock(&b).images[i] = Some(CameraImage::Raw(image_from_msg(m)));
+                        if let Some(slot) = lock(&b).images.get_mut(i) {
+                            *slot = Some(CameraImage::Raw(image_from_msg(m)));
+                        }
                     }
                 });
             }
@@ -435,7 +446,9 @@ pub fn start(
                 let mut sub = node.subscribe::<CompressedImage>(&cam.image_topic, qos.clone())?;
                 rt.spawn(async move {
                     while let Some(m) = sub.next().await {
-                        lock(&b).images[i] = Some(CameraImage::Compressed(compressed_from_msg(m)));
+                        if let Some(slot) = lock(&b).images.get_mut(i) {
+                            *slot = Some(CameraImage::Compressed(compressed_from_msg(m)));
+                        }
                     }
                 });
             }
@@ -446,7 +459,11 @@ pub fn start(
             let mut last = None;
             while let Some(m) = info.next().await {
                 match camera_info_from_msg(&m) {
-                    Ok(c) => lock(&b).infos[i] = Some(c),
+                    Ok(c) => {
+                        if let Some(slot) = lock(&b).infos.get_mut(i) {
+                            *slot = Some(c);
+                        }
+                    }
                     Err(e) => dropped(&d, &mut last, &logger, format!("{name} CameraInfo: {e}")),
                 }
             }

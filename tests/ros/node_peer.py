@@ -488,6 +488,9 @@ def camera_messages(camera_dir):
 
 
 def scenario_cameras(p, args, xyzi):
+    # 2,000 points of the cloud: the LiDAR half is not under test here, and a debug build of the
+    # node runs it in seconds instead of minutes.
+    xyzi = np.ascontiguousarray(xyzi[:2000])
     cams = camera_messages(args.camera_dir)
     qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
     img_pub = {c: p.create_publisher(CompressedImage, f"{p.base}/input/cameras/{c}/image/compressed", qos) for c in cams}
