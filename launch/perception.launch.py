@@ -5,7 +5,15 @@
 
 Arguments: params_file (default: the installed config/perception.yaml), weights (safetensors;
 required unless the params file sets model.weights), device (cuda | cpu), namespace,
-use_sim_time, input_points (remap of ~/input/points). The executable gets:
+use_sim_time, input_points (remap of ~/input/points); for the camera branch camera_model (BEV
+map model YAML), camera_weights (its safetensors) and cameras (camera names, e.g.
+"[CAM_FRONT, CAM_BACK]"); an empty value keeps the params file's. The six-camera nuScenes rig:
+
+    ros2 launch sptr perception.launch.py \
+        params_file:=$(ros2 pkg prefix sptr)/share/sptr/config/perception_nuscenes_cameras.yaml \
+        weights:=/path/sphereformer.safetensors camera_weights:=/path/bevfusion_seg.safetensors
+
+The executable gets:
 
     perception_node --ros-args -r __node:=sptr [-r __ns:=<namespace>] \
         --params-file <params_file> --params-file <temporary file of the overrides> \
@@ -27,11 +35,17 @@ def _node(context):
         "device": LaunchConfiguration("device").perform(context),
         "use_sim_time": LaunchConfiguration("use_sim_time").perform(context).lower() == "true",
     }
-    weights = LaunchConfiguration("weights").perform(context)
-    if weights:
-        # Absolute: launch_ros writes these overrides to a temporary params file, and the node
-        # resolves a relative path against the directory of the file that sets it.
-        overrides["model.weights"] = os.path.abspath(os.path.expanduser(weights))
+    # Paths absolute: launch_ros writes these overrides to a temporary params file, and the node
+    # resolves a relative path against the directory of the file that sets it.
+    for arg, param in [("weights", "model.weights"), ("camera_model", "camera.model_config"),
+                       ("camera_weights", "camera.model_weights")]:
+        value = LaunchConfiguration(arg).perform(context)
+        if value:
+            overrides[param] = os.path.abspath(os.path.expanduser(value))
+    cameras = LaunchConfiguration("cameras").perform(context).strip()
+    if cameras:
+        names = [c.strip() for c in cameras.strip("[]").replace(",", " ").split()]
+        overrides["input.cameras"] = names
     return [
         Node(
             package="sptr",
@@ -57,5 +71,11 @@ def generate_launch_description():
         DeclareLaunchArgument("use_sim_time", default_value="false"),
         DeclareLaunchArgument("input_points", default_value="~/input/points",
                               description="LiDAR PointCloud2 topic"),
+        DeclareLaunchArgument("camera_model", default_value="",
+                              description="BEV map model YAML; empty keeps the params file's"),
+        DeclareLaunchArgument("camera_weights", default_value="",
+                              description="BEV map model safetensors; empty keeps the params file's"),
+        DeclareLaunchArgument("cameras", default_value="",
+                              description="camera names, e.g. [CAM_FRONT, CAM_BACK]; empty keeps the params file's"),
     ]
     return LaunchDescription(args + [OpaqueFunction(function=_node)])

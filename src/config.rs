@@ -239,6 +239,12 @@ pub struct NodeParams {
     /// Topic names (default: the private `~/...` names; remapping works on either).
     #[serde(default)]
     pub topics: TopicParams,
+    /// The camera branch (used when `input.cameras` is not empty); default: none configured.
+    #[serde(default)]
+    pub camera: CameraParams,
+    /// The fusion model's LiDAR input.
+    #[serde(default)]
+    pub lidar: LidarParams,
 }
 
 /// `on_cuda_error`: what the node does when a frame fails with a CUDA error.
@@ -325,8 +331,223 @@ pub struct ModelParams {
 #[serde(deny_unknown_fields)]
 pub struct InputParams {
     pub qos_depth: usize,
-    /// Camera topic prefixes (`<prefix>/image`, `<prefix>/camera_info`), used by the camera branch.
+    /// Camera names in the BEV model's camera order (nuScenes: CAM_FRONT, CAM_FRONT_RIGHT,
+    /// CAM_FRONT_LEFT, CAM_BACK, CAM_BACK_LEFT, CAM_BACK_RIGHT); each names its topics through
+    /// the `camera` section's templates. Empty: no camera branch.
     pub cameras: Vec<String>,
+}
+
+/// How a camera's images arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageTransport {
+    /// `sensor_msgs/Image` on the image topic.
+    Raw,
+    /// `sensor_msgs/CompressedImage` (JPEG or PNG) on `<image topic>/compressed`, the
+    /// image_transport convention.
+    Compressed,
+}
+
+/// Which CameraInfo matrix gives the intrinsics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntrinsicsFrom {
+    /// `K` (the raw, distorted image's camera matrix).
+    K,
+    /// `P` (fx = P[0], fy = P[5], cx = P[2], cy = P[6]): for rectified images.
+    P,
+}
+
+/// `camera.overrides.<name>`: one camera's settings where they differ from the section's.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CameraOverride {
+    pub image_topic: Option<String>,
+    pub camera_info_topic: Option<String>,
+    pub transport: Option<ImageTransport>,
+    pub intrinsics: Option<IntrinsicsFrom>,
+}
+
+/// `camera:` the camera branch (issue 21).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CameraParams {
+    /// BEVFusion seg model YAML (`config/models/bevfusion_seg_*.yaml`); relative to the params
+    /// file. Empty: no BEV map (the cameras are still synchronised, decoded and diagnosed).
+    pub model_config: String,
+    /// Its safetensors weights; relative to the params file.
+    pub model_weights: String,
+    /// Default transport of every camera.
+    pub transport: ImageTransport,
+    /// Default intrinsics source of every camera.
+    pub intrinsics: IntrinsicsFrom,
+    /// Image topic template: `{camera}` is replaced by the camera's name (for `compressed`,
+    /// `/compressed` is appended).
+    pub image_topic: String,
+    /// CameraInfo topic template (`{camera}` as above).
+    pub camera_info_topic: String,
+    /// Seconds a camera's latest image may differ from the cloud's stamp (either way) and still
+    /// be used; beyond, the camera is masked for that frame (autoware_bevfusion's 0.12 s).
+    pub max_camera_lidar_delay: f64,
+    /// Calibration file (README "Calibration file"): extrinsics where TF has none, intrinsics
+    /// until a CameraInfo arrives. Empty: TF and CameraInfo only. Relative to the params file.
+    pub calibration_file: String,
+    /// Per class of the BEV model, the probability at or above which a cell is that class in the
+    /// mono8 and rgb8 map images; empty: 0.5 for every class.
+    pub map_thresholds: Vec<f64>,
+    /// Per camera name: settings that differ from the defaults above.
+    pub overrides: std::collections::BTreeMap<String, CameraOverride>,
+}
+
+impl Default for CameraParams {
+    fn default() -> Self {
+        CameraParams {
+            model_config: String::new(),
+            model_weights: String::new(),
+            transport: ImageTransport::Compressed,
+            intrinsics: IntrinsicsFrom::K,
+            image_topic: "~/input/cameras/{camera}/image".into(),
+            camera_info_topic: "~/input/cameras/{camera}/camera_info".into(),
+            max_camera_lidar_delay: 0.12,
+            calibration_file: String::new(),
+            map_thresholds: Vec::new(),
+            overrides: Default::default(),
+        }
+    }
+}
+
+/// One camera's resolved settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CameraInput {
+    pub name: String,
+    /// The topic subscribed to (for `compressed`, with `/compressed`).
+    pub image_topic: String,
+    pub camera_info_topic: String,
+    pub transport: ImageTransport,
+    pub intrinsics: IntrinsicsFrom,
+}
+
+/// `lidar:` the fusion model's LiDAR input.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LidarParams {
+    /// Clouds aggregated (upstream: 10), moved into the current frame by the ego motion from TF
+    /// (`odom_frame` → the cloud's frame); without that TF only the current cloud is used.
+    pub sweeps: usize,
+    /// The odometry frame ego motion is looked up in.
+    pub odom_frame: String,
+}
+
+impl Default for LidarParams {
+    fn default() -> Self {
+        LidarParams { sweeps: 1, odom_frame: "odom".into() }
+    }
+}
+
+/// Whether `topic` is a ROS 2 topic name as the node accepts them.
+fn valid_topic(topic: &str) -> bool {
+    !topic.is_empty()
+        && !topic.ends_with('/')
+        && !topic.contains("//")
+        && topic.chars().all(|c| c.is_ascii_alphanumeric() || "_/~{}".contains(c))
+}
+
+impl NodeParams {
+    /// Every camera's topics and settings, in camera order (`camera` templates with the name
+    /// substituted, then its `overrides`).
+    pub fn camera_inputs(&self) -> Vec<CameraInput> {
+        let c = &self.camera;
+        self.input
+            .cameras
+            .iter()
+            .map(|name| {
+                let o = c.overrides.get(name).cloned().unwrap_or_default();
+                let transport = o.transport.unwrap_or(c.transport);
+                let base = o.image_topic.unwrap_or_else(|| c.image_topic.replace("{camera}", name));
+                let image_topic = match transport {
+                    ImageTransport::Raw => base,
+                    ImageTransport::Compressed => format!("{base}/compressed"),
+                };
+                CameraInput {
+                    name: name.clone(),
+                    image_topic,
+                    camera_info_topic: o.camera_info_topic.unwrap_or_else(|| c.camera_info_topic.replace("{camera}", name)),
+                    transport,
+                    intrinsics: o.intrinsics.unwrap_or(c.intrinsics),
+                }
+            })
+            .collect()
+    }
+
+    /// The map thresholds for a model of `classes` classes (0.5 each when none are given).
+    /// Errors when the count differs from the model's.
+    pub fn map_thresholds(&self, classes: usize) -> Result<Vec<f32>, String> {
+        let t = &self.camera.map_thresholds;
+        if t.is_empty() {
+            return Ok(vec![0.5; classes]);
+        }
+        if t.len() != classes {
+            return Err(format!("parameter `camera.map_thresholds` has {} values but the BEV model has {classes} classes", t.len()));
+        }
+        Ok(t.iter().map(|&v| v as f32).collect())
+    }
+
+    /// Checks the camera and LiDAR sections (called by [`NodeParams::parse`]).
+    fn validate_cameras(&self, file: &str) -> Result<(), ConfigError> {
+        let names = &self.input.cameras;
+        if names.len() > 32 {
+            return Err(value_err(file, "input.cameras", format!("has {} cameras; at most 32 are supported", names.len())));
+        }
+        for (i, n) in names.iter().enumerate() {
+            if n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(value_err(file, "input.cameras", format!("camera name `{n}` must be letters, digits and `_` (it is part of topic names)")));
+            }
+            if names[..i].contains(n) {
+                return Err(value_err(file, "input.cameras", format!("camera `{n}` is listed twice")));
+            }
+        }
+        let c = &self.camera;
+        if let Some(k) = c.overrides.keys().find(|k| !names.contains(k)) {
+            return Err(value_err(file, &format!("camera.overrides.{k}"), format!("`{k}` is not a camera of input.cameras {names:?}")));
+        }
+        let d = c.max_camera_lidar_delay;
+        if !(d.is_finite() && d >= 0.0) {
+            return Err(value_err(file, "camera.max_camera_lidar_delay", format!("must be zero or positive seconds, got {d}")));
+        }
+        if let Some(t) = c.map_thresholds.iter().find(|t| !(0.0..=1.0).contains(*t)) {
+            return Err(value_err(file, "camera.map_thresholds", format!("values must be in 0..=1, got {t}")));
+        }
+        if c.map_thresholds.len() > 8 {
+            return Err(value_err(file, "camera.map_thresholds", format!("has {} values: the mono8 map image holds at most 8 classes", c.map_thresholds.len())));
+        }
+        for (key, template) in [("camera.image_topic", &c.image_topic), ("camera.camera_info_topic", &c.camera_info_topic)] {
+            if !valid_topic(template) {
+                return Err(value_err(file, key, format!("must be a ROS 2 topic name (letters, digits, `_`, `/`, `~`, `{{camera}}`), got `{template}`")));
+            }
+        }
+        let inputs = self.camera_inputs();
+        for (i, cam) in inputs.iter().enumerate() {
+            for (what, topic) in [("image_topic", &cam.image_topic), ("camera_info_topic", &cam.camera_info_topic)] {
+                if !valid_topic(topic) || topic.contains(['{', '}']) {
+                    return Err(value_err(file, &format!("camera.overrides.{}.{what}", cam.name), format!("gives `{topic}`, not a ROS 2 topic name")));
+                }
+            }
+            if let Some(other) = inputs[..i].iter().find(|o| o.image_topic == cam.image_topic || o.camera_info_topic == cam.camera_info_topic) {
+                return Err(value_err(
+                    file,
+                    "camera.image_topic",
+                    format!("cameras `{}` and `{}` get the same topic (use `{{camera}}` in the templates, or camera.overrides)", other.name, cam.name),
+                ));
+            }
+        }
+        if !(1..=20).contains(&self.lidar.sweeps) {
+            return Err(value_err(file, "lidar.sweeps", format!("must be in 1..=20 (upstream: 10), got {}", self.lidar.sweeps)));
+        }
+        if self.lidar.odom_frame.is_empty() {
+            return Err(value_err(file, "lidar.odom_frame", "must name a frame (e.g. odom)"));
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -412,14 +633,11 @@ impl NodeParams {
             return Err(value_err(file, "budget.error_after_s", format!("must be zero or positive, got {}", p.budget.error_after_s)));
         }
         for (key, topic) in p.topics.all() {
-            let ok = !topic.is_empty()
-                && !topic.ends_with('/')
-                && !topic.contains("//")
-                && topic.chars().all(|c| c.is_ascii_alphanumeric() || "_/~{}".contains(c));
-            if !ok {
+            if !valid_topic(topic) {
                 return Err(value_err(file, key, format!("must be a ROS 2 topic name (letters, digits, `_`, `/`, `~`), got `{topic}`")));
             }
         }
+        p.validate_cameras(file)?;
         Ok(p)
     }
 }

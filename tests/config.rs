@@ -410,3 +410,87 @@ fn largest_accepted_max_voxels_gives_valid_voxel_params() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The camera branch's parameters (issue 21)
+
+const NODE_CAMS: &str = "config/perception_nuscenes_cameras.yaml";
+
+/// The six-camera rig file is config/perception_nuscenes.yaml with the camera branch on: only
+/// `input.cameras` and `camera.{model_config, calibration_file, map_thresholds}` differ; its
+/// cameras' topics are the sample bag's (the node `sptr` in `/`), its model and calibration
+/// file exist.
+#[test]
+fn perception_nuscenes_cameras_yaml_is_the_nuscenes_file_with_cameras() {
+    let nus = NodeParams::load(&path(NODE_NUSC)).unwrap();
+    let cams = NodeParams::load(&path(NODE_CAMS)).unwrap_or_else(|e| panic!("{e}"));
+    assert!(nus.input.cameras.is_empty() && NodeParams::load(&path(NODE)).unwrap().input.cameras.is_empty());
+    assert_eq!(cams.input.cameras, ["CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_FRONT_LEFT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_BACK_RIGHT"]);
+    let mut same = cams.clone();
+    same.input.cameras.clear();
+    same.camera.model_config.clear();
+    same.camera.calibration_file.clear();
+    same.camera.map_thresholds.clear();
+    assert_eq!(same, nus, "{NODE_CAMS} differs from {NODE_NUSC} in more than the cameras");
+    let dir = path(NODE_CAMS).parent().unwrap().to_path_buf();
+    assert!(dir.join(&cams.camera.model_config).is_file());
+    assert!(dir.join(&cams.camera.calibration_file).is_file());
+    assert_eq!(cams.map_thresholds(6).unwrap(), vec![0.5; 6]);
+    assert!(cams.map_thresholds(5).unwrap_err().contains("6 values"));
+    assert_eq!(nus.map_thresholds(6).unwrap(), vec![0.5; 6], "[] is 0.5 for every class");
+    let inputs = cams.camera_inputs();
+    assert_eq!(inputs.len(), 6);
+    assert_eq!(inputs[0].image_topic, "~/input/cameras/CAM_FRONT/image/compressed");
+    assert_eq!(inputs[5].camera_info_topic, "~/input/cameras/CAM_BACK_RIGHT/camera_info");
+    assert!(inputs.iter().all(|c| c.transport == sptr::config::ImageTransport::Compressed && c.intrinsics == sptr::config::IntrinsicsFrom::K));
+    assert_eq!((cams.camera.max_camera_lidar_delay, cams.lidar.sweeps, cams.lidar.odom_frame.as_str()), (0.12, 1, "odom"));
+}
+
+#[test]
+fn camera_overrides_change_one_camera() {
+    let t = edit(
+        &text(NODE_CAMS),
+        "      max_camera_lidar_delay: 0.12",
+        "      overrides:\n        CAM_BACK:\n          transport: raw\n          intrinsics: p\n          image_topic: /rear/image_rect\n      max_camera_lidar_delay: 0.12",
+    );
+    let p = NodeParams::parse(&t, NODE_CAMS).unwrap();
+    let i = p.camera_inputs();
+    assert_eq!(i[3].image_topic, "/rear/image_rect");
+    assert_eq!(i[3].transport, sptr::config::ImageTransport::Raw);
+    assert_eq!(i[3].intrinsics, sptr::config::IntrinsicsFrom::P);
+    assert_eq!(i[3].camera_info_topic, "~/input/cameras/CAM_BACK/camera_info");
+    assert_eq!(i[2].image_topic, "~/input/cameras/CAM_FRONT_LEFT/image/compressed");
+}
+
+#[test]
+fn bad_camera_parameters_are_value_errors() {
+    let cams = "cameras: [CAM_FRONT, CAM_FRONT_RIGHT, CAM_FRONT_LEFT, CAM_BACK, CAM_BACK_LEFT, CAM_BACK_RIGHT]";
+    let bad = |from: &str, to: &str, key: &str| assert_value_err(NodeParams::parse(&edit(&text(NODE_CAMS), from, to), NODE_CAMS), NODE_CAMS, key);
+    bad(cams, "cameras: [CAM_FRONT, CAM_FRONT]", "input.cameras");
+    bad(cams, "cameras: [CAM-FRONT]", "input.cameras");
+    bad(cams, "cameras: [\"\"]", "input.cameras");
+    bad("max_camera_lidar_delay: 0.12", "max_camera_lidar_delay: -0.1", "camera.max_camera_lidar_delay");
+    bad("map_thresholds: [0.5, 0.5, 0.5, 0.5, 0.5, 0.5]", "map_thresholds: [0.5, 1.5]", "camera.map_thresholds");
+    bad("map_thresholds: [0.5, 0.5, 0.5, 0.5, 0.5, 0.5]", "map_thresholds: [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]", "camera.map_thresholds");
+    bad("sweeps: 1", "sweeps: 0", "lidar.sweeps");
+    bad("sweeps: 1", "sweeps: 21", "lidar.sweeps");
+    bad("odom_frame: odom", "odom_frame: \"\"", "lidar.odom_frame");
+    bad("image_topic: ~/input/cameras/{camera}/image", "image_topic: ~/input/cameras/image", "camera.image_topic");
+    bad("image_topic: ~/input/cameras/{camera}/image", "image_topic: \"a b/{camera}\"", "camera.image_topic");
+    bad(
+        "      max_camera_lidar_delay: 0.12",
+        "      overrides:\n        CAM_SIDE:\n          transport: raw\n      max_camera_lidar_delay: 0.12",
+        "camera.overrides.CAM_SIDE",
+    );
+    bad(
+        "      max_camera_lidar_delay: 0.12",
+        "      overrides:\n        CAM_BACK:\n          image_topic: \"x//y\"\n      max_camera_lidar_delay: 0.12",
+        "camera.overrides.CAM_BACK.image_topic",
+    );
+    assert_parse_err(NodeParams::parse(&edit(&text(NODE_CAMS), "transport: compressed", "transport: h264"), NODE_CAMS), NODE_CAMS, "h264");
+    assert_parse_err(NodeParams::parse(&edit(&text(NODE_CAMS), "intrinsics: k", "intrinsics: q"), NODE_CAMS), NODE_CAMS, "q");
+    assert_parse_err(NodeParams::parse(&edit(&text(NODE_CAMS), "sweeps: 1", "sweeps: 1\n      extra: 2"), NODE_CAMS), NODE_CAMS, "extra");
+    // 33 cameras: more than the 32-bit camera mask
+    let many: Vec<String> = (0..33).map(|i| format!("C{i}")).collect();
+    bad(cams, &format!("cameras: [{}]", many.join(", ")), "input.cameras");
+}

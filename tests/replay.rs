@@ -109,6 +109,7 @@ fn options(bag: &Path, out: &Path) -> ReplayOptions {
         weights_name: "random 7".into(),
         device_name: "cpu".into(),
         progress: ProgressMode::Quiet,
+        cameras: None,
     }
 }
 

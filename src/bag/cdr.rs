@@ -851,6 +851,64 @@ impl CdrMessage for OccupancyGrid {
     }
 }
 
+/// `geometry_msgs/TransformStamped`: the pose of `child_frame_id` in `header.frame_id` (a point
+/// `p` in the child frame is `R(rotation) p + translation` in the parent frame).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TransformStamped {
+    pub header: Header,
+    pub child_frame_id: String,
+    pub translation: [f64; 3],
+    /// `x, y, z, w`.
+    pub rotation: [f64; 4],
+}
+
+/// `tf2_msgs/TFMessage` (`/tf`, `/tf_static`). Decoded here rather than through a generated
+/// interface package: the PyPI ROS 2 toolchain has no tf2_msgs, and the node subscribes to the
+/// raw bytes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TfMessage {
+    pub transforms: Vec<TransformStamped>,
+}
+
+impl CdrMessage for TfMessage {
+    const TYPE_NAME: &'static str = "tf2_msgs/msg/TFMessage";
+    fn read(r: &mut CdrReader<'_>) -> Result<Self, CdrError> {
+        // header (8 + 4 bytes at least), child frame id (4), 7 doubles (56)
+        let n = r.read_count("TFMessage.transforms", 72)?;
+        let mut transforms = Vec::with_capacity(n);
+        for _ in 0..n {
+            let header = Header::read(
+                r,
+                [
+                    "TFMessage.transforms.header.stamp.sec",
+                    "TFMessage.transforms.header.stamp.nanosec",
+                    "TFMessage.transforms.header.frame_id",
+                ],
+            )?;
+            let child_frame_id = r.read_string("TFMessage.transforms.child_frame_id")?;
+            let translation = r.read_f64_array("TFMessage.transforms.transform.translation")?;
+            let rotation = r.read_f64_array("TFMessage.transforms.transform.rotation")?;
+            transforms.push(TransformStamped {
+                header,
+                child_frame_id,
+                translation,
+                rotation,
+            });
+        }
+        Ok(TfMessage { transforms })
+    }
+
+    fn write(&self, w: &mut CdrWriter) {
+        w.write_count(self.transforms.len());
+        for t in &self.transforms {
+            t.header.write(w);
+            w.write_string(&t.child_frame_id);
+            w.write_f64_array(&t.translation);
+            w.write_f64_array(&t.rotation);
+        }
+    }
+}
+
 /// One decoded message of a type replay reads. (CameraInfo's 360 bytes inline are fine: a
 /// message is decoded once per frame and its buffers dwarf the enum.)
 #[derive(Debug, Clone, PartialEq)]

@@ -77,6 +77,41 @@ float64 y 0\n\
 float64 z 0\n\
 float64 w 1\n";
 
+const CAMERA_INFO: &str = "std_msgs/Header header\n\
+uint32 height\n\
+uint32 width\n\
+string distortion_model\n\
+float64[] d\n\
+float64[9] k\n\
+float64[9] r\n\
+float64[12] p\n\
+uint32 binning_x\n\
+uint32 binning_y\n\
+RegionOfInterest roi\n";
+
+const REGION_OF_INTEREST: &str = "MSG: sensor_msgs/RegionOfInterest\n\
+uint32 x_offset\n\
+uint32 y_offset\n\
+uint32 height\n\
+uint32 width\n\
+bool do_rectify\n";
+
+const TF_MESSAGE: &str = "geometry_msgs/TransformStamped[] transforms\n";
+
+const TRANSFORM_STAMPED: &str = "MSG: geometry_msgs/TransformStamped\n\
+std_msgs/Header header\n\
+string child_frame_id\n\
+Transform transform\n";
+
+const TRANSFORM: &str = "MSG: geometry_msgs/Transform\n\
+Vector3 translation\n\
+Quaternion rotation\n";
+
+const VECTOR3: &str = "MSG: geometry_msgs/Vector3\n\
+float64 x\n\
+float64 y\n\
+float64 z\n";
+
 /// The main definition followed by each dependency, separated as `ros2msg` schemas are.
 fn join(main: &str, deps: &[&str]) -> String {
     let mut s = main.to_string();
@@ -88,12 +123,18 @@ fn join(main: &str, deps: &[&str]) -> String {
 }
 
 /// The `ros2msg` schema text of a type replay writes (`sensor_msgs/msg/PointCloud2`, `Image`,
-/// `CompressedImage`, `nav_msgs/msg/OccupancyGrid`), `None` for any other type.
+/// `CompressedImage`, `nav_msgs/msg/OccupancyGrid`; `CameraInfo` and `tf2_msgs/msg/TFMessage`
+/// for bags made in tests), `None` for any other type.
 pub fn definition(type_name: &str) -> Option<String> {
     Some(match type_name {
         "sensor_msgs/msg/PointCloud2" => join(POINT_CLOUD2, &[HEADER, TIME, POINT_FIELD]),
         "sensor_msgs/msg/Image" => join(IMAGE, &[HEADER, TIME]),
         "sensor_msgs/msg/CompressedImage" => join(COMPRESSED_IMAGE, &[HEADER, TIME]),
+        "sensor_msgs/msg/CameraInfo" => join(CAMERA_INFO, &[HEADER, TIME, REGION_OF_INTEREST]),
+        "tf2_msgs/msg/TFMessage" => join(
+            TF_MESSAGE,
+            &[TRANSFORM_STAMPED, HEADER, TIME, TRANSFORM, VECTOR3, QUATERNION],
+        ),
         "nav_msgs/msg/OccupancyGrid" => join(
             OCCUPANCY_GRID,
             &[HEADER, TIME, MAP_META_DATA, POSE, POINT, QUATERNION],

@@ -336,7 +336,9 @@ struct ReplayArgs {
     ignore: Option<u32>,
     /// Node params file whose `bev` section sets the BEV grid and its frame (default: the
     /// node's defaults, config/perception.yaml, made for the SemanticKITTI model; for the
-    /// nuScenes model: config/perception_nuscenes.yaml).
+    /// nuScenes model: config/perception_nuscenes.yaml). With `input.cameras` set (e.g.
+    /// config/perception_nuscenes_cameras.yaml) the cameras are read from the bag and
+    /// synchronised as the node does (cameras.json).
     #[arg(long)]
     params: Option<PathBuf>,
     /// Output directory (bag/, report.json, report.md, plots, bev/).
@@ -1322,6 +1324,14 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     };
     let outcome = sptr::replay::run(&req).map_err(|e| anyhow::anyhow!("{e}"))?;
     print_outcome(&outcome.report, &outcome.out);
+    for c in &outcome.cameras {
+        let why: Vec<String> = c.masked_by.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        let why = if why.is_empty() { String::new() } else { format!(" ({})", why.join(", ")) };
+        eprintln!("camera {}: used in {} frame(s), masked in {}{why}", c.name, c.used, c.masked);
+    }
+    if !outcome.cameras.is_empty() {
+        eprintln!("cameras: {}", outcome.out.join(sptr::replay::cameras::CAMERAS_FILE).display());
+    }
     if !outcome.bev_png_missing.is_empty() {
         eprintln!(
             "sptr: warning: no BEV PNG for --bev-png-frames {:?}: those frames were skipped or not in the bag (see {})",

@@ -23,6 +23,7 @@
 
 pub mod agreement;
 pub mod bev_png;
+pub mod cameras;
 pub mod device;
 pub mod ground_truth;
 pub mod output_dir;
@@ -36,6 +37,7 @@ use std::time::Instant;
 
 use crate::bag::cdr::{CdrMessage, PointCloud2};
 use crate::bag::{Bag, BagError, BagWriter};
+use crate::bev::branch::BevMapModel;
 use crate::bev::messages::frame_mismatch;
 use crate::cloud::{field_values, finite_mask};
 use crate::config::ModelYaml;
@@ -47,6 +49,7 @@ use crate::outputs::{self, OutputTopics};
 use crate::perception::{FrameOutput, Processor, NO_CLASS, STAGES};
 
 pub use bev_png::{bev_view, write_bev_png, BevLegend};
+pub use cameras::{CameraOutcome, CameraReplay, CameraReplayOptions};
 pub use device::{open_processor, Device, WeightsSource};
 pub use ground_truth::LabelSource;
 pub use output_dir::{merge_shards, write_reports};
@@ -130,6 +133,8 @@ pub struct ReplayOptions {
     pub weights_name: String,
     pub device_name: String,
     pub progress: ProgressMode,
+    /// The camera branch (`input.cameras` of the params file); `None`: LiDAR only.
+    pub cameras: Option<CameraReplayOptions>,
 }
 
 /// What a replay produced.
@@ -143,6 +148,8 @@ pub struct ReplayOutcome {
     /// Frames of `bev_png_frames` whose PNG was not written (skipped frames, or a bag whose
     /// metadata promised more frames than it had).
     pub bev_png_missing: Vec<u64>,
+    /// Per camera: frames used and masked (empty without the camera branch).
+    pub cameras: Vec<CameraOutcome>,
 }
 
 /// A duration in nanoseconds (saturating).
@@ -150,14 +157,30 @@ fn ns(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Runs the replay with `processor` (opened for `model`); see the module doc.
+/// Runs the replay with `processor` (opened for `model`); see the module doc. No BEV map model:
+/// [`replay_with`].
 pub fn replay(
     processor: &mut Processor,
     model: &ModelYaml,
     opts: &ReplayOptions,
 ) -> Result<ReplayOutcome, ReplayError> {
+    replay_with(processor, model, opts, None)
+}
+
+/// [`replay`] with the camera branch's BEV map model, when there is one: its map of every
+/// replayed frame is written to the output bag (and drawn for the `bev_png_frames`).
+pub fn replay_with(
+    processor: &mut Processor,
+    model: &ModelYaml,
+    opts: &ReplayOptions,
+    mut bev_model: Option<&mut dyn BevMapModel>,
+) -> Result<ReplayOutcome, ReplayError> {
     let bag = Bag::open(&opts.bag)?;
     let lidar = resolve_topics(&bag, opts)?;
+    let mut cams = match &opts.cameras {
+        Some(c) => Some(CameraReplay::new(c, &bag)?),
+        None => None,
+    };
     let cfg = model;
     if processor.bev_params().classes != cfg.classes {
         return Err(ReplayError::Setup(format!(
@@ -194,6 +217,15 @@ pub fn replay(
     writer.add_topic(&t.bev_labels, "sensor_msgs/msg/Image")?;
     writer.add_topic(&t.bev_color, "sensor_msgs/msg/Image")?;
     writer.add_topic(&t.bev_occupancy, "nav_msgs/msg/OccupancyGrid")?;
+    let map_classes: Option<Vec<String>> = match (&cams, &opts.cameras) {
+        (Some(_), Some(c)) if bev_model.is_some() => {
+            let style = c.map_style.as_ref().ok_or_else(|| ReplayError::Setup("a BEV map model needs the map style (thresholds, palette)".into()))?;
+            style.check(c.map_classes.len()).map_err(|e| ReplayError::Setup(format!("BEV map: {e}")))?;
+            cameras::add_map_topics(&mut writer, &c.map_classes)?;
+            Some(c.map_classes.clone())
+        }
+        _ => None,
+    };
 
     let shard_frames = expected / opts.shard.count as u64
         + u64::from(expected % opts.shard.count as u64 > opts.shard.index as u64);
@@ -204,7 +236,16 @@ pub fn replay(
     let mut index = 0u64;
     let mut frame_noted = false;
     let loop_start = Instant::now();
-    for msg in bag.messages(&[lidar.as_str()]) {
+    let mut filter = vec![lidar.clone()];
+    if let Some(c) = &cams {
+        for n in c.notes() {
+            progress.note(&format!("cameras: {n}"));
+        }
+        filter.extend(c.topics());
+    }
+    let filter: Vec<&str> = filter.iter().map(String::as_str).collect();
+    let mut camera_notes = 0u64;
+    for msg in bag.messages(&filter) {
         let msg = match msg {
             Ok(m) => m,
             Err(e) => {
@@ -216,6 +257,18 @@ pub fn replay(
                 break;
             }
         };
+        if msg.topic != lidar {
+            if let Some(c) = cams.as_mut() {
+                if let Some(note) = c.on_message(&msg) {
+                    // as the node: logged and dropped; the first few shown, all counted
+                    camera_notes += 1;
+                    if camera_notes <= 10 {
+                        progress.note(&format!("dropped a camera message: {note}"));
+                    }
+                }
+            }
+            continue;
+        }
         let i = index;
         index += 1;
         if !opts.shard.contains(i) {
@@ -227,7 +280,7 @@ pub fn replay(
             topic: &lidar,
             bag: &opts.bag,
         };
-        let record = process_frame(
+        let mut record = process_frame(
             processor,
             cfg,
             opts,
@@ -240,6 +293,9 @@ pub fn replay(
             &progress,
             &mut frame_noted,
         )?;
+        if let Some(c) = cams.as_mut() {
+            camera_frame(c, &mut bev_model, map_classes.as_deref(), opts, &ctx, &msg.data, &mut record, &mut writer, &bev_dir, &progress)?;
+        }
         let note = record.reason.as_ref().map(|r| format!("frame {i}: {r}"));
         progress.frame(note.as_deref());
         frames.push(record);
@@ -247,6 +303,9 @@ pub fn replay(
     let processing_s = loop_start.elapsed().as_secs_f64();
     progress.finish();
     writer.finish()?;
+    if let Some(c) = &cams {
+        c.write_summary(&opts.out)?;
+    }
 
     let state = EvalState {
         format: STATE_FORMAT,
@@ -282,7 +341,66 @@ pub fn replay(
         out: opts.out.clone(),
         damage,
         bev_png_missing,
+        cameras: cams.map(|c| c.outcome()).unwrap_or_default(),
     })
+}
+
+/// The camera branch's part of a replayed LiDAR frame: the frame's camera inputs (sync,
+/// calibration, decode, sweeps: their stage times join the frame's record), then the BEV map
+/// model's forward and its messages. A frame the LiDAR path skipped is skipped here too.
+#[allow(clippy::too_many_arguments)]
+fn camera_frame(
+    cams: &mut CameraReplay,
+    bev_model: &mut Option<&mut dyn BevMapModel>,
+    map_classes: Option<&[String]>,
+    opts: &ReplayOptions,
+    ctx: &FrameCtx,
+    data: &[u8],
+    record: &mut FrameRecord,
+    writer: &mut BagWriter,
+    bev_dir: &Path,
+    progress: &progress::Progress,
+) -> Result<(), ReplayError> {
+    if record.status == FrameStatus::Skipped {
+        return Ok(());
+    }
+    // The LiDAR path decoded this cloud already; the camera branch keeps its own copy as a sweep.
+    let Ok(msg) = PointCloud2::from_cdr(data) else { return Ok(()) };
+    let Ok((points, _)) = crate::cloud::decode(&msg.view()) else { return Ok(()) };
+    let inputs = cams.frame(ctx.index, msg.header.stamp.as_nanos(), &msg.header.frame_id, &points);
+    let end = record.stages_ns.iter().position(|(n, _)| n == END_TO_END).unwrap_or(record.stages_ns.len());
+    let camera_stages: Vec<(String, u64)> = inputs.stages.iter().map(|(n, v)| (n.to_string(), (v * 1e6).round() as u64)).collect();
+    record.stages_ns.splice(end..end, camera_stages);
+
+    // INTEGRATION(issue 21, BEV map model): the model's forward on this frame's inputs. The
+    // request (`request::run`) opens the model from `camera.model_config` / `camera.model_weights`
+    // and passes it here; ground-truth masks (a directory, `crate::eval::bev_map`'s threshold
+    // sweep and mIoU) are evaluated on `map` right after it.
+    let (Some(model), Some(classes)) = (bev_model.as_deref_mut(), map_classes) else { return Ok(()) };
+    let t = Instant::now();
+    let map = match model.forward(&inputs) {
+        Ok(m) => m,
+        Err(e) => {
+            progress.note(&format!("frame {}: the BEV map model failed: {e}", ctx.index));
+            return Ok(());
+        }
+    };
+    let forward_ns = ns(t.elapsed());
+    let Some(messages) = cams.map_messages(&map, &msg.header, &opts.bev_frame_id)? else { return Ok(()) };
+    cameras::write_map(writer, classes, &messages, ctx.timestamp_ns)?;
+    let end = record.stages_ns.iter().position(|(n, _)| n == END_TO_END).unwrap_or(record.stages_ns.len());
+    record.stages_ns.insert(end, ("bev_map".to_string(), forward_ns));
+    if opts.bev_png_frames.contains(&ctx.index) {
+        let palette = opts.cameras.as_ref().and_then(|c| c.map_style.as_ref()).map(|s| s.palette.clone()).unwrap_or_default();
+        let legend = BevLegend {
+            class_names: &map.classes,
+            palette: &palette,
+            resolution: map.resolution,
+            title: format!("BEV map, frame {} ({} ns)", ctx.index, ctx.timestamp_ns),
+        };
+        write_bev_png(&bev_dir.join(format!("map_{:06}.png", ctx.index)), &cameras::map_as_grids(&messages), &legend)?;
+    }
+    Ok(())
 }
 
 /// `--bev-png-frames` must name frames this replay processes: below the bag's LiDAR frame count

@@ -16,6 +16,7 @@ const OUTPUT_FILES: &[&str] = &[
     "confusion.png",
     "iou.png",
     "latency.png",
+    super::cameras::CAMERAS_FILE,
 ];
 
 /// Removes the files an earlier run left in `out` (only the names replay writes, and the BEV
@@ -33,7 +34,7 @@ pub(crate) fn remove_stale_outputs(out: &Path) -> Result<(), ReplayError> {
     if let Ok(entries) = std::fs::read_dir(out.join("bev")) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with("frame_") && name.ends_with(".png") {
+            if (name.starts_with("frame_") || name.starts_with("map_")) && name.ends_with(".png") {
                 remove(e.path())?;
             }
         }

@@ -11,6 +11,13 @@ use crate::bev::label_grid::BevGridParams;
 use crate::config::{ModelConfig, ModelYaml, NodeParams, DEFAULT_NODE_PARAMS_FILE};
 use crate::eval::labels::LabelMap;
 use crate::outputs::OutputTopics;
+use super::cameras::absolute_topic;
+use super::CameraReplayOptions;
+use crate::bev::branch::BranchConfig;
+use crate::bev::calib_file::CalibrationFile;
+use crate::bev::map::{NUSCENES_MAP_CLASSES, NUSCENES_MAP_PALETTE};
+use crate::bev::map_messages::MapStyle;
+use crate::config::IntrinsicsFrom;
 
 /// The node params file for the nuScenes SphereFormer (`config/models/sphereformer_nuscenes.yaml`),
 /// named when the default parameters do not fit a model.
@@ -66,6 +73,55 @@ pub fn bev_params(
     Ok((p, bev.frame_id.clone()))
 }
 
+/// The camera branch of a replay from the params file `path` (`None` when its `input.cameras` is
+/// empty): the cameras' topics as the node `sptr` resolves them, the calibration file (relative
+/// to the params file), the map classes of `camera.model_config` (nuScenes' six without one)
+/// with `camera.map_thresholds` and the nuScenes map palette.
+pub fn camera_options(path: &Path, p: &NodeParams) -> Result<Option<CameraReplayOptions>, ReplayError> {
+    if p.input.cameras.is_empty() {
+        return Ok(None);
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let resolve = |v: &str| -> Option<PathBuf> { (!v.is_empty()).then(|| dir.join(v)) };
+    let calibration_file = match resolve(&p.camera.calibration_file) {
+        Some(f) => Some(CalibrationFile::load(&f).map_err(|e| ReplayError::Setup(format!("{}: camera.calibration_file: {e}", path.display())))?),
+        None => None,
+    };
+    let map_classes = match resolve(&p.camera.model_config) {
+        Some(f) => map_classes(&f).map_err(|e| ReplayError::Setup(format!("{}: camera.model_config: {e}", path.display())))?,
+        None => NUSCENES_MAP_CLASSES.iter().map(|s| s.to_string()).collect(),
+    };
+    let thresholds = p.map_thresholds(map_classes.len()).map_err(|e| ReplayError::Setup(format!("{}: {e}", path.display())))?;
+    let palette: Vec<[u8; 3]> = (0..map_classes.len()).map(|i| NUSCENES_MAP_PALETTE[i % NUSCENES_MAP_PALETTE.len()]).collect();
+    let mut inputs = p.camera_inputs();
+    for c in &mut inputs {
+        c.image_topic = absolute_topic(&c.image_topic);
+        c.camera_info_topic = absolute_topic(&c.camera_info_topic);
+    }
+    let branch = BranchConfig {
+        names: p.input.cameras.clone(),
+        use_projection: inputs.iter().map(|c| c.intrinsics == IntrinsicsFrom::P).collect(),
+        max_camera_lidar_delay_s: p.camera.max_camera_lidar_delay,
+        sweeps: p.lidar.sweeps,
+        odom_frame: p.lidar.odom_frame.clone(),
+        calibration_file,
+    };
+    Ok(Some(CameraReplayOptions { inputs, branch, map_classes, map_style: Some(MapStyle { thresholds, palette }) }))
+}
+
+/// `map_classes` of a BEVFusion seg model YAML.
+fn map_classes(path: &Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let v: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let list = v
+        .get("map_classes")
+        .and_then(|c| c.as_sequence())
+        .ok_or_else(|| format!("{}: no `map_classes` list", path.display()))?;
+    list.iter()
+        .map(|c| c.as_str().map(str::to_string).ok_or_else(|| format!("{}: `map_classes` must be names", path.display())))
+        .collect()
+}
+
 /// What `sptr replay` was asked, before anything is loaded.
 #[derive(Debug, Clone)]
 pub struct ReplayRequest {
@@ -111,6 +167,10 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         None => None,
     };
     let (bev, bev_frame_id) = bev_params(&model, params.as_ref().map(|(p, n)| (*p, n)))?;
+    let cameras = match &params {
+        Some((path, p)) => camera_options(path, p)?,
+        None => None,
+    };
     let (mut processor, device_name) =
         open_processor(req.device, &model, &req.model, &req.weights, &bev)?;
     // as the node: `on_overflow` of the params file (default `drop`)
@@ -129,6 +189,7 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         weights_name: req.weights.describe(),
         device_name,
         progress: req.progress,
+        cameras,
     };
     replay(&mut processor, &model, &opts)
 }
@@ -201,6 +262,32 @@ mod tests {
                 "traffic-sign"
             ]
         );
+    }
+
+    /// The six-camera params file gives the sample bag's topics, the calibration file and the
+    /// six map classes; a missing calibration file and a threshold list of the wrong length are
+    /// errors naming the parameter; no cameras, no camera branch.
+    #[test]
+    fn camera_options_from_the_params_file() {
+        let file = root().join("config/perception_nuscenes_cameras.yaml");
+        let p = NodeParams::load(&file).unwrap();
+        let c = camera_options(&file, &p).unwrap().unwrap();
+        assert_eq!(c.inputs[0].image_topic, "/sptr/input/cameras/CAM_FRONT/image/compressed");
+        assert_eq!(c.inputs[5].camera_info_topic, "/sptr/input/cameras/CAM_BACK_RIGHT/camera_info");
+        assert_eq!(c.map_classes, NUSCENES_MAP_CLASSES.map(String::from).to_vec());
+        assert_eq!(c.branch.calibration_file.as_ref().map(|f| f.cameras.len()), Some(6));
+        assert_eq!(c.map_style.as_ref().map(|s| s.thresholds.clone()), Some(vec![0.5; 6]));
+        let mut bad = p.clone();
+        bad.camera.calibration_file = "nowhere.yaml".into();
+        let e = camera_options(&file, &bad).unwrap_err().to_string();
+        assert!(e.contains("camera.calibration_file") && e.contains("nowhere.yaml"), "{e}");
+        let mut bad = p.clone();
+        bad.camera.map_thresholds = vec![0.5; 5];
+        let e = camera_options(&file, &bad).unwrap_err().to_string();
+        assert!(e.contains("camera.map_thresholds") && e.contains("6 classes"), "{e}");
+        let mut none = p.clone();
+        none.input.cameras.clear();
+        assert!(camera_options(&file, &none).unwrap().is_none());
     }
 
     /// The default obstacle ids are SemanticKITTI's: the nuScenes model (16 classes) needs

@@ -5,8 +5,10 @@
 //! the encoder's buffer into the message.
 //!
 //! The node itself is [`node`] (binary `perception_node`): [`params`] validates its parameters,
-//! [`mailbox`] hands frames from the subscription to the processing thread.
+//! [`mailbox`] hands frames from the subscription to the processing thread, [`cameras`] is the
+//! camera branch's subscriptions, outputs and diagnostics.
 
+pub mod cameras;
 pub mod mailbox;
 pub mod node;
 pub mod params;

@@ -17,7 +17,14 @@
 //! | `~/debug/stage_ms/<stage>` | `std_msgs/Float64` | each of [`STAGES`] |
 //! | `~/debug/latency_ms` | `std_msgs/Float64` | message receipt to the outputs published |
 //! | `~/debug/voxels` | `std_msgs/UInt32` | voxels the network ran on |
-//! | `/diagnostics` | `diagnostic_msgs/DiagnosticArray` | 1 Hz, see [`diagnostics`] |
+//! | `/diagnostics` | `diagnostic_msgs/DiagnosticArray` | 1 Hz, see [`diagnostics`] (+ the cameras' values, [`super::cameras::CameraDiag`]) |
+//!
+//! With `input.cameras` set, the camera branch ([`super::cameras`]) adds per camera
+//! `camera.image_topic` (`Image`, or `CompressedImage` on `<topic>/compressed`) and
+//! `camera.camera_info_topic` subscriptions, `/tf` and `/tf_static`, the BEV map outputs (with a
+//! model) and `~/debug/stage_ms/{camera_sync, camera_decode, sweeps, bev_map}`,
+//! `~/debug/processing_time_ms/camera`; it runs after the LiDAR outputs are published, so the
+//! LiDAR path (and `~/debug/processing_time_ms`) is unchanged.
 //!
 //! Outputs are published reliable (a reliable writer serves best-effort and reliable readers),
 //! keep last 1.
@@ -236,6 +243,8 @@ struct Worker {
     /// Told the reason when a CUDA error must end the node (`on_cuda_error: exit`).
     exit: tokio::sync::mpsc::UnboundedSender<String>,
     pubs: Publishers,
+    /// The camera branch (`input.cameras` not empty), run after the LiDAR outputs are out.
+    cameras: Option<super::cameras::CameraWorker>,
     /// `true` while the node exists: held (read) while publishing; shutdown sets it `false`
     /// (write, so after any publish in progress) before the node and its publishers go.
     outputs_open: Arc<RwLock<bool>>,
@@ -399,6 +408,9 @@ impl Worker {
         });
         let _ = self.pubs.latency.publish(&f64_msg(latency));
         let _ = self.pubs.processing.publish(&f64_msg(total_ms));
+        if let Some(cw) = self.cameras.as_mut() {
+            cw.frame(msg);
+        }
         drop(open);
         self.counters
             .lock()
@@ -569,6 +581,8 @@ struct Setup {
     model: ModelConfig,
     weights: PathBuf,
     processor: Processor,
+    /// The camera branch's state, when `input.cameras` is set.
+    camera_branch: Option<crate::bev::branch::CameraBranch>,
 }
 
 fn fail(code: i32, msg: impl std::fmt::Display) -> i32 {
@@ -662,6 +676,26 @@ pub fn main() -> i32 {
         Err(e) => return fail(EXIT_PARAMS, e),
     };
     processor.set_on_overflow(params.on_overflow);
+
+    // 5. The camera branch (issue 21): its calibration file and state. INTEGRATION(issue 21, BEV
+    // map model): open the model from `camera.model_config` / `camera.model_weights`
+    // (`params::camera_model_path`, `params::camera_weights_path`) here and hand it to
+    // `CameraWorker::set_model` with `MapPublishers::create` in `run`.
+    let camera_branch = if params.input.cameras.is_empty() {
+        None
+    } else {
+        let file = match params::calibration_file_path(&params, &file_maps) {
+            Some(path) => match crate::bev::calib_file::CalibrationFile::load(&path) {
+                Ok(f) => Some(f),
+                Err(e) => return fail(EXIT_PARAMS, format!("parameter `camera.calibration_file`: {e}")),
+            },
+            None => None,
+        };
+        match crate::bev::branch::CameraBranch::new(super::cameras::branch_config(&params, file)) {
+            Ok(b) => Some(b),
+            Err(e) => return fail(EXIT_PARAMS, format!("camera parameters: {e}")),
+        }
+    };
     eprintln!(
         "perception_node: model {} with weights {} loaded on {} in {:.0} ms",
         model.source.display(),
@@ -677,6 +711,7 @@ pub fn main() -> i32 {
             model,
             weights,
             processor,
+            camera_branch,
         },
         fqn,
     );
@@ -717,6 +752,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
         model,
         weights,
         processor,
+        camera_branch,
     } = setup;
     let logger = node.logger().to_string();
     let topics = &params.topics;
@@ -791,6 +827,20 @@ fn run(setup: Setup, fqn: String) -> i32 {
         }
     };
 
+    // The camera branch's subscriptions (tasks on the runtime) and outputs.
+    let (cameras, camera_diag) = match camera_branch {
+        None => (None, None),
+        Some(b) => match super::cameras::start(&mut node, &rt, &params, b, &logger) {
+            Ok((w, d)) => (Some(w), Some(d)),
+            Err(e) => {
+                return fail(
+                    EXIT_ROS,
+                    format!("cannot subscribe to the cameras (check input.cameras and camera.*): {e}"),
+                )
+            }
+        },
+    };
+
     let mailbox: Arc<Mailbox<Frame>> = Arc::new(Mailbox::new());
     let counters = Arc::new(Mutex::new(Counters::default()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -814,6 +864,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
         on_cuda_error: params.on_cuda_error,
         exit: exit_tx,
         pubs,
+        cameras,
         logger: logger.clone(),
     };
     let worker = match std::thread::Builder::new()
@@ -876,7 +927,10 @@ fn run(setup: Setup, fqn: String) -> i32 {
                         rejected: Reject::ALL.iter().map(|&r| new(r)).sum(),
                         overflows: c.overflow.frames - seen_overflows,
                     };
-                    let m = diagnostics(&info, &c, skipped, since);
+                    let mut m = diagnostics(&info, &c, skipped, since);
+                    if let Some(d) = &camera_diag {
+                        super::cameras::extend_diagnostics(&mut m, &d.lock().unwrap_or_else(|p| p.into_inner()));
+                    }
                     seen = c.rejected;
                     seen_overflows = c.overflow.frames;
                     m

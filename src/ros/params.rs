@@ -306,6 +306,24 @@ pub fn weights_path(params: &NodeParams, files: &[(PathBuf, Mapping)]) -> PathBu
     resolve_path("model", "weights", &params.model.weights, files)
 }
 
+/// `camera.model_config` as a path (resolved as [`model_config_path`]); `None` when empty.
+pub fn camera_model_path(params: &NodeParams, files: &[(PathBuf, Mapping)]) -> Option<PathBuf> {
+    let v = &params.camera.model_config;
+    (!v.is_empty()).then(|| resolve_path("camera", "model_config", v, files))
+}
+
+/// `camera.model_weights` as a path (resolved as [`model_config_path`]); `None` when empty.
+pub fn camera_weights_path(params: &NodeParams, files: &[(PathBuf, Mapping)]) -> Option<PathBuf> {
+    let v = &params.camera.model_weights;
+    (!v.is_empty()).then(|| resolve_path("camera", "model_weights", v, files))
+}
+
+/// `camera.calibration_file` as a path (resolved as [`model_config_path`]); `None` when empty.
+pub fn calibration_file_path(params: &NodeParams, files: &[(PathBuf, Mapping)]) -> Option<PathBuf> {
+    let v = &params.camera.calibration_file;
+    (!v.is_empty()).then(|| resolve_path("camera", "calibration_file", v, files))
+}
+
 /// The path parameter `<section>.<key>` (final value `value`), relative paths resolved against
 /// the params file that set that value, else the working directory.
 fn resolve_path(section: &str, key: &str, value: &str, files: &[(PathBuf, Mapping)]) -> PathBuf {

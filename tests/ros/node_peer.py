@@ -25,6 +25,12 @@ The node runs in namespace --ns (so its private topics are <ns>/sptr/...). Scena
   burst      after a first valid cloud, publish 20 valid clouds 2 ms apart (again, up to 8
              bursts, while none was skipped: see scenario_burst); wait until /diagnostics
              settles and check skipped > 0 and processed + skipped + rejected == received.
+  cameras    the camera branch (the node runs with the six nuScenes cameras and the sample
+             calibration file): six CompressedImages (--camera-dir's JPEGs) and CameraInfos
+             (calib.json's K) stamped like each cloud; every camera used; then CAM_BACK stale
+             (masked, counted, WARN naming it); then a truncated JPEG, a non-image and a
+             CameraInfo with zero intrinsics (logged, counted, masked; the LiDAR outputs still
+             come); then all six used again. Checked on /diagnostics' camera values.
   bench      publish the cloud --frames times, one at a time (the next once the previous one's
              labeled cloud is back), and print receipt-to-publication latency percentiles from
              the node's ~/debug/latency_ms, and the round trip seen by the peer, as JSON.
@@ -45,7 +51,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import OccupancyGrid
-from sensor_msgs.msg import Image, PointCloud2, PointField
+from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2, PointField
 from std_msgs.msg import Float64, UInt32
 
 F32 = PointField.FLOAT32
@@ -454,10 +460,123 @@ def scenario_bench(p, args, xyzi):
     print("BENCH " + json.dumps(result), flush=True)
 
 
+NUSCENES_CAMERAS = ("CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_FRONT_LEFT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_BACK_RIGHT")
+
+
+def camera_messages(camera_dir):
+    """Per nuScenes camera: its JPEG bytes and a CameraInfo (K = calib.json's cam2img, P = [K | 0])."""
+    import glob
+    import os
+    with open(os.path.join(camera_dir, "calib.json")) as f:
+        calib = json.load(f)
+    out = {}
+    for cam in NUSCENES_CAMERAS:
+        (jpg,) = glob.glob(os.path.join(camera_dir, f"*__{cam}__*.jpg"))
+        with open(jpg, "rb") as f:
+            data = f.read()
+        k = calib["cameras"][cam]["cam2img"]
+        info = CameraInfo()
+        info.header.frame_id = cam.lower()
+        info.width, info.height = 1600, 900
+        info.distortion_model = "plumb_bob"
+        info.d = [0.0] * 5
+        info.k = [float(v) for row in k for v in row]
+        info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+        info.p = [float(k[0][0]), 0.0, float(k[0][2]), 0.0, 0.0, float(k[1][1]), float(k[1][2]), 0.0, 0.0, 0.0, 1.0, 0.0]
+        out[cam] = (data, info)
+    return out
+
+
+def scenario_cameras(p, args, xyzi):
+    # 2,000 points of the cloud: the LiDAR half is not under test here, and a debug build of the
+    # node runs it in seconds instead of minutes.
+    xyzi = np.ascontiguousarray(xyzi[:2000])
+    cams = camera_messages(args.camera_dir)
+    qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+    img_pub = {c: p.create_publisher(CompressedImage, f"{p.base}/input/cameras/{c}/image/compressed", qos) for c in cams}
+    info_pub = {c: p.create_publisher(CameraInfo, f"{p.base}/input/cameras/{c}/camera_info", qos) for c in cams}
+    decode_ms = []
+    p.create_subscription(Float64, f"{p.base}/debug/stage_ms/camera_decode", lambda m: decode_ms.append(m.data), 100)
+    for c in cams:
+        p.spin_until(lambda c=c: img_pub[c].get_subscription_count() > 0 and info_pub[c].get_subscription_count() > 0,
+                     f"the node's subscriptions of {c}")
+
+    def frame(images, infos, what):
+        """Publishes the images (name -> (bytes, format, stamp offset s)) and CameraInfos stamped
+        like a new cloud, then the cloud until its LiDAR outputs are back."""
+        good = xyzi_cloud(xyzi)
+        sec, nsec = stamp_of(good)
+        for c, (data, fmt, offset) in images.items():
+            m = CompressedImage()
+            t = sec + nsec * 1e-9 + offset
+            m.header.stamp.sec = int(t)
+            m.header.stamp.nanosec = int(round((t - int(t)) * 1e9)) % 1_000_000_000
+            m.header.frame_id = c.lower()
+            m.format = fmt
+            m.data = array.array("B", data)
+            img_pub[c].publish(m)
+        for c, info in infos.items():
+            info_pub[c].publish(info)
+        end = time.monotonic() + 0.5  # let them arrive before the cloud
+        while time.monotonic() < end:
+            rclpy.spin_once(p, timeout_sec=0.02)
+        p.outputs_of(good, what)
+
+    def expect(status, what):
+        """Waits until /diagnostics reports these last-frame statuses for every camera."""
+        def ok():
+            d = p.diag
+            return d is not None and all(d.get(f"camera {c} last frame") == s for c, s in status.items())
+        p.spin_until(ok, f"/diagnostics camera statuses {status} after {what}")
+        return p.diag
+
+    all_good = {c: (data, "jpeg", -0.01) for c, (data, _) in cams.items()}
+    infos = {c: info for c, (_, info) in cams.items()}
+    frame(all_good, infos, "a cloud with six cameras")
+    d = expect({c: "used" for c in cams}, "six good cameras")
+    for c in cams:
+        if not d[f"camera {c} calibration"].startswith("extrinsic from file"):
+            fail(f"{c}: calibration {d[f'camera {c} calibration']!r}, expected from the calibration file")
+    p.spin_until(lambda: len(decode_ms) > 0, "~/debug/stage_ms/camera_decode")
+    print(f"RESULT cameras_used=6 camera_decode_ms={decode_ms[-1]:.2f}", flush=True)
+
+    stale = dict(all_good)
+    stale["CAM_BACK"] = (cams["CAM_BACK"][0], "jpeg", -1.0)
+    frame(stale, {}, "a cloud with CAM_BACK 1 s old")
+    want = {c: "used" for c in cams}
+    want["CAM_BACK"] = "stale"
+    d = expect(want, "a stale CAM_BACK")
+    if int(d["camera CAM_BACK masked.stale"]) < 1 or d["_level"] != 1 or "CAM_BACK (stale)" not in d["_message"]:
+        fail(f"a stale CAM_BACK is not counted and reported: {d}")
+    print(f"RESULT stale_message={d['_message']!r}", flush=True)
+
+    bad = dict(all_good)
+    jpeg = cams["CAM_FRONT"][0]
+    bad["CAM_FRONT"] = (jpeg[: len(jpeg) // 3], "jpeg", -0.01)
+    bad["CAM_FRONT_RIGHT"] = (b"BM not an image at all", "bmp", -0.01)
+    zero = CameraInfo()
+    zero.header.frame_id = "cam_back_left"
+    zero.width, zero.height = 1600, 900
+    zero.k = [0.0] * 9
+    zero.r = [0.0] * 9
+    zero.p = [0.0] * 12
+    frame(bad, {"CAM_BACK_LEFT": zero}, "a cloud with bad camera messages")
+    want = {c: "used" for c in cams}
+    want["CAM_FRONT"] = "decode_error"
+    want["CAM_FRONT_RIGHT"] = "decode_error"
+    d = expect(want, "bad camera messages")
+    if int(d["camera CAM_BACK_LEFT camera_info errors"]) < 1 or int(d["camera messages dropped"]) < 1:
+        fail(f"the zero-intrinsics CameraInfo is not counted: {d}")
+
+    frame(all_good, {}, "six good cameras again")
+    d = expect({c: "used" for c in cams}, "six good cameras again")
+    print(f"RESULT camera_front_used={d['camera CAM_FRONT used']} decode_errors={d['camera CAM_FRONT masked.decode_error']}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", required=True)
-    ap.add_argument("--scenario", required=True, choices=["valid", "robust", "burst", "bench"])
+    ap.add_argument("--scenario", required=True, choices=["valid", "robust", "burst", "bench", "cameras"])
     ap.add_argument("--cloud", required=True)
     ap.add_argument("--expect-voxels", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=20.0)
@@ -478,6 +597,7 @@ def main():
                          "(float32 each) to this file")
     ap.add_argument("--frames", type=int, default=200, help="bench: frames to time")
     ap.add_argument("--warmup", type=int, default=3, help="bench: untimed frames first")
+    ap.add_argument("--camera-dir", default=None, help="cameras: the nuScenes JPEGs and calib.json")
     args = ap.parse_args()
 
     rclpy.init(args=None)
@@ -487,7 +607,7 @@ def main():
     try:
         p.wait_connected()
         {"valid": scenario_valid, "robust": scenario_robust, "burst": scenario_burst,
-         "bench": scenario_bench}[args.scenario](p, args, xyzi)
+         "bench": scenario_bench, "cameras": scenario_cameras}[args.scenario](p, args, xyzi)
         print("node_peer: OK", flush=True)
     finally:
         p.destroy_node()

@@ -1,0 +1,535 @@
+//! The camera branch's per-frame inputs, shared by the node and replay: camera messages, their
+//! CameraInfos and TF in; for each LiDAR cloud a [`BevFrameInputs`] out (the synchronised,
+//! decoded images, which cameras are masked and why, the calibration of this frame and whether it
+//! changed, the aggregated LiDAR sweeps), ready for the BEV map model's forward
+//! ([`BevMapModel`]: the one place where the model plugs in).
+//!
+//! A camera is masked out of a frame for the first of: no image / image too old or too new
+//! ([`super::sync`]), uncalibrated ([`super::rig`]), an image that cannot be decoded (wrong
+//! encoding, truncated data, corrupt JPEG/PNG), an image whose size differs from its
+//! CameraInfo's. Every mask is counted per camera with its reason; nothing waits and nothing
+//! panics on a bad message. A camera image used by two frames (cameras slower than the LiDAR) is
+//! decoded once.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use crate::bag::cdr::{CameraInfo, CompressedImage, Image, TfMessage};
+use crate::bev::calib::Calibration;
+use crate::bev::calib_file::CalibrationFile;
+use crate::bev::lss::CameraMask;
+use crate::bev::map::BevMap;
+use crate::bev::rig::{CalibrationRig, CameraCalibState};
+use crate::bev::sweeps::{SweepBuffer, SweepPoints};
+use crate::bev::sync::{CameraCounts, CameraSync, CameraUse};
+use crate::bev::tf::TfBuffer;
+use crate::camera::compressed::decode_compressed;
+use crate::camera::image::{decode_raw, DecodeLimits, RawImage, RgbImage};
+use crate::{Error, Points};
+
+/// A camera message as received.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CameraImage {
+    Raw(Image),
+    Compressed(CompressedImage),
+}
+
+impl CameraImage {
+    pub fn stamp_ns(&self) -> i64 {
+        match self {
+            CameraImage::Raw(m) => m.header.stamp.as_nanos(),
+            CameraImage::Compressed(m) => m.header.stamp.as_nanos(),
+        }
+    }
+
+    /// RGB8 pixels, or why not.
+    pub fn decode(&self, limits: &DecodeLimits) -> Result<RgbImage, String> {
+        match self {
+            CameraImage::Raw(m) => decode_raw(RawImage::from(m), limits),
+            CameraImage::Compressed(m) => decode_compressed(&m.format, &m.data, limits),
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// Why a camera is out of a frame (or that it is in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CameraStatus {
+    Used,
+    /// No image yet.
+    Missing,
+    /// Its image is older than the cloud by more than `max_camera_lidar_delay`.
+    Stale,
+    /// Its image is newer than the cloud by more than `max_camera_lidar_delay`.
+    Ahead,
+    Uncalibrated,
+    DecodeError,
+    SizeMismatch,
+}
+
+impl CameraStatus {
+    pub const ALL: [CameraStatus; 7] = [
+        CameraStatus::Used,
+        CameraStatus::Missing,
+        CameraStatus::Stale,
+        CameraStatus::Ahead,
+        CameraStatus::Uncalibrated,
+        CameraStatus::DecodeError,
+        CameraStatus::SizeMismatch,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CameraStatus::Used => "used",
+            CameraStatus::Missing => "missing",
+            CameraStatus::Stale => "stale",
+            CameraStatus::Ahead => "ahead",
+            CameraStatus::Uncalibrated => "uncalibrated",
+            CameraStatus::DecodeError => "decode_error",
+            CameraStatus::SizeMismatch => "size_mismatch",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One camera in one frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CameraReport {
+    pub status: CameraStatus,
+    /// Cloud stamp − image stamp, when it has an image.
+    pub age_ns: Option<i64>,
+    /// What was wrong (masked cameras other than missing/stale/ahead).
+    pub detail: Option<String>,
+}
+
+/// Per camera, over the run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CameraStats {
+    /// Frames per [`CameraStatus`] (index = `CameraStatus as usize`).
+    pub frames: [u64; 7],
+    /// Invalid CameraInfo messages (ignored; the previous intrinsics stay).
+    pub camera_info_errors: u64,
+    pub last_age_ns: Option<i64>,
+    /// The last problem (decode error, bad CameraInfo, uncalibrated reason).
+    pub last_problem: Option<String>,
+    /// The calibration state of the last frame.
+    pub calibration: String,
+}
+
+impl CameraStats {
+    pub fn count(&self, s: CameraStatus) -> u64 {
+        self.frames[s.index()]
+    }
+
+    /// Frames this camera was masked out of.
+    pub fn masked(&self) -> u64 {
+        self.frames.iter().sum::<u64>() - self.count(CameraStatus::Used)
+    }
+}
+
+/// Everything the BEV map model's forward takes for one LiDAR cloud.
+#[derive(Debug, Clone)]
+pub struct BevFrameInputs {
+    pub stamp_ns: i64,
+    /// The cloud's frame: the calibration's and the sweeps' frame.
+    pub lidar_frame: String,
+    /// Every camera, in camera order (masked ones hold a placeholder or their last calibration).
+    pub calibration: Calibration,
+    /// The calibration differs from the previous frame's (the geometry cache rebuilds).
+    pub calibration_changed: bool,
+    /// Cameras to pool (bit n = camera n).
+    pub mask: CameraMask,
+    /// Per camera: the decoded image of a used camera, `None` for a masked one.
+    pub images: Vec<Option<Arc<RgbImage>>>,
+    pub cameras: Vec<CameraReport>,
+    /// The fusion model's LiDAR input (`lidar.sweeps` clouds with the time lag).
+    pub points: SweepPoints,
+    /// Stage times, ms: `camera_sync` (sync + calibration), `camera_decode`, `sweeps`.
+    pub stages: [(&'static str, f64); 3],
+}
+
+impl BevFrameInputs {
+    /// Cameras used.
+    pub fn used(&self) -> usize {
+        self.cameras.iter().filter(|c| c.status == CameraStatus::Used).count()
+    }
+}
+
+/// The integration point of the BEV map model: its forward on one frame's inputs. With no
+/// usable camera (`inputs.mask` empty) a fusion model runs LiDAR-only (camera BEV zero).
+pub trait BevMapModel {
+    fn forward(&mut self, inputs: &BevFrameInputs) -> Result<BevMap, Error>;
+}
+
+/// The branch's settings.
+#[derive(Debug, Clone)]
+pub struct BranchConfig {
+    pub names: Vec<String>,
+    /// Per camera: intrinsics from CameraInfo `P` (rectified) instead of `K`.
+    pub use_projection: Vec<bool>,
+    pub max_camera_lidar_delay_s: f64,
+    pub sweeps: usize,
+    pub odom_frame: String,
+    pub calibration_file: Option<CalibrationFile>,
+}
+
+/// A decoded image, by its stamp, so a second frame using the same image does not decode again.
+type Decoded = Option<(i64, Result<Arc<RgbImage>, String>)>;
+
+/// The camera branch's state between frames.
+pub struct CameraBranch {
+    sync: CameraSync<Arc<CameraImage>>,
+    rig: CalibrationRig,
+    tf: TfBuffer,
+    sweeps: SweepBuffer,
+    odom_frame: String,
+    decoded: Vec<Decoded>,
+    stats: Vec<CameraStats>,
+    limits: DecodeLimits,
+    tf_errors: u64,
+    last_tf_error: Option<String>,
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+impl CameraBranch {
+    pub fn new(cfg: BranchConfig) -> Result<Self, Error> {
+        let rig = CalibrationRig::new(&cfg.names, &cfg.use_projection, cfg.calibration_file)?;
+        let d = cfg.max_camera_lidar_delay_s;
+        if !(d.is_finite() && d >= 0.0) {
+            return Err(Error::InvalidInput(format!("max_camera_lidar_delay {d} must be zero or positive")));
+        }
+        Ok(CameraBranch {
+            sync: CameraSync::new(&cfg.names, d),
+            rig,
+            tf: TfBuffer::new(),
+            sweeps: SweepBuffer::new(cfg.sweeps),
+            odom_frame: cfg.odom_frame,
+            decoded: vec![None; cfg.names.len()],
+            stats: vec![CameraStats::default(); cfg.names.len()],
+            limits: DecodeLimits::default(),
+            tf_errors: 0,
+            last_tf_error: None,
+        })
+    }
+
+    pub fn names(&self) -> &[String] {
+        self.sync.names()
+    }
+
+    /// Camera `cam`'s new image. Returns false for an unknown camera index.
+    pub fn on_image(&mut self, cam: usize, img: CameraImage) -> bool {
+        let stamp = img.stamp_ns();
+        self.sync.put(cam, stamp, Arc::new(img))
+    }
+
+    /// Camera `cam`'s CameraInfo; an invalid one is counted, kept as the camera's last problem
+    /// and returned as the error (the previous intrinsics stay).
+    pub fn on_camera_info(&mut self, cam: usize, info: &CameraInfo) -> Result<(), Error> {
+        let r = self.rig.set_camera_info(cam, info);
+        if let (Err(e), Some(s)) = (&r, self.stats.get_mut(cam)) {
+            s.camera_info_errors += 1;
+            s.last_problem = Some(format!("CameraInfo: {e}"));
+        }
+        r
+    }
+
+    /// A `/tf` (`is_static` false) or `/tf_static` message; bad transforms are skipped, counted
+    /// and returned.
+    pub fn on_tf(&mut self, msg: &TfMessage, is_static: bool) -> Vec<String> {
+        let errors = self.tf.add_message(msg, is_static);
+        if let Some(e) = errors.last() {
+            self.tf_errors += errors.len() as u64;
+            self.last_tf_error = Some(e.clone());
+        }
+        errors
+    }
+
+    /// The TF buffer (for lookups elsewhere, and tests).
+    pub fn tf(&self) -> &TfBuffer {
+        &self.tf
+    }
+
+    /// The inputs of the frame of a cloud stamped `stamp_ns` in `lidar_frame` with `points`
+    /// (which are kept as this frame's sweep).
+    pub fn frame(&mut self, stamp_ns: i64, lidar_frame: &str, points: &Points) -> BevFrameInputs {
+        let t = Instant::now();
+        let rig = self.rig.resolve(lidar_frame, &self.tf);
+        let synced = self.sync.frame(stamp_ns);
+        let n = synced.cameras.len();
+        let mut reports: Vec<CameraReport> = Vec::with_capacity(n);
+        let mut to_decode: Vec<(usize, Arc<CameraImage>)> = Vec::new();
+        for (i, ((u, item), state)) in synced.cameras.iter().zip(&rig.states).enumerate() {
+            let age_ns = u.age_ns();
+            let (status, detail) = match (u, state) {
+                (CameraUse::Missing, _) => (CameraStatus::Missing, None),
+                (CameraUse::Stale { .. }, _) => (CameraStatus::Stale, None),
+                (CameraUse::Ahead { .. }, _) => (CameraStatus::Ahead, None),
+                (CameraUse::Used { .. }, CameraCalibState::Uncalibrated(why)) => (CameraStatus::Uncalibrated, Some(why.clone())),
+                (CameraUse::Used { .. }, CameraCalibState::Ready { .. }) => {
+                    if let Some(img) = item {
+                        to_decode.push((i, Arc::clone(img)));
+                    }
+                    (CameraStatus::Used, None)
+                }
+            };
+            reports.push(CameraReport { status, age_ns, detail });
+        }
+        drop(synced);
+        let sync_ms = ms(t);
+
+        // Decode what is not decoded yet (in parallel), then check sizes.
+        let t = Instant::now();
+        let limits = self.limits;
+        let todo: Vec<(usize, i64, Arc<CameraImage>)> = to_decode
+            .into_iter()
+            .filter(|(i, img)| !matches!(&self.decoded[*i], Some((s, _)) if *s == img.stamp_ns()))
+            .map(|(i, img)| (i, img.stamp_ns(), img))
+            .collect();
+        let fresh: Vec<(usize, i64, Result<Arc<RgbImage>, String>)> =
+            todo.into_par_iter().map(|(i, stamp, img)| (i, stamp, img.decode(&limits).map(Arc::new))).collect();
+        for (i, stamp, r) in fresh {
+            self.decoded[i] = Some((stamp, r));
+        }
+        let mut images: Vec<Option<Arc<RgbImage>>> = vec![None; n];
+        for (i, rep) in reports.iter_mut().enumerate() {
+            if rep.status != CameraStatus::Used {
+                continue;
+            }
+            match &self.decoded[i] {
+                Some((_, Ok(img))) => {
+                    let c = &rig.calibration.cameras[i];
+                    if (img.width, img.height) != (c.image_width, c.image_height) {
+                        rep.status = CameraStatus::SizeMismatch;
+                        rep.detail = Some(format!(
+                            "image is {} x {} but its calibration (CameraInfo) says {} x {}",
+                            img.width, img.height, c.image_width, c.image_height
+                        ));
+                    } else {
+                        images[i] = Some(Arc::clone(img));
+                    }
+                }
+                Some((_, Err(e))) => {
+                    rep.status = CameraStatus::DecodeError;
+                    rep.detail = Some(e.clone());
+                }
+                None => {
+                    rep.status = CameraStatus::DecodeError;
+                    rep.detail = Some("image was not decoded".into());
+                }
+            }
+        }
+        let decode_ms = ms(t);
+
+        let t = Instant::now();
+        let pose = if lidar_frame.is_empty() { None } else { self.tf.lookup(&self.odom_frame, lidar_frame).ok() };
+        self.sweeps.push(stamp_ns, points.clone(), pose);
+        let sweep_points = self.sweeps.aggregate().unwrap_or_else(|_| {
+            // a singular ego pose: the current cloud alone
+            let mut one = SweepBuffer::new(1);
+            one.push(stamp_ns, points.clone(), None);
+            one.aggregate().unwrap_or_default()
+        });
+        let sweeps_ms = ms(t);
+
+        let mut mask = 0u32;
+        for (i, (rep, state)) in reports.iter().zip(&rig.states).enumerate() {
+            let s = &mut self.stats[i];
+            s.frames[rep.status.index()] += 1;
+            if rep.age_ns.is_some() {
+                s.last_age_ns = rep.age_ns;
+            }
+            if let Some(d) = &rep.detail {
+                s.last_problem = Some(format!("{}: {d}", rep.status.name()));
+            }
+            s.calibration = state.describe();
+            if rep.status == CameraStatus::Used && i < 32 {
+                mask |= 1 << i;
+            }
+        }
+        BevFrameInputs {
+            stamp_ns,
+            lidar_frame: lidar_frame.to_string(),
+            calibration: rig.calibration,
+            calibration_changed: rig.changed,
+            mask: CameraMask(mask),
+            images,
+            cameras: reports,
+            points: sweep_points,
+            stages: [("camera_sync", sync_ms), ("camera_decode", decode_ms), ("sweeps", sweeps_ms)],
+        }
+    }
+
+    /// Per camera statistics, in camera order.
+    pub fn stats(&self) -> &[CameraStats] {
+        &self.stats
+    }
+
+    /// Per camera synchronisation counts (including images replaced before any frame used them).
+    pub fn sync_counts(&self) -> &[CameraCounts] {
+        self.sync.counts()
+    }
+
+    /// Calibration changes since the first frame.
+    pub fn calibration_changes(&self) -> u64 {
+        self.rig.changes()
+    }
+
+    /// Bad TF transforms skipped, and the last one.
+    pub fn tf_errors(&self) -> (u64, Option<&str>) {
+        (self.tf_errors, self.last_tf_error.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bag::cdr::{Header, Time, TransformStamped};
+
+    fn root() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+    }
+
+    fn header(ns: i64, frame: &str) -> Header {
+        Header { stamp: Time { sec: (ns / 1_000_000_000) as i32, nanosec: (ns % 1_000_000_000) as u32 }, frame_id: frame.into() }
+    }
+
+    fn rgb(ns: i64, w: u32, h: u32) -> CameraImage {
+        CameraImage::Raw(Image { header: header(ns, "cam"), height: h, width: w, encoding: "rgb8".into(), is_bigendian: 0, step: 3 * w, data: vec![9; (3 * w * h) as usize] })
+    }
+
+    fn info(frame: &str, w: u32, h: u32) -> CameraInfo {
+        let mut c = CameraInfo { header: header(0, frame), width: w, height: h, ..Default::default() };
+        c.k = [100.0, 0.0, w as f64 / 2.0, 0.0, 100.0, h as f64 / 2.0, 0.0, 0.0, 1.0];
+        c
+    }
+
+    fn tf(parent: &str, child: &str, x: f64) -> TfMessage {
+        TfMessage {
+            transforms: vec![TransformStamped { header: header(0, parent), child_frame_id: child.into(), translation: [x, 0.0, 0.0], rotation: [-0.5, 0.5, -0.5, 0.5] }],
+        }
+    }
+
+    fn branch(n: usize) -> CameraBranch {
+        CameraBranch::new(BranchConfig {
+            names: (0..n).map(|i| format!("C{i}")).collect(),
+            use_projection: vec![false; n],
+            max_camera_lidar_delay_s: 0.12,
+            sweeps: 1,
+            odom_frame: "odom".into(),
+            calibration_file: None,
+        })
+        .unwrap()
+    }
+
+    const MS: i64 = 1_000_000;
+
+    /// Every reason a camera is masked, each counted; the good camera is used with its age;
+    /// a bad image is decoded once and a calibration change on /tf_static is seen next frame.
+    #[test]
+    fn masks_and_counts_every_reason() {
+        let mut b = branch(6);
+        let t = 10_000 * MS;
+        let lidar = TfMessage {
+            transforms: vec![TransformStamped { header: header(0, "base_link"), child_frame_id: "lidar".into(), translation: [0.0; 3], rotation: [0.0, 0.0, 0.0, 1.0] }],
+        };
+        assert!(b.on_tf(&lidar, true).is_empty());
+        for i in 0..6 {
+            let f = format!("cam{i}");
+            if i != 3 {
+                assert!(b.on_tf(&tf("base_link", &f, 1.0), true).is_empty());
+            }
+            b.on_camera_info(i, &info(&f, 8, 6)).unwrap();
+        }
+        // bad CameraInfo: counted, previous intrinsics kept
+        assert!(b.on_camera_info(0, &info("cam0", 0, 6)).is_err());
+        b.on_image(0, rgb(t - 20 * MS, 8, 6)); // used
+        b.on_image(1, rgb(t - 200 * MS, 8, 6)); // stale
+        // 2: missing
+        b.on_image(3, rgb(t, 8, 6)); // no TF for cam3: uncalibrated
+        b.on_image(4, CameraImage::Compressed(CompressedImage { header: header(t, "cam4"), format: "jpeg".into(), data: vec![0xFF, 0xD8, 0xFF, 0xE0, 0, 16] })); // corrupt
+        b.on_image(5, rgb(t, 10, 6)); // size mismatch
+        let pts = Points { x: vec![1.0], y: vec![2.0], z: vec![3.0], intensity: vec![4.0], has_intensity: true, ring: None, time: None };
+        let f = b.frame(t, "lidar", &pts);
+        let status: Vec<&str> = f.cameras.iter().map(|c| c.status.name()).collect();
+        assert_eq!(status, ["used", "stale", "missing", "uncalibrated", "decode_error", "size_mismatch"]);
+        assert_eq!(f.mask, CameraMask(1));
+        assert_eq!(f.used(), 1);
+        assert_eq!(f.cameras[0].age_ns, Some(20 * MS));
+        assert!(f.images[0].as_ref().is_some_and(|i| (i.width, i.height) == (8, 6)));
+        assert!(f.images[1..].iter().all(|i| i.is_none()));
+        assert!(f.cameras[4].detail.as_deref().is_some_and(|d| d.contains("JPEG")), "{:?}", f.cameras[4]);
+        assert!(f.cameras[5].detail.as_deref().is_some_and(|d| d.contains("10 x 6")), "{:?}", f.cameras[5]);
+        assert!(f.calibration_changed);
+        assert_eq!(f.calibration.len(), 6);
+        assert_eq!((f.points.len(), f.points.time_lag.clone()), (1, vec![0.0]));
+        let s = b.stats();
+        assert_eq!(s[0].camera_info_errors, 1);
+        assert_eq!(s[0].count(CameraStatus::Used), 1);
+        assert_eq!(s[2].count(CameraStatus::Missing), 1);
+        assert!(s[3].calibration.contains("uncalibrated"), "{}", s[3].calibration);
+        assert!(s[0].calibration.contains("extrinsic from tf"), "{}", s[0].calibration);
+        assert!(s.iter().skip(1).all(|c| c.masked() == 1));
+
+        // next frame: same images; the corrupt one is not decoded again (same verdict), and a
+        // moved camera on /tf_static changes the calibration
+        b.on_tf(&tf("base_link", "cam0", 1.5), true);
+        let g = b.frame(t + 50 * MS, "lidar", &pts);
+        assert_eq!(g.cameras[4].status, CameraStatus::DecodeError);
+        assert!(g.calibration_changed);
+        assert_eq!(b.calibration_changes(), 1);
+        assert!((g.calibration.cameras[0].camera_to_lidar[0][3] - 1.5).abs() < 1e-12);
+        let h = b.frame(t + 60 * MS, "lidar", &pts);
+        assert!(!h.calibration_changed);
+        assert_eq!(b.stats()[1].count(CameraStatus::Stale), 3);
+        // bad TF is counted
+        assert_eq!(b.on_tf(&tf("", "x", 0.0), false).len(), 1);
+        assert_eq!(b.tf_errors().0, 1);
+    }
+
+    /// The sample frame's six JPEGs with the calibration file: all six used, decoded to
+    /// 1600 x 900, and the calibration equals the file's.
+    #[test]
+    fn nuscenes_frame_from_the_calibration_file() {
+        use crate::bev::calib::NUSCENES_CAMERAS;
+        let file = CalibrationFile::load(&root().join("config/calibration/nuscenes_sample.yaml")).unwrap();
+        let names: Vec<String> = NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect();
+        let mut b = CameraBranch::new(BranchConfig {
+            names: names.clone(),
+            use_projection: vec![false; 6],
+            max_camera_lidar_delay_s: 0.12,
+            sweeps: 1,
+            odom_frame: "odom".into(),
+            calibration_file: Some(file.clone()),
+        })
+        .unwrap();
+        let dir = root().join("tests/data/nuscenes");
+        for (i, name) in names.iter().enumerate() {
+            let jpg = std::fs::read_dir(&dir)
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .find(|e| e.file_name().to_string_lossy().contains(&format!("__{name}__")))
+                .unwrap()
+                .path();
+            let data = std::fs::read(jpg).unwrap();
+            b.on_image(i, CameraImage::Compressed(CompressedImage { header: header(1_000 * MS, &name.to_lowercase()), format: "jpeg".into(), data }));
+        }
+        let f = b.frame(1_010 * MS, "lidar_top", &Points::default());
+        assert_eq!(f.used(), 6, "{:?}", f.cameras);
+        assert_eq!(f.mask, CameraMask(0b11_1111));
+        for (i, c) in f.calibration.cameras.iter().enumerate() {
+            let fc = file.camera(&names[i]).unwrap();
+            assert_eq!(c.camera_to_lidar, fc.camera_to_lidar);
+            assert_eq!(Some((c.intrinsics, 1600, 900)), fc.intrinsics);
+            let img = f.images[i].as_ref().unwrap();
+            assert_eq!((img.width, img.height), (1600, 900));
+        }
+    }
+}

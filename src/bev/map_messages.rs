@@ -1,0 +1,234 @@
+//! The messages of a [`BevMap`], for the node (converted field for field to r2r types) and
+//! replay (written to the output bag as they are):
+//!
+//! - per class a `nav_msgs/OccupancyGrid` (topic `~/output/bev/map/<class>`): the probability
+//!   as 0..=100 (`round(100 p)`, clamped), -1 where it is NaN (unknown), so rviz and Foxglove
+//!   show it as is;
+//! - a `mono8` `sensor_msgs/Image` (`~/output/bev/map_bits`): bit `c` of a cell set when class
+//!   `c`'s probability is at least its threshold (at most 8 classes);
+//! - an `rgb8` image (`~/output/bev/map_color`): each cell the palette colour of the last class
+//!   (in class order) at or above its threshold, black where none is, so lines (upstream's
+//!   `divider`, last) are drawn over areas (`drivable_area`, first).
+//!
+//! Every one is row-major with `width = nx` (x along a row) and `height = ny`, cell (0, 0) at
+//! the map's origin, as the LiDAR label grids ([`super::messages`]): one layout for every BEV
+//! message of the node. Header: the cloud's stamp, the frame [`super::messages::bev_frame_id`]
+//! picks (`bev.frame_id`, or the cloud's frame when empty). No transform is applied: the map is
+//! in the LiDAR frame the model saw.
+
+use crate::bag::cdr::{Header, Image, MapMetaData, OccupancyGrid, Pose, Time};
+use crate::bev::map::BevMap;
+use crate::bev::messages::bev_frame_id;
+use crate::Error;
+
+/// How a map is drawn: a threshold and a colour per class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MapStyle {
+    /// Per class, in 0..=1: a cell is that class when its probability is at least this.
+    pub thresholds: Vec<f32>,
+    pub palette: Vec<[u8; 3]>,
+}
+
+impl MapStyle {
+    /// Checks the style against a map of `classes` classes: one finite threshold in 0..=1 and
+    /// one colour per class, at most 8 classes (one bit each in the mono8 image).
+    pub fn check(&self, classes: usize) -> Result<(), Error> {
+        if classes > 8 {
+            return Err(Error::InvalidInput(format!("BEV map of {classes} classes: the mono8 bit image holds at most 8")));
+        }
+        if self.thresholds.len() != classes || self.palette.len() != classes {
+            return Err(Error::InvalidInput(format!(
+                "BEV map of {classes} classes drawn with {} thresholds and {} colours",
+                self.thresholds.len(),
+                self.palette.len()
+            )));
+        }
+        if let Some(t) = self.thresholds.iter().find(|t| !(0.0..=1.0).contains(*t)) {
+            return Err(Error::InvalidInput(format!("BEV map threshold {t} is not in 0..=1")));
+        }
+        Ok(())
+    }
+}
+
+/// The messages of one map.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MapMessages {
+    /// One grid per class, in class order.
+    pub grids: Vec<OccupancyGrid>,
+    /// mono8, one bit per class.
+    pub bits: Image,
+    /// rgb8.
+    pub color: Image,
+}
+
+/// `p` as an OccupancyGrid cell: `round(100 p)` clamped to 0..=100, -1 for NaN.
+pub fn occupancy_value(p: f32) -> i8 {
+    if p.is_nan() {
+        -1
+    } else {
+        (p * 100.0).round().clamp(0.0, 100.0) as i8
+    }
+}
+
+/// The topic suffix of class `name` under `~/output/bev/map/`: the name with every character
+/// other than an ASCII letter, digit or `_` replaced by `_` (a valid ROS name token).
+pub fn class_topic_token(name: &str) -> String {
+    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("c_{s}")
+    } else {
+        s
+    }
+}
+
+/// The messages of `map` (see the module doc) for a cloud stamped `stamp` in `cloud_frame_id`;
+/// `bev_frame` is the `bev.frame_id` parameter.
+pub fn map_messages(map: &BevMap, style: &MapStyle, stamp: Time, cloud_frame_id: &str, bev_frame: &str) -> Result<MapMessages, Error> {
+    map.check()?;
+    style.check(map.classes.len())?;
+    let (nx, ny) = (map.nx, map.ny);
+    let too_big = || Error::InvalidInput(format!("BEV map of {nx} x {ny} cells is too large for a message"));
+    let width = u32::try_from(nx).map_err(|_| too_big())?;
+    let height = u32::try_from(ny).map_err(|_| too_big())?;
+    let step3 = width.checked_mul(3).ok_or_else(too_big)?;
+    let header = Header { stamp, frame_id: bev_frame_id(bev_frame, cloud_frame_id).to_string() };
+    let info = MapMetaData {
+        map_load_time: stamp,
+        resolution: map.resolution as f32,
+        width,
+        height,
+        origin: Pose { position: [map.x_range[0], map.y_range[0], 0.0], orientation: [0.0, 0.0, 0.0, 1.0] },
+    };
+    let cells = nx * ny;
+    // Message cell (row y, column x) = map cell (x, y).
+    let mut grids = Vec::with_capacity(map.classes.len());
+    for c in 0..map.classes.len() {
+        let plane = map.class_plane(c).ok_or_else(too_big)?;
+        let mut data = vec![0i8; cells];
+        for x in 0..nx {
+            for y in 0..ny {
+                data[y * nx + x] = occupancy_value(plane[x * ny + y]);
+            }
+        }
+        grids.push(OccupancyGrid { header: header.clone(), info, data });
+    }
+    let mut bits = vec![0u8; cells];
+    let mut rgb = vec![0u8; cells * 3];
+    for c in 0..map.classes.len() {
+        let plane = map.class_plane(c).ok_or_else(too_big)?;
+        let t = style.thresholds[c];
+        for x in 0..nx {
+            for y in 0..ny {
+                // NaN >= t is false: an unknown cell has no class
+                if plane[x * ny + y] >= t {
+                    let i = y * nx + x;
+                    bits[i] |= 1 << c;
+                    rgb[3 * i..3 * i + 3].copy_from_slice(&style.palette[c]);
+                }
+            }
+        }
+    }
+    let image = |encoding: &str, step: u32, data: Vec<u8>| Image {
+        header: header.clone(),
+        height,
+        width,
+        encoding: encoding.to_string(),
+        is_bigendian: 0,
+        step,
+        data,
+    };
+    Ok(MapMessages { grids, bits: image("mono8", width, bits), color: image("rgb8", step3, rgb) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bag::cdr::CdrMessage;
+
+    /// 3 x 2 cells, two classes; class 0 rises along x, class 1 is high only at (2, 1).
+    fn map() -> BevMap {
+        let mut m = BevMap::zeros(&["drivable_area", "divider"], 3, 2, 0.5, [-1.0, -0.5]).unwrap();
+        // [class][x][y]
+        let c0 = [[0.0, 0.1], [0.5, 0.449], [0.996, f32::NAN]];
+        for x in 0..3 {
+            for y in 0..2 {
+                m.probabilities[x * 2 + y] = c0[x][y];
+            }
+        }
+        m.probabilities[6 + 2 * 2 + 1] = 0.9; // class 1, x 2, y 1
+        m.probabilities[6] = 1.5; // class 1, x 0, y 0: out of 0..1, clamped in the grid
+        m
+    }
+
+    fn style() -> MapStyle {
+        MapStyle { thresholds: vec![0.45, 0.5], palette: vec![[1, 2, 3], [7, 8, 9]] }
+    }
+
+    #[test]
+    fn byte_layout_of_grids_and_images() {
+        let stamp = Time { sec: 5, nanosec: 6 };
+        let m = map_messages(&map(), &style(), stamp, "lidar_top", "").unwrap();
+        assert_eq!(m.grids.len(), 2);
+        let g = &m.grids[0];
+        assert_eq!(g.header, Header { stamp, frame_id: "lidar_top".into() });
+        assert_eq!((g.info.width, g.info.height, g.info.resolution), (3, 2, 0.5));
+        assert_eq!(g.info.origin.position, [-1.0, -0.5, 0.0]);
+        assert_eq!(g.info.map_load_time, stamp);
+        // rows are y, columns x
+        assert_eq!(g.data, vec![0, 50, 100, 10, 45, -1]);
+        assert_eq!(m.grids[1].data, vec![100, 0, 0, 0, 0, 90]);
+        // bits: class 0 >= 0.45 at (1,0), (2,0); class 1 >= 0.5 at (0,0), (2,1); NaN none
+        assert_eq!((m.bits.encoding.as_str(), m.bits.width, m.bits.height, m.bits.step), ("mono8", 3, 2, 3));
+        assert_eq!(m.bits.data, vec![0b10, 0b01, 0b01, 0, 0, 0b10]);
+        assert_eq!((m.color.encoding.as_str(), m.color.step), ("rgb8", 9));
+        assert_eq!(m.color.data, vec![7, 8, 9, 1, 2, 3, 1, 2, 3, 0, 0, 0, 0, 0, 0, 7, 8, 9]);
+        // the frame: bev.frame_id when set
+        let m2 = map_messages(&map(), &style(), stamp, "lidar_top", "base_link").unwrap();
+        assert_eq!(m2.bits.header.frame_id, "base_link");
+        // and they encode as CDR and back
+        let back = OccupancyGrid::from_cdr(&g.to_cdr(true).unwrap()).unwrap();
+        assert_eq!(&back, g);
+        assert_eq!(Image::from_cdr(&m.color.to_cdr(false).unwrap()).unwrap(), m.color);
+    }
+
+    #[test]
+    fn occupancy_values() {
+        assert_eq!(occupancy_value(0.0), 0);
+        assert_eq!(occupancy_value(0.004), 0);
+        assert_eq!(occupancy_value(0.005), 1);
+        assert_eq!(occupancy_value(1.0), 100);
+        assert_eq!(occupancy_value(-0.2), 0);
+        assert_eq!(occupancy_value(f32::INFINITY), 100);
+        assert_eq!(occupancy_value(f32::NAN), -1);
+    }
+
+    #[test]
+    fn bad_styles_and_maps_are_errors() {
+        let s = |t: Vec<f32>, p: usize| MapStyle { thresholds: t, palette: vec![[0; 3]; p] };
+        for (st, needle) in [
+            (s(vec![0.5], 2), "1 thresholds"),
+            (s(vec![0.5, 0.5], 1), "1 colours"),
+            (s(vec![0.5, 1.5], 2), "1.5"),
+            (s(vec![0.5, f32::NAN], 2), "NaN"),
+        ] {
+            let e = map_messages(&map(), &st, Time::default(), "l", "").unwrap_err().to_string();
+            assert!(e.contains(needle), "{needle}: {e}");
+        }
+        let names: Vec<String> = (0..9).map(|i| format!("c{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+        let nine = BevMap::zeros(&refs, 1, 1, 1.0, [0.0; 2]).unwrap();
+        let e = map_messages(&nine, &s(vec![0.5; 9], 9), Time::default(), "l", "").unwrap_err().to_string();
+        assert!(e.contains("at most 8"), "{e}");
+        let mut broken = map();
+        broken.probabilities.pop();
+        assert!(map_messages(&broken, &style(), Time::default(), "l", "").is_err());
+    }
+
+    #[test]
+    fn class_topic_tokens() {
+        assert_eq!(class_topic_token("drivable_area"), "drivable_area");
+        assert_eq!(class_topic_token("ped-crossing 2"), "ped_crossing_2");
+        assert_eq!(class_topic_token("2d"), "c_2d");
+        assert_eq!(class_topic_token(""), "c_");
+    }
+}

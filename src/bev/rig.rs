@@ -1,0 +1,313 @@
+//! The camera rig's calibration as it stands at each frame: per camera the intrinsics from its
+//! latest valid CameraInfo (`K`, or `P` for rectified images), else from the calibration file;
+//! the camera → LiDAR extrinsic from TF (camera frame = the CameraInfo's `frame_id`, LiDAR frame
+//! = the cloud's), else from the calibration file.
+//!
+//! [`CalibrationRig::resolve`] gives a [`Calibration`] of every camera, in camera order, for
+//! each frame. A camera without intrinsics or extrinsic gets a placeholder entry (identity
+//! extrinsic, a nominal pinhole) and is reported `uncalibrated`: the frame masks it out, and the
+//! network's camera count stays fixed. A calibration that differs from the previous frame's is
+//! counted as a change; the LSS geometry is cached per [`Calibration`]
+//! ([`crate::bev::lss::GeometryCache`]) and rebuilt exactly then, without a restart.
+
+use crate::bag::cdr::CameraInfo;
+use crate::bev::calib::{CameraCalib, Calibration, Mat3};
+use crate::bev::calib_file::{camera_info_intrinsics, CalibrationFile};
+use crate::bev::tf::{TfBuffer, IDENTITY};
+use crate::Error;
+
+/// Where a camera's extrinsic came from this frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtrinsicSource {
+    Tf,
+    File,
+}
+
+/// A camera's calibration state this frame.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CameraCalibState {
+    /// Usable: intrinsics from CameraInfo (`from_camera_info`) or the file, extrinsic from `source`.
+    Ready { source: ExtrinsicSource, from_camera_info: bool },
+    /// Masked: why (no CameraInfo and none in the file, no TF and not in the file, invalid).
+    Uncalibrated(String),
+}
+
+impl CameraCalibState {
+    pub fn is_ready(&self) -> bool {
+        matches!(self, CameraCalibState::Ready { .. })
+    }
+
+    /// For diagnostics: `tf`, `file`, or `uncalibrated: <why>`.
+    pub fn describe(&self) -> String {
+        match self {
+            CameraCalibState::Ready { source: ExtrinsicSource::Tf, from_camera_info } => {
+                format!("extrinsic from tf, intrinsics from {}", if *from_camera_info { "camera_info" } else { "file" })
+            }
+            CameraCalibState::Ready { source: ExtrinsicSource::File, from_camera_info } => {
+                format!("extrinsic from file, intrinsics from {}", if *from_camera_info { "camera_info" } else { "file" })
+            }
+            CameraCalibState::Uncalibrated(why) => format!("uncalibrated: {why}"),
+        }
+    }
+}
+
+/// What a camera's CameraInfo gave.
+#[derive(Debug, Clone, PartialEq)]
+struct Intrinsics {
+    k: Mat3,
+    width: usize,
+    height: usize,
+    frame_id: String,
+}
+
+/// One frame's calibration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RigFrame {
+    pub calibration: Calibration,
+    /// Per camera, in camera order.
+    pub states: Vec<CameraCalibState>,
+    /// The calibration differs from the previous frame's (true for the first frame).
+    pub changed: bool,
+}
+
+/// The cameras' calibration sources and the last calibration handed out.
+#[derive(Debug, Clone)]
+pub struct CalibrationRig {
+    names: Vec<String>,
+    /// Per camera: read `P` instead of `K` (rectified images).
+    use_projection: Vec<bool>,
+    file: Option<CalibrationFile>,
+    intrinsics: Vec<Option<Intrinsics>>,
+    current: Option<Calibration>,
+    changes: u64,
+}
+
+/// The raw size a placeholder camera gets when nothing else is known (nuScenes').
+const PLACEHOLDER_SIZE: (usize, usize) = (1600, 900);
+
+impl CalibrationRig {
+    /// `names` in camera order, `use_projection` per camera, the optional calibration file.
+    /// Errors when the lists differ in length.
+    pub fn new(names: &[String], use_projection: &[bool], file: Option<CalibrationFile>) -> Result<Self, Error> {
+        if names.len() != use_projection.len() {
+            return Err(Error::InvalidInput(format!("{} cameras but {} intrinsics choices", names.len(), use_projection.len())));
+        }
+        Ok(CalibrationRig {
+            names: names.to_vec(),
+            use_projection: use_projection.to_vec(),
+            file,
+            intrinsics: vec![None; names.len()],
+            current: None,
+            changes: 0,
+        })
+    }
+
+    /// Takes camera `cam`'s CameraInfo. An invalid one (zero or singular K/P, zero size, empty
+    /// frame id) is an error and leaves the camera's previous intrinsics in place.
+    pub fn set_camera_info(&mut self, cam: usize, info: &CameraInfo) -> Result<(), Error> {
+        let name = self.names.get(cam).ok_or_else(|| Error::InvalidInput(format!("no camera {cam}")))?.clone();
+        let k = camera_info_intrinsics(&info.k, &info.p, self.use_projection[cam])?;
+        let (w, h) = (info.width as usize, info.height as usize);
+        if info.header.frame_id.is_empty() {
+            return Err(Error::InvalidInput(format!("camera `{name}`: CameraInfo has an empty frame_id (TF needs the camera's frame)")));
+        }
+        // Validate as a camera with a neutral extrinsic: K, size.
+        CameraCalib::new(&name, k, IDENTITY, w, h)?;
+        self.intrinsics[cam] = Some(Intrinsics { k, width: w, height: h, frame_id: info.header.frame_id.clone() });
+        Ok(())
+    }
+
+    /// Camera `cam`'s frame id (from its CameraInfo), when known.
+    pub fn frame_id(&self, cam: usize) -> Option<&str> {
+        self.intrinsics.get(cam)?.as_ref().map(|i| i.frame_id.as_str())
+    }
+
+    /// Calibration changes seen (not counting the first calibration).
+    pub fn changes(&self) -> u64 {
+        self.changes
+    }
+
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The calibration for a cloud in `lidar_frame`, with `tf` as it stands.
+    pub fn resolve(&mut self, lidar_frame: &str, tf: &TfBuffer) -> RigFrame {
+        let mut states = Vec::with_capacity(self.names.len());
+        let mut cams: Vec<Option<CameraCalib>> = Vec::with_capacity(self.names.len());
+        for (i, name) in self.names.iter().enumerate() {
+            let file_cam = self.file.as_ref().and_then(|f| f.camera(name));
+            let (k, w, h, from_info) = match (&self.intrinsics[i], file_cam.and_then(|c| c.intrinsics)) {
+                (Some(x), _) => (x.k, x.width, x.height, true),
+                (None, Some((k, w, h))) => (k, w, h, false),
+                (None, None) => {
+                    states.push(CameraCalibState::Uncalibrated("no CameraInfo yet and no intrinsics in the calibration file".into()));
+                    cams.push(None);
+                    continue;
+                }
+            };
+            let tf_result = match self.intrinsics[i].as_ref().map(|x| x.frame_id.as_str()) {
+                Some(frame) if !lidar_frame.is_empty() => tf.lookup(lidar_frame, frame).map_err(|e| e.to_string()),
+                Some(_) => Err("the cloud has an empty frame_id".to_string()),
+                None => Err("no CameraInfo (its frame_id names the camera's TF frame)".to_string()),
+            };
+            let (c2l, source) = match (tf_result, file_cam) {
+                (Ok(m), _) => (m, ExtrinsicSource::Tf),
+                (Err(_), Some(f)) => (f.camera_to_lidar, ExtrinsicSource::File),
+                (Err(e), None) => {
+                    states.push(CameraCalibState::Uncalibrated(format!("no extrinsic: {e}; and not in the calibration file")));
+                    cams.push(None);
+                    continue;
+                }
+            };
+            match CameraCalib::new(name, k, c2l, w, h) {
+                Ok(c) => {
+                    states.push(CameraCalibState::Ready { source, from_camera_info: from_info });
+                    cams.push(Some(c));
+                }
+                Err(e) => {
+                    states.push(CameraCalibState::Uncalibrated(e.to_string()));
+                    cams.push(None);
+                }
+            }
+        }
+        let size = cams.iter().flatten().map(|c| (c.image_width, c.image_height)).next().unwrap_or(PLACEHOLDER_SIZE);
+        let cameras: Vec<CameraCalib> = cams
+            .into_iter()
+            .zip(&self.names)
+            .map(|(c, name)| c.unwrap_or_else(|| placeholder(name, size)))
+            .collect();
+        let calibration = Calibration { cameras };
+        let changed = self.current.as_ref() != Some(&calibration);
+        if changed {
+            if self.current.is_some() {
+                self.changes += 1;
+            }
+            self.current = Some(calibration.clone());
+        }
+        RigFrame { calibration, states, changed }
+    }
+}
+
+/// A well-formed camera that is never pooled (its mask bit is off): a nominal pinhole looking
+/// along its own z, at the LiDAR origin.
+fn placeholder(name: &str, (w, h): (usize, usize)) -> CameraCalib {
+    let f = w.max(1) as f64;
+    CameraCalib {
+        name: name.to_string(),
+        intrinsics: [[f, 0.0, w as f64 / 2.0], [0.0, f, h as f64 / 2.0], [0.0, 0.0, 1.0]],
+        camera_to_lidar: IDENTITY,
+        image_width: w.max(1),
+        image_height: h.max(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bag::cdr::{Header, TfMessage, Time, TransformStamped};
+    use crate::bev::lss::{GeometryCache, LssConfig, LssParams};
+    use std::path::Path;
+
+    fn info(frame: &str, fx: f64) -> CameraInfo {
+        let mut c = CameraInfo { header: Header { stamp: Time::default(), frame_id: frame.into() }, width: 1600, height: 900, ..Default::default() };
+        c.k = [fx, 0.0, 800.0, 0.0, fx, 450.0, 0.0, 0.0, 1.0];
+        c.p = [fx * 0.9, 0.0, 790.0, 0.0, 0.0, fx * 0.9, 440.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+        c
+    }
+
+    fn tf_msg(child: &str, z: f64) -> TfMessage {
+        // camera looking forward (+x of base_link): camera z = base x, camera x = -base y
+        let q = [-0.5, 0.5, -0.5, 0.5];
+        TfMessage {
+            transforms: vec![TransformStamped {
+                header: Header { stamp: Time::default(), frame_id: "base_link".into() },
+                child_frame_id: child.into(),
+                translation: [1.5, 0.0, z],
+                rotation: q,
+            }],
+        }
+    }
+
+    fn names() -> Vec<String> {
+        vec!["CAM_A".into(), "CAM_B".into()]
+    }
+
+    #[test]
+    fn tf_then_file_then_uncalibrated_and_changes_are_detected() {
+        let id = "[[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]";
+        let file = CalibrationFile::parse(&format!("cameras:\n  CAM_B:\n    camera_to_lidar: {id}\n"), "f.yaml").unwrap();
+        let mut rig = CalibrationRig::new(&names(), &[false, true], Some(file)).unwrap();
+        let mut tf = TfBuffer::new();
+        tf.add_message(&tf_msg("base_link_lidar_dummy", 0.0), true);
+        // nothing yet: both placeholders, both uncalibrated
+        let f0 = rig.resolve("lidar", &tf);
+        assert!(f0.changed && f0.states.iter().all(|s| !s.is_ready()), "{:?}", f0.states);
+        assert_eq!(f0.calibration.len(), 2);
+        // CameraInfos in; TF knows cam_a but not the LiDAR yet: A uncalibrated, B from the file
+        rig.set_camera_info(0, &info("cam_a", 1000.0)).unwrap();
+        rig.set_camera_info(1, &info("cam_b", 1000.0)).unwrap();
+        tf.add_message(&tf_msg("cam_a", 1.0), true);
+        let f1 = rig.resolve("lidar", &tf);
+        assert!(matches!(&f1.states[0], CameraCalibState::Uncalibrated(w) if w.contains("not connected")), "{:?}", f1.states[0]);
+        assert_eq!(f1.states[1], CameraCalibState::Ready { source: ExtrinsicSource::File, from_camera_info: true });
+        // B reads P (rectified): fx = 0.9 * 1000
+        assert_eq!(f1.calibration.cameras[1].intrinsics[0][0], 900.0);
+        assert!(f1.changed);
+        // the LiDAR joins the tree: A from TF
+        let lidar = TfMessage {
+            transforms: vec![TransformStamped {
+                header: Header { stamp: Time::default(), frame_id: "base_link".into() },
+                child_frame_id: "lidar".into(),
+                translation: [0.0, 0.0, 2.0],
+                rotation: [0.0, 0.0, 0.0, 1.0],
+            }],
+        };
+        tf.add_message(&lidar, true);
+        let f2 = rig.resolve("lidar", &tf);
+        assert_eq!(f2.states[0], CameraCalibState::Ready { source: ExtrinsicSource::Tf, from_camera_info: true });
+        // camera origin (1.5, 0, 1) in base_link = (1.5, 0, -1) in lidar; optical axis = lidar +x
+        let m = f2.calibration.cameras[0].camera_to_lidar;
+        assert!((m[0][3] - 1.5).abs() < 1e-12 && (m[2][3] + 1.0).abs() < 1e-12, "{m:?}");
+        assert!((m[0][2] - 1.0).abs() < 1e-12, "{m:?}");
+        assert!(f2.changed);
+        let changes = rig.changes();
+        // same inputs: no change
+        assert!(!rig.resolve("lidar", &tf).changed);
+        assert_eq!(rig.changes(), changes);
+        // a calibration change on /tf_static: detected, and the geometry cache rebuilds
+        let params = LssParams::from_config(&LssConfig::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models/bevfusion_seg_camera.yaml")).unwrap());
+        let mut cache = GeometryCache::new();
+        let before = rig.resolve("lidar", &tf);
+        cache.get(&params, &before.calibration).unwrap();
+        cache.get(&params, &rig.resolve("lidar", &tf).calibration).unwrap();
+        assert_eq!(cache.builds(), 1);
+        tf.add_message(&tf_msg("cam_a", 1.2), true);
+        let after = rig.resolve("lidar", &tf);
+        assert!(after.changed);
+        assert_eq!(rig.changes(), changes + 1);
+        cache.get(&params, &after.calibration).unwrap();
+        assert_eq!(cache.builds(), 2);
+    }
+
+    #[test]
+    fn bad_camera_infos_are_errors_and_keep_the_previous_intrinsics() {
+        let mut rig = CalibrationRig::new(&names(), &[false, false], None).unwrap();
+        rig.set_camera_info(0, &info("cam_a", 1000.0)).unwrap();
+        for (bad, needle) in [
+            (info("cam_a", 0.0), "focal"),
+            (info("", 1000.0), "frame_id"),
+            (CameraInfo { width: 0, ..info("cam_a", 1000.0) }, "image size"),
+        ] {
+            let e = rig.set_camera_info(0, &bad).unwrap_err().to_string();
+            assert!(e.contains(needle), "{needle}: {e}");
+        }
+        assert_eq!(rig.frame_id(0), Some("cam_a"));
+        assert!(rig.set_camera_info(7, &info("x", 1.0)).is_err());
+        // intrinsics but no extrinsic anywhere: uncalibrated with the reason
+        let f = rig.resolve("lidar", &TfBuffer::new());
+        assert!(f.states[0].describe().contains("uncalibrated") && f.states[0].describe().contains("no extrinsic"), "{:?}", f.states[0]);
+        assert!(f.states[1].describe().contains("no CameraInfo"), "{:?}", f.states[1]);
+        assert!(CalibrationRig::new(&names(), &[false], None).is_err());
+    }
+}

@@ -1,0 +1,327 @@
+//! Replay's camera branch: the cameras' images and CameraInfos and `/tf`, `/tf_static` read from
+//! the bag in timestamp order with the LiDAR clouds, through the node's own
+//! [`CameraBranch`] (same sync rule, calibration sources, masking and counts), and for each
+//! replayed cloud the frame's camera inputs, its per-camera status and its stage times.
+//!
+//! With a BEV map model ([`BevMapModel`]) the map of each frame is written to the output bag on
+//! the node's topics (`/sptr/output/bev/map/<class>`, `/sptr/output/bev/map_bits`,
+//! `/sptr/output/bev/map_color`) and drawn to `bev/map_NNNNNN.png` for chosen frames. Always:
+//! `cameras.json`, per camera the frames it was used in and masked out of (by reason), and per
+//! frame every camera's status and image age.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::ReplayError;
+use crate::bag::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, TfMessage};
+use crate::bag::{Bag, BagWriter, RawMessage};
+use crate::bev::branch::{BevFrameInputs, BranchConfig, CameraBranch, CameraImage, CameraStatus};
+use crate::bev::label_grid::{BevGrids, NO_DATA};
+use crate::bev::map_messages::{class_topic_token, map_messages, MapMessages, MapStyle};
+use crate::config::{CameraInput, ImageTransport};
+
+/// The TF topics replay reads.
+pub const TF_TOPIC: &str = "/tf";
+pub const TF_STATIC_TOPIC: &str = "/tf_static";
+
+/// The camera branch of a replay: what to read and how.
+#[derive(Debug, Clone)]
+pub struct CameraReplayOptions {
+    /// Per camera its topics (absolute: [`absolute_topic`] of the node's names).
+    pub inputs: Vec<CameraInput>,
+    pub branch: BranchConfig,
+    /// The BEV map model's classes (its YAML's `map_classes`), in output order.
+    pub map_classes: Vec<String>,
+    /// How maps are drawn (a threshold and a colour per class), for a model's maps.
+    pub map_style: Option<MapStyle>,
+}
+
+/// A node-relative topic name as the node `sptr` in namespace `/` resolves it: `~/x` is
+/// `/sptr/x`, a relative `x` is `/x`.
+pub fn absolute_topic(topic: &str) -> String {
+    if let Some(rest) = topic.strip_prefix("~/") {
+        format!("/sptr/{rest}")
+    } else if topic.starts_with('/') {
+        topic.to_string()
+    } else {
+        format!("/{topic}")
+    }
+}
+
+/// The node's map topics: per class, then the bit and colour images.
+pub fn map_topics(classes: &[String]) -> (Vec<String>, String, String) {
+    (
+        classes.iter().map(|c| format!("/sptr/output/bev/map/{}", class_topic_token(c))).collect(),
+        "/sptr/output/bev/map_bits".to_string(),
+        "/sptr/output/bev/map_color".to_string(),
+    )
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    Image(usize, ImageTransport),
+    Info(usize),
+    Tf { is_static: bool },
+}
+
+/// One frame's cameras, for `cameras.json`.
+#[derive(Debug, Clone, Serialize)]
+struct FrameCameras {
+    frame: u64,
+    stamp_ns: i64,
+    /// Per camera: status name.
+    status: Vec<&'static str>,
+    /// Per camera: cloud stamp − image stamp, ms (null without an image).
+    age_ms: Vec<Option<f64>>,
+    calibration_changed: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct CameraSummary {
+    name: String,
+    image_topic: String,
+    camera_info_topic: String,
+    frames: HashMap<&'static str, u64>,
+    masked: u64,
+    camera_info_errors: u64,
+    calibration: String,
+    last_problem: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct CamerasJson {
+    max_camera_lidar_delay_s: f64,
+    calibration_changes: u64,
+    bad_messages: u64,
+    notes: Vec<String>,
+    cameras: Vec<CameraSummary>,
+    frames: Vec<FrameCameras>,
+}
+
+/// Per camera counts of a finished replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CameraOutcome {
+    pub name: String,
+    pub used: u64,
+    pub masked: u64,
+    /// `(status name, frames)` for every masked status with frames.
+    pub masked_by: Vec<(&'static str, u64)>,
+}
+
+/// The camera branch during a replay.
+pub struct CameraReplay {
+    opts: CameraReplayOptions,
+    branch: CameraBranch,
+    roles: HashMap<String, Role>,
+    frames: Vec<FrameCameras>,
+    notes: Vec<String>,
+    bad_messages: u64,
+}
+
+impl CameraReplay {
+    /// Checks the camera topics against `bag`: a topic the bag lacks is noted (that camera will
+    /// be `missing`), a topic of another type is an error.
+    pub fn new(opts: &CameraReplayOptions, bag: &Bag) -> Result<Self, ReplayError> {
+        let branch = CameraBranch::new(opts.branch.clone()).map_err(|e| ReplayError::Setup(format!("camera branch: {e}")))?;
+        let mut roles = HashMap::new();
+        let mut notes = Vec::new();
+        let expect = |topic: &str, want: &str, role: Role, roles: &mut HashMap<String, Role>, notes: &mut Vec<String>| -> Result<(), ReplayError> {
+            match bag.topics().iter().find(|t| t.name == topic) {
+                None => {
+                    notes.push(format!("no topic {topic} ({want}) in the bag"));
+                    Ok(())
+                }
+                Some(t) if t.type_name != want => Err(ReplayError::Topic {
+                    bag: bag.path().to_path_buf(),
+                    reason: format!("topic {topic} has type {}, expected {want}", t.type_name),
+                }),
+                Some(_) => {
+                    roles.insert(topic.to_string(), role);
+                    Ok(())
+                }
+            }
+        };
+        for (i, c) in opts.inputs.iter().enumerate() {
+            let want = match c.transport {
+                ImageTransport::Raw => Image::TYPE_NAME,
+                ImageTransport::Compressed => CompressedImage::TYPE_NAME,
+            };
+            expect(&c.image_topic, want, Role::Image(i, c.transport), &mut roles, &mut notes)?;
+            expect(&c.camera_info_topic, CameraInfo::TYPE_NAME, Role::Info(i), &mut roles, &mut notes)?;
+        }
+        for (topic, is_static) in [(TF_TOPIC, false), (TF_STATIC_TOPIC, true)] {
+            if bag.topics().iter().any(|t| t.name == topic) {
+                expect(topic, TfMessage::TYPE_NAME, Role::Tf { is_static }, &mut roles, &mut notes)?;
+            }
+        }
+        Ok(CameraReplay { opts: opts.clone(), branch, roles, frames: Vec::new(), notes, bad_messages: 0 })
+    }
+
+    /// The topics to read besides the LiDAR's.
+    pub fn topics(&self) -> Vec<String> {
+        let mut t: Vec<String> = self.roles.keys().cloned().collect();
+        t.sort();
+        t
+    }
+
+    /// Whether `topic` is one of the camera branch's.
+    pub fn wants(&self, topic: &str) -> bool {
+        self.roles.contains_key(topic)
+    }
+
+    /// Feeds one message; a message that cannot be decoded is counted and returned as a note
+    /// (the node logs and drops it).
+    pub fn on_message(&mut self, msg: &RawMessage) -> Option<String> {
+        let role = *self.roles.get(&msg.topic)?;
+        let what = |e: String| format!("{} at {} ns: {e}", msg.topic, msg.timestamp_ns);
+        let r: Result<(), String> = match role {
+            Role::Image(i, ImageTransport::Raw) => Image::from_cdr(&msg.data).map(|m| {
+                self.branch.on_image(i, CameraImage::Raw(m));
+            }).map_err(|e| e.to_string()),
+            Role::Image(i, ImageTransport::Compressed) => CompressedImage::from_cdr(&msg.data).map(|m| {
+                self.branch.on_image(i, CameraImage::Compressed(m));
+            }).map_err(|e| e.to_string()),
+            Role::Info(i) => CameraInfo::from_cdr(&msg.data)
+                .map_err(|e| e.to_string())
+                .and_then(|m| self.branch.on_camera_info(i, &m).map_err(|e| e.to_string())),
+            Role::Tf { is_static } => TfMessage::from_cdr(&msg.data).map_err(|e| e.to_string()).and_then(|m| {
+                let errors = self.branch.on_tf(&m, is_static);
+                if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+            }),
+        };
+        r.err().map(|e| {
+            self.bad_messages += 1;
+            what(e)
+        })
+    }
+
+    /// The camera inputs of replayed frame `index` (a cloud stamped `stamp_ns` in `frame_id`).
+    pub fn frame(&mut self, index: u64, stamp_ns: i64, frame_id: &str, points: &crate::Points) -> BevFrameInputs {
+        let inputs = self.branch.frame(stamp_ns, frame_id, points);
+        self.frames.push(FrameCameras {
+            frame: index,
+            stamp_ns,
+            status: inputs.cameras.iter().map(|c| c.status.name()).collect(),
+            age_ms: inputs.cameras.iter().map(|c| c.age_ns.map(|a| a as f64 * 1e-6)).collect(),
+            calibration_changed: inputs.calibration_changed,
+        });
+        inputs
+    }
+
+    /// The map messages of a frame, for the model's `map` (None without a map style).
+    pub fn map_messages(&self, map: &crate::bev::map::BevMap, header: &crate::bag::cdr::Header, bev_frame_id: &str) -> Result<Option<MapMessages>, ReplayError> {
+        let Some(style) = &self.opts.map_style else { return Ok(None) };
+        map_messages(map, style, header.stamp, &header.frame_id, bev_frame_id).map(Some).map_err(|e| ReplayError::Setup(format!("BEV map messages: {e}")))
+    }
+
+    /// Per camera counts so far.
+    pub fn outcome(&self) -> Vec<CameraOutcome> {
+        self.branch
+            .names()
+            .iter()
+            .zip(self.branch.stats())
+            .map(|(name, s)| CameraOutcome {
+                name: name.clone(),
+                used: s.count(CameraStatus::Used),
+                masked: s.masked(),
+                masked_by: CameraStatus::ALL.iter().filter(|&&st| st != CameraStatus::Used && s.count(st) > 0).map(|&st| (st.name(), s.count(st))).collect(),
+            })
+            .collect()
+    }
+
+    /// Notes for the progress output (topics the bag lacks).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Writes `cameras.json` into `out`.
+    pub fn write_summary(&self, out: &Path) -> Result<(), ReplayError> {
+        let cameras = self
+            .opts
+            .inputs
+            .iter()
+            .zip(self.branch.stats())
+            .map(|(c, s)| CameraSummary {
+                name: c.name.clone(),
+                image_topic: c.image_topic.clone(),
+                camera_info_topic: c.camera_info_topic.clone(),
+                frames: CameraStatus::ALL.iter().map(|&st| (st.name(), s.count(st))).collect(),
+                masked: s.masked(),
+                camera_info_errors: s.camera_info_errors,
+                calibration: s.calibration.clone(),
+                last_problem: s.last_problem.clone(),
+            })
+            .collect();
+        let json = CamerasJson {
+            max_camera_lidar_delay_s: self.opts.branch.max_camera_lidar_delay_s,
+            calibration_changes: self.branch.calibration_changes(),
+            bad_messages: self.bad_messages,
+            notes: self.notes.clone(),
+            cameras,
+            frames: self.frames.clone(),
+        };
+        let path = out.join(CAMERAS_FILE);
+        let text = serde_json::to_string_pretty(&json).map_err(|e| ReplayError::Setup(format!("cameras.json: {e}")))?;
+        std::fs::write(&path, text).map_err(|source| ReplayError::Io { path, source })
+    }
+}
+
+/// The per-camera summary file of a replay with cameras.
+pub const CAMERAS_FILE: &str = "cameras.json";
+
+/// Adds the map topics to the output bag.
+pub fn add_map_topics(writer: &mut BagWriter, classes: &[String]) -> Result<(), ReplayError> {
+    let (grids, bits, color) = map_topics(classes);
+    for t in &grids {
+        writer.add_topic(t, "nav_msgs/msg/OccupancyGrid")?;
+    }
+    writer.add_topic(&bits, "sensor_msgs/msg/Image")?;
+    writer.add_topic(&color, "sensor_msgs/msg/Image")?;
+    Ok(())
+}
+
+/// Writes a frame's map messages at `time_ns`.
+pub fn write_map(writer: &mut BagWriter, classes: &[String], m: &MapMessages, time_ns: i64) -> Result<(), ReplayError> {
+    let (grids, bits, color) = map_topics(classes);
+    let cdr = |r: Result<Vec<u8>, crate::bag::CdrError>| r.map_err(|e| ReplayError::Setup(format!("encoding the BEV map: {e}")));
+    for (t, g) in grids.iter().zip(&m.grids) {
+        writer.write(t, time_ns, &cdr(g.to_cdr(true))?)?;
+    }
+    writer.write(&bits, time_ns, &cdr(m.bits.to_cdr(true))?)?;
+    writer.write(&color, time_ns, &cdr(m.color.to_cdr(true))?)?;
+    Ok(())
+}
+
+/// The map's colour image as [`BevGrids`] for [`super::write_bev_png`]: each cell labelled with
+/// the class whose colour it shows (the last class at or above its threshold), no data where none.
+pub fn map_as_grids(m: &MapMessages) -> BevGrids {
+    let (w, h) = (m.bits.width as usize, m.bits.height as usize);
+    let labels = m.bits.data.iter().map(|&b| if b == 0 { NO_DATA } else { 7 - b.leading_zeros() as u8 }).collect();
+    BevGrids { width: w, height: h, labels, rgb: m.color.data.clone(), occupancy: vec![-1; w * h] }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_resolve_as_the_node_sptr_in_the_root_namespace() {
+        assert_eq!(absolute_topic("~/input/cameras/CAM_FRONT/image/compressed"), "/sptr/input/cameras/CAM_FRONT/image/compressed");
+        assert_eq!(absolute_topic("/cam/image"), "/cam/image");
+        assert_eq!(absolute_topic("cam/image"), "/cam/image");
+        let (g, b, c) = map_topics(&["drivable_area".into(), "ped crossing".into()]);
+        assert_eq!(g, ["/sptr/output/bev/map/drivable_area", "/sptr/output/bev/map/ped_crossing"]);
+        assert_eq!((b.as_str(), c.as_str()), ("/sptr/output/bev/map_bits", "/sptr/output/bev/map_color"));
+    }
+
+    #[test]
+    fn map_png_labels_are_the_highest_set_bit() {
+        let img = |data: Vec<u8>| crate::bag::cdr::Image { width: 3, height: 1, encoding: "mono8".into(), step: 3, data, ..Default::default() };
+        let m = MapMessages { grids: vec![], bits: img(vec![0, 0b101, 0b1]), color: img(vec![0; 9]) };
+        let g = map_as_grids(&m);
+        assert_eq!(g.labels, vec![NO_DATA, 2, 0]);
+        assert_eq!((g.width, g.height), (3, 1));
+    }
+}
