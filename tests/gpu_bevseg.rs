@@ -64,10 +64,19 @@ fn check(kind: &str, seed: u64) {
     let jpegs: Vec<Vec<u8>> = camera_jpegs().iter().map(|p| std::fs::read(p).unwrap()).collect();
     let jrefs: Vec<&[u8]> = jpegs.iter().map(Vec::as_slice).collect();
     let j = g.forward_jpeg(&dev, &calib, &jrefs, pts.as_deref()).unwrap();
-    for (what, o) in [("repeated run", &again), ("JPEG path", &j)] {
+    // With nvJPEG the JPEG path decodes differently from the host decoder that made `imgs`
+    // (IDCT and chroma upsampling: ~1e-2 rel at the network input, bounded in
+    // tests/gpu_camera_preprocess.rs); through the network that measured 3.4e-5 (camera) and
+    // 1.7e-5 (fusion) on the H100. The bound leaves 30x room; the 0.5 masks must still agree.
+    let decoder = g.jpeg_decoder();
+    let jpeg_tol = if decoder.contains("nvJPEG") { 1e-3 } else { 1e-6 };
+    eprintln!("{kind}: JPEG decoder {decoder}");
+    for (what, o, tol) in [("repeated run", &again, 1e-6), ("JPEG path", &j, jpeg_tol)] {
         let r = rel_err(&o.map.probabilities, &cuda.map.probabilities);
-        eprintln!("{kind}: {what}: rel {r:.2e}, bit-identical {}", o.map.probabilities == cuda.map.probabilities);
-        assert!(r <= 1e-6, "{kind}: the {what} differs: rel {r:.3e}");
+        let agree = o.map.masks(0.5).iter().zip(cuda.map.masks(0.5)).filter(|(a, b)| **a == *b).count() as f64 / cuda.map.probabilities.len() as f64;
+        eprintln!("{kind}: {what}: rel {r:.2e}, bit-identical {}, masks agree {:.4} %", o.map.probabilities == cuda.map.probabilities, agree * 100.0);
+        assert!(r <= tol, "{kind}: the {what} differs: rel {r:.3e} > {tol:e}");
+        assert!(agree >= 0.999, "{kind}: the {what}'s masks agree on {:.4} % of cells", agree * 100.0);
     }
     eprintln!("{kind}: cuda stages (JPEG path) {:?}", j.times.0);
     assert_eq!(g.geometry_builds(), 1, "{kind}: the geometry is built once per calibration");
