@@ -267,11 +267,18 @@ def host_bytes_times_ms(jpegs, y, network, half, warmup, iters, dev):
     import time
     import torch
     from PIL import Image
-    from torchvision import transforms
     fh, fw = y["image_size"]
     resize = float(np.mean(y["augment2d"]["resize"][1]))
     bot = float(np.mean(y["bot_pct_lim"]))
-    norm = transforms.Compose([transforms.ToTensor(), transforms.Normalize(mean=y["image_normalize"]["mean"], std=y["image_normalize"]["std"])])
+    try:
+        from torchvision import transforms
+        norm = transforms.Compose([transforms.ToTensor(), transforms.Normalize(mean=y["image_normalize"]["mean"], std=y["image_normalize"]["std"])])
+    except ImportError:  # what ToTensor + Normalize compute, on the CPU as well
+        mean = torch.tensor(y["image_normalize"]["mean"]).view(3, 1, 1)
+        std = torch.tensor(y["image_normalize"]["std"]).view(3, 1, 1)
+
+        def norm(img):
+            return (torch.from_numpy(np.asarray(img, dtype=np.float32) / 255.0).permute(2, 0, 1) - mean) / std
 
     def frame():
         imgs = []
