@@ -99,6 +99,10 @@ pub struct ModelYaml {
     pub class_names: Vec<String>,
     /// RGB per class, for the BEV colour image and visualisation.
     pub palette: Vec<[u8; 3]>,
+    /// How the CUDA network stores activations: `fp16` (default), `bf16` or `auto` (ours; see
+    /// [`crate::device::storage::Precision`]). The CPU computes in f32 whatever it says.
+    #[serde(default)]
+    pub precision: crate::device::storage::Precision,
 }
 
 /// The validated model configuration.
