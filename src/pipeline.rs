@@ -180,6 +180,17 @@ impl Segmenter {
         &self.cfg
     }
 
+    /// Sets the CUDA precision ([`crate::device::storage::Precision`]) the next
+    /// [`Segmenter::into_device`] uploads in, overriding the model YAML's. An error on a
+    /// segmenter already on CUDA (its networks are uploaded: make a new one).
+    pub fn set_precision(&mut self, precision: crate::device::storage::Precision) -> Result<(), Error> {
+        if self.device() == DeviceKind::Cuda {
+            return Err(Error::InvalidInput("set the precision before moving the model to CUDA".into()));
+        }
+        self.cfg.precision = precision;
+        Ok(())
+    }
+
     /// A function told of each stage of every later [`Segmenter::segment`] as it ends (name,
     /// wall time; on the CPU in the order of [`crate::model::sphereformer::cpu_stage_names`]),
     /// e.g. progress lines for long CPU runs ([`progress`]). `None` removes it.
