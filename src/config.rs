@@ -240,6 +240,10 @@ pub struct NodeParams {
     /// What a frame whose activations left the FP16 range gives (default `drop`).
     #[serde(default)]
     pub on_overflow: OverflowPolicy,
+    /// The CUDA network's precision (`fp16`, `bf16`, `auto`), overriding the model YAML's
+    /// `precision`; absent: the YAML's (see [`crate::device::storage::Precision`]).
+    #[serde(default)]
+    pub precision: Option<crate::device::storage::Precision>,
     /// Topic names (default: the private `~/...` names; remapping works on either).
     #[serde(default)]
     pub topics: TopicParams,
