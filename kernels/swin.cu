@@ -7,6 +7,10 @@
 // output element unless noted. The host checks that every launch's element count fits in u32, so
 // index arithmetic is 32-bit (a 64-bit division costs several times a 32-bit one) and only
 // addresses are widened.
+//
+// The kernels that compute and store FP16 activations (ln_pad, qkv split, crop residual) take
+// `range_flags` (may be NULL) and `range_layer`: the FP16 range guard of prelude.cuh over the
+// values they store. im2col and the merge gather copy values guarded where they were stored.
 #include <cuda_fp16.h>
 
 // PatchEmbed's conv as im2col: normalized images NHWC FP16 [n, h, w, cin] (the camera
@@ -33,7 +37,7 @@ extern "C" __global__ void swin_patch_im2col(const __half* __restrict__ img, u32
 template <int PER_LANE>
 __device__ __forceinline__ void ln_pad_row(const __half* __restrict__ x, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
                                            const float* __restrict__ gamma, const float* __restrict__ beta, float eps,
-                                           __half* __restrict__ out) {
+                                           __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
     const u64 row = (u64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const u32 lane = threadIdx.x & 31u;
     if (row >= (u64)n * hp * wp) return;
@@ -67,25 +71,31 @@ __device__ __forceinline__ void ln_pad_row(const __half* __restrict__ x, u32 n, 
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) var += __shfl_xor_sync(FULL_MASK, var, o);
     const float inv = rsqrtf(var / (float)c + eps);
+    u32 bits = 0;
 #pragma unroll
     for (int t = 0; t < PER_LANE; ++t) {
         const u32 j = lane + 32u * t;
-        if (j < c) orow[j] = __float2half_rn((v[t] - mean) * inv * gamma[j] + beta[j]);
+        if (j < c) {
+            const float y = (v[t] - mean) * inv * gamma[j] + beta[j];
+            bits |= fp16_range_bits(y);
+            orow[j] = __float2half_rn(y);
+        }
     }
+    range_flag(range_flags, range_layer, bits);
 }
 
 // c <= 256
 extern "C" __global__ void swin_ln_pad(const __half* __restrict__ x, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
                                        const float* __restrict__ gamma, const float* __restrict__ beta, float eps,
-                                       __half* __restrict__ out) {
-    ln_pad_row<8>(x, n, h, w, hp, wp, c, gamma, beta, eps, out);
+                                       __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
+    ln_pad_row<8>(x, n, h, w, hp, wp, c, gamma, beta, eps, out, range_flags, range_layer);
 }
 
 // c <= 768
 extern "C" __global__ void swin_ln_pad_wide(const __half* __restrict__ x, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
                                             const float* __restrict__ gamma, const float* __restrict__ beta, float eps,
-                                            __half* __restrict__ out) {
-    ln_pad_row<24>(x, n, h, w, hp, wp, c, gamma, beta, eps, out);
+                                            __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
+    ln_pad_row<24>(x, n, h, w, hp, wp, c, gamma, beta, eps, out, range_flags, range_layer);
 }
 
 // The qkv Linear's epilogue: acc [rows, 3c] (FP32 GEMM output) + bias [3c] split into
@@ -93,7 +103,7 @@ extern "C" __global__ void swin_ln_pad_wide(const __half* __restrict__ x, u32 n,
 // (B, N, 3, heads, head_dim): q, k, v are consecutive column ranges).
 extern "C" __global__ void swin_qkv_split(const float* __restrict__ acc, u32 rows, u32 c, const float* __restrict__ bias,
                                           float scale, __half* __restrict__ q, __half* __restrict__ k,
-                                          __half* __restrict__ v) {
+                                          __half* __restrict__ v, u32* __restrict__ range_flags, u32 range_layer) {
     const u32 c3 = 3u * c;
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (gid >= (u64)rows * c3) return;
@@ -103,6 +113,7 @@ extern "C" __global__ void swin_qkv_split(const float* __restrict__ acc, u32 row
     float y = acc[idx] + bias[j];
     if (part == 0) y *= scale;
     __half* dst = part == 0 ? q : (part == 1 ? k : v);
+    range_flag(range_flags, range_layer, fp16_range_bits(y));
     dst[(u64)r * c + col] = __float2half_rn(y);
 }
 
@@ -110,14 +121,16 @@ extern "C" __global__ void swin_qkv_split(const float* __restrict__ acc, u32 row
 // out[t] = acc[its padded row] + bias + residual[t] (the block's first residual).
 extern "C" __global__ void swin_crop_residual(const float* __restrict__ acc, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
                                               const float* __restrict__ bias, const __half* __restrict__ residual,
-                                              __half* __restrict__ out) {
+                                              __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (gid >= (u64)n * h * w * c) return;
     const u32 idx = (u32)gid;  // < 2^32: the host checks the element count
     const u32 t = idx / c, j = idx % c;
     const u32 q = t % w, r = (t / w) % h, b = t / (w * h);
     const u64 pr = ((u64)b * hp + r) * wp + q;
-    out[idx] = __float2half_rn(acc[pr * c + j] + bias[j] + __half2float(residual[idx]));
+    const float y = acc[pr * c + j] + bias[j] + __half2float(residual[idx]);
+    range_flag(range_flags, range_layer, fp16_range_bits(y));
+    out[idx] = __float2half_rn(y);
 }
 
 // PatchMerging's nn.Unfold(kernel 2, stride 2) of [n, h, w, c] tokens zero-padded right and

@@ -105,7 +105,7 @@ fn bf16_conv_kernels_match_the_cpu() {
         let s = &dev.stream;
         let x = up::<bf16>(&dev, t.feats());
         let res = up::<bf16>(&dev, &residual);
-        let weights = CudaConvWeights::<bf16>::upload(&dev, &w, WeightLayout::Rsck, kv, cin, cout, Some(&bias)).unwrap();
+        let weights = CudaConvWeights::<bf16>::upload_store(&dev, &w, WeightLayout::Rsck, kv, cin, cout, Some(&bias)).unwrap();
         let (ds, dsh, dps, dpsh) = (s.clone_htod(&scale).unwrap(), s.clone_htod(&shift).unwrap(), s.clone_htod(&post_scale).unwrap(), s.clone_htod(&post_shift).unwrap());
         let pre = CudaPreActivation { scale: &ds, shift: &dsh, relu: true };
         let post = CudaPreActivation { scale: &dps, shift: &dpsh, relu: true };
@@ -146,7 +146,7 @@ fn bf16_guard_flags_non_finite_values_not_fp16_overflows() {
     let t = real_tensor(cin, &mut rng);
     let map = submanifold_cuda(&dev, &t, CudaSites::upload(&dev, &t).unwrap(), [3; 3], [1; 3]).unwrap();
     let n = t.len();
-    let big = CudaConvWeights::<bf16>::upload(&dev, &vec![1100.0; 27 * cin * cout], WeightLayout::Rsck, 27, cin, cout, None).unwrap();
+    let big = CudaConvWeights::<bf16>::upload_store(&dev, &vec![1100.0; 27 * cin * cout], WeightLayout::Rsck, 27, cin, cout, None).unwrap();
     let ones = up::<bf16>(&dev, &vec![1.0; n * cin]);
     let mut nan = vec![0.5f32; n * cin];
     nan[cin * (n / 2)] = f32::NAN;

@@ -648,7 +648,7 @@ fn camera_features_cmd(
     device: DeviceArg,
     out: PathBuf,
 ) -> Result<()> {
-    use sptr::camera::features::{preprocess_files, read_input_npy, run, FeaturesJob, WeightsArg};
+    use sptr::camera::features::{preprocess_files, read_input_npy, run_checked, FeaturesJob, WeightsArg};
     let weights = match (weights, random_weights) {
         (Some(w), _) => WeightsArg::File(w),
         (None, Some(seed)) => WeightsArg::Random { seed, save: save_weights },
@@ -664,7 +664,16 @@ fn camera_features_cmd(
         DeviceArg::Auto => cuda_usable(),
     };
     let job = FeaturesJob { model, weights, images, n, h, w, cuda, stages, save_input, out };
-    println!("{}", run(&job)?);
+    let (summary, range) = run_checked(&job)?;
+    println!("{summary}");
+    if !range.is_clean() {
+        print_out_of_range(&range);
+        return Err(OutOfRange(format!(
+            "the features were written but cannot be trusted (README: FP16 range); {}",
+            range.summary(1)
+        ))
+        .into());
+    }
     Ok(())
 }
 

@@ -14,14 +14,22 @@
 //! The patch embedding is an im2col (`swin_patch_im2col`) + GEMM + LayerNorm, patch merging a
 //! gather in `nn.Unfold` order (`swin_merge_gather`) + LayerNorm(4C) + a bias-free GEMM; the
 //! stage outputs go through their `norm{i}` into NHWC [`CudaFeatureMap`]s.
+//!
+//! FP16 range guard ([`crate::model::range`]): every launch that computes and stores an FP16
+//! activation reports under a layer registered at upload in execution order with its upstream
+//! module path (`encoders.camera.backbone.stages.1.blocks.0.attn.w_msa.qkv`; `.attn.w_msa` is the
+//! window attention's output, `.attn.w_msa.proj` proj plus the residual, `.ffn.layers.1` fc2 plus
+//! the residual), when the forward is given flags ([`CudaSwin::forward_guarded_timed`]).
 
 use super::swin::{PatchEmbed, PatchMerging, StageWindows, SwinBlock, SwinTransformer};
 use super::encoder::SwinConfig;
-use crate::attention::cuda::{window_attention_cuda, CudaBias2d, CudaPartition, CudaTerm, QkvView};
+use crate::attention::cuda::{window_attention_cuda_guarded, CudaBias2d, CudaPartition, CudaTerm, QkvView, TILED_MIN_WINDOW};
 use crate::attention::{HeadSlice, Partition};
 use crate::dense::cuda::CudaFeatureMap;
 use crate::device::cuda::{cuda_err, CudaDevice};
-use crate::model::gpu_layers::{alloc_uninit, elements, epilogue, up_f32, GpuLayerNorm, GpuLinear};
+use crate::device::range::{RangeFlags, RangeSlot};
+use crate::model::range::{LayerId, LayerNames};
+use crate::model::gpu_layers::{alloc_uninit, elements, epilogue_guarded, up_f32, GpuLayerNorm, GpuLinear};
 use crate::model::sphereformer::cuda::GpuClock;
 use crate::Error;
 use cudarc::cublas::CudaBlas;
@@ -33,6 +41,11 @@ const THREADS: u32 = 256;
 /// [`LN_PAD_MAX_C`] (24 a lane).
 const LN_PAD_NARROW_C: usize = 256;
 const LN_PAD_MAX_C: usize = 768;
+
+/// The slot of layer `id` in `flags`, if the forward is guarded.
+fn slot(flags: Option<&RangeFlags>, id: LayerId) -> Result<Option<RangeSlot<'_>>, Error> {
+    flags.map(|f| f.slot(id)).transpose()
+}
 
 fn grid(total: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (total.div_ceil(THREADS).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
@@ -122,14 +135,18 @@ struct GpuPatchEmbed {
     patch: usize,
     proj: GpuLinear,
     norm: Option<GpuLayerNorm>,
+    /// `patch_embed.projection`, `patch_embed.norm`.
+    ids: [LayerId; 2],
 }
 
 impl GpuPatchEmbed {
-    fn upload(dev: &CudaDevice, p: &PatchEmbed) -> Result<Self, Error> {
-        Ok(Self { cin: p.in_channels, patch: p.patch, proj: GpuLinear::upload(dev, &p.proj, 1)?, norm: p.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()? })
+    fn upload(dev: &CudaDevice, p: &PatchEmbed, names: &mut LayerNames) -> Result<Self, Error> {
+        let ids = [names.add(format!("{BACKBONE}.patch_embed.projection")), names.add(format!("{BACKBONE}.patch_embed.norm"))];
+        Ok(Self { cin: p.in_channels, patch: p.patch, proj: GpuLinear::upload(dev, &p.proj, 1)?, norm: p.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()?, ids })
     }
 
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, img: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
+    #[allow(clippy::too_many_arguments)]
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, img: &CudaSlice<f16>, n: usize, h: usize, w: usize, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
         let p = self.patch;
         let (ho, wo) = (h.div_ceil(p), w.div_ceil(p));
         let k = self.cin * p * p;
@@ -148,9 +165,9 @@ impl GpuPatchEmbed {
         .map_err(cuda_err("swin_patch_im2col"))?;
         let acc = self.proj.gemm(dev, blas, &cols, rows)?;
         drop(cols);
-        let t = epilogue(dev, &acc, self.proj.fout, 0, rows, &self.proj.bias[0], 1.0, false, None)?;
+        let t = epilogue_guarded::<f16>(dev, &acc, self.proj.fout, 0, rows, &self.proj.bias[0], 1.0, false, None, slot(flags, self.ids[0])?)?;
         match &self.norm {
-            Some(ln) => ln.forward(dev, &t, rows),
+            Some(ln) => ln.forward_guarded(dev, &t, rows, slot(flags, self.ids[1])?),
             None => Ok(t),
         }
     }
@@ -170,10 +187,40 @@ struct GpuBlock {
     norm2: GpuLayerNorm,
     fc1: GpuLinear,
     fc2: GpuLinear,
+    ids: BlockIds,
+}
+
+/// A block's guarded layers under its module path `p`: `p.norm1` (with the window padding),
+/// `p.attn.w_msa.qkv`, `p.attn.w_msa` (the window attention's output), `p.attn.w_msa.proj` (plus
+/// the block's input), `p.norm2`, `p.ffn.layers.0.0` (with the GELU), `p.ffn.layers.1` (plus the
+/// residual: the block's output).
+struct BlockIds {
+    norm1: LayerId,
+    qkv: LayerId,
+    attn: LayerId,
+    proj: LayerId,
+    norm2: LayerId,
+    fc1: LayerId,
+    fc2: LayerId,
+}
+
+impl BlockIds {
+    fn register(p: &str, names: &mut LayerNames) -> Self {
+        let mut add = |s: &str| names.add(format!("{p}.{s}"));
+        Self {
+            norm1: add("norm1"),
+            qkv: add("attn.w_msa.qkv"),
+            attn: add("attn.w_msa"),
+            proj: add("attn.w_msa.proj"),
+            norm2: add("norm2"),
+            fc1: add("ffn.layers.0.0"),
+            fc2: add("ffn.layers.1"),
+        }
+    }
 }
 
 impl GpuBlock {
-    fn upload(dev: &CudaDevice, b: &SwinBlock) -> Result<Self, Error> {
+    fn upload(dev: &CudaDevice, b: &SwinBlock, p: &str, names: &mut LayerNames) -> Result<Self, Error> {
         let d = b.channels / b.heads;
         if ![16, 32, 64].contains(&d) {
             return Err(Error::InvalidInput(format!(
@@ -197,11 +244,12 @@ impl GpuBlock {
             norm2: GpuLayerNorm::upload(dev, &b.norm2)?,
             fc1: GpuLinear::upload(dev, &b.fc1, 1)?,
             fc2: GpuLinear::upload(dev, &b.fc2, 1)?,
+            ids: BlockIds::register(p, names),
         })
     }
 
     /// norm1 of `x` `[n, h, w, C]` into the zero-padded `[n, hp, wp, C]` grid.
-    fn ln_pad(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, hw: [usize; 2], padded: [usize; 2]) -> Result<CudaSlice<f16>, Error> {
+    fn ln_pad(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, hw: [usize; 2], padded: [usize; 2], range: Option<RangeSlot<'_>>) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let rows = n * padded[0] * padded[1];
         let mut out = scratch::<f16>(dev, rows * c, "padded tokens")?;
@@ -211,35 +259,39 @@ impl GpuBlock {
         let a = [n, hw[0], hw[1], padded[0], padded[1], c].map(|v| v as u32);
         // 8 rows (warps) a block
         let cfg = LaunchConfig { grid_dim: (rows32.div_ceil(8), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: matches swin.cu; x holds n * h * w * c halves, out rows * c.
+        // SAFETY: matches swin.cu; x holds n * h * w * c halves, out rows * c; the range slot's
+        // layer lies in its flags.
         unsafe {
-            dev.stream
-                .launch_builder(&f)
-                .arg(x).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5])
-                .arg(&self.norm1.gamma).arg(&self.norm1.beta).arg(&self.norm1.eps).arg(&mut out)
-                .launch(cfg)
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(x).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5])
+                .arg(&self.norm1.gamma).arg(&self.norm1.beta).arg(&self.norm1.eps).arg(&mut out);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(cfg)
         }
         .map_err(cuda_err(name))?;
         Ok(out)
     }
 
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, stage: &StagePlan) -> Result<CudaSlice<f16>, Error> {
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let [h, w] = stage.hw;
         let [hp, wp] = stage.padded;
         let (rows, np) = (n * h * w, n * hp * wp);
-        let padded = self.ln_pad(dev, x, n, stage.hw, stage.padded)?;
+        let id = &self.ids;
+        let padded = self.ln_pad(dev, x, n, stage.hw, stage.padded, slot(flags, id.norm1)?)?;
         let acc = self.qkv.gemm(dev, blas, &padded, np)?;
         drop(padded);
         let (mut q, mut k, mut v) = (scratch::<f16>(dev, np * c, "q")?, scratch::<f16>(dev, np * c, "k")?, scratch::<f16>(dev, np * c, "v")?);
         let f = dev.function("swin", "swin_qkv_split")?;
         let (np32, c32) = (elements(np, 1, "qkv")?, c as u32);
-        // SAFETY: matches swin.cu; acc holds np * 3c floats, bias 3c, q/k/v np * c halves.
+        let range = slot(flags, id.qkv)?;
+        // SAFETY: matches swin.cu; acc holds np * 3c floats, bias 3c, q/k/v np * c halves; the
+        // range slot's layer lies in its flags.
         unsafe {
-            dev.stream
-                .launch_builder(&f)
-                .arg(&acc).arg(&np32).arg(&c32).arg(&self.qkv.bias[0]).arg(&self.scale).arg(&mut q).arg(&mut k).arg(&mut v)
-                .launch(grid(elements(np, 3 * c, "qkv")?))
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(&acc).arg(&np32).arg(&c32).arg(&self.qkv.bias[0]).arg(&self.scale).arg(&mut q).arg(&mut k).arg(&mut v);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(grid(elements(np, 3 * c, "qkv")?))
         }
         .map_err(cuda_err("swin_qkv_split"))?;
         drop(acc);
@@ -250,30 +302,34 @@ impl GpuBlock {
         };
         let mut att = scratch::<f16>(dev, np * c, "attention output")?;
         let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table });
-        window_attention_cuda(dev, QkvView { q: &q, k: &k, v: &v, ld: c }, HeadSlice::all(self.heads, c / self.heads), &windows.part, term, &mut att, c)?;
+        let qkv = QkvView { q: &q, k: &k, v: &v, ld: c };
+        let heads = HeadSlice::all(self.heads, c / self.heads);
+        window_attention_cuda_guarded(dev, qkv, heads, &windows.part, term, &mut att, c, TILED_MIN_WINDOW, None, slot(flags, id.attn)?)?;
         drop((q, k, v));
         let acc = self.proj.gemm(dev, blas, &att, np)?;
         drop(att);
         let mut y = scratch::<f16>(dev, rows * c, "block residual")?;
         let f = dev.function("swin", "swin_crop_residual")?;
         let a = [n, h, w, hp, wp, c].map(|v| v as u32);
-        // SAFETY: matches swin.cu; acc holds np * c floats, x and y rows * c halves.
+        let range = slot(flags, id.proj)?;
+        // SAFETY: matches swin.cu; acc holds np * c floats, x and y rows * c halves; the range
+        // slot's layer lies in its flags.
         unsafe {
-            dev.stream
-                .launch_builder(&f)
-                .arg(&acc).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5]).arg(&self.proj.bias[0]).arg(x).arg(&mut y)
-                .launch(grid(elements(rows, c, "proj")?))
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(&acc).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5]).arg(&self.proj.bias[0]).arg(x).arg(&mut y);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(grid(elements(rows, c, "proj")?))
         }
         .map_err(cuda_err("swin_crop_residual"))?;
         drop(acc);
-        let h2 = self.norm2.forward(dev, &y, rows)?;
+        let h2 = self.norm2.forward_guarded(dev, &y, rows, slot(flags, id.norm2)?)?;
         let acc = self.fc1.gemm(dev, blas, &h2, rows)?;
         drop(h2);
-        let hidden = epilogue(dev, &acc, self.fc1.fout, 0, rows, &self.fc1.bias[0], 1.0, true, None)?;
+        let hidden = epilogue_guarded::<f16>(dev, &acc, self.fc1.fout, 0, rows, &self.fc1.bias[0], 1.0, true, None, slot(flags, id.fc1)?)?;
         drop(acc);
         let acc = self.fc2.gemm(dev, blas, &hidden, rows)?;
         drop(hidden);
-        epilogue(dev, &acc, c, 0, rows, &self.fc2.bias[0], 1.0, false, Some(&y))
+        epilogue_guarded(dev, &acc, c, 0, rows, &self.fc2.bias[0], 1.0, false, Some(&y), slot(flags, id.fc2)?)
     }
 }
 
@@ -281,14 +337,18 @@ struct GpuMerge {
     c: usize,
     norm: Option<GpuLayerNorm>,
     reduction: GpuLinear,
+    /// `p.norm`, `p.reduction`.
+    ids: [LayerId; 2],
 }
 
 impl GpuMerge {
-    fn upload(dev: &CudaDevice, m: &PatchMerging) -> Result<Self, Error> {
-        Ok(Self { c: m.channels, norm: m.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()?, reduction: GpuLinear::upload(dev, &m.reduction, 1)? })
+    fn upload(dev: &CudaDevice, m: &PatchMerging, p: &str, names: &mut LayerNames) -> Result<Self, Error> {
+        let ids = [names.add(format!("{p}.norm")), names.add(format!("{p}.reduction"))];
+        Ok(Self { c: m.channels, norm: m.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()?, reduction: GpuLinear::upload(dev, &m.reduction, 1)?, ids })
     }
 
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
+    #[allow(clippy::too_many_arguments)]
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, h: usize, w: usize, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let (ho, wo) = (h.div_ceil(2), w.div_ceil(2));
         let rows = n * ho * wo;
@@ -304,11 +364,11 @@ impl GpuMerge {
         }
         .map_err(cuda_err("swin_merge_gather"))?;
         let u = match &self.norm {
-            Some(ln) => ln.forward(dev, &u, rows)?,
+            Some(ln) => ln.forward_guarded(dev, &u, rows, slot(flags, self.ids[0])?)?,
             None => u,
         };
         let acc = self.reduction.gemm(dev, blas, &u, rows)?;
-        epilogue(dev, &acc, 2 * c, 0, rows, &self.reduction.bias[0], 1.0, false, None)
+        epilogue_guarded::<f16>(dev, &acc, 2 * c, 0, rows, &self.reduction.bias[0], 1.0, false, None, slot(flags, self.ids[1])?)
     }
 }
 
@@ -324,27 +384,51 @@ pub struct CudaSwin {
     patch: GpuPatchEmbed,
     stages: Vec<GpuStage>,
     out_norms: Vec<GpuLayerNorm>,
+    /// `norm{i}` of each output.
+    out_norm_ids: Vec<LayerId>,
 }
+
+/// The backbone's module path (upstream state_dict names).
+const BACKBONE: &str = super::encoder::BACKBONE_PREFIX;
 
 impl CudaSwin {
     /// Uploads a loaded backbone (weights FP16; norms, biases and bias tables f32).
     pub fn upload(dev: &CudaDevice, net: &SwinTransformer) -> Result<Self, Error> {
-        let stages = net
-            .stages
-            .iter()
-            .map(|s| {
-                Ok(GpuStage {
-                    c: s.channels,
-                    blocks: s.blocks.iter().map(|b| GpuBlock::upload(dev, b)).collect::<Result<_, Error>>()?,
-                    merge: s.downsample.as_ref().map(|m| GpuMerge::upload(dev, m)).transpose()?,
-                })
-            })
-            .collect::<Result<_, Error>>()?;
+        Self::upload_named(dev, net, &mut LayerNames::new())
+    }
+
+    /// [`CudaSwin::upload`], registering its guarded layers in `names` in execution order
+    /// (patch embedding; per stage its blocks, its output's `norm{i}`, its patch merging).
+    pub fn upload_named(dev: &CudaDevice, net: &SwinTransformer, names: &mut LayerNames) -> Result<Self, Error> {
+        let patch = GpuPatchEmbed::upload(dev, &net.patch_embed, names)?;
+        let mut stages = Vec::with_capacity(net.stages.len());
+        let mut out_norm_ids = vec![None; net.out_norms.len()];
+        for (i, s) in net.stages.iter().enumerate() {
+            let mut blocks = Vec::with_capacity(s.blocks.len());
+            for (j, b) in s.blocks.iter().enumerate() {
+                blocks.push(GpuBlock::upload(dev, b, &format!("{BACKBONE}.stages.{i}.blocks.{j}"), names)?);
+            }
+            if let Some(k) = net.config.out_indices.iter().position(|&o| o == i) {
+                if let Some(slot) = out_norm_ids.get_mut(k) {
+                    *slot = Some(names.add(format!("{BACKBONE}.norm{i}")));
+                }
+            }
+            let merge = match &s.downsample {
+                Some(m) => Some(GpuMerge::upload(dev, m, &format!("{BACKBONE}.stages.{i}.downsample"), names)?),
+                None => None,
+            };
+            stages.push(GpuStage { c: s.channels, blocks, merge });
+        }
+        let out_norm_ids = out_norm_ids
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::InvalidInput("swin: out_indices and the output norms do not match".into()))?;
         Ok(Self {
             config: net.config.clone(),
-            patch: GpuPatchEmbed::upload(dev, &net.patch_embed)?,
+            patch,
             stages,
             out_norms: net.out_norms.iter().map(|l| GpuLayerNorm::upload(dev, l)).collect::<Result<_, _>>()?,
+            out_norm_ids,
         })
     }
 
@@ -367,7 +451,21 @@ impl CudaSwin {
         blas: &CudaBlas,
         plan: &SwinPlan,
         images: &CudaSlice<f16>,
+        clock: Option<&mut GpuClock>,
+    ) -> Result<Vec<CudaFeatureMap>, Error> {
+        self.forward_guarded_timed(dev, blas, plan, images, clock, None)
+    }
+
+    /// [`forward_timed`](Self::forward_timed) with the FP16 range guard reporting into `flags`
+    /// (made for the `names` given to [`CudaSwin::upload_named`]).
+    pub fn forward_guarded_timed(
+        &self,
+        dev: &CudaDevice,
+        blas: &CudaBlas,
+        plan: &SwinPlan,
+        images: &CudaSlice<f16>,
         mut clock: Option<&mut GpuClock>,
+        flags: Option<&RangeFlags>,
     ) -> Result<Vec<CudaFeatureMap>, Error> {
         let mut mark = |name: String| -> Result<(), Error> {
             match clock.as_deref_mut() {
@@ -386,21 +484,21 @@ impl CudaSwin {
                 self.stages.len()
             )));
         }
-        let mut x = self.patch.forward(dev, blas, images, n, h, w)?;
+        let mut x = self.patch.forward(dev, blas, images, n, h, w, flags)?;
         mark("patch_embed".into())?;
         let mut outs = Vec::with_capacity(self.out_norms.len());
         for (i, (stage, sp)) in self.stages.iter().zip(&plan.stages).enumerate() {
             let [hh, ww] = sp.hw;
             for b in &stage.blocks {
-                x = b.forward(dev, blas, &x, n, sp)?;
+                x = b.forward(dev, blas, &x, n, sp, flags)?;
             }
             if let Some(k) = self.config.out_indices.iter().position(|&o| o == i) {
-                let y = self.out_norms[k].forward(dev, &x, n * hh * ww)?;
+                let y = self.out_norms[k].forward_guarded(dev, &x, n * hh * ww, slot(flags, self.out_norm_ids[k])?)?;
                 outs.push(CudaFeatureMap::from_slice(n, hh, ww, stage.c, y)?);
             }
             mark(format!("stage{i}"))?;
             if let Some(m) = &stage.merge {
-                x = m.forward(dev, blas, &x, n, hh, ww)?;
+                x = m.forward(dev, blas, &x, n, hh, ww, flags)?;
                 mark(format!("merge{i}"))?;
             }
         }

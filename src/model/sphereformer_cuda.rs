@@ -107,7 +107,7 @@ enum GpuBlock<S: Store> {
 impl<S: Store> GpuBlock<S> {
     /// The block `p` (module path); its layers are registered in `names` in execution order.
     fn upload(dev: &CudaDevice, b: &Block, p: &str, names: &mut LayerNames) -> Result<Self, Error> {
-        let w = |w: &[f32], kv, cin, cout| CudaConvWeights::<S>::upload(dev, w, WeightLayout::Rsck, kv, cin, cout, None);
+        let w = |w: &[f32], kv, cin, cout| CudaConvWeights::<S>::upload_store(dev, w, WeightLayout::Rsck, kv, cin, cout, None);
         Ok(match b {
             Block::Residual { cin, cout, i_branch, bn1, conv1, bn2, conv2 } => {
                 let i_branch = match i_branch.as_deref() {
@@ -374,11 +374,11 @@ impl<S: Store> GpuDown<S> {
         let c1 = d.next.channels;
         let conv_ids = [names.add(format!("{p}.conv.0")), names.add(format!("{p}.conv.2"))];
         let bn = GpuBatchNorm::upload(dev, &d.bn)?;
-        let conv = CudaConvWeights::<S>::upload(dev, &d.conv, WeightLayout::Rsck, 8, c, c1, None)?;
+        let conv = CudaConvWeights::<S>::upload_store(dev, &d.conv, WeightLayout::Rsck, 8, c, c1, None)?;
         let next = Box::new(GpuUBlock::upload(dev, &d.next, names)?);
         let deconv_ids = [names.add(format!("{p}.deconv.0")), names.add(format!("{p}.deconv.2"))];
         let up_bn = GpuBatchNorm::upload(dev, &d.up_bn)?;
-        let deconv = CudaConvWeights::<S>::upload(dev, &d.deconv, WeightLayout::Rsck, 8, c1, c, None)?;
+        let deconv = CudaConvWeights::<S>::upload_store(dev, &d.deconv, WeightLayout::Rsck, 8, c1, c, None)?;
         let mut tail = Vec::with_capacity(d.tail.len());
         for (i, b) in d.tail.iter().enumerate() {
             tail.push(GpuBlock::upload(dev, b, &format!("{p}.blocks_tail.block{i}"), names)?);
@@ -496,7 +496,7 @@ impl<S: Store> CudaSphereFormer<S> {
         let mut names = LayerNames::new();
         let (input, input_conv_id) = (names.add("input"), names.add("input_conv.0"));
         // Cin padded to a multiple of 8 (4 → 8): the tensor-core conv instead of the direct one.
-        let input_conv = CudaConvWeights::<S>::upload_padded(dev, &net.input_conv, WeightLayout::Rsck, 27, net.input_c, net.m, net.input_c.next_multiple_of(8), None)?;
+        let input_conv = CudaConvWeights::<S>::upload_padded_store(dev, &net.input_conv, WeightLayout::Rsck, 27, net.input_c, net.m, net.input_c.next_multiple_of(8), None)?;
         let unet = GpuUBlock::upload(dev, &net.unet, &mut names)?;
         let head_ids = HeadIds { input, input_conv: input_conv_id, output_bn: names.add("output_layer.0"), linear: names.add("linear") };
         Ok(Self {

@@ -30,9 +30,33 @@ pub struct CudaConvWeights<S: Store = f16> {
     bias: Option<CudaSlice<f32>>,
 }
 
-impl<S: Store> CudaConvWeights<S> {
-    /// `weight` as stored upstream in `layout` (spconv: `Krsc`, or `Rsck` for its 1x1x1 layers).
+impl CudaConvWeights<f16> {
+    /// `weight` as stored upstream in `layout` (spconv: `Krsc`, or `Rsck` for its 1x1x1 layers),
+    /// in FP16 ([`CudaConvWeights::upload_store`] for BF16).
     pub fn upload(dev: &CudaDevice, weight: &[f32], layout: WeightLayout, kv: usize, cin: usize, cout: usize, bias: Option<&[f32]>) -> Result<Self, Error> {
+        Self::upload_store(dev, weight, layout, kv, cin, cout, bias)
+    }
+
+    /// [`CudaConvWeights::upload_padded_store`] in FP16.
+    #[allow(clippy::too_many_arguments)]
+    pub fn upload_padded(
+        dev: &CudaDevice,
+        weight: &[f32],
+        layout: WeightLayout,
+        kv: usize,
+        cin: usize,
+        cout: usize,
+        cin_pad: usize,
+        bias: Option<&[f32]>,
+    ) -> Result<Self, Error> {
+        Self::upload_padded_store(dev, weight, layout, kv, cin, cout, cin_pad, bias)
+    }
+}
+
+impl<S: Store> CudaConvWeights<S> {
+    /// `weight` as stored upstream in `layout` (spconv: `Krsc`, or `Rsck` for its 1x1x1 layers),
+    /// in the storage type `S`.
+    pub fn upload_store(dev: &CudaDevice, weight: &[f32], layout: WeightLayout, kv: usize, cin: usize, cout: usize, bias: Option<&[f32]>) -> Result<Self, Error> {
         if cin == 0 || cout == 0 || cin > MAX_CIN {
             return Err(Error::InvalidInput(format!("conv: Cin {cin} must be in 1..={MAX_CIN} and Cout {cout} >= 1")));
         }
@@ -75,13 +99,13 @@ fn wgmma_shapes_fit(kv: usize, cin: usize, cout: usize) -> bool {
 }
 
 impl<S: Store> CudaConvWeights<S> {
-    /// [`CudaConvWeights::upload`] with the input channels padded with zero weights to `cin_pad`
+    /// [`CudaConvWeights::upload_store`] with the input channels padded with zero weights to `cin_pad`
     /// (≥ `cin`), so a layer with few inputs (SphereFormer's 4: x, y, z, intensity) can take the
     /// tensor-core kernels, which need Cin a multiple of 8. Its input must then have `cin_pad`
     /// channels; the padding channels' values do not matter (their weights are zero), but keep
     /// them finite (0 · NaN is NaN).
     #[allow(clippy::too_many_arguments)]
-    pub fn upload_padded(
+    pub fn upload_padded_store(
         dev: &CudaDevice,
         weight: &[f32],
         layout: WeightLayout,
@@ -103,7 +127,7 @@ impl<S: Store> CudaConvWeights<S> {
                 padded[dst..dst + cout].copy_from_slice(&w[src..src + cout]);
             }
         }
-        Self::upload(dev, &padded, WeightLayout::Rsck, kv, cin_pad, cout, bias)
+        Self::upload_store(dev, &padded, WeightLayout::Rsck, kv, cin_pad, cout, bias)
     }
 }
 
