@@ -11,11 +11,16 @@
 //!   bit.
 //! - Large weights: one tensor scaled at a time, the first flagged layer is that tensor's layer.
 //! - `sptr camera-features` exits 4 naming the layer (the features written), 0 in range.
+//! - The LSS view transform (seg config, nuScenes calibration): the lift (depth softmax and
+//!   context), the pool and the downsample convs flag under `encoders.camera.vtransform.*`;
+//!   random weights are in range (and the guarded output is the unguarded one, bit for bit).
 #![cfg(feature = "cuda")]
 
 mod common;
 #[path = "common/issue22.rs"]
 mod issue22;
+#[path = "common/lss.rs"]
+mod lss_common;
 
 use common::{gpu, Rng};
 use half::f16;
@@ -168,4 +173,48 @@ fn camera_features_exits_4_when_the_frame_is_flagged() {
     let o = run(&["--random-weights", "1"], "ok");
     assert_eq!(o.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&o.stderr));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The view transform's guard: in range on random weights (same output bits guarded or not); a
+/// scaled depthnet flags the lift, a scaled downsample conv flags its own layer first.
+#[test]
+fn lss_view_transform_flags_its_layers() {
+    use sptr::bev::lss::cuda::CudaLssTransform;
+    use sptr::bev::lss::transform::random_tensors as lss_tensors;
+    use sptr::bev::lss::{CameraMask, LssTransform, PREFIX};
+    use sptr::dense::cuda::CudaFeatureMap;
+    use sptr::dense::FeatureMap;
+    use sptr::device::range::RangeFlags;
+    use sptr::model::range::LayerNames;
+    let Some(dev) = gpu("lss_view_transform_flags_its_layers") else { return };
+    let blas = cudarc::cublas::CudaBlas::new(dev.stream.clone()).unwrap();
+    let cfg = lss_common::seg_config();
+    let calib = lss_common::nuscenes_calib();
+    let mut s = lss_common::Stream(9);
+    let x = FeatureMap::new(6, 32, 88, 256, (0..6 * 32 * 88 * 256).map(|_| lss_common::fp16(s.sym())).collect()).unwrap();
+    let gx = CudaFeatureMap::upload(&dev, &x).unwrap();
+    let base = lss_tensors(&cfg, PREFIX, 5);
+    let run = |tensors: NamedTensors| -> (RangeReport, Vec<f32>, Vec<f32>) {
+        let t = LssTransform::from_weights_exact(&cfg, Weights::from_tensors("random", tensors).unwrap(), PREFIX).unwrap();
+        let mut names = LayerNames::new();
+        let mut gt = CudaLssTransform::upload_named(&dev, &t, &mut names).unwrap();
+        let flags = RangeFlags::new(&dev, &names).unwrap();
+        let guarded = gt.forward_guarded(&dev, &blas, &calib, &gx, CameraMask::ALL, Some(&flags)).unwrap().download(&dev).unwrap();
+        let report = names.report(&flags.read_now(&dev).unwrap());
+        let plain = gt.forward(&dev, &blas, &calib, &gx, CameraMask::ALL).unwrap().download(&dev).unwrap();
+        assert_eq!(names.names()[..3], ["encoders.camera.vtransform.depthnet", "encoders.camera.vtransform.bev_pool", "encoders.camera.vtransform.downsample.0"]);
+        (report, guarded.data, plain.data)
+    };
+    let (r, guarded, plain) = run(base.clone());
+    assert!(r.is_clean(), "random weights: {}", r.summary(5));
+    assert!(guarded.iter().zip(&plain).all(|(a, b)| a.to_bits() == b.to_bits()), "guarding changed the output");
+    for (tensor, layer) in [("depthnet.weight", "encoders.camera.vtransform.depthnet"), ("downsample.3.weight", "encoders.camera.vtransform.downsample.3")] {
+        let mut t = base.clone();
+        let name = format!("{PREFIX}{tensor}");
+        let e = t.iter_mut().find(|(n, _, _)| *n == name).unwrap_or_else(|| panic!("no tensor {name}"));
+        e.2.iter_mut().for_each(|v| *v *= 1e6);
+        let (r, _, _) = run(t);
+        eprintln!("{name} x 1e6: {}", r.summary(3));
+        assert_eq!(r.first().map(|l| l.name.as_str()), Some(layer), "{name}: {}", r.summary(10));
+    }
 }
