@@ -820,11 +820,17 @@ fn kernels_cmd(archs: &[String]) -> Result<()> {
     for a in archs {
         let arch: nvrtc::Arch = a.parse()?;
         for k in sptr::device::kernels::ALL {
-            let t = Instant::now();
-            let c = nvrtc::compile(k, arch)?;
-            println!("{:<12} {:<7} {:>8} bytes  {:>6.0} ms", k.name, arch.target(), c.cubin.len(), t.elapsed().as_secs_f64() * 1e3);
-            if !c.log.is_empty() {
-                println!("{}", c.log);
+            for storage in sptr::device::storage::Storage::ALL {
+                if storage != sptr::device::storage::Storage::Fp16 && !sptr::device::kernels::has_storage_twin(k.name) {
+                    continue;
+                }
+                let t = Instant::now();
+                let c = nvrtc::compile_storage(k, arch, storage)?;
+                let name = format!("{} ({storage})", k.name);
+                println!("{name:<24} {:<7} {:>8} bytes  {:>6.0} ms", arch.target(), c.cubin.len(), t.elapsed().as_secs_f64() * 1e3);
+                if !c.log.is_empty() {
+                    println!("{}", c.log);
+                }
             }
         }
     }
