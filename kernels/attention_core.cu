@@ -867,7 +867,8 @@ ATTN_TILED_KERNEL(32, true, 3, attn_ctx_tiled_split_d32)
 // per-query kernel instead has 4 lanes per query each load their keys' rows from global memory
 // (through L1), once per query: 49 times per key. Launched for MODE_BIAS2D when every window has
 // at most WIN_MAX_TOKENS tokens and the table at most WIN_MAX_TABLE entries (src/attention/cuda.rs,
-// `CudaBias2d::whole_window`); blockDim.x must be WIN_MAX_TOKENS.
+// `CudaBias2d::whole_window`); blockDim.x must be WIN_MAX_TOKENS. Storage-generic (store_t,
+// storage.cuh) like the rest of this file, so it builds in both storage builds.
 #define WIN_MAX_TOKENS 64
 #define WIN_MAX_TABLE 256
 template <int D>
@@ -891,18 +892,18 @@ __device__ void attention_bias2d_win_impl(ATTN_PARAMS) {
         rcs[t] = quant[j];
     }
     __syncthreads();
-    // K and V rows, 8 halves (16 bytes) a step
+    // K and V rows, 8 stored values (16 bytes) a step
     constexpr u32 PER_ROW = D / 8;
     for (u32 c = threadIdx.x; c < nw * PER_ROW; c += blockDim.x) {
         const u32 t = c / PER_ROW, part = c % PER_ROW;
         const u32 j = ids[t];
         const uint4 uk = __ldg(reinterpret_cast<const uint4*>(k + (u64)j * A.ld + h * D) + part);
         const uint4 uv = __ldg(reinterpret_cast<const uint4*>(v + (u64)j * A.ld + h * D) + part);
-        const __half2* hk = reinterpret_cast<const __half2*>(&uk);
-        const __half2* hv = reinterpret_cast<const __half2*>(&uv);
+        const store2_t* hk = reinterpret_cast<const store2_t*>(&uk);
+        const store2_t* hv = reinterpret_cast<const store2_t*>(&uv);
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
-            const float2 fk = __half22float2(hk[x]), fv = __half22float2(hv[x]);
+            const float2 fk = store2_to_float2(hk[x]), fv = store2_to_float2(hv[x]);
             ks[t * D + part * 8 + 2 * x] = fk.x;
             ks[t * D + part * 8 + 2 * x + 1] = fk.y;
             vs[t * D + part * 8 + 2 * x] = fv.x;
@@ -954,13 +955,13 @@ __device__ void attention_bias2d_win_impl(ATTN_PARAMS) {
         }
     }
     const float inv = 1.0f / l;
-    __half2* o = reinterpret_cast<__half2*>(out + (u64)i * A.out_ld + h * D);
+    store2_t* o = reinterpret_cast<store2_t*>(out + (u64)i * A.out_ld + h * D);
     u32 bits = 0;
 #pragma unroll
     for (int c = 0; c < D; c += 2) {
         const float y0 = acc[c] * inv, y1 = acc[c + 1] * inv;
-        bits |= fp16_range_bits(y0) | fp16_range_bits(y1);
-        o[c / 2] = __floats2half2_rn(y0, y1);
+        bits |= store_range_bits(y0) | store_range_bits(y1);
+        o[c / 2] = store2_from_floats(y0, y1);
     }
     range_flag(range_flags, range_layer, bits);
 }
