@@ -10,6 +10,8 @@
 //!   identity norms) are never flagged, and the guarded outputs equal the unguarded ones bit for
 //!   bit.
 //! - Large weights: one tensor scaled at a time, the first flagged layer is that tensor's layer.
+//! - Both on each of Swin-T's paths: fused cuBLASLt GEMMs (FP16 out, guarded where read or by a
+//!   scan) or unfused, whole-window or per-query attention.
 //! - `sptr camera-features` exits 4 naming the layer (the features written), 0 in range.
 //! - The LSS view transform (seg config, nuScenes calibration): the lift (depth softmax and
 //!   context), the pool and the downsample convs flag under `encoders.camera.vtransform.*`;
@@ -55,17 +57,29 @@ fn images() -> (Vec<f32>, usize, usize, usize) {
     (x.iter().map(|&v| f16::from_f32(v).to_f32()).collect(), n, h, w)
 }
 
-/// The guarded forward's report, and its outputs' neck against the unguarded forward's.
-fn run(dev: &CudaDevice, cfg: &CameraEncoderConfig, tensors: NamedTensors, x: &(Vec<f32>, usize, usize, usize)) -> RangeReport {
+/// Swin-T's CUDA paths: (fused cuBLASLt GEMMs, whole-window attention); the guard must hold on
+/// each (the fused path flags the FP16 GEMM outputs in the kernels that read them, or scans them).
+const PATHS: [(bool, bool); 4] = [(true, true), (true, false), (false, true), (false, false)];
+
+/// The guarded forward's report on every path, and its outputs' neck against the unguarded
+/// forward's on that path.
+fn run(dev: &CudaDevice, cfg: &CameraEncoderConfig, tensors: NamedTensors, x: &(Vec<f32>, usize, usize, usize)) -> Vec<(String, RangeReport)> {
     let enc = CameraEncoder::from_weights(cfg, Weights::from_tensors("test weights", tensors).expect("weights")).expect("encoder");
-    let gpu = CudaCameraEncoder::upload(dev, &enc).expect("upload");
+    let mut gpu = CudaCameraEncoder::upload(dev, &enc).expect("upload");
     let plan = gpu.plan(dev, x.1, x.2, x.3).expect("plan");
-    let (out, range) = gpu.forward_host_checked(dev, &plan, &x.0).expect("guarded forward");
-    if range.is_clean() {
-        let plain = gpu.forward_host(dev, &plan, &x.0).expect("forward");
-        assert_eq!(plain.neck[0].data, out.neck[0].data, "guarding changed the output");
+    let mut reports = Vec::new();
+    for (fused, whole) in PATHS {
+        gpu.set_swin_fused(dev, fused).expect("select the GEMM path");
+        gpu.set_swin_whole_window_attention(whole);
+        let path = format!("fused {fused}, whole-window attention {whole}");
+        let (out, range) = gpu.forward_host_checked(dev, &plan, &x.0).expect("guarded forward");
+        if range.is_clean() {
+            let plain = gpu.forward_host(dev, &plan, &x.0).expect("forward");
+            assert_eq!(plain.neck[0].data, out.neck[0].data, "{path}: guarding changed the output");
+        }
+        reports.push((path, range));
     }
-    range
+    reports
 }
 
 /// An upstream-style initialisation: Linear weights and the relative position bias table
@@ -99,9 +113,10 @@ fn camera_encoder_in_range_weights_are_never_flagged() {
     let cfg = CameraEncoderConfig::load(&model_path()).expect("config");
     let x = images();
     for (case, t) in [("random weights, seed 2026", random_tensors(&cfg, 2026).unwrap()), ("normal init, seed 18", normal_init(&cfg, 18))] {
-        let r = run(&dev, &cfg, t, &x);
-        eprintln!("camera encoder, {case}: {}", r.summary(5));
-        assert!(r.is_clean(), "{case}: {}", r.summary(10));
+        for (path, r) in run(&dev, &cfg, t, &x) {
+            eprintln!("camera encoder, {case}, {path}: {}", r.summary(5));
+            assert!(r.is_clean(), "{case}, {path}: {}", r.summary(10));
+        }
     }
     // every layer is registered, named by its module path, in execution order
     let enc = CameraEncoder::from_weights(&cfg, Weights::from_tensors("w", random_tensors(&cfg, 1).unwrap()).unwrap()).unwrap();
@@ -130,17 +145,20 @@ fn camera_encoder_large_weights_flag_their_layer_first() {
         (format!("{b}.patch_embed.projection.weight"), 1e6f32, format!("{b}.patch_embed.projection")),
         (format!("{b}.stages.0.blocks.0.norm1.weight"), 1e6, format!("{b}.stages.0.blocks.0.norm1")),
         (format!("{b}.stages.1.blocks.1.attn.w_msa.qkv.weight"), 1e6, format!("{b}.stages.1.blocks.1.attn.w_msa.qkv")),
+        (format!("{b}.stages.0.blocks.1.attn.w_msa.proj.weight"), 1e6, format!("{b}.stages.0.blocks.1.attn.w_msa.proj")),
         (format!("{b}.stages.2.blocks.3.ffn.layers.0.0.weight"), 1e6, format!("{b}.stages.2.blocks.3.ffn.layers.0.0")),
+        (format!("{b}.stages.2.blocks.4.ffn.layers.1.weight"), 1e6, format!("{b}.stages.2.blocks.4.ffn.layers.1")),
         (format!("{b}.stages.1.downsample.reduction.weight"), 1e6, format!("{b}.stages.1.downsample.reduction")),
         ("encoders.camera.neck.lateral_convs.1.conv.weight".to_string(), 1e6, "encoders.camera.neck.lateral_convs.1.conv".to_string()),
     ] {
         let mut t = base.clone();
         let e = t.iter_mut().find(|(n, _, _)| *n == tensor).unwrap_or_else(|| panic!("no tensor {tensor}"));
         e.2.iter_mut().for_each(|v| *v *= by);
-        let r = run(&dev, &cfg, t, &x);
-        eprintln!("{tensor} x {by:e}: {}", r.summary(3));
-        assert_eq!(r.first().map(|l| l.name.as_str()), Some(layer.as_str()), "{tensor} x {by:e}: {}", r.summary(10));
-        assert!(r.layers[0].saturated, "{tensor}: {}", r.layers[0]);
+        for (path, r) in run(&dev, &cfg, t, &x) {
+            eprintln!("{tensor} x {by:e}, {path}: {}", r.summary(3));
+            assert_eq!(r.first().map(|l| l.name.as_str()), Some(layer.as_str()), "{tensor} x {by:e}, {path}: {}", r.summary(10));
+            assert!(r.layers[0].saturated, "{tensor}, {path}: {}", r.layers[0]);
+        }
     }
 }
 
