@@ -4,7 +4,6 @@
 // Compiled with FMA contraction on: this is arithmetic-bound code. The one step that must round
 // as PyTorch's op-by-op float32 does, the radial exponential split (its bin edges), is written
 // with __fmul_rn / __fadd_rn, which are never contracted.
-#include <cuda_fp16.h>
 
 #define LN2_F 0.693147180559945309417f
 
@@ -76,8 +75,8 @@ struct AttnParams {
 // partial: the tiled kernel's per-split results when A.key_splits > 1 (see attn_tiled_merge).
 // range_flags (may be NULL), range_layer: the FP16 range guard (prelude.cuh) of the stored output.
 #define ATTN_PARAMS                                                                                 \
-    const __half *__restrict__ q, const __half *__restrict__ k, const __half *__restrict__ v,       \
-        __half *__restrict__ out, const u32 *__restrict__ order, const u32 *__restrict__ win_of,    \
+    const store_t *__restrict__ q, const store_t *__restrict__ k, const store_t *__restrict__ v,       \
+        store_t *__restrict__ out, const u32 *__restrict__ order, const u32 *__restrict__ win_of,    \
         const u32 *__restrict__ offsets, const u32 *__restrict__ quant, const float *__restrict__ pos, \
         const float *__restrict__ tq, const float *__restrict__ tk, const float *__restrict__ tv,   \
         float *__restrict__ partial, const u32 *__restrict__ items, AttnParams A,                   \
@@ -85,15 +84,15 @@ struct AttnParams {
 #define ATTN_ARGS q, k, v, out, order, win_of, offsets, quant, pos, tq, tk, tv, partial, items, A, range_flags, range_layer
 
 template <int D>
-__device__ __forceinline__ void load_row(const __half* p, float* r) {
+__device__ __forceinline__ void load_row(const store_t* p, float* r) {
     const uint4* p4 = reinterpret_cast<const uint4*>(p);
 #pragma unroll
     for (int c = 0; c < D / 8; ++c) {
         const uint4 u = __ldg(p4 + c);
-        const __half2* h = reinterpret_cast<const __half2*>(&u);
+        const store2_t* h = reinterpret_cast<const store2_t*>(&u);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const float2 f = __half22float2(h[e]);
+            const float2 f = store2_to_float2(h[e]);
             r[c * 8 + 2 * e] = f.x;
             r[c * 8 + 2 * e + 1] = f.y;
         }
@@ -216,14 +215,14 @@ __device__ void attention_impl(ATTN_PARAMS) {
     }
     // each lane writes its quarter of the row
     const float inv = 1.0f / l;
-    __half2* o = reinterpret_cast<__half2*>(out + (u64)i * A.out_ld + h * D);
+    store2_t* o = reinterpret_cast<store2_t*>(out + (u64)i * A.out_ld + h * D);
     u32 bits = 0;
 #pragma unroll
     for (int c = 0; c < D; c += 2) {
         if ((c / 2) % QUERY_LANES == (int)sub) {
             const float y0 = acc[c] * inv, y1 = acc[c + 1] * inv;
-            bits |= fp16_range_bits(y0) | fp16_range_bits(y1);
-            o[c / 2] = __floats2half2_rn(y0, y1);
+            bits |= store_range_bits(y0) | store_range_bits(y1);
+            o[c / 2] = store2_from_floats(y0, y1);
         }
     }
     range_flag(range_flags, range_layer, bits);
@@ -245,13 +244,14 @@ ATTN_KERNEL(64, MODE_BIAS2D, attn_bias2d_d64)
 // ---- Window-tiled kernel on tensor cores (contextual RPE, large windows) --------------------
 //
 // A block = 4 warps = TQ queries (16 a warp) of one window chunk and one head; it walks the
-// window's keys in tiles of TK staged in shared memory (K row-major, V transposed, both FP16).
+// window's keys in tiles of TK staged in shared memory (K row-major, V transposed, both stored
+// as store_t: FP16, or BF16 in the BF16 build, storage.cuh).
 // Per tile and warp, on tensor cores (mma.sync m16n8k16, FP32 accumulation):
 //   S = Q K^T; O += P V; for each unsplit axis a, Hist_a += P x onehot(key bin on a), the
 //   probabilities summed per key-coordinate bin (bins 0..=L, HIST_TILES * 8 columns);
 //   and once per tile for the whole block, k_j . tk[e] for every key j and table entry
-//   e = (row, axis), with the f32 table split into FP16 high and low halves (two MMAs: close to
-//   f32 accuracy, since the keys are FP16 already).
+//   e = (row, axis), with the f32 table split into store_t high and low halves (two MMAs: close
+//   to f32 accuracy for FP16, 16 significant bits for BF16, more than the stored keys have).
 // The RPE logit terms need, per pair, only shared-memory lookups:
 //   q_i . tq[row(i, j, a), a]: for an unsplit axis the row is clamp(qa_i - qa_j + L - 1), a
 //     function of the key's quantized coordinate qa_j in 0..=L, so each query precomputes QB =
@@ -261,8 +261,9 @@ ATTN_KERNEL(64, MODE_BIAS2D, attn_bias2d_d64)
 // The value table enters once per query at the end: sum over bins of (probability mass in the
 // bin) * tv[row of the bin]. The radial split axis' bin depends on the pair, so its histogram is
 // kept in shared memory, in fixed point, and updated with integer atomics.
-// P enters the MMAs rounded to FP16 and the row sum uses the same rounded values, so the output
-// is an exact convex combination of (v + tv) rows with weights off by at most 2^-11 relative.
+// P enters the MMAs rounded to store_t and the row sum uses the same rounded values, so the output
+// is an exact convex combination of (v + tv) rows with weights off by at most 2^-11 relative
+// (FP16; 2^-8 in the BF16 build).
 // Online softmax with a lazy maximum: accumulators are rescaled only when a logit exceeds the
 // reference maximum by more than RESCALE_SLACK (e^8 stays far inside FP16's range for P), which
 // keeps rescales rare; acc / l is the same quantity for any reference. The split-axis kernel
@@ -305,20 +306,21 @@ __device__ __forceinline__ int clamp_row(int r, int hi) { return r < 0 ? 0 : (r 
 // Shared-memory strides (floats), odd so that rows of consecutive lanes fall in different banks.
 __device__ __forceinline__ int odd_stride(int n) { return n | 1; }
 
-__device__ __forceinline__ u32 half2_bits(__half2 h) { return *reinterpret_cast<u32*>(&h); }
-__device__ __forceinline__ u32 shared_u32(const __half* p) { return *reinterpret_cast<const u32*>(p); }
+__device__ __forceinline__ u32 half2_bits(store2_t h) { return *reinterpret_cast<u32*>(&h); }
+__device__ __forceinline__ u32 shared_u32(const store_t* p) { return *reinterpret_cast<const u32*>(p); }
 
 // f32 pair -> FP16 high halves and the FP16 rounding of what they leave (hi + lo ~ x to ~2^-22).
 __device__ __forceinline__ void split_hi_lo(float2 x, u32& hi, u32& lo) {
-    const __half2 h = __floats2half2_rn(x.x, x.y);
-    const float2 back = __half22float2(h);
+    const store2_t h = store2_from_floats(x.x, x.y);
+    const float2 back = store2_to_float2(h);
     hi = half2_bits(h);
-    lo = half2_bits(__floats2half2_rn(x.x - back.x, x.y - back.y));
+    lo = half2_bits(store2_from_floats(x.x - back.x, x.y - back.y));
 }
 
-// 1.0 (FP16) in the low / high half when the key's bin is this lane's histogram column.
+// 1.0 (as stored: FP16 or BF16) in the low / high half when the key's bin is this lane's
+// histogram column.
 __device__ __forceinline__ u32 onehot_pair(int bin_lo, int bin_hi, int col) {
-    return (bin_lo == col ? 0x3C00u : 0u) | (bin_hi == col ? 0x3C000000u : 0u);
+    return (bin_lo == col ? STORE_ONE_BITS : 0u) | (bin_hi == col ? STORE_ONE_BITS << 16 : 0u);
 }
 
 // Shared-memory layout of the tiled kernel, in floats then halves (mirrored by
@@ -356,7 +358,7 @@ __device__ __forceinline__ void stage_table(float* tab, const float* table, int 
 // halves of what they leave [E][D] (hi + lo ~ the f32 value to ~2^-22), the B operand of the
 // tile's k . tk MMAs.
 template <int D>
-__device__ __forceinline__ void stage_table_hi_lo(__half* tab, const float* table, int E, u32 heads_b, u32 hb) {
+__device__ __forceinline__ void stage_table_hi_lo(store_t* tab, const float* table, int E, u32 heads_b, u32 hb) {
     for (int x = threadIdx.x; x < E * (D / 2); x += TILED_THREADS) {
         const int e = x / (D / 2), c2 = x % (D / 2);
         u32 hi, lo;
@@ -412,8 +414,8 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
     float* kt = qt + TQ * QS + (SPLIT ? TQ * RS : 0);   // [TK][KS] k . tk per (row, axis)
     u32* kq = reinterpret_cast<u32*>(kt + Y.KT_LEN);    // [TK] packed quantized positions
     float* kr = reinterpret_cast<float*>(kq + TK);      // [TK] radii (split axis)
-    __half* ks = reinterpret_cast<__half*>(smem + Y.HALF_AT);  // [TK][KPAD] keys
-    __half* vt = ks + TK * KPAD;                              // [D][VPAD] values, transposed
+    store_t* ks = reinterpret_cast<store_t*>(smem + Y.HALF_AT);  // [TK][KPAD] keys
+    store_t* vt = ks + TK * KPAD;                              // [D][VPAD] values, transposed
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 
@@ -487,7 +489,7 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
     const float NEG_INF = -__int_as_float(0x7f800000);
     float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.0f, l1 = 0.0f;
     __syncthreads();  // tq no longer read
-    stage_table_hi_lo<D>(reinterpret_cast<__half*>(tab), tk, E, A.heads_b, hb);
+    stage_table_hi_lo<D>(reinterpret_cast<store_t*>(tab), tk, E, A.heads_b, hb);
 
     // The next tile's keys, values and positions are loaded into registers while this tile is
     // computed (one 16-byte chunk of K and of V per thread: TK * D / 8 <= TILED_THREADS), and
@@ -523,7 +525,7 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
         // stage the tile: keys row-major, values transposed
         if (tid < TK * (D / 8)) {
             *reinterpret_cast<uint4*>(ks + sjj * KPAD + sc8 * 8) = uk;
-            const __half* hv = reinterpret_cast<const __half*>(&uv);
+            const store_t* hv = reinterpret_cast<const store_t*>(&uv);
 #pragma unroll
             for (int c = 0; c < 8; ++c) vt[(sc8 * 8 + c) * VPAD + sjj] = hv[c];
         }
@@ -540,7 +542,7 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             for (int mt = 0; mt < TK / 16; ++mt)
 #pragma unroll
                 for (int kk = 0; kk < D / 16; ++kk) {
-                    const __half* r0 = ks + (mt * 16 + g) * KPAD + kk * 16 + 2 * t;
+                    const store_t* r0 = ks + (mt * 16 + g) * KPAD + kk * 16 + 2 * t;
                     af[mt][kk][0] = shared_u32(r0);
                     af[mt][kk][1] = shared_u32(r0 + 8 * KPAD);
                     af[mt][kk][2] = shared_u32(r0 + 8);
@@ -549,7 +551,7 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             for (int nt = warp; nt * 8 < E; nt += TILED_THREADS / 32) {
                 const int en = nt * 8 + g;  // the table entry this lane's B fragment holds
                 u32 bh[D / 16][2], bl[D / 16][2];
-                const __half* th = reinterpret_cast<const __half*>(tab);
+                const store_t* th = reinterpret_cast<const store_t*>(tab);
 #pragma unroll
                 for (int kk = 0; kk < D / 16; ++kk) {
                     const int at = min(en, E - 1) * D + kk * 16 + 2 * t;  // rows past E: any row, never stored
@@ -590,7 +592,7 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk) {
-                const __half* kr0 = ks + (nt * 8 + g) * KPAD + kk * 16 + 2 * t;
+                const store_t* kr0 = ks + (nt * 8 + g) * KPAD + kk * 16 + 2 * t;
                 const u32 b[2] = {shared_u32(kr0), shared_u32(kr0 + 8)};
                 mma_16816(sc[nt], qf[kk], b);
             }
@@ -658,13 +660,13 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
             if (up0) m0 = mx0;
             if (up1) m1 = mx1;
         }
-        // P (FP16, as the MMAs take it), row sums and the radial histogram from the same values
+        // P (store_t, as the MMAs take it), row sums and the radial histogram from the same values
         u32 pf[TK / 16][4];
 #pragma unroll
         for (int nt = 0; nt < TK / 8; ++nt) {
-            const __half2 p01 = __floats2half2_rn(__expf(sc[nt][0] - m0), __expf(sc[nt][1] - m0));
-            const __half2 p23 = __floats2half2_rn(__expf(sc[nt][2] - m1), __expf(sc[nt][3] - m1));
-            const float2 f01 = __half22float2(p01), f23 = __half22float2(p23);
+            const store2_t p01 = store2_from_floats(__expf(sc[nt][0] - m0), __expf(sc[nt][1] - m0));
+            const store2_t p23 = store2_from_floats(__expf(sc[nt][2] - m1), __expf(sc[nt][3] - m1));
+            const float2 f01 = store2_to_float2(p01), f23 = store2_to_float2(p23);
             l0 += f01.x + f01.y;
             l1 += f23.x + f23.y;
             if (SPLIT) {  // masked keys add p = 0
@@ -679,7 +681,7 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
         for (int dn = 0; dn < D / 8; ++dn)
 #pragma unroll
             for (int kk = 0; kk < TK / 16; ++kk) {
-                const __half* v0 = vt + (dn * 8 + g) * VPAD + kk * 16 + 2 * t;
+                const store_t* v0 = vt + (dn * 8 + g) * VPAD + kk * 16 + 2 * t;
                 const u32 b[2] = {shared_u32(v0), shared_u32(v0 + 8)};
                 mma_16816(o[dn], pf[kk], b);
             }
@@ -771,13 +773,13 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
         return;
     }
     const float inv = 1.0f / l;
-    __half2* o2 = reinterpret_cast<__half2*>(out + (u64)i * A.out_ld + h * D + d0);
+    store2_t* o2 = reinterpret_cast<store2_t*>(out + (u64)i * A.out_ld + h * D + d0);
     u32 bits = 0;
 #pragma unroll
     for (int c = 0; c < D / 2; c += 2) {
         const float y0 = acc[c] * inv, y1 = acc[c + 1] * inv;
-        bits |= fp16_range_bits(y0) | fp16_range_bits(y1);
-        o2[c / 2] = __floats2half2_rn(y0, y1);
+        bits |= store_range_bits(y0) | store_range_bits(y1);
+        o2[c / 2] = store2_from_floats(y0, y1);
     }
     range_flag(range_flags, range_layer, bits);
 }
@@ -810,7 +812,7 @@ extern "C" __global__ void attn_tiled_items(const u32* __restrict__ chunks, cons
 // (sorted position, head of the call); head_dim d <= 32.
 extern "C" __global__ void attn_tiled_merge(const float* __restrict__ partial, const u32* __restrict__ order,
                                             const u32* __restrict__ win_of, const u32* __restrict__ offsets,
-                                            AttnParams A, u32 d, __half* __restrict__ out,
+                                            AttnParams A, u32 d, store_t* __restrict__ out,
                                             u32* __restrict__ range_flags, u32 range_layer) {
     const u64 x = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (x >= (u64)A.n * A.heads_b) return;
@@ -834,12 +836,12 @@ extern "C" __global__ void attn_tiled_merge(const float* __restrict__ partial, c
         for (u32 c = 0; c < d; ++c) acc[c] += ps[c] * wgt;
     }
     const float inv = 1.0f / l;
-    __half* o = out + (u64)order[p] * A.out_ld + (A.head0 + hb) * d;
+    store_t* o = out + (u64)order[p] * A.out_ld + (A.head0 + hb) * d;
     u32 bits = 0;
     for (u32 c = 0; c < d; ++c) {
         const float y = acc[c] * inv;
-        bits |= fp16_range_bits(y);
-        o[c] = __float2half_rn(y);
+        bits |= store_range_bits(y);
+        o[c] = store_from_float(y);
     }
     range_flag(range_flags, range_layer, bits);
 }
@@ -865,7 +867,8 @@ ATTN_TILED_KERNEL(32, true, 3, attn_ctx_tiled_split_d32)
 // per-query kernel instead has 4 lanes per query each load their keys' rows from global memory
 // (through L1), once per query: 49 times per key. Launched for MODE_BIAS2D when every window has
 // at most WIN_MAX_TOKENS tokens and the table at most WIN_MAX_TABLE entries (src/attention/cuda.rs,
-// `CudaBias2d::whole_window`); blockDim.x must be WIN_MAX_TOKENS.
+// `CudaBias2d::whole_window`); blockDim.x must be WIN_MAX_TOKENS. Storage-generic (store_t,
+// storage.cuh) like the rest of this file, so it builds in both storage builds.
 #define WIN_MAX_TOKENS 64
 #define WIN_MAX_TABLE 256
 template <int D>
@@ -889,18 +892,18 @@ __device__ void attention_bias2d_win_impl(ATTN_PARAMS) {
         rcs[t] = quant[j];
     }
     __syncthreads();
-    // K and V rows, 8 halves (16 bytes) a step
+    // K and V rows, 8 stored values (16 bytes) a step
     constexpr u32 PER_ROW = D / 8;
     for (u32 c = threadIdx.x; c < nw * PER_ROW; c += blockDim.x) {
         const u32 t = c / PER_ROW, part = c % PER_ROW;
         const u32 j = ids[t];
         const uint4 uk = __ldg(reinterpret_cast<const uint4*>(k + (u64)j * A.ld + h * D) + part);
         const uint4 uv = __ldg(reinterpret_cast<const uint4*>(v + (u64)j * A.ld + h * D) + part);
-        const __half2* hk = reinterpret_cast<const __half2*>(&uk);
-        const __half2* hv = reinterpret_cast<const __half2*>(&uv);
+        const store2_t* hk = reinterpret_cast<const store2_t*>(&uk);
+        const store2_t* hv = reinterpret_cast<const store2_t*>(&uv);
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
-            const float2 fk = __half22float2(hk[x]), fv = __half22float2(hv[x]);
+            const float2 fk = store2_to_float2(hk[x]), fv = store2_to_float2(hv[x]);
             ks[t * D + part * 8 + 2 * x] = fk.x;
             ks[t * D + part * 8 + 2 * x + 1] = fk.y;
             vs[t * D + part * 8 + 2 * x] = fv.x;
@@ -952,13 +955,13 @@ __device__ void attention_bias2d_win_impl(ATTN_PARAMS) {
         }
     }
     const float inv = 1.0f / l;
-    __half2* o = reinterpret_cast<__half2*>(out + (u64)i * A.out_ld + h * D);
+    store2_t* o = reinterpret_cast<store2_t*>(out + (u64)i * A.out_ld + h * D);
     u32 bits = 0;
 #pragma unroll
     for (int c = 0; c < D; c += 2) {
         const float y0 = acc[c] * inv, y1 = acc[c + 1] * inv;
-        bits |= fp16_range_bits(y0) | fp16_range_bits(y1);
-        o[c / 2] = __floats2half2_rn(y0, y1);
+        bits |= store_range_bits(y0) | store_range_bits(y1);
+        o[c / 2] = store2_from_floats(y0, y1);
     }
     range_flag(range_flags, range_layer, bits);
 }

@@ -82,9 +82,11 @@ extern "C" __global__ void lss_cell_starts(const u64* __restrict__ keys, u32 n, 
 // Depth softmax of the depthnet output: one warp per pixel p < pixels. acc is the GEMM's FP32
 // [pixels, D + C] (no bias), bias [D + C]. depth[p, :] = softmax(acc[p, :D] + bias[:D]) and
 // context[p, :] = acc[p, D:] + bias[D:], both FP16. The warp's sums use a butterfly, so every
-// lane holds the same max and total.
+// lane holds the same max and total. range_flags (may be NULL), range_layer: the FP16 range guard
+// (prelude.cuh) of both stores (a depth in [0, 1] can only be flagged as NaN).
 extern "C" __global__ void lss_lift(const float* __restrict__ acc, const float* __restrict__ bias, u32 pixels, u32 D, u32 C,
-                                    __half* __restrict__ depth, __half* __restrict__ context) {
+                                    __half* __restrict__ depth, __half* __restrict__ context,
+                                    u32* __restrict__ range_flags, u32 range_layer) {
     const u32 p = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31u;
     if (p >= pixels) return;  // warp-uniform
@@ -98,10 +100,20 @@ extern "C" __global__ void lss_lift(const float* __restrict__ acc, const float* 
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(FULL_MASK, sum, o);
     const float inv = 1.0f / sum;
+    u32 bits = 0;
     __half* dp = depth + (u64)p * D;
-    for (u32 j = lane; j < D; j += 32) dp[j] = __float2half_rn(expf(row[j] + bias[j] - mx) * inv);
+    for (u32 j = lane; j < D; j += 32) {
+        const float y = expf(row[j] + bias[j] - mx) * inv;
+        bits |= fp16_range_bits(y);
+        dp[j] = __float2half_rn(y);
+    }
     __half* cp = context + (u64)p * C;
-    for (u32 j = lane; j < C; j += 32) cp[j] = __float2half_rn(row[D + j] + bias[D + j]);
+    for (u32 j = lane; j < C; j += 32) {
+        const float y = row[D + j] + bias[D + j];
+        bits |= fp16_range_bits(y);
+        cp[j] = __float2half_rn(y);
+    }
+    range_flag(range_flags, range_layer, bits);
 }
 
 // Launch order of the pool: cells by descending point count (longest first, so the few cells
@@ -126,13 +138,14 @@ extern "C" __global__ void lss_cell_length_keys(const u32* __restrict__ cell_sta
 // channels. No atomics, a fixed order: the same bits every run. A point of a camera outside
 // `mask` gets depth 0 and adds exactly nothing (fma(0, x, a) = a for finite x), so masking equals
 // zeroing that camera's depth. Needs C % 8 == 0 and C <= 256.
-// out[cell, c] with cell = (x * ny + y) * nz + z: NHWC [nx, ny, nz * C].
+// out[cell, c] with cell = (x * ny + y) * nz + z: NHWC [nx, ny, nz * C]. range_flags (may be
+// NULL), range_layer: the FP16 range guard (prelude.cuh) of the stored sums.
 #define POOL_UNROLL 4
 #define NO_POINT 0xffffffffu
 extern "C" __global__ void lss_pool(const __half* __restrict__ depth, const __half* __restrict__ context,
                                     const u32* __restrict__ order, const u32* __restrict__ cell_start,
                                     const u32* __restrict__ cell_order, u32 cells, u32 D, u32 C, u32 per_cam, u32 mask,
-                                    __half* __restrict__ out) {
+                                    __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
     const u32 w = (u32)(((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
     const u32 lane = threadIdx.x & 31u;
     if (w >= cells) return;  // warp-uniform
@@ -200,8 +213,13 @@ extern "C" __global__ void lss_pool(const __half* __restrict__ depth, const __ha
     if (slice == 0) {
         uint4 packed;
         __half2* hp = reinterpret_cast<__half2*>(&packed);
+        u32 bits = 0;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) hp[k] = __floats2half2_rn(acc[2 * k], acc[2 * k + 1]);
+        for (int k = 0; k < 4; ++k) {
+            bits |= fp16_range_bits(acc[2 * k]) | fp16_range_bits(acc[2 * k + 1]);
+            hp[k] = __floats2half2_rn(acc[2 * k], acc[2 * k + 1]);
+        }
         *reinterpret_cast<uint4*>(out + (u64)cell * C + chunk * 8u) = packed;
+        range_flag(range_flags, range_layer, bits);
     }
 }

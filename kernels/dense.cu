@@ -46,15 +46,19 @@ extern "C" __global__ void im2col_nhwc(const __half* __restrict__ x, ConvShape s
 }
 
 // out[m, j] = act(acc[m, j] + bias[j]) as FP16; act 0 none, 1 ReLU. acc is the GEMM's FP32 output
-// with `cout` floats a row.
+// with `cout` floats a row. range_flags (may be NULL), range_layer: the FP16 range guard
+// (prelude.cuh) of the stored values, taken before the ReLU (which would zero a NaN or -inf).
 extern "C" __global__ void conv_epilogue(const float* __restrict__ acc, u32 m, u32 cout, const float* __restrict__ bias,
-                                         u32 relu, __half* __restrict__ out) {
+                                         u32 relu, __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
     const u64 total = (u64)m * cout;
+    u32 bits = 0;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
         float y = acc[i] + bias[i % cout];
+        bits |= fp16_range_bits(y);
         if (relu) y = fmaxf(y, 0.0f);
         out[i] = __float2half_rn(y);
     }
+    range_flag(range_flags, range_layer, bits);
 }
 
 // Source taps along one axis, as area_pixel_compute_source_index and upsample_bilinear2d compute

@@ -2,16 +2,17 @@
 // the epilogue of a Linear whose GEMM (cuBLAS, FP16 in, FP32 out) ran before it, BatchNorm + ReLU,
 // channel concatenation, the down level's voxel positions, and the head's arg-max.
 //
-// Activations are FP16 rows `[n, c]`; every reduction and every epilogue is FP32. Compiled with
+// Activations are rows `[n, c]` of store_t (FP16, or BF16 in the module's BF16 build: storage.cuh);
+// every reduction and every epilogue is FP32. Compiled with
 // FMA contraction on (nothing here must round op by op like PyTorch; `downsample_xyz` only adds
 // and divides, which contraction cannot change).
 //
-// Every kernel that stores FP16 activations takes `range_flags` (may be NULL) and `range_layer`:
-// the FP16 range guard of prelude.cuh over the values it stores. concat_rows copies FP16 values
-// another guarded kernel stored, so it has none; pad_channels_f16 guards the network's input
-// features (converted to FP16 by the voxelization), add_bias_f32 flags non-finite FP32 logits.
+// Every kernel that stores activations takes `range_flags` (may be NULL) and `range_layer`:
+// the range guard of prelude.cuh / storage.cuh over the values it stores. concat_rows copies
+// values another guarded kernel stored, so it has none; pad_channels_f16 guards the network's
+// input features (FP16 in both builds: the voxelization stores them), add_bias_f32 flags
+// non-finite FP32 logits.
 // A value is guarded before a ReLU or GELU: those would turn a NaN or -inf into 0 and hide it.
-#include <cuda_fp16.h>
 
 // nn.LayerNorm over the c channels of each row (biased variance, eps inside the square root).
 // One warp per row; c <= 32 * PER_LANE: layer_norm_rows up to 512 channels (LN_MAX_PER_LANE),
@@ -20,19 +21,19 @@
 #define LN_MAX_PER_LANE 16
 #define LN_WIDE_PER_LANE 48
 template <int PER_LANE>
-__device__ __forceinline__ void layer_norm_row(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
-                                               const float* __restrict__ beta, float eps, __half* __restrict__ out,
+__device__ __forceinline__ void layer_norm_row(const store_t* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
+                                               const float* __restrict__ beta, float eps, store_t* __restrict__ out,
                                                u32* __restrict__ range_flags, u32 range_layer) {
     const u32 row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const u32 lane = threadIdx.x & 31u;
     if (row >= n) return;
-    const __half* xr = x + (u64)row * c;
+    const store_t* xr = x + (u64)row * c;
     float v[PER_LANE];
     float sum = 0.0f;
 #pragma unroll
     for (int t = 0; t < PER_LANE; ++t) {
         const u32 j = lane + 32u * t;
-        v[t] = j < c ? __half2float(xr[j]) : 0.0f;
+        v[t] = j < c ? store_to_float(xr[j]) : 0.0f;
         sum += v[t];
     }
 #pragma unroll
@@ -48,28 +49,28 @@ __device__ __forceinline__ void layer_norm_row(const __half* __restrict__ x, u32
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) var += __shfl_xor_sync(FULL_MASK, var, o);
     const float inv = rsqrtf(var / (float)c + eps);
-    __half* orow = out + (u64)row * c;
+    store_t* orow = out + (u64)row * c;
     u32 bits = 0;
 #pragma unroll
     for (int t = 0; t < PER_LANE; ++t) {
         const u32 j = lane + 32u * t;
         if (j < c) {
             const float y = (v[t] - mean) * inv * gamma[j] + beta[j];
-            bits |= fp16_range_bits(y);
-            orow[j] = __float2half_rn(y);
+            bits |= store_range_bits(y);
+            orow[j] = store_from_float(y);
         }
     }
     range_flag(range_flags, range_layer, bits);
 }
 
-extern "C" __global__ void layer_norm_rows(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
-                                           const float* __restrict__ beta, float eps, __half* __restrict__ out,
+extern "C" __global__ void layer_norm_rows(const store_t* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
+                                           const float* __restrict__ beta, float eps, store_t* __restrict__ out,
                                            u32* __restrict__ range_flags, u32 range_layer) {
     layer_norm_row<LN_MAX_PER_LANE>(x, n, c, gamma, beta, eps, out, range_flags, range_layer);
 }
 
-extern "C" __global__ void layer_norm_rows_wide(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
-                                                const float* __restrict__ beta, float eps, __half* __restrict__ out,
+extern "C" __global__ void layer_norm_rows_wide(const store_t* __restrict__ x, u32 n, u32 c, const float* __restrict__ gamma,
+                                                const float* __restrict__ beta, float eps, store_t* __restrict__ out,
                                                 u32* __restrict__ range_flags, u32 range_layer) {
     layer_norm_row<LN_WIDE_PER_LANE>(x, n, c, gamma, beta, eps, out, range_flags, range_layer);
 }
@@ -77,11 +78,11 @@ extern "C" __global__ void layer_norm_rows_wide(const __half* __restrict__ x, u3
 // GELU as nn.GELU() computes it (the erf form).
 __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
 
-// out[r, j] = act((acc[r, col0 + j] + bias[j]) * scale) (+ residual[r, j]), j < c, written as FP16.
+// out[r, j] = act((acc[r, col0 + j] + bias[j]) * scale) (+ residual[r, j]), j < c, stored as store_t.
 // acc: FP32 GEMM output with `acc_ld` floats a row; act: 0 none, 1 GELU; residual may be NULL.
 extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, u32 acc_ld, u32 col0, u32 n, u32 c,
                                            const float* __restrict__ bias, float scale, u32 act,
-                                           const __half* __restrict__ residual, __half* __restrict__ out,
+                                           const store_t* __restrict__ residual, store_t* __restrict__ out,
                                            u32* __restrict__ range_flags, u32 range_layer) {
     // the host checks n * c < 2^32: 32-bit index arithmetic (a 64-bit division costs several
     // times more), 64-bit addresses
@@ -91,29 +92,29 @@ extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, u32 ac
     const u32 r = idx / c, j = idx % c;
     float y = (acc[(u64)r * acc_ld + col0 + j] + bias[j]) * scale;
     // the Linear's own output (upstream stores it before the GELU) and what is stored
-    u32 bits = fp16_range_bits(y);
+    u32 bits = store_range_bits(y);
     if (act == 1) y = gelu_erf(y);
-    if (residual) y += __half2float(residual[idx]);
-    range_flag(range_flags, range_layer, bits | fp16_range_bits(y));
-    out[idx] = __float2half_rn(y);
+    if (residual) y += store_to_float(residual[idx]);
+    range_flag(range_flags, range_layer, bits | store_range_bits(y));
+    out[idx] = store_from_float(y);
 }
 
 // Folded inference BatchNorm followed by ReLU: out = max(x * scale + shift, 0) per channel.
-extern "C" __global__ void bn_relu_rows(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ scale,
-                                        const float* __restrict__ shift, __half* __restrict__ out,
+extern "C" __global__ void bn_relu_rows(const store_t* __restrict__ x, u32 n, u32 c, const float* __restrict__ scale,
+                                        const float* __restrict__ shift, store_t* __restrict__ out,
                                         u32* __restrict__ range_flags, u32 range_layer) {
     const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (u64)n * c) return;
     const u32 j = (u32)(idx % c);
     // the affine map before the ReLU: fmaxf would turn a NaN into 0 and hide it
-    const float y = __half2float(x[idx]) * scale[j] + shift[j];
-    range_flag(range_flags, range_layer, fp16_range_bits(y));
-    out[idx] = __float2half_rn(fmaxf(y, 0.0f));
+    const float y = store_to_float(x[idx]) * scale[j] + shift[j];
+    range_flag(range_flags, range_layer, store_range_bits(y));
+    out[idx] = store_from_float(fmaxf(y, 0.0f));
 }
 
 // Row-wise [a | b]: out[r] = (a[r, 0..ca], b[r, 0..cb]).
-extern "C" __global__ void concat_rows(const __half* __restrict__ a, u32 ca, const __half* __restrict__ b, u32 cb, u32 n,
-                                       __half* __restrict__ out) {
+extern "C" __global__ void concat_rows(const store_t* __restrict__ a, u32 ca, const store_t* __restrict__ b, u32 cb, u32 n,
+                                       store_t* __restrict__ out) {
     const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u32 c = ca + cb;
     if (idx >= (u64)n * c) return;
@@ -159,14 +160,21 @@ extern "C" __global__ void add_bias_f32(float* __restrict__ logits, u32 n, u32 c
 }
 
 // [n, c] -> [n, c_pad] (c_pad >= c), the extra channels zero: a narrow input widened for the
-// tensor-core conv (its padded weights are zero). Guards the input features: a value the FP16
-// conversion before it saturated (an intensity of 65,520 or more) is inf here.
+// tensor-core conv (its padded weights are zero), converted to the storage type. The input is
+// FP16 in both builds (the voxelization stores it), so it is guarded against FP16's range: a value
+// the FP16 conversion before it saturated (an intensity of 65,520 or more) is inf here.
 extern "C" __global__ void pad_channels_f16(const __half* __restrict__ x, u32 n, u32 c, u32 c_pad,
-                                            __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
+                                            store_t* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (u64)n * c_pad) return;
     const u32 row = (u32)(i / c_pad), col = (u32)(i % c_pad);
+#ifdef SPTR_STORAGE_BF16
+    const float f = col < c ? __half2float(x[(u64)row * c + col]) : 0.f;
+    range_flag(range_flags, range_layer, fp16_range_bits(f));
+    out[i] = store_from_float(f);  // exact for 0 and inf; FP16's 11 bits rounded to BF16's 8
+#else
     const __half v = col < c ? x[(u64)row * c + col] : __float2half_rn(0.f);
     range_flag(range_flags, range_layer, fp16_range_bits(__half2float(v)));
     out[i] = v;
+#endif
 }

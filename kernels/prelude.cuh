@@ -58,17 +58,6 @@ __device__ __forceinline__ float torch_div_floor(float a, float b) {
     return copysignf(0.0f, a / b);
 }
 
-// One tensor-core step, c += a x b: mma.sync m16n8k16, FP16 x FP16 -> FP32 (sm_80 and later).
-// Fragments as PTX defines them, with g = lane / 4, t = lane % 4: a = A rows (g, g + 8) x cols
-// (2t, 2t + 1) and (2t + 8, 2t + 9); b = B rows (2t, 2t + 1) and (2t + 8, 2t + 9) x col g;
-// c = rows (g, g + 8) x cols (2t, 2t + 1).
-__device__ __forceinline__ void mma_16816(float c[4], const u32 a[4], const u32 b[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // ---- FP16 range guard (src/model/range.rs). A kernel that stores FP16 activations ORs
 // fp16_range_bits over the FP32 values it converts and stores, then calls range_flag once per
 // thread: flags[layer] |= those bits. RANGE_SATURATED: |v| >= 65504, the largest FP16 value (v

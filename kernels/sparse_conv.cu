@@ -1,8 +1,7 @@
-// Sparse convolution over a neighbour table, FP16 storage, FP32 accumulation. This is the
+// Sparse convolution over a neighbour table, FP16 (or BF16: storage.cuh) storage, FP32 accumulation. This is the
 // correct-first direct kernel (one block per output row, one thread per output channel); the
 // tensor-core implicit-GEMM kernel replaces it as the default later and is tested against it.
 // Host side: src/sparse/conv_cuda.rs.
-#include <cuda_fp16.h>
 
 #define CONV_MAX_CIN 512
 
@@ -10,11 +9,11 @@
 // act(v) = relu?(v * scale[ci] + shift[ci]) when `pre` is set. W is repacked [K][Cin][Cout].
 // Every conv kernel takes `range_flags` (may be NULL) and `range_layer`: the FP16 range guard
 // (prelude.cuh) of the values it stores.
-extern "C" __global__ void conv_direct(const __half* __restrict__ x, const i32* __restrict__ nbr, u32 m, u32 kv,
-                                       const __half* __restrict__ w, u32 cin, u32 cout,
+extern "C" __global__ void conv_direct(const store_t* __restrict__ x, const i32* __restrict__ nbr, u32 m, u32 kv,
+                                       const store_t* __restrict__ w, u32 cin, u32 cout,
                                        const float* __restrict__ bias, const float* __restrict__ pre_scale,
                                        const float* __restrict__ pre_shift, u32 pre, u32 relu,
-                                       const __half* __restrict__ residual, __half* __restrict__ out,
+                                       const store_t* __restrict__ residual, store_t* __restrict__ out,
                                        u32* __restrict__ range_flags, u32 range_layer) {
     __shared__ float row[CONV_MAX_CIN];
     const u32 o = blockIdx.x;
@@ -26,7 +25,7 @@ extern "C" __global__ void conv_direct(const __half* __restrict__ x, const i32* 
         if (i < 0) continue;
         __syncthreads();
         for (u32 c = threadIdx.x; c < cin; c += blockDim.x) {
-            float v = __half2float(x[(u64)i * cin + c]);
+            float v = store_to_float(x[(u64)i * cin + c]);
             if (pre) {
                 v = v * pre_scale[c] + pre_shift[c];
                 if (relu) v = fmaxf(v, 0.f);
@@ -35,18 +34,18 @@ extern "C" __global__ void conv_direct(const __half* __restrict__ x, const i32* 
         }
         __syncthreads();
         if (co < cout) {
-            const __half* wk = w + (u64)k * cin * cout + co;
-            for (u32 c = 0; c < cin; ++c) acc += row[c] * __half2float(wk[(u64)c * cout]);
+            const store_t* wk = w + (u64)k * cin * cout + co;
+            for (u32 c = 0; c < cin; ++c) acc += row[c] * store_to_float(wk[(u64)c * cout]);
         }
     }
     if (co >= cout) return;
     if (bias) acc += bias[co];
-    if (residual) acc += __half2float(residual[(u64)o * cout + co]);
-    range_flag(range_flags, range_layer, fp16_range_bits(acc));
-    out[(u64)o * cout + co] = __float2half_rn(acc);
+    if (residual) acc += store_to_float(residual[(u64)o * cout + co]);
+    range_flag(range_flags, range_layer, store_range_bits(acc));
+    out[(u64)o * cout + co] = store_from_float(acc);
 }
 
-// ---- Implicit GEMM on tensor cores (mma.sync m16n8k16, FP16 x FP16 -> FP32).
+// ---- Implicit GEMM on tensor cores (mma.sync m16n8k16, FP16 x FP16 or BF16 x BF16 -> FP32).
 // out[BM rows, BN channels] of one block = sum over offsets k and Cin chunks of
 // A (BM x BK: gathered input rows, zero where nbr = -1) x B (BK x BN: W[k][c][n]).
 // 4 warps in a 2 x 2 grid, each (16 * MI) x 32 = MI x 4 mma tiles; BM = 32 * MI. A smaller BM
@@ -58,14 +57,14 @@ extern "C" __global__ void conv_direct(const __half* __restrict__ x, const i32* 
 #define IG_APAD 8
 #define IG_BPAD 8
 
-__device__ __forceinline__ u32 pack_half2(__half lo, __half hi) {
-    return (u32)__half_as_ushort(lo) | ((u32)__half_as_ushort(hi) << 16);
+__device__ __forceinline__ u32 pack_half2(store_t lo, store_t hi) {
+    return (u32)store_bits(lo) | ((u32)store_bits(hi) << 16);
 }
 
 // One BK-deep step of a warp's (16 * MI) x 32 output tile: A fragments from rows wm.., B
 // fragments from columns wn.. of the shared tiles, accumulated by mma.sync.
 template <int MI>
-__device__ __forceinline__ void tile_mma(const __half (*As)[IG_BK + IG_APAD], const __half (*Bs)[IG_BN + IG_BPAD],
+__device__ __forceinline__ void tile_mma(const store_t (*As)[IG_BK + IG_APAD], const store_t (*Bs)[IG_BN + IG_BPAD],
                                          u32 wm, u32 wn, u32 g, u32 t, float acc[MI][4][4]) {
 #pragma unroll
     for (u32 kk = 0; kk < IG_BK; kk += 16) {
@@ -101,8 +100,8 @@ __device__ __forceinline__ void tile_mma(const __half (*As)[IG_BK + IG_APAD], co
 // maps tile rows to output rows (m past the end).
 template <int MI, int NJ>
 __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32* outs, u32 wm, u32 wn, u32 g, u32 t, u32 n0,
-                                           u32 m, u32 cout, const float* __restrict__ bias, const __half* __restrict__ residual,
-                                           __half* __restrict__ out, u32 splits, float* __restrict__ partial,
+                                           u32 m, u32 cout, const float* __restrict__ bias, const store_t* __restrict__ residual,
+                                           store_t* __restrict__ out, u32 splits, float* __restrict__ partial,
                                            const float* __restrict__ post_scale, const float* __restrict__ post_shift,
                                            u32 post_relu, u32* __restrict__ range_flags, u32 range_layer) {
     u32 range_bits = 0;
@@ -126,7 +125,7 @@ __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32
                     v1 += bias[n + 1];
                 }
                 if (residual) {
-                    const float2 r = __half22float2(*reinterpret_cast<const __half2*>(&residual[(u64)o * cout + n]));
+                    const float2 r = store2_to_float2(*reinterpret_cast<const store2_t*>(&residual[(u64)o * cout + n]));
                     v0 += r.x;
                     v1 += r.y;
                 }
@@ -135,12 +134,12 @@ __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32
                     v1 = v1 * post_scale[n + 1] + post_shift[n + 1];
                 }
                 // guarded before the ReLU, which would zero a NaN or -inf
-                range_bits |= fp16_range_bits(v0) | fp16_range_bits(v1);
+                range_bits |= store_range_bits(v0) | store_range_bits(v1);
                 if (post_scale && post_relu) {
                     v0 = fmaxf(v0, 0.f);
                     v1 = fmaxf(v1, 0.f);
                 }
-                *reinterpret_cast<__half2*>(&out[(u64)o * cout + n]) = __floats2half2_rn(v0, v1);
+                *reinterpret_cast<store2_t*>(&out[(u64)o * cout + n]) = store2_from_floats(v0, v1);
             }
         }
     range_flag(range_flags, range_layer, range_bits);
@@ -148,11 +147,11 @@ __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32
 
 // The implicit-GEMM kernels' parameters (the device functions take them as the kernels do).
 #define IMPLICIT_GEMM_ARGS                                                                                   \
-    const __half *__restrict__ x, const i32 *__restrict__ nbr, const u32 *__restrict__ order,               \
+    const store_t *__restrict__ x, const i32 *__restrict__ nbr, const u32 *__restrict__ order,               \
         const u64 *__restrict__ masks, u32 m, u32 kv,                                                        \
-        const __half *__restrict__ w, u32 cin, u32 cout, const float *__restrict__ bias,                    \
+        const store_t *__restrict__ w, u32 cin, u32 cout, const float *__restrict__ bias,                    \
         const float *__restrict__ pre_scale, const float *__restrict__ pre_shift, u32 pre, u32 relu,        \
-        const __half *__restrict__ residual, __half *__restrict__ out, u32 splits, float *__restrict__ partial, \
+        const store_t *__restrict__ residual, store_t *__restrict__ out, u32 splits, float *__restrict__ partial, \
         const float *__restrict__ post_scale, const float *__restrict__ post_shift, u32 post_relu,            \
         u32 *__restrict__ range_flags, u32 range_layer
 #define IMPLICIT_GEMM_CALL                                                                                   \
@@ -166,8 +165,8 @@ __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32
 template <int MI>
 __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
     constexpr int BM = 32 * MI;
-    __shared__ __align__(16) __half As[BM][IG_BK + IG_APAD];
-    __shared__ __align__(16) __half Bs[IG_BK][IG_BN + IG_BPAD];
+    __shared__ __align__(16) store_t As[BM][IG_BK + IG_APAD];
+    __shared__ __align__(16) store_t Bs[IG_BK][IG_BN + IG_BPAD];
     __shared__ i32 rows[BM];
     __shared__ u32 outs[BM];  // output row of each tile row (m when past the end)
     const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
@@ -210,14 +209,14 @@ __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
                     val = *reinterpret_cast<const uint4*>(x + (u64)i * cin + c0 + cv);
                     if (pre) {
                         // the pre-activated row is FP16 in shared memory: guarded under the conv's layer
-                        __half* h = reinterpret_cast<__half*>(&val);
+                        store_t* h = reinterpret_cast<store_t*>(&val);
                         u32 bits = 0;
 #pragma unroll
                         for (int e = 0; e < 8; ++e) {
-                            float f = __half2float(h[e]) * pre_scale[c0 + cv + e] + pre_shift[c0 + cv + e];
-                            bits |= fp16_range_bits(f);  // before the ReLU, which zeroes NaN and -inf
+                            float f = store_to_float(h[e]) * pre_scale[c0 + cv + e] + pre_shift[c0 + cv + e];
+                            bits |= store_range_bits(f);  // before the ReLU, which zeroes NaN and -inf
                             if (relu) f = fmaxf(f, 0.f);
-                            h[e] = __float2half_rn(f);
+                            h[e] = store_from_float(f);
                         }
                         range_flag(range_flags, range_layer, bits);
                     }
@@ -352,8 +351,8 @@ template <int MI>
 __device__ __forceinline__ void implicit_gemm_pipe(IMPLICIT_GEMM_ARGS) {
     constexpr int BM = 32 * MI;
     constexpr int S = PIPE_STAGES;
-    __shared__ __align__(16) __half As[S][BM][IG_BK + IG_APAD];
-    __shared__ __align__(16) __half Bs[S][IG_BK][IG_BN + IG_BPAD];
+    __shared__ __align__(16) store_t As[S][BM][IG_BK + IG_APAD];
+    __shared__ __align__(16) store_t Bs[S][IG_BK][IG_BN + IG_BPAD];
     __shared__ i32 rows[PIPE_MAX_KV][BM];
     __shared__ u32 outs[BM];
     __shared__ u32 act[PIPE_MAX_KV];
@@ -493,8 +492,8 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
     constexpr int BM = T::BM, BK = T::BK, NJ = T::NJ;
     extern __shared__ __align__(16) unsigned char tiled_smem[];
     __shared__ u64 halves[BM / 16];  // each 16-row half-slice's neighbour-mask union
-    __half* As = reinterpret_cast<__half*>(tiled_smem);
-    __half* Bs = As + T::S * T::A_STAGE;
+    store_t* As = reinterpret_cast<store_t*>(tiled_smem);
+    store_t* Bs = As + T::S * T::A_STAGE;
     const typename T::Tables tab(tiled_smem);
     i32* rows = tab.rows;
     u32* outs = tab.outs;
@@ -526,9 +525,9 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
     const u32 b_nv = (tid % T::BCH) * 8, b_r0 = tid / T::BCH;
     const u32 a_cp = smem0 + 2 * (a_r0 * T::A_LD + a_cv), b_cp = smem0 + B_BASE + 2 * (b_r0 * T::B_LD + b_nv);
     const bool b_col_ok = n0 + b_nv < cout;
-    const __half* a_src[T::A_PER_THREAD];
+    const store_t* a_src[T::A_PER_THREAD];
     u32 a_state = 0;  // bit v: row v has an input at this offset (copy it, else zero-fill)
-    const __half* b_src = w;
+    const store_t* b_src = w;
     StageCursor in;
     auto issue = [&](u32 buf) {
         if (in.chunk == 0) {
@@ -664,7 +663,7 @@ __device__ __forceinline__ void wgmma_fence_acc(float (&d)[NJ][4]) {
 // d (+)= A (64 x 16, descriptor a) x B (16 x 64, descriptor b): one warpgroup's m64n64k16.
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[8][4], u64 a, u64 b) {
     asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." STORE_MMA "." STORE_MMA " "
         "{"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -676,7 +675,7 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[8][4], u64 a, u64 b) 
 // d (+)= A (64 x 16, descriptor a) x B (16 x 128, descriptor b): one warpgroup's m64n128k16.
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[16][4], u64 a, u64 b) {
     asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." STORE_MMA "." STORE_MMA " "
         "{"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
@@ -710,7 +709,7 @@ struct WgmmaShape {
 // x: [*, cin]; wt: W^T [kv][cout][cin]; the other arguments as IMPLICIT_GEMM_ARGS (pre must be 0:
 // a pre-activation is applied to the input beforehand, as for the pipelined kernels).
 template <class T>
-__device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const __half* __restrict__ wt) {
+__device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const store_t* __restrict__ wt) {
     constexpr int BM = T::BM, BK = T::BK, NJ = T::NJ;
     extern __shared__ __align__(16) unsigned char wgmma_smem_raw[];
     __shared__ u64 halves[BM / 16];
@@ -743,9 +742,9 @@ __device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const __
     const u32 ch = tid & 7u, r0 = tid >> 3;
     const u32 swz = ((ch ^ (r0 & 7u)) << 4) + r0 * 128u;
     const u32 a_cp = smem0 + swz, b_cp = smem0 + T::A_STAGE + swz;
-    const __half* a_src[4];
+    const store_t* a_src[4];
     u32 a_state = 0;  // bit v: row r0 + 32 v has an input at this offset
-    const __half* b_src = wt;
+    const store_t* b_src = wt;
     StageCursor in;
     auto issue = [&](u32 buf) {
         if (in.chunk == 0) {
@@ -797,7 +796,7 @@ __device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const __
 }
 
 #define WGMMA_KERNEL(NAME, BN, S, MIN_BLOCKS)                                                                            \
-    extern "C" __global__ void __launch_bounds__(WGMMA_THREADS, MIN_BLOCKS) NAME(IMPLICIT_GEMM_ARGS, const __half* __restrict__ wt) { \
+    extern "C" __global__ void __launch_bounds__(WGMMA_THREADS, MIN_BLOCKS) NAME(IMPLICIT_GEMM_ARGS, const store_t* __restrict__ wt) { \
         implicit_gemm_wgmma<WgmmaShape<BN, S>>(IMPLICIT_GEMM_CALL, wt);                                                \
     }
 WGMMA_KERNEL(conv_wgmma_m128_n64, 64, 4, 2)
@@ -807,8 +806,8 @@ WGMMA_KERNEL(conv_wgmma_m128_n128, 128, 3, 2)
 // The split implicit GEMM's epilogue: out = sum over splits (in split order) + bias + residual,
 // then the optional post-activation.
 extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, u32 splits, u32 m, u32 cout,
-                                             const float* __restrict__ bias, const __half* __restrict__ residual,
-                                             __half* __restrict__ out, const float* __restrict__ post_scale,
+                                             const float* __restrict__ bias, const store_t* __restrict__ residual,
+                                             store_t* __restrict__ out, const float* __restrict__ post_scale,
                                              const float* __restrict__ post_shift, u32 post_relu,
                                              u32* __restrict__ range_flags, u32 range_layer) {
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
@@ -818,23 +817,23 @@ extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, 
     for (u32 z = 0; z < splits; ++z) v += partial[z * total + i];
     const u32 n = (u32)(i % cout);
     if (bias) v += bias[n];
-    if (residual) v += __half2float(residual[i]);
+    if (residual) v += store_to_float(residual[i]);
     if (post_scale) v = v * post_scale[n] + post_shift[n];
-    range_flag(range_flags, range_layer, fp16_range_bits(v));  // before the ReLU, as tile_store
+    range_flag(range_flags, range_layer, store_range_bits(v));  // before the ReLU, as tile_store
     if (post_scale && post_relu) v = fmaxf(v, 0.f);
-    out[i] = __float2half_rn(v);
+    out[i] = store_from_float(v);
 }
 
 // relu?(x * scale[c] + shift[c]) over a whole [n, c] input, once, for the pipelined convs (their
 // cp.async gather cannot transform rows on the way): the same float steps as the gather's.
-extern "C" __global__ void conv_pre_activate(const __half* __restrict__ x, u32 n, u32 c, const float* __restrict__ scale,
-                                             const float* __restrict__ shift, u32 relu, __half* __restrict__ out,
+extern "C" __global__ void conv_pre_activate(const store_t* __restrict__ x, u32 n, u32 c, const float* __restrict__ scale,
+                                             const float* __restrict__ shift, u32 relu, store_t* __restrict__ out,
                                              u32* __restrict__ range_flags, u32 range_layer) {
     const u64 idx = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (u64)n * c) return;
     const u32 j = (u32)(idx % c);
-    float f = __half2float(x[idx]) * scale[j] + shift[j];
-    range_flag(range_flags, range_layer, fp16_range_bits(f));  // before the ReLU, as tile_store
+    float f = store_to_float(x[idx]) * scale[j] + shift[j];
+    range_flag(range_flags, range_layer, store_range_bits(f));  // before the ReLU, as tile_store
     if (relu) f = fmaxf(f, 0.f);
-    out[idx] = __float2half_rn(f);
+    out[idx] = store_from_float(f);
 }

@@ -7,6 +7,11 @@
 // output element unless noted. The host checks that every launch's element count fits in u32, so
 // index arithmetic is 32-bit (a 64-bit division costs several times a 32-bit one) and only
 // addresses are widened.
+//
+// The kernels that compute and store FP16 activations (ln_pad, qkv split, crop residual, and the
+// fused path's FP16-input qkv split / crop residual / GELU and its scan) take
+// `range_flags` (may be NULL) and `range_layer`: the FP16 range guard of prelude.cuh over the
+// values they store. im2col and the merge gather copy values guarded where they were stored.
 #include <cuda_fp16.h>
 
 // PatchEmbed's conv as im2col: normalized images NHWC FP16 [n, h, w, cin] (the camera
@@ -33,7 +38,7 @@ extern "C" __global__ void swin_patch_im2col(const __half* __restrict__ img, u32
 template <int PER_LANE>
 __device__ __forceinline__ void ln_pad_row(const __half* __restrict__ x, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
                                            const float* __restrict__ gamma, const float* __restrict__ beta, float eps,
-                                           __half* __restrict__ out) {
+                                           __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
     const u64 row = (u64)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const u32 lane = threadIdx.x & 31u;
     if (row >= (u64)n * hp * wp) return;
@@ -67,25 +72,31 @@ __device__ __forceinline__ void ln_pad_row(const __half* __restrict__ x, u32 n, 
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) var += __shfl_xor_sync(FULL_MASK, var, o);
     const float inv = rsqrtf(var / (float)c + eps);
+    u32 bits = 0;
 #pragma unroll
     for (int t = 0; t < PER_LANE; ++t) {
         const u32 j = lane + 32u * t;
-        if (j < c) orow[j] = __float2half_rn((v[t] - mean) * inv * gamma[j] + beta[j]);
+        if (j < c) {
+            const float y = (v[t] - mean) * inv * gamma[j] + beta[j];
+            bits |= fp16_range_bits(y);
+            orow[j] = __float2half_rn(y);
+        }
     }
+    range_flag(range_flags, range_layer, bits);
 }
 
 // c <= 256
 extern "C" __global__ void swin_ln_pad(const __half* __restrict__ x, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
                                        const float* __restrict__ gamma, const float* __restrict__ beta, float eps,
-                                       __half* __restrict__ out) {
-    ln_pad_row<8>(x, n, h, w, hp, wp, c, gamma, beta, eps, out);
+                                       __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
+    ln_pad_row<8>(x, n, h, w, hp, wp, c, gamma, beta, eps, out, range_flags, range_layer);
 }
 
 // c <= 768
 extern "C" __global__ void swin_ln_pad_wide(const __half* __restrict__ x, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
                                             const float* __restrict__ gamma, const float* __restrict__ beta, float eps,
-                                            __half* __restrict__ out) {
-    ln_pad_row<24>(x, n, h, w, hp, wp, c, gamma, beta, eps, out);
+                                            __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
+    ln_pad_row<24>(x, n, h, w, hp, wp, c, gamma, beta, eps, out, range_flags, range_layer);
 }
 
 // The qkv Linear's epilogue: acc [rows, 3c] (FP32 GEMM output) + bias [3c] split into
@@ -93,7 +104,7 @@ extern "C" __global__ void swin_ln_pad_wide(const __half* __restrict__ x, u32 n,
 // (B, N, 3, heads, head_dim): q, k, v are consecutive column ranges).
 extern "C" __global__ void swin_qkv_split(const float* __restrict__ acc, u32 rows, u32 c, const float* __restrict__ bias,
                                           float scale, __half* __restrict__ q, __half* __restrict__ k,
-                                          __half* __restrict__ v) {
+                                          __half* __restrict__ v, u32* __restrict__ range_flags, u32 range_layer) {
     const u32 c3 = 3u * c;
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (gid >= (u64)rows * c3) return;
@@ -103,6 +114,7 @@ extern "C" __global__ void swin_qkv_split(const float* __restrict__ acc, u32 row
     float y = acc[idx] + bias[j];
     if (part == 0) y *= scale;
     __half* dst = part == 0 ? q : (part == 1 ? k : v);
+    range_flag(range_flags, range_layer, fp16_range_bits(y));
     dst[(u64)r * c + col] = __float2half_rn(y);
 }
 
@@ -110,14 +122,16 @@ extern "C" __global__ void swin_qkv_split(const float* __restrict__ acc, u32 row
 // out[t] = acc[its padded row] + bias + residual[t] (the block's first residual).
 extern "C" __global__ void swin_crop_residual(const float* __restrict__ acc, u32 n, u32 h, u32 w, u32 hp, u32 wp, u32 c,
                                               const float* __restrict__ bias, const __half* __restrict__ residual,
-                                              __half* __restrict__ out) {
+                                              __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (gid >= (u64)n * h * w * c) return;
     const u32 idx = (u32)gid;  // < 2^32: the host checks the element count
     const u32 t = idx / c, j = idx % c;
     const u32 q = t % w, r = (t / w) % h, b = t / (w * h);
     const u64 pr = ((u64)b * hp + r) * wp + q;
-    out[idx] = __float2half_rn(acc[pr * c + j] + bias[j] + __half2float(residual[idx]));
+    const float y = acc[pr * c + j] + bias[j] + __half2float(residual[idx]);
+    range_flag(range_flags, range_layer, fp16_range_bits(y));
+    out[idx] = __float2half_rn(y);
 }
 
 // PatchMerging's nn.Unfold(kernel 2, stride 2) of [n, h, w, c] tokens zero-padded right and
@@ -138,6 +152,22 @@ extern "C" __global__ void swin_merge_gather(const __half* __restrict__ x, u32 n
 // ---- The fused-GEMM path (src/camera/swin_cuda.rs with cuBLASLt): the GEMMs write FP16 with the
 // bias already added (src/model/gpu_lt.rs), so these read FP16, two values a thread (every
 // channel count here is even: the host checks multiples of 8). ----
+//
+// FP16 range guard on this path: the GEMM's FP16 output is an activation stored by cuBLASLt, which
+// cannot flag it, so the kernel that reads it next flags what it reads (fp16_stored_range_bits)
+// as well as what it stores itself (fp16_range_bits); a GEMM output that no kernel here reads
+// (patch embedding, fc2 + residual, patch merging) is scanned by swin_range_scan_h when the
+// forward is guarded. Same trailing `range_flags` (may be NULL), `range_layer` as above.
+
+// The guard's bits for a value read back from FP16 that a GEMM stored: its FP32 result was at or
+// beyond FP16's range exactly when the stored value is +-65504 or +-inf (the conversion rounds to
+// one of them), which the FP32-input path flags as RANGE_SATURATED before its own rounding, so
+// both count as saturated here; NaN is RANGE_NONFINITE.
+__device__ __forceinline__ u32 fp16_stored_range_bits(float v) {
+    const float a = fabsf(v);
+    return a < 65504.0f ? 0u : (a == a ? RANGE_SATURATED : RANGE_NONFINITE);  // NaN: a != a
+}
+__device__ __forceinline__ u32 fp16_stored_range_bits2(float2 f) { return fp16_stored_range_bits(f.x) | fp16_stored_range_bits(f.y); }
 
 // GELU as nn.GELU() computes it (the erf form), as layers.cu's gelu_erf.
 __device__ __forceinline__ float swin_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
@@ -145,7 +175,8 @@ __device__ __forceinline__ float swin_gelu_erf(float x) { return 0.5f * x * (1.0
 // qkv split of the FP16 GEMM output y [rows, 3c] (bias added): q = y[:, :c] * scale, k, v copied.
 // One thread per pair of values; `pairs` = rows * 3c / 2.
 extern "C" __global__ void swin_qkv_split_h(const __half2* __restrict__ y, u32 pairs, u32 c, float scale,
-                                            __half2* __restrict__ q, __half2* __restrict__ k, __half2* __restrict__ v) {
+                                            __half2* __restrict__ q, __half2* __restrict__ k, __half2* __restrict__ v,
+                                            u32* __restrict__ range_flags, u32 range_layer) {
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (gid >= pairs) return;
     const u32 p = (u32)gid;
@@ -153,10 +184,14 @@ extern "C" __global__ void swin_qkv_split_h(const __half2* __restrict__ y, u32 p
     const u32 r = p / hc3, j = p % hc3;
     const u32 part = j / hc, col = j % hc;
     __half2 val = y[p];
+    const float2 f = __half22float2(val);
+    u32 bits = fp16_stored_range_bits2(f);
     if (part == 0) {
-        const float2 f = __half22float2(val);
-        val = __floats2half2_rn(f.x * scale, f.y * scale);
+        const float a = f.x * scale, b = f.y * scale;
+        bits |= fp16_range_bits(a) | fp16_range_bits(b);
+        val = __floats2half2_rn(a, b);
     }
+    range_flag(range_flags, range_layer, bits);
     __half2* dst = part == 0 ? q : (part == 1 ? k : v);
     dst[(u64)r * hc + col] = val;
 }
@@ -164,7 +199,8 @@ extern "C" __global__ void swin_qkv_split_h(const __half2* __restrict__ y, u32 p
 // proj's output on the padded grid (FP16, bias added), cropped, plus the block's residual:
 // out[t] = y[its padded row] + residual[t], two channels a thread; `pairs` = n * h * w * c / 2.
 extern "C" __global__ void swin_crop_residual_h(const __half2* __restrict__ y, u32 pairs, u32 h, u32 w, u32 hp, u32 wp, u32 c,
-                                                const __half2* __restrict__ residual, __half2* __restrict__ out) {
+                                                const __half2* __restrict__ residual, __half2* __restrict__ out,
+                                                u32* __restrict__ range_flags, u32 range_layer) {
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (gid >= pairs) return;
     const u32 p = (u32)gid;
@@ -174,13 +210,28 @@ extern "C" __global__ void swin_crop_residual_h(const __half2* __restrict__ y, u
     const u64 pr = ((u64)b * hp + r) * wp + qx;
     const float2 a = __half22float2(y[pr * hc + j]);
     const float2 s = __half22float2(residual[p]);
-    out[p] = __floats2half2_rn(a.x + s.x, a.y + s.y);
+    const float o0 = a.x + s.x, o1 = a.y + s.y;
+    range_flag(range_flags, range_layer, fp16_stored_range_bits2(a) | fp16_range_bits(o0) | fp16_range_bits(o1));
+    out[p] = __floats2half2_rn(o0, o1);
 }
 
-// Exact GELU in place on `pairs` pairs of FP16 values (fc1's output, bias added).
-extern "C" __global__ void swin_gelu_h(__half2* __restrict__ x, u32 pairs) {
+// Exact GELU in place on `pairs` pairs of FP16 values (fc1's output, bias added). The guard sees
+// fc1's output as read (a huge negative value leaves GELU as -0, yet it was out of range when
+// stored) and the GELU's.
+extern "C" __global__ void swin_gelu_h(__half2* __restrict__ x, u32 pairs, u32* __restrict__ range_flags, u32 range_layer) {
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (gid >= pairs) return;
     const float2 f = __half22float2(x[gid]);
-    x[gid] = __floats2half2_rn(swin_gelu_erf(f.x), swin_gelu_erf(f.y));
+    const float g0 = swin_gelu_erf(f.x), g1 = swin_gelu_erf(f.y);
+    range_flag(range_flags, range_layer, fp16_stored_range_bits2(f) | fp16_range_bits(g0) | fp16_range_bits(g1));
+    x[gid] = __floats2half2_rn(g0, g1);
+}
+
+// The guard alone over `pairs` pairs of FP16 values a GEMM stored (the fused path's outputs that
+// no kernel above reads: patch embedding, fc2 + residual, patch merging); launched only when the
+// forward is guarded. Reads, never writes.
+extern "C" __global__ void swin_range_scan_h(const __half2* __restrict__ x, u32 pairs, u32* __restrict__ range_flags, u32 range_layer) {
+    const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= pairs) return;
+    range_flag(range_flags, range_layer, fp16_stored_range_bits2(__half22float2(x[gid])));
 }

@@ -98,6 +98,13 @@ run() {
         --case dense --iters 20 > "$out/bench_model_dense.jsonl" 2>> "$out/bench.log" || failed=1
     "$STAGE/bin/sptr" bench model "$nus" --model config/models/sphereformer_nuscenes.yaml \
         --case nuscenes --iters 20 > "$out/bench_model_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
+    # Precision (issue 22): fp16 / bf16 / auto side by side, models loaded together and timed in
+    # turn, three rounds (random in-range weights: auto runs the FP16 path; after a switch it
+    # runs the BF16 one, so bf16's line is its cost then)
+    "$STAGE/bin/sptr" bench model "$nus" --model config/models/sphereformer_nuscenes.yaml --case nuscenes \
+        --precision fp16,bf16,auto --rounds 3 --iters 20 > "$out/bench_model_precision_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
+    "$STAGE/bin/sptr" bench model "$cloud" --format xyz --model config/models/sphereformer_semantickitti.yaml --case dense \
+        --precision fp16,bf16,auto --rounds 3 --iters 20 > "$out/bench_model_precision_dense.jsonl" 2>> "$out/bench.log" || failed=1
     # Lift-splat view transform: geometry build and bev_pool, seg and detection geometries (issue 19)
     "$STAGE/bin/sptr" bench bevpool --iters 100 > "$out/bench_bevpool.jsonl" 2>> "$out/bench.log" || failed=1
     # Camera input per frame: decode of the six nuScenes JPEGs, upload, resize + normalize (issue 18);

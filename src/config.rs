@@ -99,6 +99,10 @@ pub struct ModelYaml {
     pub class_names: Vec<String>,
     /// RGB per class, for the BEV colour image and visualisation.
     pub palette: Vec<[u8; 3]>,
+    /// How the CUDA network stores activations: `fp16` (default), `bf16` or `auto` (ours; see
+    /// [`crate::device::storage::Precision`]). The CPU computes in f32 whatever it says.
+    #[serde(default)]
+    pub precision: crate::device::storage::Precision,
 }
 
 /// The validated model configuration.
@@ -236,6 +240,10 @@ pub struct NodeParams {
     /// What a frame whose activations left the FP16 range gives (default `drop`).
     #[serde(default)]
     pub on_overflow: OverflowPolicy,
+    /// The CUDA network's precision (`fp16`, `bf16`, `auto`), overriding the model YAML's
+    /// `precision`; absent: the YAML's (see [`crate::device::storage::Precision`]).
+    #[serde(default)]
+    pub precision: Option<crate::device::storage::Precision>,
     /// Topic names (default: the private `~/...` names; remapping works on either).
     #[serde(default)]
     pub topics: TopicParams,

@@ -9,6 +9,8 @@
 //! every point (possibly none) is `UNLABELED` and the network does not run.
 
 pub mod files;
+#[cfg(feature = "cuda")]
+pub mod precision;
 pub mod progress;
 
 use crate::config::{DeviceKind, ModelYaml};
@@ -45,7 +47,14 @@ pub struct Segmentation {
     pub times: StageTimes,
     /// The FP16 range guard ([`crate::model::range`]): the layers whose activations left FP16's
     /// range (CUDA) or were not finite (CPU). Not clean: the labels are not to be trusted.
+    /// In BF16 the limit is BF16's (only inf and NaN, in practice).
     pub range: RangeReport,
+    /// What the published labels were computed in on CUDA (`None`: on the CPU, in f32).
+    pub storage: Option<crate::device::storage::Storage>,
+    /// Precision `auto`: this frame's FP16 pass was flagged (this report), so the frame was
+    /// computed again in BF16 and `range`/`labels` are the BF16 pass's. Its stage times follow
+    /// the FP16 pass's, named `recompute.<stage>`.
+    pub recomputed_from: Option<RangeReport>,
 }
 
 impl Segmentation {
@@ -62,6 +71,8 @@ impl Segmentation {
             coord_fixups,
             times,
             range: RangeReport::default(),
+            storage: None,
+            recomputed_from: None,
         }
     }
 
@@ -82,11 +93,11 @@ pub struct Segmenter {
     cuda: Option<std::sync::Arc<CudaBackend>>,
 }
 
-/// The network uploaded to a device.
+/// The network uploaded to a device, in the model's precision.
 #[cfg(feature = "cuda")]
 struct CudaBackend {
     dev: crate::device::cuda::CudaDevice,
-    net: crate::model::sphereformer::cuda::CudaSphereFormer,
+    nets: precision::PrecisionNets,
 }
 
 impl std::fmt::Debug for Segmenter {
@@ -109,9 +120,9 @@ impl Segmenter {
         })
     }
 
-    /// [`Segmenter::new`] on `device`: `Cuda` uploads the network to GPU 0 and fails with the
-    /// reason when there is no usable GPU (no driver, no device, no NVRTC or cuBLAS) or when this
-    /// build has no CUDA support.
+    /// [`Segmenter::new`] on `device`: `Cuda` uploads the network to GPU 0 in the config's
+    /// `precision` and fails with the reason when there is no usable GPU (no driver, no device,
+    /// no NVRTC or cuBLAS) or when this build has no CUDA support.
     pub fn on_device(cfg: ModelYaml, weights: Weights, device: DeviceKind) -> Result<Self, Error> {
         Self::new(cfg, weights)?.into_device(device)
     }
@@ -127,9 +138,16 @@ impl Segmenter {
     #[cfg(feature = "cuda")]
     fn to_cuda(mut self) -> Result<Self, Error> {
         let dev = crate::device::cuda::CudaDevice::new(0)?;
-        let net = crate::model::sphereformer::cuda::CudaSphereFormer::upload(&dev, &self.model)?;
-        self.cuda = Some(std::sync::Arc::new(CudaBackend { dev, net }));
+        let nets = precision::PrecisionNets::upload(&dev, &self.model, self.cfg.precision)?;
+        self.cuda = Some(std::sync::Arc::new(CudaBackend { dev, nets }));
         Ok(self)
+    }
+
+    /// Where the CUDA network's precision stands (`None` on the CPU): the setting, what the next
+    /// frame is computed in, and how many frames `auto` computed again in BF16.
+    #[cfg(feature = "cuda")]
+    pub fn precision_status(&self) -> Option<precision::PrecisionStatus> {
+        self.cuda.as_ref().map(|c| c.nets.status())
     }
 
     #[cfg(not(feature = "cuda"))]
@@ -160,6 +178,17 @@ impl Segmenter {
 
     pub fn config(&self) -> &ModelYaml {
         &self.cfg
+    }
+
+    /// Sets the CUDA precision ([`crate::device::storage::Precision`]) the next
+    /// [`Segmenter::into_device`] uploads in, overriding the model YAML's. An error on a
+    /// segmenter already on CUDA (its networks are uploaded: make a new one).
+    pub fn set_precision(&mut self, precision: crate::device::storage::Precision) -> Result<(), Error> {
+        if self.device() == DeviceKind::Cuda {
+            return Err(Error::InvalidInput("set the precision before moving the model to CUDA".into()));
+        }
+        self.cfg.precision = precision;
+        Ok(())
     }
 
     /// A function told of each stage of every later [`Segmenter::segment`] as it ends (name,
@@ -195,26 +224,57 @@ impl Segmenter {
         Ok(out)
     }
 
-    /// [`Segmenter::segment`] with every step on the GPU.
+    /// [`Segmenter::segment`] with every step on the GPU, in the model's precision (`auto`: a
+    /// frame whose FP16 pass is flagged is computed again in BF16, see [`precision`]).
     #[cfg(feature = "cuda")]
     fn segment_cuda(&self, c: &CudaBackend, clouds: &[&Points]) -> Result<Segmentation, Error> {
+        let storage = c.nets.storage();
+        let out = match storage {
+            crate::device::storage::Storage::Fp16 => self.segment_cuda_in(&c.dev, c.nets.fp16()?, clouds)?,
+            crate::device::storage::Storage::Bf16 => self.segment_cuda_in(&c.dev, c.nets.bf16()?, clouds)?,
+        };
+        let Some(first) = c.nets.recompute(storage, !out.range.is_clean()) else { return Ok(out) };
+        if first {
+            eprintln!(
+                "sptr: precision auto: the FP16 forward left FP16's range ({}); this frame is computed again in BF16 \
+                 and the model stays on BF16 from now on",
+                out.range.summary(3)
+            );
+        }
+        let mut again = self.segment_cuda_in(&c.dev, c.nets.bf16()?, clouds)?;
+        let mut times = out.times;
+        times.stages.extend(again.times.stages.drain(..).map(|(name, d)| (format!("recompute.{name}"), d)));
+        again.times = times;
+        again.recomputed_from = Some(out.range);
+        Ok(again)
+    }
+
+    /// One forward of the GPU path on `net` (FP16 or BF16).
+    #[cfg(feature = "cuda")]
+    fn segment_cuda_in<S: crate::device::storage::Store>(
+        &self,
+        dev: &crate::device::cuda::CudaDevice,
+        net: &crate::model::sphereformer::cuda::CudaSphereFormer<S>,
+        clouds: &[&Points],
+    ) -> Result<Segmentation, Error> {
         use crate::model::preprocess::cuda::{labels_to_points_cuda, prepare_inputs_cuda};
         use crate::model::sphereformer::cuda::GpuClock;
         let mut times = StageTimes::default();
         let start = Instant::now();
-        let inputs = prepare_inputs_cuda(&c.dev, clouds, &self.cfg)?;
+        let inputs = prepare_inputs_cuda(dev, clouds, &self.cfg)?;
         times.record("voxelize", start);
         let mut out = Segmentation::unlabeled(clouds, inputs.len, inputs.stats, inputs.coord_fixups, times);
+        out.storage = Some(S::STORAGE);
         if inputs.is_empty() {
             return Ok(out);
         }
-        let mut clock = GpuClock::start(&c.dev)?;
-        let (logits, point_map, range) = c.net.forward_prepared(&c.dev, inputs, &mut clock)?;
-        let (labels, probs) = labels_to_points_cuda(&c.dev, &logits, &point_map, self.model.classes(), UNLABELED)?;
+        let mut clock = GpuClock::start(dev)?;
+        let (logits, point_map, range) = net.forward_prepared(dev, inputs, &mut clock)?;
+        let (labels, probs) = labels_to_points_cuda(dev, &logits, &point_map, self.model.classes(), UNLABELED)?;
         // the flags' copy was enqueued before the labels', which are on the host now
-        out.range = range.finish(c.net.layer_names())?;
+        out.range = range.finish(net.layer_names())?;
         // devoxelize: arg-max, the map back to points and the copy of the labels to the host.
-        clock.mark(&c.dev, "devoxelize".into())?;
+        clock.mark(dev, "devoxelize".into())?;
         clock.finish(&mut out.times)?;
         out.labels = labels;
         out.probs = probs;
@@ -231,7 +291,21 @@ impl Segmenter {
     pub fn run_network_checked(&self, inputs: &NetworkInputs, times: &mut StageTimes) -> Result<(Vec<f32>, RangeReport), Error> {
         #[cfg(feature = "cuda")]
         if let Some(c) = &self.cuda {
-            return c.net.forward(&c.dev, &inputs.coords, &inputs.feats, &inputs.xyz, &inputs.batch, inputs.spatial_shape, times);
+            use crate::device::storage::Storage;
+            let run = |storage: Storage, times: &mut StageTimes| {
+                let (i, s) = (inputs, inputs.spatial_shape);
+                match storage {
+                    Storage::Fp16 => c.nets.fp16()?.forward(&c.dev, &i.coords, &i.feats, &i.xyz, &i.batch, s, times),
+                    Storage::Bf16 => c.nets.bf16()?.forward(&c.dev, &i.coords, &i.feats, &i.xyz, &i.batch, s, times),
+                }
+            };
+            let storage = c.nets.storage();
+            let (logits, range) = run(storage, times)?;
+            // precision auto: a flagged FP16 forward is computed again in BF16 (see segment)
+            return match c.nets.recompute(storage, !range.is_clean()) {
+                Some(_) => run(Storage::Bf16, times),
+                None => Ok((logits, range)),
+            };
         }
         self.model.forward_cpu_checked(&inputs.coords, &inputs.feats, &inputs.xyz, &inputs.batch, inputs.spatial_shape, times)
     }

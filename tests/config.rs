@@ -494,3 +494,23 @@ fn bad_camera_parameters_are_value_errors() {
     let many: Vec<String> = (0..33).map(|i| format!("C{i}")).collect();
     bad(cams, &format!("cameras: [{}]", many.join(", ")), "input.cameras");
 }
+
+/// `precision` (issue 22): optional in the model YAML (default fp16) and in the node params
+/// (absent: the model's); fp16, bf16 and auto parse; anything else is a parse error naming the
+/// value.
+#[test]
+fn precision_is_optional_and_checked_in_both_files() {
+    use sptr::device::storage::Precision;
+    assert_eq!(ModelConfig::load(&path(NUSC)).unwrap().yaml.precision, Precision::Fp16);
+    assert_eq!(NodeParams::load(&path(NODE)).unwrap().precision, None);
+    let model = text(NUSC);
+    let node = text(NODE);
+    for (name, p) in [("fp16", Precision::Fp16), ("bf16", Precision::Bf16), ("auto", Precision::Auto)] {
+        let y = ModelConfig::parse(&format!("{model}precision: {name}\n"), "m.yaml").unwrap();
+        assert_eq!(y.precision, p);
+        let n = NodeParams::parse(&edit(&node, "    on_overflow:", &format!("    precision: {name}\n    on_overflow:")), "p.yaml").unwrap();
+        assert_eq!(n.precision, Some(p));
+    }
+    assert_parse_err(ModelConfig::parse(&format!("{model}precision: fp32\n"), "m.yaml"), "m.yaml", "fp32");
+    assert_parse_err(NodeParams::parse(&edit(&node, "    on_overflow:", "    precision: half\n    on_overflow:"), "p.yaml"), "p.yaml", "half");
+}

@@ -19,8 +19,11 @@
 #![cfg(feature = "cuda")]
 
 mod common;
+#[path = "common/issue22.rs"]
+mod issue22;
 
 use common::{gpu, nuscenes_sweep, Rng};
+use issue22::issue_weights;
 use half::f16;
 use sptr::attention::cuda::{
     window_attention_cuda_guarded, window_attention_cuda_split, CudaContextual, CudaSphereWindows, CudaTerm, QkvView,
@@ -32,7 +35,6 @@ use sptr::device::range::RangeFlags;
 use sptr::model::random::{random_tensors, random_weights, NamedTensors};
 use sptr::model::range::{LayerNames, RANGE_NON_FINITE, RANGE_SATURATED};
 use sptr::model::weights::Weights;
-use sptr::model::weight_specs;
 use sptr::pipeline::{Segmentation, Segmenter};
 use sptr::sparse::conv_cpu::WeightLayout;
 use sptr::sparse::conv_cuda::{conv_cuda_guarded, conv_cuda_split, ConvAlgo, ConvRange, CudaConvWeights, CudaPreActivation, TILED_VARIANTS, WGMMA_VARIANTS};
@@ -264,41 +266,6 @@ fn attention_kernels_flag_outputs_out_of_fp16_range() {
         };
         assert!(f & RANGE_NON_FINITE != 0, "{kind} windows without RPE: NaN value");
     }
-}
-
-/// A normal draw (Box-Muller) from the shared test generator.
-fn normal(rng: &mut Rng, std: f64) -> f32 {
-    let u1 = rng.unit().max(1e-300);
-    let u2 = rng.unit();
-    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos() * std) as f32
-}
-
-/// Weights as the issue draws them: conv and linear weights N(0, 0.05), BN and LN weights
-/// U(0.5, 1.5), biases and running means N(0, 0.1), running variances U(0.5, 2); the RPE
-/// tables, which the issue does not list, N(0, 0.02) (upstream's initialisation scale).
-fn issue_weights(cfg: &ModelYaml, seed: u64) -> NamedTensors {
-    let mut rng = Rng(seed);
-    weight_specs(cfg)
-        .unwrap()
-        .into_iter()
-        .map(|s| {
-            let name = s.name.as_str();
-            let n = s.numel();
-            let data: Vec<f32> = if name.ends_with("running_mean") {
-                (0..n).map(|_| normal(&mut rng, 0.1)).collect()
-            } else if name.ends_with("running_var") {
-                (0..n).map(|_| rng.uniform(0.5, 2.0)).collect()
-            } else {
-                match s.shape.len() {
-                    5 | 2 => (0..n).map(|_| normal(&mut rng, 0.05)).collect(),
-                    4 => (0..n).map(|_| normal(&mut rng, 0.02)).collect(),
-                    _ if name.ends_with(".weight") => (0..n).map(|_| rng.uniform(0.5, 1.5)).collect(),
-                    _ => (0..n).map(|_| normal(&mut rng, 0.1)).collect(),
-                }
-            };
-            (s.name, s.shape, data)
-        })
-        .collect()
 }
 
 fn segment(y: &ModelYaml, tensors: NamedTensors, device: DeviceKind, pts: &Points) -> Segmentation {

@@ -1,10 +1,12 @@
-//! Every kernel compiles with NVRTC for Hopper (sm_90), Jetson Orin (sm_87) and Ampere (sm_86).
+//! Every kernel compiles with NVRTC for Hopper (sm_90), Jetson Orin (sm_87) and Ampere (sm_86),
+//! the modules that store activations in both storage builds (FP16, BF16).
 //! Needs libnvrtc (the PyPI wheel on CI, see scripts/cuda_env.sh), no GPU. Without NVRTC the
 //! tests skip, unless SPTR_REQUIRE_NVRTC=1 (README's test command sets it).
 #![cfg(feature = "cuda")]
 
 use sptr::device::kernels;
 use sptr::device::nvrtc::{self, Arch, Origin};
+use sptr::device::storage::Storage;
 
 fn nvrtc_here(test: &str) -> bool {
     if nvrtc::nvrtc_available() {
@@ -23,15 +25,54 @@ fn every_kernel_compiles_for_sm90_sm87_sm86() {
         return;
     }
     assert!(!kernels::ALL.is_empty());
+    let mut builds = 0;
     for arch in ["sm_90", "sm_87", "sm_86"] {
         let arch: Arch = arch.parse().unwrap();
         for k in kernels::ALL {
-            let c = nvrtc::compile(k, arch).unwrap_or_else(|e| panic!("{} for {}: {e}", k.name, arch.sm()));
-            // A CUBIN is an ELF file.
-            assert_eq!(&c.cubin[..4], b"\x7fELF", "{} for {}: not an ELF cubin", k.name, arch.sm());
-            assert!(!c.log.contains("warning"), "{} for {}: compiler warnings:\n{}", k.name, arch.sm(), c.log);
+            let mut cubins = Vec::new();
+            for storage in Storage::ALL {
+                if storage == Storage::Bf16 && !kernels::has_storage_twin(k.name) {
+                    continue;
+                }
+                let c = nvrtc::compile_storage(k, arch, storage).unwrap_or_else(|e| panic!("{} ({storage}) for {}: {e}", k.name, arch.sm()));
+                // A CUBIN is an ELF file.
+                assert_eq!(&c.cubin[..4], b"\x7fELF", "{} ({storage}) for {}: not an ELF cubin", k.name, arch.sm());
+                assert!(!c.log.contains("warning"), "{} ({storage}) for {}: compiler warnings:\n{}", k.name, arch.sm(), c.log);
+                cubins.push(c.cubin);
+                builds += 1;
+            }
+            if cubins.len() == 2 {
+                assert_ne!(cubins[0], cubins[1], "{} for {}: the BF16 build must differ from the FP16 one", k.name, arch.sm());
+            }
         }
     }
+    assert_eq!(builds, 3 * (kernels::ALL.len() + kernels::STORAGE_MODULES.len()));
+}
+
+/// The storage twins: every listed module exists, FP16-only modules refuse a BF16 build with an
+/// error naming them, and the BF16 build has its own cache file (the FP16 one keeps its key).
+#[test]
+fn storage_twins_are_listed_refused_elsewhere_and_cached_apart() {
+    for m in kernels::STORAGE_MODULES {
+        assert!(kernels::find(m).is_some(), "STORAGE_MODULES names {m}, which is not a kernel module");
+        assert!(kernels::full_source(kernels::find(m).unwrap()).contains("typedef __nv_bfloat16 store_t;"));
+    }
+    for m in ["sparse_conv", "attention_core", "layers"] {
+        assert!(kernels::has_storage_twin(m), "SphereFormer's {m} needs a BF16 build");
+    }
+    let scan = kernels::find("scan_sort").unwrap();
+    assert!(!kernels::full_source(scan).contains("store_t"), "modules without a twin get no storage header");
+    if !nvrtc_here("storage_twins_are_listed_refused_elsewhere_and_cached_apart") {
+        return;
+    }
+    let sm90: Arch = "sm_90".parse().unwrap();
+    let e = nvrtc::compile_storage(scan, sm90, Storage::Bf16).err().expect("scan_sort has no BF16 build").to_string();
+    assert!(e.contains("scan_sort") && e.contains("bf16") && e.contains("sparse_conv"), "{e}");
+    let k = kernels::find("layers").unwrap();
+    let v = nvrtc::nvrtc_version().unwrap();
+    assert_eq!(nvrtc::cache_path(k, sm90, v), nvrtc::cache_path_storage(k, sm90, v, Storage::Fp16));
+    assert_ne!(nvrtc::cache_path(k, sm90, v), nvrtc::cache_path_storage(k, sm90, v, Storage::Bf16));
+    assert!(nvrtc::cache_path_storage(k, sm90, v, Storage::Bf16).to_string_lossy().contains("layers-bf16-sm_90-"));
 }
 
 /// The Hopper warpgroup-MMA conv kernels are built for 9.0 (compiled as sm_90a) and only there:
@@ -46,11 +87,13 @@ fn wgmma_kernels_exist_exactly_on_sm90() {
     for (arch, want) in [("sm_90", true), ("sm_87", false), ("sm_86", false)] {
         let arch: Arch = arch.parse().unwrap();
         assert_eq!(arch.has_wgmma(), want, "{}", arch.sm());
-        let c = nvrtc::compile(k, arch).unwrap();
-        for name in ["conv_wgmma_m128_n64", "conv_wgmma_m128_n128"] {
-            assert_eq!(has(&c.cubin, name), want, "{name} in sparse_conv for {}", arch.target());
+        for storage in Storage::ALL {
+            let c = nvrtc::compile_storage(k, arch, storage).unwrap();
+            for name in ["conv_wgmma_m128_n64", "conv_wgmma_m128_n128"] {
+                assert_eq!(has(&c.cubin, name), want, "{name} in sparse_conv ({storage}) for {}", arch.target());
+            }
+            assert!(has(&c.cubin, "conv_tiled_m128_n128_k64"), "the tiled kernels are built everywhere");
         }
-        assert!(has(&c.cubin, "conv_tiled_m128_n128_k64"), "the tiled kernels are built everywhere");
     }
     assert_eq!("sm_90".parse::<Arch>().unwrap().target(), "sm_90a");
     assert_eq!("8.7".parse::<Arch>().unwrap().target(), "sm_87");

@@ -14,6 +14,10 @@
 //! spherical ones) get the window-tiled kernel on tensor cores: keys staged in shared memory,
 //! Q K^T and P V as MMAs, the RPE terms factored into per-query and per-key-tile values and
 //! per-query histograms for the value table (see attention_core.cu).
+//!
+//! q, k, v and the output are FP16 or BF16 ([`crate::device::storage`]): the attention entry
+//! points are generic over the element type [`Store`] (`QkvView` defaults to FP16), which picks
+//! attention_core's build.
 
 use super::cpu::HeadSlice;
 use super::partition::Partition;
@@ -22,6 +26,7 @@ use super::sphere::{cubic_heads, SphereLevel};
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::{bits_for, exclusive_scan_u32_async, grid_1d, radix_sort_pairs};
 use crate::device::range::RangeSlot;
+use crate::device::storage::Store;
 use crate::Error;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use half::f16;
@@ -371,10 +376,10 @@ pub fn rpe_quantize_cuda(dev: &CudaDevice, pos: &CudaSlice<f32>, n: usize, geome
 /// q, k, v as rows of FP16 buffers: voxel `i`, head `h` starts at `i * ld + h * head_dim` (so a
 /// packed qkv Linear output `[N, 3, H, D]` is three views with offsets… or three buffers).
 #[derive(Clone, Copy)]
-pub struct QkvView<'a> {
-    pub q: &'a CudaSlice<f16>,
-    pub k: &'a CudaSlice<f16>,
-    pub v: &'a CudaSlice<f16>,
+pub struct QkvView<'a, S: Store = f16> {
+    pub q: &'a CudaSlice<S>,
+    pub k: &'a CudaSlice<S>,
+    pub v: &'a CudaSlice<S>,
     /// Elements between consecutive voxel rows.
     pub ld: usize,
 }
@@ -418,13 +423,13 @@ pub enum CudaTerm<'a> {
 
 /// Window attention over `heads` (a slice of the row's heads), written into those heads of `out`
 /// (rows of `out_ld` elements). The CUDA counterpart of [`super::cpu::window_attention_into`].
-pub fn window_attention_cuda(
+pub fn window_attention_cuda<S: Store>(
     dev: &CudaDevice,
-    qkv: QkvView,
+    qkv: QkvView<'_, S>,
     heads: HeadSlice,
     part: &CudaPartition,
     term: CudaTerm,
-    out: &mut CudaSlice<f16>,
+    out: &mut CudaSlice<S>,
     out_ld: usize,
 ) -> Result<(), Error> {
     window_attention_cuda_split(dev, qkv, heads, part, term, out, out_ld, TILED_MIN_WINDOW, None)
@@ -518,13 +523,13 @@ fn auto_key_splits(n: usize, n_max: usize, heads: usize) -> usize {
 /// (`usize::MAX`: never; 1: every window) and its key splits (`None`: chosen from the partition's
 /// size, see `auto_key_splits`) — for tests and benchmarks of both kernels and the split path.
 #[allow(clippy::too_many_arguments)]
-pub fn window_attention_cuda_split(
+pub fn window_attention_cuda_split<S: Store>(
     dev: &CudaDevice,
-    qkv: QkvView,
+    qkv: QkvView<'_, S>,
     heads: HeadSlice,
     part: &CudaPartition,
     term: CudaTerm,
-    out: &mut CudaSlice<f16>,
+    out: &mut CudaSlice<S>,
     out_ld: usize,
     tiled_min: usize,
     key_splits: Option<usize>,
@@ -535,13 +540,13 @@ pub fn window_attention_cuda_split(
 /// [`window_attention_cuda_split`] with the FP16 range guard of the output reporting into
 /// `range` ([`crate::model::range`]; `None`: not guarded).
 #[allow(clippy::too_many_arguments)]
-pub fn window_attention_cuda_guarded(
+pub fn window_attention_cuda_guarded<S: Store>(
     dev: &CudaDevice,
-    qkv: QkvView,
+    qkv: QkvView<'_, S>,
     heads: HeadSlice,
     part: &CudaPartition,
     term: CudaTerm,
-    out: &mut CudaSlice<f16>,
+    out: &mut CudaSlice<S>,
     out_ld: usize,
     tiled_min: usize,
     key_splits: Option<usize>,
@@ -681,7 +686,7 @@ pub fn window_attention_cuda_guarded(
         (true, 16) => "attn_ctx_tiled_split_d16",
         (true, _) => "attn_ctx_tiled_split_d32",
     };
-    dev.function_with_shared("attention_core", name, smem)?;  // launch_attention launches it
+    dev.function_with_shared_in(S::STORAGE, "attention_core", name, smem)?;  // launch_attention launches it
     let tmin = tiled_min.max(1);
     let fresh;
     let items = match part.kept_tiled_items(dev, tmin)? {
@@ -707,7 +712,7 @@ pub fn window_attention_cuda_guarded(
         .alloc_zeros::<f32>(splits * n * heads.count * (d + 2))
         .map_err(cuda_err("allocating the key-split partials"))?;
     launch_attention(dev, name, cfg, qkv, out, Some(&mut partial), Some(&items.list), part, quant, floats, &p, range)?;
-    let merge = dev.function("attention_core", "attn_tiled_merge")?;
+    let merge = dev.function_in(S::STORAGE, "attention_core", "attn_tiled_merge")?;
     let total = u32::try_from(n * heads.count).map_err(|_| Error::InvalidInput(format!("window attention: {n} voxels x {} heads exceed 2^32", heads.count)))?;
     let d32 = d as u32;
     // SAFETY: partial holds splits * n * heads * (d + 2) floats, written for every position of a
@@ -726,12 +731,12 @@ pub fn window_attention_cuda_guarded(
 /// Launches one of attention_core.cu's kernels (all take ATTN_PARAMS). Unused float slots get the
 /// order buffer: a valid device pointer that the kernel never dereferences in that mode.
 #[allow(clippy::too_many_arguments)]
-fn launch_attention(
+fn launch_attention<S: Store>(
     dev: &CudaDevice,
     name: &'static str,
     cfg: LaunchConfig,
-    qkv: QkvView,
-    out: &mut CudaSlice<f16>,
+    qkv: QkvView<'_, S>,
+    out: &mut CudaSlice<S>,
     partial: Option<&mut CudaSlice<f32>>,
     items: Option<&CudaSlice<u32>>,
     part: &CudaPartition,
@@ -740,7 +745,7 @@ fn launch_attention(
     p: &AttnParamsC,
     range: Option<&RangeSlot<'_>>,
 ) -> Result<(), Error> {
-    let f = dev.function("attention_core", name)?;
+    let f = dev.function_in(S::STORAGE, "attention_core", name)?;
     let mut b = dev.stream.launch_builder(&f);
     b.arg(qkv.q).arg(qkv.k).arg(qkv.v).arg(out).arg(&part.order).arg(&part.win_of).arg(&part.offsets).arg(quant);
     for t in floats {
@@ -824,30 +829,30 @@ impl CudaSphereTables {
 /// SphereFormer's attention core on CUDA: heads `[0, heads / 2)` on cubic windows of `xyz`, the
 /// rest on spherical windows; output rows `[n, heads * head_dim]` in `out`.
 #[allow(clippy::too_many_arguments)]
-pub fn sphere_attention_cuda(
+pub fn sphere_attention_cuda<S: Store>(
     dev: &CudaDevice,
-    qkv: QkvView,
+    qkv: QkvView<'_, S>,
     heads: usize,
     head_dim: usize,
     xyz: &CudaSlice<f32>,
     windows: &CudaSphereWindows,
     tables: &CudaSphereTables,
-    out: &mut CudaSlice<f16>,
+    out: &mut CudaSlice<S>,
 ) -> Result<(), Error> {
     sphere_attention_cuda_guarded(dev, qkv, heads, head_dim, xyz, windows, tables, out, None)
 }
 
 /// [`sphere_attention_cuda`] with the FP16 range guard of the output reporting into `range`.
 #[allow(clippy::too_many_arguments)]
-pub fn sphere_attention_cuda_guarded(
+pub fn sphere_attention_cuda_guarded<S: Store>(
     dev: &CudaDevice,
-    qkv: QkvView,
+    qkv: QkvView<'_, S>,
     heads: usize,
     head_dim: usize,
     xyz: &CudaSlice<f32>,
     windows: &CudaSphereWindows,
     tables: &CudaSphereTables,
-    out: &mut CudaSlice<f16>,
+    out: &mut CudaSlice<S>,
     range: Option<RangeSlot<'_>>,
 ) -> Result<(), Error> {
     let hc = cubic_heads(heads);

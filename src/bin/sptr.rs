@@ -121,6 +121,10 @@ enum Cmd {
         /// (default: the flagged layers are printed, nothing is written, exit status 4).
         #[arg(long)]
         allow_overflow: bool,
+        /// CUDA activation storage: fp16, bf16 or auto (FP16, switching to BF16 for good when a
+        /// frame leaves FP16's range; README: precision). Default: the model YAML's `precision`.
+        #[arg(long, value_parser = precision_arg)]
+        precision: Option<sptr::device::storage::Precision>,
     },
     /// Run a model's preprocessing on a cloud and write the network inputs (coords.i32, feats.f32,
     /// xyz.f32, batch.i32, inputs.json) for the PyTorch parity reference.
@@ -357,6 +361,10 @@ struct ReplayArgs {
     /// writing the report, which lists them).
     #[arg(long)]
     allow_overflow: bool,
+    /// CUDA activation storage: fp16, bf16 or auto (FP16, switching to BF16 for good when a
+    /// frame leaves FP16's range; README: precision). Default: the model YAML's `precision`.
+    #[arg(long, value_parser = precision_arg)]
+    precision: Option<sptr::device::storage::Precision>,
 }
 
 /// Exit status of `segment` and `replay` when the network's activations left the FP16 range
@@ -582,6 +590,14 @@ enum BenchCmd {
         /// Case name in the JSON (default: the cloud's file name).
         #[arg(long)]
         case: Option<String>,
+        /// CUDA precisions to time side by side, e.g. fp16,bf16,auto: the models are loaded
+        /// together and timed in turn, `--rounds` times (one JSON line each, with `precision`
+        /// and the `storage` the frames ran in). Default: the model YAML's `precision`.
+        #[arg(long, value_delimiter = ',', value_parser = precision_arg)]
+        precision: Vec<sptr::device::storage::Precision>,
+        /// Rounds over the precisions (alternating them evens out clocks and heat).
+        #[arg(long, default_value_t = 1, value_parser = int_in::<1, 1000>)]
+        rounds: usize,
     },
     /// BEVFusion BEV map segmentation on CUDA, from JPEG bytes on the host to the masks on the
     /// host: median / p90 per frame and per stage, peak device memory (one JSON line).
@@ -645,9 +661,9 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Voxelize { cloud, model, stride, device } => voxelize_cmd(&cloud, &model, stride, device),
-        Cmd::Segment { cloud, model, weights, random_weights, out, format, device, progress, allow_overflow } => {
+        Cmd::Segment { cloud, model, weights, random_weights, out, format, device, progress, allow_overflow, precision } => {
             let w = (weights.as_deref(), random_weights);
-            segment_cmd(&cloud, &model, w, out.as_deref(), format.as_deref(), device, progress_mode(&progress), allow_overflow)
+            segment_cmd(&cloud, &model, w, out.as_deref(), format.as_deref(), device, progress_mode(&progress), allow_overflow, precision)
         }
         Cmd::RandomWeights { model, seed, out } => random_weights_cmd(&model, seed, &out),
         Cmd::Kernels { arch } => kernels_cmd(&arch),
@@ -703,8 +719,8 @@ fn run(cli: Cli) -> Result<()> {
             println!("{}", sptr::perception::bench_pipeline(&setup).map_err(anyhow::Error::msg)?);
             Ok(())
         }
-        Cmd::Bench { what: BenchCmd::Model { cloud, format, model, weights, seed, device, iters, case } } => {
-            bench_model_cmd(&cloud, format.as_deref(), &model, weights.as_deref(), seed, device, iters, case)
+        Cmd::Bench { what: BenchCmd::Model { cloud, format, model, weights, seed, device, iters, case, precision, rounds } } => {
+            bench_model_cmd(&cloud, format.as_deref(), &model, weights.as_deref(), seed, device, iters, case, &precision, rounds)
         }
         Cmd::Bench { what: BenchCmd::Bevseg { model, weights, seed, calib, images, cloud, sweeps, warmup, iters } } => {
             bench_bevseg_cmd(model, weights, seed, calib, images, cloud, sweeps, warmup, iters)
@@ -745,7 +761,7 @@ fn camera_features_cmd(
     device: DeviceArg,
     out: PathBuf,
 ) -> Result<()> {
-    use sptr::camera::features::{preprocess_files, read_input_npy, run, FeaturesJob, WeightsArg};
+    use sptr::camera::features::{preprocess_files, read_input_npy, run_checked, FeaturesJob, WeightsArg};
     let weights = match (weights, random_weights) {
         (Some(w), _) => WeightsArg::File(w),
         (None, Some(seed)) => WeightsArg::Random { seed, save: save_weights },
@@ -763,7 +779,16 @@ fn camera_features_cmd(
         DeviceArg::Auto => cuda_usable(),
     };
     let job = FeaturesJob { model, weights, images, n, h, w, cuda, stages, save_input, out };
-    println!("{}", run(&job)?);
+    let (summary, range) = run_checked(&job)?;
+    println!("{summary}");
+    if !range.is_clean() {
+        print_out_of_range(&range);
+        return Err(OutOfRange(format!(
+            "the features were written but cannot be trusted (README: FP16 range); {}",
+            range.summary(1)
+        ))
+        .into());
+    }
     Ok(())
 }
 
@@ -925,11 +950,17 @@ fn kernels_cmd(archs: &[String]) -> Result<()> {
     for a in archs {
         let arch: nvrtc::Arch = a.parse()?;
         for k in sptr::device::kernels::ALL {
-            let t = Instant::now();
-            let c = nvrtc::compile(k, arch)?;
-            println!("{:<12} {:<7} {:>8} bytes  {:>6.0} ms", k.name, arch.target(), c.cubin.len(), t.elapsed().as_secs_f64() * 1e3);
-            if !c.log.is_empty() {
-                println!("{}", c.log);
+            for storage in sptr::device::storage::Storage::ALL {
+                if storage != sptr::device::storage::Storage::Fp16 && !sptr::device::kernels::has_storage_twin(k.name) {
+                    continue;
+                }
+                let t = Instant::now();
+                let c = nvrtc::compile_storage(k, arch, storage)?;
+                let name = format!("{} ({storage})", k.name);
+                println!("{name:<24} {:<7} {:>8} bytes  {:>6.0} ms", arch.target(), c.cubin.len(), t.elapsed().as_secs_f64() * 1e3);
+                if !c.log.is_empty() {
+                    println!("{}", c.log);
+                }
             }
         }
     }
@@ -1144,14 +1175,29 @@ fn read_cloud_arg(cloud: &Path, format: Option<&str>) -> Result<Points> {
 
 /// A segmenter on the chosen device (`auto`: CUDA when usable, else the CPU).
 fn segmenter_on(cfg: sptr::config::ModelYaml, weights: sptr::model::Weights, device: DeviceArg) -> Result<sptr::pipeline::Segmenter> {
+    let kind = device_kind(device);
+    sptr::pipeline::Segmenter::on_device(cfg, weights, kind).with_context(|| format!("building the model on {kind:?}"))
+}
+
+/// A CPU segmenter moved to the chosen device (`auto`: CUDA when usable, else the CPU).
+fn segmenter_device(seg: sptr::pipeline::Segmenter, device: DeviceArg) -> Result<sptr::pipeline::Segmenter> {
+    let kind = device_kind(device);
+    seg.into_device(kind).with_context(|| format!("building the model on {kind:?}"))
+}
+
+fn device_kind(device: DeviceArg) -> sptr::config::DeviceKind {
     use sptr::config::DeviceKind;
-    let kind = match device {
+    match device {
         DeviceArg::Cpu => DeviceKind::Cpu,
         DeviceArg::Cuda => DeviceKind::Cuda,
         DeviceArg::Auto if cuda_usable() => DeviceKind::Cuda,
         DeviceArg::Auto => DeviceKind::Cpu,
-    };
-    sptr::pipeline::Segmenter::on_device(cfg, weights, kind).with_context(|| format!("building the model on {kind:?}"))
+    }
+}
+
+/// `--precision`'s values.
+fn precision_arg(v: &str) -> Result<sptr::device::storage::Precision, String> {
+    v.parse().map_err(|e: sptr::Error| e.to_string())
 }
 
 /// `sptr random-weights`: deterministic random weights for a model YAML, as safetensors.
@@ -1201,12 +1247,16 @@ fn segment_cmd(
     device: DeviceArg,
     progress: sptr::replay::ProgressMode,
     allow_overflow: bool,
+    precision: Option<sptr::device::storage::Precision>,
 ) -> Result<()> {
     use sptr::pipeline::files::{write_label_file, LabelIds};
     use sptr::pipeline::UNLABELED;
     let pts = read_cloud_arg(cloud, format)?;
     let t0 = Instant::now();
-    let cfg = load_model(model)?.yaml;
+    let mut cfg = load_model(model)?.yaml;
+    if let Some(p) = precision {
+        cfg.precision = p;
+    }
     let w = match (weights, random_seed) {
         (Some(p), _) => sptr::model::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
         (None, Some(seed)) => sptr::model::random::random_weights(&cfg, seed).context("making random weights")?,
@@ -1227,6 +1277,12 @@ fn segment_cmd(
         p.finish();
     }
     let r = r.context("segmenting")?;
+    if let Some(fp16) = &r.recomputed_from {
+        eprintln!(
+            "sptr: precision auto: the FP16 forward left FP16's range ({}); the labels are the BF16 forward's",
+            fp16.summary(3)
+        );
+    }
     if !r.range.is_clean() {
         print_out_of_range(&r.range);
         if !allow_overflow {
@@ -1321,6 +1377,7 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
             "quiet" => ProgressMode::Quiet,
             _ => ProgressMode::Auto,
         },
+        precision: a.precision,
     };
     let outcome = sptr::replay::run(&req).map_err(|e| anyhow::anyhow!("{e}"))?;
     print_outcome(&outcome.report, &outcome.out);
@@ -1428,6 +1485,8 @@ fn bench_model_cmd(
     device: DeviceArg,
     iters: usize,
     case: Option<String>,
+    precisions: &[sptr::device::storage::Precision],
+    rounds: usize,
 ) -> Result<()> {
     let pts = read_cloud_arg(cloud, format)?;
     let cfg = load_model(model)?.yaml;
@@ -1435,10 +1494,22 @@ fn bench_model_cmd(
         Some(p) => sptr::model::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
         None => sptr::model::random::random_weights(&cfg, seed).context("making random weights")?,
     };
-    let seg = segmenter_on(cfg, w, device)?;
     let case = case.unwrap_or_else(|| cloud.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
-    let row = sptr::model::bench::bench_segment(&seg, &case, &[&pts], 3, iters)?;
-    println!("{}", row.json());
+    // every precision's model loaded first (one CPU model, one upload each), then timed in turn
+    let base = sptr::pipeline::Segmenter::new(cfg.clone(), w).with_context(|| format!("model {}", model.display()))?;
+    let list = if precisions.is_empty() { vec![cfg.precision] } else { precisions.to_vec() };
+    let mut segs = Vec::with_capacity(list.len());
+    for p in list {
+        let mut seg = base.clone();
+        seg.set_precision(p)?;
+        segs.push(segmenter_device(seg, device)?);
+    }
+    for _ in 0..rounds {
+        for seg in &segs {
+            let row = sptr::model::bench::bench_segment(seg, &case, &[&pts], 3, iters)?;
+            println!("{}", row.json());
+        }
+    }
     Ok(())
 }
 

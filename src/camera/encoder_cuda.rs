@@ -1,11 +1,15 @@
 //! The camera encoder on CUDA: [`CudaSwin`] then [`CudaFpn`], FP16 activations, FP32
-//! accumulation; outputs NHWC FP16 on the device.
+//! accumulation; outputs NHWC FP16 on the device. [`CudaCameraEncoder::forward_guarded`] runs it
+//! with the FP16 range guard ([`crate::model::range`]) over every layer of both, named by their
+//! upstream module paths.
 
 use super::encoder::{CameraEncoder, EncoderOutput};
 use super::fpn_cuda::CudaFpn;
 use super::swin_cuda::{CudaSwin, SwinPlan};
 use crate::dense::cuda::CudaFeatureMap;
 use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::device::range::{PendingRange, RangeFlags, RangeReadback};
+use crate::model::range::{LayerNames, RangeReport};
 use crate::model::sphereformer::cuda::GpuClock;
 use crate::Error;
 use cudarc::cublas::CudaBlas;
@@ -33,6 +37,9 @@ pub struct CudaCameraEncoder {
     blas: CudaBlas,
     pub backbone: CudaSwin,
     pub neck: CudaFpn,
+    /// The guarded layers of backbone and neck, in execution order.
+    names: LayerNames,
+    readback: RangeReadback,
 }
 
 impl CudaCameraEncoder {
@@ -40,7 +47,26 @@ impl CudaCameraEncoder {
     pub fn upload(dev: &CudaDevice, enc: &CameraEncoder) -> Result<Self, Error> {
         let blas = CudaBlas::new(dev.stream.clone())
             .map_err(|e| Error::Cuda(format!("cuBLAS is not usable ({e:?}): the CUDA camera encoder needs libcublas from the CUDA toolkit")))?;
-        Ok(Self { blas, backbone: CudaSwin::upload(dev, &enc.backbone)?, neck: CudaFpn::upload(dev, &enc.neck)? })
+        let mut names = LayerNames::new();
+        let backbone = CudaSwin::upload_named(dev, &enc.backbone, &mut names)?;
+        let neck = CudaFpn::upload_named(dev, &enc.neck, &mut names)?;
+        Ok(Self { blas, backbone, neck, names, readback: RangeReadback::new() })
+    }
+
+    /// The guarded layers, in execution order (the names a [`RangeReport`] uses).
+    pub fn layer_names(&self) -> &LayerNames {
+        &self.names
+    }
+
+    /// [`forward`](Self::forward) with the FP16 range guard: the outputs, and the flags on their
+    /// way to the host (read them with [`PendingRange::finish`] and
+    /// [`CudaCameraEncoder::layer_names`] once the outputs are read, or after a synchronisation).
+    pub fn forward_guarded(&self, dev: &CudaDevice, plan: &SwinPlan, images: &CudaSlice<f16>) -> Result<(CudaEncoderOutput, PendingRange<'_>), Error> {
+        let flags = RangeFlags::new(dev, &self.names)?;
+        let stages = self.backbone.forward_guarded_timed(dev, &self.blas, plan, images, None, Some(&flags))?;
+        let neck = self.neck.forward_guarded(dev, &self.blas, &stages, Some(&flags))?;
+        let range = self.readback.enqueue(dev, flags)?;
+        Ok((CudaEncoderOutput { stages, neck }, range))
     }
 
     /// Selects the backbone's fused or unfused GEMM path (`CudaSwin::set_fused`).
@@ -86,12 +112,20 @@ impl CudaCameraEncoder {
     /// [`forward`](Self::forward) on host NHWC images (rounded to FP16 on upload), outputs
     /// copied back (tests, the CLI).
     pub fn forward_host(&self, dev: &CudaDevice, plan: &SwinPlan, images: &[f32]) -> Result<EncoderOutput, Error> {
+        self.forward_host_checked(dev, plan, images).map(|(out, _)| out)
+    }
+
+    /// [`forward_host`](Self::forward_host) with the FP16 range guard's report.
+    pub fn forward_host_checked(&self, dev: &CudaDevice, plan: &SwinPlan, images: &[f32]) -> Result<(EncoderOutput, RangeReport), Error> {
         let want = plan.n * self.backbone.config.in_channels * plan.h * plan.w;
         if images.len() != want {
             return Err(Error::InvalidInput(format!("camera encoder: {} image values, the plan is for {want}", images.len())));
         }
         let h16: Vec<f16> = images.iter().map(|&v| f16::from_f32(v)).collect();
         let x = dev.stream.clone_htod(&h16).map_err(cuda_err("uploading images"))?;
-        self.forward(dev, plan, &x)?.download(dev)
+        let (out, range) = self.forward_guarded(dev, plan, &x)?;
+        // the flags' copy was enqueued before the downloads, which wait for the stream
+        let out = out.download(dev)?;
+        Ok((out, range.finish(&self.names)?))
     }
 }

@@ -3,6 +3,7 @@
 //! written as NCHW float32 `.npy` files (upstream's layout) for inspection and for the parity
 //! harness, which also takes the weights and the input tensor from here.
 
+use crate::model::range::RangeReport;
 use super::encoder::{random_tensors, CameraEncoder, CameraEncoderConfig, EncoderOutput};
 use super::npy;
 use crate::dense::FeatureMap;
@@ -111,6 +112,13 @@ fn write_map(dir: &Path, name: &str, m: &FeatureMap) -> Result<PathBuf, Error> {
 
 /// Runs the job; returns a printable summary (one line per file written).
 pub fn run(job: &FeaturesJob) -> Result<String, Error> {
+    run_checked(job).map(|(summary, _)| summary)
+}
+
+/// [`run`], and the FP16 range guard's report of the CUDA forward ([`crate::model::range`]:
+/// the layers whose activations left FP16's range; always clean on the CPU, whose f32 encoder is
+/// not guarded). The files are written either way: they are for inspection.
+pub fn run_checked(job: &FeaturesJob) -> Result<(String, RangeReport), Error> {
     let cfg = CameraEncoderConfig::load(&job.model)?;
     let weights = match &job.weights {
         WeightsArg::File(p) => Weights::from_file(p)?,
@@ -125,7 +133,8 @@ pub fn run(job: &FeaturesJob) -> Result<String, Error> {
     let enc = CameraEncoder::from_weights(&cfg, weights)?;
     std::fs::create_dir_all(&job.out).map_err(|e| Error::Io(format!("{}: cannot create: {e}", job.out.display())))?;
     let start = std::time::Instant::now();
-    let (out, used): (EncoderOutput, Vec<f32>) = if job.cuda { run_cuda(&enc, job)? } else { (enc.forward_cpu(&job.images, job.n, job.h, job.w)?, job.images.clone()) };
+    let (out, used, range): (EncoderOutput, Vec<f32>, RangeReport) =
+        if job.cuda { run_cuda(&enc, job)? } else { (enc.forward_cpu(&job.images, job.n, job.h, job.w)?, job.images.clone(), RangeReport::default()) };
     let took = start.elapsed().as_secs_f64() * 1e3;
     let mut lines = vec![format!("{} images {} x {} on {} in {took:.1} ms (upload and plan included)", job.n, job.h, job.w, if job.cuda { "cuda" } else { "cpu" })];
     if let Some(p) = &job.save_input {
@@ -144,21 +153,21 @@ pub fn run(job: &FeaturesJob) -> Result<String, Error> {
         let p = write_map(&job.out, &format!("neck{k}"), m)?;
         lines.push(format!("neck{k}  [{}, {}, {}, {}] -> {}{}", m.n, m.c, m.h, m.w, p.display(), if k == 0 { " (the view transform's input)" } else { "" }));
     }
-    Ok(lines.join("\n"))
+    Ok((lines.join("\n"), range))
 }
 
 #[cfg(feature = "cuda")]
-fn run_cuda(enc: &CameraEncoder, job: &FeaturesJob) -> Result<(EncoderOutput, Vec<f32>), Error> {
+fn run_cuda(enc: &CameraEncoder, job: &FeaturesJob) -> Result<(EncoderOutput, Vec<f32>, RangeReport), Error> {
     use super::encoder_cuda::CudaCameraEncoder;
     let dev = crate::device::cuda::CudaDevice::new(0)?;
     let gpu = CudaCameraEncoder::upload(&dev, enc)?;
     let plan = gpu.plan(&dev, job.n, job.h, job.w)?;
-    let out = gpu.forward_host(&dev, &plan, &job.images)?;
+    let (out, range) = gpu.forward_host_checked(&dev, &plan, &job.images)?;
     let used = job.images.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect();
-    Ok((out, used))
+    Ok((out, used, range))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn run_cuda(_: &CameraEncoder, _: &FeaturesJob) -> Result<(EncoderOutput, Vec<f32>), Error> {
+fn run_cuda(_: &CameraEncoder, _: &FeaturesJob) -> Result<(EncoderOutput, Vec<f32>, RangeReport), Error> {
     Err(Error::InvalidInput("this build has no CUDA backend: rebuild with `--features cuda` or use --device cpu".into()))
 }

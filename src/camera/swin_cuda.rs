@@ -40,16 +40,29 @@
 //! Expected: most of the attention's share of the 4.2 ms (not separately measured in session 10;
 //! 7.8 GB at L2 rates of 10-20 TB/s is 0.4-0.8 ms). `SPTR_SWIN_ATTN=perquery`
 //! or `set_whole_window_attention(false)` selects the per-query kernel.
+//!
+//! FP16 range guard ([`crate::model::range`]): every launch that computes and stores an FP16
+//! activation reports under a layer registered at upload in execution order with its upstream
+//! module path (`encoders.camera.backbone.stages.1.blocks.0.attn.w_msa.qkv`; `.attn.w_msa` is the
+//! window attention's output, `.attn.w_msa.proj` proj plus the residual, `.ffn.layers.1` fc2 plus
+//! the residual), when the forward is given flags ([`CudaSwin::forward_guarded_timed`]). On the
+//! fused path, where cuBLASLt stores a Linear's FP16 output, the kernel that reads it next flags
+//! it under the Linear's layer (`swin_qkv_split_h`, `swin_crop_residual_h`, `swin_gelu_h`), and
+//! the outputs no kernel reads (patch embedding, fc2 + residual, patch merging) are scanned by
+//! `swin_range_scan_h`, only when guarded; a value the GEMM rounded to ±65504 or ±inf counts as
+//! saturated, as its FP32 value would on the unfused path.
 
 use super::swin::{PatchEmbed, PatchMerging, StageWindows, SwinBlock, SwinTransformer};
 use super::encoder::SwinConfig;
-use crate::attention::cuda::{window_attention_cuda, CudaBias2d, CudaPartition, CudaTerm, QkvView};
+use crate::attention::cuda::{window_attention_cuda_guarded, CudaBias2d, CudaPartition, CudaTerm, QkvView, TILED_MIN_WINDOW};
 use crate::attention::{HeadSlice, Partition};
 use crate::dense::cuda::CudaFeatureMap;
 use crate::device::cuda::{cuda_err, CudaDevice};
-use crate::model::gpu_layers::{alloc_uninit, elements, epilogue, up_f16, up_f32, GpuLayerNorm, GpuLinear};
+use crate::device::range::{RangeFlags, RangeSlot};
+use crate::model::gpu_layers::{alloc_uninit, elements, epilogue_guarded, up_f16, up_f32, GpuLayerNorm, GpuLinear};
 use crate::model::gpu_lt::LtGemm;
 use crate::model::layers::Linear;
+use crate::model::range::{LayerId, LayerNames};
 use crate::model::sphereformer::cuda::GpuClock;
 use crate::Error;
 use cudarc::cublas::CudaBlas;
@@ -61,6 +74,11 @@ const THREADS: u32 = 256;
 /// [`LN_PAD_MAX_C`] (24 a lane).
 const LN_PAD_NARROW_C: usize = 256;
 const LN_PAD_MAX_C: usize = 768;
+
+/// The slot of layer `id` in `flags`, if the forward is guarded.
+fn slot(flags: Option<&RangeFlags>, id: LayerId) -> Result<Option<RangeSlot<'_>>, Error> {
+    flags.map(|f| f.slot(id)).transpose()
+}
 
 fn grid(total: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (total.div_ceil(THREADS).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
@@ -159,12 +177,40 @@ fn pairs(rows: usize, c: usize, what: &str) -> Result<u32, Error> {
     elements(rows, c / 2, what)
 }
 
-/// `y` `[rows, c]` FP16 through exact GELU, in place.
-fn gelu_in_place(dev: &CudaDevice, y: &mut CudaSlice<f16>, rows: usize, c: usize) -> Result<(), Error> {
+/// `y` `[rows, c]` FP16 through exact GELU, in place; `range` guards fc1's output and the GELU's.
+fn gelu_in_place(dev: &CudaDevice, y: &mut CudaSlice<f16>, rows: usize, c: usize, range: Option<RangeSlot<'_>>) -> Result<(), Error> {
     let p = pairs(rows, c, "GELU")?;
     let f = dev.function("swin", "swin_gelu_h")?;
-    // SAFETY: matches swin.cu; y holds rows * c halves (2 * p), 4-byte aligned (a whole allocation).
-    unsafe { dev.stream.launch_builder(&f).arg(y).arg(&p).launch(grid(p)) }.map_err(cuda_err("swin_gelu_h"))?;
+    // SAFETY: matches swin.cu; y holds rows * c halves (2 * p), 4-byte aligned (a whole
+    // allocation); the range slot's layer lies in its flags.
+    unsafe {
+        let mut b = dev.stream.launch_builder(&f);
+        b.arg(y).arg(&p);
+        RangeSlot::push(range.as_ref(), &mut b);
+        b.launch(grid(p))
+    }
+    .map_err(cuda_err("swin_gelu_h"))?;
+    Ok(())
+}
+
+/// The FP16 range guard over a fused GEMM's output `y` `[rows, c]` that no guarded kernel reads
+/// (module docs): `swin_range_scan_h` when the forward is guarded, nothing otherwise.
+fn range_scan(dev: &CudaDevice, y: &CudaSlice<f16>, rows: usize, c: usize, range: Option<RangeSlot<'_>>) -> Result<(), Error> {
+    let Some(range) = range else { return Ok(()) };
+    let p = pairs(rows, c, "range scan")?;
+    if y.len() < 2 * p as usize {
+        return Err(Error::InvalidInput(format!("swin range scan: {} values for [{rows}, {c}]", y.len())));
+    }
+    let f = dev.function("swin", "swin_range_scan_h")?;
+    // SAFETY: matches swin.cu; y holds at least rows * c halves (2 * p, checked), 4-byte aligned
+    // (a whole allocation); the range slot's layer lies in its flags.
+    unsafe {
+        let mut b = dev.stream.launch_builder(&f);
+        b.arg(y).arg(&p);
+        RangeSlot::push(Some(&range), &mut b);
+        b.launch(grid(p))
+    }
+    .map_err(cuda_err("swin_range_scan_h"))?;
     Ok(())
 }
 
@@ -174,21 +220,25 @@ struct GpuPatchEmbed {
     proj: GpuLinear,
     proj_bh: CudaSlice<f16>,
     norm: Option<GpuLayerNorm>,
+    /// `patch_embed.projection`, `patch_embed.norm`.
+    ids: [LayerId; 2],
 }
 
 impl GpuPatchEmbed {
-    fn upload(dev: &CudaDevice, p: &PatchEmbed) -> Result<Self, Error> {
+    fn upload(dev: &CudaDevice, p: &PatchEmbed, names: &mut LayerNames) -> Result<Self, Error> {
+        let ids = [names.add(format!("{BACKBONE}.patch_embed.projection")), names.add(format!("{BACKBONE}.patch_embed.norm"))];
         Ok(Self {
             cin: p.in_channels,
             patch: p.patch,
             proj: GpuLinear::upload(dev, &p.proj, 1)?,
             proj_bh: bias_f16(dev, &p.proj)?,
             norm: p.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()?,
+            ids,
         })
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, lt: Option<&LtGemm>, img: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, lt: Option<&LtGemm>, img: &CudaSlice<f16>, n: usize, h: usize, w: usize, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
         let p = self.patch;
         let (ho, wo) = (h.div_ceil(p), w.div_ceil(p));
         let k = self.cin * p * p;
@@ -206,15 +256,19 @@ impl GpuPatchEmbed {
         }
         .map_err(cuda_err("swin_patch_im2col"))?;
         let t = match lt {
-            Some(lt) => lt.linear(dev, &self.proj.weight, &self.proj_bh, self.proj.fin, self.proj.fout, &cols, rows, None)?,
+            Some(lt) => {
+                let t = lt.linear(dev, &self.proj.weight, &self.proj_bh, self.proj.fin, self.proj.fout, &cols, rows, None)?;
+                range_scan(dev, &t, rows, self.proj.fout, slot(flags, self.ids[0])?)?;
+                t
+            }
             None => {
                 let acc = self.proj.gemm(dev, blas, &cols, rows)?;
                 drop(cols);
-                epilogue(dev, &acc, self.proj.fout, 0, rows, &self.proj.bias[0], 1.0, false, None)?
+                epilogue_guarded::<f16>(dev, &acc, self.proj.fout, 0, rows, &self.proj.bias[0], 1.0, false, None, slot(flags, self.ids[0])?)?
             }
         };
         match &self.norm {
-            Some(ln) => ln.forward(dev, &t, rows),
+            Some(ln) => ln.forward_guarded(dev, &t, rows, slot(flags, self.ids[1])?),
             None => Ok(t),
         }
     }
@@ -236,10 +290,40 @@ struct GpuBlock {
     fc2: GpuLinear,
     /// FP16 biases of qkv, proj, fc1, fc2 (the fused path).
     bh: [CudaSlice<f16>; 4],
+    ids: BlockIds,
+}
+
+/// A block's guarded layers under its module path `p`: `p.norm1` (with the window padding),
+/// `p.attn.w_msa.qkv`, `p.attn.w_msa` (the window attention's output), `p.attn.w_msa.proj` (plus
+/// the block's input), `p.norm2`, `p.ffn.layers.0.0` (with the GELU), `p.ffn.layers.1` (plus the
+/// residual: the block's output).
+struct BlockIds {
+    norm1: LayerId,
+    qkv: LayerId,
+    attn: LayerId,
+    proj: LayerId,
+    norm2: LayerId,
+    fc1: LayerId,
+    fc2: LayerId,
+}
+
+impl BlockIds {
+    fn register(p: &str, names: &mut LayerNames) -> Self {
+        let mut add = |s: &str| names.add(format!("{p}.{s}"));
+        Self {
+            norm1: add("norm1"),
+            qkv: add("attn.w_msa.qkv"),
+            attn: add("attn.w_msa"),
+            proj: add("attn.w_msa.proj"),
+            norm2: add("norm2"),
+            fc1: add("ffn.layers.0.0"),
+            fc2: add("ffn.layers.1"),
+        }
+    }
 }
 
 impl GpuBlock {
-    fn upload(dev: &CudaDevice, b: &SwinBlock) -> Result<Self, Error> {
+    fn upload(dev: &CudaDevice, b: &SwinBlock, p: &str, names: &mut LayerNames) -> Result<Self, Error> {
         let d = b.channels / b.heads;
         if ![16, 32, 64].contains(&d) {
             return Err(Error::InvalidInput(format!(
@@ -264,25 +348,35 @@ impl GpuBlock {
             fc1: GpuLinear::upload(dev, &b.fc1, 1)?,
             fc2: GpuLinear::upload(dev, &b.fc2, 1)?,
             bh: [bias_f16(dev, &b.qkv)?, bias_f16(dev, &b.proj)?, bias_f16(dev, &b.fc1)?, bias_f16(dev, &b.fc2)?],
+            ids: BlockIds::register(p, names),
         })
     }
 
-    /// The block on the fused path (module docs): the same steps as [`GpuBlock::forward`].
-    fn forward_lt(&self, dev: &CudaDevice, lt: &LtGemm, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, whole_window: bool) -> Result<CudaSlice<f16>, Error> {
+    /// The block on the fused path (module docs): the same steps as [`GpuBlock::forward`], guarded
+    /// under the same layers.
+    #[allow(clippy::too_many_arguments)]
+    fn forward_lt(&self, dev: &CudaDevice, lt: &LtGemm, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, whole_window: bool, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let [h, w] = stage.hw;
         let [hp, wp] = stage.padded;
         let (rows, np) = (n * h * w, n * hp * wp);
-        let padded = self.ln_pad(dev, x, n, stage.hw, stage.padded)?;
+        let id = &self.ids;
+        let padded = self.ln_pad(dev, x, n, stage.hw, stage.padded, slot(flags, id.norm1)?)?;
         let y = lt.linear(dev, &self.qkv.weight, &self.bh[0], c, 3 * c, &padded, np, None)?;
         drop(padded);
         let (mut q, mut k, mut v) = (scratch::<f16>(dev, np * c, "q")?, scratch::<f16>(dev, np * c, "k")?, scratch::<f16>(dev, np * c, "v")?);
         let f = dev.function("swin", "swin_qkv_split_h")?;
         let (p, c32) = (pairs(np, 3 * c, "qkv")?, c as u32);
+        let range = slot(flags, id.qkv)?;
         // SAFETY: matches swin.cu; y holds np * 3c halves (p pairs), q/k/v np * c each; whole
-        // allocations, so 4-byte aligned; c even.
-        unsafe { dev.stream.launch_builder(&f).arg(&y).arg(&p).arg(&c32).arg(&self.scale).arg(&mut q).arg(&mut k).arg(&mut v).launch(grid(p)) }
-            .map_err(cuda_err("swin_qkv_split_h"))?;
+        // allocations, so 4-byte aligned; c even; the range slot's layer lies in its flags.
+        unsafe {
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(&y).arg(&p).arg(&c32).arg(&self.scale).arg(&mut q).arg(&mut k).arg(&mut v);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(grid(p))
+        }
+        .map_err(cuda_err("swin_qkv_split_h"))?;
         drop(y);
         let windows = if self.shift == 0 {
             &stage.plain
@@ -291,7 +385,9 @@ impl GpuBlock {
         };
         let mut att = scratch::<f16>(dev, np * c, "attention output")?;
         let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, whole_window });
-        window_attention_cuda(dev, QkvView { q: &q, k: &k, v: &v, ld: c }, HeadSlice::all(self.heads, c / self.heads), &windows.part, term, &mut att, c)?;
+        let qkv = QkvView { q: &q, k: &k, v: &v, ld: c };
+        let heads = HeadSlice::all(self.heads, c / self.heads);
+        window_attention_cuda_guarded(dev, qkv, heads, &windows.part, term, &mut att, c, TILED_MIN_WINDOW, None, slot(flags, id.attn)?)?;
         drop((q, k, v));
         let yp = lt.linear(dev, &self.proj.weight, &self.bh[1], c, c, &att, np, None)?;
         drop(att);
@@ -299,24 +395,28 @@ impl GpuBlock {
         let f = dev.function("swin", "swin_crop_residual_h")?;
         let p = pairs(rows, c, "proj")?;
         let a = [h, w, hp, wp, c].map(|v| v as u32);
-        // SAFETY: matches swin.cu; yp holds np * c halves, x and y1 rows * c (p pairs); c even.
+        let range = slot(flags, id.proj)?;
+        // SAFETY: matches swin.cu; yp holds np * c halves, x and y1 rows * c (p pairs); c even; the
+        // range slot's layer lies in its flags.
         unsafe {
-            dev.stream
-                .launch_builder(&f)
-                .arg(&yp).arg(&p).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(x).arg(&mut y1)
-                .launch(grid(p))
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(&yp).arg(&p).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(x).arg(&mut y1);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(grid(p))
         }
         .map_err(cuda_err("swin_crop_residual_h"))?;
         drop(yp);
-        let h2 = self.norm2.forward(dev, &y1, rows)?;
+        let h2 = self.norm2.forward_guarded(dev, &y1, rows, slot(flags, id.norm2)?)?;
         let mut hidden = lt.linear(dev, &self.fc1.weight, &self.bh[2], c, self.fc1.fout, &h2, rows, None)?;
         drop(h2);
-        gelu_in_place(dev, &mut hidden, rows, self.fc1.fout)?;
-        lt.linear(dev, &self.fc2.weight, &self.bh[3], self.fc1.fout, c, &hidden, rows, Some(&y1))
+        gelu_in_place(dev, &mut hidden, rows, self.fc1.fout, slot(flags, id.fc1)?)?;
+        let out = lt.linear(dev, &self.fc2.weight, &self.bh[3], self.fc1.fout, c, &hidden, rows, Some(&y1))?;
+        range_scan(dev, &out, rows, c, slot(flags, id.fc2)?)?;
+        Ok(out)
     }
 
     /// norm1 of `x` `[n, h, w, C]` into the zero-padded `[n, hp, wp, C]` grid.
-    fn ln_pad(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, hw: [usize; 2], padded: [usize; 2]) -> Result<CudaSlice<f16>, Error> {
+    fn ln_pad(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, hw: [usize; 2], padded: [usize; 2], range: Option<RangeSlot<'_>>) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let rows = n * padded[0] * padded[1];
         let mut out = scratch::<f16>(dev, rows * c, "padded tokens")?;
@@ -326,35 +426,40 @@ impl GpuBlock {
         let a = [n, hw[0], hw[1], padded[0], padded[1], c].map(|v| v as u32);
         // 8 rows (warps) a block
         let cfg = LaunchConfig { grid_dim: (rows32.div_ceil(8), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: matches swin.cu; x holds n * h * w * c halves, out rows * c.
+        // SAFETY: matches swin.cu; x holds n * h * w * c halves, out rows * c; the range slot's
+        // layer lies in its flags.
         unsafe {
-            dev.stream
-                .launch_builder(&f)
-                .arg(x).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5])
-                .arg(&self.norm1.gamma).arg(&self.norm1.beta).arg(&self.norm1.eps).arg(&mut out)
-                .launch(cfg)
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(x).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5])
+                .arg(&self.norm1.gamma).arg(&self.norm1.beta).arg(&self.norm1.eps).arg(&mut out);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(cfg)
         }
         .map_err(cuda_err(name))?;
         Ok(out)
     }
 
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, whole_window: bool) -> Result<CudaSlice<f16>, Error> {
+    #[allow(clippy::too_many_arguments)]
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, whole_window: bool, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let [h, w] = stage.hw;
         let [hp, wp] = stage.padded;
         let (rows, np) = (n * h * w, n * hp * wp);
-        let padded = self.ln_pad(dev, x, n, stage.hw, stage.padded)?;
+        let id = &self.ids;
+        let padded = self.ln_pad(dev, x, n, stage.hw, stage.padded, slot(flags, id.norm1)?)?;
         let acc = self.qkv.gemm(dev, blas, &padded, np)?;
         drop(padded);
         let (mut q, mut k, mut v) = (scratch::<f16>(dev, np * c, "q")?, scratch::<f16>(dev, np * c, "k")?, scratch::<f16>(dev, np * c, "v")?);
         let f = dev.function("swin", "swin_qkv_split")?;
         let (np32, c32) = (elements(np, 1, "qkv")?, c as u32);
-        // SAFETY: matches swin.cu; acc holds np * 3c floats, bias 3c, q/k/v np * c halves.
+        let range = slot(flags, id.qkv)?;
+        // SAFETY: matches swin.cu; acc holds np * 3c floats, bias 3c, q/k/v np * c halves; the
+        // range slot's layer lies in its flags.
         unsafe {
-            dev.stream
-                .launch_builder(&f)
-                .arg(&acc).arg(&np32).arg(&c32).arg(&self.qkv.bias[0]).arg(&self.scale).arg(&mut q).arg(&mut k).arg(&mut v)
-                .launch(grid(elements(np, 3 * c, "qkv")?))
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(&acc).arg(&np32).arg(&c32).arg(&self.qkv.bias[0]).arg(&self.scale).arg(&mut q).arg(&mut k).arg(&mut v);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(grid(elements(np, 3 * c, "qkv")?))
         }
         .map_err(cuda_err("swin_qkv_split"))?;
         drop(acc);
@@ -365,30 +470,34 @@ impl GpuBlock {
         };
         let mut att = scratch::<f16>(dev, np * c, "attention output")?;
         let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, whole_window });
-        window_attention_cuda(dev, QkvView { q: &q, k: &k, v: &v, ld: c }, HeadSlice::all(self.heads, c / self.heads), &windows.part, term, &mut att, c)?;
+        let qkv = QkvView { q: &q, k: &k, v: &v, ld: c };
+        let heads = HeadSlice::all(self.heads, c / self.heads);
+        window_attention_cuda_guarded(dev, qkv, heads, &windows.part, term, &mut att, c, TILED_MIN_WINDOW, None, slot(flags, id.attn)?)?;
         drop((q, k, v));
         let acc = self.proj.gemm(dev, blas, &att, np)?;
         drop(att);
         let mut y = scratch::<f16>(dev, rows * c, "block residual")?;
         let f = dev.function("swin", "swin_crop_residual")?;
         let a = [n, h, w, hp, wp, c].map(|v| v as u32);
-        // SAFETY: matches swin.cu; acc holds np * c floats, x and y rows * c halves.
+        let range = slot(flags, id.proj)?;
+        // SAFETY: matches swin.cu; acc holds np * c floats, x and y rows * c halves; the range
+        // slot's layer lies in its flags.
         unsafe {
-            dev.stream
-                .launch_builder(&f)
-                .arg(&acc).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5]).arg(&self.proj.bias[0]).arg(x).arg(&mut y)
-                .launch(grid(elements(rows, c, "proj")?))
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(&acc).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(&a[5]).arg(&self.proj.bias[0]).arg(x).arg(&mut y);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(grid(elements(rows, c, "proj")?))
         }
         .map_err(cuda_err("swin_crop_residual"))?;
         drop(acc);
-        let h2 = self.norm2.forward(dev, &y, rows)?;
+        let h2 = self.norm2.forward_guarded(dev, &y, rows, slot(flags, id.norm2)?)?;
         let acc = self.fc1.gemm(dev, blas, &h2, rows)?;
         drop(h2);
-        let hidden = epilogue(dev, &acc, self.fc1.fout, 0, rows, &self.fc1.bias[0], 1.0, true, None)?;
+        let hidden = epilogue_guarded::<f16>(dev, &acc, self.fc1.fout, 0, rows, &self.fc1.bias[0], 1.0, true, None, slot(flags, id.fc1)?)?;
         drop(acc);
         let acc = self.fc2.gemm(dev, blas, &hidden, rows)?;
         drop(hidden);
-        epilogue(dev, &acc, c, 0, rows, &self.fc2.bias[0], 1.0, false, Some(&y))
+        epilogue_guarded(dev, &acc, c, 0, rows, &self.fc2.bias[0], 1.0, false, Some(&y), slot(flags, id.fc2)?)
     }
 }
 
@@ -397,20 +506,24 @@ struct GpuMerge {
     norm: Option<GpuLayerNorm>,
     reduction: GpuLinear,
     reduction_bh: CudaSlice<f16>,
+    /// `p.norm`, `p.reduction`.
+    ids: [LayerId; 2],
 }
 
 impl GpuMerge {
-    fn upload(dev: &CudaDevice, m: &PatchMerging) -> Result<Self, Error> {
+    fn upload(dev: &CudaDevice, m: &PatchMerging, p: &str, names: &mut LayerNames) -> Result<Self, Error> {
+        let ids = [names.add(format!("{p}.norm")), names.add(format!("{p}.reduction"))];
         Ok(Self {
             c: m.channels,
             norm: m.norm.as_ref().map(|l| GpuLayerNorm::upload(dev, l)).transpose()?,
             reduction: GpuLinear::upload(dev, &m.reduction, 1)?,
             reduction_bh: bias_f16(dev, &m.reduction)?,
+            ids,
         })
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, lt: Option<&LtGemm>, x: &CudaSlice<f16>, n: usize, h: usize, w: usize) -> Result<CudaSlice<f16>, Error> {
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, lt: Option<&LtGemm>, x: &CudaSlice<f16>, n: usize, h: usize, w: usize, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let (ho, wo) = (h.div_ceil(2), w.div_ceil(2));
         let rows = n * ho * wo;
@@ -426,14 +539,16 @@ impl GpuMerge {
         }
         .map_err(cuda_err("swin_merge_gather"))?;
         let u = match &self.norm {
-            Some(ln) => ln.forward(dev, &u, rows)?,
+            Some(ln) => ln.forward_guarded(dev, &u, rows, slot(flags, self.ids[0])?)?,
             None => u,
         };
         if let Some(lt) = lt {
-            return lt.linear(dev, &self.reduction.weight, &self.reduction_bh, 4 * c, 2 * c, &u, rows, None);
+            let out = lt.linear(dev, &self.reduction.weight, &self.reduction_bh, 4 * c, 2 * c, &u, rows, None)?;
+            range_scan(dev, &out, rows, 2 * c, slot(flags, self.ids[1])?)?;
+            return Ok(out);
         }
         let acc = self.reduction.gemm(dev, blas, &u, rows)?;
-        epilogue(dev, &acc, 2 * c, 0, rows, &self.reduction.bias[0], 1.0, false, None)
+        epilogue_guarded::<f16>(dev, &acc, 2 * c, 0, rows, &self.reduction.bias[0], 1.0, false, None, slot(flags, self.ids[1])?)
     }
 }
 
@@ -453,29 +568,53 @@ pub struct CudaSwin {
     lt: Option<LtGemm>,
     /// Window attention on the whole-window kernel (module docs); false: the per-query kernel.
     whole_window: bool,
+    /// `norm{i}` of each output.
+    out_norm_ids: Vec<LayerId>,
 }
+
+/// The backbone's module path (upstream state_dict names).
+const BACKBONE: &str = super::encoder::BACKBONE_PREFIX;
 
 impl CudaSwin {
     /// Uploads a loaded backbone (weights FP16; norms, biases and bias tables f32).
     pub fn upload(dev: &CudaDevice, net: &SwinTransformer) -> Result<Self, Error> {
-        let stages = net
-            .stages
-            .iter()
-            .map(|s| {
-                Ok(GpuStage {
-                    c: s.channels,
-                    blocks: s.blocks.iter().map(|b| GpuBlock::upload(dev, b)).collect::<Result<_, Error>>()?,
-                    merge: s.downsample.as_ref().map(|m| GpuMerge::upload(dev, m)).transpose()?,
-                })
-            })
-            .collect::<Result<_, Error>>()?;
+        Self::upload_named(dev, net, &mut LayerNames::new())
+    }
+
+    /// [`CudaSwin::upload`], registering its guarded layers in `names` in execution order
+    /// (patch embedding; per stage its blocks, its output's `norm{i}`, its patch merging).
+    pub fn upload_named(dev: &CudaDevice, net: &SwinTransformer, names: &mut LayerNames) -> Result<Self, Error> {
+        let patch = GpuPatchEmbed::upload(dev, &net.patch_embed, names)?;
+        let mut stages = Vec::with_capacity(net.stages.len());
+        let mut out_norm_ids = vec![None; net.out_norms.len()];
+        for (i, s) in net.stages.iter().enumerate() {
+            let mut blocks = Vec::with_capacity(s.blocks.len());
+            for (j, b) in s.blocks.iter().enumerate() {
+                blocks.push(GpuBlock::upload(dev, b, &format!("{BACKBONE}.stages.{i}.blocks.{j}"), names)?);
+            }
+            if let Some(k) = net.config.out_indices.iter().position(|&o| o == i) {
+                if let Some(slot) = out_norm_ids.get_mut(k) {
+                    *slot = Some(names.add(format!("{BACKBONE}.norm{i}")));
+                }
+            }
+            let merge = match &s.downsample {
+                Some(m) => Some(GpuMerge::upload(dev, m, &format!("{BACKBONE}.stages.{i}.downsample"), names)?),
+                None => None,
+            };
+            stages.push(GpuStage { c: s.channels, blocks, merge });
+        }
+        let out_norm_ids = out_norm_ids
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::InvalidInput("swin: out_indices and the output norms do not match".into()))?;
         Ok(Self {
             config: net.config.clone(),
-            patch: GpuPatchEmbed::upload(dev, &net.patch_embed)?,
+            patch,
             stages,
             out_norms: net.out_norms.iter().map(|l| GpuLayerNorm::upload(dev, l)).collect::<Result<_, _>>()?,
             lt: if std::env::var("SPTR_SWIN_UNFUSED").is_ok_and(|v| v == "1") { None } else { Some(LtGemm::new(dev)?) },
             whole_window: !std::env::var("SPTR_SWIN_ATTN").is_ok_and(|v| v == "perquery"),
+            out_norm_ids,
         })
     }
 
@@ -523,7 +662,21 @@ impl CudaSwin {
         blas: &CudaBlas,
         plan: &SwinPlan,
         images: &CudaSlice<f16>,
+        clock: Option<&mut GpuClock>,
+    ) -> Result<Vec<CudaFeatureMap>, Error> {
+        self.forward_guarded_timed(dev, blas, plan, images, clock, None)
+    }
+
+    /// [`forward_timed`](Self::forward_timed) with the FP16 range guard reporting into `flags`
+    /// (made for the `names` given to [`CudaSwin::upload_named`]).
+    pub fn forward_guarded_timed(
+        &self,
+        dev: &CudaDevice,
+        blas: &CudaBlas,
+        plan: &SwinPlan,
+        images: &CudaSlice<f16>,
         mut clock: Option<&mut GpuClock>,
+        flags: Option<&RangeFlags>,
     ) -> Result<Vec<CudaFeatureMap>, Error> {
         let mut mark = |name: String| -> Result<(), Error> {
             match clock.as_deref_mut() {
@@ -543,24 +696,24 @@ impl CudaSwin {
             )));
         }
         let lt = self.lt.as_ref();
-        let mut x = self.patch.forward(dev, blas, lt, images, n, h, w)?;
+        let mut x = self.patch.forward(dev, blas, lt, images, n, h, w, flags)?;
         mark("patch_embed".into())?;
         let mut outs = Vec::with_capacity(self.out_norms.len());
         for (i, (stage, sp)) in self.stages.iter().zip(&plan.stages).enumerate() {
             let [hh, ww] = sp.hw;
             for b in &stage.blocks {
                 x = match lt {
-                    Some(lt) => b.forward_lt(dev, lt, &x, n, sp, self.whole_window)?,
-                    None => b.forward(dev, blas, &x, n, sp, self.whole_window)?,
+                    Some(lt) => b.forward_lt(dev, lt, &x, n, sp, self.whole_window, flags)?,
+                    None => b.forward(dev, blas, &x, n, sp, self.whole_window, flags)?,
                 };
             }
             if let Some(k) = self.config.out_indices.iter().position(|&o| o == i) {
-                let y = self.out_norms[k].forward(dev, &x, n * hh * ww)?;
+                let y = self.out_norms[k].forward_guarded(dev, &x, n * hh * ww, slot(flags, self.out_norm_ids[k])?)?;
                 outs.push(CudaFeatureMap::from_slice(n, hh, ww, stage.c, y)?);
             }
             mark(format!("stage{i}"))?;
             if let Some(m) = &stage.merge {
-                x = m.forward(dev, blas, lt, &x, n, hh, ww)?;
+                x = m.forward(dev, blas, lt, &x, n, hh, ww, flags)?;
                 mark(format!("merge{i}"))?;
             }
         }

@@ -7,6 +7,7 @@
 
 use super::{Activation, Conv2d, FeatureMap};
 use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::device::range::RangeSlot;
 use crate::Error;
 use cudarc::cublas::{sys as blas_sys, CudaBlas};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig, PushKernelArg};
@@ -174,6 +175,12 @@ impl CudaConv2d {
 
     /// `act(conv(x) + bias)` as FP16.
     pub fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaFeatureMap, act: Activation) -> Result<CudaFeatureMap, Error> {
+        self.forward_guarded(dev, blas, x, act, None)
+    }
+
+    /// [`CudaConv2d::forward`] with the FP16 range guard ([`crate::model::range`]) of its output
+    /// (before the activation) reporting into `range`.
+    pub fn forward_guarded(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaFeatureMap, act: Activation, range: Option<RangeSlot<'_>>) -> Result<CudaFeatureMap, Error> {
         let (acc, oh, ow) = self.forward_acc(dev, blas, x)?;
         let mut out = CudaFeatureMap::zeros(dev, x.n, oh, ow, self.cout)?;
         let m = x.n * oh * ow;
@@ -182,17 +189,13 @@ impl CudaConv2d {
         }
         let (m32, c32, relu) = (u32_of(m, "conv2d pixels")?, self.cout as u32, (act == Activation::Relu) as u32);
         let f = dev.function("dense", "conv_epilogue")?;
-        // SAFETY: matches dense.cu; acc holds m * cout floats, bias cout, out m * cout halves.
+        // SAFETY: matches dense.cu; acc holds m * cout floats, bias cout, out m * cout halves; the
+        // range slot's layer lies in its flags.
         unsafe {
-            dev.stream
-                .launch_builder(&f)
-                .arg(&acc)
-                .arg(&m32)
-                .arg(&c32)
-                .arg(&self.bias)
-                .arg(&relu)
-                .arg(&mut out.data)
-                .launch(grid_stride(m as u64 * self.cout as u64))
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(&acc).arg(&m32).arg(&c32).arg(&self.bias).arg(&relu).arg(&mut out.data);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(grid_stride(m as u64 * self.cout as u64))
         }
         .map_err(cuda_err("conv_epilogue"))?;
         Ok(out)

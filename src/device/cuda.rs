@@ -5,6 +5,7 @@
 
 use crate::device::kernels;
 use crate::device::nvrtc::{self, Arch, Origin};
+use crate::device::storage::Storage;
 use crate::Error;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
 use std::collections::HashMap;
@@ -27,11 +28,12 @@ pub struct CudaDevice {
     pub stream: Arc<CudaStream>,
     pub arch: Arch,
     pub name: String,
-    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
-    /// Kernel handles by (module, function): looked up in the driver once, not per launch.
-    functions: Mutex<HashMap<(&'static str, &'static str), CudaFunction>>,
+    /// Loaded modules by (name, storage build; see [`crate::device::storage`]).
+    modules: Mutex<HashMap<(&'static str, Storage), Arc<CudaModule>>>,
+    /// Kernel handles by (module, function, storage): looked up in the driver once, not per launch.
+    functions: Mutex<HashMap<(&'static str, &'static str, Storage), CudaFunction>>,
     /// Dynamic shared memory each kernel has been allowed beyond the default 48 KB (bytes).
-    shared_allowed: Mutex<HashMap<(&'static str, &'static str), usize>>,
+    shared_allowed: Mutex<HashMap<(&'static str, &'static str, Storage), usize>>,
 }
 
 /// Buffers are stream-ordered allocations from the device's default memory pool. By default the
@@ -128,29 +130,41 @@ impl CudaDevice {
         })
     }
 
-    /// The loaded module `name` (compiled by NVRTC or taken from the disk cache on first use).
+    /// The loaded module `name` (its FP16 build; compiled by NVRTC or taken from the disk cache
+    /// on first use).
     pub fn module(&self, name: &'static str) -> Result<Arc<CudaModule>, Error> {
+        self.module_in(Storage::Fp16, name)
+    }
+
+    /// [`CudaDevice::module`] of the build for `storage` (BF16: modules of
+    /// [`kernels::STORAGE_MODULES`] only).
+    pub fn module_in(&self, storage: Storage, name: &'static str) -> Result<Arc<CudaModule>, Error> {
         let mut map = self.modules.lock().map_err(|_| Error::Cuda("module cache lock poisoned".into()))?;
-        if let Some(m) = map.get(name) {
+        if let Some(m) = map.get(&(name, storage)) {
             return Ok(m.clone());
         }
         let src = kernels::find(name).ok_or_else(|| Error::KernelCompile(format!("no kernel module `{name}`")))?;
-        let (cubin, origin) = nvrtc::cubin_cached(src, self.arch)?;
+        let (cubin, origin) = nvrtc::cubin_cached_storage(src, self.arch, storage)?;
         if std::env::var_os("SPTR_VERBOSE").is_some() {
             let how = if origin == Origin::Cache { "from cache" } else { "compiled" };
-            eprintln!("sptr: kernel module {name} for {} {how}", self.arch.sm());
+            eprintln!("sptr: kernel module {name} ({storage}) for {} {how}", self.arch.sm());
         }
         let m = self
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
-            .map_err(cuda_err(format!("loading kernel module {name}")))?;
-        map.insert(name, m.clone());
+            .map_err(cuda_err(format!("loading kernel module {name} ({storage})")))?;
+        map.insert((name, storage), m.clone());
         Ok(m)
     }
 
-    /// Function `func` of module `module` (cached after the first call).
+    /// Function `func` of module `module` (its FP16 build; cached after the first call).
     pub fn function(&self, module: &'static str, func: &'static str) -> Result<CudaFunction, Error> {
-        let key = (module, func);
+        self.function_in(Storage::Fp16, module, func)
+    }
+
+    /// [`CudaDevice::function`] from the module's build for `storage`.
+    pub fn function_in(&self, storage: Storage, module: &'static str, func: &'static str) -> Result<CudaFunction, Error> {
+        let key = (module, func, storage);
         {
             let map = self.functions.lock().map_err(|_| Error::Cuda("function cache lock poisoned".into()))?;
             if let Some(f) = map.get(&key) {
@@ -158,9 +172,9 @@ impl CudaDevice {
             }
         }
         let f = self
-            .module(module)?
+            .module_in(storage, module)?
             .load_function(func)
-            .map_err(|e| Error::Cuda(format!("kernel {module}::{func}: {e:?}")))?;
+            .map_err(|e| Error::Cuda(format!("kernel {module}::{func} ({storage}): {e:?}")))?;
         let mut map = self.functions.lock().map_err(|_| Error::Cuda("function cache lock poisoned".into()))?;
         map.insert(key, f.clone());
         Ok(f)
@@ -170,9 +184,14 @@ impl CudaDevice {
     /// static plus dynamic shared memory exceeds the default 48 KB a kernel must opt in; the
     /// attribute is set once per kernel (and again only for a larger size), not at every launch.
     pub fn function_with_shared(&self, module: &'static str, func: &'static str, bytes: usize) -> Result<CudaFunction, Error> {
-        let f = self.function(module, func)?;
+        self.function_with_shared_in(Storage::Fp16, module, func, bytes)
+    }
+
+    /// [`CudaDevice::function_with_shared`] from the module's build for `storage`.
+    pub fn function_with_shared_in(&self, storage: Storage, module: &'static str, func: &'static str, bytes: usize) -> Result<CudaFunction, Error> {
+        let f = self.function_in(storage, module, func)?;
         let mut allowed = self.shared_allowed.lock().map_err(|_| Error::Cuda("shared memory cache lock poisoned".into()))?;
-        let have = allowed.entry((module, func)).or_insert(0);
+        let have = allowed.entry((module, func, storage)).or_insert(0);
         if *have >= bytes {
             return Ok(f);
         }

@@ -20,6 +20,19 @@ pub struct KernelSource {
 /// Shared definitions, prepended to every module.
 pub const PRELUDE: &str = include_str!("../../kernels/prelude.cuh");
 
+/// The activation storage type and its conversions (`store_t`, FP16 or BF16; see
+/// [`crate::device::storage`]), prepended after the prelude to [`STORAGE_MODULES`].
+pub const STORAGE: &str = include_str!("../../kernels/storage.cuh");
+
+/// The modules written against `store_t`: each has an FP16 build and a BF16 twin (compiled with
+/// `-DSPTR_STORAGE_BF16`). The others store FP16 only, or no activations at all.
+pub const STORAGE_MODULES: &[&str] = &["sparse_conv", "attention_core", "layers"];
+
+/// Whether module `name` has a BF16 build.
+pub fn has_storage_twin(name: &str) -> bool {
+    STORAGE_MODULES.contains(&name)
+}
+
 /// Every kernel module the crate uses.
 pub const ALL: &[KernelSource] = &[
     KernelSource { name: "scan_sort", src: include_str!("../../kernels/scan_sort.cu"), fmad: false },
@@ -46,8 +59,12 @@ pub fn find(name: &str) -> Option<&'static KernelSource> {
 
 /// The full text NVRTC compiles for `k`.
 pub fn full_source(k: &KernelSource) -> String {
-    let mut s = String::with_capacity(PRELUDE.len() + k.src.len() + 64);
+    let mut s = String::with_capacity(PRELUDE.len() + STORAGE.len() + k.src.len() + 64);
     s.push_str(PRELUDE);
+    if has_storage_twin(k.name) {
+        s.push('\n');
+        s.push_str(STORAGE);
+    }
     s.push_str("\n#line 1 \"");
     s.push_str(k.name);
     s.push_str(".cu\"\n");

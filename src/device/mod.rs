@@ -3,9 +3,11 @@
 //!
 //! `kernels` (the embedded sources) is always compiled so tools can list them; `nvrtc` (compile
 //! and on-disk cache), `cuda` (context, stream, loaded modules) and `range` (the FP16 range
-//! guard's device buffers, see `model::range`) need feature `cuda`.
+//! guard's device buffers, see `model::range`) need feature `cuda`. `storage`: FP16 or BF16
+//! activations and the `precision` setting.
 
 pub mod kernels;
+pub mod storage;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(feature = "cuda")]

@@ -5,9 +5,12 @@
 //! `$SPTR_KERNEL_CACHE` (default `$XDG_CACHE_HOME/sptr/kernels` or `~/.cache/sptr/kernels`) in a
 //! file whose name holds a SHA-256 of the source, the options, the architecture and the NVRTC
 //! version, so an edited kernel, another GPU or another NVRTC never reuses a stale binary.
+//! A module of [`kernels::STORAGE_MODULES`] compiles in either [`Storage`] (the BF16 build adds
+//! one define, so its options, and so its cache file, differ; the FP16 build's are unchanged).
 //! This module needs libnvrtc only, not the driver: CI uses it to compile every kernel.
 
 use crate::device::kernels::{self, KernelSource};
+use crate::device::storage::Storage;
 use crate::Error;
 use cudarc::nvrtc::sys;
 use sha2::{Digest, Sha256};
@@ -111,7 +114,7 @@ pub fn include_dirs() -> Vec<PathBuf> {
     v
 }
 
-fn options(arch: Arch, fmad: bool, includes: &[PathBuf]) -> Vec<String> {
+fn options(arch: Arch, fmad: bool, storage: Storage, includes: &[PathBuf]) -> Vec<String> {
     let mut o = vec![
         format!("--gpu-architecture={}", arch.target()),
         "--std=c++17".to_string(),
@@ -123,6 +126,9 @@ fn options(arch: Arch, fmad: bool, includes: &[PathBuf]) -> Vec<String> {
         "-default-device".to_string(),
         "-lineinfo".to_string(),
     ];
+    if let Some(d) = storage.define() {
+        o.push(format!("-D{d}"));
+    }
     for i in includes {
         o.push(format!("--include-path={}", i.display()));
     }
@@ -135,14 +141,34 @@ pub struct Compiled {
     pub log: String,
 }
 
-/// Compiles `k` for `arch` to a CUBIN. Does not touch the cache.
+/// Compiles `k` for `arch` to a CUBIN (its FP16 build). Does not touch the cache.
 pub fn compile(k: &KernelSource, arch: Arch) -> Result<Compiled, Error> {
+    compile_storage(k, arch, Storage::Fp16)
+}
+
+/// An error unless `k` has a build for `storage` (every module has FP16; BF16 only those of
+/// [`kernels::STORAGE_MODULES`]).
+fn check_storage(k: &KernelSource, storage: Storage) -> Result<(), Error> {
+    if storage == Storage::Fp16 || kernels::has_storage_twin(k.name) {
+        Ok(())
+    } else {
+        Err(Error::KernelCompile(format!(
+            "kernel module {} has no {storage} build (modules with one: {})",
+            k.name,
+            kernels::STORAGE_MODULES.join(", ")
+        )))
+    }
+}
+
+/// [`compile`] of `k`'s build for `storage`.
+pub fn compile_storage(k: &KernelSource, arch: Arch, storage: Storage) -> Result<Compiled, Error> {
+    check_storage(k, storage)?;
     require_nvrtc()?;
     let includes = include_dirs();
     let src = CString::new(kernels::full_source(k))
         .map_err(|_| Error::KernelCompile(format!("{}: source contains a NUL byte", k.name)))?;
     let name = CString::new(format!("{}.cu", k.name)).map_err(|_| Error::KernelCompile("bad name".into()))?;
-    let opts: Vec<CString> = options(arch, k.fmad, &includes)
+    let opts: Vec<CString> = options(arch, k.fmad, storage, &includes)
         .into_iter()
         .map(|o| CString::new(o).map_err(|_| Error::KernelCompile("option with NUL".into())))
         .collect::<Result<_, _>>()?;
@@ -163,7 +189,7 @@ pub fn compile(k: &KernelSource, arch: Arch) -> Result<Compiled, Error> {
             } else {
                 ""
             };
-            Err(Error::KernelCompile(format!("{}.cu for {} ({compiled:?}):\n{log}{hint}", k.name, arch.sm())))
+            Err(Error::KernelCompile(format!("{}.cu ({storage}) for {} ({compiled:?}):\n{log}{hint}", k.name, arch.sm())))
         } else {
             cubin(prog).map(|cubin| Compiled { cubin, log })
         };
@@ -205,18 +231,24 @@ pub fn cache_dir() -> PathBuf {
     base.join("sptr").join("kernels")
 }
 
-/// The cache file for `k` on `arch` with this NVRTC.
+/// The cache file for `k` (its FP16 build) on `arch` with this NVRTC.
 pub fn cache_path(k: &KernelSource, arch: Arch, nvrtc: (i32, i32)) -> PathBuf {
+    cache_path_storage(k, arch, nvrtc, Storage::Fp16)
+}
+
+/// The cache file for `k`'s build for `storage` on `arch` with this NVRTC.
+pub fn cache_path_storage(k: &KernelSource, arch: Arch, nvrtc: (i32, i32), storage: Storage) -> PathBuf {
     let mut h = Sha256::new();
     h.update(kernels::full_source(k).as_bytes());
-    for o in options(arch, k.fmad, &[]) {
+    for o in options(arch, k.fmad, storage, &[]) {
         h.update(o.as_bytes());
         h.update([0u8]);
     }
     h.update(format!("nvrtc {}.{}", nvrtc.0, nvrtc.1).as_bytes());
     let digest = h.finalize();
     let hex: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
-    cache_dir().join(format!("{}-{}-{hex}.cubin", k.name, arch.sm()))
+    let suffix = if storage == Storage::Fp16 { String::new() } else { format!("-{storage}") };
+    cache_dir().join(format!("{}{suffix}-{}-{hex}.cubin", k.name, arch.sm()))
 }
 
 /// Where a module came from, for logs and tests.
@@ -226,16 +258,23 @@ pub enum Origin {
     Compiled,
 }
 
-/// The CUBIN of `k` for `arch`: from the disk cache, or compiled and then cached. A cache that
-/// cannot be written (read-only home, full disk) costs a recompile next time, nothing more.
+/// The CUBIN of `k` (its FP16 build) for `arch`: from the disk cache, or compiled and then
+/// cached. A cache that cannot be written (read-only home, full disk) costs a recompile next
+/// time, nothing more.
 pub fn cubin_cached(k: &KernelSource, arch: Arch) -> Result<(Vec<u8>, Origin), Error> {
-    let path = cache_path(k, arch, nvrtc_version()?);
+    cubin_cached_storage(k, arch, Storage::Fp16)
+}
+
+/// [`cubin_cached`] of `k`'s build for `storage`.
+pub fn cubin_cached_storage(k: &KernelSource, arch: Arch, storage: Storage) -> Result<(Vec<u8>, Origin), Error> {
+    check_storage(k, storage)?;
+    let path = cache_path_storage(k, arch, nvrtc_version()?, storage);
     if let Ok(bytes) = std::fs::read(&path) {
         if !bytes.is_empty() {
             return Ok((bytes, Origin::Cache));
         }
     }
-    let c = compile(k, arch)?;
+    let c = compile_storage(k, arch, storage)?;
     if let Some(dir) = path.parent() {
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let written = std::fs::create_dir_all(dir)

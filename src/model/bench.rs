@@ -22,16 +22,27 @@ pub struct ModelBenchRow {
     pub stage_ms: BTreeMap<String, f64>,
     /// Device memory a frame needs beyond the loaded model (CUDA only).
     pub frame_peak_mb: Option<f64>,
+    /// The CUDA model's `precision` setting (`None` on the CPU).
+    pub precision: Option<crate::device::storage::Precision>,
+    /// What the last timed frame was computed in (`None` on the CPU).
+    pub storage: Option<crate::device::storage::Storage>,
+    /// Frames `auto` computed again in BF16 (warm-up included; 0 unless `auto` met a frame out
+    /// of FP16's range).
+    pub recomputed_frames: u64,
 }
 
 impl ModelBenchRow {
     pub fn json(&self) -> String {
         let opt = |v: Option<f64>| v.map(|m| format!("{m:.1}")).unwrap_or_else(|| "null".into());
         let stages: Vec<String> = self.stage_ms.iter().map(|(k, v)| format!("\"{k}\":{v:.4}")).collect();
+        let name = |v: Option<&str>| v.map(|s| format!("\"{s}\"")).unwrap_or_else(|| "null".into());
         format!(
-            "{{\"bench\":\"model\",\"case\":\"{}\",\"device\":\"{:?}\",\"points\":{},\"voxels\":{},\"iters\":{},\"ms\":{:.4},\"p90_ms\":{:.4},\"frame_peak_mb\":{},\"stage_ms\":{{{}}}}}",
+            "{{\"bench\":\"model\",\"case\":\"{}\",\"device\":\"{:?}\",\"precision\":{},\"storage\":{},\"recomputed_frames\":{},\"points\":{},\"voxels\":{},\"iters\":{},\"ms\":{:.4},\"p90_ms\":{:.4},\"frame_peak_mb\":{},\"stage_ms\":{{{}}}}}",
             self.case,
             self.device,
+            name(self.precision.map(|p| p.name())),
+            name(self.storage.map(|s| s.name())),
+            self.recomputed_frames,
             self.points,
             self.voxels,
             self.iters,
@@ -67,11 +78,13 @@ pub fn bench_segment(seg: &Segmenter, case: &str, clouds: &[&Points], warmup: us
     let mut totals = Vec::with_capacity(iters);
     let mut stages: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut voxels = 0;
+    let mut storage = None;
     for _ in 0..iters.max(1) {
         let t = Instant::now();
         let out = seg.segment(clouds)?;
         totals.push(t.elapsed().as_secs_f64() * 1e3);
         voxels = out.voxels;
+        storage = out.storage;
         for (name, d) in &out.times.stages {
             stages.entry(name.clone()).or_default().push(d.as_secs_f64() * 1e3);
         }
@@ -86,6 +99,12 @@ pub fn bench_segment(seg: &Segmenter, case: &str, clouds: &[&Points], warmup: us
     };
     #[cfg(not(feature = "cuda"))]
     let frame_peak_mb = None;
+    #[cfg(feature = "cuda")]
+    let status = seg.precision_status();
+    #[cfg(feature = "cuda")]
+    let (precision, recomputed_frames) = (status.map(|s| s.precision), status.map_or(0, |s| s.recomputed_frames));
+    #[cfg(not(feature = "cuda"))]
+    let (precision, recomputed_frames) = (None, 0);
     totals.sort_by(f64::total_cmp);
     let stage_ms = stages
         .into_iter()
@@ -104,5 +123,8 @@ pub fn bench_segment(seg: &Segmenter, case: &str, clouds: &[&Points], warmup: us
         p90_ms: quantile(&totals, 0.9),
         stage_ms,
         frame_peak_mb,
+        precision,
+        storage,
+        recomputed_frames,
     })
 }

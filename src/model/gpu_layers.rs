@@ -1,10 +1,17 @@
 //! Dense per-row layers on CUDA shared by the networks (SphereFormer, the camera encoder):
 //! uploads, `nn.Linear` as a cuBLAS GEMM (FP16 in, FP32 out) plus an epilogue kernel (bias,
 //! scale, GELU, residual, FP16 out), and `nn.LayerNorm` (kernels in `kernels/layers.cu`).
+//!
+//! Activations and weights are FP16 (`half::f16`) or, for a model in BF16 precision, BF16
+//! (`half::bf16`): the types and functions taking them are generic over
+//! [`Store`](crate::device::storage::Store) (`GpuLinear` defaults to FP16), which picks the
+//! kernel build and cuBLAS's data type. The FP16-only entry points the camera encoder calls
+//! ([`epilogue`], [`GpuLayerNorm::forward`]) keep their signatures.
 
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::grid_1d;
 use crate::device::range::RangeSlot;
+use crate::device::storage::Store;
 use crate::model::layers::{LayerNorm, Linear};
 use crate::Error;
 use cudarc::cublas::{sys as blas_sys, CudaBlas};
@@ -25,8 +32,19 @@ pub fn up_f32(dev: &CudaDevice, v: &[f32], what: &str) -> Result<CudaSlice<f32>,
 
 /// Uploads f32 values as FP16.
 pub fn up_f16(dev: &CudaDevice, v: &[f32], what: &str) -> Result<CudaSlice<f16>, Error> {
-    let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+    up_store::<f16>(dev, v, what)
+}
+
+/// Uploads f32 values in the storage type `S` (rounded to nearest even).
+pub fn up_store<S: Store>(dev: &CudaDevice, v: &[f32], what: &str) -> Result<CudaSlice<S>, Error> {
+    let h: Vec<S> = v.iter().map(|&x| S::from_f32(x)).collect();
     dev.stream.clone_htod(&h).map_err(cuda_err(format!("uploading {what}")))
+}
+
+/// Downloads values of the storage type `S` as f32 (waits for the stream).
+pub fn down_store<S: Store>(dev: &CudaDevice, v: &CudaSlice<S>, what: &str) -> Result<Vec<f32>, Error> {
+    let h = dev.stream.clone_dtoh(v).map_err(cuda_err(format!("reading {what}")))?;
+    Ok(h.into_iter().map(S::to_f32).collect())
 }
 
 /// Device memory for `len` elements that the next kernel overwrites entirely.
@@ -49,26 +67,26 @@ pub fn elements(n: usize, c: usize, what: &str) -> Result<u32, Error> {
     u32::try_from(n * c).map_err(|_| Error::InvalidInput(format!("{what}: {n} x {c} values exceed 2^32")))
 }
 
-/// `nn.Linear`: FP16 weight `[out, in]` (PyTorch's layout), FP32 bias split into `parts` equal
-/// column ranges (the qkv Linear's q, k and v).
-pub struct GpuLinear {
-    pub weight: CudaSlice<f16>,
+/// `nn.Linear`: weight `[out, in]` (PyTorch's layout) in the storage type `S`, FP32 bias split
+/// into `parts` equal column ranges (the qkv Linear's q, k and v).
+pub struct GpuLinear<S: Store = f16> {
+    pub weight: CudaSlice<S>,
     pub bias: Vec<CudaSlice<f32>>,
     pub fin: usize,
     pub fout: usize,
 }
 
-impl GpuLinear {
+impl<S: Store> GpuLinear<S> {
     pub fn upload(dev: &CudaDevice, l: &Linear, parts: usize) -> Result<Self, Error> {
         let zeros = vec![0f32; l.out_features];
         let b = l.bias.as_deref().unwrap_or(&zeros);
         let w = l.out_features / parts;
         let bias = (0..parts).map(|p| up_f32(dev, &b[p * w..(p + 1) * w], "linear bias")).collect::<Result<_, _>>()?;
-        Ok(Self { weight: up_f16(dev, &l.weight, "linear weight")?, bias, fin: l.in_features, fout: l.out_features })
+        Ok(Self { weight: up_store::<S>(dev, &l.weight, "linear weight")?, bias, fin: l.in_features, fout: l.out_features })
     }
 
     /// `acc[n, fout] = x[n, fin] · Wᵀ` in FP32 (no bias: the epilogue adds it).
-    pub fn gemm(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize) -> Result<CudaSlice<f32>, Error> {
+    pub fn gemm(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<S>, n: usize) -> Result<CudaSlice<f32>, Error> {
         if n == 0 {
             return alloc::<f32>(dev, 1, "linear output");
         }
@@ -95,10 +113,10 @@ impl GpuLinear {
                 k,
                 (&alpha) as *const f32 as *const _,
                 w_ptr as *const _,
-                blas_sys::cudaDataType_t::CUDA_R_16F,
+                S::blas_type(),
                 k,
                 x_ptr as *const _,
-                blas_sys::cudaDataType_t::CUDA_R_16F,
+                S::blas_type(),
                 k,
                 (&beta) as *const f32 as *const _,
                 y_ptr as *mut _,
@@ -131,10 +149,10 @@ pub fn epilogue(
     epilogue_guarded(dev, acc, acc_ld, col0, n, bias, scale, gelu, residual, None)
 }
 
-/// [`epilogue`] with the FP16 range guard ([`crate::model::range`]) of its output reporting
-/// into `range` (the Linear's output before the GELU, and what is stored).
+/// [`epilogue`] in the storage type `S`, with the range guard ([`crate::model::range`]) of its
+/// output reporting into `range` (the Linear's output before the GELU, and what is stored).
 #[allow(clippy::too_many_arguments)]
-pub fn epilogue_guarded(
+pub fn epilogue_guarded<S: Store>(
     dev: &CudaDevice,
     acc: &CudaSlice<f32>,
     acc_ld: usize,
@@ -143,17 +161,17 @@ pub fn epilogue_guarded(
     bias: &CudaSlice<f32>,
     scale: f32,
     gelu: bool,
-    residual: Option<&CudaSlice<f16>>,
+    residual: Option<&CudaSlice<S>>,
     range: Option<RangeSlot<'_>>,
-) -> Result<CudaSlice<f16>, Error> {
+) -> Result<CudaSlice<S>, Error> {
     let c = bias.len();
     let total = elements(n, c, "linear epilogue")?;
     if total == 0 {
-        return alloc::<f16>(dev, 1, "linear epilogue output");
+        return alloc::<S>(dev, 1, "linear epilogue output");
     }
     // SAFETY: linear_epilogue writes every one of the n * c outputs (one thread each).
-    let mut out = unsafe { alloc_uninit::<f16>(dev, n * c, "linear epilogue output")? };
-    let f = dev.function("layers", "linear_epilogue")?;
+    let mut out = unsafe { alloc_uninit::<S>(dev, n * c, "linear epilogue output")? };
+    let f = dev.function_in(S::STORAGE, "layers", "linear_epilogue")?;
     let (ld, col0, n32, c32, act) = (acc_ld as u32, col0 as u32, n as u32, c as u32, gelu as u32);
     let null: u64 = 0;
     let s = &dev.stream;
@@ -191,19 +209,20 @@ impl GpuLayerNorm {
         self.forward_guarded(dev, x, n, None)
     }
 
-    /// [`GpuLayerNorm::forward`] with the FP16 range guard of its output reporting into `range`.
-    pub fn forward_guarded(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, range: Option<RangeSlot<'_>>) -> Result<CudaSlice<f16>, Error> {
+    /// [`GpuLayerNorm::forward`] in the storage type `S`, with the range guard of its output
+    /// reporting into `range`.
+    pub fn forward_guarded<S: Store>(&self, dev: &CudaDevice, x: &CudaSlice<S>, n: usize, range: Option<RangeSlot<'_>>) -> Result<CudaSlice<S>, Error> {
         let c = self.gamma.len();
         if n == 0 {
-            return alloc::<f16>(dev, 1, "layer norm output");
+            return alloc::<S>(dev, 1, "layer norm output");
         }
         // SAFETY: the kernel writes all c values of each of the n rows (one warp a row).
-        let mut out = unsafe { alloc_uninit::<f16>(dev, n * c, "layer norm output")? };
+        let mut out = unsafe { alloc_uninit::<S>(dev, n * c, "layer norm output")? };
         if x.len() < n * c {
             return Err(Error::InvalidInput(format!("layer norm: {} input halves for {n} rows of {c}", x.len())));
         }
         let name = if c <= LAYER_NORM_NARROW_C { "layer_norm_rows" } else { "layer_norm_rows_wide" };
-        let f = dev.function("layers", name)?;
+        let f = dev.function_in(S::STORAGE, "layers", name)?;
         let (n32, c32) = (elements(n, 1, "layer norm")?, c as u32);
         // 8 rows (warps) a block
         let cfg = cudarc::driver::LaunchConfig { grid_dim: (n32.div_ceil(8), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };

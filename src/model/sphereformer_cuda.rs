@@ -1,5 +1,8 @@
 //! SphereFormer on CUDA: the network of `sphereformer.rs`, uploaded once, with FP16 activations
-//! and FP32 accumulation everywhere.
+//! and FP32 accumulation everywhere; or, as `CudaSphereFormer<half::bf16>`, BF16 activations and
+//! weights (precision `bf16`, see [`crate::device::storage`]): the same code over the other
+//! element type, which picks the kernels' BF16 builds and cuBLAS's BF16 GEMM. The input features
+//! stay FP16 in both (the voxelization stores them); the input pad converts them.
 //!
 //! What runs where:
 //! - kernel maps: `sparse::kernel_map_cuda` (submanifold 3×3×3 per level, the 1×1 one of
@@ -27,6 +30,7 @@ use crate::attention::sphere::SphereLevel;
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::grid_1d;
 use crate::device::range::{PendingRange, RangeFlags, RangeReadback, RangeSlot};
+use crate::device::storage::Store;
 use crate::model::layers::BatchNorm;
 use crate::model::preprocess::cuda::{CudaNetworkInputs, CudaPointMap};
 use crate::model::range::{LayerId, LayerNames, RangeReport};
@@ -45,18 +49,18 @@ const THREADS: u32 = 256;
 /// A conv with the best kernel for its weights and map (as `conv_cuda`, or `conv_cuda_post` with
 /// `post`), guarded: its output under `conv`, a pre-activation pass under `pre`.
 #[allow(clippy::too_many_arguments)]
-fn conv(
+fn conv<S: Store>(
     dev: &CudaDevice,
-    x: &CudaSlice<f16>,
+    x: &CudaSlice<S>,
     map: &CudaKernelMap,
-    w: &CudaConvWeights,
+    w: &CudaConvWeights<S>,
     pre: Option<&CudaPreActivation<'_>>,
-    residual: Option<&CudaSlice<f16>>,
+    residual: Option<&CudaSlice<S>>,
     post: Option<&CudaPreActivation<'_>>,
     flags: &RangeFlags,
     conv: LayerId,
     pre_id: Option<LayerId>,
-) -> Result<CudaSlice<f16>, Error> {
+) -> Result<CudaSlice<S>, Error> {
     let range = ConvRange { conv: Some(flags.slot(conv)?), pre: pre_id.map(|p| flags.slot(p)).transpose()? };
     let algo = ConvAlgo::best_for_weights(w, map.out_count);
     conv_cuda_guarded(dev, x, map, w, pre, residual, algo, None, post, range)
@@ -82,28 +86,28 @@ impl GpuBatchNorm {
 /// its epilogue (`p.conv_branch.2`), conv2 plus the identity, the block's output
 /// (`p.conv_branch.5`); a VGG block's: its BN + ReLU pass (`p.conv_layers.0`) and conv
 /// (`p.conv_layers.2`).
-enum GpuBlock {
+enum GpuBlock<S: Store> {
     Residual {
-        i_branch: Option<(CudaConvWeights, LayerId)>,
+        i_branch: Option<(CudaConvWeights<S>, LayerId)>,
         bn1: GpuBatchNorm,
-        conv1: CudaConvWeights,
+        conv1: CudaConvWeights<S>,
         bn2: GpuBatchNorm,
-        conv2: CudaConvWeights,
+        conv2: CudaConvWeights<S>,
         /// `conv_branch.0`, `.2`, `.5`.
         ids: [LayerId; 3],
     },
     Vgg {
         bn: GpuBatchNorm,
-        conv: CudaConvWeights,
+        conv: CudaConvWeights<S>,
         /// `conv_layers.0`, `.2`.
         ids: [LayerId; 2],
     },
 }
 
-impl GpuBlock {
+impl<S: Store> GpuBlock<S> {
     /// The block `p` (module path); its layers are registered in `names` in execution order.
     fn upload(dev: &CudaDevice, b: &Block, p: &str, names: &mut LayerNames) -> Result<Self, Error> {
-        let w = |w: &[f32], kv, cin, cout| CudaConvWeights::upload(dev, w, WeightLayout::Rsck, kv, cin, cout, None);
+        let w = |w: &[f32], kv, cin, cout| CudaConvWeights::<S>::upload_store(dev, w, WeightLayout::Rsck, kv, cin, cout, None);
         Ok(match b {
             Block::Residual { cin, cout, i_branch, bn1, conv1, bn2, conv2 } => {
                 let i_branch = match i_branch.as_deref() {
@@ -133,7 +137,7 @@ impl GpuBlock {
     }
 
     /// `maps.one` is built on first use (only `blocks_tail.block0` has a 1×1 i_branch).
-    fn forward(&self, dev: &CudaDevice, x: &CudaSlice<f16>, maps: &mut GpuLevelMaps, flags: &RangeFlags) -> Result<CudaSlice<f16>, Error> {
+    fn forward(&self, dev: &CudaDevice, x: &CudaSlice<S>, maps: &mut GpuLevelMaps, flags: &RangeFlags) -> Result<CudaSlice<S>, Error> {
         match self {
             GpuBlock::Vgg { bn, conv: w, ids } => conv(dev, x, &maps.subm, w, Some(&bn.pre_relu()), None, None, flags, ids[1], Some(ids[0])),
             GpuBlock::Residual { i_branch, bn1, conv1, bn2, conv2, ids } => {
@@ -194,21 +198,21 @@ impl TransformerIds {
     }
 }
 
-struct GpuTransformer {
+struct GpuTransformer<S: Store> {
     ids: TransformerIds,
     level: SphereLevel,
     heads: usize,
     head_dim: usize,
     norm1: GpuLayerNorm,
     tables: CudaSphereTables,
-    qkv: GpuLinear,
-    proj: GpuLinear,
+    qkv: GpuLinear<S>,
+    proj: GpuLinear<S>,
     norm2: GpuLayerNorm,
-    fc1: GpuLinear,
-    fc2: GpuLinear,
+    fc1: GpuLinear<S>,
+    fc2: GpuLinear<S>,
 }
 
-impl GpuTransformer {
+impl<S: Store> GpuTransformer<S> {
     fn upload(dev: &CudaDevice, t: &TransformerBlock, p: &str, names: &mut LayerNames) -> Result<Self, Error> {
         let c = &t.cubic;
         let s = &t.sphere;
@@ -233,59 +237,59 @@ impl GpuTransformer {
         &self,
         dev: &CudaDevice,
         blas: &CudaBlas,
-        x: &CudaSlice<f16>,
+        x: &CudaSlice<S>,
         n: usize,
         xyz: &CudaSlice<f32>,
         windows: &CudaSphereWindows,
         flags: &RangeFlags,
-    ) -> Result<CudaSlice<f16>, Error> {
+    ) -> Result<CudaSlice<S>, Error> {
         let c = self.heads * self.head_dim;
         let id = &self.ids;
         let h = self.norm1.forward_guarded(dev, x, n, Some(flags.slot(id.norm1)?))?;
         let acc = self.qkv.gemm(dev, blas, &h, n)?;
         let scale = (self.head_dim as f32).powf(-0.5);
         let qkv = flags.slot(id.qkv)?;
-        let q = epilogue_guarded(dev, &acc, 3 * c, 0, n, &self.qkv.bias[0], scale, false, None, Some(qkv))?;
-        let k = epilogue_guarded(dev, &acc, 3 * c, c, n, &self.qkv.bias[1], 1.0, false, None, Some(qkv))?;
-        let v = epilogue_guarded(dev, &acc, 3 * c, 2 * c, n, &self.qkv.bias[2], 1.0, false, None, Some(qkv))?;
+        let q = epilogue_guarded::<S>(dev, &acc, 3 * c, 0, n, &self.qkv.bias[0], scale, false, None, Some(qkv))?;
+        let k = epilogue_guarded::<S>(dev, &acc, 3 * c, c, n, &self.qkv.bias[1], 1.0, false, None, Some(qkv))?;
+        let v = epilogue_guarded::<S>(dev, &acc, 3 * c, 2 * c, n, &self.qkv.bias[2], 1.0, false, None, Some(qkv))?;
         drop(acc);
-        let mut att = alloc::<f16>(dev, n * c, "attention output")?;
+        let mut att = alloc::<S>(dev, n * c, "attention output")?;
         let qkv_view = QkvView { q: &q, k: &k, v: &v, ld: c };
         let attn = Some(flags.slot(id.attn)?);
         sphere_attention_cuda_guarded(dev, qkv_view, self.heads, self.head_dim, xyz, windows, &self.tables, &mut att, attn)?;
         drop((q, k, v));
         let acc = self.proj.gemm(dev, blas, &att, n)?;
-        let y = epilogue_guarded(dev, &acc, c, 0, n, &self.proj.bias[0], 1.0, false, Some(x), Some(flags.slot(id.proj)?))?;
+        let y = epilogue_guarded::<S>(dev, &acc, c, 0, n, &self.proj.bias[0], 1.0, false, Some(x), Some(flags.slot(id.proj)?))?;
         let h = self.norm2.forward_guarded(dev, &y, n, Some(flags.slot(id.norm2)?))?;
         let acc = self.fc1.gemm(dev, blas, &h, n)?;
-        let hidden = epilogue_guarded(dev, &acc, self.fc1.fout, 0, n, &self.fc1.bias[0], 1.0, true, None, Some(flags.slot(id.fc1)?))?;
+        let hidden = epilogue_guarded::<S>(dev, &acc, self.fc1.fout, 0, n, &self.fc1.bias[0], 1.0, true, None, Some(flags.slot(id.fc1)?))?;
         let acc = self.fc2.gemm(dev, blas, &hidden, n)?;
-        epilogue_guarded(dev, &acc, c, 0, n, &self.fc2.bias[0], 1.0, false, Some(&y), Some(flags.slot(id.fc2)?))
+        epilogue_guarded::<S>(dev, &acc, c, 0, n, &self.fc2.bias[0], 1.0, false, Some(&y), Some(flags.slot(id.fc2)?))
     }
 }
 
 /// A level's way down and up; guarded layers under the level's `p`: the down conv's BN + ReLU
 /// pass (`p.conv.0`) and conv (`p.conv.2`), the up conv's (`p.deconv.0`, `p.deconv.2`); the
 /// concatenation copies guarded values and has none.
-struct GpuDown {
+struct GpuDown<S: Store> {
     bn: GpuBatchNorm,
-    conv: CudaConvWeights,
+    conv: CudaConvWeights<S>,
     /// `conv.0`, `conv.2`.
     conv_ids: [LayerId; 2],
-    next: Box<GpuUBlock>,
+    next: Box<GpuUBlock<S>>,
     up_bn: GpuBatchNorm,
-    deconv: CudaConvWeights,
+    deconv: CudaConvWeights<S>,
     /// `deconv.0`, `deconv.2`.
     deconv_ids: [LayerId; 2],
-    tail: Vec<GpuBlock>,
+    tail: Vec<GpuBlock<S>>,
 }
 
-struct GpuUBlock {
+struct GpuUBlock<S: Store> {
     level: usize,
     channels: usize,
-    blocks: Vec<GpuBlock>,
-    transformer: Option<GpuTransformer>,
-    down: Option<GpuDown>,
+    blocks: Vec<GpuBlock<S>>,
+    transformer: Option<GpuTransformer<S>>,
+    down: Option<GpuDown<S>>,
 }
 
 /// One level's voxels on the device: sites (coordinates + hash), their grid, positions, batch.
@@ -298,7 +302,7 @@ struct GpuLevel {
     n: usize,
 }
 
-impl GpuUBlock {
+impl<S: Store> GpuUBlock<S> {
     /// Uploads the level and the ones below it, registering their layers in `names` in the
     /// order the forward runs them: blocks, transformer, the way down, the deeper levels, the way
     /// up, the tail blocks.
@@ -323,11 +327,11 @@ impl GpuUBlock {
         &self,
         dev: &CudaDevice,
         blas: &CudaBlas,
-        x: CudaSlice<f16>,
+        x: CudaSlice<S>,
         lv: GpuLevel,
         clock: &mut GpuClock,
         flags: &RangeFlags,
-    ) -> Result<CudaSlice<f16>, Error> {
+    ) -> Result<CudaSlice<S>, Error> {
         let k = self.level;
         let GpuLevel { sites, origin, spatial_shape, xyz, batch, n } = lv;
         let mut maps = GpuLevelMaps { subm: submanifold_cuda_sites(dev, sites, [3; 3], [1; 3])?, one: None };
@@ -363,18 +367,18 @@ impl GpuUBlock {
     }
 }
 
-impl GpuDown {
+impl<S: Store> GpuDown<S> {
     /// The way down and up of level `p` (registering, in execution order, the down conv, the
     /// deeper levels, the up conv and the tail blocks).
     fn upload(dev: &CudaDevice, d: &Down, c: usize, p: &str, names: &mut LayerNames) -> Result<Self, Error> {
         let c1 = d.next.channels;
         let conv_ids = [names.add(format!("{p}.conv.0")), names.add(format!("{p}.conv.2"))];
         let bn = GpuBatchNorm::upload(dev, &d.bn)?;
-        let conv = CudaConvWeights::upload(dev, &d.conv, WeightLayout::Rsck, 8, c, c1, None)?;
+        let conv = CudaConvWeights::<S>::upload_store(dev, &d.conv, WeightLayout::Rsck, 8, c, c1, None)?;
         let next = Box::new(GpuUBlock::upload(dev, &d.next, names)?);
         let deconv_ids = [names.add(format!("{p}.deconv.0")), names.add(format!("{p}.deconv.2"))];
         let up_bn = GpuBatchNorm::upload(dev, &d.up_bn)?;
-        let deconv = CudaConvWeights::upload(dev, &d.deconv, WeightLayout::Rsck, 8, c1, c, None)?;
+        let deconv = CudaConvWeights::<S>::upload_store(dev, &d.deconv, WeightLayout::Rsck, 8, c1, c, None)?;
         let mut tail = Vec::with_capacity(d.tail.len());
         for (i, b) in d.tail.iter().enumerate() {
             tail.push(GpuBlock::upload(dev, b, &format!("{p}.blocks_tail.block{i}"), names)?);
@@ -421,13 +425,13 @@ fn timing_event(dev: &CudaDevice) -> Result<cudarc::driver::CudaEvent, Error> {
         .map_err(cuda_err("recording a timing event"))
 }
 
-fn concat_rows(dev: &CudaDevice, a: &CudaSlice<f16>, ca: usize, b: &CudaSlice<f16>, cb: usize, n: usize) -> Result<CudaSlice<f16>, Error> {
+fn concat_rows<S: Store>(dev: &CudaDevice, a: &CudaSlice<S>, ca: usize, b: &CudaSlice<S>, cb: usize, n: usize) -> Result<CudaSlice<S>, Error> {
     let total = elements(n, ca + cb, "concatenation")?;
-    let mut out = alloc::<f16>(dev, n * (ca + cb), "concatenation")?;
+    let mut out = alloc::<S>(dev, n * (ca + cb), "concatenation")?;
     if total == 0 {
         return Ok(out);
     }
-    let f = dev.function("layers", "concat_rows")?;
+    let f = dev.function_in(S::STORAGE, "layers", "concat_rows")?;
     let (ca32, cb32, n32) = (ca as u32, cb as u32, n as u32);
     // SAFETY: matches layers.cu; a holds n * ca, b n * cb, out n * (ca + cb).
     unsafe { dev.stream.launch_builder(&f).arg(a).arg(&ca32).arg(b).arg(&cb32).arg(&n32).arg(&mut out).launch(grid_1d(total, THREADS)) }
@@ -457,16 +461,16 @@ pub fn downsample_positions_cuda(dev: &CudaDevice, map: &CudaKernelMap, xyz: &Cu
     Ok((out_xyz, out_batch))
 }
 
-/// The whole network on the device.
-pub struct CudaSphereFormer {
+/// The whole network on the device, activations and weights in `S` (FP16 by default).
+pub struct CudaSphereFormer<S: Store = f16> {
     blas: CudaBlas,
     input_c: usize,
     m: usize,
     classes: usize,
-    input_conv: CudaConvWeights,
-    unet: GpuUBlock,
+    input_conv: CudaConvWeights<S>,
+    unet: GpuUBlock<S>,
     output_bn: GpuBatchNorm,
-    linear: GpuLinear,
+    linear: GpuLinear<S>,
     /// The guarded layers in execution order, and those of the head and input.
     names: LayerNames,
     head_ids: HeadIds,
@@ -483,15 +487,16 @@ struct HeadIds {
     linear: LayerId,
 }
 
-impl CudaSphereFormer {
-    /// Uploads a loaded network (weights FP16, BatchNorm/LayerNorm parameters and RPE tables f32).
+impl<S: Store> CudaSphereFormer<S> {
+    /// Uploads a loaded network (weights in `S`, BatchNorm/LayerNorm parameters and RPE tables
+    /// f32).
     pub fn upload(dev: &CudaDevice, net: &SphereFormer) -> Result<Self, Error> {
         let blas = CudaBlas::new(dev.stream.clone())
             .map_err(|e| Error::Cuda(format!("cuBLAS is not usable ({e:?}): the CUDA model needs libcublas from the CUDA toolkit")))?;
         let mut names = LayerNames::new();
         let (input, input_conv_id) = (names.add("input"), names.add("input_conv.0"));
         // Cin padded to a multiple of 8 (4 → 8): the tensor-core conv instead of the direct one.
-        let input_conv = CudaConvWeights::upload_padded(dev, &net.input_conv, WeightLayout::Rsck, 27, net.input_c, net.m, net.input_c.next_multiple_of(8), None)?;
+        let input_conv = CudaConvWeights::<S>::upload_padded_store(dev, &net.input_conv, WeightLayout::Rsck, 27, net.input_c, net.m, net.input_c.next_multiple_of(8), None)?;
         let unet = GpuUBlock::upload(dev, &net.unet, &mut names)?;
         let head_ids = HeadIds { input, input_conv: input_conv_id, output_bn: names.add("output_layer.0"), linear: names.add("linear") };
         Ok(Self {
@@ -502,7 +507,7 @@ impl CudaSphereFormer {
             input_conv,
             unet,
             output_bn: GpuBatchNorm::upload(dev, &net.output_bn)?,
-            linear: GpuLinear::upload(dev, &net.linear, 1)?,
+            linear: GpuLinear::<S>::upload(dev, &net.linear, 1)?,
             names,
             head_ids,
             readback: RangeReadback::new(),
@@ -573,11 +578,12 @@ impl CudaSphereFormer {
         Ok((logits, point_map, range))
     }
 
-    /// The input features widened to the input conv's padded channel count (guarded: `input`).
-    fn pad_input(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, flags: &RangeFlags) -> Result<CudaSlice<f16>, Error> {
+    /// The input features (FP16) widened to the input conv's padded channel count, in `S`
+    /// (guarded against FP16's range: `input`).
+    fn pad_input(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, flags: &RangeFlags) -> Result<CudaSlice<S>, Error> {
         let (c, c_pad) = (self.input_c, self.input_conv.cin);
-        let mut out = alloc::<f16>(dev, n * c_pad, "padded input features")?;
-        let f = dev.function("layers", "pad_channels_f16")?;
+        let mut out = alloc::<S>(dev, n * c_pad, "padded input features")?;
+        let f = dev.function_in(S::STORAGE, "layers", "pad_channels_f16")?;
         let total = elements(n, c_pad, "padded input")?;
         let (n32, c32, cp32) = (n as u32, c as u32, c_pad as u32);
         let range = flags.slot(self.head_ids.input)?;
@@ -614,8 +620,8 @@ impl CudaSphereFormer {
         let level = GpuLevel { sites: maps.out, origin: [0; 3], spatial_shape, xyz, batch, n };
         clock.mark(dev, "input_conv".into())?;
         let y = self.unet.forward(dev, &self.blas, x, level, clock, &flags)?;
-        let mut h = alloc::<f16>(dev, n * self.m, "head input")?;
-        let f = dev.function("layers", "bn_relu_rows")?;
+        let mut h = alloc::<S>(dev, n * self.m, "head input")?;
+        let f = dev.function_in(S::STORAGE, "layers", "bn_relu_rows")?;
         let (n32, m32, k32) = (n as u32, self.m as u32, self.classes as u32);
         let total = elements(n, self.m, "head")?;
         let range = flags.slot(self.head_ids.output_bn)?;
@@ -630,7 +636,7 @@ impl CudaSphereFormer {
         .map_err(cuda_err("bn_relu_rows"))?;
         drop(y);
         let mut logits = self.linear.gemm(dev, &self.blas, &h, n)?;
-        let f = dev.function("layers", "add_bias_f32")?;
+        let f = dev.function_in(S::STORAGE, "layers", "add_bias_f32")?;
         let total = elements(n, self.classes, "head")?;
         let range = flags.slot(self.head_ids.linear)?;
         // SAFETY: matches layers.cu; logits hold n * classes floats; the range slot's layer lies

@@ -140,6 +140,8 @@ pub struct ReplayRequest {
     pub bev_png_frames: Vec<u64>,
     pub shard: Shard,
     pub progress: ProgressMode,
+    /// The CUDA network's precision, overriding the model YAML's `precision` (`None`: the YAML's).
+    pub precision: Option<crate::device::storage::Precision>,
 }
 
 /// Loads the model, label map and BEV settings of `req` and replays.
@@ -156,9 +158,12 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
             "--label-map/--ignore need ground truth: add --labels-topic or --labels-dir".into(),
         ));
     }
-    let model = ModelConfig::load(&req.model)
+    let mut model = ModelConfig::load(&req.model)
         .map_err(|e| ReplayError::Setup(format!("--model: {e}")))?
         .yaml;
+    if let Some(p) = req.precision {
+        model.precision = p;
+    }
     let params = match &req.params {
         Some(p) => Some((
             p.as_path(),

@@ -643,7 +643,7 @@ pub fn main() -> i32 {
         Err(e) => return fail(EXIT_PARAMS, format!("invalid parameters: {e}")),
     };
     let model_path: PathBuf = params::model_config_path(&params, &file_maps);
-    let model = match ModelConfig::load(&model_path) {
+    let mut model = match ModelConfig::load(&model_path) {
         Ok(m) => m,
         Err(e) => {
             return fail(
@@ -652,6 +652,10 @@ pub fn main() -> i32 {
             )
         }
     };
+    // parameter `precision` overrides the model YAML's
+    if let Some(p) = params.precision {
+        model.yaml.precision = p;
+    }
     if params.model.weights.is_empty() {
         return fail(
             EXIT_PARAMS,

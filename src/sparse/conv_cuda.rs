@@ -1,9 +1,14 @@
 //! Sparse convolution on CUDA (kernels in `kernels/sparse_conv.cu`): FP16 features and weights,
 //! FP32 accumulation, over a `CudaKernelMap`'s neighbour table; the same function as
 //! `conv_cpu::conv_with` (bias, pre-activation on the gather, residual add).
+//!
+//! Features and weights are FP16 or BF16 ([`crate::device::storage`]): everything here is
+//! generic over the element type [`Store`] (`CudaConvWeights` defaults to FP16), which picks the
+//! kernel build.
 
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::range::RangeSlot;
+use crate::device::storage::Store;
 use crate::sparse::conv_cpu::{repack, WeightLayout};
 use crate::sparse::kernel_map_cuda::CudaKernelMap;
 use crate::Error;
@@ -16,23 +21,47 @@ pub const MAX_CIN: usize = 512;
 /// A conv layer's parameters on the GPU: weight repacked to `[K][Cin][Cout]` FP16, bias f32;
 /// on a device with warpgroup MMA, for the layers its kernels take (see
 /// [`CudaConvWeights::wgmma_ready`]), also the transpose `[K][Cout][Cin]` they read.
-pub struct CudaConvWeights {
+pub struct CudaConvWeights<S: Store = f16> {
     pub kv: usize,
     pub cin: usize,
     pub cout: usize,
-    w: CudaSlice<f16>,
-    wt: Option<CudaSlice<f16>>,
+    w: CudaSlice<S>,
+    wt: Option<CudaSlice<S>>,
     bias: Option<CudaSlice<f32>>,
 }
 
-impl CudaConvWeights {
-    /// `weight` as stored upstream in `layout` (spconv: `Krsc`, or `Rsck` for its 1x1x1 layers).
+impl CudaConvWeights<f16> {
+    /// `weight` as stored upstream in `layout` (spconv: `Krsc`, or `Rsck` for its 1x1x1 layers),
+    /// in FP16 ([`CudaConvWeights::upload_store`] for BF16).
     pub fn upload(dev: &CudaDevice, weight: &[f32], layout: WeightLayout, kv: usize, cin: usize, cout: usize, bias: Option<&[f32]>) -> Result<Self, Error> {
+        Self::upload_store(dev, weight, layout, kv, cin, cout, bias)
+    }
+
+    /// [`CudaConvWeights::upload_padded_store`] in FP16.
+    #[allow(clippy::too_many_arguments)]
+    pub fn upload_padded(
+        dev: &CudaDevice,
+        weight: &[f32],
+        layout: WeightLayout,
+        kv: usize,
+        cin: usize,
+        cout: usize,
+        cin_pad: usize,
+        bias: Option<&[f32]>,
+    ) -> Result<Self, Error> {
+        Self::upload_padded_store(dev, weight, layout, kv, cin, cout, cin_pad, bias)
+    }
+}
+
+impl<S: Store> CudaConvWeights<S> {
+    /// `weight` as stored upstream in `layout` (spconv: `Krsc`, or `Rsck` for its 1x1x1 layers),
+    /// in the storage type `S`.
+    pub fn upload_store(dev: &CudaDevice, weight: &[f32], layout: WeightLayout, kv: usize, cin: usize, cout: usize, bias: Option<&[f32]>) -> Result<Self, Error> {
         if cin == 0 || cout == 0 || cin > MAX_CIN {
             return Err(Error::InvalidInput(format!("conv: Cin {cin} must be in 1..={MAX_CIN} and Cout {cout} >= 1")));
         }
         let w = repack(weight, layout, kv, cin, cout)?;
-        let w16: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+        let w16: Vec<S> = w.iter().map(|&v| S::from_f32(v)).collect();
         let s = &dev.stream;
         let bias = match bias {
             Some(b) if b.len() != cout => return Err(Error::InvalidInput(format!("conv bias has {} values, expected Cout {cout}", b.len()))),
@@ -40,7 +69,7 @@ impl CudaConvWeights {
             None => None,
         };
         let wt = if dev.arch.has_wgmma() && wgmma_shapes_fit(kv, cin, cout) {
-            let mut t = vec![f16::ZERO; w16.len()];
+            let mut t = vec![S::default(); w16.len()];
             for k in 0..kv {
                 for ci in 0..cin {
                     for co in 0..cout {
@@ -69,14 +98,14 @@ fn wgmma_shapes_fit(kv: usize, cin: usize, cout: usize) -> bool {
     cin % 64 == 0 && cout % 64 == 0 && kv <= PIPE_MAX_KV
 }
 
-impl CudaConvWeights {
-    /// [`CudaConvWeights::upload`] with the input channels padded with zero weights to `cin_pad`
+impl<S: Store> CudaConvWeights<S> {
+    /// [`CudaConvWeights::upload_store`] with the input channels padded with zero weights to `cin_pad`
     /// (≥ `cin`), so a layer with few inputs (SphereFormer's 4: x, y, z, intensity) can take the
     /// tensor-core kernels, which need Cin a multiple of 8. Its input must then have `cin_pad`
     /// channels; the padding channels' values do not matter (their weights are zero), but keep
     /// them finite (0 · NaN is NaN).
     #[allow(clippy::too_many_arguments)]
-    pub fn upload_padded(
+    pub fn upload_padded_store(
         dev: &CudaDevice,
         weight: &[f32],
         layout: WeightLayout,
@@ -98,7 +127,7 @@ impl CudaConvWeights {
                 padded[dst..dst + cout].copy_from_slice(&w[src..src + cout]);
             }
         }
-        Self::upload(dev, &padded, WeightLayout::Rsck, kv, cin_pad, cout, bias)
+        Self::upload_store(dev, &padded, WeightLayout::Rsck, kv, cin_pad, cout, bias)
     }
 }
 
@@ -278,7 +307,7 @@ impl ConvAlgo {
     /// [`ConvAlgo::best_for_volume`] for uploaded weights: where the tiled kernels would run and
     /// the weights are [`CudaConvWeights::wgmma_ready`], the warpgroup-MMA kernel, with tiles
     /// as wide as the tiled kernel's (128 channels on large maps, else 64).
-    pub fn best_for_weights(w: &CudaConvWeights, outputs: usize) -> ConvAlgo {
+    pub fn best_for_weights<S: Store>(w: &CudaConvWeights<S>, outputs: usize) -> ConvAlgo {
         match Self::best_for_volume(w.cin, w.cout, outputs, w.kv) {
             ConvAlgo::ImplicitGemmTiled { cols, .. } if w.wgmma_ready() => {
                 ConvAlgo::Wgmma { cols: if cols >= 128 && w.cout % 128 == 0 { 128 } else { 64 } }
@@ -289,50 +318,50 @@ impl ConvAlgo {
 }
 
 /// `x`: `[map.in_count, cin]` FP16. Returns `[map.out_count, cout]` FP16. Uses the best kernel.
-pub fn conv_cuda(
+pub fn conv_cuda<S: Store>(
     dev: &CudaDevice,
-    x: &CudaSlice<f16>,
+    x: &CudaSlice<S>,
     map: &CudaKernelMap,
-    w: &CudaConvWeights,
+    w: &CudaConvWeights<S>,
     pre: Option<&CudaPreActivation<'_>>,
-    residual: Option<&CudaSlice<f16>>,
-) -> Result<CudaSlice<f16>, Error> {
+    residual: Option<&CudaSlice<S>>,
+) -> Result<CudaSlice<S>, Error> {
     conv_cuda_split(dev, x, map, w, pre, residual, ConvAlgo::best_for_weights(w, map.out_count), None, None)
 }
 
 /// [`conv_cuda`] whose output goes through the next layer's BN (+ ReLU) in the epilogue:
 /// `post(conv(x) + bias + residual)`, for a conv whose raw output nothing else reads (it saves
 /// the next conv a pre-activation pass over its input).
-pub fn conv_cuda_post(
+pub fn conv_cuda_post<S: Store>(
     dev: &CudaDevice,
-    x: &CudaSlice<f16>,
+    x: &CudaSlice<S>,
     map: &CudaKernelMap,
-    w: &CudaConvWeights,
+    w: &CudaConvWeights<S>,
     pre: Option<&CudaPreActivation<'_>>,
     post: &CudaPreActivation<'_>,
-) -> Result<CudaSlice<f16>, Error> {
+) -> Result<CudaSlice<S>, Error> {
     let algo = ConvAlgo::best_for_weights(w, map.out_count);
     conv_cuda_split(dev, x, map, w, pre, None, algo, None, Some(post))
 }
 
 /// `relu?(x * scale + shift)` per channel over `[n, c]` FP16 rows (conv_pre_activate), its
 /// values guarded under `range`.
-fn pre_activate(
+fn pre_activate<S: Store>(
     dev: &CudaDevice,
-    x: &CudaSlice<f16>,
+    x: &CudaSlice<S>,
     n: usize,
     c: usize,
     p: &CudaPreActivation<'_>,
     range: Option<&RangeSlot<'_>>,
-) -> Result<CudaSlice<f16>, Error> {
+) -> Result<CudaSlice<S>, Error> {
     let s = &dev.stream;
     let total = u32::try_from(n * c).map_err(|_| Error::InvalidInput("conv input exceeds 2^32 values".into()))?;
     if total == 0 {
-        return s.alloc_zeros::<f16>(1).map_err(cuda_err("allocating the pre-activated input"));
+        return s.alloc_zeros::<S>(1).map_err(cuda_err("allocating the pre-activated input"));
     }
     // SAFETY: conv_pre_activate writes all n * c values.
-    let mut out = unsafe { s.alloc::<f16>(n * c) }.map_err(cuda_err("allocating the pre-activated input"))?;
-    let f = dev.function("sparse_conv", "conv_pre_activate")?;
+    let mut out = unsafe { s.alloc::<S>(n * c) }.map_err(cuda_err("allocating the pre-activated input"))?;
+    let f = dev.function_in(S::STORAGE, "sparse_conv", "conv_pre_activate")?;
     let (n32, c32, relu) = (n as u32, c as u32, p.relu as u32);
     // SAFETY: matches sparse_conv.cu; x holds >= n * c halves (checked by the caller), scale and
     // shift c floats, out n * c halves; the range slot's layer lies in its flags.
@@ -368,35 +397,35 @@ fn auto_offset_splits(blocks: usize, kv: usize) -> usize {
 /// (`None`: chosen from the grid size; 1: no split; ignored by the direct kernel) and an optional
 /// post-activation (see [`conv_cuda_post`]), not guarded — for tests and benchmarks.
 #[allow(clippy::too_many_arguments)]
-pub fn conv_cuda_split(
+pub fn conv_cuda_split<S: Store>(
     dev: &CudaDevice,
-    x: &CudaSlice<f16>,
+    x: &CudaSlice<S>,
     map: &CudaKernelMap,
-    w: &CudaConvWeights,
+    w: &CudaConvWeights<S>,
     pre: Option<&CudaPreActivation<'_>>,
-    residual: Option<&CudaSlice<f16>>,
+    residual: Option<&CudaSlice<S>>,
     algo: ConvAlgo,
     offset_splits: Option<usize>,
     post: Option<&CudaPreActivation<'_>>,
-) -> Result<CudaSlice<f16>, Error> {
+) -> Result<CudaSlice<S>, Error> {
     conv_cuda_guarded(dev, x, map, w, pre, residual, algo, offset_splits, post, ConvRange::default())
 }
 
 /// [`conv_cuda_split`] with the FP16 range guard reporting into `range` — the one entry with
 /// every option, for the model's wrappers, tests and benchmarks.
 #[allow(clippy::too_many_arguments)]
-pub fn conv_cuda_guarded(
+pub fn conv_cuda_guarded<S: Store>(
     dev: &CudaDevice,
-    x: &CudaSlice<f16>,
+    x: &CudaSlice<S>,
     map: &CudaKernelMap,
-    w: &CudaConvWeights,
+    w: &CudaConvWeights<S>,
     pre: Option<&CudaPreActivation<'_>>,
-    residual: Option<&CudaSlice<f16>>,
+    residual: Option<&CudaSlice<S>>,
     algo: ConvAlgo,
     offset_splits: Option<usize>,
     post: Option<&CudaPreActivation<'_>>,
     range: ConvRange<'_>,
-) -> Result<CudaSlice<f16>, Error> {
+) -> Result<CudaSlice<S>, Error> {
     let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmTiled { .. } | ConvAlgo::Wgmma { .. });
     if pipelined && w.kv > PIPE_MAX_KV {
         return Err(Error::InvalidInput(format!("the pipelined conv takes kernel volumes up to {PIPE_MAX_KV}, got {}", w.kv)));
@@ -451,12 +480,12 @@ pub fn conv_cuda_guarded(
         return pre_activate(dev, &raw, map.out_count, w.cout, p, range.conv.as_ref());
     }
     if map.out_count == 0 {
-        return s.alloc_zeros::<f16>(1).map_err(cuda_err("allocating conv output"));
+        return s.alloc_zeros::<S>(1).map_err(cuda_err("allocating conv output"));
     }
     // SAFETY: every kernel below writes every output value (each output row lies in one tile,
     // or one direct block; a split's reduce pass writes them all), so nothing reads it unset.
     // Not zeroing it saves a pass over the output (164 MB at 320k rows x 256 channels).
-    let mut out = unsafe { s.alloc::<f16>(map.out_count * w.cout) }.map_err(cuda_err("allocating conv output"))?;
+    let mut out = unsafe { s.alloc::<S>(map.out_count * w.cout) }.map_err(cuda_err("allocating conv output"))?;
     // The pipelined kernels copy rows straight into shared memory, so a pre-activation is applied
     // to the whole input once here (each row would otherwise be transformed at every gather).
     let activated = match pre {
@@ -483,7 +512,7 @@ pub fn conv_cuda_guarded(
                 block_dim: (threads, 1, 1),
                 shared_mem_bytes: 0,
             };
-            (dev.function("sparse_conv", "conv_direct")?, cfg, 1)
+            (dev.function_in(S::STORAGE, "sparse_conv", "conv_direct")?, cfg, 1)
         }
         ConvAlgo::ImplicitGemm | ConvAlgo::ImplicitGemm32 | ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 => {
             // BM x 64 output tiles, 128 threads (sparse_conv.cu: BM = 32 * MI, IG_BN).
@@ -494,7 +523,7 @@ pub fn conv_cuda_guarded(
                 _ => (32, "conv_implicit_gemm_pipe_m32"),
             };
             let (cfg, splits) = implicit_launch(bm, 64, 128, 0);
-            (dev.function("sparse_conv", name)?, cfg, splits)
+            (dev.function_in(S::STORAGE, "sparse_conv", name)?, cfg, splits)
         }
         ConvAlgo::ImplicitGemmTiled { rows, cols, depth, stages } => {
             let v = TILED_VARIANTS.iter().find(|v| (v.rows, v.cols, v.depth, v.stages) == (rows, cols, depth, stages)).ok_or_else(|| {
@@ -502,7 +531,7 @@ pub fn conv_cuda_guarded(
             })?;
             let bytes = v.smem_bytes();
             let (cfg, splits) = implicit_launch(rows as u32, cols as u32, 256, bytes as u32);
-            (dev.function_with_shared("sparse_conv", v.name, bytes)?, cfg, splits)
+            (dev.function_with_shared_in(S::STORAGE, "sparse_conv", v.name, bytes)?, cfg, splits)
         }
         ConvAlgo::Wgmma { cols } => {
             let v = WGMMA_VARIANTS
@@ -511,7 +540,7 @@ pub fn conv_cuda_guarded(
                 .ok_or_else(|| Error::InvalidInput(format!("no warpgroup-MMA conv kernel with {cols}-channel tiles is built")))?;
             let bytes = v.smem_bytes();
             let (cfg, splits) = implicit_launch(128, cols as u32, 256, bytes as u32);
-            (dev.function_with_shared("sparse_conv", v.name, bytes)?, cfg, splits)
+            (dev.function_with_shared_in(S::STORAGE, "sparse_conv", v.name, bytes)?, cfg, splits)
         }
     };
     let null: u64 = 0; // a NULL device pointer for absent optional inputs
@@ -573,7 +602,7 @@ pub fn conv_cuda_guarded(
         b.launch(cfg).map_err(cuda_err(format!("sparse conv ({algo:?})")))?;
     }
     let Some(partial) = partial else { return Ok(out) };
-    let f = dev.function("sparse_conv", "conv_split_reduce")?;
+    let f = dev.function_in(S::STORAGE, "sparse_conv", "conv_split_reduce")?;
     let total = u32::try_from(map.out_count * w.cout).map_err(|_| Error::InvalidInput("conv output exceeds 2^32 values".into()))?;
     // SAFETY: partial holds splits * m * cout floats, all written by the split blocks; out and
     // residual hold m * cout halves (checked above), bias cout floats.

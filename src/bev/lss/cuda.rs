@@ -11,6 +11,8 @@
 use super::geometry::{LssGeometry, LssParams};
 use super::transform::{CameraMask, LssTransform};
 use crate::bev::calib::Calibration;
+use crate::device::range::{RangeFlags, RangeSlot};
+use crate::model::range::{LayerId, LayerNames};
 use crate::dense::cuda::{CudaConv2d, CudaFeatureMap};
 use crate::dense::Activation;
 use crate::device::cuda::{cuda_err, CudaDevice};
@@ -180,6 +182,20 @@ pub fn pool_cuda(
     channels: usize,
     mask: CameraMask,
 ) -> Result<CudaFeatureMap, Error> {
+    pool_cuda_guarded(dev, geom, depth, context, channels, mask, None)
+}
+
+/// [`pool_cuda`] with the FP16 range guard ([`crate::model::range`]) of the pooled sums
+/// reporting into `range`.
+pub fn pool_cuda_guarded(
+    dev: &CudaDevice,
+    geom: &CudaLssGeometry,
+    depth: &CudaSlice<f16>,
+    context: &CudaSlice<f16>,
+    channels: usize,
+    mask: CameraMask,
+    range: Option<RangeSlot<'_>>,
+) -> Result<CudaFeatureMap, Error> {
     let pixels = geom.cameras * geom.height * geom.width;
     if channels == 0 || channels % 8 != 0 || channels > 256 {
         return Err(Error::InvalidInput(format!("CUDA pool: {channels} channels; it needs a multiple of 8 up to 256")));
@@ -208,11 +224,10 @@ pub fn pool_cuda(
     let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     // SAFETY: matches bev_pool.cu; order/cell_start/cell_order come from build_geometry_cuda for
     // this geometry (entries < N·H·W·D, cell_order a permutation of the cells), depth/context hold
-    // the sizes checked above, out cells * C.
+    // the sizes checked above, out cells * C; the range slot's layer lies in its flags.
     unsafe {
-        dev.stream
-            .launch_builder(&f)
-            .arg(depth)
+        let mut b = dev.stream.launch_builder(&f);
+        b.arg(depth)
             .arg(context)
             .arg(&geom.order)
             .arg(&geom.cell_start)
@@ -222,8 +237,9 @@ pub fn pool_cuda(
             .arg(&ch32)
             .arg(&per_cam)
             .arg(&mask.0)
-            .arg(&mut out.data)
-            .launch(cfg)
+            .arg(&mut out.data);
+        RangeSlot::push(range.as_ref(), &mut b);
+        b.launch(cfg)
     }
     .map_err(cuda_err("lss_pool"))?;
     Ok(out)
@@ -238,10 +254,35 @@ pub struct CudaLssTransform {
     downsample: Vec<CudaConv2d>,
     geometry: Option<(Calibration, CudaLssGeometry)>,
     builds: usize,
+    ids: LssIds,
+}
+
+/// The view transform's guarded layers (see [`CudaLssTransform::upload_named`]).
+struct LssIds {
+    /// `encoders.camera.vtransform.depthnet`: the depth softmax and the context.
+    lift: LayerId,
+    /// `encoders.camera.vtransform.bev_pool`: the pooled BEV features (upstream's `bev_pool`
+    /// function; no module of its own).
+    pool: LayerId,
+    /// `encoders.camera.vtransform.downsample.{0,3,6}`: each conv with its folded BN.
+    downsample: Vec<LayerId>,
 }
 
 impl CudaLssTransform {
     pub fn upload(dev: &CudaDevice, t: &LssTransform) -> Result<Self, Error> {
+        Self::upload_named(dev, t, &mut LayerNames::new())
+    }
+
+    /// [`CudaLssTransform::upload`], registering its guarded layers in `names` in execution
+    /// order: `encoders.camera.vtransform.depthnet` (depth softmax and context), `.bev_pool`
+    /// (the pooled features), `.downsample.{0,3,6}` (conv + BN + ReLU). A BEV model registers them
+    /// after the camera encoder's, so one report covers both.
+    pub fn upload_named(dev: &CudaDevice, t: &LssTransform, names: &mut LayerNames) -> Result<Self, Error> {
+        let p = "encoders.camera.vtransform";
+        let lift = names.add(format!("{p}.depthnet"));
+        let pool = names.add(format!("{p}.bev_pool"));
+        let downsample = (0..t.downsample.len()).map(|i| names.add(format!("{p}.downsample.{}", 3 * i))).collect();
+        let ids = LssIds { lift, pool, downsample };
         let c = t.params.cfg.channels();
         if c % 8 != 0 || c > 256 {
             return Err(Error::InvalidInput(format!("CUDA view transform: out_channels {c} must be a multiple of 8 up to 256")));
@@ -254,6 +295,7 @@ impl CudaLssTransform {
             downsample: t.downsample.iter().map(|k| CudaConv2d::upload(dev, k)).collect::<Result<_, _>>()?,
             geometry: None,
             builds: 0,
+            ids,
         })
     }
 
@@ -285,6 +327,13 @@ impl CudaLssTransform {
 
     /// depthnet (cuBLAS GEMM over pixels) + depth softmax.
     pub fn lift(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaFeatureMap) -> Result<CudaLifted, Error> {
+        self.lift_guarded(dev, blas, x, None)
+    }
+
+    /// [`CudaLssTransform::lift`] with the FP16 range guard of depth and context reporting into
+    /// `flags` (made for the `names` given to [`CudaLssTransform::upload_named`]).
+    pub fn lift_guarded(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaFeatureMap, flags: Option<&RangeFlags>) -> Result<CudaLifted, Error> {
+        let range = flags.map(|f| f.slot(self.ids.lift)).transpose()?;
         let (d, c) = (self.params.frustum.depth_bins, self.params.cfg.channels());
         let (acc, _, _) = self.depthnet.forward_acc(dev, blas, x)?;
         let pixels = x.pixels();
@@ -302,17 +351,13 @@ impl CudaLssTransform {
             );
             let cfg = LaunchConfig { grid_dim: (p32.div_ceil(WARPS_PER_BLOCK), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
             // SAFETY: matches bev_pool.cu; acc holds pixels * (D + C) floats, bias D + C, depth
-            // and context pixels * D and pixels * C halves.
+            // and context pixels * D and pixels * C halves; the range slot's layer lies in its
+            // flags.
             unsafe {
-                s.launch_builder(&f)
-                    .arg(&acc)
-                    .arg(self.depthnet.bias())
-                    .arg(&p32)
-                    .arg(&d32)
-                    .arg(&c32)
-                    .arg(&mut depth)
-                    .arg(&mut context)
-                    .launch(cfg)
+                let mut b = s.launch_builder(&f);
+                b.arg(&acc).arg(self.depthnet.bias()).arg(&p32).arg(&d32).arg(&c32).arg(&mut depth).arg(&mut context);
+                RangeSlot::push(range.as_ref(), &mut b);
+                b.launch(cfg)
             }
             .map_err(cuda_err("lss_lift"))?;
         }
@@ -321,6 +366,20 @@ impl CudaLssTransform {
 
     /// geometry (cached per calibration) → lift → pool → downsample: `[1, nx / s, ny / s, nz · C]`.
     pub fn forward(&mut self, dev: &CudaDevice, blas: &CudaBlas, calib: &Calibration, x: &CudaFeatureMap, mask: CameraMask) -> Result<CudaFeatureMap, Error> {
+        self.forward_guarded(dev, blas, calib, x, mask, None)
+    }
+
+    /// [`CudaLssTransform::forward`] with the FP16 range guard reporting into `flags` (made for
+    /// the `names` given to [`CudaLssTransform::upload_named`]).
+    pub fn forward_guarded(
+        &mut self,
+        dev: &CudaDevice,
+        blas: &CudaBlas,
+        calib: &Calibration,
+        x: &CudaFeatureMap,
+        mask: CameraMask,
+        flags: Option<&RangeFlags>,
+    ) -> Result<CudaFeatureMap, Error> {
         self.ensure_geometry(dev, calib)?;
         let f = &self.params.frustum;
         if (x.h, x.w) != (f.height, f.width) {
@@ -336,11 +395,12 @@ impl CudaLssTransform {
         if x.n != calib.len() {
             return Err(Error::InvalidInput(format!("{} camera feature maps for a calibration of {} cameras", x.n, calib.len())));
         }
-        let lifted = self.lift(dev, blas, x)?;
+        let lifted = self.lift_guarded(dev, blas, x, flags)?;
         let geom = self.geometry().ok_or_else(|| Error::InvalidInput("no geometry".into()))?;
-        let mut bev = pool_cuda(dev, geom, &lifted.depth, &lifted.context, lifted.channels, mask)?;
-        for conv in &self.downsample {
-            bev = conv.forward(dev, blas, &bev, Activation::Relu)?;
+        let slot = |id: LayerId| flags.map(|f| f.slot(id)).transpose();
+        let mut bev = pool_cuda_guarded(dev, geom, &lifted.depth, &lifted.context, lifted.channels, mask, slot(self.ids.pool)?)?;
+        for (conv, &id) in self.downsample.iter().zip(&self.ids.downsample) {
+            bev = conv.forward_guarded(dev, blas, &bev, Activation::Relu, slot(id)?)?;
         }
         Ok(bev)
     }
