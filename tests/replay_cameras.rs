@@ -1,8 +1,9 @@
 //! `sptr replay` with the camera branch (issue 21), on the CPU: the committed nuScenes sample bag
 //! (six CompressedImages + CameraInfos, no /tf_static: the calibration file), a bag written here
 //! with /tf_static, a stale camera, a corrupt JPEG, a bad CameraInfo and a calibration change, and
-//! a bag without cameras. The BEV map model is not part of this branch yet: a small deterministic
-//! stand-in ([`CameraCountModel`]) exercises the map's path into the output bag and the PNG.
+//! a bag without cameras. A small deterministic stand-in ([`CameraCountModel`]) checks the map's
+//! path into the output bag exactly; the real seg model (reduced YAML, random weights) runs on the
+//! sample bag with ground-truth masks.
 
 mod common;
 
@@ -317,4 +318,131 @@ fn bag_without_cameras_replays_lidar_only() {
     let out2 = dir.join("out2");
     let o2 = replay(&mut p, &yaml, &options(&bag, &out2, None)).unwrap();
     assert!(o2.cameras.is_empty() && !out2.join("cameras.json").exists());
+}
+
+/// Records the maps of the model it wraps (the test's window into what replay wrote).
+struct Recording<'a> {
+    inner: &'a mut sptr::model::bevfusion_seg_map_model::SegMapModel,
+    maps: Vec<BevMap>,
+}
+
+impl BevMapModel for Recording<'_> {
+    fn forward(&mut self, inputs: &BevFrameInputs) -> Result<BevMap, sptr::Error> {
+        let m = self.inner.forward(inputs)?;
+        self.maps.push(m.clone());
+        Ok(m)
+    }
+    fn last_stages(&self) -> Vec<(String, f64)> {
+        self.inner.last_stages()
+    }
+}
+
+/// The real seg model (the reduced fusion YAML, random weights, CPU) on the sample bag: the map
+/// topics are in the output bag with the cloud's stamp and the head's 50 x 50 grid at 2 m, the
+/// PNG is written, the model's stages join the latency table, a second run gives the same map,
+/// and ground-truth masks made from the first map (p >= 0.5) score IoU 1 at threshold 0.5 for
+/// every class present (report.json's `bev_map`, report.md's section).
+#[test]
+fn sample_bag_with_the_seg_model_writes_and_evaluates_the_map() {
+    use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
+    let dir = temp_dir("segmodel");
+    let (yaml, mut p) = processor(&dir);
+    let bag = common::data("bags/nuscenes_sample");
+    let small = common::data("bevseg/fusion_small.yaml");
+    let mut seg = SegMapModel::open(&small, &SegWeightsSource::Random(3), false).unwrap();
+    let gt = dir.join("gt");
+    std::fs::create_dir_all(&gt).unwrap();
+    let mut maps = Vec::new();
+    for k in 0..2 {
+        let out = dir.join(format!("run{k}"));
+        let mut cams = cams_options();
+        if k == 1 {
+            cams.map_ground_truth = Some(gt.clone());
+        }
+        let mut opts = options(&bag, &out, Some(cams));
+        opts.bev_png_frames = [0].into_iter().collect();
+        let mut rec = Recording { inner: &mut seg, maps: Vec::new() };
+        let o = replay_with(&mut p, &yaml, &opts, Some(&mut rec)).unwrap();
+        assert_eq!(rec.maps.len(), 1);
+        let map = rec.maps.pop().unwrap();
+        assert_eq!((map.classes.len(), map.nx, map.ny, map.resolution), (6, 50, 50, 2.0));
+        assert!(map.masked_cameras.is_empty(), "{:?}", map.masked_cameras);
+        assert!(map.lidar.as_ref().is_some_and(|l| l.points_in > 1000 && !l.empty), "{:?}", map.lidar);
+        let stages: Vec<&str> = o.state.frames[0].stages_ns.iter().map(|(n, _)| n.as_str()).collect();
+        for s in ["bev_map/preprocess", "bev_map/lidar", "bev_map/decoder", "bev_map/head", "bev_map"] {
+            assert!(stages.contains(&s), "{s}: {stages:?}");
+        }
+        assert!(out.join("bev/map_000000.png").is_file());
+        let ob = out.join("bag");
+        let cloud = PointCloud2::from_cdr(&bag_messages(&ob, "/sptr/output/points")[0].1).unwrap();
+        for (c, class) in NUSCENES_MAP_CLASSES.iter().enumerate() {
+            let m = bag_messages(&ob, &format!("/sptr/output/bev/map/{class}"));
+            assert_eq!(m.len(), 1, "{class}");
+            let g = OccupancyGrid::from_cdr(&m[0].1).unwrap();
+            assert_eq!(g.header.stamp, cloud.header.stamp);
+            assert_eq!((g.info.width, g.info.height, g.info.resolution), (50, 50, 2.0));
+            // row-major, x along a row: cell (x, y) is data[y * 50 + x]
+            assert_eq!(g.data[7 * 50 + 3], sptr::bev::map_messages::occupancy_value(map.at(c, 3, 7)));
+        }
+        for (t, enc) in [("/sptr/output/bev/map_bits", "mono8"), ("/sptr/output/bev/map_color", "rgb8")] {
+            let img = Image::from_cdr(&bag_messages(&ob, t)[0].1).unwrap();
+            assert_eq!((img.encoding.as_str(), img.width, img.height, img.header.stamp), (enc, 50, 50, cloud.header.stamp));
+        }
+        let cams_json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("cameras.json")).unwrap()).unwrap();
+        assert_eq!((cams_json["bev_maps"].as_u64(), cams_json["bev_map_errors"].as_u64()), (Some(1), Some(0)));
+        if k == 0 {
+            assert!(o.map_metrics.is_none());
+            let masks: Vec<f32> = map.probabilities.iter().map(|&v| if v >= 0.5 { 1.0 } else { 0.0 }).collect();
+            sptr::camera::npy::write_f32(&gt.join("000000.npy"), &[6, 50, 50], &masks).unwrap();
+        } else {
+            let m = o.map_metrics.expect("evaluated");
+            assert_eq!(m.frames, 1);
+            for (c, ci) in m.classes.iter().enumerate() {
+                let present = map.class_plane(c).unwrap().iter().any(|&v| v >= 0.5);
+                assert_eq!(ci.ious[3] > 0.999_999, present, "{ci:?}");
+            }
+            let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+            assert_eq!(report["bev_map"]["frames"], 1);
+            assert!((report["bev_map"]["miou"].as_f64().unwrap() - m.miou).abs() < 1e-12);
+            assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("## BEV map segmentation"));
+        }
+        maps.push(map);
+    }
+    assert_eq!(maps[0], maps[1], "the same map every run");
+}
+
+/// The adapter's masking: a frame with no usable camera runs the fusion model LiDAR-only (every
+/// camera named as masked) and is a per-frame error for the camera-only model.
+#[test]
+fn no_usable_camera_is_lidar_only_for_fusion_and_an_error_for_camera_only() {
+    use sptr::bev::branch::{BranchConfig, CameraBranch};
+    use sptr::bev::calib::NUSCENES_CAMERAS;
+    use sptr::bev::calib_file::CalibrationFile;
+    use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
+    let file = CalibrationFile::load(&common::root().join("config/calibration/nuscenes_sample.yaml")).unwrap();
+    let mut b = CameraBranch::new(BranchConfig {
+        names: NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect(),
+        use_projection: vec![false; 6],
+        max_camera_lidar_delay_s: 0.12,
+        sweeps: 1,
+        odom_frame: "odom".into(),
+        calibration_file: Some(file),
+    })
+    .unwrap();
+    let pts = sptr::Points { x: vec![5.0, 10.0], y: vec![1.0, -2.0], z: vec![0.5, 0.0], intensity: vec![3.0, 9.0], has_intensity: true, ring: None, time: None };
+    let inputs = b.frame(1_000_000_000, "lidar_top", &pts);
+    assert_eq!(inputs.used(), 0);
+    let mut fusion = SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::Random(1), false).unwrap();
+    let m = fusion.forward(&inputs).unwrap();
+    assert_eq!(m.masked_cameras.len(), 6);
+    assert_eq!(m.lidar.as_ref().map(|l| l.points_in), Some(2));
+    assert!(m.probabilities.iter().all(|p| p.is_finite() && (0.0..=1.0).contains(p)));
+    let mut camera = SegMapModel::open(&common::data("bevseg/camera_small.yaml"), &SegWeightsSource::Random(1), false).unwrap();
+    let e = camera.forward(&inputs).unwrap_err().to_string();
+    assert!(e.contains("no camera image"), "{e}");
+    // weights parameter values
+    assert_eq!(SegWeightsSource::parse("random:7").unwrap(), SegWeightsSource::Random(7));
+    assert!(SegWeightsSource::parse("random:x").is_err());
+    assert!(SegWeightsSource::parse("").is_err());
+    assert!(SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::File("/nonexistent.safetensors".into()), false).is_err());
 }

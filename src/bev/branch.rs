@@ -164,6 +164,11 @@ impl BevFrameInputs {
 /// usable camera (`inputs.mask` empty) a fusion model runs LiDAR-only (camera BEV zero).
 pub trait BevMapModel {
     fn forward(&mut self, inputs: &BevFrameInputs) -> Result<BevMap, Error>;
+
+    /// The last forward's stage times `(name, ms)`, for the latency tables (none by default).
+    fn last_stages(&self) -> Vec<(String, f64)> {
+        Vec::new()
+    }
 }
 
 /// The branch's settings.

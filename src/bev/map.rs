@@ -5,19 +5,55 @@
 //! replay's encoders ([`super::map_messages`]) turn it into messages, the evaluation reads it.
 //! Layout `[class][x][y]`: `probabilities[(c * nx + x) * ny + y]` is class `c`'s probability at
 //! the cell whose lower corner is `(x_range[0] + x * resolution, y_range[0] + y * resolution)`.
-//! The field names are those of the model branch's `bev::seg_map::BevMap` (which adds the masked
-//! cameras and LiDAR statistics), so the encoders take either with a change of import.
+//! The model's report on its inputs travels with the map: which cameras were masked and what
+//! happened to the LiDAR input ([`LidarStats`]). The writers (raw float32 + JSON header, `.npy`,
+//! PNG) are in [`super::seg_map`]; the class colours ([`class_colour`]) are upstream's, used by
+//! every drawing of a map (the PNG and the node's rgb8 image).
 
 use crate::Error;
+use serde::Serialize;
 
 /// The six map classes of BEVFusion's nuScenes seg configs, in the head's output order.
 pub const NUSCENES_MAP_CLASSES: [&str; 6] =
     ["drivable_area", "ped_crossing", "walkway", "stop_line", "carpark_area", "divider"];
 
-/// A colour per class of [`NUSCENES_MAP_CLASSES`] for the rgb8 image (drivable area grey-blue,
-/// crossings and walkways warm, lines bright, so overlapping classes stay distinguishable).
-pub const NUSCENES_MAP_PALETTE: [[u8; 3]; 6] =
-    [[90, 110, 160], [240, 140, 40], [220, 60, 90], [250, 230, 60], [60, 170, 110], [240, 240, 240]];
+/// Upstream's visualisation colours for the map classes (`MAP_PALETTE` of
+/// `mmdet3d/core/utils/visualize.py`); classes it does not list are drawn grey. The one palette
+/// of the project: the PNGs, the node's and replay's rgb8 map image.
+pub fn class_colour(name: &str) -> [u8; 3] {
+    match name {
+        "drivable_area" => [166, 206, 227],
+        "road_segment" => [31, 120, 180],
+        "road_block" => [178, 223, 138],
+        "lane" => [51, 160, 44],
+        "ped_crossing" => [251, 154, 153],
+        "walkway" => [227, 26, 28],
+        "stop_line" => [253, 191, 111],
+        "carpark_area" => [255, 127, 0],
+        "road_divider" => [202, 178, 214],
+        "lane_divider" | "divider" => [106, 61, 154],
+        _ => [128, 128, 128],
+    }
+}
+
+/// What happened to the LiDAR input of a fusion frame.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct LidarStats {
+    /// Points given.
+    pub points_in: usize,
+    /// Points dropped for a NaN or infinite value (or one beyond FP16's range) in any column.
+    pub points_non_finite: usize,
+    /// Points inside the point cloud range (what voxelization kept before `max_voxels`).
+    pub points_in_range: usize,
+    /// Voxels made.
+    pub voxels: usize,
+    /// Voxels dropped because `max_voxels` was reached.
+    pub voxels_dropped: usize,
+    /// Points dropped because their voxel already held `max_num_points`.
+    pub points_over_voxel_cap: usize,
+    /// True when no point was left: the LiDAR BEV was all zero for this frame.
+    pub empty: bool,
+}
 
 /// A BEV map of per-class probabilities.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +70,10 @@ pub struct BevMap {
     /// `[lower, upper)` along x and y, metres, in the map's (the LiDAR's) frame.
     pub x_range: [f64; 2],
     pub y_range: [f64; 2],
+    /// Cameras that did not contribute (no usable image): their depth was treated as zero.
+    pub masked_cameras: Vec<String>,
+    /// The fusion model's LiDAR input; None for the camera-only model (or a map made by hand).
+    pub lidar: Option<LidarStats>,
 }
 
 impl BevMap {
@@ -53,6 +93,8 @@ impl BevMap {
             resolution,
             x_range: [origin[0], origin[0] + nx as f64 * resolution],
             y_range: [origin[1], origin[1] + ny as f64 * resolution],
+            masked_cameras: Vec::new(),
+            lidar: None,
         };
         m.check()?;
         Ok(m)
@@ -69,7 +111,25 @@ impl BevMap {
             resolution: 0.5,
             x_range: [-50.0, 50.0],
             y_range: [-50.0, 50.0],
+            masked_cameras: Vec::new(),
+            lidar: None,
         }
+    }
+
+    /// Cells per class plane.
+    pub fn cells(&self) -> usize {
+        self.nx * self.ny
+    }
+
+    /// Probability of `class` at cell `(ix, iy)`; the indices must be inside the map (use
+    /// [`BevMap::prob`] for indices from outside).
+    pub fn at(&self, class: usize, ix: usize, iy: usize) -> f32 {
+        self.probabilities[(class * self.nx + ix) * self.ny + iy]
+    }
+
+    /// Thresholded masks `[class][x][y]`, 1 where `p >= threshold` (upstream's comparison).
+    pub fn masks(&self, threshold: f32) -> Vec<u8> {
+        self.probabilities.iter().map(|&p| u8::from(p >= threshold)).collect()
     }
 
     /// Checks that the fields agree: classes and cells non-empty, `probabilities` of

@@ -1,6 +1,5 @@
-//! The BEV map a BEVFusion seg model produces ([`BevMap`]: per-class probabilities on the
-//! output grid, which cameras were masked, what happened to the LiDAR input) and how `sptr
-//! bevseg` writes it: raw float32 with a JSON header beside it, `.npy`, and a colour PNG of the
+//! How a [`BevMap`] (the one map type, [`crate::bev::map`]) is written to files, by `sptr bevseg`
+//! and replay: raw float32 with a JSON header beside it, `.npy`, and a colour PNG of the
 //! thresholded classes over the LiDAR points.
 //!
 //! Layout: `probabilities[(class · nx + ix) · ny + iy]`, upstream's `masks_bev[class, x, y]`
@@ -8,69 +7,14 @@
 //! `[x_range[0] + ix · res, x_range[0] + (ix + 1) · res)` and the same for y.
 
 use crate::bev::label_grid::{BevGrids, NO_DATA};
+use crate::bev::map::{class_colour, BevMap, LidarStats};
 use crate::replay::bev_png::{write_bev_png, BevLegend};
 use crate::Error;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// Upstream's visualisation colours for the map classes (`MAP_PALETTE` of
-/// `mmdet3d/core/utils/visualize.py`); classes it does not list are drawn grey.
-pub fn class_colour(name: &str) -> [u8; 3] {
-    match name {
-        "drivable_area" => [166, 206, 227],
-        "road_segment" => [31, 120, 180],
-        "road_block" => [178, 223, 138],
-        "lane" => [51, 160, 44],
-        "ped_crossing" => [251, 154, 153],
-        "walkway" => [227, 26, 28],
-        "stop_line" => [253, 191, 111],
-        "carpark_area" => [255, 127, 0],
-        "road_divider" => [202, 178, 214],
-        "lane_divider" | "divider" => [106, 61, 154],
-        _ => [128, 128, 128],
-    }
-}
-
 /// Colour of cells with LiDAR points and no class above the threshold.
 pub const POINTS_RGB: [u8; 3] = [235, 235, 235];
-
-/// What happened to the LiDAR input of a fusion frame.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct LidarStats {
-    /// Points given.
-    pub points_in: usize,
-    /// Points dropped for a NaN or infinite value (or one beyond FP16's range) in any column.
-    pub points_non_finite: usize,
-    /// Points inside the point cloud range (what voxelization kept before `max_voxels`).
-    pub points_in_range: usize,
-    /// Voxels made.
-    pub voxels: usize,
-    /// Voxels dropped because `max_voxels` was reached.
-    pub voxels_dropped: usize,
-    /// Points dropped because their voxel already held `max_num_points`.
-    pub points_over_voxel_cap: usize,
-    /// True when no point was left: the LiDAR BEV was all zero for this frame.
-    pub empty: bool,
-}
-
-/// A frame's BEV map.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BevMap {
-    pub classes: Vec<String>,
-    pub nx: usize,
-    pub ny: usize,
-    /// Sigmoid probabilities `[class][x][y]`.
-    pub probabilities: Vec<f32>,
-    /// Cell size in metres.
-    pub resolution: f64,
-    /// `[lower, upper)` along x and y in metres (LiDAR frame).
-    pub x_range: [f64; 2],
-    pub y_range: [f64; 2],
-    /// Cameras that did not contribute (no image): their depth was treated as zero.
-    pub masked_cameras: Vec<String>,
-    /// The fusion model's LiDAR input; None for the camera-only model.
-    pub lidar: Option<LidarStats>,
-}
 
 /// The JSON header written beside the raw probabilities.
 #[derive(Debug, Clone, Serialize)]
@@ -102,38 +46,6 @@ pub struct Written {
 }
 
 impl BevMap {
-    pub fn cells(&self) -> usize {
-        self.nx * self.ny
-    }
-
-    /// Probability of `class` at cell `(ix, iy)`.
-    pub fn at(&self, class: usize, ix: usize, iy: usize) -> f32 {
-        self.probabilities[(class * self.nx + ix) * self.ny + iy]
-    }
-
-    /// Thresholded masks `[class][x][y]`, 1 where `p >= threshold` (upstream's comparison).
-    pub fn masks(&self, threshold: f32) -> Vec<u8> {
-        self.probabilities.iter().map(|&p| u8::from(p >= threshold)).collect()
-    }
-
-    /// Checks that the sizes agree (a map built by hand).
-    pub fn check(&self) -> Result<(), Error> {
-        let want = self.classes.len() * self.nx * self.ny;
-        if self.classes.is_empty() || self.nx == 0 || self.ny == 0 || self.probabilities.len() != want {
-            return Err(Error::InvalidInput(format!(
-                "BEV map: {} values for {} classes x {} x {} cells",
-                self.probabilities.len(),
-                self.classes.len(),
-                self.nx,
-                self.ny
-            )));
-        }
-        if !(self.resolution.is_finite() && self.resolution > 0.0) {
-            return Err(Error::InvalidInput(format!("BEV map: resolution {}", self.resolution)));
-        }
-        Ok(())
-    }
-
     /// The colour grid of the PNG: each cell the colour of the last class (in class order, as
     /// upstream's `visualize_map` paints) at or above `threshold`; else [`POINTS_RGB`] where a
     /// LiDAR point `(x, y)` falls; else no data. The grid's cell `(ix, iy)` is at `iy · nx + ix`

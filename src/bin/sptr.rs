@@ -365,6 +365,18 @@ struct ReplayArgs {
     /// frame leaves FP16's range; README: precision). Default: the model YAML's `precision`.
     #[arg(long, value_parser = precision_arg)]
     precision: Option<sptr::device::storage::Precision>,
+    /// BEV map model YAML instead of the params file's camera.model_config (needs --params with
+    /// cameras).
+    #[arg(long)]
+    camera_model: Option<PathBuf>,
+    /// BEV map model weights instead of camera.model_weights: a safetensors file, or
+    /// random:SEED for untrained deterministic weights.
+    #[arg(long)]
+    camera_weights: Option<String>,
+    /// Directory of BEV map ground-truth masks, <frame index, 6 digits>.npy, float32
+    /// [classes, nx, ny] (README "Replay with cameras"): per-class IoU and mIoU in the report.
+    #[arg(long)]
+    map_ground_truth: Option<PathBuf>,
 }
 
 /// Exit status of `segment` and `replay` when the network's activations left the FP16 range
@@ -1371,6 +1383,9 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         params: a.params,
         out: a.out,
         bev_png_frames: a.bev_png_frames,
+        camera_model: a.camera_model,
+        camera_weights: a.camera_weights,
+        map_ground_truth: a.map_ground_truth,
         shard: a.shard,
         progress: match a.progress.as_str() {
             "plain" => ProgressMode::Plain,
@@ -1388,6 +1403,10 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     }
     if !outcome.cameras.is_empty() {
         eprintln!("cameras: {}", outcome.out.join(sptr::replay::cameras::CAMERAS_FILE).display());
+    }
+    if let Some(m) = &outcome.map_metrics {
+        let per: Vec<String> = m.classes.iter().map(|c| format!("{} {:.3}", c.name, c.max)).collect();
+        eprintln!("BEV map: mIoU {:.4} over {} frame(s) ({})", m.miou, m.frames, per.join(", "));
     }
     if !outcome.bev_png_missing.is_empty() {
         eprintln!(

@@ -25,7 +25,7 @@
 
 use crate::bev::calib::Calibration;
 use crate::bev::lss::{CameraMask, GeometryCache, LssConfig, LssTransform};
-use crate::bev::seg_map::{BevMap, LidarStats};
+use crate::bev::map::{BevMap, LidarStats};
 use crate::camera::encoder::{CameraEncoder, CameraEncoderConfig};
 use crate::camera::image::RgbImage;
 use crate::camera::preprocess::{preprocess_cpu, ImagePreprocess};
@@ -228,9 +228,10 @@ pub fn with_blanks<'a>(images: &[Option<&'a RgbImage>], blanks: &'a [Option<RgbI
 }
 
 /// The images as one preprocessed batch `[N, H, W, 3]`, in calibration order (checked by
-/// [`check_cameras`]), with the mask and the masked cameras' names.
-pub fn camera_batch(pre: &ImagePreprocess, calib: &Calibration, images: &[Option<&RgbImage>]) -> Result<(FeatureMap, CameraMask, Vec<String>), Error> {
-    let (mask, masked) = check_cameras(calib, images.iter().map(|i| i.map(|i| (i.width, i.height))))?;
+/// [`check_cameras`]; `lidar`: the model has a LiDAR branch), with the mask and the masked
+/// cameras' names.
+pub fn camera_batch(pre: &ImagePreprocess, calib: &Calibration, images: &[Option<&RgbImage>], lidar: bool) -> Result<(FeatureMap, CameraMask, Vec<String>), Error> {
+    let (mask, masked) = check_cameras(calib, images.iter().map(|i| i.map(|i| (i.width, i.height))), lidar)?;
     let blanks = blank_images(calib, images);
     let all = with_blanks(images, &blanks)?;
     let batch = preprocess_cpu(&all, pre)?;
@@ -238,8 +239,10 @@ pub fn camera_batch(pre: &ImagePreprocess, calib: &Calibration, images: &[Option
 }
 
 /// The camera count and each present image's size against the calibration; the mask and the
-/// masked cameras' names.
-pub fn check_cameras(calib: &Calibration, sizes: impl ExactSizeIterator<Item = Option<(usize, usize)>>) -> Result<(CameraMask, Vec<String>), Error> {
+/// masked cameras' names. No image at all is an error for the camera-only model; the fusion
+/// model (`lidar` true) then runs LiDAR-only: every camera masked, nothing pooled, the camera
+/// BEV zero before the view transform's downsample (the node's rule when no camera is usable).
+pub fn check_cameras(calib: &Calibration, sizes: impl ExactSizeIterator<Item = Option<(usize, usize)>>, lidar: bool) -> Result<(CameraMask, Vec<String>), Error> {
     if sizes.len() != calib.len() {
         return Err(Error::InvalidInput(format!(
             "{} camera images for a calibration of {} cameras: give one per camera, in the calibration's order (a missing one is masked)",
@@ -264,7 +267,7 @@ pub fn check_cameras(calib: &Calibration, sizes: impl ExactSizeIterator<Item = O
             Some(_) => {}
         }
     }
-    if masked.len() == calib.len() {
+    if masked.len() == calib.len() && !lidar {
         return Err(Error::InvalidInput("no camera image at all: the camera BEV would be empty; give at least one image".into()));
     }
     Ok((mask, masked))
@@ -597,7 +600,7 @@ impl BevSegModel {
         }
         let mut t = StageMs::default();
         let mut since = Instant::now();
-        let (input, mask, masked) = camera_batch(&self.config.camera.preprocess, calib, images)?;
+        let (input, mask, masked) = camera_batch(&self.config.camera.preprocess, calib, images, self.lidar.is_some())?;
         t.mark("preprocess", &mut since);
         let camera_bev = self.camera.forward(calib, &input, mask, &mut t, &mut since)?;
         let (lidar_bev, lstats) = match (&self.lidar, &self.config.lidar) {

@@ -14,7 +14,7 @@ use super::bevfusion_seg::{bev_map_from_nhwc, blank_images, check_cameras, with_
 use crate::bev::calib::Calibration;
 use crate::bev::lss::cuda::CudaLssTransform;
 use crate::bev::lss::CameraMask;
-use crate::bev::seg_map::LidarStats;
+use crate::bev::map::LidarStats;
 use crate::camera::encoder_cuda::CudaCameraEncoder;
 use crate::camera::image::{DecodeLimits, RgbImage};
 use crate::camera::compressed::JpegDecoderChoice;
@@ -107,7 +107,7 @@ impl CudaBevSeg {
 
     /// Decoded images (one per calibration camera, None = masked) → the network input.
     fn camera_input(&mut self, dev: &CudaDevice, calib: &Calibration, images: &[Option<&RgbImage>]) -> Result<CameraInput, Error> {
-        let (mask, masked) = check_cameras(calib, images.iter().map(|i| i.map(|i| (i.width, i.height))))?;
+        let (mask, masked) = check_cameras(calib, images.iter().map(|i| i.map(|i| (i.width, i.height))), self.kind() == BevSegKind::Fusion)?;
         let blanks = blank_images(calib, images);
         let all = with_blanks(images, &blanks)?;
         let batch = self.preprocess.run(dev, &all)?;
@@ -135,7 +135,7 @@ impl CudaBevSeg {
 
     /// The network from the device input on: [LiDAR BEV →] camera BEV [→ fuser] → decoder → head,
     /// probabilities back on the host.
-    fn run(&mut self, dev: &CudaDevice, calib: &Calibration, cam: CameraInput, cloud: Option<&[Point5]>, keep: bool, clock: &mut GpuClock) -> Result<(crate::bev::seg_map::BevMap, Option<BevSegStages>), Error> {
+    fn run(&mut self, dev: &CudaDevice, calib: &Calibration, cam: CameraInput, cloud: Option<&[Point5]>, keep: bool, clock: &mut GpuClock) -> Result<(crate::bev::map::BevMap, Option<BevSegStages>), Error> {
         let CameraInput { batch, mask, masked } = cam;
         clock.mark(dev, "upload+preprocess".into())?;
         let (lidar_bev, stats): (Option<CudaFeatureMap>, Option<LidarStats>) = match &self.lidar {

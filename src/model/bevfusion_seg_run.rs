@@ -1,6 +1,6 @@
 //! `sptr bevseg`: a BEVFusion seg model on one frame of files — camera images named by camera,
 //! a nuScenes-style `calib.json`, optionally a LiDAR cloud — written as the BEV map files of
-//! [`BevMap::write_dir`](crate::bev::seg_map::BevMap::write_dir), with `--dump-stages` each
+//! [`BevMap::write_dir`](crate::bev::map::BevMap::write_dir), with `--dump-stages` each
 //! stage's tensor as NCHW float32 `.npy` for the parity harness.
 
 use super::bevfusion_seg::{BevSegConfig, BevSegKind, BevSegModel, BevSegStages, Point5};

@@ -23,6 +23,7 @@ pub mod bevfusion_seg;
 pub mod bevfusion_seg_bench;
 #[cfg(feature = "cuda")]
 pub mod bevfusion_seg_cuda;
+pub mod bevfusion_seg_map_model;
 pub mod bevfusion_seg_run;
 pub mod fuser;
 #[cfg(feature = "cuda")]

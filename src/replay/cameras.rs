@@ -14,6 +14,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use super::map_eval::MapGroundTruth;
 use super::ReplayError;
 use crate::bag::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, TfMessage};
 use crate::bag::{Bag, BagWriter, RawMessage};
@@ -36,6 +37,8 @@ pub struct CameraReplayOptions {
     pub map_classes: Vec<String>,
     /// How maps are drawn (a threshold and a colour per class), for a model's maps.
     pub map_style: Option<MapStyle>,
+    /// A directory of ground-truth masks ([`super::map_eval`]) to evaluate the model's maps on.
+    pub map_ground_truth: Option<std::path::PathBuf>,
 }
 
 /// A node-relative topic name as the node `sptr` in namespace `/` resolves it: `~/x` is
@@ -95,6 +98,10 @@ struct CamerasJson {
     max_camera_lidar_delay_s: f64,
     calibration_changes: u64,
     bad_messages: u64,
+    /// Frames with a BEV map, frames whose model forward failed (no map), the last failure.
+    bev_maps: u64,
+    bev_map_errors: u64,
+    last_bev_map_error: Option<String>,
     notes: Vec<String>,
     cameras: Vec<CameraSummary>,
     frames: Vec<FrameCameras>,
@@ -118,6 +125,12 @@ pub struct CameraReplay {
     frames: Vec<FrameCameras>,
     notes: Vec<String>,
     bad_messages: u64,
+    /// Frames with a map, and frames whose model forward failed (dropped, the replay goes on).
+    maps: u64,
+    map_errors: u64,
+    last_map_error: Option<String>,
+    /// The map evaluation, when the options name ground truth and a model runs.
+    pub(crate) ground_truth: Option<MapGroundTruth>,
 }
 
 impl CameraReplay {
@@ -156,7 +169,42 @@ impl CameraReplay {
                 expect(topic, TfMessage::TYPE_NAME, Role::Tf { is_static }, &mut roles, &mut notes)?;
             }
         }
-        Ok(CameraReplay { opts: opts.clone(), branch, roles, frames: Vec::new(), notes, bad_messages: 0 })
+        Ok(CameraReplay {
+            opts: opts.clone(),
+            branch,
+            roles,
+            frames: Vec::new(),
+            notes,
+            bad_messages: 0,
+            maps: 0,
+            map_errors: 0,
+            last_map_error: None,
+            ground_truth: None,
+        })
+    }
+
+    /// Starts the map evaluation when the options name ground truth (called once a model runs).
+    pub fn start_evaluation(&mut self) -> Result<(), ReplayError> {
+        if let Some(dir) = &self.opts.map_ground_truth {
+            self.ground_truth = Some(MapGroundTruth::new(dir, &self.opts.map_classes).map_err(ReplayError::Setup)?);
+        }
+        Ok(())
+    }
+
+    /// Counts a frame's map (`Ok`) or the model's failure on it.
+    pub fn count_map(&mut self, r: Result<(), String>) {
+        match r {
+            Ok(()) => self.maps += 1,
+            Err(e) => {
+                self.map_errors += 1;
+                self.last_map_error = Some(e);
+            }
+        }
+    }
+
+    /// Frames with a map, frames whose map failed.
+    pub fn map_counts(&self) -> (u64, u64) {
+        (self.maps, self.map_errors)
     }
 
     /// The topics to read besides the LiDAR's.
@@ -258,6 +306,9 @@ impl CameraReplay {
             max_camera_lidar_delay_s: self.opts.branch.max_camera_lidar_delay_s,
             calibration_changes: self.branch.calibration_changes(),
             bad_messages: self.bad_messages,
+            bev_maps: self.maps,
+            bev_map_errors: self.map_errors,
+            last_bev_map_error: self.last_map_error.clone(),
             notes: self.notes.clone(),
             cameras,
             frames: self.frames.clone(),

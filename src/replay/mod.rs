@@ -26,6 +26,7 @@ pub mod bev_png;
 pub mod cameras;
 pub mod device;
 pub mod ground_truth;
+pub mod map_eval;
 pub mod output_dir;
 pub mod progress;
 pub mod request;
@@ -150,6 +151,8 @@ pub struct ReplayOutcome {
     pub bev_png_missing: Vec<u64>,
     /// Per camera: frames used and masked (empty without the camera branch).
     pub cameras: Vec<CameraOutcome>,
+    /// The BEV map evaluation, with a model and ground-truth masks.
+    pub map_metrics: Option<crate::eval::bev_map::MapMetrics>,
 }
 
 /// A duration in nanoseconds (saturating).
@@ -222,6 +225,9 @@ pub fn replay_with(
             let style = c.map_style.as_ref().ok_or_else(|| ReplayError::Setup("a BEV map model needs the map style (thresholds, palette)".into()))?;
             style.check(c.map_classes.len()).map_err(|e| ReplayError::Setup(format!("BEV map: {e}")))?;
             cameras::add_map_topics(&mut writer, &c.map_classes)?;
+            if let Some(cr) = cams.as_mut() {
+                cr.start_evaluation()?;
+            }
             Some(c.map_classes.clone())
         }
         _ => None,
@@ -329,6 +335,13 @@ pub fn replay_with(
     };
     state.save(&opts.out.join(STATE_FILE))?;
     let report = write_reports(&state, &opts.out)?;
+    let map_metrics = match cams.as_ref().and_then(|c| c.ground_truth.as_ref()) {
+        Some(g) => {
+            map_eval_into_reports(g, &opts.out)?;
+            Some(g.result())
+        }
+        None => None,
+    };
     let bev_png_missing = opts
         .bev_png_frames
         .iter()
@@ -342,7 +355,25 @@ pub fn replay_with(
         damage,
         bev_png_missing,
         cameras: cams.map(|c| c.outcome()).unwrap_or_default(),
+        map_metrics,
     })
+}
+
+/// Adds the BEV map evaluation to `report.json` (key `bev_map`) and `report.md` (a section).
+fn map_eval_into_reports(g: &map_eval::MapGroundTruth, out: &Path) -> Result<(), ReplayError> {
+    let io = |path: PathBuf| move |source| ReplayError::Io { path, source };
+    let json_path = out.join("report.json");
+    let text = std::fs::read_to_string(&json_path).map_err(io(json_path.clone()))?;
+    let mut v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ReplayError::Setup(format!("report.json: {e}")))?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("bev_map".into(), g.to_json());
+    }
+    let text = serde_json::to_string_pretty(&v).map_err(|e| ReplayError::Setup(format!("report.json: {e}")))?;
+    std::fs::write(&json_path, text).map_err(io(json_path.clone()))?;
+    let md_path = out.join("report.md");
+    let mut md = std::fs::read_to_string(&md_path).map_err(io(md_path.clone()))?;
+    md += &g.to_markdown();
+    std::fs::write(&md_path, md).map_err(io(md_path.clone()))
 }
 
 /// The camera branch's part of a replayed LiDAR frame: the frame's camera inputs (sync,
@@ -372,24 +403,33 @@ fn camera_frame(
     let camera_stages: Vec<(String, u64)> = inputs.stages.iter().map(|(n, v)| (n.to_string(), (v * 1e6).round() as u64)).collect();
     record.stages_ns.splice(end..end, camera_stages);
 
-    // INTEGRATION(issue 21, BEV map model): the model's forward on this frame's inputs. The
-    // request (`request::run`) opens the model from `camera.model_config` / `camera.model_weights`
-    // and passes it here; ground-truth masks (a directory, `crate::eval::bev_map`'s threshold
-    // sweep and mIoU) are evaluated on `map` right after it.
+    // The BEV map model's forward on this frame's inputs. A failure is the frame's: counted in
+    // cameras.json, noted, no map for this frame, the replay goes on (as the node does).
     let (Some(model), Some(classes)) = (bev_model.as_deref_mut(), map_classes) else { return Ok(()) };
     let t = Instant::now();
     let map = match model.forward(&inputs) {
         Ok(m) => m,
         Err(e) => {
             progress.note(&format!("frame {}: the BEV map model failed: {e}", ctx.index));
+            cams.count_map(Err(e.to_string()));
             return Ok(());
         }
     };
     let forward_ns = ns(t.elapsed());
     let Some(messages) = cams.map_messages(&map, &msg.header, &opts.bev_frame_id)? else { return Ok(()) };
     cameras::write_map(writer, classes, &messages, ctx.timestamp_ns)?;
+    cams.count_map(Ok(()));
+    // the model's own stages (`bev_map/<stage>`), then its whole forward (`bev_map`)
     let end = record.stages_ns.iter().position(|(n, _)| n == END_TO_END).unwrap_or(record.stages_ns.len());
-    record.stages_ns.insert(end, ("bev_map".to_string(), forward_ns));
+    let mut model_stages: Vec<(String, u64)> =
+        model.last_stages().into_iter().map(|(n, v)| (format!("bev_map/{n}"), (v * 1e6).round().max(0.0) as u64)).collect();
+    model_stages.push(("bev_map".to_string(), forward_ns));
+    record.stages_ns.splice(end..end, model_stages);
+    if let Some(g) = cams.ground_truth.as_mut() {
+        if let Some(note) = g.add(ctx.index, &map) {
+            progress.note(&note);
+        }
+    }
     if opts.bev_png_frames.contains(&ctx.index) {
         let palette = opts.cameras.as_ref().and_then(|c| c.map_style.as_ref()).map(|s| s.palette.clone()).unwrap_or_default();
         let legend = BevLegend {

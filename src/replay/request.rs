@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{
-    open_processor, replay, Device, LabelSource, ProgressMode, ReplayError, ReplayOptions,
+    open_processor, replay, replay_with, Device, LabelSource, ProgressMode, ReplayError, ReplayOptions,
     ReplayOutcome, Shard, WeightsSource,
 };
 use crate::bev::label_grid::BevGridParams;
@@ -15,9 +15,10 @@ use super::cameras::absolute_topic;
 use super::CameraReplayOptions;
 use crate::bev::branch::BranchConfig;
 use crate::bev::calib_file::CalibrationFile;
-use crate::bev::map::{NUSCENES_MAP_CLASSES, NUSCENES_MAP_PALETTE};
+use crate::bev::map::{class_colour, NUSCENES_MAP_CLASSES};
 use crate::bev::map_messages::MapStyle;
 use crate::config::IntrinsicsFrom;
+use crate::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
 
 /// The node params file for the nuScenes SphereFormer (`config/models/sphereformer_nuscenes.yaml`),
 /// named when the default parameters do not fit a model.
@@ -76,7 +77,7 @@ pub fn bev_params(
 /// The camera branch of a replay from the params file `path` (`None` when its `input.cameras` is
 /// empty): the cameras' topics as the node `sptr` resolves them, the calibration file (relative
 /// to the params file), the map classes of `camera.model_config` (nuScenes' six without one)
-/// with `camera.map_thresholds` and the nuScenes map palette.
+/// with `camera.map_thresholds` and upstream's class colours ([`class_colour`]).
 pub fn camera_options(path: &Path, p: &NodeParams) -> Result<Option<CameraReplayOptions>, ReplayError> {
     if p.input.cameras.is_empty() {
         return Ok(None);
@@ -92,7 +93,7 @@ pub fn camera_options(path: &Path, p: &NodeParams) -> Result<Option<CameraReplay
         None => NUSCENES_MAP_CLASSES.iter().map(|s| s.to_string()).collect(),
     };
     let thresholds = p.map_thresholds(map_classes.len()).map_err(|e| ReplayError::Setup(format!("{}: {e}", path.display())))?;
-    let palette: Vec<[u8; 3]> = (0..map_classes.len()).map(|i| NUSCENES_MAP_PALETTE[i % NUSCENES_MAP_PALETTE.len()]).collect();
+    let palette: Vec<[u8; 3]> = map_classes.iter().map(|c| class_colour(c)).collect();
     let mut inputs = p.camera_inputs();
     for c in &mut inputs {
         c.image_topic = absolute_topic(&c.image_topic);
@@ -106,7 +107,7 @@ pub fn camera_options(path: &Path, p: &NodeParams) -> Result<Option<CameraReplay
         odom_frame: p.lidar.odom_frame.clone(),
         calibration_file,
     };
-    Ok(Some(CameraReplayOptions { inputs, branch, map_classes, map_style: Some(MapStyle { thresholds, palette }) }))
+    Ok(Some(CameraReplayOptions { inputs, branch, map_classes, map_style: Some(MapStyle { thresholds, palette }), map_ground_truth: None }))
 }
 
 /// `map_classes` of a BEVFusion seg model YAML.
@@ -142,6 +143,31 @@ pub struct ReplayRequest {
     pub progress: ProgressMode,
     /// The CUDA network's precision, overriding the model YAML's `precision` (`None`: the YAML's).
     pub precision: Option<crate::device::storage::Precision>,
+    /// Overrides the params file's `camera.model_config` (a BEVFusion seg model YAML).
+    pub camera_model: Option<PathBuf>,
+    /// Overrides `camera.model_weights`: a safetensors file or `random:<seed>`.
+    pub camera_weights: Option<String>,
+    /// A directory of BEV map ground-truth masks ([`super::map_eval`]).
+    pub map_ground_truth: Option<PathBuf>,
+}
+
+/// The BEV map model of a replay: `camera.model_config` / `camera.model_weights` of the params
+/// file `path` (relative to it; weights may be `random:<seed>`), each overridden by the request;
+/// `None` without a model config. On the GPU when the frame processor is (`cuda`).
+pub fn open_map_model(req: &ReplayRequest, path: &Path, p: &NodeParams, cuda: bool) -> Result<Option<SegMapModel>, ReplayError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let config = match (&req.camera_model, p.camera.model_config.as_str()) {
+        (Some(m), _) => m.clone(),
+        (None, "") => return Ok(None),
+        (None, v) => dir.join(v),
+    };
+    let weights_value = req.camera_weights.clone().unwrap_or_else(|| p.camera.model_weights.clone());
+    let weights = match SegWeightsSource::parse(&weights_value) {
+        Ok(SegWeightsSource::File(f)) if req.camera_weights.is_none() => SegWeightsSource::File(dir.join(f)),
+        Ok(w) => w,
+        Err(e) => return Err(ReplayError::Setup(format!("{e} (or pass --camera-weights FILE|random:SEED)"))),
+    };
+    SegMapModel::open(&config, &weights, cuda).map(Some).map_err(|e| ReplayError::Setup(format!("BEV map model: {e}")))
 }
 
 /// Loads the model, label map and BEV settings of `req` and replays.
@@ -172,14 +198,40 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         None => None,
     };
     let (bev, bev_frame_id) = bev_params(&model, params.as_ref().map(|(p, n)| (*p, n)))?;
-    let cameras = match &params {
+    let mut cameras = match &params {
         Some((path, p)) => camera_options(path, p)?,
         None => None,
     };
+    if cameras.is_none() && (req.camera_model.is_some() || req.camera_weights.is_some() || req.map_ground_truth.is_some()) {
+        return Err(ReplayError::Setup(
+            "--camera-model/--camera-weights/--map-ground-truth need the camera branch: give --params with input.cameras set (e.g. config/perception_nuscenes_cameras.yaml)".into(),
+        ));
+    }
     let (mut processor, device_name) =
         open_processor(req.device, &model, &req.model, &req.weights, &bev)?;
     // as the node: `on_overflow` of the params file (default `drop`)
     processor.set_on_overflow(params.as_ref().map(|(_, p)| p.on_overflow).unwrap_or_default());
+    let mut map_model = match (&params, &mut cameras) {
+        (Some((path, p)), Some(c)) => {
+            let cuda = device_name.starts_with("cuda");
+            let m = open_map_model(req, path, p, cuda)?;
+            if let Some(m) = &m {
+                if m.classes() != c.map_classes.as_slice() {
+                    // the map classes of an overriding YAML
+                    c.map_classes = m.classes().to_vec();
+                    let thresholds = p.map_thresholds(c.map_classes.len()).map_err(|e| ReplayError::Setup(format!("{}: {e}", path.display())))?;
+                    let palette = c.map_classes.iter().map(|n| class_colour(n)).collect();
+                    c.map_style = Some(MapStyle { thresholds, palette });
+                }
+            }
+            c.map_ground_truth = req.map_ground_truth.clone();
+            if m.is_none() && req.map_ground_truth.is_some() {
+                return Err(ReplayError::Setup("--map-ground-truth needs a BEV map model (camera.model_config or --camera-model)".into()));
+            }
+            m
+        }
+        _ => None,
+    };
     let opts = ReplayOptions {
         bag: req.bag.clone(),
         lidar_topic: req.lidar_topic.clone(),
@@ -196,7 +248,10 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         progress: req.progress,
         cameras,
     };
-    replay(&mut processor, &model, &opts)
+    match map_model.as_mut() {
+        Some(m) => replay_with(&mut processor, &model, &opts, Some(m as &mut dyn crate::bev::branch::BevMapModel)),
+        None => replay(&mut processor, &model, &opts),
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,150 @@
+//! The BEVFusion seg model ([`BevSegModel`], or its CUDA upload) as the camera branch's
+//! [`BevMapModel`]: what the node and `sptr replay` run on each frame's [`BevFrameInputs`].
+//!
+//! Per frame: the decoded images of the used cameras (a masked camera is `None`: the model masks
+//! it, it contributes nothing to the camera BEV), the frame's calibration (every camera, in the
+//! branch's camera order, which must be the model's), and for the fusion model the aggregated
+//! sweeps as upstream's points `[x, y, z, intensity, time_lag]`. With no usable camera the fusion
+//! model runs LiDAR-only; the camera-only model gives a per-frame error. Every error is the
+//! frame's: the caller drops that frame's map, counts it and goes on.
+//!
+//! Weights: a safetensors file, or `random:<seed>` (deterministic untrained weights, as `sptr
+//! random-weights` writes them: real timings, meaningless maps) for smoke runs and tests.
+
+use std::path::Path;
+
+use super::bevfusion_seg::{random_tensors, BevSegConfig, BevSegKind, BevSegModel, BevSegOutput, Point5};
+use crate::bev::branch::{BevFrameInputs, BevMapModel};
+use crate::bev::map::BevMap;
+use crate::bev::sweeps::SweepPoints;
+use crate::camera::image::RgbImage;
+use crate::model::Weights;
+use crate::Error;
+
+/// Where the seg model's weights come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SegWeightsSource {
+    File(std::path::PathBuf),
+    /// Deterministic random weights with this seed.
+    Random(u64),
+}
+
+impl SegWeightsSource {
+    /// A parameter value: `random:<seed>`, else a path (relative paths are the caller's to resolve).
+    pub fn parse(value: &str) -> Result<Self, Error> {
+        match value.strip_prefix("random:") {
+            Some(seed) => seed.trim().parse::<u64>().map(SegWeightsSource::Random).map_err(|_| {
+                Error::InvalidInput(format!("camera model weights `{value}`: `random:` takes a seed (an unsigned integer), e.g. random:0"))
+            }),
+            None if value.is_empty() => Err(Error::InvalidInput(
+                "camera model weights: empty; give a safetensors file (camera.model_weights) or random:<seed> for untrained weights".into(),
+            )),
+            None => Ok(SegWeightsSource::File(value.into())),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            SegWeightsSource::File(p) => p.display().to_string(),
+            SegWeightsSource::Random(s) => format!("random weights (seed {s}, untrained)"),
+        }
+    }
+
+    fn load(&self, cfg: &BevSegConfig) -> Result<Weights, Error> {
+        match self {
+            SegWeightsSource::File(p) => Ok(Weights::from_file(p)?),
+            SegWeightsSource::Random(seed) => {
+                let t = random_tensors(cfg, *seed)?;
+                Ok(Weights::from_tensors(&format!("random BEVFusion seg weights (seed {seed})"), t)?)
+            }
+        }
+    }
+}
+
+enum Backend {
+    Cpu(Box<BevSegModel>),
+    #[cfg(feature = "cuda")]
+    Cuda { dev: crate::device::cuda::CudaDevice, model: Box<super::bevfusion_seg_cuda::CudaBevSeg> },
+}
+
+/// The seg model behind [`BevMapModel`].
+pub struct SegMapModel {
+    backend: Backend,
+    kind: BevSegKind,
+    classes: Vec<String>,
+    description: String,
+    /// The last forward's stage times (ms; GPU time on CUDA).
+    last_stages: Vec<(String, f64)>,
+}
+
+impl SegMapModel {
+    /// Loads the model YAML `config` with `weights` on the CPU, or uploads it to GPU 0 (`cuda`).
+    pub fn open(config: &Path, weights: &SegWeightsSource, cuda: bool) -> Result<Self, Error> {
+        let cfg = BevSegConfig::load(config).map_err(|e| Error::InvalidInput(format!("BEV map model {}: {e}", config.display())))?;
+        let w = weights.load(&cfg)?;
+        let model = BevSegModel::from_weights(&cfg, w)?;
+        let device = if cuda { "cuda" } else { "cpu" };
+        let description = format!("{} ({}) with {} on {device}", config.display(), cfg.kind.name(), weights.describe());
+        let backend = if cuda { Self::cuda(model)? } else { Backend::Cpu(Box::new(model)) };
+        Ok(SegMapModel { backend, kind: cfg.kind, classes: cfg.classes.clone(), description, last_stages: Vec::new() })
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda(model: BevSegModel) -> Result<Backend, Error> {
+        let dev = crate::device::cuda::CudaDevice::new(0)?;
+        let gpu = super::bevfusion_seg_cuda::CudaBevSeg::upload(&dev, &model, crate::dense::conv_engine::ConvBackend::Cudnn)?;
+        Ok(Backend::Cuda { dev, model: Box::new(gpu) })
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn cuda(_: BevSegModel) -> Result<Backend, Error> {
+        Err(Error::InvalidInput("this build has no CUDA backend for the BEV map model: rebuild with `--features cuda` or use device cpu".into()))
+    }
+
+    pub fn kind(&self) -> BevSegKind {
+        self.kind
+    }
+
+    /// The model's map classes, in output order.
+    pub fn classes(&self) -> &[String] {
+        &self.classes
+    }
+
+    /// What was loaded, for logs and diagnostics.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+}
+
+/// Upstream's point layout of the aggregated sweeps.
+pub fn sweep_points5(p: &SweepPoints) -> Vec<Point5> {
+    (0..p.len()).map(|i| [p.x[i], p.y[i], p.z[i], p.intensity[i], p.time_lag[i]]).collect()
+}
+
+impl BevMapModel for SegMapModel {
+    fn forward(&mut self, inputs: &BevFrameInputs) -> Result<BevMap, Error> {
+        if inputs.images.len() != inputs.calibration.len() {
+            return Err(Error::InvalidInput(format!(
+                "{} camera images for a calibration of {} cameras",
+                inputs.images.len(),
+                inputs.calibration.len()
+            )));
+        }
+        let images: Vec<Option<&RgbImage>> = inputs.images.iter().map(|i| i.as_deref()).collect();
+        let cloud = match self.kind {
+            BevSegKind::Fusion => Some(sweep_points5(&inputs.points)),
+            BevSegKind::Camera => None,
+        };
+        let out: BevSegOutput = match &mut self.backend {
+            Backend::Cpu(m) => m.forward(&inputs.calibration, &images, cloud.as_deref(), false)?,
+            #[cfg(feature = "cuda")]
+            Backend::Cuda { dev, model } => model.forward_images(dev, &inputs.calibration, &images, cloud.as_deref(), false)?,
+        };
+        self.last_stages = out.times.0;
+        Ok(out.map)
+    }
+
+    fn last_stages(&self) -> Vec<(String, f64)> {
+        self.last_stages.clone()
+    }
+}
