@@ -564,7 +564,9 @@ fn over_budget_gives_warn_then_error() {
 /// calibration file against the peer's `cameras` scenario: six CompressedImages + CameraInfos
 /// per cloud, all used; a stale camera masked, counted and named in a WARN; a truncated JPEG, a
 /// non-image and zero intrinsics logged, counted, masked, with the LiDAR outputs still coming;
-/// then all six used again. (TF is not exercised here: the PyPI ROS 2 wheels have no tf2_msgs;
+/// then all six used again. The BEV map model (the reduced fusion YAML with `random:0` weights, CPU)
+/// publishes `~/output/bev/map/<class>`, `map_bits` and `map_color` for the first cloud, with its
+/// stamp and the head's 50 x 50 grid at 2 m. (TF is not exercised here: the PyPI ROS 2 wheels have no tf2_msgs;
 /// its decoding and chaining are tested from CDR bytes in `sptr::bev::tf`.)
 #[test]
 fn cameras_are_synchronised_masked_and_counted() {
@@ -573,10 +575,15 @@ fn cameras_are_synchronised_masked_and_counted() {
     let params = params_file(&ns, "cpu", |t| {
         let from_cams = "cameras: []                 # camera names";
         let from_calib = "calibration_file: \"\"";
+        let (from_model, from_weights) = ("model_config: \"\"", "model_weights: \"\"");
         assert!(
-            t.contains(from_cams) && t.contains(from_calib),
+            t.contains(from_cams) && t.contains(from_calib) && t.contains(from_model) && t.contains(from_weights),
             "config/perception.yaml changed: update this test\n{t}"
         );
+        let small = manifest().join("tests/data/bevseg/fusion_small.yaml");
+        let t = t
+            .replacen(from_model, &format!("model_config: {}", small.display()), 1)
+            .replacen(from_weights, "model_weights: \"random:0\"", 1);
         t.replace(
             from_cams,
             "cameras: [CAM_FRONT, CAM_FRONT_RIGHT, CAM_FRONT_LEFT, CAM_BACK, CAM_BACK_LEFT, CAM_BACK_RIGHT]   # camera names",
@@ -593,8 +600,13 @@ fn cameras_are_synchronised_masked_and_counted() {
             // six JPEG decodes a frame: seconds in a debug build on a loaded machine
             "--timeout",
             "90",
+            "--map-cells",
+            "50",
+            "--map-resolution",
+            "2.0",
         ],
     );
+    assert!(out.contains("RESULT bev_map=50x50 topics=8"), "peer output:\n{out}");
     assert!(out.contains("RESULT cameras_used=6"), "peer output:\n{out}");
     assert!(out.contains("RESULT stale_message="), "peer output:\n{out}");
     assert!(out.contains("RESULT camera_front_used="), "peer output:\n{out}");

@@ -148,3 +148,10 @@ impl BevMapModel for SegMapModel {
         self.last_stages.clone()
     }
 }
+
+/// The node moves the model into its processing thread.
+#[allow(dead_code)]
+fn assert_send() {
+    fn send<T: Send>() {}
+    send::<SegMapModel>();
+}

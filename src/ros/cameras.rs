@@ -139,6 +139,10 @@ pub struct CameraDiag {
     pub dropped_messages: u64,
     pub last_dropped: Option<String>,
     pub last_camera_ms: Option<f64>,
+    /// Frames whose BEV map was published, frames whose map failed (dropped), the last failure.
+    pub maps: u64,
+    pub map_errors: u64,
+    pub last_map_error: Option<String>,
 }
 
 impl CameraDiag {
@@ -150,11 +154,16 @@ impl CameraDiag {
             kv("camera calibration changes".into(), self.calibration_changes.to_string()),
             kv("camera tf".into(), self.tf.clone()),
             kv("bev map model".into(), self.bev_model.clone()),
+            kv("bev maps published".into(), self.maps.to_string()),
+            kv("bev map errors".into(), self.map_errors.to_string()),
             kv("camera messages dropped".into(), self.dropped_messages.to_string()),
             kv("last camera processing ms".into(), self.last_camera_ms.map_or("none".into(), |v| format!("{v:.3}"))),
         ];
         if let Some(d) = &self.last_dropped {
             out.push(kv("last camera message dropped".into(), d.clone()));
+        }
+        if let Some(e) = &self.last_map_error {
+            out.push(kv("last bev map error".into(), e.clone()));
         }
         for (i, (name, s)) in self.names.iter().zip(&self.stats).enumerate() {
             let p = format!("camera {name}");
@@ -258,8 +267,8 @@ pub struct CameraWorker {
     diag: Arc<Mutex<CameraDiag>>,
     stages: Vec<r2r::Publisher<Float64>>,
     processing: r2r::Publisher<Float64>,
-    /// INTEGRATION(issue 21, BEV map model): `main` opens the model from `camera.model_config`
-    /// and `camera.model_weights` and puts it here; its map is published each frame.
+    /// The BEV map model (`main` opens it from `camera.model_config` / `camera.model_weights`)
+    /// and its publishers; its map is published each frame.
     model: Option<(Box<dyn BevMapModel + Send>, MapPublishers)>,
     bev_frame: String,
     logger: String,
@@ -278,7 +287,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl CameraWorker {
-    /// INTEGRATION(issue 21, BEV map model): the model whose map is published every frame.
+    /// The model whose map is published every frame.
     pub fn set_model(&mut self, model: Box<dyn BevMapModel + Send>, publishers: MapPublishers, description: String) {
         self.model = Some((model, publishers));
         lock(&self.diag).bev_model = description;
@@ -331,6 +340,7 @@ impl CameraWorker {
             stage_ms[i] = *v;
         }
         let mut problem = None;
+        let mut published = None;
         if let Some((model, pubs)) = self.model.as_mut() {
             let tm = Instant::now();
             match model.forward(&inputs) {
@@ -343,6 +353,7 @@ impl CameraWorker {
                             }
                             let _ = pubs.bits.publish(&image_to_msg(&m.bits));
                             let _ = pubs.color.publish(&image_to_msg(&m.color));
+                            published = Some(true);
                         }
                         Err(e) => problem = Some(format!("BEV map not published: {e}")),
                     }
@@ -350,8 +361,11 @@ impl CameraWorker {
                 Err(e) => problem = Some(format!("BEV map model failed on a frame: {e}")),
             }
         }
-        if let Some(p) = problem {
-            self.log(&p);
+        if problem.is_some() {
+            published = Some(false);
+        }
+        if let Some(p) = &problem {
+            self.log(p);
         }
         let total = t.elapsed().as_secs_f64() * 1e3;
         for (p, v) in self.stages.iter().zip(stage_ms) {
@@ -363,6 +377,14 @@ impl CameraWorker {
         d.calibration_changes = diag_update.1;
         d.last = inputs.cameras.iter().map(|c| c.status).collect();
         d.last_camera_ms = Some(total);
+        match published {
+            Some(true) => d.maps += 1,
+            Some(false) => {
+                d.map_errors += 1;
+                d.last_map_error = problem;
+            }
+            None => {}
+        }
         if diag_update.2 > 0 && !d.tf.contains("bad transforms") {
             d.tf = format!("{}; bad transforms skipped", d.tf);
         }
@@ -420,12 +442,8 @@ pub fn start(
     let diag = Arc::new(Mutex::new(CameraDiag {
         names: params.input.cameras.clone(),
         stats: vec![CameraStats::default(); inputs.len()],
-        bev_model: if params.camera.model_config.is_empty() {
-            "none (camera.model_config empty): cameras synchronised and checked, no BEV map".into()
-        } else {
-            // INTEGRATION(issue 21, BEV map model): the node does not load the model yet.
-            format!("{}: not wired into the node yet, no BEV map", params.camera.model_config)
-        },
+        // replaced by the model's description when `set_model` is called
+        bev_model: "none (camera.model_config empty): cameras synchronised and checked, no BEV map".into(),
         ..Default::default()
     }));
     let qos = r2r::QosProfile::sensor_data().keep_last(1);

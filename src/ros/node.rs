@@ -583,6 +583,8 @@ struct Setup {
     processor: Processor,
     /// The camera branch's state, when `input.cameras` is set.
     camera_branch: Option<crate::bev::branch::CameraBranch>,
+    /// The BEV map model, when `camera.model_config` is set too.
+    map_model: Option<crate::model::bevfusion_seg_map_model::SegMapModel>,
 }
 
 fn fail(code: i32, msg: impl std::fmt::Display) -> i32 {
@@ -681,10 +683,8 @@ pub fn main() -> i32 {
     };
     processor.set_on_overflow(params.on_overflow);
 
-    // 5. The camera branch (issue 21): its calibration file and state. INTEGRATION(issue 21, BEV
-    // map model): open the model from `camera.model_config` / `camera.model_weights`
-    // (`params::camera_model_path`, `params::camera_weights_path`) here and hand it to
-    // `CameraWorker::set_model` with `MapPublishers::create` in `run`.
+    // 5. The camera branch: its calibration file and state, and the BEV map model (on the
+    // `device` of the LiDAR model) from `camera.model_config` / `camera.model_weights`.
     let camera_branch = if params.input.cameras.is_empty() {
         None
     } else {
@@ -699,6 +699,32 @@ pub fn main() -> i32 {
             Ok(b) => Some(b),
             Err(e) => return fail(EXIT_PARAMS, format!("camera parameters: {e}")),
         }
+    };
+    let map_model = match (&camera_branch, params::camera_model_path(&params, &file_maps)) {
+        (Some(_), Some(config)) => {
+            use crate::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
+            // `random:<seed>` as it is; a file relative to the params file that set it
+            let weights = match SegWeightsSource::parse(&params.camera.model_weights) {
+                Ok(SegWeightsSource::File(_)) => match params::camera_weights_path(&params, &file_maps) {
+                    Some(p) => SegWeightsSource::File(p),
+                    None => return fail(EXIT_PARAMS, "parameter `camera.model_weights` is empty"),
+                },
+                Ok(w) => w,
+                Err(e) => {
+                    return fail(
+                        EXIT_PARAMS,
+                        format!("parameter `camera.model_weights`: {e}; or set camera.model_config to \"\" for no BEV map (launch camera_weights:=)"),
+                    )
+                }
+            };
+            let cuda = params.device == crate::config::DeviceKind::Cuda;
+            match SegMapModel::open(&config, &weights, cuda) {
+                Ok(m) => Some(m),
+                Err(e) if cuda && e.to_string().contains("CUDA") => return fail(EXIT_DEVICE, format!("BEV map model on device cuda: {e}")),
+                Err(e) => return fail(EXIT_PARAMS, format!("parameter `camera.model_config` / `camera.model_weights`: {e}")),
+            }
+        }
+        _ => None,
     };
     eprintln!(
         "perception_node: model {} with weights {} loaded on {} in {:.0} ms",
@@ -716,6 +742,7 @@ pub fn main() -> i32 {
             weights,
             processor,
             camera_branch,
+            map_model,
         },
         fqn,
     );
@@ -757,6 +784,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
         weights,
         processor,
         camera_branch,
+        map_model,
     } = setup;
     let logger = node.logger().to_string();
     let topics = &params.topics;
@@ -832,7 +860,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
     };
 
     // The camera branch's subscriptions (tasks on the runtime) and outputs.
-    let (cameras, camera_diag) = match camera_branch {
+    let (mut cameras, camera_diag) = match camera_branch {
         None => (None, None),
         Some(b) => match super::cameras::start(&mut node, &rt, &params, b, &logger) {
             Ok((w, d)) => (Some(w), Some(d)),
@@ -844,6 +872,22 @@ fn run(setup: Setup, fqn: String) -> i32 {
             }
         },
     };
+    if let (Some(w), Some(m)) = (cameras.as_mut(), map_model) {
+        let classes = m.classes().to_vec();
+        let thresholds = match params.map_thresholds(classes.len()) {
+            Ok(t) => t,
+            Err(e) => return fail(EXIT_PARAMS, e),
+        };
+        let palette = classes.iter().map(|c| crate::bev::map::class_colour(c)).collect();
+        let style = crate::bev::map_messages::MapStyle { thresholds, palette };
+        match super::cameras::MapPublishers::create(&mut node, &classes, style) {
+            Ok(p) => {
+                let description = m.description().to_string();
+                w.set_model(Box::new(m), p, description);
+            }
+            Err(e) => return fail(EXIT_ROS, format!("cannot create the BEV map publishers: {e}")),
+        }
+    }
 
     let mailbox: Arc<Mailbox<Frame>> = Arc::new(Mailbox::new());
     let counters = Arc::new(Mutex::new(Counters::default()));

@@ -89,6 +89,10 @@ def cloud(fields, point_step, width, data, height=1, row_step=None, frame="lidar
     return m
 
 
+# BEVFusion's nuScenes map classes, in the seg head's order (the node's ~/output/bev/map/<class>).
+MAP_CLASSES = ["drivable_area", "ped_crossing", "walkway", "stop_line", "carpark_area", "divider"]
+
+
 def stamp_of(msg):
     return (msg.header.stamp.sec, msg.header.stamp.nanosec)
 
@@ -497,6 +501,14 @@ def scenario_cameras(p, args, xyzi):
     info_pub = {c: p.create_publisher(CameraInfo, f"{p.base}/input/cameras/{c}/camera_info", qos) for c in cams}
     decode_ms = []
     p.create_subscription(Float64, f"{p.base}/debug/stage_ms/camera_decode", lambda m: decode_ms.append(m.data), 100)
+    # the BEV map outputs, by the stamp of the cloud they answer: {stamp: {topic: msg}}
+    maps = {}
+    map_topics = [f"map/{c}" for c in MAP_CLASSES] + ["map_bits", "map_color"]
+    if args.map_cells:
+        for t in map_topics:
+            kind = OccupancyGrid if t.startswith("map/") else Image
+            p.create_subscription(kind, f"{p.base}/output/bev/{t}",
+                                  lambda m, t=t: maps.setdefault(stamp_of(m), {}).__setitem__(t, m), 10)
     for c in cams:
         p.spin_until(lambda c=c: img_pub[c].get_subscription_count() > 0 and info_pub[c].get_subscription_count() > 0,
                      f"the node's subscriptions of {c}")
@@ -521,6 +533,7 @@ def scenario_cameras(p, args, xyzi):
         while time.monotonic() < end:
             rclpy.spin_once(p, timeout_sec=0.02)
         p.outputs_of(good, what)
+        return stamp_of(good)
 
     def expect(status, what):
         """Waits until /diagnostics reports these last-frame statuses for every camera."""
@@ -532,8 +545,26 @@ def scenario_cameras(p, args, xyzi):
 
     all_good = {c: (data, "jpeg", -0.01) for c, (data, _) in cams.items()}
     infos = {c: info for c, (_, info) in cams.items()}
-    frame(all_good, infos, "a cloud with six cameras")
+    key = frame(all_good, infos, "a cloud with six cameras")
     d = expect({c: "used" for c in cams}, "six good cameras")
+    if args.map_cells:
+        # every map topic for this cloud: its stamp, the model's grid, the right encodings
+        p.spin_until(lambda: all(t in maps.get(key, {}) for t in map_topics), "the BEV map topics of the cloud")
+        n, res = args.map_cells, args.map_resolution
+        for t in map_topics:
+            m = maps[key][t]
+            if t.startswith("map/"):
+                i = m.info
+                if (i.width, i.height) != (n, n) or abs(i.resolution - res) > 1e-6 or len(m.data) != n * n \
+                        or any(v < 0 or v > 100 for v in m.data):
+                    fail(f"{t}: {i.width} x {i.height} at {i.resolution} m, {len(m.data)} cells; expected {n} x {n} at {res}, 0..100")
+            else:
+                enc, px = ("mono8", 1) if t == "map_bits" else ("rgb8", 3)
+                if (m.encoding, m.width, m.height, m.step, len(m.data)) != (enc, n, n, n * px, n * n * px):
+                    fail(f"{t}: {m.encoding} {m.width} x {m.height} step {m.step}, {len(m.data)} bytes; expected {enc} {n} x {n}")
+        if int(d["bev maps published"]) < 1 or int(d["bev map errors"]) != 0:
+            fail(f"the BEV map is not counted as published: {d}")
+        print(f"RESULT bev_map={n}x{n} topics={len(map_topics)}", flush=True)
     for c in cams:
         if not d[f"camera {c} calibration"].startswith("extrinsic from file"):
             fail(f"{c}: calibration {d[f'camera {c} calibration']!r}, expected from the calibration file")
@@ -598,6 +629,9 @@ def main():
     ap.add_argument("--frames", type=int, default=200, help="bench: frames to time")
     ap.add_argument("--warmup", type=int, default=3, help="bench: untimed frames first")
     ap.add_argument("--camera-dir", default=None, help="cameras: the nuScenes JPEGs and calib.json")
+    ap.add_argument("--map-cells", type=int, default=0,
+                    help="cameras: expect the BEV map topics, this many cells a side (0: no model)")
+    ap.add_argument("--map-resolution", type=float, default=0.5, help="cameras: the BEV map's cell size")
     args = ap.parse_args()
 
     rclpy.init(args=None)
