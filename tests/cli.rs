@@ -429,3 +429,46 @@ fn precision_option_is_checked_and_the_cpu_ignores_it() {
     refused(&["bench", "model", &cloud, "--model", &model, "--precision", "fp16,bf16", "--rounds", "0"], &["--rounds"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `sptr replay` with the cameras and the BEV map model (the reduced fusion YAML, random weights,
+/// CPU) on the sample bag: the map PNG and topics are written, and ground-truth masks (a class
+/// everywhere) are evaluated into the report and the summary line. Bad camera-model arguments are
+/// refused, each naming what is wrong.
+#[test]
+fn replay_with_the_bev_map_model_and_ground_truth() {
+    let dir = temp_dir("bevmap");
+    let model = small_nuscenes_model(&dir);
+    let out = dir.join("out").display().to_string();
+    let bag = common::data("bags/nuscenes_sample").display().to_string();
+    let small = common::data("bevseg/fusion_small.yaml").display().to_string();
+    let gt = dir.join("gt");
+    std::fs::create_dir_all(&gt).unwrap();
+    let mut masks = vec![0f32; 6 * 50 * 50];
+    masks[..50 * 50].fill(1.0); // drivable_area everywhere
+    sptr::camera::npy::write_f32(&gt.join("000000.npy"), &[6, 50, 50], &masks).unwrap();
+    let cams = "config/perception_nuscenes_cameras.yaml";
+    let base = ["replay", &bag, "--model", &model, "--random-weights", "0", "--device", "cpu", "--progress", "quiet", "--out", &out];
+    let with = |extra: &[&str]| -> Vec<String> { base.iter().chain(extra).map(|s| s.to_string()).collect() };
+    let gts = gt.display().to_string();
+    let args = with(&["--params", cams, "--camera-model", &small, "--camera-weights", "random:0", "--bev-png-frames", "0", "--map-ground-truth", &gts]);
+    let o = sptr(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("BEV map: mIoU") && err.contains("drivable_area"), "{err}");
+    let outp = std::path::Path::new(&out);
+    assert!(outp.join("bev/map_000000.png").is_file());
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(outp.join("report.json")).unwrap()).unwrap();
+    let classes = report["bev_map"]["classes"].as_array().unwrap();
+    assert_eq!(classes.len(), 6);
+    // drivable_area is everywhere: its IoU is the fraction of cells predicted at the best threshold, > 0
+    // unless the random model predicts nothing; the other classes are nowhere: IoU 0
+    assert!(classes[1..].iter().all(|c| c["iou"].as_f64() == Some(0.0)), "{report}");
+    let b = sptr::bag::Bag::open(&outp.join("bag")).unwrap();
+    assert!(b.topics().iter().any(|t| t.name == "/sptr/output/bev/map/drivable_area"));
+
+    refused(&with(&["--params", "config/perception_nuscenes.yaml", "--camera-weights", "random:0"]).iter().map(String::as_str).collect::<Vec<_>>(), &["need the camera branch"]);
+    refused(&with(&["--params", cams, "--camera-model", &small, "--camera-weights", "random:x"]).iter().map(String::as_str).collect::<Vec<_>>(), &["random:"]);
+    refused(&with(&["--params", cams, "--camera-weights", "random:0", "--camera-model", &small, "--map-ground-truth", "/nonexistent-gt"]).iter().map(String::as_str).collect::<Vec<_>>(), &["/nonexistent-gt", "not a directory"]);
+    refused(&with(&["--params", cams]).iter().map(String::as_str).collect::<Vec<_>>(), &["camera model weights", "--camera-weights"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
