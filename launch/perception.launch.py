@@ -6,7 +6,7 @@
 Arguments: params_file (default: the installed config/perception.yaml), weights (safetensors;
 required unless the params file sets model.weights), device (cuda | cpu), namespace,
 use_sim_time, input_points (remap of ~/input/points); for the camera branch camera_model (BEV
-map model YAML), camera_weights (its safetensors) and cameras (camera names, e.g.
+map model YAML), camera_weights (its safetensors, or random:<seed> for untrained weights) and cameras (camera names, e.g.
 "[CAM_FRONT, CAM_BACK]"); an empty value keeps the params file's. The six-camera nuScenes rig:
 
     ros2 launch sptr perception.launch.py \
@@ -74,7 +74,7 @@ def generate_launch_description():
         DeclareLaunchArgument("camera_model", default_value="",
                               description="BEV map model YAML; empty keeps the params file's"),
         DeclareLaunchArgument("camera_weights", default_value="",
-                              description="BEV map model safetensors; empty keeps the params file's"),
+                              description="BEV map model safetensors, or random:<seed>; empty keeps the params file's"),
         DeclareLaunchArgument("cameras", default_value="",
                               description="camera names, e.g. [CAM_FRONT, CAM_BACK]; empty keeps the params file's"),
     ]
