@@ -409,6 +409,10 @@ fn sample_bag_with_the_seg_model_writes_and_evaluates_the_map() {
         maps.push(map);
     }
     assert_eq!(maps[0], maps[1], "the same map every run");
+    // `sptr eval agreement`'s map measure on the two runs: every cell and class the same
+    let ag = sptr::replay::agreement::agreement(&dir.join("run0"), &dir.join("run1")).unwrap();
+    let m = ag.map.expect("both replays wrote maps");
+    assert_eq!((m.frames, m.classes, m.cell_bits, m.same_bits, m.max_probability_diff), (1, 6, 6 * 2500, 6 * 2500, 0));
 }
 
 /// The adapter's masking: a frame with no usable camera runs the fusion model LiDAR-only (every

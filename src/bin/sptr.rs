@@ -293,7 +293,8 @@ enum EvalCmd {
         out: PathBuf,
     },
     /// Fraction of points two replays (e.g. --device cpu and --device cuda) gave the same
-    /// class, per frame and overall, from their output bags.
+    /// class, per frame and overall, from their output bags; with BEV maps in both, the fraction
+    /// of map cells × classes with the same thresholded value and the largest probability gap.
     Agreement {
         /// The first `sptr replay --out` directory (or its `bag/`).
         a: PathBuf,
@@ -302,6 +303,10 @@ enum EvalCmd {
         /// Exit with status 1 when the overall agreement is below this fraction (e.g. 0.995).
         #[arg(long, value_parser = fraction_arg)]
         min: Option<f64>,
+        /// Exit with status 1 when the BEV maps' cell agreement is below this fraction (e.g.
+        /// 0.999), or when the replays wrote no maps.
+        #[arg(long, value_parser = fraction_arg)]
+        min_map: Option<f64>,
     },
 }
 
@@ -755,7 +760,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bag { what: BagCmd::Info { bag, count } } => bag_info_cmd(&bag, count),
         Cmd::Replay(args) => replay_cmd(args),
         Cmd::Eval { what: EvalCmd::Merge { shard_dirs, out } } => eval_merge_cmd(&shard_dirs, &out),
-        Cmd::Eval { what: EvalCmd::Agreement { a, b, min } } => eval_agreement_cmd(&a, &b, min),
+        Cmd::Eval { what: EvalCmd::Agreement { a, b, min, min_map } } => eval_agreement_cmd(&a, &b, min, min_map),
     }
 }
 
@@ -1459,16 +1464,32 @@ fn eval_merge_cmd(dirs: &[PathBuf], out: &Path) -> Result<()> {
 }
 
 /// `sptr eval agreement`.
-fn eval_agreement_cmd(a: &Path, b: &Path, min: Option<f64>) -> Result<()> {
+fn eval_agreement_cmd(a: &Path, b: &Path, min: Option<f64>, min_map: Option<f64>) -> Result<()> {
     let ag = sptr::replay::agreement::agreement(a, b).map_err(|e| anyhow::anyhow!("{e}"))?;
     for (i, f) in ag.frames.iter().enumerate() {
         println!("frame {i:>6}  {} ns  {:>9} points  {:8.4} % agree", f.timestamp_ns, f.points, 100.0 * f.same as f64 / f.points.max(1) as f64);
     }
     let frac = ag.fraction().unwrap_or(1.0);
     println!("total: {} of {} points agree ({:.4} %) over {} frames", ag.same, ag.points, 100.0 * frac, ag.frames.len());
+    if let Some(map) = &ag.map {
+        let f = map.fraction().unwrap_or(1.0);
+        println!(
+            "BEV map: {} of {} cells x classes agree ({:.4} %) over {} frames, {} classes; largest probability gap {} %",
+            map.same_bits, map.cell_bits, 100.0 * f, map.frames, map.classes, map.max_probability_diff
+        );
+    }
     if let Some(m) = min {
         if frac < m {
             anyhow::bail!("agreement {:.4} % is below --min {:.4} %", 100.0 * frac, 100.0 * m);
+        }
+    }
+    if let Some(m) = min_map {
+        let Some(map) = &ag.map else {
+            anyhow::bail!("--min-map: the replays wrote no BEV map (replay with --camera-model and cameras in the bag)");
+        };
+        let f = map.fraction().unwrap_or(1.0);
+        if f < m {
+            anyhow::bail!("BEV map agreement {:.4} % is below --min-map {:.4} %", 100.0 * f, 100.0 * m);
         }
     }
     Ok(())
