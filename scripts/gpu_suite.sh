@@ -105,6 +105,22 @@ run() {
         --precision fp16,bf16,auto --rounds 3 --iters 20 > "$out/bench_model_precision_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
     "$STAGE/bin/sptr" bench model "$cloud" --format xyz --model config/models/sphereformer_semantickitti.yaml --case dense \
         --precision fp16,bf16,auto --rounds 3 --iters 20 > "$out/bench_model_precision_dense.jsonl" 2>> "$out/bench.log" || failed=1
+    # A/B (issue 22's "FP16 speed unchanged"): when the stage holds sptr-before (the CLI built at an
+    # older commit by hand: a worktree at that commit, `cargo build --release --no-default-features
+    # --features cuda --bin sptr`, the binary copied in), the SphereFormer FP16 forward of both in
+    # alternating rounds, same run
+    if [ -x "$STAGE/bin/sptr-before" ]; then
+        for r in 1 2 3; do
+            for b in sptr-before sptr; do
+                for c in "nuscenes $nus config/models/sphereformer_nuscenes.yaml nuscenes" \
+                         "dense $cloud config/models/sphereformer_semantickitti.yaml xyz"; do
+                    set -- $c
+                    "$STAGE/bin/$b" bench model "$2" --format "$4" --model "$3" --case "$1" --iters 20 2>> "$out/bench.log" \
+                        | sed "s/^/{\"ab\": \"$b\", \"round\": $r, \"line\": /; s/\$/}/" >> "$out/bench_model_ab.jsonl" || failed=1
+                done
+            done
+        done
+    fi
     # Lift-splat view transform: geometry build and bev_pool, seg and detection geometries (issue 19)
     "$STAGE/bin/sptr" bench bevpool --iters 100 > "$out/bench_bevpool.jsonl" 2>> "$out/bench.log" || failed=1
     # Camera input per frame: decode of the six nuScenes JPEGs, upload, resize + normalize (issue 18);
@@ -139,6 +155,15 @@ run() {
             --params config/perception_nuscenes.yaml --random-weights 0 --device "$dev" --out "$out/replay_$dev" > "$out/replay_$dev.log" 2>&1 || failed=1
     done
     "$STAGE/bin/sptr" eval agreement "$out/replay_cuda" "$out/replay_cpu" --min 0.995 > "$out/replay_agreement.log" 2>&1 || failed=1
+    # ... and with the six cameras through the full BEVFusion fusion map model (issue 21): the same
+    # labels and the same BEV map bits on >= 99.9 % of cells x classes
+    for dev in cuda cpu; do
+        "$STAGE/bin/sptr" replay tests/data/bags/nuscenes_sample --model config/models/sphereformer_nuscenes.yaml \
+            --params config/perception_nuscenes_cameras.yaml --random-weights 0 --camera-weights random:0 \
+            --device "$dev" --out "$out/replay_cameras_$dev" > "$out/replay_cameras_$dev.log" 2>&1 || failed=1
+    done
+    "$STAGE/bin/sptr" eval agreement "$out/replay_cameras_cuda" "$out/replay_cameras_cpu" --min 0.995 --min-map 0.999 \
+        >> "$out/replay_agreement.log" 2>&1 || failed=1
     grep -hE "latency|throughput|frames" "$out"/replay_*.log | tee -a "$summary" > /dev/null || true
     tee -a "$summary" < "$out/replay_agreement.log" > /dev/null
     cat "$out"/bench_*.json "$out"/bench_*.jsonl | tee -a "$summary"
