@@ -137,6 +137,9 @@ pub struct FrameOutput {
     /// only under `on_overflow: zero_probability` (under `drop` the frame is rejected): the cloud
     /// then has probability 0 everywhere and the BEV grids are unknown.
     pub range: RangeReport,
+    /// `precision: auto`: the FP16 pass's range report when this frame was computed again in
+    /// BF16 (its outputs are the BF16 ones, `range` is the BF16 pass's).
+    pub recomputed_from: Option<RangeReport>,
 }
 
 /// The node's count of frames whose activations left the FP16 range, for `/diagnostics`: every
@@ -448,6 +451,7 @@ impl Processor {
             total_ms: stages.iter().sum(),
             stages,
             range,
+            recomputed_from: seg.recomputed_from.take(),
         })
     }
 

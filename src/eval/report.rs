@@ -37,6 +37,10 @@ pub struct Report {
     /// Frames whose activations left the FP16 range (absent in reports written before it).
     #[serde(default)]
     pub out_of_range: Vec<OutOfRangeFrame>,
+    /// `precision: auto`: frames whose FP16 pass left the range and were computed again in
+    /// BF16 (their labels are good; the layers are the FP16 pass's flagged ones).
+    #[serde(default)]
+    pub recomputed_in_bf16: Vec<OutOfRangeFrame>,
     pub damage: Option<super::state::Damage>,
     pub metrics: Option<Metrics>,
     pub latency_ms: Latency,
@@ -166,6 +170,17 @@ impl Report {
                 layers: f.out_of_range.clone(),
             })
             .collect();
+        let recomputed_in_bf16 = s
+            .frames
+            .iter()
+            .filter(|f| !f.recomputed_in_bf16.is_empty())
+            .map(|f| OutOfRangeFrame {
+                frame: f.index,
+                timestamp_ns: f.timestamp_ns,
+                status: f.status,
+                layers: f.recomputed_in_bf16.clone(),
+            })
+            .collect();
         let metrics = s.ground_truth.as_ref().map(|_| {
             let c = &s.confusion;
             Metrics {
@@ -241,6 +256,7 @@ impl Report {
             frames,
             skipped,
             out_of_range,
+            recomputed_in_bf16,
             damage: s.damage.clone(),
             metrics,
             latency_ms: latency,
@@ -291,6 +307,12 @@ impl Report {
             m.push_str(&format!(
                 "- **bag damaged**: `{}` after {} LiDAR frames: {}\n",
                 d.file, d.frames_before, d.error
+            ));
+        }
+        if !self.recomputed_in_bf16.is_empty() {
+            m.push_str(&format!(
+                "- **{} frame(s) computed again in BF16** (`precision: auto`; their FP16 pass left the range, see below)\n",
+                self.recomputed_in_bf16.len()
             ));
         }
         if !self.out_of_range.is_empty() {
@@ -356,6 +378,26 @@ impl Report {
                  | frame | timestamp (ns) | status | layers |\n| ---: | ---: | --- | --- |\n",
             );
             for f in &self.out_of_range {
+                let shown: Vec<&str> = f.layers.iter().take(8).map(String::as_str).collect();
+                let more = f.layers.len().saturating_sub(shown.len());
+                let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+                m.push_str(&format!(
+                    "| {} | {} | {:?} | {}{tail} |\n",
+                    f.frame,
+                    f.timestamp_ns,
+                    f.status,
+                    shown.join(", ").replace('|', "\\|")
+                ));
+            }
+        }
+        if !self.recomputed_in_bf16.is_empty() {
+            m.push_str(
+                "\n## Frames computed again in BF16\n\n`precision: auto`: the FP16 pass of these frames left the FP16 range, \
+                 so each was computed again with BF16 storage (FP32's range) and its BF16 labels were kept; the model \
+                 stays on BF16 after the first. Layers are the FP16 pass's flagged ones, in execution order.\n\n\
+                 | frame | timestamp (ns) | status | FP16 layers |\n| ---: | ---: | --- | --- |\n",
+            );
+            for f in &self.recomputed_in_bf16 {
                 let shown: Vec<&str> = f.layers.iter().take(8).map(String::as_str).collect();
                 let more = f.layers.len().saturating_sub(shown.len());
                 let tail = if more > 0 { format!(" and {more} more") } else { String::new() };

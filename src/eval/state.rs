@@ -53,6 +53,10 @@ pub struct FrameRecord {
     /// (`on_overflow: drop`, the default) or replayed with probability 0.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub out_of_range: Vec<String>,
+    /// `precision: auto`: the frame's FP16 pass was flagged (these layers) and the frame was
+    /// computed again in BF16; its labels are the BF16 ones (in range: `out_of_range` empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recomputed_in_bf16: Vec<String>,
 }
 
 /// Damage that ended the read of the bag (frames after it were not seen).
