@@ -88,6 +88,10 @@ struct Counters {
     last_reject: Option<String>,
     /// Frames whose activations left the FP16 range (dropped or published with probability 0).
     overflow: OverflowStats,
+    /// `precision: auto`: frames whose FP16 pass left the range and were computed again in BF16
+    /// (published: their BF16 labels are in range), and the last one's flagged FP16 layers.
+    recomputed_bf16: u64,
+    last_recomputed_bf16: Option<String>,
 }
 
 struct Frame {
@@ -324,6 +328,7 @@ impl Worker {
             stages,
             total_ms,
             range,
+            recomputed_from,
             ..
         } = out;
         if !range.is_clean() {
@@ -378,6 +383,10 @@ impl Worker {
         {
             let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
             c.overflow.published(&range);
+            if let Some(fp16) = &recomputed_from {
+                c.recomputed_bf16 += 1;
+                c.last_recomputed_bf16 = Some(crate::perception::overflow_detail(fp16));
+            }
             c.processed += 1;
             c.last_processing_ms = Some(total_ms);
             c.last_voxels = Some(voxels);
@@ -440,6 +449,8 @@ struct DiagInfo {
     budget_ms: f64,
     error_after_s: f64,
     on_overflow: OverflowPolicy,
+    /// The model's `precision` (fp16, bf16, auto).
+    precision: String,
 }
 
 /// Counts since the previous report, for the level.
@@ -450,6 +461,8 @@ struct Since {
     rejected: u64,
     /// Frames out of the FP16 range (dropped or not).
     overflows: u64,
+    /// Frames `precision: auto` computed again in BF16.
+    recomputed_bf16: u64,
 }
 
 /// One `/diagnostics` message.
@@ -507,6 +520,14 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
                 c.last_reject.as_deref().unwrap_or("?")
             ),
         ),
+        _ if since.recomputed_bf16 > 0 => (
+            LEVEL_WARN,
+            format!(
+                "precision auto: {} frame(s) left the FP16 range and were computed again in BF16 (published; the model stays on BF16): {}",
+                since.recomputed_bf16,
+                c.last_recomputed_bf16.as_deref().unwrap_or("?")
+            ),
+        ),
         _ if c.received == 0 => (LEVEL_OK, "no input cloud yet".to_string()),
         _ => (LEVEL_OK, "ok".to_string()),
     };
@@ -543,6 +564,8 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
         kv("frames over voxel cap", c.over_voxel_cap.to_string()),
         kv("frames out of fp16 range", c.overflow.frames.to_string()),
         kv("on_overflow", info.on_overflow.name().to_string()),
+        kv("precision", info.precision.clone()),
+        kv("frames recomputed in bf16", c.recomputed_bf16.to_string()),
         kv("device", info.device.clone()),
         kv("model config", info.model_config.clone()),
         kv("weights", info.weights.clone()),
@@ -557,6 +580,9 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
     }
     if let Some(e) = &c.overflow.last {
         values.push(kv("last out of fp16 range", e.clone()));
+    }
+    if let Some(e) = &c.last_recomputed_bf16 {
+        values.push(kv("last recomputed in bf16", e.clone()));
     }
     let t = wall_now();
     let mut header = Header::default();
@@ -658,6 +684,7 @@ pub fn main() -> i32 {
     if let Some(p) = params.precision {
         model.yaml.precision = p;
     }
+    let precision_name = model.yaml.precision.name().to_string();
     if params.model.weights.is_empty() {
         return fail(
             EXIT_PARAMS,
@@ -955,6 +982,11 @@ fn run(setup: Setup, fqn: String) -> i32 {
         budget_ms: params.budget.processing_ms,
         error_after_s: params.budget.error_after_s,
         on_overflow: params.on_overflow,
+        precision: if device.starts_with("cpu") {
+            format!("{precision_name} (not used: the CPU computes in FP32)")
+        } else {
+            precision_name.clone()
+        },
     };
     {
         let (mailbox, counters) = (mailbox.clone(), counters.clone());
@@ -963,6 +995,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut seen = [0u64; N_REJECT];
             let mut seen_overflows = 0u64;
+            let mut seen_recomputed = 0u64;
             loop {
                 tick.tick().await;
                 let skipped = mailbox.skipped();
@@ -974,6 +1007,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
                         processing_errors: new(Reject::ProcessingError),
                         rejected: Reject::ALL.iter().map(|&r| new(r)).sum(),
                         overflows: c.overflow.frames - seen_overflows,
+                        recomputed_bf16: c.recomputed_bf16 - seen_recomputed,
                     };
                     let mut m = diagnostics(&info, &c, skipped, since);
                     if let Some(d) = &camera_diag {
@@ -981,6 +1015,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
                     }
                     seen = c.rejected;
                     seen_overflows = c.overflow.frames;
+                    seen_recomputed = c.recomputed_bf16;
                     m
                 };
                 let _ = diag_pub.publish(&msg);
@@ -1092,6 +1127,7 @@ mod tests {
             budget_ms: 100.0,
             error_after_s: 2.0,
             on_overflow: OverflowPolicy::Drop,
+            precision: "auto".into(),
         }
     }
 
@@ -1231,6 +1267,30 @@ mod tests {
         }
     }
 
+    /// `precision: auto`: a frame computed again in BF16 is published (not an overflow, not a
+    /// reject) but counted and named, a WARN in the report right after it; later reports are OK.
+    #[test]
+    fn diagnostics_count_frames_auto_computed_again_in_bf16() {
+        let mut c = Counters::default();
+        c.received = 2;
+        c.processed = 2;
+        let mut names = crate::model::range::LayerNames::default();
+        names.add("enc.0.attn.qkv");
+        let report = names.report(&[crate::model::range::RANGE_SATURATED]);
+        c.recomputed_bf16 = 1;
+        c.last_recomputed_bf16 = Some(crate::perception::overflow_detail(&report));
+        let (level, msg, values) = level_and_values(&c, Since { recomputed_bf16: 1, ..Default::default() });
+        assert_eq!(level, LEVEL_WARN, "{msg}");
+        assert!(msg.contains("1 frame(s) left the FP16 range and were computed again in BF16") && msg.contains("enc.0.attn.qkv"), "{msg}");
+        let get = |k: &str| values.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone());
+        assert_eq!(get("frames recomputed in bf16").as_deref(), Some("1"));
+        assert_eq!(get("frames out of fp16 range").as_deref(), Some("0"));
+        assert_eq!(get("precision").as_deref(), Some("auto"));
+        assert!(get("last recomputed in bf16").is_some_and(|v| v.contains("enc.0.attn.qkv")));
+        let (level, msg, _) = level_and_values(&c, Since::default());
+        assert_eq!(level, LEVEL_OK, "{msg}");
+    }
+
     #[test]
     fn only_cuda_errors_under_exit_end_the_node() {
         for why in Reject::ALL {
@@ -1284,6 +1344,7 @@ mod tests {
                 stages: [0.0; STAGES.len()],
                 total_ms: 0.0,
                 range: Default::default(),
+                recomputed_from: None,
             };
             let cdr_cloud = crate::bag::cdr::Header {
                 stamp: crate::bag::cdr::Time {
