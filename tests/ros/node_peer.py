@@ -712,7 +712,18 @@ def cameras_from_tf(p, args, tf_pub, frame, all_good, infos, maps, map_topics):
     print(f"RESULT tf_calibration cameras_used=6 bev_map={args.map_cells}x{args.map_cells} "
           f"topics={len(map_topics)} camera_tf={d['camera tf']!r}", flush=True)
 
+    def cells_changed(a, b):
+        return sum(int(np.sum(np.array(a[t].data, dtype=np.int16) != np.array(b[t].data, dtype=np.int16)))
+                   for t in map_topics if t.startswith("map/"))
+
+    # The control: the same calibration, points and images (new stamps) give the same map, so a
+    # difference after the change below is the calibration's doing.
     before = int(d["camera calibration changes"])
+    _, same, d = tf_frame({}, "a cloud with the same calibration")
+    if int(d["camera calibration changes"]) != before or cells_changed(first, same) != 0:
+        fail(f"the same inputs gave another map ({cells_changed(first, same)} cells) or a calibration change: {d}")
+    print("RESULT tf_same_calibration map_cells_changed=0", flush=True)
+
     tf_pub.publish(rig_tf(args.camera_dir, turn_front=True))
     for attempt in range(3):
         key2, second, d = tf_frame({}, f"a cloud after the /tf_static change (attempt {attempt + 1})")
@@ -723,8 +734,7 @@ def cameras_from_tf(p, args, tf_pub, frame, all_good, infos, maps, map_topics):
     if not calibrated_from_tf(d):
         fail(f"after the change, not every camera is used and calibrated from TF: {d}")
     # Same points, same images (new stamps): only the calibration differs.
-    differ = sum(int(np.sum(np.array(first[t].data, dtype=np.int16) != np.array(second[t].data, dtype=np.int16)))
-                 for t in map_topics if t.startswith("map/"))
+    differ = cells_changed(first, second)
     if differ == 0:
         fail("the BEV map after CAM_FRONT's /tf_static change equals the one before it")
     print(f"RESULT tf_change calibration_changes={before}->{d['camera calibration changes']} "
