@@ -81,7 +81,7 @@ case "${1:-}" in
     --print) print=1 ;;
     "") ;;
     --colcon) print=2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (use --print, or source this file)" ;;
 esac
 
