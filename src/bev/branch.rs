@@ -499,6 +499,44 @@ mod tests {
         assert_eq!(b.tf_errors().0, 1);
     }
 
+    /// LiDAR sweeps from `/tf`: `odom → base_link` (dynamic, the car drives +1 m in x per
+    /// 0.1 s) chained with `base_link → lidar` (static). A static object at odom x = 10 lands on
+    /// one place in the current cloud's frame from all three sweeps, each with its time lag.
+    #[test]
+    fn sweeps_follow_the_ego_motion_on_tf() {
+        let mut b = CameraBranch::new(BranchConfig {
+            names: vec!["C0".into()],
+            use_projection: vec![false],
+            max_camera_lidar_delay_s: 0.12,
+            sweeps: 3,
+            odom_frame: "odom".into(),
+            calibration_file: None,
+        })
+        .unwrap();
+        let edge = |parent: &str, child: &str, t: [f64; 3]| TfMessage {
+            transforms: vec![TransformStamped { header: header(0, parent), child_frame_id: child.into(), translation: t, rotation: [0.0, 0.0, 0.0, 1.0] }],
+        };
+        assert!(b.on_tf(&edge("base_link", "lidar", [0.5, 0.0, 1.8]), true).is_empty());
+        let mut last = None;
+        for k in 0..4i64 {
+            assert!(b.on_tf(&edge("odom", "base_link", [k as f64, 0.0, 0.0]), false).is_empty());
+            // the object in this cloud's frame: odom (10, 0, 0) minus the LiDAR's origin (k + 0.5, 0, 1.8)
+            let pts = Points { x: vec![9.5 - k as f32], y: vec![0.0], z: vec![-1.8], intensity: vec![3.0], has_intensity: true, ring: None, time: None };
+            let f = b.frame(k * 100 * MS, "lidar", &pts);
+            assert_eq!(f.points.sweeps, (k as usize + 1).min(3));
+            last = Some(f.points);
+        }
+        let p = last.unwrap();
+        assert_eq!((p.x.clone(), p.y.clone(), p.z.clone()), (vec![6.5; 3], vec![0.0; 3], vec![-1.8; 3]));
+        for (got, want) in p.time_lag.iter().zip([0.0f32, 0.1, 0.2]) {
+            assert!((got - want).abs() < 1e-6, "{:?}", p.time_lag);
+        }
+        // without the odom edge (another odom frame name) only the current cloud is used
+        b.odom_frame = "map".into();
+        let f = b.frame(400 * MS, "lidar", &Points { x: vec![5.5], y: vec![0.0], z: vec![-1.8], intensity: vec![3.0], has_intensity: true, ring: None, time: None });
+        assert_eq!((f.points.sweeps, f.points.x), (1, vec![5.5]));
+    }
+
     /// The sample frame's six JPEGs with the calibration file: all six used, decoded to
     /// 1600 x 900, and the calibration equals the file's.
     #[test]

@@ -205,7 +205,8 @@ fn placeholder(name: &str, (w, h): (usize, usize)) -> CameraCalib {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bag::cdr::{Header, TfMessage, Time, TransformStamped};
+    use crate::bag::cdr::{CdrMessage, Header, TfMessage, Time, TransformStamped};
+    use crate::bev::calib::Mat4;
     use crate::bev::lss::{GeometryCache, LssConfig, LssParams};
     use std::path::Path;
 
@@ -288,6 +289,86 @@ mod tests {
         assert_eq!(rig.changes(), changes + 1);
         cache.get(&params, &after.calibration).unwrap();
         assert_eq!(cache.builds(), 2);
+    }
+
+    /// A rotation matrix as a unit quaternion `[x, y, z, w]` (Shepperd's method: the largest of
+    /// w, x, y, z first, so no division by a small number): what a TF publisher of these
+    /// extrinsics computes.
+    fn quaternion(m: &Mat4) -> [f64; 4] {
+        let (m00, m11, m22) = (m[0][0], m[1][1], m[2][2]);
+        let tr = m00 + m11 + m22;
+        if tr > m00.max(m11).max(m22) {
+            let s = (1.0 + tr).sqrt() * 2.0; // 4w
+            [(m[2][1] - m[1][2]) / s, (m[0][2] - m[2][0]) / s, (m[1][0] - m[0][1]) / s, s / 4.0]
+        } else if m00 >= m11 && m00 >= m22 {
+            let s = (1.0 + m00 - m11 - m22).sqrt() * 2.0; // 4x
+            [s / 4.0, (m[0][1] + m[1][0]) / s, (m[0][2] + m[2][0]) / s, (m[2][1] - m[1][2]) / s]
+        } else if m11 >= m22 {
+            let s = (1.0 + m11 - m00 - m22).sqrt() * 2.0; // 4y
+            [(m[0][1] + m[1][0]) / s, s / 4.0, (m[1][2] + m[2][1]) / s, (m[0][2] - m[2][0]) / s]
+        } else {
+            let s = (1.0 + m22 - m00 - m11).sqrt() * 2.0; // 4z
+            [(m[0][2] + m[2][0]) / s, (m[1][2] + m[2][1]) / s, s / 4.0, (m[1][0] - m[0][1]) / s]
+        }
+    }
+
+    fn edge(parent: &str, child: &str, m: &Mat4) -> TransformStamped {
+        TransformStamped {
+            header: Header { stamp: Time::default(), frame_id: parent.into() },
+            child_frame_id: child.into(),
+            translation: [m[0][3], m[1][3], m[2][3]],
+            rotation: quaternion(m),
+        }
+    }
+
+    /// The nuScenes sample rig as a TF tree, the way a robot publishes it on `/tf_static`:
+    /// `base_link → lidar_top` (calib.json's lidar2ego) and `base_link → cam_*` (lidar2ego ·
+    /// camera_to_lidar, so the chain reproduces the frame's lidar2cam). With the calibration
+    /// file loaded too, TF wins for every camera, and the chained camera → LiDAR transform equals
+    /// the file's within 1e-5 (the inputs are f32 values: a rotation orthonormal to ~1e-7, through
+    /// a quaternion and back). A cloud in a frame TF does not connect falls back to the file.
+    #[test]
+    fn nuscenes_rig_from_tf_wins_over_the_file_and_falls_back_to_it() {
+        use crate::bev::calib::NUSCENES_CAMERAS;
+        use crate::bev::tf::mat4_mul;
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let file = CalibrationFile::load(&root.join("config/calibration/nuscenes_sample.yaml")).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("tests/data/nuscenes/calib.json")).unwrap()).unwrap();
+        let l2e: Mat4 = serde_json::from_value(json["lidar"]["lidar2ego"].clone()).unwrap();
+        let names: Vec<String> = NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect();
+        let mut rig = CalibrationRig::new(&names, &[false; 6], Some(file.clone())).unwrap();
+        let mut transforms = vec![edge("base_link", "lidar_top", &l2e)];
+        for (i, name) in names.iter().enumerate() {
+            let frame = name.to_lowercase();
+            let c2e = mat4_mul(&l2e, &file.camera(name).unwrap().camera_to_lidar);
+            transforms.push(edge("base_link", &frame, &c2e));
+            let mut ci = info(&frame, 1000.0);
+            let (k, _, _) = file.camera(name).unwrap().intrinsics.unwrap();
+            ci.k = [k[0][0], k[0][1], k[0][2], k[1][0], k[1][1], k[1][2], k[2][0], k[2][1], k[2][2]];
+            rig.set_camera_info(i, &ci).unwrap();
+        }
+        let mut tf = TfBuffer::new();
+        // through CDR, as the node receives it
+        let bytes = TfMessage { transforms }.to_cdr(true).unwrap();
+        assert!(tf.add_message(&TfMessage::from_cdr(&bytes).unwrap(), true).is_empty());
+
+        let f = rig.resolve("lidar_top", &tf);
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(f.states[i], CameraCalibState::Ready { source: ExtrinsicSource::Tf, from_camera_info: true }, "{name}");
+            let (got, want) = (f.calibration.cameras[i].camera_to_lidar, file.camera(name).unwrap().camera_to_lidar);
+            let err = (0..3).flat_map(|r| (0..4).map(move |c| (r, c))).map(|(r, c)| (got[r][c] - want[r][c]).abs()).fold(0.0, f64::max);
+            assert!(err < 1e-5, "{name}: TF chain differs from the file by {err}\n{got:?}\n{want:?}");
+        }
+        // The TF values are not bit-identical to the file's: which one was used is observable.
+        assert_ne!(f.calibration.cameras[0].camera_to_lidar, file.camera("CAM_FRONT").unwrap().camera_to_lidar);
+
+        // a cloud in a frame TF does not connect: every camera from the file, exactly
+        let g = rig.resolve("velodyne", &tf);
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(g.states[i], CameraCalibState::Ready { source: ExtrinsicSource::File, from_camera_info: true }, "{name}");
+            assert_eq!(g.calibration.cameras[i].camera_to_lidar, file.camera(name).unwrap().camera_to_lidar);
+        }
+        assert!(g.changed);
     }
 
     #[test]

@@ -12,9 +12,11 @@
 //!
 //! A bad camera message (undecodable image, zero intrinsics, bad transform) is logged
 //! (rate-limited), counted in `/diagnostics` and dropped; the node keeps running. TF needs the
-//! `tf2_msgs/msg/TFMessage` type support in the r2r build (a sourced ROS 2 install has it; the
-//! PyPI wheels do not): without it the node says so once and takes extrinsics from
-//! `camera.calibration_file`.
+//! `tf2_msgs/msg/TFMessage` type support in the r2r build (a sourced ROS 2 install has it;
+//! `scripts/ros_env.sh` builds it into the PyPI venv from `ros/interfaces/tf2_msgs`): without it
+//! the node says so once (log and `/diagnostics` "camera tf") and takes extrinsics from
+//! `camera.calibration_file`. With it, TF wins per camera wherever it connects the camera's
+//! frame to the cloud's ([`crate::bev::rig`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -523,7 +525,7 @@ pub fn start(
     }
     let tf_line = tf_state.join("; ");
     if tf_line.contains("unavailable") {
-        r2r::log_warn!(logger, "TF: {tf_line} (this r2r build has no tf2_msgs type support; a sourced ROS 2 install provides it)");
+        r2r::log_warn!(logger, "TF: {tf_line} (this r2r build has no tf2_msgs type support: source a ROS 2 install that has tf2_msgs, or build with scripts/ros_env.sh, which adds it)");
     }
     lock(&diag).tf = tf_line;
     let q = r2r::QosProfile::default();

@@ -31,6 +31,12 @@ The node runs in namespace --ns (so its private topics are <ns>/sptr/...). Scena
              (masked, counted, WARN naming it); then a truncated JPEG, a non-image and a
              CameraInfo with zero intrinsics (logged, counted, masked; the LiDAR outputs still
              come); then all six used again. Checked on /diagnostics' camera values.
+             With --calibration tf (the node has no calibration file): the six camera extrinsics
+             on /tf_static instead (transient local, as tf2's static broadcaster; base_link ->
+             lidar_top and base_link -> cam_* from calib.json), a first frame with every camera
+             used and calibrated from TF and its BEV map topics; then a changed /tf_static
+             (CAM_FRONT turned 90 degrees about base_link's z): the next frame's map differs and
+             /diagnostics count the calibration change.
   bench      publish the cloud --frames times, one at a time (the next once the previous one's
              labeled cloud is back), and print receipt-to-publication latency percentiles from
              the node's ~/debug/latency_ms, and the round trip seen by the peer, as JSON.
@@ -48,7 +54,7 @@ import time
 import numpy as np
 import rclpy
 from rclpy.node import Node
-from rclpy.qos import QoSProfile, ReliabilityPolicy, HistoryPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, HistoryPolicy
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import OccupancyGrid
 from sensor_msgs.msg import CameraInfo, CompressedImage, Image, PointCloud2, PointField
@@ -491,6 +497,57 @@ def camera_messages(camera_dir):
     return out
 
 
+def quaternion(r):
+    """A rotation matrix (3 x 3) as a unit quaternion (x, y, z, w), Shepperd's method."""
+    tr = r[0, 0] + r[1, 1] + r[2, 2]
+    if tr > max(r[0, 0], r[1, 1], r[2, 2]):
+        s = np.sqrt(1.0 + tr) * 2.0
+        q = ((r[2, 1] - r[1, 2]) / s, (r[0, 2] - r[2, 0]) / s, (r[1, 0] - r[0, 1]) / s, s / 4.0)
+    elif r[0, 0] >= r[1, 1] and r[0, 0] >= r[2, 2]:
+        s = np.sqrt(1.0 + r[0, 0] - r[1, 1] - r[2, 2]) * 2.0
+        q = (s / 4.0, (r[0, 1] + r[1, 0]) / s, (r[0, 2] + r[2, 0]) / s, (r[2, 1] - r[1, 2]) / s)
+    elif r[1, 1] >= r[2, 2]:
+        s = np.sqrt(1.0 + r[1, 1] - r[0, 0] - r[2, 2]) * 2.0
+        q = ((r[0, 1] + r[1, 0]) / s, s / 4.0, (r[1, 2] + r[2, 1]) / s, (r[0, 2] - r[2, 0]) / s)
+    else:
+        s = np.sqrt(1.0 + r[2, 2] - r[0, 0] - r[1, 1]) * 2.0
+        q = ((r[0, 2] + r[2, 0]) / s, (r[1, 2] + r[2, 1]) / s, s / 4.0, (r[1, 0] - r[0, 1]) / s)
+    return [float(v) for v in q]
+
+
+def rig_tf(camera_dir, turn_front=False):
+    """The nuScenes sample rig as a /tf_static message: base_link -> lidar_top (calib.json's
+    lidar2ego) and base_link -> cam_<name> (lidar2ego . inverse(lidar2cam): the chain camera ->
+    base_link -> lidar_top gives the frame's lidar2cam back). turn_front: CAM_FRONT turned 90
+    degrees about base_link's z (a changed calibration)."""
+    import os
+    from geometry_msgs.msg import TransformStamped
+    from tf2_msgs.msg import TFMessage
+    with open(os.path.join(camera_dir, "calib.json")) as f:
+        calib = json.load(f)
+    l2e = np.array(calib["lidar"]["lidar2ego"], dtype=np.float64)
+    edges = [("lidar_top", l2e)]
+    for cam in NUSCENES_CAMERAS:
+        c2e = l2e @ np.linalg.inv(np.array(calib["cameras"][cam]["lidar2cam"], dtype=np.float64))
+        if turn_front and cam == "CAM_FRONT":
+            rz = np.array([[0.0, -1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]])
+            c2e = rz @ c2e
+        edges.append((cam.lower(), c2e))
+    msg = TFMessage()
+    now = time.time()
+    for child, m in edges:
+        t = TransformStamped()
+        t.header.stamp.sec = int(now)
+        t.header.stamp.nanosec = int((now - int(now)) * 1e9)
+        t.header.frame_id = "base_link"
+        t.child_frame_id = child
+        t.transform.translation.x, t.transform.translation.y, t.transform.translation.z = (float(v) for v in m[:3, 3])
+        q = quaternion(m[:3, :3])
+        t.transform.rotation.x, t.transform.rotation.y, t.transform.rotation.z, t.transform.rotation.w = q
+        msg.transforms.append(t)
+    return msg
+
+
 def scenario_cameras(p, args, xyzi):
     # 2,000 points of the cloud: the LiDAR half is not under test here, and a debug build of the
     # node runs it in seconds instead of minutes.
@@ -512,6 +569,16 @@ def scenario_cameras(p, args, xyzi):
     for c in cams:
         p.spin_until(lambda c=c: img_pub[c].get_subscription_count() > 0 and info_pub[c].get_subscription_count() > 0,
                      f"the node's subscriptions of {c}")
+    tf_pub = None
+    if args.calibration == "tf":
+        from tf2_msgs.msg import TFMessage
+        # as tf2's StaticTransformBroadcaster: reliable, transient local, the whole set each time
+        static_qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST,
+                                durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        tf_pub = p.create_publisher(TFMessage, args.tf_static_topic, static_qos)
+        tf_pub.publish(rig_tf(args.camera_dir))
+        p.spin_until(lambda: tf_pub.get_subscription_count() > 0,
+                     f"the node's subscription on {args.tf_static_topic} (is tf2_msgs in the node's r2r build?)")
 
     def frame(images, infos, what):
         """Publishes the images (name -> (bytes, format, stamp offset s)) and CameraInfos stamped
@@ -545,26 +612,16 @@ def scenario_cameras(p, args, xyzi):
 
     all_good = {c: (data, "jpeg", -0.01) for c, (data, _) in cams.items()}
     infos = {c: info for c, (_, info) in cams.items()}
+    if tf_pub is not None:
+        return cameras_from_tf(p, args, tf_pub, frame, all_good, infos, maps, map_topics)
     key = frame(all_good, infos, "a cloud with six cameras")
     d = expect({c: "used" for c in cams}, "six good cameras")
     if args.map_cells:
         # every map topic for this cloud: its stamp, the model's grid, the right encodings
-        p.spin_until(lambda: all(t in maps.get(key, {}) for t in map_topics), "the BEV map topics of the cloud")
-        n, res = args.map_cells, args.map_resolution
-        for t in map_topics:
-            m = maps[key][t]
-            if t.startswith("map/"):
-                i = m.info
-                if (i.width, i.height) != (n, n) or abs(i.resolution - res) > 1e-6 or len(m.data) != n * n \
-                        or any(v < 0 or v > 100 for v in m.data):
-                    fail(f"{t}: {i.width} x {i.height} at {i.resolution} m, {len(m.data)} cells; expected {n} x {n} at {res}, 0..100")
-            else:
-                enc, px = ("mono8", 1) if t == "map_bits" else ("rgb8", 3)
-                if (m.encoding, m.width, m.height, m.step, len(m.data)) != (enc, n, n, n * px, n * n * px):
-                    fail(f"{t}: {m.encoding} {m.width} x {m.height} step {m.step}, {len(m.data)} bytes; expected {enc} {n} x {n}")
+        check_maps(p, args, maps, map_topics, key, "the cloud")
         if int(d["bev maps published"]) < 1 or int(d["bev map errors"]) != 0:
             fail(f"the BEV map is not counted as published: {d}")
-        print(f"RESULT bev_map={n}x{n} topics={len(map_topics)}", flush=True)
+        print(f"RESULT bev_map={args.map_cells}x{args.map_cells} topics={len(map_topics)}", flush=True)
     for c in cams:
         if not d[f"camera {c} calibration"].startswith("extrinsic from file"):
             fail(f"{c}: calibration {d[f'camera {c} calibration']!r}, expected from the calibration file")
@@ -604,6 +661,86 @@ def scenario_cameras(p, args, xyzi):
     print(f"RESULT camera_front_used={d['camera CAM_FRONT used']} decode_errors={d['camera CAM_FRONT masked.decode_error']}", flush=True)
 
 
+def check_maps(p, args, maps, map_topics, key, what):
+    """Waits for every BEV map topic of the cloud stamped `key` and checks sizes and encodings
+    (each message was filed under its own header stamp: they carry the cloud's)."""
+    p.spin_until(lambda: all(t in maps.get(key, {}) for t in map_topics), f"the BEV map topics of {what}")
+    n, res = args.map_cells, args.map_resolution
+    for t in map_topics:
+        m = maps[key][t]
+        if t.startswith("map/"):
+            i = m.info
+            if (i.width, i.height) != (n, n) or abs(i.resolution - res) > 1e-6 or len(m.data) != n * n \
+                    or any(v < 0 or v > 100 for v in m.data):
+                fail(f"{t}: {i.width} x {i.height} at {i.resolution} m, {len(m.data)} cells; expected {n} x {n} at {res}, 0..100")
+        else:
+            enc, px = ("mono8", 1) if t == "map_bits" else ("rgb8", 3)
+            if (m.encoding, m.width, m.height, m.step, len(m.data)) != (enc, n, n, n * px, n * n * px):
+                fail(f"{t}: {m.encoding} {m.width} x {m.height} step {m.step}, {len(m.data)} bytes; expected {enc} {n} x {n}")
+    return maps[key]
+
+
+def cameras_from_tf(p, args, tf_pub, frame, all_good, infos, maps, map_topics):
+    """--calibration tf: the extrinsics come from /tf_static only (the node has no calibration
+    file). A frame's camera diagnostics are read once /diagnostics count its BEV map (the node
+    updates the camera values and that count together, after the map is out)."""
+    if not args.map_cells:
+        fail("--calibration tf needs --map-cells (the BEV map is what a calibration change changes)")
+
+    def tf_frame(send_infos, what):
+        n = int(p.diag["bev maps published"]) if p.diag and "bev maps published" in p.diag else 0
+        key = frame(all_good, send_infos, what)
+        out = check_maps(p, args, maps, map_topics, key, what)
+        p.spin_until(lambda: p.diag is not None and int(p.diag["bev maps published"]) > n,
+                     f"/diagnostics to count the BEV map of {what}")
+        return key, out, p.diag
+
+    def calibrated_from_tf(d):
+        return all(d.get(f"camera {c} last frame") == "used"
+                   and d.get(f"camera {c} calibration", "").startswith("extrinsic from tf") for c in NUSCENES_CAMERAS)
+
+    # The /tf_static sample is delivered on matching; should a frame still beat it, the next
+    # frame has it (at most three frames).
+    for attempt in range(3):
+        key, first, d = tf_frame(infos if attempt == 0 else {}, f"a cloud with six cameras (attempt {attempt + 1})")
+        if calibrated_from_tf(d):
+            break
+    else:
+        fail(f"the cameras are not all used and calibrated from TF: {d}")
+    if "/tf_static subscribed" not in d["camera tf"] or int(d["bev map errors"]) != 0:
+        fail(f"TF or the BEV map not reported as working: {d}")
+    print(f"RESULT tf_calibration cameras_used=6 bev_map={args.map_cells}x{args.map_cells} "
+          f"topics={len(map_topics)} camera_tf={d['camera tf']!r}", flush=True)
+
+    def cells_changed(a, b):
+        return sum(int(np.sum(np.array(a[t].data, dtype=np.int16) != np.array(b[t].data, dtype=np.int16)))
+                   for t in map_topics if t.startswith("map/"))
+
+    # The control: the same calibration, points and images (new stamps) give the same map, so a
+    # difference after the change below is the calibration's doing.
+    before = int(d["camera calibration changes"])
+    _, same, d = tf_frame({}, "a cloud with the same calibration")
+    if int(d["camera calibration changes"]) != before or cells_changed(first, same) != 0:
+        fail(f"the same inputs gave another map ({cells_changed(first, same)} cells) or a calibration change: {d}")
+    print("RESULT tf_same_calibration map_cells_changed=0", flush=True)
+
+    tf_pub.publish(rig_tf(args.camera_dir, turn_front=True))
+    for attempt in range(3):
+        key2, second, d = tf_frame({}, f"a cloud after the /tf_static change (attempt {attempt + 1})")
+        if int(d["camera calibration changes"]) > before:
+            break
+    else:
+        fail(f"/diagnostics do not count the /tf_static calibration change (before {before}): {d}")
+    if not calibrated_from_tf(d):
+        fail(f"after the change, not every camera is used and calibrated from TF: {d}")
+    # Same points, same images (new stamps): only the calibration differs.
+    differ = cells_changed(first, second)
+    if differ == 0:
+        fail("the BEV map after CAM_FRONT's /tf_static change equals the one before it")
+    print(f"RESULT tf_change calibration_changes={before}->{d['camera calibration changes']} "
+          f"map_cells_changed={differ}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", required=True)
@@ -632,6 +769,10 @@ def main():
     ap.add_argument("--map-cells", type=int, default=0,
                     help="cameras: expect the BEV map topics, this many cells a side (0: no model)")
     ap.add_argument("--map-resolution", type=float, default=0.5, help="cameras: the BEV map's cell size")
+    ap.add_argument("--calibration", choices=["file", "tf"], default="file",
+                    help="cameras: extrinsics from the node's calibration file, or published on /tf_static")
+    ap.add_argument("--tf-static-topic", default="/tf_static",
+                    help="cameras: where the node reads /tf_static (the tests remap it per namespace)")
     args = ap.parse_args()
 
     rclpy.init(args=None)
