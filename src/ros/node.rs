@@ -684,7 +684,6 @@ pub fn main() -> i32 {
     if let Some(p) = params.precision {
         model.yaml.precision = p;
     }
-    let precision_name = model.yaml.precision.name().to_string();
     if params.model.weights.is_empty() {
         return fail(
             EXIT_PARAMS,
@@ -983,9 +982,9 @@ fn run(setup: Setup, fqn: String) -> i32 {
         error_after_s: params.budget.error_after_s,
         on_overflow: params.on_overflow,
         precision: if device.starts_with("cpu") {
-            format!("{precision_name} (not used: the CPU computes in FP32)")
+            format!("{} (not used: the CPU computes in FP32)", model.yaml.precision.name())
         } else {
-            precision_name.clone()
+            model.yaml.precision.name().to_string()
         },
     };
     {
