@@ -94,3 +94,23 @@ fn mcap_chunk_record_overrunning_its_chunk_ends_the_read() {
         assert!(delivered <= bytes.len() / 8, "{delivered} messages from {} bytes", bytes.len());
     }
 }
+
+/// An indexed MCAP whose zstd chunk holds a record declaring 8e18 bytes made the chunk reader
+/// reserve them (the crate's `ChunkReader` has no record length limit). The read now ends in
+/// an error that says the record's length exceeds the limit.
+#[test]
+fn mcap_record_inside_an_indexed_chunk_with_a_huge_length_is_an_error() {
+    use sptr::bag::reader::Bag;
+    let dir = std::env::temp_dir().join(format!("sptr-fuzz-regression-inner-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("chunk_inner_record_huge.mcap");
+    std::fs::write(&file, data("mcap_file", "chunk_inner_record_huge.mcap")).unwrap();
+    let outcome = match Bag::open(&file) {
+        Err(e) => e.to_string(),
+        Ok(bag) => match bag.messages(&[]).find_map(|m| m.err()) {
+            Some(e) => e.to_string(),
+            None => String::from("no error"),
+        },
+    };
+    assert!(outcome.contains("length exceeds limit"), "{outcome}");
+}

@@ -143,7 +143,7 @@ fn linear_options(file_len: u64) -> LinearReaderOptions {
 }
 
 /// See [`linear_options`].
-fn record_length_limit(file_len: u64) -> usize {
+pub(super) fn record_length_limit(file_len: u64) -> usize {
     const FLOOR: u64 = 64 << 20;
     usize::try_from(file_len.saturating_mul(64).max(FLOOR)).unwrap_or(usize::MAX)
 }

@@ -31,12 +31,14 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use mcap::read::ChunkReader;
 use mcap::records::{op, ChunkIndex, MessageHeader, Record};
-use mcap::sans_io::{SummaryReadEvent, SummaryReader, SummaryReaderOptions};
+use mcap::sans_io::{
+    LinearReadEvent, LinearReader, LinearReaderOptions, SummaryReadEvent, SummaryReader,
+    SummaryReaderOptions,
+};
 use mcap::{Channel, McapError, Summary, MAGIC};
 
-use super::mcap_file::{log_time_ns, raw_message, topic_wanted};
+use super::mcap_file::{log_time_ns, raw_message, record_length_limit, topic_wanted};
 use super::{BagError, BufferUse, Held, RawMessage};
 
 /// Opcode and length that start every record.
@@ -87,6 +89,8 @@ struct Damage {
 pub(super) struct IndexedMcap {
     path: PathBuf,
     file: File,
+    /// The file's length: bounds the records inside a chunk (see `decode_chunk`).
+    file_len: u64,
     channels: HashMap<u16, Arc<Channel<'static>>>,
     /// Channel ids on the filter's topics; `None`: every channel.
     wanted: Option<HashSet<u16>>,
@@ -116,6 +120,7 @@ impl IndexedMcap {
         Some(IndexedMcap {
             path: path.to_path_buf(),
             file,
+            file_len: len,
             channels: summary.channels,
             wanted,
             unread,
@@ -177,23 +182,39 @@ impl IndexedMcap {
         msgs: &mut Vec<RawMessage>,
     ) -> Result<(), ChunkError> {
         let record = read_at(&self.file, chunk.chunk_start_offset, chunk.chunk_length)?;
-        let body = record
-            .get(RECORD_PREFIX as usize..)
-            .ok_or(McapError::BadIndex)?;
-        let Record::Chunk { header, data } = mcap::parse_record(op::CHUNK, body)? else {
+        if record.first() != Some(&op::CHUNK) {
             return Err(McapError::BadIndex.into());
-        };
+        }
         let start = log_time_ns(chunk.message_start_time);
-        // Checks the chunk's CRC where the writer stored one.
-        for record in ChunkReader::new(header, &data)? {
-            match record? {
-                Record::Message { header, data } => {
-                    msgs.extend(self.wanted_message(&header, data, start)?);
+        // The chunk record goes through a linear reader rather than the crate's `ChunkReader`,
+        // which has no record length limit: a record inside the chunk that declared 8e18 bytes
+        // made it reserve them (found by the fuzzer). The limit is the linear path's; the
+        // reader checks the chunk's CRC where the writer stored one.
+        let mut reader = LinearReader::new_with_options(
+            LinearReaderOptions::default()
+                .with_skip_start_magic(true)
+                .with_skip_end_magic(true)
+                .with_validate_chunk_crcs(true)
+                .with_record_length_limit(record_length_limit(self.file_len)),
+        );
+        let mut input: &[u8] = &record;
+        while let Some(event) = reader.next_event() {
+            match event? {
+                LinearReadEvent::ReadRequest(want) => {
+                    let n = want.min(input.len());
+                    reader.insert(n).copy_from_slice(&input[..n]);
+                    reader.notify_read(n);
+                    input = &input[n..];
                 }
-                Record::Channel(ch) if !channel_agrees(&self.channels, &ch) => {
-                    return Err(McapError::ConflictingChannels(ch.topic).into());
-                }
-                _ => {}
+                LinearReadEvent::Record { opcode, data } => match mcap::parse_record(opcode, data)? {
+                    Record::Message { header, data } => {
+                        msgs.extend(self.wanted_message(&header, data, start)?);
+                    }
+                    Record::Channel(ch) if !channel_agrees(&self.channels, &ch) => {
+                        return Err(McapError::ConflictingChannels(ch.topic).into());
+                    }
+                    _ => {}
+                },
             }
         }
         Ok(())
