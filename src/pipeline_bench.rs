@@ -192,6 +192,9 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
     let bev_frame = lidar.params.bev.frame_id.clone();
 
     let (period, frames) = match s.pace {
+        Some((hz, secs)) if !(hz.is_finite() && (0.1..=1000.0).contains(&hz) && secs.is_finite() && (0.1..=86_400.0).contains(&secs)) => {
+            return Err(format!("pace {hz} Hz for {secs} s: use 0.1 to 1000 Hz for 0.1 to 86400 s"));
+        }
         Some((hz, secs)) => (Duration::from_secs_f64(1.0 / hz), ((hz * secs).round() as usize).max(1)),
         None => (Duration::from_millis(100), s.lidar.frames),
     };
