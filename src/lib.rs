@@ -19,6 +19,7 @@ pub mod model;
 pub mod outputs;
 pub mod perception;
 pub mod pipeline;
+pub mod pipeline_bench;
 pub mod points;
 pub mod replay;
 pub mod sparse;

@@ -625,9 +625,19 @@ pub struct BenchSetup<'a> {
     pub frames: usize,
 }
 
-/// `sptr bench pipeline`: loads everything, encodes the cloud as the node receives it
-/// (`x, y, z, intensity` float32) and runs [`bench`]. Errors name the file or setting at fault.
-pub fn bench_pipeline(b: &BenchSetup) -> Result<String, String> {
+/// The LiDAR half of `sptr bench pipeline`, loaded: the frame processor, the cloud body as the
+/// node receives it, and what the JSON names (model file, weights, the params file's contents).
+pub struct BenchLidar {
+    pub processor: Processor,
+    pub body: CloudBuf,
+    pub model_path: std::path::PathBuf,
+    pub weights: String,
+    pub params: crate::config::NodeParams,
+}
+
+/// Loads what [`bench_pipeline`] runs on: encodes the cloud as the node receives it
+/// (`x, y, z, intensity` float32) and opens the processor. Errors name the file or setting at fault.
+pub fn open_bench(b: &BenchSetup) -> Result<BenchLidar, String> {
     use crate::pipeline::files::{read_cloud, CloudFormat};
     let node = crate::config::NodeParams::load(b.params).map_err(|e| format!("--params: {e}"))?;
     let model_path = match b.model {
@@ -652,7 +662,7 @@ pub fn bench_pipeline(b: &BenchSetup) -> Result<String, String> {
     let pts = read_cloud(b.cloud, fmt).map_err(|e| e.to_string())?; // names the file
     let body = cloud::encode_points(&pts, cloud::Layout::XyzI32)
         .map_err(|e| format!("{}: {e}", b.cloud.display()))?;
-    let (mut p, weights) = match b.weights {
+    let (processor, weights) = match b.weights {
         Some(w) => (
             Processor::open(b.device, &model, w, bev)?,
             w.display().to_string(),
@@ -666,19 +676,25 @@ pub fn bench_pipeline(b: &BenchSetup) -> Result<String, String> {
             )
         }
     };
-    let json = bench(&mut p, &body, b.warmup, b.frames)
+    Ok(BenchLidar { processor, body, model_path, weights, params: node })
+}
+
+/// `sptr bench pipeline`: [`open_bench`], then [`bench`].
+pub fn bench_pipeline(b: &BenchSetup) -> Result<String, String> {
+    let mut l = open_bench(b)?;
+    let json = bench(&mut l.processor, &l.body, b.warmup, b.frames)
         .map_err(|e| format!("the cloud was rejected: {e}"))?;
     Ok(format!(
         "{},\"model\":{},\"weights\":{},\"cloud\":{}}}",
         &json[..json.len() - 1],
-        json_str(&model_path.display().to_string()),
-        json_str(&weights),
+        json_str(&l.model_path.display().to_string()),
+        json_str(&l.weights),
         json_str(&b.cloud.display().to_string())
     ))
 }
 
 /// `s` as a JSON string literal.
-fn json_str(s: &str) -> String {
+pub fn json_str(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -62,6 +62,24 @@ fn bandwidth_arg(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// A publishing rate in Hz: finite, 0.1 to 1000.
+fn rate_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number (Hz)"))?;
+    if !(v.is_finite() && (0.1..=1000.0).contains(&v)) {
+        return Err(format!("{v} Hz is not a usable rate: use 0.1 to 1000"));
+    }
+    Ok(v)
+}
+
+/// A bench duration in seconds: finite, 0.1 to 86,400.
+fn duration_arg(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number (seconds)"))?;
+    if !(v.is_finite() && (0.1..=86_400.0).contains(&v)) {
+        return Err(format!("{v} s is not a usable duration: use 0.1 to 86400"));
+    }
+    Ok(v)
+}
+
 /// A fraction in [0, 1].
 fn fraction_arg(s: &str) -> Result<f64, String> {
     let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
@@ -425,6 +443,27 @@ enum BenchCmd {
         /// Untimed frames first (0 to 10,000).
         #[arg(long, default_value_t = 3, value_parser = int_in::<0, 10_000>)]
         warmup: usize,
+        /// Also the cameras and the BEV map (issue 21): per frame the --bag's camera messages
+        /// (re-stamped to the cloud) through the node's camera branch, the BEV map model and the
+        /// map messages' encoding; needs --params with input.cameras (JSON `pipeline_cameras`).
+        #[arg(long)]
+        cameras: bool,
+        /// With --cameras: the bag holding one image and CameraInfo per camera.
+        #[arg(long, default_value = "tests/data/bags/nuscenes_sample", requires = "cameras")]
+        bag: PathBuf,
+        /// With --cameras: overrides the params' camera.model_config (BEVFusion seg model YAML).
+        #[arg(long, requires = "cameras")]
+        camera_model: Option<PathBuf>,
+        /// With --cameras: overrides camera.model_weights: safetensors file or random:SEED.
+        #[arg(long, requires = "cameras")]
+        camera_weights: Option<String>,
+        /// With --cameras: frames paced at this rate (with --duration-s; replaces --frames); a
+        /// frame ending after the next tick counts in `frames_over_period`.
+        #[arg(long, requires_all = ["cameras", "duration_s"], value_parser = rate_arg)]
+        rate_hz: Option<f64>,
+        /// With --rate-hz: seconds of paced frames.
+        #[arg(long, requires = "rate_hz", value_parser = duration_arg)]
+        duration_s: Option<f64>,
     },
     /// Voxelization time, CPU and (if available) CUDA, on a cloud and on a batch of it.
     Voxelize {
@@ -726,13 +765,19 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench { what: BenchCmd::Attention { cloud, stride, model, voxel_size, level, batch2, iters } } => {
             bench_attention_cmd(&cloud, stride, &model, voxel_size, level, batch2, iters)
         }
-        Cmd::Bench { what: BenchCmd::Pipeline { cloud, model, weights, params, device, frames, warmup } } => {
+        Cmd::Bench { what: BenchCmd::Pipeline { cloud, model, weights, params, device, frames, warmup, cameras, bag, camera_model, camera_weights, rate_hz, duration_s } } => {
             let device = match device.as_str() {
                 "cpu" => sptr::config::DeviceKind::Cpu,
                 "cuda" => sptr::config::DeviceKind::Cuda,
                 other => anyhow::bail!("--device {other}: use cpu or cuda"),
             };
             let setup = sptr::perception::BenchSetup { cloud: &cloud, model: model.as_deref(), weights: weights.as_deref(), params: &params, device, warmup, frames };
+            if cameras {
+                let pace = rate_hz.zip(duration_s);
+                let s = sptr::pipeline_bench::CameraBenchSetup { lidar: setup, bag: &bag, camera_model: camera_model.as_deref(), camera_weights: camera_weights.as_deref(), pace };
+                println!("{}", sptr::pipeline_bench::run(&s).map_err(anyhow::Error::msg)?);
+                return Ok(());
+            }
             println!("{}", sptr::perception::bench_pipeline(&setup).map_err(anyhow::Error::msg)?);
             Ok(())
         }

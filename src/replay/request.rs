@@ -155,15 +155,26 @@ pub struct ReplayRequest {
 /// file `path` (relative to it; weights may be `random:<seed>`), each overridden by the request;
 /// `None` without a model config. On the GPU when the frame processor is (`cuda`).
 pub fn open_map_model(req: &ReplayRequest, path: &Path, p: &NodeParams, cuda: bool) -> Result<Option<SegMapModel>, ReplayError> {
+    open_map_model_with(req.camera_model.as_deref(), req.camera_weights.as_deref(), path, p, cuda)
+}
+
+/// [`open_map_model`] with the overrides given one by one (`sptr bench pipeline --cameras`).
+pub fn open_map_model_with(
+    camera_model: Option<&Path>,
+    camera_weights: Option<&str>,
+    path: &Path,
+    p: &NodeParams,
+    cuda: bool,
+) -> Result<Option<SegMapModel>, ReplayError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let config = match (&req.camera_model, p.camera.model_config.as_str()) {
-        (Some(m), _) => m.clone(),
+    let config = match (camera_model, p.camera.model_config.as_str()) {
+        (Some(m), _) => m.to_path_buf(),
         (None, "") => return Ok(None),
         (None, v) => dir.join(v),
     };
-    let weights_value = req.camera_weights.clone().unwrap_or_else(|| p.camera.model_weights.clone());
+    let weights_value = camera_weights.map_or_else(|| p.camera.model_weights.clone(), str::to_string);
     let weights = match SegWeightsSource::parse(&weights_value) {
-        Ok(SegWeightsSource::File(f)) if req.camera_weights.is_none() => SegWeightsSource::File(dir.join(f)),
+        Ok(SegWeightsSource::File(f)) if camera_weights.is_none() => SegWeightsSource::File(dir.join(f)),
         Ok(w) => w,
         Err(e) => return Err(ReplayError::Setup(format!("{e} (or pass --camera-weights FILE|random:SEED)"))),
     };

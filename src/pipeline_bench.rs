@@ -1,0 +1,362 @@
+//! `sptr bench pipeline --cameras`: the node's whole per-cloud work without DDS, from message
+//! bytes in host memory to encoded output messages: the LiDAR processor (labels, BEV grids), the
+//! six cameras' CompressedImage + CameraInfo messages decoded from CDR into the node's
+//! [`CameraBranch`] (sync, calibration, JPEG decode, sweeps), the BEV map model's forward, and
+//! the map messages ([`map_messages`]) encoded to CDR.
+//!
+//! The camera messages are read once from a bag (the sample bag has all six) and re-stamped to
+//! each frame's cloud stamp before the frame (untimed), so every camera is in sync and decoded
+//! afresh each frame, as live images would be. Frames run unpaced (`frames`) or at a fixed
+//! period like a publisher (`rate_hz` for `duration_s`): a frame that ends after the next tick
+//! is counted in `frames_over_period` (at a real sensor's rate it would delay or drop the next
+//! cloud). Host RSS and (CUDA) device memory in use are sampled every [`MEMORY_EVERY`] frames so
+//! a leak shows as growth from first to last.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::bag::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, Time};
+use crate::bag::Bag;
+use crate::bev::branch::{BevMapModel, CameraBranch, CameraImage};
+use crate::bev::map_messages::map_messages;
+use crate::config::ImageTransport;
+use crate::perception::{json_str, open_bench, BenchSetup, Percentiles, STAGES};
+use crate::replay::cameras::absolute_topic;
+use crate::replay::request::{camera_options, open_map_model_with};
+
+/// Memory is sampled on frames 0, 50, 100, ... and on the last frame.
+pub const MEMORY_EVERY: usize = 50;
+
+/// The first cloud's stamp (the sample bag's LiDAR stamp); frame `k` is `k` periods later.
+const BASE_STAMP_NS: i64 = 1_532_402_927_647_951_000;
+
+/// What `sptr bench pipeline --cameras` runs on, besides the LiDAR setup.
+pub struct CameraBenchSetup<'a> {
+    /// Cloud, LiDAR model and weights, params file (which must have `input.cameras`), device,
+    /// warmup and (unpaced) frames.
+    pub lidar: BenchSetup<'a>,
+    /// A bag with one CompressedImage (or Image, per the params' transport) and CameraInfo per
+    /// camera on the params' topics (as the node `sptr` resolves them).
+    pub bag: &'a Path,
+    /// Overrides `camera.model_config` (a BEVFusion seg model YAML).
+    pub camera_model: Option<&'a Path>,
+    /// Overrides `camera.model_weights`: a safetensors file or `random:<seed>`.
+    pub camera_weights: Option<&'a str>,
+    /// Paced: frames at `rate_hz` for `duration_s` (both or neither); unpaced without.
+    pub pace: Option<(f64, f64)>,
+}
+
+/// One camera's messages as the bench feeds them: decoded once (to re-stamp), encoded per frame.
+struct CameraMessages {
+    image: CameraImage,
+    info: CameraInfo,
+}
+
+/// Latest message on `topic` in `bag`, or an error naming the topic and the bag.
+fn last_message(bag: &Bag, topic: &str) -> Result<Vec<u8>, String> {
+    let mut last = None;
+    for m in bag.messages(&[topic]) {
+        let m = m.map_err(|e| format!("{}: {e}", bag.path().display()))?;
+        last = Some(m.data);
+    }
+    last.ok_or_else(|| format!("{}: no message on {topic}; the bench needs one image and one CameraInfo per camera", bag.path().display()))
+}
+
+/// Re-stamps and encodes a camera's messages to CDR (the bytes a subscription would receive).
+fn encode_camera(c: &mut CameraMessages, stamp: Time) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let cdr_err = |e: crate::bag::CdrError| format!("re-encoding a camera message: {e}");
+    c.info.header.stamp = stamp;
+    let info = c.info.to_cdr(true).map_err(cdr_err)?;
+    let image = match &mut c.image {
+        CameraImage::Compressed(m) => {
+            m.header.stamp = stamp;
+            m.to_cdr(true)
+        }
+        CameraImage::Raw(m) => {
+            m.header.stamp = stamp;
+            m.to_cdr(true)
+        }
+    }
+    .map_err(cdr_err)?;
+    Ok((image, info))
+}
+
+/// Host resident set size, MB (Linux `/proc/self/statm`; `None` elsewhere).
+fn host_rss_mb() -> Option<f64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: f64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096.0 / 1e6)
+}
+
+/// Device memory in use (the whole device: total − free), MB; `None` without CUDA.
+fn device_used_mb(cuda: bool) -> Option<f64> {
+    if !cuda {
+        return None;
+    }
+    #[cfg(feature = "cuda")]
+    {
+        cudarc::driver::result::mem_get_info().ok().map(|(free, total)| (total - free) as f64 / 1e6)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        None
+    }
+}
+
+/// `{"samples":[[frame, MB], ...],"first":..,"last":..,"max":..}`, or `null` without samples.
+fn memory_json(samples: &[(usize, f64)]) -> String {
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else { return "null".into() };
+    let max = samples.iter().map(|s| s.1).fold(f64::MIN, f64::max);
+    let list: Vec<String> = samples.iter().map(|(f, v)| format!("[{f},{v:.1}]")).collect();
+    format!("{{\"samples\":[{}],\"first\":{:.1},\"last\":{:.1},\"max\":{max:.1}}}", list.join(","), first.1, last.1)
+}
+
+/// Per-stage times of the frames, ms, in first-seen order.
+#[derive(Default)]
+struct StageTimes(Vec<(String, Vec<f64>)>);
+
+impl StageTimes {
+    fn add(&mut self, name: &str, v: f64) {
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some((_, s)) => s.push(v),
+            None => self.0.push((name.to_string(), vec![v])),
+        }
+    }
+
+    fn p50_json(&self) -> String {
+        let items: Vec<String> =
+            self.0.iter().map(|(n, v)| format!("{}:{:.3}", json_str(n), Percentiles::of(v).map_or(0.0, |p| p.p50))).collect();
+        format!("{{{}}}", items.join(","))
+    }
+}
+
+/// What the last frame's map messages were.
+struct MapSummary {
+    classes: usize,
+    width: u32,
+    height: u32,
+    cdr_bytes: usize,
+}
+
+/// Runs the bench; returns one JSON object (see README, `sptr bench pipeline --cameras`).
+pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
+    // The camera settings first: a params file without cameras fails before any model loads.
+    let params_path = s.lidar.params;
+    let node = crate::config::NodeParams::load(params_path).map_err(|e| format!("--params: {e}"))?;
+    let opts = camera_options(params_path, &node)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "--cameras: {} has no cameras (input.cameras is empty); give a params file with the camera branch, e.g. config/perception_nuscenes_cameras.yaml",
+                params_path.display()
+            )
+        })?;
+    let mut lidar = open_bench(&s.lidar)?;
+    let cuda = lidar.processor.device_name().starts_with("cuda");
+    let mut model = open_map_model_with(s.camera_model, s.camera_weights, params_path, &lidar.params, cuda)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "--cameras: {} has no BEV map model (camera.model_config is empty); give --camera-model",
+                params_path.display()
+            )
+        })?;
+    let mut style = opts.map_style.clone().ok_or("--cameras: the params give no map style")?;
+    if model.classes().len() != style.thresholds.len() {
+        // an overriding model YAML with other classes: its classes, the params' thresholds for them
+        style.thresholds = lidar.params.map_thresholds(model.classes().len()).map_err(|e| format!("{}: {e}", params_path.display()))?;
+        style.palette = model.classes().iter().map(|c| crate::bev::map::class_colour(c)).collect();
+    }
+    let mut branch = CameraBranch::new(opts.branch.clone()).map_err(|e| format!("camera branch: {e}"))?;
+
+    // The camera messages, once, from the bag; the cloud's frame from the bag's cloud if it has one.
+    let bag = Bag::open(s.bag).map_err(|e| format!("{}: {e}", s.bag.display()))?;
+    let mut cams = Vec::with_capacity(opts.inputs.len());
+    for c in &opts.inputs {
+        let what = |e: crate::bag::CdrError, t: &str| format!("{}: {t}: {e}", s.bag.display());
+        let bytes = last_message(&bag, &c.image_topic)?;
+        let image = match c.transport {
+            ImageTransport::Compressed => CameraImage::Compressed(CompressedImage::from_cdr(&bytes).map_err(|e| what(e, &c.image_topic))?),
+            ImageTransport::Raw => CameraImage::Raw(Image::from_cdr(&bytes).map_err(|e| what(e, &c.image_topic))?),
+        };
+        let info = CameraInfo::from_cdr(&last_message(&bag, &c.camera_info_topic)?).map_err(|e| what(e, &c.camera_info_topic))?;
+        cams.push(CameraMessages { image, info });
+    }
+    let points_topic = absolute_topic(&lidar.params.topics.input_points);
+    let cloud_frame = match bag.topics().iter().any(|t| t.name == points_topic) {
+        true => crate::bag::cdr::PointCloud2::from_cdr(&last_message(&bag, &points_topic)?)
+            .map(|m| m.header.frame_id)
+            .map_err(|e| format!("{}: {points_topic}: {e}", s.bag.display()))?,
+        false => String::new(),
+    };
+    let bev_frame = lidar.params.bev.frame_id.clone();
+
+    let (period, frames) = match s.pace {
+        Some((hz, secs)) if !(hz.is_finite() && (0.1..=1000.0).contains(&hz) && secs.is_finite() && (0.1..=86_400.0).contains(&secs)) => {
+            return Err(format!("pace {hz} Hz for {secs} s: use 0.1 to 1000 Hz for 0.1 to 86400 s"));
+        }
+        Some((hz, secs)) => (Duration::from_secs_f64(1.0 / hz), ((hz * secs).round() as usize).max(1)),
+        None => (Duration::from_millis(100), s.lidar.frames),
+    };
+    let period_ns = period.as_nanos() as i64;
+    let mut total = Vec::with_capacity(frames);
+    let mut stages = StageTimes::default();
+    let mut over_period = 0usize;
+    let mut host = Vec::new();
+    let mut device = Vec::new();
+    let mut last_map = None;
+    let mut camera_status = Vec::new();
+    let mut next_tick: Option<Instant> = None;
+    for k in 0..s.lidar.warmup + frames {
+        let timed = k >= s.lidar.warmup;
+        let i = k.saturating_sub(s.lidar.warmup);
+        let stamp_ns = BASE_STAMP_NS + k as i64 * period_ns;
+        let stamp = Time { sec: (stamp_ns / 1_000_000_000) as i32, nanosec: (stamp_ns % 1_000_000_000) as u32 };
+        // untimed: the bytes the subscriptions would hold when the cloud arrives
+        let mut bytes = Vec::with_capacity(cams.len());
+        for c in &mut cams {
+            bytes.push(encode_camera(c, stamp)?);
+        }
+        // Paced: the first timed frame starts the schedule; each later one waits for its tick
+        // (a tick already past, after a late frame, starts it at once: the schedule never slips).
+        if timed && s.pace.is_some() {
+            match next_tick {
+                None => next_tick = Some(Instant::now()),
+                Some(tick) => {
+                    let now = Instant::now();
+                    if tick > now {
+                        std::thread::sleep(tick - now);
+                    }
+                }
+            }
+        }
+        let t0 = Instant::now();
+
+        // LiDAR: as now (decode, SphereFormer, BEV grids, labeled cloud)
+        let out = lidar.processor.process(&lidar.body.view()).map_err(|e| format!("the cloud was rejected: {e}"))?;
+        let lidar_ms = ms(t0.elapsed());
+
+        // Cameras: the messages decoded from CDR into the branch (as the node's subscriptions and
+        // worker do), the cloud decoded again for the branch's sweep, the frame's inputs.
+        let t = Instant::now();
+        for (cam, ((image, info), c)) in bytes.iter().zip(&opts.inputs).enumerate() {
+            let img = match c.transport {
+                ImageTransport::Compressed => CompressedImage::from_cdr(image).map(CameraImage::Compressed),
+                ImageTransport::Raw => Image::from_cdr(image).map(CameraImage::Raw),
+            }
+            .map_err(|e| format!("{}: {e}", c.image_topic))?;
+            branch.on_image(cam, img);
+            let info = CameraInfo::from_cdr(info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+            branch.on_camera_info(cam, &info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+        }
+        let (points, _) = crate::cloud::decode(&lidar.body.view()).map_err(|e| format!("the cloud: {e}"))?;
+        let inputs = branch.frame(stamp_ns, &cloud_frame, &points);
+        let camera_ms = ms(t.elapsed());
+
+        // The BEV map model and its messages, encoded as DDS would carry them.
+        let t = Instant::now();
+        let map = model.forward(&inputs).map_err(|e| format!("frame {k}: the BEV map model failed: {e}"))?;
+        let map_ms = ms(t.elapsed());
+        let t = Instant::now();
+        let m = map_messages(&map, &style, stamp, &cloud_frame, &bev_frame).map_err(|e| format!("BEV map messages: {e}"))?;
+        let cdr_err = |e: crate::bag::CdrError| format!("encoding the BEV map: {e}");
+        let mut cdr_bytes = 0;
+        for g in &m.grids {
+            cdr_bytes += g.to_cdr(true).map_err(cdr_err)?.len();
+        }
+        cdr_bytes += m.bits.to_cdr(true).map_err(cdr_err)?.len();
+        cdr_bytes += m.color.to_cdr(true).map_err(cdr_err)?.len();
+        let encode_ms = ms(t.elapsed());
+        let frame_ms = ms(t0.elapsed());
+        if !timed {
+            continue;
+        }
+        if let Some(tick) = next_tick {
+            let deadline = tick + period;
+            if Instant::now() > deadline {
+                over_period += 1;
+            }
+            next_tick = Some(deadline);
+        }
+        total.push(frame_ms);
+        stages.add("lidar", lidar_ms);
+        for (n, v) in STAGES.iter().zip(out.stages) {
+            stages.add(&format!("lidar/{n}"), v);
+        }
+        stages.add("cameras", camera_ms);
+        for (n, v) in inputs.stages {
+            stages.add(&format!("cameras/{n}"), v);
+        }
+        stages.add("bev_map", map_ms);
+        for (n, v) in model.last_stages() {
+            stages.add(&format!("bev_map/{n}"), v);
+        }
+        stages.add("map_encode", encode_ms);
+        if i % MEMORY_EVERY == 0 || i + 1 == frames {
+            if let Some(v) = host_rss_mb() {
+                host.push((i, v));
+            }
+            if let Some(v) = device_used_mb(cuda) {
+                device.push((i, v));
+            }
+        }
+        camera_status = inputs.cameras.iter().map(|c| c.status.name()).collect();
+        last_map = Some(MapSummary { classes: m.grids.len(), width: m.bits.width, height: m.bits.height, cdr_bytes });
+    }
+    let lat = Percentiles::of(&total).map_or_else(|| "null".into(), |p| p.json());
+    let map = last_map.map_or_else(
+        || "null".into(),
+        |m| format!("{{\"classes\":{},\"width\":{},\"height\":{},\"cdr_bytes\":{}}}", m.classes, m.width, m.height, m.cdr_bytes),
+    );
+    let pace = match s.pace {
+        Some((hz, secs)) => format!("{{\"rate_hz\":{hz},\"duration_s\":{secs},\"period_ms\":{:.3}}}", ms(period)),
+        None => "null".into(),
+    };
+    let status: Vec<String> = camera_status.iter().map(|n| json_str(n)).collect();
+    Ok(format!(
+        "{{\"bench\":\"pipeline_cameras\",\"device\":{},\"frames\":{},\"warmup\":{},\"pace\":{pace},\"frames_over_period\":{over_period},\
+         \"latency\":{lat},\"stage_p50_ms\":{},\"cameras\":{},\"camera_status\":[{}],\"map\":{map},\"host_rss_mb\":{},\"device_used_mb\":{},\
+         \"model\":{},\"weights\":{},\"camera_model\":{},\"cloud\":{},\"bag\":{}}}",
+        json_str(lidar.processor.device_name()),
+        total.len(),
+        s.lidar.warmup,
+        stages.p50_json(),
+        cams.len(),
+        status.join(","),
+        memory_json(&host),
+        memory_json(&device),
+        json_str(&lidar.model_path.display().to_string()),
+        json_str(&lidar.weights),
+        json_str(model.description()),
+        json_str(&s.lidar.cloud.display().to_string()),
+        json_str(&s.bag.display().to_string()),
+    ))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_json_reports_first_last_max() {
+        assert_eq!(memory_json(&[]), "null");
+        assert_eq!(
+            memory_json(&[(0, 10.0), (50, 12.5), (99, 11.0)]),
+            "{\"samples\":[[0,10.0],[50,12.5],[99,11.0]],\"first\":10.0,\"last\":11.0,\"max\":12.5}"
+        );
+    }
+
+    #[test]
+    fn stage_medians_keep_first_seen_order() {
+        let mut s = StageTimes::default();
+        for v in [3.0, 1.0, 2.0] {
+            s.add("b", v);
+            s.add("a", v * 10.0);
+        }
+        assert_eq!(s.p50_json(), "{\"b\":2.000,\"a\":20.000}");
+    }
+}

@@ -1,0 +1,134 @@
+//! `sptr bench pipeline --cameras` (issue 21's benchmark) on the CPU: the sample bag's six
+//! cameras through the node's camera branch, the reduced BEV map model (random weights) and the
+//! map messages' encoding, with a narrowed LiDAR model; and its bad inputs. Timings are not
+//! checked (they depend on the machine), only what the JSON reports and that every camera was
+//! used.
+
+mod common;
+
+use std::process::{Command, Output};
+
+fn sptr(args: &[&str]) -> Output {
+    Command::new(common::sptr_exe()).current_dir(common::root()).args(args).output().expect("run sptr")
+}
+
+fn nuscenes_bin() -> String {
+    std::fs::read_dir(common::data("nuscenes"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".pcd.bin"))
+        .expect("the nuScenes sweep")
+        .display()
+        .to_string()
+}
+
+/// The nuScenes SphereFormer narrowed (as tests/cli.rs does): a fast network for a debug build.
+fn small_lidar_model(name: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("sptr-pipebench-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap();
+    let small = text
+        .replace("voxel_size: [0.1, 0.1, 0.1]", "voxel_size: [0.2, 0.2, 0.2]")
+        .replace("\nm: 32\n", "\nm: 16\n")
+        .replace("block_reps: 2", "block_reps: 1")
+        .replace("layers: [32, 64, 128, 256, 256]", "layers: [16, 32, 48]")
+        .replace("sphere_layers: [1, 2, 3, 4, 5]", "sphere_layers: [1, 2]");
+    assert_ne!(small, text, "the nuScenes model YAML changed: update this test");
+    let path = dir.join("small_nuscenes.yaml");
+    std::fs::write(&path, small).unwrap();
+    (dir, path.display().to_string())
+}
+
+/// `args` fails cleanly (non-zero, no panic) and stderr says every string of `expect`.
+fn refused(args: &[&str], expect: &[&str]) {
+    let out = sptr(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "sptr {args:?} succeeded:\n{err}");
+    assert!(out.status.code().is_some() && !err.contains("panicked"), "sptr {args:?} crashed:\n{err}");
+    for e in expect {
+        assert!(err.contains(e), "sptr {args:?}: the error does not say `{e}`:\n{err}");
+    }
+}
+
+/// One warmup and one timed frame, unpaced: every camera used, the model's and the branch's stages
+/// reported, the map messages of the reduced model (6 classes, 50 x 50 cells), host memory sampled.
+#[test]
+fn cameras_bench_reports_every_stage_and_the_map() {
+    let (dir, model) = small_lidar_model("run");
+    let cloud = nuscenes_bin();
+    let args = [
+        "bench", "pipeline", &cloud, "--model", &model, "--params", "config/perception_nuscenes_cameras.yaml", "--cameras",
+        "--camera-model", "tests/data/bevseg/fusion_small.yaml", "--camera-weights", "random:0", "--frames", "1", "--warmup", "1",
+    ];
+    let out = sptr(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sptr {args:?} failed:\n{err}");
+    let line = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{line}"));
+    assert_eq!(v["bench"], "pipeline_cameras");
+    assert_eq!(v["device"], "cpu");
+    assert_eq!((v["frames"].as_u64(), v["warmup"].as_u64()), (Some(1), Some(1)), "{v}");
+    assert!(v["pace"].is_null() && v["frames_over_period"] == 0, "unpaced: {v}");
+    assert_eq!(v["latency"]["n"], 1);
+    assert_eq!(v["cameras"], 6);
+    assert_eq!(v["camera_status"], serde_json::json!(vec!["used"; 6]), "re-stamped images are all in sync: {v}");
+    let stages = v["stage_p50_ms"].as_object().expect("stage_p50_ms");
+    for k in [
+        "lidar", "lidar/network", "lidar/bev", "cameras", "cameras/camera_sync", "cameras/camera_decode", "cameras/sweeps", "bev_map",
+        "bev_map/backbone", "bev_map/depth+pool", "bev_map/lidar", "bev_map/head", "map_encode",
+    ] {
+        let ms = stages.get(k).and_then(|x| x.as_f64()).unwrap_or_else(|| panic!("no stage {k}: {v}"));
+        assert!(ms >= 0.0 && ms.is_finite(), "{k}: {ms}");
+    }
+    // the whole frame covers its parts (sequential stages of one frame)
+    let sum: f64 = ["lidar", "cameras", "bev_map", "map_encode"].iter().map(|k| stages[*k].as_f64().unwrap()).sum();
+    assert!(v["latency"]["max_ms"].as_f64().unwrap() >= sum * 0.999, "{v}");
+    let map = &v["map"];
+    assert_eq!((map["classes"].as_u64(), map["width"].as_u64(), map["height"].as_u64()), (Some(6), Some(50), Some(50)), "{v}");
+    // six OccupancyGrids of 2500 cells, a mono8 and an rgb8 image of 50 x 50, plus headers
+    let payload = 6 * 2500 + 2500 + 3 * 2500;
+    let bytes = map["cdr_bytes"].as_u64().unwrap() as usize;
+    assert!(bytes > payload && bytes < payload + 4096, "map CDR bytes {bytes}: {v}");
+    let rss = &v["host_rss_mb"];
+    assert_eq!(rss["samples"].as_array().map(Vec::len), Some(1), "frame 0 only: {v}");
+    assert!(rss["first"].as_f64().unwrap() > 1.0, "{v}");
+    assert!(v["device_used_mb"].is_null(), "no device memory on the CPU: {v}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cameras_bench_bad_inputs_are_clear_errors() {
+    let cloud = nuscenes_bin();
+    let c = cloud.as_str();
+    // a params file without cameras: said before any model loads
+    refused(
+        &["bench", "pipeline", c, "--params", "config/perception_nuscenes.yaml", "--cameras"],
+        &["--cameras", "config/perception_nuscenes.yaml", "input.cameras is empty", "perception_nuscenes_cameras.yaml"],
+    );
+    let cams = "config/perception_nuscenes_cameras.yaml";
+    // the camera options need --cameras; pacing needs both a rate and a duration
+    refused(&["bench", "pipeline", c, "--params", cams, "--rate-hz", "10", "--duration-s", "1"], &["--cameras"]);
+    refused(&["bench", "pipeline", c, "--params", cams, "--camera-weights", "random:0"], &["--cameras"]);
+    refused(&["bench", "pipeline", c, "--params", cams, "--cameras", "--rate-hz", "10"], &["--duration-s"]);
+    refused(&["bench", "pipeline", c, "--params", cams, "--cameras", "--duration-s", "5"], &["--rate-hz"]);
+    for bad in ["0", "0.01", "nan", "inf", "1e9", "x"] {
+        refused(&["bench", "pipeline", c, "--params", cams, "--cameras", "--rate-hz", bad, "--duration-s", "1"], &["--rate-hz"]);
+        refused(&["bench", "pipeline", c, "--params", cams, "--cameras", "--rate-hz", "10", "--duration-s", bad], &["--duration-s"]);
+    }
+    // bad weights value and a bag without the cameras' topics: named
+    let (dir, model) = small_lidar_model("bad");
+    refused(
+        &["bench", "pipeline", c, "--model", &model, "--params", cams, "--cameras", "--camera-model", "tests/data/bevseg/fusion_small.yaml", "--camera-weights", "random:x"],
+        &["random:x", "random:0"],
+    );
+    let lidar_only = common::data("bags/mcap_small").display().to_string();
+    refused(
+        &[
+            "bench", "pipeline", c, "--model", &model, "--params", cams, "--cameras", "--camera-model", "tests/data/bevseg/fusion_small.yaml",
+            "--camera-weights", "random:0", "--bag", &lidar_only,
+        ],
+        &[&lidar_only, "no message on /sptr/input/cameras/CAM_FRONT/image/compressed"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
