@@ -168,6 +168,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         style.palette = model.classes().iter().map(|c| crate::bev::map::class_colour(c)).collect();
     }
     let mut branch = CameraBranch::new(opts.branch.clone()).map_err(|e| format!("camera branch: {e}"))?;
+    branch.set_defer_jpeg(model.decodes_jpeg());
 
     // The camera messages, once, from the bag; the cloud's frame from the bag's cloud if it has one.
     let bag = Bag::open(s.bag).map_err(|e| format!("{}: {e}", s.bag.display()))?;
@@ -250,12 +251,16 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
             branch.on_camera_info(cam, &info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
         }
         let (points, _) = crate::cloud::decode(&lidar.body.view()).map_err(|e| format!("the cloud: {e}"))?;
-        let inputs = branch.frame(stamp_ns, &cloud_frame, &points);
+        let mut inputs = branch.frame(stamp_ns, &cloud_frame, &points);
         let camera_ms = ms(t.elapsed());
 
         // The BEV map model and its messages, encoded as DDS would carry them.
         let t = Instant::now();
-        let map = model.forward(&inputs).map_err(|e| format!("frame {k}: the BEV map model failed: {e}"))?;
+        let map = model.forward(&inputs);
+        for (cam, why) in model.take_decode_failures() {
+            branch.decode_failed(&mut inputs, cam, &why);
+        }
+        let map = map.map_err(|e| format!("frame {k}: the BEV map model failed: {e}"))?;
         let map_ms = ms(t.elapsed());
         let t = Instant::now();
         let m = map_messages(&map, &style, stamp, &cloud_frame, &bev_frame).map_err(|e| format!("BEV map messages: {e}"))?;

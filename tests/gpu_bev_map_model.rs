@@ -26,6 +26,11 @@ fn header(ns: i64, frame: &str) -> Header {
 
 /// A frame of the branch at 1 s with the cameras `with` given an image 10 ms before the cloud.
 fn frame(with: &[&str]) -> BevFrameInputs {
+    frame_with(with, false, |_, _| {})
+}
+
+/// The same, the JPEGs left to the model when `defer`, each changed by `edit` first.
+fn frame_with(with: &[&str], defer: bool, edit: impl Fn(usize, &mut Vec<u8>)) -> BevFrameInputs {
     let file = CalibrationFile::load(&common::root().join("config/calibration/nuscenes_sample.yaml")).unwrap();
     let mut b = CameraBranch::new(BranchConfig {
         names: NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect(),
@@ -36,9 +41,11 @@ fn frame(with: &[&str]) -> BevFrameInputs {
         calibration_file: Some(file),
     })
     .unwrap();
+    b.set_defer_jpeg(defer);
     for (i, cam) in NUSCENES_CAMERAS.iter().enumerate() {
         if with.contains(cam) {
-            let data = std::fs::read(seg::camera_jpeg(cam)).unwrap();
+            let mut data = std::fs::read(seg::camera_jpeg(cam)).unwrap();
+            edit(i, &mut data);
             b.on_image(i, CameraImage::Compressed(CompressedImage { header: header(990 * MS, &cam.to_lowercase()), format: "jpeg".into(), data }));
         }
     }
@@ -70,5 +77,59 @@ fn cuda_map_model_agrees_with_the_cpu() {
         let (la, lb) = (a.lidar.unwrap(), b.lidar.unwrap());
         assert_eq!((la.points_in, la.voxels), (lb.points_in, lb.voxels), "{case}");
         assert!(!cuda.last_stages().is_empty());
+    }
+}
+
+/// The node's CUDA path: the branch leaves the JPEGs to the model (nvJPEG decodes them in its
+/// first stage), against the CPU on the host-decoded frame, with gpu_bevseg's bars for the
+/// FP16 path (nvJPEG's decode differs from zune-jpeg's by ~3e-5 at the output, well inside).
+/// Then CAM_BACK with a reserved marker in its scan data (its markers read, its data does
+/// not decode): the model masks it and reports it, and the map is the CPU's without CAM_BACK.
+#[test]
+fn cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one() {
+    let Some(dev) = gpu("gpu_bev_map_model") else { return };
+    drop(dev);
+    let yaml = common::data("bevseg/fusion_small.yaml");
+    let mut cpu = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), false).unwrap();
+    let mut cuda = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), true).unwrap();
+    let nvjpeg = cuda.decodes_jpeg();
+    eprintln!("CUDA model decodes JPEGs itself: {nvjpeg}");
+    if std::env::var("SPTR_REQUIRE_NVJPEG").is_ok() {
+        assert!(nvjpeg, "SPTR_REQUIRE_NVJPEG set, but the CUDA map model does not use nvJPEG");
+    }
+    let all: Vec<&str> = NUSCENES_CAMERAS.to_vec();
+    let corrupt_back = |i: usize, d: &mut Vec<u8>| {
+        if i == 3 {
+            let sos = d.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
+            d[sos + 3000] = 0xFF;
+            d[sos + 3001] = 0x01;
+        }
+    };
+    let no_back: Vec<&str> = NUSCENES_CAMERAS.iter().copied().filter(|c| *c != "CAM_BACK").collect();
+    let cases: [(&str, BevFrameInputs, BevFrameInputs, usize); 2] = [
+        ("deferred JPEGs", frame_with(&all, nvjpeg, |_, _| {}), frame(&all), 0),
+        ("CAM_BACK's data bad", frame_with(&all, nvjpeg, corrupt_back), frame(&no_back), 1),
+    ];
+    for (case, deferred, reference, bad) in cases {
+        if nvjpeg {
+            assert_eq!(deferred.used(), 6, "{case}: header checks pass");
+        }
+        let a = cpu.forward(&reference).unwrap();
+        let b = cuda.forward(&deferred).unwrap();
+        let failures = cuda.take_decode_failures();
+        let stages: Vec<String> = cuda.last_stages().into_iter().map(|(n, _)| n).collect();
+        let rel = rel_err(&b.probabilities, &a.probabilities);
+        let agree = a.probabilities.iter().zip(&b.probabilities).filter(|(x, y)| (**x >= 0.5) == (**y >= 0.5)).count() as f64 / a.probabilities.len() as f64;
+        eprintln!("{case}: rel err {rel:.3e}, masks agree on {:.4} %; failures {failures:?}; stages {stages:?}", agree * 100.0);
+        assert!(rel <= 2e-3, "{case}: rel err {rel:.3e}");
+        assert!(agree >= 0.999, "{case}: masks agree on {agree}");
+        assert_eq!(a.masked_cameras, b.masked_cameras, "{case}");
+        if nvjpeg {
+            assert_eq!(failures.len(), bad, "{case}: {failures:?}");
+            assert!(failures.iter().all(|(cam, why)| *cam == 3 && why.contains("JPEG")), "{case}: {failures:?}");
+            if bad == 0 {
+                assert!(stages.iter().any(|n| n.contains("nvJPEG")), "{case}: the nvJPEG path was not taken: {stages:?}");
+            }
+        }
     }
 }

@@ -25,7 +25,8 @@ use crate::bev::rig::{CalibrationRig, CameraCalibState};
 use crate::bev::sweeps::{SweepBuffer, SweepPoints};
 use crate::bev::sync::{CameraCounts, CameraSync, CameraUse};
 use crate::bev::tf::TfBuffer;
-use crate::camera::compressed::decode_compressed;
+use crate::camera::compressed::{check_format, decode_compressed, jpeg_size, sniff, Codec};
+use crate::camera::jpeg_markers::read_layout;
 use crate::camera::image::{decode_raw, DecodeLimits, RawImage, RgbImage};
 use crate::{Error, Points};
 
@@ -51,6 +52,66 @@ impl CameraImage {
             CameraImage::Compressed(m) => decode_compressed(&m.format, &m.data, limits),
         }
         .map_err(|e| e.to_string())
+    }
+
+    /// For a JPEG `CompressedImage`: its size from its headers, after the checks a GPU decoder
+    /// relies on (format, limits, every marker segment read up to the end-of-image marker, the
+    /// frame header agreeing with the decoder's). `None` for anything else (raw, PNG).
+    pub fn jpeg_header_size(&self, limits: &DecodeLimits) -> Option<Result<(usize, usize), String>> {
+        let CameraImage::Compressed(m) = self else { return None };
+        if check_format(&m.format).is_err() || !matches!(sniff(&m.format, &m.data), Ok(Codec::Jpeg)) {
+            return None;
+        }
+        Some((|| {
+            let (w, h) = jpeg_size(&m.data, limits).map_err(|e| e.to_string())?;
+            let layout = read_layout(&m.data).map_err(|e| format!("JPEG: {e}"))?;
+            if !layout.complete {
+                return Err("JPEG: no end-of-image marker after the scan data".to_string());
+            }
+            if (layout.width as usize, layout.height as usize) != (w, h) {
+                return Err(format!("JPEG: frame header says {} x {}, the decoder read {w} x {h}", layout.width, layout.height));
+            }
+            Ok((w, h))
+        })())
+    }
+}
+
+/// A used camera's image as the map model gets it.
+#[derive(Debug, Clone)]
+pub enum FrameImage {
+    /// Decoded on the host.
+    Rgb(Arc<RgbImage>),
+    /// A JPEG left for a model that decodes JPEG itself on the GPU
+    /// ([`BevMapModel::decodes_jpeg`]); its headers were checked
+    /// ([`CameraImage::jpeg_header_size`]) and its size is its calibration's.
+    Jpeg { message: Arc<CameraImage>, width: usize, height: usize },
+}
+
+impl FrameImage {
+    pub fn size(&self) -> (usize, usize) {
+        match self {
+            FrameImage::Rgb(i) => (i.width, i.height),
+            FrameImage::Jpeg { width, height, .. } => (*width, *height),
+        }
+    }
+
+    /// The JPEG bytes of a deferred image.
+    pub fn jpeg(&self) -> Option<&[u8]> {
+        match self {
+            FrameImage::Jpeg { message, .. } => match message.as_ref() {
+                CameraImage::Compressed(m) => Some(&m.data),
+                CameraImage::Raw(_) => None,
+            },
+            FrameImage::Rgb(_) => None,
+        }
+    }
+
+    /// RGB8 pixels: the decoded image, or a deferred JPEG decoded now on the host.
+    pub fn to_rgb(&self, limits: &DecodeLimits) -> Result<Arc<RgbImage>, String> {
+        match self {
+            FrameImage::Rgb(i) => Ok(Arc::clone(i)),
+            FrameImage::Jpeg { message, .. } => message.decode(limits).map(Arc::new),
+        }
     }
 }
 
@@ -144,8 +205,9 @@ pub struct BevFrameInputs {
     pub calibration_changed: bool,
     /// Cameras to pool (bit n = camera n).
     pub mask: CameraMask,
-    /// Per camera: the decoded image of a used camera, `None` for a masked one.
-    pub images: Vec<Option<Arc<RgbImage>>>,
+    /// Per camera: the image of a used camera (decoded, or a checked JPEG for a model that
+    /// decodes JPEG itself), `None` for a masked one.
+    pub images: Vec<Option<FrameImage>>,
     pub cameras: Vec<CameraReport>,
     /// The fusion model's LiDAR input (`lidar.sweeps` clouds with the time lag).
     pub points: SweepPoints,
@@ -169,6 +231,18 @@ pub trait BevMapModel {
     fn last_stages(&self) -> Vec<(String, f64)> {
         Vec::new()
     }
+
+    /// Whether the model decodes JPEGs itself (nvJPEG): the branch then only checks their
+    /// headers and hands the bytes over ([`FrameImage::Jpeg`]).
+    fn decodes_jpeg(&self) -> bool {
+        false
+    }
+
+    /// Cameras whose deferred JPEG the last forward could not decode `(camera, why)`: the model
+    /// masked them for that frame; the caller reports them with [`CameraBranch::decode_failed`].
+    fn take_decode_failures(&mut self) -> Vec<(usize, String)> {
+        Vec::new()
+    }
 }
 
 /// The branch's settings.
@@ -183,8 +257,9 @@ pub struct BranchConfig {
     pub calibration_file: Option<CalibrationFile>,
 }
 
-/// A decoded image, by its stamp, so a second frame using the same image does not decode again.
-type Decoded = Option<(i64, Result<Arc<RgbImage>, String>)>;
+/// A decoded (or checked) image, by its stamp, so a second frame using the same image does not
+/// decode again.
+type Decoded = Option<(i64, Result<FrameImage, String>)>;
 
 /// The camera branch's state between frames.
 pub struct CameraBranch {
@@ -196,6 +271,8 @@ pub struct CameraBranch {
     decoded: Vec<Decoded>,
     stats: Vec<CameraStats>,
     limits: DecodeLimits,
+    /// JPEGs are left to the map model ([`BevMapModel::decodes_jpeg`]).
+    defer_jpeg: bool,
     tf_errors: u64,
     last_tf_error: Option<String>,
 }
@@ -220,6 +297,7 @@ impl CameraBranch {
             decoded: vec![None; cfg.names.len()],
             stats: vec![CameraStats::default(); cfg.names.len()],
             limits: DecodeLimits::default(),
+            defer_jpeg: false,
             tf_errors: 0,
             last_tf_error: None,
         })
@@ -227,6 +305,35 @@ impl CameraBranch {
 
     pub fn names(&self) -> &[String] {
         self.sync.names()
+    }
+
+    /// Leaves JPEGs to a map model that decodes them itself (nvJPEG): frames then carry
+    /// [`FrameImage::Jpeg`] for them, checked but not decoded.
+    pub fn set_defer_jpeg(&mut self, defer: bool) {
+        if defer != self.defer_jpeg {
+            self.decoded.iter_mut().for_each(|d| *d = None);
+        }
+        self.defer_jpeg = defer;
+    }
+
+    /// Camera `cam`'s image in `inputs` could not be decoded by the map model (`why`): the
+    /// camera is reported as a decode error for that frame instead of used.
+    pub fn decode_failed(&mut self, inputs: &mut BevFrameInputs, cam: usize, why: &str) {
+        let Some(rep) = inputs.cameras.get_mut(cam) else { return };
+        if rep.status != CameraStatus::Used {
+            return;
+        }
+        rep.status = CameraStatus::DecodeError;
+        rep.detail = Some(why.to_string());
+        inputs.mask = inputs.mask.without(cam);
+        if let Some(img) = inputs.images.get_mut(cam) {
+            *img = None;
+        }
+        if let Some(s) = self.stats.get_mut(cam) {
+            s.frames[CameraStatus::Used.index()] = s.frames[CameraStatus::Used.index()].saturating_sub(1);
+            s.frames[CameraStatus::DecodeError.index()] += 1;
+            s.last_problem = Some(format!("{}: {why}", CameraStatus::DecodeError.name()));
+        }
     }
 
     /// Camera `cam`'s new image. Returns false for an unknown camera index.
@@ -298,12 +405,21 @@ impl CameraBranch {
             .filter(|(i, img)| !matches!(&self.decoded[*i], Some((s, _)) if *s == img.stamp_ns()))
             .map(|(i, img)| (i, img.stamp_ns(), img))
             .collect();
-        let fresh: Vec<(usize, i64, Result<Arc<RgbImage>, String>)> =
-            todo.into_par_iter().map(|(i, stamp, img)| (i, stamp, img.decode(&limits).map(Arc::new))).collect();
+        let defer = self.defer_jpeg;
+        let fresh: Vec<(usize, i64, Result<FrameImage, String>)> = todo
+            .into_par_iter()
+            .map(|(i, stamp, img)| {
+                let r = match img.jpeg_header_size(&limits).filter(|_| defer) {
+                    Some(size) => size.map(|(width, height)| FrameImage::Jpeg { message: Arc::clone(&img), width, height }),
+                    None => img.decode(&limits).map(|d| FrameImage::Rgb(Arc::new(d))),
+                };
+                (i, stamp, r)
+            })
+            .collect();
         for (i, stamp, r) in fresh {
             self.decoded[i] = Some((stamp, r));
         }
-        let mut images: Vec<Option<Arc<RgbImage>>> = vec![None; n];
+        let mut images: Vec<Option<FrameImage>> = vec![None; n];
         for (i, rep) in reports.iter_mut().enumerate() {
             if rep.status != CameraStatus::Used {
                 continue;
@@ -311,14 +427,15 @@ impl CameraBranch {
             match &self.decoded[i] {
                 Some((_, Ok(img))) => {
                     let c = &rig.calibration.cameras[i];
-                    if (img.width, img.height) != (c.image_width, c.image_height) {
+                    let (w, h) = img.size();
+                    if (w, h) != (c.image_width, c.image_height) {
                         rep.status = CameraStatus::SizeMismatch;
                         rep.detail = Some(format!(
-                            "image is {} x {} but its calibration (CameraInfo) says {} x {}",
-                            img.width, img.height, c.image_width, c.image_height
+                            "image is {w} x {h} but its calibration (CameraInfo) says {} x {}",
+                            c.image_width, c.image_height
                         ));
                     } else {
-                        images[i] = Some(Arc::clone(img));
+                        images[i] = Some(img.clone());
                     }
                 }
                 Some((_, Err(e))) => {
@@ -468,7 +585,7 @@ mod tests {
         assert_eq!(f.mask, CameraMask(1));
         assert_eq!(f.used(), 1);
         assert_eq!(f.cameras[0].age_ns, Some(20 * MS));
-        assert!(f.images[0].as_ref().is_some_and(|i| (i.width, i.height) == (8, 6)));
+        assert!(f.images[0].as_ref().is_some_and(|i| i.size() == (8, 6)));
         assert!(f.images[1..].iter().all(|i| i.is_none()));
         assert!(f.cameras[4].detail.as_deref().is_some_and(|d| d.contains("JPEG")), "{:?}", f.cameras[4]);
         assert!(f.cameras[5].detail.as_deref().is_some_and(|d| d.contains("10 x 6")), "{:?}", f.cameras[5]);
@@ -539,12 +656,23 @@ mod tests {
 
     /// The sample frame's six JPEGs with the calibration file: all six used, decoded to
     /// 1600 x 900, and the calibration equals the file's.
-    #[test]
-    fn nuscenes_frame_from_the_calibration_file() {
+    fn nuscenes_jpeg(name: &str) -> Vec<u8> {
+        let dir = root().join("tests/data/nuscenes");
+        let jpg = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .find(|e| e.file_name().to_string_lossy().contains(&format!("__{name}__")))
+            .unwrap()
+            .path();
+        std::fs::read(jpg).unwrap()
+    }
+
+    /// The six nuScenes cameras with the sample's calibration file, and the names.
+    fn nuscenes_branch() -> (CameraBranch, Vec<String>, CalibrationFile) {
         use crate::bev::calib::NUSCENES_CAMERAS;
         let file = CalibrationFile::load(&root().join("config/calibration/nuscenes_sample.yaml")).unwrap();
         let names: Vec<String> = NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect();
-        let mut b = CameraBranch::new(BranchConfig {
+        let b = CameraBranch::new(BranchConfig {
             names: names.clone(),
             use_projection: vec![false; 6],
             max_camera_lidar_delay_s: 0.12,
@@ -553,16 +681,18 @@ mod tests {
             calibration_file: Some(file.clone()),
         })
         .unwrap();
-        let dir = root().join("tests/data/nuscenes");
+        (b, names, file)
+    }
+
+    fn jpeg_message(name: &str, data: Vec<u8>) -> CameraImage {
+        CameraImage::Compressed(CompressedImage { header: header(1_000 * MS, &name.to_lowercase()), format: "jpeg".into(), data })
+    }
+
+    #[test]
+    fn nuscenes_frame_from_the_calibration_file() {
+        let (mut b, names, file) = nuscenes_branch();
         for (i, name) in names.iter().enumerate() {
-            let jpg = std::fs::read_dir(&dir)
-                .unwrap()
-                .filter_map(|e| e.ok())
-                .find(|e| e.file_name().to_string_lossy().contains(&format!("__{name}__")))
-                .unwrap()
-                .path();
-            let data = std::fs::read(jpg).unwrap();
-            b.on_image(i, CameraImage::Compressed(CompressedImage { header: header(1_000 * MS, &name.to_lowercase()), format: "jpeg".into(), data }));
+            b.on_image(i, jpeg_message(name, nuscenes_jpeg(name)));
         }
         let f = b.frame(1_010 * MS, "lidar_top", &Points::default());
         assert_eq!(f.used(), 6, "{:?}", f.cameras);
@@ -572,7 +702,48 @@ mod tests {
             assert_eq!(c.camera_to_lidar, fc.camera_to_lidar);
             assert_eq!(Some((c.intrinsics, 1600, 900)), fc.intrinsics);
             let img = f.images[i].as_ref().unwrap();
-            assert_eq!((img.width, img.height), (1600, 900));
+            assert!(matches!(img, FrameImage::Rgb(_)), "decoded on the host unless deferred");
+            assert_eq!(img.size(), (1600, 900));
         }
+    }
+
+    /// With a model that decodes JPEGs itself, the branch checks their headers and hands the
+    /// bytes over: a JPEG cut short is still a decode error here; one whose markers are whole
+    /// but whose data is bad reaches the model, which reports it (`decode_failed`): the camera
+    /// is then a decode error of that frame, not used, and out of the mask.
+    #[test]
+    fn deferred_jpegs_are_checked_here_and_model_failures_are_reported() {
+        let (mut b, names, _) = nuscenes_branch();
+        b.set_defer_jpeg(true);
+        for (i, name) in names.iter().enumerate() {
+            let mut data = nuscenes_jpeg(name);
+            if i == 1 {
+                data.truncate(data.len() / 2); // no end-of-image marker
+            }
+            b.on_image(i, jpeg_message(name, data));
+        }
+        let mut f = b.frame(1_010 * MS, "lidar_top", &Points::default());
+        assert_eq!(f.used(), 5, "{:?}", f.cameras);
+        assert_eq!(f.cameras[1].status, CameraStatus::DecodeError);
+        assert!(f.cameras[1].detail.as_deref().is_some_and(|d| d.contains("end-of-image")), "{:?}", f.cameras[1].detail);
+        for i in [0, 2, 3, 4, 5] {
+            let img = f.images[i].as_ref().unwrap();
+            assert_eq!(img.jpeg().map(<[u8]>::len), Some(nuscenes_jpeg(&names[i]).len()));
+            assert_eq!(img.size(), (1600, 900));
+            // the deferred image decodes on the host to the same pixels as the branch's decode
+            let rgb = img.to_rgb(&DecodeLimits::default()).unwrap();
+            assert_eq!((rgb.width, rgb.height), (1600, 900));
+        }
+        b.decode_failed(&mut f, 3, "JPEG: bad Huffman code");
+        assert_eq!(f.cameras[3].status, CameraStatus::DecodeError);
+        assert_eq!(f.mask, CameraMask(0b11_0101));
+        assert!(f.images[3].is_none());
+        let s = &b.stats()[3];
+        assert_eq!((s.count(CameraStatus::Used), s.count(CameraStatus::DecodeError)), (0, 1));
+        assert!(s.last_problem.as_deref().is_some_and(|p| p.contains("bad Huffman code")));
+        // a camera that was not used stays as it was
+        b.decode_failed(&mut f, 1, "again");
+        assert_eq!(b.stats()[1].count(CameraStatus::DecodeError), 1);
+        assert_eq!(f.used(), 4);
     }
 }

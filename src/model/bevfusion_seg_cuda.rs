@@ -79,6 +79,12 @@ impl CudaBevSeg {
         self.config.kind
     }
 
+    /// Whether camera JPEGs are decoded by nvJPEG on the GPU (`forward_jpeg`); else zune-jpeg
+    /// on the host.
+    pub fn decodes_jpeg_on_gpu(&self) -> bool {
+        self.preprocess.uses_nvjpeg()
+    }
+
     /// The BEV decoder's convolution backend (after any fallback).
     pub fn conv_backend(&self) -> ConvBackend {
         self.bev.backend()

@@ -12,12 +12,15 @@
 //! random-weights` writes them: real timings, meaningless maps) for smoke runs and tests.
 
 use std::path::Path;
+use std::sync::Arc;
+
+use rayon::prelude::*;
 
 use super::bevfusion_seg::{random_tensors, BevSegConfig, BevSegKind, BevSegModel, BevSegOutput, Point5};
-use crate::bev::branch::{BevFrameInputs, BevMapModel};
+use crate::bev::branch::{BevFrameInputs, BevMapModel, FrameImage};
 use crate::bev::map::BevMap;
 use crate::bev::sweeps::SweepPoints;
-use crate::camera::image::RgbImage;
+use crate::camera::image::{DecodeLimits, RgbImage};
 use crate::model::Weights;
 use crate::Error;
 
@@ -75,6 +78,8 @@ pub struct SegMapModel {
     description: String,
     /// The last forward's stage times (ms; GPU time on CUDA).
     last_stages: Vec<(String, f64)>,
+    /// Cameras whose JPEG the last forward could not decode (masked for that frame).
+    decode_failures: Vec<(usize, String)>,
 }
 
 impl SegMapModel {
@@ -86,7 +91,7 @@ impl SegMapModel {
         let device = if cuda { "cuda" } else { "cpu" };
         let description = format!("{} ({}) with {} on {device}", config.display(), cfg.kind.name(), weights.describe());
         let backend = if cuda { Self::cuda(model)? } else { Backend::Cpu(Box::new(model)) };
-        Ok(SegMapModel { backend, kind: cfg.kind, classes: cfg.classes.clone(), description, last_stages: Vec::new() })
+        Ok(SegMapModel { backend, kind: cfg.kind, classes: cfg.classes.clone(), description, last_stages: Vec::new(), decode_failures: Vec::new() })
     }
 
     #[cfg(feature = "cuda")]
@@ -121,8 +126,31 @@ pub fn sweep_points5(p: &SweepPoints) -> Vec<Point5> {
     (0..p.len()).map(|i| [p.x[i], p.y[i], p.z[i], p.intensity[i], p.time_lag[i]]).collect()
 }
 
+impl SegMapModel {
+    /// A frame whose every camera is a checked JPEG, decoded by nvJPEG in the model's first
+    /// stage. `None` when the frame does not qualify (a masked camera, a raw or PNG image, the
+    /// CPU backend) or when a JPEG's data turned out bad: the caller then decodes on the host,
+    /// which names the camera.
+    #[cfg(feature = "cuda")]
+    fn forward_all_jpeg(&mut self, inputs: &BevFrameInputs, cloud: Option<&[Point5]>) -> Option<Result<BevSegOutput, Error>> {
+        let Backend::Cuda { dev, model } = &mut self.backend else { return None };
+        let jpegs: Option<Vec<&[u8]>> = inputs.images.iter().map(|i| i.as_ref().and_then(FrameImage::jpeg)).collect();
+        match model.forward_jpeg(dev, &inputs.calibration, &jpegs?, cloud) {
+            // Bad image data (both decoders refused it): decoded again on the host below.
+            Err(Error::InvalidInput(_)) => None,
+            r => Some(r),
+        }
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn forward_all_jpeg(&mut self, _: &BevFrameInputs, _: Option<&[Point5]>) -> Option<Result<BevSegOutput, Error>> {
+        None
+    }
+}
+
 impl BevMapModel for SegMapModel {
     fn forward(&mut self, inputs: &BevFrameInputs) -> Result<BevMap, Error> {
+        self.decode_failures.clear();
         if inputs.images.len() != inputs.calibration.len() {
             return Err(Error::InvalidInput(format!(
                 "{} camera images for a calibration of {} cameras",
@@ -130,11 +158,31 @@ impl BevMapModel for SegMapModel {
                 inputs.calibration.len()
             )));
         }
-        let images: Vec<Option<&RgbImage>> = inputs.images.iter().map(|i| i.as_deref()).collect();
         let cloud = match self.kind {
             BevSegKind::Fusion => Some(sweep_points5(&inputs.points)),
             BevSegKind::Camera => None,
         };
+        if let Some(out) = self.forward_all_jpeg(inputs, cloud.as_deref()) {
+            let out = out?;
+            self.last_stages = out.times.0;
+            return Ok(out.map);
+        }
+        // Deferred JPEGs (a frame with a masked camera, or bad JPEG data) decoded on the host;
+        // one that fails is masked and reported.
+        let limits = DecodeLimits::default();
+        let decoded: Vec<Option<Result<Arc<RgbImage>, String>>> =
+            inputs.images.par_iter().map(|i| i.as_ref().map(|i| i.to_rgb(&limits))).collect();
+        let mut rgb: Vec<Option<Arc<RgbImage>>> = Vec::with_capacity(decoded.len());
+        for (i, d) in decoded.into_iter().enumerate() {
+            match d {
+                Some(Err(why)) => {
+                    self.decode_failures.push((i, why));
+                    rgb.push(None);
+                }
+                d => rgb.push(d.and_then(Result::ok)),
+            }
+        }
+        let images: Vec<Option<&RgbImage>> = rgb.iter().map(|i| i.as_deref()).collect();
         let out: BevSegOutput = match &mut self.backend {
             Backend::Cpu(m) => m.forward(&inputs.calibration, &images, cloud.as_deref(), false)?,
             #[cfg(feature = "cuda")]
@@ -146,6 +194,18 @@ impl BevMapModel for SegMapModel {
 
     fn last_stages(&self) -> Vec<(String, f64)> {
         self.last_stages.clone()
+    }
+
+    fn decodes_jpeg(&self) -> bool {
+        match &self.backend {
+            Backend::Cpu(_) => false,
+            #[cfg(feature = "cuda")]
+            Backend::Cuda { model, .. } => model.decodes_jpeg_on_gpu(),
+        }
+    }
+
+    fn take_decode_failures(&mut self) -> Vec<(usize, String)> {
+        std::mem::take(&mut self.decode_failures)
     }
 }
 

@@ -258,6 +258,22 @@ impl CameraReplay {
         inputs
     }
 
+    /// Leaves JPEGs to a map model that decodes them itself ([`CameraBranch::set_defer_jpeg`]).
+    pub fn set_defer_jpeg(&mut self, defer: bool) {
+        self.branch.set_defer_jpeg(defer);
+    }
+
+    /// The map model could not decode these cameras' JPEGs in the last frame (`inputs`): they
+    /// are decode errors in that frame's record and the counts, not used.
+    pub fn model_decode_failures(&mut self, inputs: &mut BevFrameInputs, failures: &[(usize, String)]) {
+        for (cam, why) in failures {
+            self.branch.decode_failed(inputs, *cam, why);
+        }
+        if let Some(f) = self.frames.last_mut() {
+            f.status = inputs.cameras.iter().map(|c| c.status.name()).collect();
+        }
+    }
+
     /// The map messages of a frame, for the model's `map` (None without a map style).
     pub fn map_messages(&self, map: &crate::bev::map::BevMap, header: &crate::bag::cdr::Header, bev_frame_id: &str) -> Result<Option<MapMessages>, ReplayError> {
         let Some(style) = &self.opts.map_style else { return Ok(None) };

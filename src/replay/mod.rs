@@ -184,6 +184,9 @@ pub fn replay_with(
         Some(c) => Some(CameraReplay::new(c, &bag)?),
         None => None,
     };
+    if let (Some(cr), Some(m)) = (cams.as_mut(), bev_model.as_deref()) {
+        cr.set_defer_jpeg(m.decodes_jpeg());
+    }
     let cfg = model;
     if processor.bev_params().classes != cfg.classes {
         return Err(ReplayError::Setup(format!(
@@ -398,7 +401,7 @@ fn camera_frame(
     // The LiDAR path decoded this cloud already; the camera branch keeps its own copy as a sweep.
     let Ok(msg) = PointCloud2::from_cdr(data) else { return Ok(()) };
     let Ok((points, _)) = crate::cloud::decode(&msg.view()) else { return Ok(()) };
-    let inputs = cams.frame(ctx.index, msg.header.stamp.as_nanos(), &msg.header.frame_id, &points);
+    let mut inputs = cams.frame(ctx.index, msg.header.stamp.as_nanos(), &msg.header.frame_id, &points);
     let end = record.stages_ns.iter().position(|(n, _)| n == END_TO_END).unwrap_or(record.stages_ns.len());
     let camera_stages: Vec<(String, u64)> = inputs.stages.iter().map(|(n, v)| (n.to_string(), (v * 1e6).round() as u64)).collect();
     record.stages_ns.splice(end..end, camera_stages);
@@ -407,7 +410,13 @@ fn camera_frame(
     // cameras.json, noted, no map for this frame, the replay goes on (as the node does).
     let (Some(model), Some(classes)) = (bev_model.as_deref_mut(), map_classes) else { return Ok(()) };
     let t = Instant::now();
-    let map = match model.forward(&inputs) {
+    let map = model.forward(&inputs);
+    let failures = model.take_decode_failures();
+    for (cam, why) in &failures {
+        progress.note(&format!("frame {}: camera {cam}'s image could not be decoded, masked: {why}", ctx.index));
+    }
+    cams.model_decode_failures(&mut inputs, &failures);
+    let map = match map {
         Ok(m) => m,
         Err(e) => {
             progress.note(&format!("frame {}: the BEV map model failed: {e}", ctx.index));

@@ -334,18 +334,24 @@ impl CameraWorker {
                 dropped(&self.diag, &mut self.last_log, &self.logger, format!("{topic}: {}", errors.join("; ")));
             }
         }
-        let inputs = self.branch.frame(stamp.as_nanos(), &msg.header.frame_id, &points);
-        let b = &self.branch;
-        let diag_update = (b.stats().to_vec(), b.calibration_changes(), b.tf_errors().0);
+        let mut inputs = self.branch.frame(stamp.as_nanos(), &msg.header.frame_id, &points);
         let mut stage_ms = [0.0f64; 4];
         for (i, (_, v)) in inputs.stages.iter().enumerate() {
             stage_ms[i] = *v;
         }
         let mut problem = None;
         let mut published = None;
+        let mut notes = Vec::new();
         if let Some((model, pubs)) = self.model.as_mut() {
             let tm = Instant::now();
-            match model.forward(&inputs) {
+            let map = model.forward(&inputs);
+            // A JPEG the model could not decode: that camera was masked, it counts as a decode error.
+            for (cam, why) in model.take_decode_failures() {
+                self.branch.decode_failed(&mut inputs, cam, &why);
+                let name = self.branch.names().get(cam).cloned().unwrap_or_default();
+                notes.push(format!("{name}: image could not be decoded, camera masked for this frame: {why}"));
+            }
+            match map {
                 Ok(map) => {
                     stage_ms[3] = tm.elapsed().as_secs_f64() * 1e3;
                     match map_messages(&map, &pubs.style, stamp, &msg.header.frame_id, &self.bev_frame) {
@@ -366,9 +372,14 @@ impl CameraWorker {
         if problem.is_some() {
             published = Some(false);
         }
+        for n in &notes {
+            self.log(n);
+        }
         if let Some(p) = &problem {
             self.log(p);
         }
+        let b = &self.branch;
+        let diag_update = (b.stats().to_vec(), b.calibration_changes(), b.tf_errors().0);
         let total = t.elapsed().as_secs_f64() * 1e3;
         for (p, v) in self.stages.iter().zip(stage_ms) {
             let _ = p.publish(&f64_msg(v));

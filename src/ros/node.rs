@@ -752,6 +752,12 @@ pub fn main() -> i32 {
         }
         _ => None,
     };
+    // A model that decodes JPEGs on the GPU (nvJPEG) gets them undecoded.
+    let mut camera_branch = camera_branch;
+    if let (Some(b), Some(m)) = (camera_branch.as_mut(), map_model.as_ref()) {
+        use crate::bev::branch::BevMapModel;
+        b.set_defer_jpeg(m.decodes_jpeg());
+    }
     eprintln!(
         "perception_node: model {} with weights {} loaded on {} in {:.0} ms",
         model.source.display(),

@@ -1,0 +1,98 @@
+//! JPEGs left undecoded by the camera branch for a model that decodes them itself (nvJPEG on
+//! CUDA; `CameraBranch::set_defer_jpeg`): when the model cannot use them as a batch, it decodes
+//! them on the host, and a JPEG whose markers are whole but whose data is bad is masked for that
+//! frame and reported (`take_decode_failures`), never a failed frame or a silent hole. Here on
+//! the CPU backend (reduced fusion model, random weights), which takes the host path always; the
+//! GPU half is in tests/gpu_bev_map_model.rs.
+
+mod common;
+#[path = "common/bevseg.rs"]
+mod seg;
+
+use sptr::bag::cdr::{CompressedImage, Header, Time};
+use sptr::bev::branch::{BevFrameInputs, BevMapModel, BranchConfig, CameraBranch, CameraImage, CameraStatus, FrameImage};
+use sptr::bev::calib::NUSCENES_CAMERAS;
+use sptr::bev::calib_file::CalibrationFile;
+use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
+
+const MS: i64 = 1_000_000;
+
+fn branch(defer: bool) -> CameraBranch {
+    let file = CalibrationFile::load(&common::root().join("config/calibration/nuscenes_sample.yaml")).unwrap();
+    let mut b = CameraBranch::new(BranchConfig {
+        names: NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect(),
+        use_projection: vec![false; 6],
+        max_camera_lidar_delay_s: 0.12,
+        sweeps: 1,
+        odom_frame: "odom".into(),
+        calibration_file: Some(file),
+    })
+    .unwrap();
+    b.set_defer_jpeg(defer);
+    b
+}
+
+/// The frame at 1 s with each camera's JPEG (changed by `edit`) 10 ms before the cloud.
+fn frame(b: &mut CameraBranch, edit: impl Fn(usize, &mut Vec<u8>)) -> BevFrameInputs {
+    for (i, cam) in NUSCENES_CAMERAS.iter().enumerate() {
+        let mut data = std::fs::read(seg::camera_jpeg(cam)).unwrap();
+        edit(i, &mut data);
+        let header = Header { stamp: Time { sec: 0, nanosec: 990_000_000 }, frame_id: cam.to_lowercase() };
+        b.on_image(i, CameraImage::Compressed(CompressedImage { header, format: "jpeg".into(), data }));
+    }
+    b.frame(1_000 * MS, "lidar_top", &common::nuscenes_sweep())
+}
+
+/// A reserved marker (0xFF01) in the middle of CAM_BACK's scan data: the markers up to the
+/// end-of-image one still read, so the branch hands it over; the decoder refuses the data.
+fn corrupt_back(i: usize, data: &mut Vec<u8>) {
+    if i == 3 {
+        let sos = data.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
+        data[sos + 3000] = 0xFF;
+        data[sos + 3001] = 0x01;
+    }
+}
+
+#[test]
+fn deferred_jpegs_give_the_decoded_frames_map_and_a_bad_one_is_masked_and_reported() {
+    let yaml = common::data("bevseg/fusion_small.yaml");
+    let mut model = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), false).unwrap();
+    assert!(!model.decodes_jpeg(), "the CPU backend decodes on the host");
+
+    // Deferred or decoded by the branch: the same map (the same host decoder either way).
+    let decoded = model.forward(&frame(&mut branch(false), |_, _| {})).unwrap();
+    let deferred_inputs = frame(&mut branch(true), |_, _| {});
+    assert!(deferred_inputs.images.iter().all(|i| matches!(i, Some(FrameImage::Jpeg { .. }))));
+    let deferred = model.forward(&deferred_inputs).unwrap();
+    assert!(model.take_decode_failures().is_empty());
+    assert_eq!(deferred.probabilities, decoded.probabilities);
+
+    // CAM_BACK's data is bad: the branch cannot tell from the markers, the model can.
+    let mut b = branch(true);
+    let mut inputs = frame(&mut b, corrupt_back);
+    assert_eq!(inputs.used(), 6, "the header checks pass: {:?}", inputs.cameras);
+    let map = model.forward(&inputs).unwrap();
+    let failures = model.take_decode_failures();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0].0, 3);
+    assert!(failures[0].1.contains("JPEG"), "{}", failures[0].1);
+    assert_eq!(map.masked_cameras, vec!["CAM_BACK".to_string()]);
+    for (cam, why) in &failures {
+        b.decode_failed(&mut inputs, *cam, why);
+    }
+    assert_eq!(inputs.cameras[3].status, CameraStatus::DecodeError);
+    assert_eq!(b.stats()[3].count(CameraStatus::DecodeError), 1);
+    assert_eq!(b.stats()[3].count(CameraStatus::Used), 0);
+    assert!(model.take_decode_failures().is_empty(), "taken once");
+
+    // ... which is the map of the frame without CAM_BACK's image.
+    let mut b = branch(false);
+    let without_back = frame(&mut b, |i, d| {
+        if i == 3 {
+            d.clear();
+        }
+    });
+    assert_eq!(without_back.cameras[3].status, CameraStatus::DecodeError);
+    let expect = model.forward(&without_back).unwrap();
+    assert_eq!(map.probabilities, expect.probabilities);
+}
