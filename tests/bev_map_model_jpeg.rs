@@ -43,13 +43,11 @@ fn frame(b: &mut CameraBranch, edit: impl Fn(usize, &mut Vec<u8>)) -> BevFrameIn
     b.frame(1_000 * MS, "lidar_top", &common::nuscenes_sweep())
 }
 
-/// A reserved marker (0xFF01) in the middle of CAM_BACK's scan data: the markers up to the
-/// end-of-image one still read, so the branch hands it over; the decoder refuses the data.
+/// CAM_BACK's luma pointing at a quantization table it does not have: the markers read, so
+/// the branch hands it over; the decoder refuses the data.
 fn corrupt_back(i: usize, data: &mut Vec<u8>) {
     if i == 3 {
-        let sos = data.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
-        data[sos + 3000] = 0xFF;
-        data[sos + 3001] = 0x01;
+        seg::with_missing_quant_table(data);
     }
 }
 
@@ -75,7 +73,7 @@ fn deferred_jpegs_give_the_decoded_frames_map_and_a_bad_one_is_masked_and_report
     let failures = model.take_decode_failures();
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert_eq!(failures[0].0, 3);
-    assert!(failures[0].1.contains("JPEG"), "{}", failures[0].1);
+    assert!(failures[0].1.contains("quantization table"), "{}", failures[0].1);
     assert_eq!(map.masked_cameras, vec!["CAM_BACK".to_string()]);
     for (cam, why) in &failures {
         b.decode_failed(&mut inputs, *cam, why);
@@ -95,4 +93,51 @@ fn deferred_jpegs_give_the_decoded_frames_map_and_a_bad_one_is_masked_and_report
     assert_eq!(without_back.cameras[3].status, CameraStatus::DecodeError);
     let expect = model.forward(&without_back).unwrap();
     assert_eq!(map.probabilities, expect.probabilities);
+}
+
+/// A stray marker in the scan data (0xFF01, which nvJPEG decodes through) is the branch's to
+/// catch, before any model: the camera is a decode error of the frame, with the byte named.
+#[test]
+fn a_stray_marker_in_the_scan_data_is_caught_by_the_branch() {
+    let mut b = branch(true);
+    let inputs = frame(&mut b, |i, d| {
+        if i == 2 {
+            let sos = d.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
+            d[sos + 3000] = 0xFF;
+            d[sos + 3001] = 0x01;
+        }
+    });
+    assert_eq!(inputs.used(), 5);
+    assert_eq!(inputs.cameras[2].status, CameraStatus::DecodeError);
+    let why = inputs.cameras[2].detail.clone().unwrap_or_default();
+    assert!(why.contains("marker 0xFF01") && why.contains("inside the scan data"), "{why}");
+    assert!(inputs.images[2].is_none());
+}
+
+/// The damage tests/gpu_bev_map_model.rs gives CAM_BACK (components renamed R, G, B so that
+/// nvJPEG is not given it, luma on a missing quantization table): the branch hands it over, the
+/// host decoder refuses it, and the renaming alone still decodes.
+#[test]
+fn the_gpu_tests_damaged_jpeg_passes_the_branch_and_fails_the_decoder() {
+    use sptr::camera::image::DecodeLimits;
+    use sptr::camera::jpeg_markers::{read_layout, GpuEligibility};
+    let mut b = branch(true);
+    let inputs = frame(&mut b, |i, d| {
+        if i == 3 {
+            seg::with_rgb_component_ids(d);
+        }
+        if i == 4 {
+            seg::with_rgb_component_ids(d);
+            seg::with_missing_quant_table(d);
+        }
+    });
+    assert_eq!(inputs.used(), 6, "{:?}", inputs.cameras);
+    for i in [3, 4] {
+        let jpeg = inputs.images[i].as_ref().and_then(FrameImage::jpeg).unwrap();
+        assert_eq!(read_layout(jpeg).unwrap().gpu_eligibility(), GpuEligibility::NotYcbcr);
+    }
+    let limits = DecodeLimits::default();
+    assert!(inputs.images[3].as_ref().unwrap().to_rgb(&limits).is_ok());
+    let e = inputs.images[4].as_ref().unwrap().to_rgb(&limits).unwrap_err();
+    assert!(e.contains("quantization table"), "{e}");
 }

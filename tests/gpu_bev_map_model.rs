@@ -83,8 +83,11 @@ fn cuda_map_model_agrees_with_the_cpu() {
 /// The node's CUDA path: the branch leaves the JPEGs to the model (nvJPEG decodes them in its
 /// first stage), against the CPU on the host-decoded frame, with gpu_bevseg's bars for the
 /// FP16 path (nvJPEG's decode differs from zune-jpeg's by ~3e-5 at the output, well inside).
-/// Then CAM_BACK with a reserved marker in its scan data (its markers read, its data does
-/// not decode): the model masks it and reports it, and the map is the CPU's without CAM_BACK.
+/// Then CAM_BACK with data no decoder takes (its luma on a quantization table it lacks; its
+/// components renamed R, G, B so that zune-jpeg, not nvJPEG, judges it): the model masks it and
+/// reports it, and the map is the CPU's without CAM_BACK. The same damage on a YCbCr JPEG goes
+/// to nvJPEG: what it answers is printed (an error sends the image to zune-jpeg, which refuses
+/// it; a decode would be a silent wrong image).
 #[test]
 fn cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one() {
     let Some(dev) = gpu("gpu_bev_map_model") else { return };
@@ -98,17 +101,16 @@ fn cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one() {
         assert!(nvjpeg, "SPTR_REQUIRE_NVJPEG set, but the CUDA map model does not use nvJPEG");
     }
     let all: Vec<&str> = NUSCENES_CAMERAS.to_vec();
-    let corrupt_back = |i: usize, d: &mut Vec<u8>| {
+    let bad_back = |i: usize, d: &mut Vec<u8>| {
         if i == 3 {
-            let sos = d.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
-            d[sos + 3000] = 0xFF;
-            d[sos + 3001] = 0x01;
+            seg::with_rgb_component_ids(d);
+            seg::with_missing_quant_table(d);
         }
     };
     let no_back: Vec<&str> = NUSCENES_CAMERAS.iter().copied().filter(|c| *c != "CAM_BACK").collect();
     let cases: [(&str, BevFrameInputs, BevFrameInputs, usize); 2] = [
         ("deferred JPEGs", frame_with(&all, nvjpeg, |_, _| {}), frame(&all), 0),
-        ("CAM_BACK's data bad", frame_with(&all, nvjpeg, corrupt_back), frame(&no_back), 1),
+        ("CAM_BACK's data bad", frame_with(&all, nvjpeg, bad_back), frame(&no_back), 1),
     ];
     for (case, deferred, reference, bad) in cases {
         if nvjpeg {
@@ -126,10 +128,22 @@ fn cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one() {
         assert_eq!(a.masked_cameras, b.masked_cameras, "{case}");
         if nvjpeg {
             assert_eq!(failures.len(), bad, "{case}: {failures:?}");
-            assert!(failures.iter().all(|(cam, why)| *cam == 3 && why.contains("JPEG")), "{case}: {failures:?}");
+            assert!(failures.iter().all(|(cam, why)| *cam == 3 && why.contains("quantization table")), "{case}: {failures:?}");
             if bad == 0 {
                 assert!(stages.iter().any(|n| n.contains("nvJPEG")), "{case}: the nvJPEG path was not taken: {stages:?}");
             }
         }
     }
+    // the same damage on the YCbCr JPEG, which nvJPEG is given (reported, not asserted)
+    let damaged = frame_with(&all, nvjpeg, |i, d| {
+        if i == 3 {
+            seg::with_missing_quant_table(d);
+        }
+    });
+    let b = cuda.forward(&damaged).unwrap();
+    eprintln!(
+        "missing quantization table on a YCbCr JPEG: masked {:?}, failures {:?}",
+        b.masked_cameras,
+        cuda.take_decode_failures()
+    );
 }

@@ -26,7 +26,7 @@ use crate::bev::sweeps::{SweepBuffer, SweepPoints};
 use crate::bev::sync::{CameraCounts, CameraSync, CameraUse};
 use crate::bev::tf::TfBuffer;
 use crate::camera::compressed::{check_format, decode_compressed, jpeg_size, sniff, Codec};
-use crate::camera::jpeg_markers::read_layout;
+use crate::camera::jpeg_markers::{read_layout, stray_marker};
 use crate::camera::image::{decode_raw, DecodeLimits, RawImage, RgbImage};
 use crate::{Error, Points};
 
@@ -56,7 +56,8 @@ impl CameraImage {
 
     /// For a JPEG `CompressedImage`: its size from its headers, after the checks a GPU decoder
     /// relies on (format, limits, every marker segment read up to the end-of-image marker, the
-    /// frame header agreeing with the decoder's). `None` for anything else (raw, PNG).
+    /// frame header agreeing with the decoder's, no stray marker in the scan data). `None` for
+    /// anything else (raw, PNG).
     pub fn jpeg_header_size(&self, limits: &DecodeLimits) -> Option<Result<(usize, usize), String>> {
         let CameraImage::Compressed(m) = self else { return None };
         if check_format(&m.format).is_err() || !matches!(sniff(&m.format, &m.data), Ok(Codec::Jpeg)) {
@@ -70,6 +71,9 @@ impl CameraImage {
             }
             if (layout.width as usize, layout.height as usize) != (w, h) {
                 return Err(format!("JPEG: frame header says {} x {}, the decoder read {w} x {h}", layout.width, layout.height));
+            }
+            if let Some((at, code)) = stray_marker(&m.data, layout.scan_data) {
+                return Err(format!("corrupt JPEG: marker 0xFF{code:02X} at byte {at} inside the scan data"));
             }
             Ok((w, h))
         })())

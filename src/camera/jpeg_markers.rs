@@ -160,6 +160,26 @@ fn has_eoi_after(data: &[u8], from: usize) -> bool {
     false
 }
 
+/// The first marker in the entropy-coded data from `from` (a layout's `scan_data`) up to the
+/// end-of-image marker that no JPEG may hold there: a reserved code (`FF 01` to `FF BF`) or a
+/// second start-of-image. `(offset, code)`. zune-jpeg (strict) refuses such data; nvJPEG was
+/// measured to decode through a stray `FF 01` without an error, so the GPU path checks for it
+/// before handing the bytes over. Table, restart and scan markers (multi-scan JPEGs) pass.
+pub fn stray_marker(data: &[u8], from: usize) -> Option<(usize, u8)> {
+    let mut i = from;
+    while let Some(off) = data.get(i..)?.iter().position(|&b| b == 0xFF) {
+        let at = i + off;
+        let code = *data.get(at + 1)?;
+        match code {
+            0xD9 => return None,
+            0x01..=0xBF | 0xD8 => return Some((at, code)),
+            0xFF => i = at + 1, // fill byte
+            _ => i = at + 2,
+        }
+    }
+    None
+}
+
 impl JpegLayout {
     /// Whether nvJPEG may decode this JPEG (module docs).
     pub fn gpu_eligibility(&self) -> GpuEligibility {
@@ -189,6 +209,19 @@ impl JpegLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stray_markers_in_the_scan_data_are_found() {
+        // scan data: stuffed FF 00, a restart marker, fill bytes, then EOI
+        let ok = [0x12, 0xFF, 0x00, 0x34, 0xFF, 0xD3, 0xFF, 0xFF, 0xD9, 0xFF, 0x01];
+        assert_eq!(stray_marker(&ok, 0), None, "after EOI nothing counts");
+        assert_eq!(stray_marker(&[0x12, 0xFF, 0x01, 0xFF, 0xD9], 0), Some((1, 0x01)));
+        assert_eq!(stray_marker(&[0xFF, 0x00, 0xFF, 0xD8, 0xFF, 0xD9], 0), Some((2, 0xD8)));
+        assert_eq!(stray_marker(&[0xFF, 0xC4, 0xFF, 0xDA, 0xFF, 0xD9], 0), None, "tables and scans of a multi-scan JPEG");
+        assert_eq!(stray_marker(&[0x01, 0x02], 0), None);
+        assert_eq!(stray_marker(&[0x01, 0xFF], 0), None, "a cut-off stream is the EOI check's");
+        assert_eq!(stray_marker(&[0xFF, 0x05], 5), None, "from past the end");
+    }
 
     /// A minimal JPEG header: SOI, optional APP14, SOFn, SOS, `scan` bytes, optional EOI.
     fn jpeg(sof: u8, precision: u8, comps: &[(u8, u8)], adobe: Option<u8>, scan: &[u8], eoi: bool) -> Vec<u8> {

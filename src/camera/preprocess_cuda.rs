@@ -20,7 +20,7 @@
 
 use super::compressed::{decode_jpeg_into, jpeg_size, JpegDecoderChoice};
 use super::image::{DecodeLimits, ImageError, RgbImage};
-use super::jpeg_markers::{read_layout, GpuEligibility};
+use super::jpeg_markers::{read_layout, stray_marker, GpuEligibility};
 use super::nvjpeg::{DecodeTarget, ImageOutcome, NvjpegDecoder};
 use super::preprocess::{ImageAug, ImagePreprocess, ResizeTaps};
 use crate::device::cuda::{cuda_err, CudaDevice};
@@ -253,6 +253,10 @@ impl CameraPreprocessCuda {
             }
             if (layout.width as usize, layout.height as usize) != (w, h) {
                 return Err(bad(i, format!("frame header says {} x {}, the decoder read {w} x {h}", layout.width, layout.height)));
+            }
+            if let Some((at, code)) = stray_marker(j, layout.scan_data) {
+                // nvJPEG decodes through it; zune-jpeg (the judge) refuses it
+                return Err(bad(i, format!("marker 0xFF{code:02X} at byte {at} inside the scan data")));
             }
             eligible.push(layout.gpu_eligibility());
             sizes.push([w, h]);

@@ -55,3 +55,27 @@ pub fn full(kind: &str) -> PathBuf {
 pub fn config(path: &std::path::Path) -> BevSegConfig {
     BevSegConfig::load(path).unwrap()
 }
+
+/// Byte offset of a JPEG's first `FF code` marker.
+fn marker_at(jpeg: &[u8], code: u8) -> usize {
+    jpeg.windows(2).position(|w| w == [0xFF, code]).unwrap_or_else(|| panic!("no marker 0xFF{code:02X}"))
+}
+
+/// The JPEG with its luma component pointing at quantization table 3, which it does not have:
+/// every marker still reads (the headers' checks pass), the decoders refuse the data.
+pub fn with_missing_quant_table(jpeg: &mut [u8]) {
+    let sof = marker_at(jpeg, 0xC0);
+    // FF C0, length (2), precision, height (2), width (2), count, then (id, sampling, table)
+    jpeg[sof + 12] = 3;
+}
+
+/// The JPEG's components renamed 'R', 'G', 'B' (in the frame and the scan header): nvJPEG is
+/// not given such a JPEG (`GpuEligibility::NotYcbcr`), zune-jpeg decodes it.
+pub fn with_rgb_component_ids(jpeg: &mut [u8]) {
+    let sof = marker_at(jpeg, 0xC0);
+    let sos = marker_at(jpeg, 0xDA);
+    for (k, id) in [b'R', b'G', b'B'].into_iter().enumerate() {
+        jpeg[sof + 10 + 3 * k] = id;
+        jpeg[sos + 5 + 2 * k] = id;
+    }
+}
