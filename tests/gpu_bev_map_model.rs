@@ -83,6 +83,7 @@ fn cuda_map_model_agrees_with_the_cpu() {
 /// The node's CUDA path: the branch leaves the JPEGs to the model (nvJPEG decodes them in its
 /// first stage), against the CPU on the host-decoded frame, with gpu_bevseg's bars for the
 /// FP16 path (nvJPEG's decode differs from zune-jpeg's by ~3e-5 at the output, well inside).
+/// With CAM_BACK missing the batch still goes to nvJPEG (a stand-in in CAM_BACK's slot, masked).
 /// Then CAM_BACK with data no decoder takes (its luma on a quantization table it lacks; its
 /// components renamed R, G, B so that zune-jpeg, not nvJPEG, judges it): the model masks it and
 /// reports it, and the map is the CPU's without CAM_BACK. The same damage on a YCbCr JPEG goes
@@ -108,13 +109,14 @@ fn cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one() {
         }
     };
     let no_back: Vec<&str> = NUSCENES_CAMERAS.iter().copied().filter(|c| *c != "CAM_BACK").collect();
-    let cases: [(&str, BevFrameInputs, BevFrameInputs, usize); 2] = [
+    let cases: [(&str, BevFrameInputs, BevFrameInputs, usize); 3] = [
         ("deferred JPEGs", frame_with(&all, nvjpeg, |_, _| {}), frame(&all), 0),
+        ("deferred JPEGs, CAM_BACK missing", frame_with(&no_back, nvjpeg, |_, _| {}), frame(&no_back), 0),
         ("CAM_BACK's data bad", frame_with(&all, nvjpeg, bad_back), frame(&no_back), 1),
     ];
     for (case, deferred, reference, bad) in cases {
         if nvjpeg {
-            assert_eq!(deferred.used(), 6, "{case}: header checks pass");
+            assert_eq!(deferred.used(), reference.used() + bad, "{case}: header checks pass");
         }
         let a = cpu.forward(&reference).unwrap();
         let b = cuda.forward(&deferred).unwrap();

@@ -121,9 +121,17 @@ impl CudaBevSeg {
     }
 
     /// The preprocessed batch of all calibration cameras → the network input, after checking
-    /// that each image has its calibration's size.
-    fn camera_input_batch(calib: &Calibration, batch: CudaCameraBatch) -> Result<CameraInput, Error> {
-        for (a, c) in batch.augs.iter().zip(&calib.cameras) {
+    /// that each image has its calibration's size; the cameras in `masked` (whose slot holds a
+    /// stand-in image) are masked and not checked.
+    fn camera_input_batch(calib: &Calibration, batch: CudaCameraBatch, masked: &[usize]) -> Result<CameraInput, Error> {
+        let mut mask = CameraMask::ALL;
+        let mut names = Vec::new();
+        for (i, (a, c)) in batch.augs.iter().zip(&calib.cameras).enumerate() {
+            if masked.contains(&i) {
+                mask = mask.without(i);
+                names.push(c.name.clone());
+                continue;
+            }
             if a.input != [c.image_width, c.image_height] {
                 return Err(Error::InvalidInput(format!(
                     "camera `{}`: image is {}x{} but its calibration is for {}x{}",
@@ -131,7 +139,7 @@ impl CudaBevSeg {
                 )));
             }
         }
-        Ok(CameraInput { batch, mask: CameraMask::ALL, masked: vec![] })
+        Ok(CameraInput { batch, mask, masked: names })
     }
 
     /// The JPEG decoder in use, in words (nvJPEG and its backend, or zune-jpeg and why).
@@ -227,7 +235,17 @@ impl CudaBevSeg {
     /// `decode (host)` is host wall time (the JPEGs decoded in parallel into pinned memory), the
     /// other stages GPU time between events.
     pub fn forward_jpeg(&mut self, dev: &CudaDevice, calib: &Calibration, jpegs: &[&[u8]], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
+        self.forward_jpeg_masked(dev, calib, jpegs, &[], cloud)
+    }
+
+    /// [`forward_jpeg`](Self::forward_jpeg) with the cameras in `masked` masked: their slots
+    /// hold a stand-in JPEG (another camera's), decoded with the batch but pooled nowhere, so a
+    /// frame with a stale or missing camera stays on the batched nvJPEG path.
+    pub fn forward_jpeg_masked(&mut self, dev: &CudaDevice, calib: &Calibration, jpegs: &[&[u8]], masked: &[usize], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
         self.check_cloud(cloud)?;
+        if masked.len() >= calib.len() && self.lidar.is_none() {
+            return Err(Error::InvalidInput("no camera image at all: the camera BEV would be empty; give at least one image".into()));
+        }
         if jpegs.len() != calib.len() {
             return Err(Error::InvalidInput(format!("{} JPEGs for a calibration of {} cameras", jpegs.len(), calib.len())));
         }
@@ -240,14 +258,14 @@ impl CudaBevSeg {
             let clock = GpuClock::start(dev)?;
             let batch = self.preprocess.run_jpeg(dev, jpegs, &limits)?;
             let submit_ms = t0.elapsed().as_secs_f64() * 1e3;
-            (Self::camera_input_batch(calib, batch)?, clock, submit_ms)
+            (Self::camera_input_batch(calib, batch, masked)?, clock, submit_ms)
         } else {
             self.preprocess.stage_jpeg(dev, jpegs, &limits)?;
             let decode_ms = t0.elapsed().as_secs_f64() * 1e3;
             // the GPU clock starts after the host decode: its first stage is upload + preprocess
             let clock = GpuClock::start(dev)?;
             let batch = self.preprocess.upload_and_launch(dev)?;
-            (Self::camera_input_batch(calib, batch)?, clock, decode_ms)
+            (Self::camera_input_batch(calib, batch, masked)?, clock, decode_ms)
         };
         let (map, stages) = self.run(dev, calib, cam, cloud, false, &mut clock)?;
         let mut times = finish(clock)?;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use super::bevfusion_seg::{random_tensors, BevSegConfig, BevSegKind, BevSegModel, BevSegOutput, Point5};
-use crate::bev::branch::{BevFrameInputs, BevMapModel, FrameImage};
+use crate::bev::branch::{BevFrameInputs, BevMapModel};
 use crate::bev::map::BevMap;
 use crate::bev::sweeps::SweepPoints;
 use crate::camera::image::{DecodeLimits, RgbImage};
@@ -129,15 +129,28 @@ pub fn sweep_points5(p: &SweepPoints) -> Vec<Point5> {
 }
 
 impl SegMapModel {
-    /// A frame whose every camera is a checked JPEG, decoded by nvJPEG in the model's first
-    /// stage. `None` when the frame does not qualify (a masked camera, a raw or PNG image, the
-    /// CPU backend) or when a JPEG's data turned out bad: the caller then decodes on the host,
-    /// which names the camera.
+    /// A frame whose every used camera is a checked JPEG, decoded by nvJPEG in the model's first
+    /// stage; a masked camera's slot holds another camera's JPEG as a stand-in (decoded, pooled
+    /// nowhere). `None` when the frame does not qualify (a raw or PNG image, no camera at all,
+    /// the CPU backend, nvJPEG not loaded) or when a JPEG's data turned out bad: the caller then
+    /// decodes on the host, which names the camera.
     #[cfg(feature = "cuda")]
     fn forward_all_jpeg(&mut self, inputs: &BevFrameInputs, cloud: Option<&[Point5]>) -> Option<Result<BevSegOutput, Error>> {
         let Backend::Cuda { dev, model } = &mut self.backend else { return None };
-        let jpegs: Option<Vec<&[u8]>> = inputs.images.iter().map(|i| i.as_ref().and_then(FrameImage::jpeg)).collect();
-        match model.forward_jpeg(dev, &inputs.calibration, &jpegs?, cloud) {
+        if !model.decodes_jpeg_on_gpu() {
+            return None;
+        }
+        let mut jpegs: Vec<Option<&[u8]>> = Vec::with_capacity(inputs.images.len());
+        for image in &inputs.images {
+            match image {
+                None => jpegs.push(None),
+                Some(i) => jpegs.push(Some(i.jpeg()?)),
+            }
+        }
+        let stand_in = jpegs.iter().flatten().next().copied()?;
+        let masked: Vec<usize> = (0..jpegs.len()).filter(|&i| jpegs[i].is_none()).collect();
+        let all: Vec<&[u8]> = jpegs.iter().map(|j| j.unwrap_or(stand_in)).collect();
+        match model.forward_jpeg_masked(dev, &inputs.calibration, &all, &masked, cloud) {
             // Bad image data (both decoders refused it): decoded again on the host below.
             Err(Error::InvalidInput(_)) => None,
             r => Some(r),
@@ -169,8 +182,8 @@ impl BevMapModel for SegMapModel {
             self.last_stages = out.times.0;
             return Ok(out.map);
         }
-        // Deferred JPEGs (a frame with a masked camera, or bad JPEG data) decoded on the host;
-        // one that fails is masked and reported.
+        // Deferred JPEGs in a frame the batched path did not take (bad JPEG data, a raw image
+        // beside them) decoded on the host; one that fails is masked and reported.
         let limits = DecodeLimits::default();
         let decoded: Vec<Option<Result<Arc<RgbImage>, String>>> =
             inputs.images.par_iter().map(|i| i.as_ref().map(|i| i.to_rgb(&limits))).collect();
