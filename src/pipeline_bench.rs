@@ -2,9 +2,7 @@
 //! bytes in host memory to encoded output messages: the LiDAR processor (labels, BEV grids), the
 //! six cameras' CompressedImage + CameraInfo messages decoded from CDR into the node's
 //! [`CameraBranch`] (sync, calibration, JPEG decode, sweeps), the BEV map model's forward, and
-//! the map messages ([`map_messages`]) encoded to CDR. The LiDAR path runs on a thread of its
-//! own beside the camera work, as the node's LiDAR and camera threads do; a frame's latency is
-//! until both are done.
+//! the map messages ([`map_messages`]) encoded to CDR.
 //!
 //! The camera messages are read once from a bag (the sample bag has all six) and re-stamped to
 //! each frame's cloud stamp before the frame (untimed), so every camera is in sync and decoded
@@ -25,72 +23,6 @@ use crate::config::ImageTransport;
 use crate::perception::{json_str, open_bench, BenchSetup, Percentiles, STAGES};
 use crate::replay::cameras::absolute_topic;
 use crate::replay::request::{camera_options, open_map_model_with};
-
-/// One frame's camera work: what [`camera_frame`] needs.
-struct CameraFrameJob<'a> {
-    k: usize,
-    stamp: Time,
-    stamp_ns: i64,
-    /// Per camera: the image and CameraInfo messages as CDR.
-    bytes: &'a [(Vec<u8>, Vec<u8>)],
-    inputs_cfg: &'a [crate::config::CameraInput],
-    cloud: &'a crate::cloud::CloudBuf,
-    cloud_frame: &'a str,
-    bev_frame: &'a str,
-    style: &'a crate::bev::map_messages::MapStyle,
-    branch: &'a mut CameraBranch,
-    model: &'a mut dyn BevMapModel,
-}
-
-/// What one frame's camera work gave, and its times (ms).
-struct CameraFrame {
-    inputs: crate::bev::branch::BevFrameInputs,
-    m: crate::bev::map_messages::MapMessages,
-    camera_ms: f64,
-    map_ms: f64,
-    encode_ms: f64,
-    cdr_bytes: usize,
-}
-
-/// The camera branch's work on one cloud, as the node's camera thread does it: the messages
-/// decoded from CDR into the branch (as the node's subscriptions and worker do), the cloud
-/// decoded again for the branch's sweep, the frame's inputs; the BEV map model and its
-/// messages, encoded as DDS would carry them.
-fn camera_frame(j: CameraFrameJob<'_>) -> Result<CameraFrame, String> {
-    let t = Instant::now();
-    for (cam, ((image, info), c)) in j.bytes.iter().zip(j.inputs_cfg).enumerate() {
-        let img = match c.transport {
-            ImageTransport::Compressed => CompressedImage::from_cdr(image).map(CameraImage::Compressed),
-            ImageTransport::Raw => Image::from_cdr(image).map(CameraImage::Raw),
-        }
-        .map_err(|e| format!("{}: {e}", c.image_topic))?;
-        j.branch.on_image(cam, img);
-        let info = CameraInfo::from_cdr(info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
-        j.branch.on_camera_info(cam, &info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
-    }
-    let (points, _) = crate::cloud::decode(&j.cloud.view()).map_err(|e| format!("the cloud: {e}"))?;
-    let mut inputs = j.branch.frame(j.stamp_ns, j.cloud_frame, &points);
-    let camera_ms = ms(t.elapsed());
-
-    let t = Instant::now();
-    let map = j.model.forward(&inputs);
-    for (cam, why) in j.model.take_decode_failures() {
-        j.branch.decode_failed(&mut inputs, cam, &why);
-    }
-    let map = map.map_err(|e| format!("frame {}: the BEV map model failed: {e}", j.k))?;
-    let map_ms = ms(t.elapsed());
-    let t = Instant::now();
-    let m = map_messages(&map, j.style, j.stamp, j.cloud_frame, j.bev_frame).map_err(|e| format!("BEV map messages: {e}"))?;
-    let cdr_err = |e: crate::bag::CdrError| format!("encoding the BEV map: {e}");
-    let mut cdr_bytes = 0;
-    for g in &m.grids {
-        cdr_bytes += g.to_cdr(true).map_err(cdr_err)?.len();
-    }
-    cdr_bytes += m.bits.to_cdr(true).map_err(cdr_err)?.len();
-    cdr_bytes += m.color.to_cdr(true).map_err(cdr_err)?.len();
-    let encode_ms = ms(t.elapsed());
-    Ok(CameraFrame { inputs, m, camera_ms, map_ms, encode_ms, cdr_bytes })
-}
 
 /// Memory is sampled on frames 0, 50, 100, ... and on the last frame.
 pub const MEMORY_EVERY: usize = 50;
@@ -301,34 +233,45 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         }
         let t0 = Instant::now();
 
-        // The LiDAR path and the camera branch side by side, as the node's two processing
-        // threads run them (the map model on a CUDA stream of its own): the LiDAR path (decode,
-        // SphereFormer, BEV grids, labeled cloud) on a thread of its own.
-        let processor = &mut lidar.processor;
-        let body = &lidar.body;
-        let (lidar_done, camera_done) = std::thread::scope(|scope| {
-            let lidar_thread = scope.spawn(move || {
-                let r = processor.process(&body.view());
-                (r, ms(t0.elapsed()))
-            });
-            let camera_done = camera_frame(CameraFrameJob {
-                k,
-                stamp,
-                stamp_ns,
-                bytes: &bytes,
-                inputs_cfg: &opts.inputs,
-                cloud: body,
-                cloud_frame: &cloud_frame,
-                bev_frame: &bev_frame,
-                style: &style,
-                branch: &mut branch,
-                model: &mut model,
-            });
-            (lidar_thread.join(), camera_done)
-        });
-        let (out, lidar_ms) = lidar_done.map_err(|_| "the LiDAR path panicked".to_string())?;
-        let out = out.map_err(|e| format!("the cloud was rejected: {e}"))?;
-        let CameraFrame { inputs, m, camera_ms, map_ms, encode_ms, cdr_bytes } = camera_done?;
+        // LiDAR: as now (decode, SphereFormer, BEV grids, labeled cloud)
+        let out = lidar.processor.process(&lidar.body.view()).map_err(|e| format!("the cloud was rejected: {e}"))?;
+        let lidar_ms = ms(t0.elapsed());
+
+        // Cameras: the messages decoded from CDR into the branch (as the node's subscriptions and
+        // worker do), the cloud decoded again for the branch's sweep, the frame's inputs.
+        let t = Instant::now();
+        for (cam, ((image, info), c)) in bytes.iter().zip(&opts.inputs).enumerate() {
+            let img = match c.transport {
+                ImageTransport::Compressed => CompressedImage::from_cdr(image).map(CameraImage::Compressed),
+                ImageTransport::Raw => Image::from_cdr(image).map(CameraImage::Raw),
+            }
+            .map_err(|e| format!("{}: {e}", c.image_topic))?;
+            branch.on_image(cam, img);
+            let info = CameraInfo::from_cdr(info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+            branch.on_camera_info(cam, &info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+        }
+        let (points, _) = crate::cloud::decode(&lidar.body.view()).map_err(|e| format!("the cloud: {e}"))?;
+        let mut inputs = branch.frame(stamp_ns, &cloud_frame, &points);
+        let camera_ms = ms(t.elapsed());
+
+        // The BEV map model and its messages, encoded as DDS would carry them.
+        let t = Instant::now();
+        let map = model.forward(&inputs);
+        for (cam, why) in model.take_decode_failures() {
+            branch.decode_failed(&mut inputs, cam, &why);
+        }
+        let map = map.map_err(|e| format!("frame {k}: the BEV map model failed: {e}"))?;
+        let map_ms = ms(t.elapsed());
+        let t = Instant::now();
+        let m = map_messages(&map, &style, stamp, &cloud_frame, &bev_frame).map_err(|e| format!("BEV map messages: {e}"))?;
+        let cdr_err = |e: crate::bag::CdrError| format!("encoding the BEV map: {e}");
+        let mut cdr_bytes = 0;
+        for g in &m.grids {
+            cdr_bytes += g.to_cdr(true).map_err(cdr_err)?.len();
+        }
+        cdr_bytes += m.bits.to_cdr(true).map_err(cdr_err)?.len();
+        cdr_bytes += m.color.to_cdr(true).map_err(cdr_err)?.len();
+        let encode_ms = ms(t.elapsed());
         let frame_ms = ms(t0.elapsed());
         if !timed {
             continue;

@@ -90,8 +90,7 @@ impl CudaDevice {
 
     /// Like [`CudaDevice::new`], with a stream of its own (non-blocking) instead of the legacy
     /// default stream: CUDA-graph stream capture is refused on the legacy stream
-    /// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), so whatever is to be captured runs here; and
-    /// work on it does not wait for the legacy stream's (the BEV map model beside the LiDAR's).
+    /// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), so whatever is to be captured runs here.
     pub fn new_capturable(ordinal: usize) -> Result<CudaDevice, Error> {
         Self::open(ordinal, true)
     }

@@ -96,9 +96,7 @@ impl SegMapModel {
 
     #[cfg(feature = "cuda")]
     fn cuda(model: BevSegModel) -> Result<Backend, Error> {
-        // A non-blocking stream of its own: the node runs this model on its camera thread beside
-        // the LiDAR model (legacy default stream), and their kernels may then overlap.
-        let dev = crate::device::cuda::CudaDevice::new_capturable(0)?;
+        let dev = crate::device::cuda::CudaDevice::new(0)?;
         let gpu = super::bevfusion_seg_cuda::CudaBevSeg::upload(&dev, &model, crate::dense::conv_engine::ConvBackend::Cudnn)?;
         Ok(Backend::Cuda { dev, model: Box::new(gpu) })
     }

@@ -2,11 +2,8 @@
 //! `CompressedImage` on `<image topic>/compressed`) and a CameraInfo subscription, sensor-data
 //! QoS keep last 1; `/tf` and `/tf_static` as raw CDR (decoded by [`crate::bag::cdr::TfMessage`]);
 //! the subscription tasks only drop what arrives into an [`Inbox`] (newest image and CameraInfo
-//! per camera, every TF message), so they never wait for the processing thread. Each cloud is
-//! handed to the camera thread ([`CameraThread`]) as the LiDAR processing starts, and the two
-//! run side by side (the map model on a CUDA stream of its own); a cloud that arrives while the
-//! camera thread is still busy replaces the one waiting, which is counted as skipped. The
-//! camera thread feeds the inbox to its [`CameraBranch`] and asks it
+//! per camera, every TF message), so they never wait for the processing thread. After each
+//! cloud's LiDAR outputs are out, the worker feeds the inbox to its [`CameraBranch`] and asks it
 //! for the frame's camera inputs ([`CameraWorker::frame`]), runs the BEV map model
 //! when there is one and publishes its map (`~/output/bev/map/<class>` OccupancyGrids,
 //! `~/output/bev/map_bits` mono8, `~/output/bev/map_color` rgb8), and publishes the camera stage
@@ -21,7 +18,7 @@
 //! `camera.calibration_file`. With it, TF wins per camera wherever it connects the camera's
 //! frame to the cloud's ([`crate::bev::rig`]).
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -148,8 +145,6 @@ pub struct CameraDiag {
     pub maps: u64,
     pub map_errors: u64,
     pub last_map_error: Option<String>,
-    /// Clouds replaced while waiting for the camera thread (no map for them).
-    pub skipped_frames: u64,
 }
 
 impl CameraDiag {
@@ -163,7 +158,6 @@ impl CameraDiag {
             kv("bev map model".into(), self.bev_model.clone()),
             kv("bev maps published".into(), self.maps.to_string()),
             kv("bev map errors".into(), self.map_errors.to_string()),
-            kv("camera frames skipped (camera thread busy)".into(), self.skipped_frames.to_string()),
             kv("camera messages dropped".into(), self.dropped_messages.to_string()),
             kv("last camera processing ms".into(), self.last_camera_ms.map_or("none".into(), |v| format!("{v:.3}"))),
         ];
@@ -294,65 +288,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The camera branch's processing thread: takes the newest cloud handed to it and runs
-/// [`CameraWorker::frame`] on it, beside the LiDAR processing thread.
-pub struct CameraThread {
-    clouds: Arc<super::mailbox::Mailbox<PointCloud2>>,
-    diag: Arc<Mutex<CameraDiag>>,
-    handle: std::thread::JoinHandle<()>,
-}
-
-impl CameraThread {
-    /// Starts the thread; it publishes only while `outputs_open` holds `true`.
-    pub fn spawn(mut worker: CameraWorker, outputs_open: Arc<RwLock<bool>>) -> std::io::Result<CameraThread> {
-        let clouds: Arc<super::mailbox::Mailbox<PointCloud2>> = Arc::new(super::mailbox::Mailbox::new());
-        let diag = Arc::clone(&worker.diag);
-        let inbox = Arc::clone(&clouds);
-        let handle = std::thread::Builder::new().name("sptr-cameras".into()).spawn(move || {
-            while let Some(msg) = inbox.take() {
-                let open = outputs_open.read().unwrap_or_else(|p| p.into_inner());
-                if !*open {
-                    return; // shutting down: the node and its publishers are going
-                }
-                // A bug hit by one frame must not end the camera branch: the frame's map is
-                // counted as failed.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker.frame(&msg)));
-                if let Err(panic) = r {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".into());
-                    worker.frame_failed(format!("camera processing panicked: {what}"));
-                }
-            }
-        })?;
-        Ok(CameraThread { clouds, diag, handle })
-    }
-
-    /// Hands a cloud to the thread (a copy); one still waiting is replaced and counted skipped.
-    pub fn submit(&self, msg: &PointCloud2) {
-        if self.clouds.put(msg.clone()) {
-            lock(&self.diag).skipped_frames += 1;
-        }
-    }
-
-    /// Stops taking clouds and waits for the frame in progress.
-    pub fn stop(self) -> bool {
-        self.clouds.close();
-        self.handle.join().is_ok()
-    }
-}
-
 impl CameraWorker {
-    /// A frame that failed outside the model (a panic): counted and kept as the last map error.
-    fn frame_failed(&mut self, why: String) {
-        self.log(&why);
-        let mut d = lock(&self.diag);
-        d.map_errors += 1;
-        d.last_map_error = Some(why);
-    }
-
     /// The model whose map is published every frame.
     pub fn set_model(&mut self, model: Box<dyn BevMapModel + Send>, publishers: MapPublishers, description: String) {
         self.model = Some((model, publishers));

@@ -247,9 +247,8 @@ struct Worker {
     /// Told the reason when a CUDA error must end the node (`on_cuda_error: exit`).
     exit: tokio::sync::mpsc::UnboundedSender<String>,
     pubs: Publishers,
-    /// The camera branch's thread (`input.cameras` not empty): each cloud goes to it as the
-    /// LiDAR processing starts.
-    cameras: Option<super::cameras::CameraThread>,
+    /// The camera branch (`input.cameras` not empty), run after the LiDAR outputs are out.
+    cameras: Option<super::cameras::CameraWorker>,
     /// `true` while the node exists: held (read) while publishing; shutdown sets it `false`
     /// (write, so after any publish in progress) before the node and its publishers go.
     outputs_open: Arc<RwLock<bool>>,
@@ -258,16 +257,6 @@ struct Worker {
 
 impl Worker {
     fn run(mut self) {
-        self.run_frames();
-        // The camera thread finishes the frame it has, then ends with this one.
-        if let Some(c) = self.cameras.take() {
-            if !c.stop() {
-                eprintln!("perception_node: the camera thread panicked");
-            }
-        }
-    }
-
-    fn run_frames(&mut self) {
         let mut fields: Vec<PointField> = Vec::new();
         let mut limit = RateLimit::new();
         while let Some(frame) = self.mailbox.take() {
@@ -327,9 +316,6 @@ impl Worker {
         limit: &mut RateLimit,
     ) -> Result<(), Rejected> {
         let msg = &frame.msg;
-        if let Some(c) = &self.cameras {
-            c.submit(msg);
-        }
         super::fields_into(msg, fields);
         let out = self.processor.process(&super::cloud_view(msg, fields))?;
         let FrameOutput {
@@ -431,6 +417,9 @@ impl Worker {
         });
         let _ = self.pubs.latency.publish(&f64_msg(latency));
         let _ = self.pubs.processing.publish(&f64_msg(total_ms));
+        if let Some(cw) = self.cameras.as_mut() {
+            cw.frame(msg);
+        }
         drop(open);
         self.counters
             .lock()
@@ -945,11 +934,6 @@ fn run(setup: Setup, fqn: String) -> i32 {
         processor.bev_params().height(),
     );
     let outputs_open = Arc::new(RwLock::new(true));
-    let cameras = match cameras.map(|w| super::cameras::CameraThread::spawn(w, outputs_open.clone())) {
-        None => None,
-        Some(Ok(t)) => Some(t),
-        Some(Err(e)) => return fail(EXIT_ROS, format!("cannot start the camera thread: {e}")),
-    };
     let worker = Worker {
         outputs_open: outputs_open.clone(),
         mailbox: mailbox.clone(),
