@@ -845,9 +845,7 @@ impl CdrMessage for OccupancyGrid {
         w.write_f64_array(&i.origin.position);
         w.write_f64_array(&i.origin.orientation);
         w.write_count(self.data.len());
-        for &v in &self.data {
-            w.write_u8(v as u8);
-        }
+        w.out.extend(self.data.iter().map(|&v| v as u8)); // one reserve, not a push per cell
     }
 }
 

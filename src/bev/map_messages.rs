@@ -100,34 +100,28 @@ pub fn map_messages(map: &BevMap, style: &MapStyle, stamp: Time, cloud_frame_id:
         origin: Pose { position: [map.x_range[0], map.y_range[0], 0.0], orientation: [0.0, 0.0, 0.0, 1.0] },
     };
     let cells = nx * ny;
-    // Message cell (row y, column x) = map cell (x, y).
-    let mut grids = Vec::with_capacity(map.classes.len());
-    for c in 0..map.classes.len() {
-        let plane = map.class_plane(c).ok_or_else(too_big)?;
-        let mut data = vec![0i8; cells];
-        for x in 0..nx {
-            for y in 0..ny {
-                data[y * nx + x] = occupancy_value(plane[x * ny + y]);
-            }
-        }
-        grids.push(OccupancyGrid { header: header.clone(), info, data });
-    }
+    // Message cell (row y, column x) = map cell (x, y). One pass over the map: each class plane
+    // is read in its own order (x-major, contiguous) and written transposed.
+    let mut grids: Vec<Vec<i8>> = vec![vec![0i8; cells]; map.classes.len()];
     let mut bits = vec![0u8; cells];
     let mut rgb = vec![0u8; cells * 3];
-    for c in 0..map.classes.len() {
+    for (c, data) in grids.iter_mut().enumerate() {
         let plane = map.class_plane(c).ok_or_else(too_big)?;
         let t = style.thresholds[c];
         for x in 0..nx {
-            for y in 0..ny {
+            let column = &plane[x * ny..(x + 1) * ny];
+            for (y, &p) in column.iter().enumerate() {
+                let i = y * nx + x;
+                data[i] = occupancy_value(p);
                 // NaN >= t is false: an unknown cell has no class
-                if plane[x * ny + y] >= t {
-                    let i = y * nx + x;
+                if p >= t {
                     bits[i] |= 1 << c;
                     rgb[3 * i..3 * i + 3].copy_from_slice(&style.palette[c]);
                 }
             }
         }
     }
+    let grids: Vec<OccupancyGrid> = grids.into_iter().map(|data| OccupancyGrid { header: header.clone(), info, data }).collect();
     let image = |encoding: &str, step: u32, data: Vec<u8>| Image {
         header: header.clone(),
         height,
