@@ -243,23 +243,33 @@ impl CameraPreprocessCuda {
     /// nvJPEG into the device buffer of whole images; zune-jpeg for what it does not take.
     fn run_jpeg_nvjpeg(&mut self, dev: &CudaDevice, jpegs: &[&[u8]], limits: &DecodeLimits) -> Result<CudaCameraBatch, Error> {
         let bad = |i: usize, e: String| Error::InvalidInput(format!("camera {i}: {}", ImageError::Jpeg(e)));
+        // Each JPEG's headers and scan data checked, the cameras in parallel (the scan for stray
+        // markers reads every byte).
+        let checked: Vec<Result<([usize; 2], GpuEligibility), Error>> = jpegs
+            .par_iter()
+            .enumerate()
+            .map(|(i, j)| {
+                let (w, h) = jpeg_size(j, limits).map_err(|e| Error::InvalidInput(format!("camera {i}: {e}")))?;
+                let layout = read_layout(j).map_err(|e| bad(i, e.to_string()))?;
+                if !layout.complete {
+                    return Err(bad(i, "no end-of-image marker after the scan data".into()));
+                }
+                if (layout.width as usize, layout.height as usize) != (w, h) {
+                    return Err(bad(i, format!("frame header says {} x {}, the decoder read {w} x {h}", layout.width, layout.height)));
+                }
+                if let Some((at, code)) = stray_marker(j, layout.scan_data) {
+                    // nvJPEG decodes through it; zune-jpeg (the judge) refuses it
+                    return Err(bad(i, format!("marker 0xFF{code:02X} at byte {at} inside the scan data")));
+                }
+                Ok(([w, h], layout.gpu_eligibility()))
+            })
+            .collect();
         let mut sizes = Vec::with_capacity(jpegs.len());
         let mut eligible = Vec::with_capacity(jpegs.len());
-        for (i, j) in jpegs.iter().enumerate() {
-            let (w, h) = jpeg_size(j, limits).map_err(|e| Error::InvalidInput(format!("camera {i}: {e}")))?;
-            let layout = read_layout(j).map_err(|e| bad(i, e.to_string()))?;
-            if !layout.complete {
-                return Err(bad(i, "no end-of-image marker after the scan data".into()));
-            }
-            if (layout.width as usize, layout.height as usize) != (w, h) {
-                return Err(bad(i, format!("frame header says {} x {}, the decoder read {w} x {h}", layout.width, layout.height)));
-            }
-            if let Some((at, code)) = stray_marker(j, layout.scan_data) {
-                // nvJPEG decodes through it; zune-jpeg (the judge) refuses it
-                return Err(bad(i, format!("marker 0xFF{code:02X} at byte {at} inside the scan data")));
-            }
-            eligible.push(layout.gpu_eligibility());
-            sizes.push([w, h]);
+        for c in checked {
+            let (size, e) = c?;
+            sizes.push(size);
+            eligible.push(e);
         }
         self.prepare(dev, &sizes)?;
         let plan = self.plan.as_ref().ok_or_else(|| Error::Cuda("camera preprocessing plan missing".into()))?;
