@@ -128,6 +128,27 @@ impl StageTimes {
             self.0.iter().map(|(n, v)| format!("{}:{:.3}", json_str(n), Percentiles::of(v).map_or(0.0, |p| p.p50))).collect();
         format!("{{{}}}", items.join(","))
     }
+
+    fn p99_json(&self) -> String {
+        let items: Vec<String> =
+            self.0.iter().map(|(n, v)| format!("{}:{:.3}", json_str(n), Percentiles::of(v).map_or(0.0, |p| p.p99))).collect();
+        format!("{{{}}}", items.join(","))
+    }
+
+    /// Every stage's time in timed frame `i` (a stage a frame did not have is left out).
+    fn frame_json(&self, i: usize) -> String {
+        let items: Vec<String> = self.0.iter().filter_map(|(n, v)| v.get(i).map(|x| format!("{}:{:.3}", json_str(n), x))).collect();
+        format!("{{{}}}", items.join(","))
+    }
+}
+
+/// The slowest timed frame: its index, time and stages, so that a long tail can be traced to a
+/// stage (`null` without frames).
+fn slowest_json(total: &[f64], stages: &StageTimes) -> String {
+    match total.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)) {
+        Some((i, t)) => format!("{{\"frame\":{i},\"ms\":{t:.3},\"stages\":{}}}", stages.frame_json(i)),
+        None => "null".into(),
+    }
 }
 
 /// What the last frame's map messages were.
@@ -320,12 +341,14 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
     let status: Vec<String> = camera_status.iter().map(|n| json_str(n)).collect();
     Ok(format!(
         "{{\"bench\":\"pipeline_cameras\",\"device\":{},\"frames\":{},\"warmup\":{},\"pace\":{pace},\"frames_over_period\":{over_period},\
-         \"latency\":{lat},\"stage_p50_ms\":{},\"cameras\":{},\"camera_status\":[{}],\"map\":{map},\"host_rss_mb\":{},\"device_used_mb\":{},\
+         \"latency\":{lat},\"stage_p50_ms\":{},\"stage_p99_ms\":{},\"slowest_frame\":{},\"cameras\":{},\"camera_status\":[{}],\"map\":{map},\"host_rss_mb\":{},\"device_used_mb\":{},\
          \"model\":{},\"weights\":{},\"camera_model\":{},\"cloud\":{},\"bag\":{}}}",
         json_str(lidar.processor.device_name()),
         total.len(),
         s.lidar.warmup,
         stages.p50_json(),
+        stages.p99_json(),
+        slowest_json(&total, &stages),
         cams.len(),
         status.join(","),
         memory_json(&host),

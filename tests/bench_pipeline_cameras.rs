@@ -84,6 +84,13 @@ fn cameras_bench_reports_every_stage_and_the_map() {
     // the whole frame covers its parts (sequential stages of one frame)
     let sum: f64 = ["lidar", "cameras", "bev_map", "map_encode"].iter().map(|k| stages[*k].as_f64().unwrap()).sum();
     assert!(v["latency"]["max_ms"].as_f64().unwrap() >= sum * 0.999, "{v}");
+    // the tail's stages, and the slowest frame's (one frame here: it is the slowest)
+    let p99 = v["stage_p99_ms"].as_object().expect("stage_p99_ms");
+    assert_eq!(p99.len(), stages.len(), "{v}");
+    let slowest = &v["slowest_frame"];
+    assert_eq!(slowest["frame"], 0, "{v}");
+    assert_eq!(slowest["ms"].as_f64(), v["latency"]["max_ms"].as_f64(), "{v}");
+    assert_eq!(slowest["stages"]["lidar"].as_f64(), stages["lidar"].as_f64(), "{v}");
     let map = &v["map"];
     assert_eq!((map["classes"].as_u64(), map["width"].as_u64(), map["height"].as_u64()), (Some(6), Some(50), Some(50)), "{v}");
     // six OccupancyGrids of 2500 cells, a mono8 and an rgb8 image of 50 x 50, plus headers
