@@ -10,6 +10,11 @@
 //! CameraInfo's. Every mask is counted per camera with its reason; nothing waits and nothing
 //! panics on a bad message. A camera image used by two frames (cameras slower than the LiDAR) is
 //! decoded once.
+//!
+//! For a model that decodes JPEGs itself (nvJPEG on CUDA, [`BevMapModel::decodes_jpeg`]) the
+//! branch only checks a JPEG's headers and scan markers and hands over the bytes
+//! ([`FrameImage::Jpeg`]); what the model then cannot decode comes back through
+//! [`CameraBranch::decode_failed`], so it is counted like a decode error here.
 
 use std::sync::Arc;
 use std::time::Instant;
