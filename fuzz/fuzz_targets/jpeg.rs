@@ -1,8 +1,10 @@
-//! JPEG bytes (a CompressedImage's data) decoded to RGB.
+//! JPEG bytes (a CompressedImage's data) decoded to RGB, and the checks the camera branch makes
+//! before it hands a JPEG to nvJPEG (marker layout, stray markers in the scan data).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use sptr::camera::compressed::{decode_jpeg, jpeg_size};
 use sptr::camera::image::DecodeLimits;
+use sptr::camera::jpeg_markers::{read_layout, stray_marker};
 
 fuzz_target!(|data: &[u8]| {
     let limits = DecodeLimits { max_pixels: 1 << 20 };
@@ -10,5 +12,12 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(img) = decode_jpeg(data, &limits) {
         assert_eq!(size.ok(), Some((img.width, img.height)));
         assert_eq!(img.data.len(), img.width * img.height * 3);
+    }
+    if let Ok(layout) = read_layout(data) {
+        assert!(layout.scan_data <= data.len());
+        if let Some((at, code)) = stray_marker(data, layout.scan_data) {
+            assert!(at >= layout.scan_data && at + 1 < data.len() && data[at] == 0xFF && data[at + 1] == code);
+        }
+        let _ = layout.gpu_eligibility();
     }
 });
