@@ -20,6 +20,7 @@ use crate::bag::Bag;
 use crate::bev::branch::{BevMapModel, CameraBranch, CameraImage};
 use crate::bev::map_messages::map_messages;
 use crate::config::ImageTransport;
+use crate::memory::{device_used_mb, host_rss_mb};
 use crate::perception::{json_str, open_bench, BenchSetup, Percentiles, STAGES};
 use crate::replay::cameras::absolute_topic;
 use crate::replay::request::{camera_options, open_map_model_with};
@@ -79,28 +80,6 @@ fn encode_camera(c: &mut CameraMessages, stamp: Time) -> Result<(Vec<u8>, Vec<u8
     }
     .map_err(cdr_err)?;
     Ok((image, info))
-}
-
-/// Host resident set size, MB (Linux `/proc/self/statm`; `None` elsewhere).
-fn host_rss_mb() -> Option<f64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: f64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096.0 / 1e6)
-}
-
-/// Device memory in use (the whole device: total − free), MB; `None` without CUDA.
-fn device_used_mb(cuda: bool) -> Option<f64> {
-    if !cuda {
-        return None;
-    }
-    #[cfg(feature = "cuda")]
-    {
-        cudarc::driver::result::mem_get_info().ok().map(|(free, total)| (total - free) as f64 / 1e6)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        None
-    }
 }
 
 /// `{"samples":[[frame, MB], ...],"first":..,"last":..,"max":..}`, or `null` without samples.

@@ -92,7 +92,13 @@ struct Counters {
     /// (published: their BF16 labels are in range), and the last one's flagged FP16 layers.
     recomputed_bf16: u64,
     last_recomputed_bf16: Option<String>,
+    /// Device memory in use (the whole device), MB, sampled by the processing thread (the one
+    /// with the CUDA context) at most once per [`MEMORY_EVERY`]; `None` on the CPU.
+    device_used_mb: Option<f64>,
 }
+
+/// How often the processing thread samples the device memory in use for `/diagnostics`.
+const MEMORY_EVERY: Duration = Duration::from_secs(1);
 
 struct Frame {
     msg: PointCloud2,
@@ -253,13 +259,21 @@ struct Worker {
     /// (write, so after any publish in progress) before the node and its publishers go.
     outputs_open: Arc<RwLock<bool>>,
     logger: String,
+    /// The model runs on CUDA (device memory is sampled for `/diagnostics`).
+    cuda: bool,
 }
 
 impl Worker {
     fn run(mut self) {
         let mut fields: Vec<PointField> = Vec::new();
         let mut limit = RateLimit::new();
+        let mut memory_sampled: Option<Instant> = None;
         while let Some(frame) = self.mailbox.take() {
+            if self.cuda && memory_sampled.is_none_or(|t| t.elapsed() >= MEMORY_EVERY) {
+                memory_sampled = Some(Instant::now());
+                let mb = crate::memory::device_used_mb(true);
+                self.counters.lock().unwrap_or_else(|p| p.into_inner()).device_used_mb = mb;
+            }
             self.counters
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -476,8 +490,9 @@ struct Since {
 /// `rejected.<reason>`), last processing ms, last latency ms (receipt to publication), input age
 /// ms (since the last cloud arrived), input stamp age ms (arrival minus header stamp), last
 /// points, last points dropped (NaN/Inf x, y, z or intensity), last voxels, frames over the voxel cap, frames out of
-/// fp16 range, on_overflow, device, model config, weights, budget, last reject, last error, last
-/// out of fp16 range.
+/// fp16 range, on_overflow, device, host rss MB (this process), device memory used MB (the whole
+/// device, sampled once a second before a frame; `none` on the CPU), model config, weights, budget,
+/// last reject, last error, last out of fp16 range.
 fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> DiagnosticArray {
     let now = Instant::now();
     let over_for = c.budget.error(now, info.budget_ms, info.error_after_s);
@@ -567,6 +582,8 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
         kv("precision", info.precision.clone()),
         kv("frames recomputed in bf16", c.recomputed_bf16.to_string()),
         kv("device", info.device.clone()),
+        kv("host rss MB", opt(crate::memory::host_rss_mb())),
+        kv("device memory used MB", opt(c.device_used_mb)),
         kv("model config", info.model_config.clone()),
         kv("weights", info.weights.clone()),
         kv("budget ms", format!("{:.3}", info.budget_ms)),
@@ -946,6 +963,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
         pubs,
         cameras,
         logger: logger.clone(),
+        cuda: device.starts_with("cuda"),
     };
     let worker = match std::thread::Builder::new()
         .name("sptr-process".into())

@@ -1,0 +1,589 @@
+//! The node benchmark's publisher (binary `node_bench_peer`): drives a running `perception_node`
+//! over DDS as a vehicle's sensors would, and measures it from outside.
+//!
+//! Every period (`rate_hz`) it publishes one frame: each message of the bag (the last one per
+//! topic: the cloud, and each camera's image and CameraInfo) as the serialized bytes the bag holds,
+//! with the header stamp set to the wall clock, the cameras first and the cloud last. It never
+//! waits for the node: a frame the node skips, rejects or loses shows as dropped.
+//!
+//! It subscribes to every output the node publishes per frame (the LiDAR outputs and, with a map
+//! model, the BEV map topics) and matches them to frames by stamp. A frame's latency is from the
+//! cloud's publication to the last of its outputs received: message bytes in to published
+//! messages out, DDS both ways included. `/diagnostics` gives the node's counters and its memory
+//! (host RSS, device memory in use), sampled once a second, for the leak check.
+//!
+//! Phases: frames until the first one whose outputs all arrive (`start_timeout_s`: discovery, the
+//! first CUDA frame), `warmup_s` more, then `duration_s` of timed frames, then `grace_s` for the
+//! last outputs. Only the timed frames are reported.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use r2r::diagnostic_msgs::msg::DiagnosticArray;
+use r2r::QosProfile;
+
+use crate::bag::Bag;
+use crate::perception::Percentiles;
+
+/// What the peer runs against.
+#[derive(Debug, Clone)]
+pub struct PeerConfig {
+    /// One message per topic is used (the last): a `sensor_msgs/msg/PointCloud2` (exactly one
+    /// such topic) and any camera `CompressedImage`, `Image` and `CameraInfo` topics. Topic names
+    /// are the node's as in the root namespace (the sample bag's `/sptr/input/...`).
+    pub bag: PathBuf,
+    /// The node's namespace ("" for the root): prefixed to every topic.
+    pub namespace: String,
+    /// The node's name (`sptr`).
+    pub node_name: String,
+    /// The BEV map model's classes: their map topics are expected too. Empty: LiDAR outputs only.
+    pub map_classes: Vec<String>,
+    pub rate_hz: f64,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub start_timeout_s: f64,
+    pub grace_s: f64,
+}
+
+/// One output topic the node publishes per frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputTopic {
+    pub name: String,
+    pub type_name: &'static str,
+}
+
+/// The per-frame outputs of a node named `node_name` in `namespace`: the LiDAR ones (the default
+/// `topics.*`), then, for `map_classes`, one OccupancyGrid per class and the two map images.
+pub fn output_topics(namespace: &str, node_name: &str, map_classes: &[String]) -> Vec<OutputTopic> {
+    let node = format!("{}/{node_name}", namespace.trim_end_matches('/'));
+    let t = |rel: &str, type_name| OutputTopic { name: rel.replacen('~', &node, 1), type_name };
+    let mut out = vec![
+        t("~/output/points", "sensor_msgs/msg/PointCloud2"),
+        t("~/output/bev/labels", "sensor_msgs/msg/Image"),
+        t("~/output/bev/labels_color", "sensor_msgs/msg/Image"),
+        t("~/output/bev/occupancy", "nav_msgs/msg/OccupancyGrid"),
+    ];
+    if !map_classes.is_empty() {
+        for name in super::cameras::map_topic_names(map_classes) {
+            out.push(t(&name, "nav_msgs/msg/OccupancyGrid"));
+        }
+        out.push(t("~/output/bev/map_bits", "sensor_msgs/msg/Image"));
+        out.push(t("~/output/bev/map_color", "sensor_msgs/msg/Image"));
+    }
+    out
+}
+
+/// Sets the header stamp of a serialized (little-endian CDR) message whose first field is a
+/// `std_msgs/Header`: seconds at bytes 4..8, nanoseconds at 8..12, after the encapsulation.
+pub fn set_stamp(cdr: &mut [u8], stamp: (i32, u32)) -> Result<(), String> {
+    check_header(cdr)?;
+    cdr[4..8].copy_from_slice(&stamp.0.to_le_bytes());
+    cdr[8..12].copy_from_slice(&stamp.1.to_le_bytes());
+    Ok(())
+}
+
+/// The header stamp of a serialized message (see [`set_stamp`]).
+pub fn stamp_of(cdr: &[u8]) -> Result<(i32, u32), String> {
+    check_header(cdr)?;
+    let sec = i32::from_le_bytes(cdr[4..8].try_into().expect("4 bytes"));
+    let nanosec = u32::from_le_bytes(cdr[8..12].try_into().expect("4 bytes"));
+    Ok((sec, nanosec))
+}
+
+fn check_header(cdr: &[u8]) -> Result<(), String> {
+    if cdr.len() < 12 {
+        return Err(format!("a serialized message of {} bytes has no header stamp", cdr.len()));
+    }
+    if cdr[0..2] != [0, 1] {
+        return Err(format!(
+            "not little-endian CDR (encapsulation {:02x} {:02x}, expected 00 01)",
+            cdr[0], cdr[1]
+        ));
+    }
+    Ok(())
+}
+
+/// A message the peer publishes every frame.
+struct Input {
+    topic: String,
+    type_name: String,
+    data: Vec<u8>,
+}
+
+/// The bag's inputs: the cameras' messages, then the cloud (published last).
+fn read_inputs(cfg: &PeerConfig) -> Result<Vec<Input>, String> {
+    let bag = Bag::open(&cfg.bag).map_err(|e| format!("{}: {e}", cfg.bag.display()))?;
+    let ns = cfg.namespace.trim_end_matches('/');
+    let mut cameras = Vec::new();
+    let mut clouds = Vec::new();
+    for topic in bag.topics() {
+        let kind = topic.type_name.as_str();
+        let is_cloud = kind == "sensor_msgs/msg/PointCloud2";
+        let is_camera = matches!(
+            kind,
+            "sensor_msgs/msg/CompressedImage" | "sensor_msgs/msg/Image" | "sensor_msgs/msg/CameraInfo"
+        );
+        if !is_cloud && !is_camera {
+            continue;
+        }
+        let mut last = None;
+        for m in bag.messages(&[topic.name.as_str()]) {
+            last = Some(m.map_err(|e| format!("{}: {}: {e}", cfg.bag.display(), topic.name))?.data);
+        }
+        let Some(data) = last else { continue };
+        stamp_of(&data).map_err(|e| format!("{}: {}: {e}", cfg.bag.display(), topic.name))?;
+        let input = Input { topic: format!("{ns}{}", topic.name), type_name: topic.type_name.clone(), data };
+        if is_cloud {
+            clouds.push(input);
+        } else {
+            cameras.push(input);
+        }
+    }
+    if clouds.len() != 1 {
+        return Err(format!(
+            "{}: needs exactly one sensor_msgs/msg/PointCloud2 topic with a message, found {}",
+            cfg.bag.display(),
+            clouds.len()
+        ));
+    }
+    cameras.extend(clouds);
+    Ok(cameras)
+}
+
+/// An output message received: which output, its stamp, when.
+struct Arrival {
+    output: usize,
+    stamp: (i32, u32),
+    at: Instant,
+}
+
+/// A frame the peer published.
+struct FrameRecord {
+    published: Instant,
+    /// How far after its tick the cloud went out (the publisher's own lateness), ms.
+    late_ms: f64,
+    arrivals: Vec<Option<Instant>>,
+}
+
+impl FrameRecord {
+    fn complete(&self) -> bool {
+        self.arrivals.iter().all(Option::is_some)
+    }
+
+    /// Cloud publication to the last output, ms (complete frames only).
+    fn latency_ms(&self) -> Option<f64> {
+        let last = self.arrivals.iter().copied().collect::<Option<Vec<_>>>()?.into_iter().max()?;
+        Some(last.saturating_duration_since(self.published).as_secs_f64() * 1e3)
+    }
+}
+
+/// `/diagnostics` reports of the node: when, and their key-values.
+type DiagLog = Arc<Mutex<Vec<(Instant, BTreeMap<String, String>)>>>;
+
+/// What the benchmark measured (timed frames only); [`PeerReport::json`] is its output.
+#[derive(Debug, Clone)]
+pub struct PeerReport {
+    pub rate_hz: f64,
+    pub duration_s: f64,
+    pub outputs: Vec<String>,
+    pub inputs: Vec<String>,
+    /// Seconds from the first frame to the first frame with all its outputs.
+    pub start_s: f64,
+    pub published: usize,
+    pub complete: usize,
+    /// Frames with some outputs but not all.
+    pub partial: usize,
+    /// Frames with no output at all.
+    pub dropped: usize,
+    /// Cloud publication to the last output, complete frames.
+    pub latency: Option<Percentiles>,
+    /// Cloud publication to the labeled cloud.
+    pub lidar_latency: Option<Percentiles>,
+    /// Complete frames whose latency exceeded the period.
+    pub frames_over_period: usize,
+    /// The peer's own lateness publishing the clouds.
+    pub publish_late: Option<Percentiles>,
+    /// Per output, timed frames that never got it.
+    pub missing_by_output: Vec<(String, usize)>,
+    /// Node memory from `/diagnostics` during the timed frames: (seconds since the timed start, MB).
+    pub host_rss_mb: Vec<(f64, f64)>,
+    pub device_used_mb: Vec<(f64, f64)>,
+    /// The node's last `/diagnostics` values.
+    pub node: BTreeMap<String, String>,
+}
+
+fn series_json(s: &[(f64, f64)]) -> String {
+    let (Some(first), Some(last)) = (s.first(), s.last()) else { return "null".into() };
+    let max = s.iter().map(|v| v.1).fold(f64::MIN, f64::max);
+    let list: Vec<String> = s.iter().map(|(t, v)| format!("[{t:.1},{v:.1}]")).collect();
+    format!(
+        "{{\"samples\":[{}],\"first\":{:.1},\"last\":{:.1},\"max\":{max:.1}}}",
+        list.join(","),
+        first.1,
+        last.1
+    )
+}
+
+fn pct_json(p: &Option<Percentiles>) -> String {
+    p.as_ref().map_or_else(|| "null".into(), Percentiles::json)
+}
+
+impl PeerReport {
+    /// One JSON object (`"bench":"node_dds"`).
+    pub fn json(&self) -> String {
+        let strings = |v: &[String]| serde_json::to_string(v).unwrap_or_default();
+        let missing: BTreeMap<&str, usize> =
+            self.missing_by_output.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        format!(
+            "{{\"bench\":\"node_dds\",\"rate_hz\":{},\"duration_s\":{},\"start_s\":{:.2},\"inputs\":{},\"outputs\":{},\
+             \"frames\":{{\"published\":{},\"complete\":{},\"partial\":{},\"dropped\":{}}},\
+             \"latency\":{},\"lidar_latency\":{},\"frames_over_period\":{},\"publish_late\":{},\
+             \"missing_by_output\":{},\"host_rss_mb\":{},\"device_used_mb\":{},\"node\":{}}}",
+            self.rate_hz,
+            self.duration_s,
+            self.start_s,
+            strings(&self.inputs),
+            strings(&self.outputs),
+            self.published,
+            self.complete,
+            self.partial,
+            self.dropped,
+            pct_json(&self.latency),
+            pct_json(&self.lidar_latency),
+            self.frames_over_period,
+            pct_json(&self.publish_late),
+            serde_json::to_string(&missing).unwrap_or_default(),
+            series_json(&self.host_rss_mb),
+            series_json(&self.device_used_mb),
+            serde_json::to_string(&self.node).unwrap_or_default(),
+        )
+    }
+}
+
+fn wall_stamp() -> (i32, u32) {
+    let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    (t.as_secs().min(i32::MAX as u64) as i32, t.subsec_nanos())
+}
+
+/// Runs the benchmark against a node that is running (or starting): see the module doc.
+pub fn run(cfg: &PeerConfig) -> Result<PeerReport, String> {
+    if !(cfg.rate_hz > 0.0 && cfg.rate_hz.is_finite()) || !(cfg.duration_s > 0.0) {
+        return Err(format!("rate_hz {} and duration_s {} must be > 0", cfg.rate_hz, cfg.duration_s));
+    }
+    let mut inputs = read_inputs(cfg)?;
+    let outputs = output_topics(&cfg.namespace, &cfg.node_name, &cfg.map_classes);
+
+    let ctx = r2r::Context::create().map_err(|e| format!("ROS context: {e}"))?;
+    let mut node = r2r::Node::create(ctx, "sptr_bench_peer", "").map_err(|e| format!("ROS node: {e}"))?;
+    let mut publishers = Vec::with_capacity(inputs.len());
+    for i in &inputs {
+        // Sensor data QoS, as a camera or LiDAR driver publishes.
+        let p = node
+            .create_publisher_untyped(&i.topic, &i.type_name, QosProfile::sensor_data())
+            .map_err(|e| format!("publisher {}: {e}", i.topic))?;
+        publishers.push(p);
+    }
+    let (tx, rx) = mpsc::channel::<Arrival>();
+    let mut readers = Vec::new();
+    for (k, o) in outputs.iter().enumerate() {
+        let mut sub = node
+            .subscribe_raw(&o.name, o.type_name, QosProfile::default().keep_last(16))
+            .map_err(|e| format!("subscription {}: {e}", o.name))?;
+        let tx = tx.clone();
+        readers.push(std::thread::spawn(move || {
+            futures::executor::block_on(async {
+                while let Some(bytes) = sub.next().await {
+                    let at = Instant::now();
+                    if let Ok(stamp) = stamp_of(&bytes) {
+                        if tx.send(Arrival { output: k, stamp, at }).is_err() {
+                            break;
+                        }
+                    }
+                }
+            })
+        }));
+    }
+    drop(tx);
+    let diag: DiagLog = Arc::default();
+    {
+        let mut sub = node
+            .subscribe::<DiagnosticArray>("/diagnostics", QosProfile::default())
+            .map_err(|e| format!("subscription /diagnostics: {e}"))?;
+        let prefix = format!("{}/{}: ", cfg.namespace.trim_end_matches('/'), cfg.node_name);
+        let diag = diag.clone();
+        readers.push(std::thread::spawn(move || {
+            futures::executor::block_on(async {
+                while let Some(msg) = sub.next().await {
+                    for s in msg.status.iter().filter(|s| s.name.starts_with(&prefix)) {
+                        let values = s.values.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect();
+                        diag.lock().unwrap_or_else(|p| p.into_inner()).push((Instant::now(), values));
+                    }
+                }
+            })
+        }));
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                node.spin_once(Duration::from_millis(5));
+            }
+            drop(node); // ends the subscriptions' streams, so the reader threads end
+        })
+    };
+
+    let result = drive(cfg, &mut inputs, &publishers, &outputs, &rx, &diag);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = spinner.join();
+    drop(rx);
+    for r in readers {
+        let _ = r.join();
+    }
+    result
+}
+
+/// The publishing loop and the report (see [`run`]).
+fn drive(
+    cfg: &PeerConfig,
+    inputs: &mut [Input],
+    publishers: &[r2r::PublisherUntyped],
+    outputs: &[OutputTopic],
+    rx: &mpsc::Receiver<Arrival>,
+    diag: &DiagLog,
+) -> Result<PeerReport, String> {
+    let period = Duration::from_secs_f64(1.0 / cfg.rate_hz);
+    let timed_frames = (cfg.rate_hz * cfg.duration_s).round().max(1.0) as usize;
+    let warmup_frames = (cfg.rate_hz * cfg.warmup_s).round() as usize;
+    let mut frames: Vec<FrameRecord> = Vec::new();
+    let mut by_stamp: HashMap<(i32, u32), usize> = HashMap::new();
+    let record = |frames: &mut Vec<FrameRecord>, by_stamp: &HashMap<(i32, u32), usize>, a: Arrival| {
+        if let Some(&i) = by_stamp.get(&a.stamp) {
+            frames[i].arrivals[a.output].get_or_insert(a.at);
+        }
+    };
+
+    let t0 = Instant::now();
+    let mut first_complete: Option<(usize, Instant)> = None;
+    let mut timed_start: Option<(usize, Instant)> = None;
+    let mut tick = 0u32;
+    loop {
+        let deadline = t0 + period * tick;
+        // Take outputs until this frame's tick.
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            match rx.recv_timeout(deadline - now) {
+                Ok(a) => record(&mut frames, &by_stamp, a),
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err("the subscriptions ended".into()),
+            }
+        }
+        while let Ok(a) = rx.try_recv() {
+            record(&mut frames, &by_stamp, a);
+        }
+        if first_complete.is_none() {
+            if frames.iter().any(FrameRecord::complete) {
+                first_complete = Some((frames.len(), Instant::now()));
+            } else if t0.elapsed().as_secs_f64() > cfg.start_timeout_s {
+                let got: Vec<&str> = outputs
+                    .iter()
+                    .enumerate()
+                    .filter(|(k, _)| frames.iter().any(|f| f.arrivals[*k].is_some()))
+                    .map(|(_, o)| o.name.as_str())
+                    .collect();
+                return Err(format!(
+                    "no frame got all its outputs within {} s ({} frames published; outputs seen at all: {got:?}): \
+                     is the node running, in namespace `{}`, with the map model the peer expects?",
+                    cfg.start_timeout_s,
+                    frames.len(),
+                    cfg.namespace
+                ));
+            }
+        }
+        if let Some((after, _)) = first_complete {
+            if timed_start.is_none() && frames.len() >= after + warmup_frames {
+                timed_start = Some((frames.len(), Instant::now()));
+            }
+        }
+        if let Some((start, _)) = timed_start {
+            if frames.len() >= start + timed_frames {
+                break;
+            }
+        }
+
+        let stamp = wall_stamp();
+        let n = inputs.len();
+        for (i, (input, p)) in inputs.iter_mut().zip(publishers).enumerate() {
+            set_stamp(&mut input.data, stamp)?;
+            let published = Instant::now();
+            p.publish_raw(&input.data).map_err(|e| format!("publish {}: {e}", input.topic))?;
+            if i + 1 == n {
+                by_stamp.insert(stamp, frames.len());
+                frames.push(FrameRecord {
+                    published,
+                    late_ms: published.saturating_duration_since(deadline).as_secs_f64() * 1e3,
+                    arrivals: vec![None; outputs.len()],
+                });
+            }
+        }
+        tick += 1;
+    }
+
+    // The last frame's outputs (the node works in order: the frames before it are done by then,
+    // or were skipped).
+    let grace_end = Instant::now() + Duration::from_secs_f64(cfg.grace_s);
+    while frames.last().is_some_and(|f| !f.complete()) {
+        let now = Instant::now();
+        if now >= grace_end {
+            break;
+        }
+        match rx.recv_timeout(grace_end - now) {
+            Ok(a) => record(&mut frames, &by_stamp, a),
+            Err(_) => break,
+        }
+    }
+    // A /diagnostics report made after the last frame (they come at 1 Hz; a busy node's may be late).
+    let last_frame = frames.last().map(|f| f.published).unwrap_or(t0);
+    let wait_end = Instant::now() + Duration::from_secs_f64(cfg.grace_s.max(3.0));
+    while Instant::now() < wait_end {
+        let fresh = diag.lock().unwrap_or_else(|p| p.into_inner()).last().is_some_and(|d| d.0 > last_frame);
+        if fresh {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let (timed_from, timed_at) = timed_start.expect("the loop ends after the timed frames");
+    let timed = &frames[timed_from..];
+    let latencies: Vec<f64> = timed.iter().filter_map(FrameRecord::latency_ms).collect();
+    let lidar: Vec<f64> = timed
+        .iter()
+        .filter_map(|f| f.arrivals[0].map(|a| a.saturating_duration_since(f.published).as_secs_f64() * 1e3))
+        .collect();
+    let period_ms = period.as_secs_f64() * 1e3;
+    let diag_log = diag.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let series = |key: &str| -> Vec<(f64, f64)> {
+        diag_log
+            .iter()
+            .filter(|(t, _)| *t >= timed_at)
+            .filter_map(|(t, v)| Some((t.duration_since(timed_at).as_secs_f64(), v.get(key)?.parse().ok()?)))
+            .collect()
+    };
+    Ok(PeerReport {
+        rate_hz: cfg.rate_hz,
+        duration_s: cfg.duration_s,
+        outputs: outputs.iter().map(|o| o.name.clone()).collect(),
+        inputs: inputs.iter().map(|i| i.topic.clone()).collect(),
+        start_s: first_complete.map_or(0.0, |(_, t)| t.duration_since(t0).as_secs_f64()),
+        published: timed.len(),
+        complete: timed.iter().filter(|f| f.complete()).count(),
+        partial: timed.iter().filter(|f| !f.complete() && f.arrivals.iter().any(Option::is_some)).count(),
+        dropped: timed.iter().filter(|f| f.arrivals.iter().all(Option::is_none)).count(),
+        frames_over_period: latencies.iter().filter(|&&l| l > period_ms).count(),
+        latency: Percentiles::of(&latencies),
+        lidar_latency: Percentiles::of(&lidar),
+        publish_late: Percentiles::of(&timed.iter().map(|f| f.late_ms).collect::<Vec<_>>()),
+        missing_by_output: outputs
+            .iter()
+            .enumerate()
+            .map(|(k, o)| (o.name.clone(), timed.iter().filter(|f| f.arrivals[k].is_none()).count()))
+            .collect(),
+        host_rss_mb: series("host rss MB"),
+        device_used_mb: series("device memory used MB"),
+        node: diag_log.last().map(|d| d.1.clone()).unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_are_written_and_read_after_the_encapsulation() {
+        let mut m = vec![0u8, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 9];
+        set_stamp(&mut m, (1_700_000_000, 123_456_789)).unwrap();
+        assert_eq!(stamp_of(&m).unwrap(), (1_700_000_000, 123_456_789));
+        assert_eq!(&m[12..], &[9, 9], "the rest of the message is untouched");
+        assert!(stamp_of(&m[..11]).unwrap_err().contains("11 bytes"));
+        let mut big_endian = m.clone();
+        big_endian[1] = 0;
+        assert!(set_stamp(&mut big_endian, (1, 2)).unwrap_err().contains("little-endian"));
+    }
+
+    #[test]
+    fn stamps_match_what_r2r_serializes() {
+        use r2r::WrappedTypesupport;
+        let mut m = r2r::sensor_msgs::msg::CompressedImage::default();
+        m.header.stamp.sec = 42;
+        m.header.stamp.nanosec = 7;
+        m.format = "jpeg".into();
+        let bytes = m.to_serialized_bytes().unwrap();
+        assert_eq!(stamp_of(&bytes).unwrap(), (42, 7));
+    }
+
+    #[test]
+    fn output_topics_follow_the_namespace_and_the_map_classes() {
+        let lidar = output_topics("", "sptr", &[]);
+        assert_eq!(lidar.len(), 4);
+        assert_eq!(lidar[0].name, "/sptr/output/points");
+        let classes = vec!["drivable_area".to_string(), "divider".to_string()];
+        let all = output_topics("/bench/", "sptr", &classes);
+        let names: Vec<&str> = all.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "/bench/sptr/output/points",
+                "/bench/sptr/output/bev/labels",
+                "/bench/sptr/output/bev/labels_color",
+                "/bench/sptr/output/bev/occupancy",
+                "/bench/sptr/output/bev/map/drivable_area",
+                "/bench/sptr/output/bev/map/divider",
+                "/bench/sptr/output/bev/map_bits",
+                "/bench/sptr/output/bev/map_color",
+            ]
+        );
+    }
+
+    #[test]
+    fn latency_is_to_the_last_output_and_only_for_complete_frames() {
+        let t = Instant::now();
+        let mut f = FrameRecord {
+            published: t,
+            late_ms: 0.0,
+            arrivals: vec![Some(t + Duration::from_millis(5)), None],
+        };
+        assert!(!f.complete());
+        assert_eq!(f.latency_ms(), None);
+        f.arrivals[1] = Some(t + Duration::from_millis(12));
+        assert!(f.complete());
+        assert!((f.latency_ms().unwrap() - 12.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_sample_bag_gives_six_cameras_then_the_cloud() {
+        let cfg = PeerConfig {
+            bag: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/bags/nuscenes_sample"),
+            namespace: "/b".into(),
+            node_name: "sptr".into(),
+            map_classes: vec![],
+            rate_hz: 10.0,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            start_timeout_s: 1.0,
+            grace_s: 0.0,
+        };
+        let inputs = read_inputs(&cfg).unwrap();
+        assert_eq!(inputs.len(), 13);
+        assert_eq!(inputs[12].topic, "/b/sptr/input/points");
+        assert_eq!(inputs[12].type_name, "sensor_msgs/msg/PointCloud2");
+        assert_eq!(inputs.iter().filter(|i| i.type_name.ends_with("CompressedImage")).count(), 6);
+        assert_eq!(inputs.iter().filter(|i| i.type_name.ends_with("CameraInfo")).count(), 6);
+    }
+}
