@@ -1100,3 +1100,71 @@ fn bench_node_receipt_to_publication() {
         let _ = std::fs::remove_file(&weights);
     }
 }
+
+/// The node benchmark's Rust publisher (`node_bench_peer`, what `scripts/node_bench.sh` runs on a
+/// GPU host) against the node with the six cameras and the reduced fusion map model (CPU): it
+/// publishes the sample bag's cloud and six CompressedImages + CameraInfos at a fixed rate,
+/// stamped with the wall clock, and reports what came back. On two CPU cores the node cannot keep
+/// up with 1 Hz, so frames may be skipped: the test checks the accounting, not the speed. The last
+/// frame is never superseded, so its outputs (all 12 topics) must come; every frame is complete,
+/// partial or dropped; latencies exist for the complete ones; the node's memory is reported from
+/// `/diagnostics`.
+#[test]
+fn node_bench_peer_drives_the_node_and_accounts_for_every_frame() {
+    let ns = unique("benchpeer");
+    let _cleanup = Cleanup(ns.clone());
+    let calib = manifest().join("config/calibration/nuscenes_sample.yaml");
+    let params = camera_params(&ns, Some(&calib));
+    let remaps = ["-p", "budget.processing_ms:=60000.0", "-r", &format!("/tf:=/{ns}/tf"), "-r", &format!("/tf_static:=/{ns}/tf_static")];
+    let mut node = Proc::spawn(
+        node_cmd(&params, &ns, &remaps),
+        tmp().join(format!("{ns}_node.log")),
+        "perception_node",
+    );
+    let out_json = tmp().join(format!("{ns}_bench.json"));
+    let mut peer_cmd = Command::new(env!("CARGO_BIN_EXE_node_bench_peer"));
+    peer_cmd
+        .arg("--bag")
+        .arg(manifest().join("tests/data/bags/nuscenes_sample"))
+        .args(["--namespace", &format!("/{ns}")])
+        .arg("--camera-model")
+        .arg(manifest().join("tests/data/bevseg/fusion_small.yaml"))
+        .args(["--rate-hz", "1", "--duration-s", "4", "--warmup-s", "0", "--start-timeout-s", "200", "--grace-s", "90"])
+        .arg("--out")
+        .arg(&out_json);
+    let mut peer = Proc::spawn(peer_cmd, tmp().join(format!("{ns}_peer.log")), "node_bench_peer");
+    let status = peer.wait_for(Duration::from_secs(400));
+    let log = peer.log_text();
+    assert!(
+        matches!(status, Some(s) if s.success()),
+        "node_bench_peer failed ({status:?}):\n{log}\n--- node:\n{}",
+        node.log_text()
+    );
+    signal(&node, "INT");
+    let _ = node.wait_for(Duration::from_secs(3));
+    let text = std::fs::read_to_string(&out_json).expect("the peer writes --out");
+    println!("{text}");
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(j["bench"], "node_dds");
+    let outputs = j["outputs"].as_array().expect("outputs");
+    // 4 LiDAR outputs + the small map model's 6 class grids + map_bits + map_color.
+    assert_eq!(outputs.len(), 12, "{text}");
+    assert!(outputs.iter().all(|o| o.as_str().is_some_and(|o| o.starts_with(&format!("/{ns}/sptr/output/")))), "{text}");
+    assert_eq!(j["inputs"].as_array().map(Vec::len), Some(13), "six cameras x (image, info) + the cloud: {text}");
+    let n = |k: &str| j["frames"][k].as_u64().unwrap_or_else(|| panic!("frames.{k}: {text}"));
+    assert_eq!(n("published"), 4, "{text}");
+    assert_eq!(n("complete") + n("partial") + n("dropped"), 4, "{text}");
+    assert!(n("complete") >= 1, "the last frame's outputs must all come: {text}");
+    let lat = &j["latency"];
+    assert_eq!(lat["n"].as_u64(), Some(n("complete")), "{text}");
+    let (p50, p99, max) = (lat["p50_ms"].as_f64().unwrap(), lat["p99_ms"].as_f64().unwrap(), lat["max_ms"].as_f64().unwrap());
+    assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{text}");
+    let missing = j["missing_by_output"].as_object().expect("missing_by_output");
+    assert_eq!(missing.len(), 12, "{text}");
+    let processed: u64 = j["node"]["processed"].as_str().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("node.processed: {text}"));
+    assert!(processed >= n("complete"), "{text}");
+    assert_eq!(j["node"]["device memory used MB"], "none", "CPU: {text}");
+    let rss = j["host_rss_mb"]["last"].as_f64().unwrap_or_else(|| panic!("host_rss_mb: {text}"));
+    assert!(rss > 10.0, "{text}");
+    let _ = std::fs::remove_file(&params);
+}

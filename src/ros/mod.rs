@@ -6,8 +6,10 @@
 //!
 //! The node itself is [`node`] (binary `perception_node`): [`params`] validates its parameters,
 //! [`mailbox`] hands frames from the subscription to the processing thread, [`cameras`] is the
-//! camera branch's subscriptions, outputs and diagnostics.
+//! camera branch's subscriptions, outputs and diagnostics. [`bench_peer`] is the node benchmark's
+//! publisher (binary `node_bench_peer`).
 
+pub mod bench_peer;
 pub mod cameras;
 pub mod mailbox;
 pub mod node;
