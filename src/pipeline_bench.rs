@@ -114,6 +114,16 @@ impl StageTimes {
         format!("{{{}}}", items.join(","))
     }
 
+    /// The times of `names`, frame by frame (a tail's pattern over time: bursts, a period).
+    fn series_json(&self, total: &[f64], names: &[&str]) -> String {
+        let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(",");
+        let mut items = vec![format!("\"total\":[{}]", list(total))];
+        for (n, v) in self.0.iter().filter(|(n, _)| names.contains(&n.as_str())) {
+            items.push(format!("{}:[{}]", json_str(n), list(v)));
+        }
+        format!("{{{}}}", items.join(","))
+    }
+
     /// Every stage's time in timed frame `i` (a stage a frame did not have is left out).
     fn frame_json(&self, i: usize) -> String {
         let items: Vec<String> = self.0.iter().filter_map(|(n, v)| v.get(i).map(|x| format!("{}:{:.3}", json_str(n), x))).collect();
@@ -320,7 +330,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
     let status: Vec<String> = camera_status.iter().map(|n| json_str(n)).collect();
     Ok(format!(
         "{{\"bench\":\"pipeline_cameras\",\"device\":{},\"frames\":{},\"warmup\":{},\"pace\":{pace},\"frames_over_period\":{over_period},\
-         \"latency\":{lat},\"stage_p50_ms\":{},\"stage_p99_ms\":{},\"slowest_frame\":{},\"cameras\":{},\"camera_status\":[{}],\"map\":{map},\"host_rss_mb\":{},\"device_used_mb\":{},\
+         \"latency\":{lat},\"stage_p50_ms\":{},\"stage_p99_ms\":{},\"slowest_frame\":{},\"per_frame_ms\":{},\"cameras\":{},\"camera_status\":[{}],\"map\":{map},\"host_rss_mb\":{},\"device_used_mb\":{},\
          \"model\":{},\"weights\":{},\"camera_model\":{},\"cloud\":{},\"bag\":{}}}",
         json_str(lidar.processor.device_name()),
         total.len(),
@@ -328,6 +338,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         stages.p50_json(),
         stages.p99_json(),
         slowest_json(&total, &stages),
+        stages.series_json(&total, &["lidar", "lidar/network", "cameras", "bev_map", "map_encode"]),
         cams.len(),
         status.join(","),
         memory_json(&host),

@@ -91,6 +91,13 @@ fn cameras_bench_reports_every_stage_and_the_map() {
     assert_eq!(slowest["frame"], 0, "{v}");
     assert_eq!(slowest["ms"].as_f64(), v["latency"]["max_ms"].as_f64(), "{v}");
     assert_eq!(slowest["stages"]["lidar"].as_f64(), stages["lidar"].as_f64(), "{v}");
+    // frame by frame: the total and the main stages, one value per timed frame (rounded to 0.01 ms)
+    let per_frame = &v["per_frame_ms"];
+    for k in ["total", "lidar", "lidar/network", "cameras", "bev_map", "map_encode"] {
+        let series = per_frame[k].as_array().unwrap_or_else(|| panic!("per_frame_ms.{k}: {v}"));
+        assert_eq!(series.len(), 1, "per_frame_ms.{k}: {v}");
+    }
+    assert!((per_frame["total"][0].as_f64().unwrap() - v["latency"]["max_ms"].as_f64().unwrap()).abs() <= 0.006, "{v}");
     let map = &v["map"];
     assert_eq!((map["classes"].as_u64(), map["width"].as_u64(), map["height"].as_u64()), (Some(6), Some(50), Some(50)), "{v}");
     // six OccupancyGrids of 2500 cells, a mono8 and an rgb8 image of 50 x 50, plus headers

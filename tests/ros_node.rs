@@ -1159,6 +1159,10 @@ fn node_bench_peer_drives_the_node_and_accounts_for_every_frame() {
     assert_eq!(lat["n"].as_u64(), Some(n("complete")), "{text}");
     let (p50, p99, max) = (lat["p50_ms"].as_f64().unwrap(), lat["p99_ms"].as_f64().unwrap(), lat["max_ms"].as_f64().unwrap());
     assert!(0.0 < p50 && p50 <= p99 && p99 <= max, "{text}");
+    let per_frame = j["frame_latency_ms"].as_array().expect("frame_latency_ms");
+    assert_eq!(per_frame.len(), 4, "{text}");
+    assert_eq!(per_frame.iter().filter(|l| l.is_f64()).count() as u64, n("complete"), "{text}");
+    assert!(per_frame[3].is_f64(), "the last frame is complete: {text}");
     let missing = j["missing_by_output"].as_object().expect("missing_by_output");
     assert_eq!(missing.len(), 12, "{text}");
     let processed: u64 = j["node"]["processed"].as_str().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("node.processed: {text}"));

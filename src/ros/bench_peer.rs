@@ -201,6 +201,8 @@ pub struct PeerReport {
     pub dropped: usize,
     /// Cloud publication to the last output, complete frames.
     pub latency: Option<Percentiles>,
+    /// Each timed frame's latency in order, `None` when incomplete (a tail's pattern over time).
+    pub frame_latency_ms: Vec<Option<f64>>,
     /// Cloud publication to the labeled cloud.
     pub lidar_latency: Option<Percentiles>,
     /// Complete frames whose latency exceeded the period.
@@ -242,7 +244,7 @@ impl PeerReport {
             "{{\"bench\":\"node_dds\",\"rate_hz\":{},\"duration_s\":{},\"start_s\":{:.2},\"inputs\":{},\"outputs\":{},\
              \"frames\":{{\"published\":{},\"complete\":{},\"partial\":{},\"dropped\":{}}},\
              \"latency\":{},\"lidar_latency\":{},\"frames_over_period\":{},\"publish_late\":{},\
-             \"missing_by_output\":{},\"host_rss_mb\":{},\"device_used_mb\":{},\"node\":{}}}",
+             \"missing_by_output\":{},\"host_rss_mb\":{},\"device_used_mb\":{},\"node\":{},\"frame_latency_ms\":[{}]}}",
             self.rate_hz,
             self.duration_s,
             self.start_s,
@@ -260,6 +262,11 @@ impl PeerReport {
             series_json(&self.host_rss_mb),
             series_json(&self.device_used_mb),
             serde_json::to_string(&self.node).unwrap_or_default(),
+            self.frame_latency_ms
+                .iter()
+                .map(|l| l.map_or_else(|| "null".to_string(), |l| format!("{l:.2}")))
+                .collect::<Vec<_>>()
+                .join(","),
         )
     }
 }
@@ -488,6 +495,7 @@ fn drive(
         dropped: timed.iter().filter(|f| f.arrivals.iter().all(Option::is_none)).count(),
         frames_over_period: latencies.iter().filter(|&&l| l > period_ms).count(),
         latency: Percentiles::of(&latencies),
+        frame_latency_ms: timed.iter().map(FrameRecord::latency_ms).collect(),
         lidar_latency: Percentiles::of(&lidar),
         publish_late: Percentiles::of(&timed.iter().map(|f| f.late_ms).collect::<Vec<_>>()),
         missing_by_output: outputs
