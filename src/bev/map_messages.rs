@@ -50,6 +50,22 @@ impl MapStyle {
     }
 }
 
+/// `src` (`rows` x `cols`, row-major) transposed into `dst` (`cols` x `rows`), in square tiles so
+/// that both sides stay in cache.
+fn transpose<T: Copy>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
+    const TILE: usize = 32;
+    debug_assert!(src.len() == rows * cols && dst.len() == rows * cols);
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    dst[c * rows + r] = src[r * cols + c];
+                }
+            }
+        }
+    }
+}
+
 /// The messages of one map.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MapMessages {
@@ -63,10 +79,18 @@ pub struct MapMessages {
 
 /// `p` as an OccupancyGrid cell: `round(100 p)` clamped to 0..=100, -1 for NaN.
 pub fn occupancy_value(p: f32) -> i8 {
-    if p.is_nan() {
+    let x = p * 100.0;
+    if x.is_nan() {
         -1
+    } else if x <= 0.0 {
+        0
+    } else if x >= 100.0 {
+        100
     } else {
-        (p * 100.0).round().clamp(0.0, 100.0) as i8
+        // round() half away from zero, without the libm call `f32::round` makes on a target
+        // without SSE4.1 (1 ms a frame for 240,000 cells): x - trunc(x) is exact below 2^23.
+        let t = x as i32;
+        (t + i32::from(x - t as f32 >= 0.5)) as i8
     }
 }
 
@@ -100,25 +124,32 @@ pub fn map_messages(map: &BevMap, style: &MapStyle, stamp: Time, cloud_frame_id:
         origin: Pose { position: [map.x_range[0], map.y_range[0], 0.0], orientation: [0.0, 0.0, 0.0, 1.0] },
     };
     let cells = nx * ny;
-    // Message cell (row y, column x) = map cell (x, y). One pass over the map: each class plane
-    // is read in its own order (x-major, contiguous) and written transposed.
-    let mut grids: Vec<Vec<i8>> = vec![vec![0i8; cells]; map.classes.len()];
-    let mut bits = vec![0u8; cells];
-    let mut rgb = vec![0u8; cells * 3];
-    for (c, data) in grids.iter_mut().enumerate() {
+    // Message cell (row y, column x) = map cell (x, y). Each class plane is read once in its own
+    // order (x-major, contiguous) into x-major values and class bits, which are then transposed in
+    // tiles (a cell-by-cell transposed write costs a cache miss per cell: 2 ms a frame on the H100
+    // host for 6 x 200 x 200 cells).
+    let mut grids: Vec<Vec<i8>> = Vec::with_capacity(map.classes.len());
+    let mut x_major = vec![0i8; cells];
+    let mut bits_x_major = vec![0u8; cells];
+    for c in 0..map.classes.len() {
         let plane = map.class_plane(c).ok_or_else(too_big)?;
         let t = style.thresholds[c];
-        for x in 0..nx {
-            let column = &plane[x * ny..(x + 1) * ny];
-            for (y, &p) in column.iter().enumerate() {
-                let i = y * nx + x;
-                data[i] = occupancy_value(p);
-                // NaN >= t is false: an unknown cell has no class
-                if p >= t {
-                    bits[i] |= 1 << c;
-                    rgb[3 * i..3 * i + 3].copy_from_slice(&style.palette[c]);
-                }
-            }
+        for ((v, b), &p) in x_major.iter_mut().zip(bits_x_major.iter_mut()).zip(plane) {
+            *v = occupancy_value(p);
+            // NaN >= t is false: an unknown cell has no class
+            *b |= u8::from(p >= t) << c;
+        }
+        let mut data = vec![0i8; cells];
+        transpose(&x_major, nx, ny, &mut data);
+        grids.push(data);
+    }
+    let mut bits = vec![0u8; cells];
+    transpose(&bits_x_major, nx, ny, &mut bits);
+    // The last class (highest bit) at or above its threshold gives the colour.
+    let mut rgb = vec![0u8; cells * 3];
+    for (px, &b) in rgb.chunks_exact_mut(3).zip(&bits) {
+        if b != 0 {
+            px.copy_from_slice(&style.palette[7 - b.leading_zeros() as usize]);
         }
     }
     let grids: Vec<OccupancyGrid> = grids.into_iter().map(|data| OccupancyGrid { header: header.clone(), info, data }).collect();
@@ -156,6 +187,35 @@ mod tests {
 
     fn style() -> MapStyle {
         MapStyle { thresholds: vec![0.45, 0.5], palette: vec![[1, 2, 3], [7, 8, 9]] }
+    }
+
+    #[test]
+    fn occupancy_value_rounds_like_f32_round() {
+        let mut p = -0.01f32;
+        while p <= 1.01 {
+            for q in [p, f32::from_bits(p.to_bits() + 1), f32::from_bits(p.to_bits().saturating_sub(1))] {
+                let want = if q.is_nan() { -1 } else { (q * 100.0).round().clamp(0.0, 100.0) as i8 };
+                assert_eq!(occupancy_value(q), want, "p = {q:e}");
+            }
+            p += 0.00005;
+        }
+        for (q, want) in [(0.005f32, 1i8), (0.004999, 0), (0.995, 100), (f32::NAN, -1), (f32::INFINITY, 100), (f32::NEG_INFINITY, 0), (-0.0, 0), (2.0, 100)] {
+            assert_eq!(occupancy_value(q), want, "p = {q}");
+        }
+    }
+
+    #[test]
+    fn transposed_in_tiles_like_cell_by_cell() {
+        for (rows, cols) in [(1, 1), (3, 70), (65, 33), (200, 200)] {
+            let src: Vec<u32> = (0..(rows * cols) as u32).collect();
+            let mut dst = vec![0u32; rows * cols];
+            transpose(&src, rows, cols, &mut dst);
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(dst[c * rows + r], src[r * cols + c]);
+                }
+            }
+        }
     }
 
     #[test]
