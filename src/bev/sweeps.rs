@@ -89,6 +89,10 @@ impl SweepBuffer {
             (Some(p), true) => Some(mat4_inverse_affine(p, "ego pose of the current cloud")?),
             _ => None,
         };
+        let total: usize = self.sweeps.iter().map(|s| s.points.len()).sum();
+        for v in [&mut out.x, &mut out.y, &mut out.z, &mut out.intensity, &mut out.time_lag] {
+            v.reserve_exact(total);
+        }
         for s in self.sweeps.iter().rev() {
             let is_now = std::ptr::eq(s, now);
             if !is_now && inv_now.is_none() {
@@ -100,21 +104,26 @@ impl SweepBuffer {
             };
             let lag = ((now.stamp_ns - s.stamp_ns) as f64 * 1e-9) as f32;
             let p = &s.points;
-            for i in 0..p.len() {
+            let n = p.len();
+            if p.has_intensity {
+                out.intensity.extend_from_slice(&p.intensity[..n]);
+            } else {
+                out.intensity.resize(out.intensity.len() + n, 0.0);
+            }
+            out.time_lag.resize(out.time_lag.len() + n, lag);
+            let Some(m) = &m else {
+                // The current cloud (or no ego motion): as it is, copied in bulk.
+                out.x.extend_from_slice(&p.x[..n]);
+                out.y.extend_from_slice(&p.y[..n]);
+                out.z.extend_from_slice(&p.z[..n]);
+                out.sweeps += 1;
+                continue;
+            };
+            for i in 0..n {
                 let (x, y, z) = (p.x[i] as f64, p.y[i] as f64, p.z[i] as f64);
-                let (x, y, z) = match &m {
-                    Some(m) => (
-                        m[0][0] * x + m[0][1] * y + m[0][2] * z + m[0][3],
-                        m[1][0] * x + m[1][1] * y + m[1][2] * z + m[1][3],
-                        m[2][0] * x + m[2][1] * y + m[2][2] * z + m[2][3],
-                    ),
-                    None => (x, y, z),
-                };
-                out.x.push(x as f32);
-                out.y.push(y as f32);
-                out.z.push(z as f32);
-                out.intensity.push(if p.has_intensity { p.intensity[i] } else { 0.0 });
-                out.time_lag.push(lag);
+                out.x.push((m[0][0] * x + m[0][1] * y + m[0][2] * z + m[0][3]) as f32);
+                out.y.push((m[1][0] * x + m[1][1] * y + m[1][2] * z + m[1][3]) as f32);
+                out.z.push((m[2][0] * x + m[2][1] * y + m[2][2] * z + m[2][3]) as f32);
             }
             out.sweeps += 1;
         }
