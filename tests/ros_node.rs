@@ -1163,6 +1163,9 @@ fn node_bench_peer_drives_the_node_and_accounts_for_every_frame() {
     assert_eq!(per_frame.len(), 4, "{text}");
     assert_eq!(per_frame.iter().filter(|l| l.is_f64()).count() as u64, n("complete"), "{text}");
     assert!(per_frame[3].is_f64(), "the last frame is complete: {text}");
+    let stalls = &j["host_stalls"];
+    assert_eq!(stalls["at"].as_array().map(Vec::len), stalls["count"].as_u64().map(|c| c as usize), "{text}");
+    assert!(j["steal_ms"].as_f64().is_some_and(|s| s >= 0.0), "/proc/stat's steal: {text}");
     let missing = j["missing_by_output"].as_object().expect("missing_by_output");
     assert_eq!(missing.len(), 12, "{text}");
     let processed: u64 = j["node"]["processed"].as_str().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("node.processed: {text}"));

@@ -181,6 +181,36 @@ impl FrameRecord {
     }
 }
 
+/// A thread that sleeps [`PROBE_SLEEP`] in a loop and records each wake-up later than
+/// [`STALL_MS`]: host scheduling stalls that no work of ours caused (another tenant, the
+/// hypervisor), to tell them from the node's own tail.
+const PROBE_SLEEP: Duration = Duration::from_millis(1);
+const STALL_MS: f64 = 5.0;
+
+/// Stalls seen by the probe: when it woke up, and how late (ms).
+type StallLog = Arc<Mutex<Vec<(Instant, f64)>>>;
+
+fn spawn_stall_probe(stop: Arc<std::sync::atomic::AtomicBool>, log: StallLog) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let t = Instant::now();
+            std::thread::sleep(PROBE_SLEEP);
+            let late = (t.elapsed().saturating_sub(PROBE_SLEEP)).as_secs_f64() * 1e3;
+            if late > STALL_MS {
+                log.lock().unwrap_or_else(|p| p.into_inner()).push((Instant::now(), late));
+            }
+        }
+    })
+}
+
+/// CPU time stolen by the hypervisor from all CPUs so far, ms (Linux `/proc/stat`, USER_HZ 100).
+fn steal_ms() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let steal: f64 = cpu.split_whitespace().nth(8)?.parse().ok()?;
+    Some(steal * 10.0)
+}
+
 /// `/diagnostics` reports of the node: when, and their key-values.
 type DiagLog = Arc<Mutex<Vec<(Instant, BTreeMap<String, String>)>>>;
 
@@ -216,6 +246,11 @@ pub struct PeerReport {
     pub device_used_mb: Vec<(f64, f64)>,
     /// The node's last `/diagnostics` values.
     pub node: BTreeMap<String, String>,
+    /// Host stalls during the timed frames (a sleeping probe thread woke up over 5 ms late):
+    /// (timed frame it fell in, ms late).
+    pub host_stalls: Vec<(usize, f64)>,
+    /// CPU time the hypervisor stole from all CPUs during the timed frames, ms.
+    pub steal_ms: Option<f64>,
 }
 
 fn series_json(s: &[(f64, f64)]) -> String {
@@ -244,7 +279,7 @@ impl PeerReport {
             "{{\"bench\":\"node_dds\",\"rate_hz\":{},\"duration_s\":{},\"start_s\":{:.2},\"inputs\":{},\"outputs\":{},\
              \"frames\":{{\"published\":{},\"complete\":{},\"partial\":{},\"dropped\":{}}},\
              \"latency\":{},\"lidar_latency\":{},\"frames_over_period\":{},\"publish_late\":{},\
-             \"missing_by_output\":{},\"host_rss_mb\":{},\"device_used_mb\":{},\"node\":{},\"frame_latency_ms\":[{}]}}",
+             \"missing_by_output\":{},\"host_rss_mb\":{},\"device_used_mb\":{},\"node\":{},\"host_stalls\":{{\"count\":{},\"max_ms\":{:.2},\"at\":[{}]}},\"steal_ms\":{},\"frame_latency_ms\":[{}]}}",
             self.rate_hz,
             self.duration_s,
             self.start_s,
@@ -262,6 +297,10 @@ impl PeerReport {
             series_json(&self.host_rss_mb),
             series_json(&self.device_used_mb),
             serde_json::to_string(&self.node).unwrap_or_default(),
+            self.host_stalls.len(),
+            self.host_stalls.iter().map(|s| s.1).fold(0.0, f64::max),
+            self.host_stalls.iter().map(|(f, ms)| format!("[{f},{ms:.2}]")).collect::<Vec<_>>().join(","),
+            self.steal_ms.map_or_else(|| "null".to_string(), |s| format!("{s:.0}")),
             self.frame_latency_ms
                 .iter()
                 .map(|l| l.map_or_else(|| "null".to_string(), |l| format!("{l:.2}")))
@@ -344,8 +383,11 @@ pub fn run(cfg: &PeerConfig) -> Result<PeerReport, String> {
         })
     };
 
-    let result = drive(cfg, &mut inputs, &publishers, &outputs, &rx, &diag);
+    let stalls: StallLog = Arc::default();
+    let probe = spawn_stall_probe(stop.clone(), stalls.clone());
+    let result = drive(cfg, &mut inputs, &publishers, &outputs, &rx, &diag, &stalls);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = probe.join();
     let _ = spinner.join();
     drop(rx);
     for r in readers {
@@ -362,6 +404,7 @@ fn drive(
     outputs: &[OutputTopic],
     rx: &mpsc::Receiver<Arrival>,
     diag: &DiagLog,
+    stalls: &StallLog,
 ) -> Result<PeerReport, String> {
     let period = Duration::from_secs_f64(1.0 / cfg.rate_hz);
     let timed_frames = (cfg.rate_hz * cfg.duration_s).round().max(1.0) as usize;
@@ -378,6 +421,8 @@ fn drive(
     let mut first_complete: Option<(usize, Instant)> = None;
     let mut timed_start: Option<(usize, Instant)> = None;
     let mut tick = 0u32;
+    let mut steal_at_start = None;
+    let mut steal_at_end = None;
     loop {
         let deadline = t0 + period * tick;
         // Take outputs until this frame's tick.
@@ -417,10 +462,12 @@ fn drive(
         if let Some((after, _)) = first_complete {
             if timed_start.is_none() && frames.len() >= after + warmup_frames {
                 timed_start = Some((frames.len(), Instant::now()));
+                steal_at_start = steal_ms();
             }
         }
         if let Some((start, _)) = timed_start {
             if frames.len() >= start + timed_frames {
+                steal_at_end = steal_ms();
                 break;
             }
         }
@@ -506,6 +553,15 @@ fn drive(
         host_rss_mb: series("host rss MB"),
         device_used_mb: series("device memory used MB"),
         node: diag_log.last().map(|d| d.1.clone()).unwrap_or_default(),
+        host_stalls: {
+            let end = frames.last().map_or(timed_at, |f| f.published + period);
+            let log = stalls.lock().unwrap_or_else(|p| p.into_inner());
+            log.iter()
+                .filter(|(t, _)| *t >= timed_at && *t <= end)
+                .map(|(t, ms)| ((t.duration_since(timed_at).as_secs_f64() / period.as_secs_f64()) as usize, *ms))
+                .collect()
+        },
+        steal_ms: steal_at_start.zip(steal_at_end).map(|(a, b)| b - a),
     })
 }
 
