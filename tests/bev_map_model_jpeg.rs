@@ -10,26 +10,14 @@ mod common;
 mod seg;
 
 use sptr::bag::cdr::{CompressedImage, Header, Time};
-use sptr::bev::branch::{BevFrameInputs, BevMapModel, BranchConfig, CameraBranch, CameraImage, CameraStatus, FrameImage};
+use sptr::bev::branch::{BevFrameInputs, BevMapModel, CameraBranch, CameraImage, CameraStatus, FrameImage};
 use sptr::bev::calib::NUSCENES_CAMERAS;
-use sptr::bev::calib_file::CalibrationFile;
 use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
 
 const MS: i64 = 1_000_000;
 
 fn branch(defer: bool) -> CameraBranch {
-    let file = CalibrationFile::load(&common::root().join("config/calibration/nuscenes_sample.yaml")).unwrap();
-    let mut b = CameraBranch::new(BranchConfig {
-        names: NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect(),
-        use_projection: vec![false; 6],
-        max_camera_lidar_delay_s: 0.12,
-        sweeps: 1,
-        odom_frame: "odom".into(),
-        calibration_file: Some(file),
-    })
-    .unwrap();
-    b.set_defer_jpeg(defer);
-    b
+    seg::nuscenes_branch(defer)
 }
 
 /// The frame at 1 s with each camera's JPEG (changed by `edit`) 10 ms before the cloud.

@@ -13,9 +13,8 @@ mod seg;
 
 use common::{gpu, rel_err};
 use sptr::bag::cdr::{CompressedImage, Header, Time};
-use sptr::bev::branch::{BevFrameInputs, BevMapModel, BranchConfig, CameraBranch, CameraImage};
+use sptr::bev::branch::{BevFrameInputs, BevMapModel, CameraImage};
 use sptr::bev::calib::NUSCENES_CAMERAS;
-use sptr::bev::calib_file::CalibrationFile;
 use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
 
 const MS: i64 = 1_000_000;
@@ -31,17 +30,7 @@ fn frame(with: &[&str]) -> BevFrameInputs {
 
 /// The same, the JPEGs left to the model when `defer`, each changed by `edit` first.
 fn frame_with(with: &[&str], defer: bool, edit: impl Fn(usize, &mut Vec<u8>)) -> BevFrameInputs {
-    let file = CalibrationFile::load(&common::root().join("config/calibration/nuscenes_sample.yaml")).unwrap();
-    let mut b = CameraBranch::new(BranchConfig {
-        names: NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect(),
-        use_projection: vec![false; 6],
-        max_camera_lidar_delay_s: 0.12,
-        sweeps: 1,
-        odom_frame: "odom".into(),
-        calibration_file: Some(file),
-    })
-    .unwrap();
-    b.set_defer_jpeg(defer);
+    let mut b = seg::nuscenes_branch(defer);
     for (i, cam) in NUSCENES_CAMERAS.iter().enumerate() {
         if with.contains(cam) {
             let mut data = std::fs::read(seg::camera_jpeg(cam)).unwrap();

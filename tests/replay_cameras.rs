@@ -6,6 +6,8 @@
 //! sample bag with ground-truth masks.
 
 mod common;
+#[path = "common/bevseg.rs"]
+mod seg;
 
 use std::path::{Path, PathBuf};
 
@@ -419,20 +421,8 @@ fn sample_bag_with_the_seg_model_writes_and_evaluates_the_map() {
 /// camera named as masked) and is a per-frame error for the camera-only model.
 #[test]
 fn no_usable_camera_is_lidar_only_for_fusion_and_an_error_for_camera_only() {
-    use sptr::bev::branch::{BranchConfig, CameraBranch};
-    use sptr::bev::calib::NUSCENES_CAMERAS;
-    use sptr::bev::calib_file::CalibrationFile;
     use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
-    let file = CalibrationFile::load(&common::root().join("config/calibration/nuscenes_sample.yaml")).unwrap();
-    let mut b = CameraBranch::new(BranchConfig {
-        names: NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect(),
-        use_projection: vec![false; 6],
-        max_camera_lidar_delay_s: 0.12,
-        sweeps: 1,
-        odom_frame: "odom".into(),
-        calibration_file: Some(file),
-    })
-    .unwrap();
+    let mut b = seg::nuscenes_branch(false);
     let pts = sptr::Points { x: vec![5.0, 10.0], y: vec![1.0, -2.0], z: vec![0.5, 0.0], intensity: vec![3.0, 9.0], has_intensity: true, ring: None, time: None };
     let inputs = b.frame(1_000_000_000, "lidar_top", &pts);
     assert_eq!(inputs.used(), 0);

@@ -79,3 +79,22 @@ pub fn with_rgb_component_ids(jpeg: &mut [u8]) {
         jpeg[sos + 5 + 2 * k] = id;
     }
 }
+
+/// The node's camera branch for the six nuScenes cameras with the sample calibration file, one
+/// sweep, 0.12 s sync window; JPEGs left to the model when `defer_jpeg`.
+pub fn nuscenes_branch(defer_jpeg: bool) -> sptr::bev::branch::CameraBranch {
+    use sptr::bev::branch::{BranchConfig, CameraBranch};
+    let file = sptr::bev::calib_file::CalibrationFile::load(&root().join("config/calibration/nuscenes_sample.yaml"))
+        .expect("config/calibration/nuscenes_sample.yaml");
+    let mut b = CameraBranch::new(BranchConfig {
+        names: NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect(),
+        use_projection: vec![false; 6],
+        max_camera_lidar_delay_s: 0.12,
+        sweeps: 1,
+        odom_frame: "odom".into(),
+        calibration_file: Some(file),
+    })
+    .expect("the nuScenes branch");
+    b.set_defer_jpeg(defer_jpeg);
+    b
+}
