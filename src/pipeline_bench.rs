@@ -82,14 +82,6 @@ fn encode_camera(c: &mut CameraMessages, stamp: Time) -> Result<(Vec<u8>, Vec<u8
     Ok((image, info))
 }
 
-/// `{"samples":[[frame, MB], ...],"first":..,"last":..,"max":..}`, or `null` without samples.
-fn memory_json(samples: &[(usize, f64)]) -> String {
-    let (Some(first), Some(last)) = (samples.first(), samples.last()) else { return "null".into() };
-    let max = samples.iter().map(|s| s.1).fold(f64::MIN, f64::max);
-    let list: Vec<String> = samples.iter().map(|(f, v)| format!("[{f},{v:.1}]")).collect();
-    format!("{{\"samples\":[{}],\"first\":{:.1},\"last\":{:.1},\"max\":{max:.1}}}", list.join(","), first.1, last.1)
-}
-
 /// Per-stage times of the frames, ms, in first-seen order.
 #[derive(Default)]
 struct StageTimes(Vec<(String, Vec<f64>)>);
@@ -341,8 +333,8 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         stages.series_json(&total, &["lidar", "lidar/network", "cameras", "bev_map", "map_encode"]),
         cams.len(),
         status.join(","),
-        memory_json(&host),
-        memory_json(&device),
+        crate::memory::samples_json(&host),
+        crate::memory::samples_json(&device),
         json_str(&lidar.model_path.display().to_string()),
         json_str(&lidar.weights),
         json_str(model.description()),
@@ -358,15 +350,6 @@ fn ms(d: Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn memory_json_reports_first_last_max() {
-        assert_eq!(memory_json(&[]), "null");
-        assert_eq!(
-            memory_json(&[(0, 10.0), (50, 12.5), (99, 11.0)]),
-            "{\"samples\":[[0,10.0],[50,12.5],[99,11.0]],\"first\":10.0,\"last\":11.0,\"max\":12.5}"
-        );
-    }
 
     #[test]
     fn stage_medians_keep_first_seen_order() {

@@ -89,9 +89,8 @@ pub fn set_stamp(cdr: &mut [u8], stamp: (i32, u32)) -> Result<(), String> {
 /// The header stamp of a serialized message (see [`set_stamp`]).
 pub fn stamp_of(cdr: &[u8]) -> Result<(i32, u32), String> {
     check_header(cdr)?;
-    let sec = i32::from_le_bytes(cdr[4..8].try_into().expect("4 bytes"));
-    let nanosec = u32::from_le_bytes(cdr[8..12].try_into().expect("4 bytes"));
-    Ok((sec, nanosec))
+    let word = |at: usize| [cdr[at], cdr[at + 1], cdr[at + 2], cdr[at + 3]];
+    Ok((i32::from_le_bytes(word(4)), u32::from_le_bytes(word(8))))
 }
 
 fn check_header(cdr: &[u8]) -> Result<(), String> {
@@ -253,18 +252,6 @@ pub struct PeerReport {
     pub steal_ms: Option<f64>,
 }
 
-fn series_json(s: &[(f64, f64)]) -> String {
-    let (Some(first), Some(last)) = (s.first(), s.last()) else { return "null".into() };
-    let max = s.iter().map(|v| v.1).fold(f64::MIN, f64::max);
-    let list: Vec<String> = s.iter().map(|(t, v)| format!("[{t:.1},{v:.1}]")).collect();
-    format!(
-        "{{\"samples\":[{}],\"first\":{:.1},\"last\":{:.1},\"max\":{max:.1}}}",
-        list.join(","),
-        first.1,
-        last.1
-    )
-}
-
 fn pct_json(p: &Option<Percentiles>) -> String {
     p.as_ref().map_or_else(|| "null".into(), Percentiles::json)
 }
@@ -294,8 +281,8 @@ impl PeerReport {
             self.frames_over_period,
             pct_json(&self.publish_late),
             serde_json::to_string(&missing).unwrap_or_default(),
-            series_json(&self.host_rss_mb),
-            series_json(&self.device_used_mb),
+            crate::memory::samples_json(&self.host_rss_mb),
+            crate::memory::samples_json(&self.device_used_mb),
             serde_json::to_string(&self.node).unwrap_or_default(),
             self.host_stalls.len(),
             self.host_stalls.iter().map(|s| s.1).fold(0.0, f64::max),
@@ -514,7 +501,7 @@ fn drive(
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    let (timed_from, timed_at) = timed_start.expect("the loop ends after the timed frames");
+    let (timed_from, timed_at) = timed_start.ok_or("the loop ended before the timed frames")?;
     let timed = &frames[timed_from..];
     let latencies: Vec<f64> = timed.iter().filter_map(FrameRecord::latency_ms).collect();
     let lidar: Vec<f64> = timed
@@ -527,7 +514,7 @@ fn drive(
         diag_log
             .iter()
             .filter(|(t, _)| *t >= timed_at)
-            .filter_map(|(t, v)| Some((t.duration_since(timed_at).as_secs_f64(), v.get(key)?.parse().ok()?)))
+            .filter_map(|(t, v)| Some(((t.duration_since(timed_at).as_secs_f64() * 10.0).round() / 10.0, v.get(key)?.parse().ok()?)))
             .collect()
     };
     Ok(PeerReport {
