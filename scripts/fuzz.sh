@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing (libFuzzer via cargo-fuzz) of every decoder that reads outside bytes.
 #
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     # default: 60 s, every target in fuzz/
+#   scripts/fuzz.sh [CPU_SECONDS_PER_TARGET] [TARGET...] # default: 60, every target in fuzz/
 #   SPTR_FUZZ_RUNS=5000 scripts/fuzz.sh                    # CI: a fixed number of inputs per target
 #                                                          # from the seeds alone, fixed random seed
+#
+# A long run's budget is CPU time, not wall time: on a busy machine libFuzzer's wall-clock limit
+# would give a target less than asked, so a target runs in rounds (each continuing from the
+# grown corpus) until its processes have used CPU_SECONDS of CPU (user + system).
 #
 # Installs what it needs when missing (the nightly toolchain, cargo-fuzz), seeds each target's
 # corpus from the committed test data (tests/data, config), keeps the grown corpus in
 # ~/.cache/sptr/fuzz/corpus/<target> between runs, and writes reproducers of any crash, timeout
 # (> 1 s an input) or out-of-memory case (> 2 GB resident, or one allocation > 2 GB) to
 # fuzz/artifacts/<target>/. One JSON line per target goes to fuzz/artifacts/summary.jsonl (runs,
-# executions per second, coverage, corpus size, outcome). Exit status 1 if any target failed.
+# executions per second, CPU seconds, coverage, corpus size, outcome); the file is appended to,
+# so runs of several sessions add up. Exit status 1 if any target failed.
 # A found input is fixed in the code and kept as a regression test under tests/data/fuzz/ (run
 # by tests/fuzz_regressions.rs in the normal suite).
 set -uo pipefail
@@ -82,7 +87,6 @@ dict_for() {
 
 mkdir -p "$ART"
 summary="$ART/summary.jsonl"
-: > "$summary"
 echo "fuzz: building ${#targets[@]} targets"
 (cd fuzz && cargo +nightly fuzz build 2>&1 | tail -3) || true
 failed=0
@@ -109,27 +113,51 @@ for t in "${targets[@]}"; do
     mkdir -p "$corpus" "$ART/$t"
     dict=$(dict_for "$t")
     log="$ART/$t.log"
+    : > "$log"
     start=$(date +%s)
-    (cd fuzz && cargo +nightly fuzz run "$t" "$corpus" "$seeds" -- \
-        "${budget[@]}" -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb="$malloc_mb" \
-        -max_len=262144 -print_final_stats=1 -artifact_prefix="$PWD/../$ART/$t/" \
-        ${dict:+-dict=$PWD/../$dict}) > "$log" 2>&1
-    rc=$?
+    cpu_ms=0
+    round=0
+    while :; do
+        if [ -z "${SPTR_FUZZ_RUNS:-}" ]; then
+            left=$(( SECS - cpu_ms / 1000 ))
+            [ "$left" -le 0 ] && break
+            budget=(-max_total_time="$left")
+        fi
+        round=$((round + 1))
+        # `times` in the round's subshell reports the CPU time of its children (cargo and the
+        # fuzzer): user and system, the last line of its output.
+        (cd fuzz && cargo +nightly fuzz run "$t" "$corpus" "$seeds" -- \
+            "${budget[@]}" -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb="$malloc_mb" \
+            -max_len=262144 -print_final_stats=1 -artifact_prefix="$PWD/../$ART/$t/" \
+            ${dict:+-dict=$PWD/../$dict} >> "../$log" 2>&1
+         rc=$?; times > "../$ART/$t.cpu"; exit $rc)
+        rc=$?
+        cpu_ms=$(( cpu_ms + $(python3 -c '
+import re, sys
+line = open(sys.argv[1]).read().splitlines()[-1]
+print(sum(round((int(m) * 60 + float(s)) * 1000) for m, s in re.findall(r"(\d+)m([\d.]+)s", line)))' "$ART/$t.cpu") ))
+        echo "round $round: exit $rc, cpu so far $((cpu_ms / 1000)) s" >> "$log"
+        # A fixed run count is one round; a finding ends the target's run.
+        { [ -n "${SPTR_FUZZ_RUNS:-}" ] || [ "$rc" != 0 ]; } && break
+    done
     secs=$(( $(date +%s) - start ))
-    python3 - "$t" "$rc" "$secs" "$log" "$corpus" "$ART/$t" >> "$summary" <<'PY'
-import json, os, re, sys
-t, rc, secs, log, corpus, art = sys.argv[1:]
+    python3 - "$t" "$rc" "$secs" "$log" "$corpus" "$ART/$t" "$cpu_ms" "$round" >> "$summary" <<'PY'
+import json, os, re, sys, time
+t, rc, secs, log, corpus, art, cpu_ms, rounds = sys.argv[1:]
 text = open(log, errors="replace").read()
-def stat(name):
-    m = re.findall(r"stat::%s:\s+(\d+)" % name, text)
-    return int(m[-1]) if m else None
+def stats(name):
+    return [int(v) for v in re.findall(r"stat::%s:\s+(\d+)" % name, text)]
+runs, rss = stats("number_of_executed_units"), stats("peak_rss_mb")
 cov = re.findall(r"cov: (\d+) ft: (\d+)", text)
+cpu = int(cpu_ms) / 1000
 found = sorted(f for f in os.listdir(art) if f.split("-")[0] in ("crash", "timeout", "oom", "leak", "slow"))
 outcome = "ok" if rc == "0" and not found else ("found: " + ", ".join(found) if found else f"exit {rc}")
-print(json.dumps({"target": t, "seconds": int(secs), "runs": stat("number_of_executed_units"),
-                  "execs_per_s": stat("average_exec_per_sec"), "cov": int(cov[-1][0]) if cov else None,
-                  "features": int(cov[-1][1]) if cov else None,
-                  "corpus": len(os.listdir(corpus)), "peak_rss_mb": stat("peak_rss_mb"), "outcome": outcome}))
+print(json.dumps({"target": t, "date": time.strftime("%Y-%m-%d %H:%M"), "seconds": int(secs),
+                  "cpu_seconds": round(cpu), "rounds": int(rounds), "runs": sum(runs) if runs else None,
+                  "execs_per_cpu_s": round(sum(runs) / cpu) if runs and cpu else None,
+                  "cov": int(cov[-1][0]) if cov else None, "features": int(cov[-1][1]) if cov else None,
+                  "corpus": len(os.listdir(corpus)), "peak_rss_mb": max(rss) if rss else None,
+                  "outcome": outcome}))
 PY
     tail -1 "$summary"
     if [ "$rc" != 0 ] || ls "$ART/$t" | grep -qE '^(crash|timeout|oom|leak)-'; then
