@@ -83,18 +83,20 @@ struct AttnParams {
         u32 *__restrict__ range_flags, u32 range_layer
 #define ATTN_ARGS q, k, v, out, order, win_of, offsets, quant, pos, tq, tk, tv, partial, items, A, range_flags, range_layer
 
+// Row p[0..D) as floats, by 16-byte loads (8 FP16/BF16 values or 4 FP32 ones each).
 template <int D>
 __device__ __forceinline__ void load_row(const store_t* p, float* r) {
+    constexpr int PER_LOAD = 16 / sizeof(store_t);
     const uint4* p4 = reinterpret_cast<const uint4*>(p);
 #pragma unroll
-    for (int c = 0; c < D / 8; ++c) {
+    for (int c = 0; c < D / PER_LOAD; ++c) {
         const uint4 u = __ldg(p4 + c);
         const store2_t* h = reinterpret_cast<const store2_t*>(&u);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < PER_LOAD / 2; ++e) {
             const float2 f = store2_to_float2(h[e]);
-            r[c * 8 + 2 * e] = f.x;
-            r[c * 8 + 2 * e + 1] = f.y;
+            r[c * PER_LOAD + 2 * e] = f.x;
+            r[c * PER_LOAD + 2 * e + 1] = f.y;
         }
     }
 }
@@ -275,6 +277,8 @@ ATTN_KERNEL(64, MODE_BIAS2D, attn_bias2d_d64)
 #define HIST_TILES 4
 #define RESCALE_SLACK 8.0f
 #define SPLIT_RESCALE_SLACK 0.0f
+
+#if STORE_TENSOR_CORES  // the FP32 build (storage.cuh) has the per-query kernels only
 
 template <int D>
 __device__ __forceinline__ float dot_table_row(const float* qi, const float* row) {
@@ -784,6 +788,8 @@ __device__ void attention_tiled_impl(ATTN_PARAMS) {
     range_flag(range_flags, range_layer, bits);
 }
 
+#endif  // STORE_TENSOR_CORES
+
 // The tiled kernel's work list, step 1: per window, its query chunks if it is a tiled window.
 extern "C" __global__ void attn_tiled_chunks(const u32* __restrict__ offsets, u32 windows, u32 tiled_min,
                                              u32* __restrict__ chunks) {
@@ -846,6 +852,7 @@ extern "C" __global__ void attn_tiled_merge(const float* __restrict__ partial, c
     range_flag(range_flags, range_layer, bits);
 }
 
+#if STORE_TENSOR_CORES
 // MIN_BLOCKS per SM caps the registers (65536 / (128 * MIN_BLOCKS)): 3 blocks, 168 registers,
 // no spills (4 blocks would fit the shared memory of cubic windows at head_dim 16, but the
 // 128-register cap spills in the tile loop).
@@ -858,6 +865,7 @@ ATTN_TILED_KERNEL(16, false, 3, attn_ctx_tiled_d16)
 ATTN_TILED_KERNEL(32, false, 3, attn_ctx_tiled_d32)
 ATTN_TILED_KERNEL(16, true, 3, attn_ctx_tiled_split_d16)
 ATTN_TILED_KERNEL(32, true, 3, attn_ctx_tiled_split_d32)
+#endif  // STORE_TENSOR_CORES
 
 // ---- Whole-window kernel for 2-D windows (Swin: at most 49 tokens a window) -----------------
 // One block per (window, head): the window's K and V rows (as f32), its tokens' packed (row, col)

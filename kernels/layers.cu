@@ -168,10 +168,10 @@ extern "C" __global__ void pad_channels_f16(const __half* __restrict__ x, u32 n,
     const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (u64)n * c_pad) return;
     const u32 row = (u32)(i / c_pad), col = (u32)(i % c_pad);
-#ifdef SPTR_STORAGE_BF16
+#if defined(SPTR_STORAGE_BF16) || defined(SPTR_STORAGE_F32)
     const float f = col < c ? __half2float(x[(u64)row * c + col]) : 0.f;
     range_flag(range_flags, range_layer, fp16_range_bits(f));
-    out[i] = store_from_float(f);  // exact for 0 and inf; FP16's 11 bits rounded to BF16's 8
+    out[i] = store_from_float(f);  // exact for 0 and inf; FP16's 11 bits rounded to BF16's 8 (FP32: exact)
 #else
     const __half v = col < c ? x[(u64)row * c + col] : __float2half_rn(0.f);
     range_flag(range_flags, range_layer, fp16_range_bits(__half2float(v)));

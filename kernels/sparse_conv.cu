@@ -45,6 +45,7 @@ extern "C" __global__ void conv_direct(const store_t* __restrict__ x, const i32*
     out[(u64)o * cout + co] = store_from_float(acc);
 }
 
+#if STORE_TENSOR_CORES  // the FP32 build (storage.cuh) has conv_direct only
 // ---- Implicit GEMM on tensor cores (mma.sync m16n8k16, FP16 x FP16 or BF16 x BF16 -> FP32).
 // out[BM rows, BN channels] of one block = sum over offsets k and Cin chunks of
 // A (BM x BK: gathered input rows, zero where nbr = -1) x B (BK x BN: W[k][c][n]).
@@ -802,6 +803,8 @@ __device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const st
 WGMMA_KERNEL(conv_wgmma_m128_n64, 64, 4, 2)
 WGMMA_KERNEL(conv_wgmma_m128_n128, 128, 3, 2)
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+#endif  // STORE_TENSOR_CORES
 
 // The split implicit GEMM's epilogue: out = sum over splits (in split order) + bias + residual,
 // then the optional post-activation.

@@ -98,13 +98,13 @@ run() {
         --case dense --iters 20 > "$out/bench_model_dense.jsonl" 2>> "$out/bench.log" || failed=1
     "$STAGE/bin/sptr" bench model "$nus" --model config/models/sphereformer_nuscenes.yaml \
         --case nuscenes --iters 20 > "$out/bench_model_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
-    # Precision (issue 22): fp16 / bf16 / auto side by side, models loaded together and timed in
-    # turn, three rounds (random in-range weights: auto runs the FP16 path; after a switch it
-    # runs the BF16 one, so bf16's line is its cost then)
+    # Precision (issue 22): fp16 / bf16 / fp32 / auto side by side, models loaded together and
+    # timed in turn, three rounds (random in-range weights: auto runs the FP16 path; after a
+    # switch it runs the FP32 one, so fp32's line is its cost then)
     "$STAGE/bin/sptr" bench model "$nus" --model config/models/sphereformer_nuscenes.yaml --case nuscenes \
-        --precision fp16,bf16,auto --rounds 3 --iters 20 > "$out/bench_model_precision_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
+        --precision fp16,bf16,fp32,auto --rounds 3 --iters 20 > "$out/bench_model_precision_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
     "$STAGE/bin/sptr" bench model "$cloud" --format xyz --model config/models/sphereformer_semantickitti.yaml --case dense \
-        --precision fp16,bf16,auto --rounds 3 --iters 20 > "$out/bench_model_precision_dense.jsonl" 2>> "$out/bench.log" || failed=1
+        --precision fp16,bf16,fp32,auto --rounds 3 --iters 20 > "$out/bench_model_precision_dense.jsonl" 2>> "$out/bench.log" || failed=1
     # A/B (issue 22's "FP16 speed unchanged"): when the stage holds sptr-before (the CLI built at an
     # older commit by hand: a worktree at that commit, `cargo build --release --no-default-features
     # --features cuda --bin sptr`, the binary copied in), the SphereFormer FP16 forward of both in

@@ -47,12 +47,12 @@ pub struct Segmentation {
     pub times: StageTimes,
     /// The FP16 range guard ([`crate::model::range`]): the layers whose activations left FP16's
     /// range (CUDA) or were not finite (CPU). Not clean: the labels are not to be trusted.
-    /// In BF16 the limit is BF16's (only inf and NaN, in practice).
+    /// In BF16 and FP32 the limit is the format's (only inf and NaN, in practice).
     pub range: RangeReport,
     /// What the published labels were computed in on CUDA (`None`: on the CPU, in f32).
     pub storage: Option<crate::device::storage::Storage>,
     /// Precision `auto`: this frame's FP16 pass was flagged (this report), so the frame was
-    /// computed again in BF16 and `range`/`labels` are the BF16 pass's. Its stage times follow
+    /// computed again in FP32 and `range`/`labels` are the FP32 pass's. Its stage times follow
     /// the FP16 pass's, named `recompute.<stage>`.
     pub recomputed_from: Option<RangeReport>,
 }
@@ -144,7 +144,7 @@ impl Segmenter {
     }
 
     /// Where the CUDA network's precision stands (`None` on the CPU): the setting, what the next
-    /// frame is computed in, and how many frames `auto` computed again in BF16.
+    /// frame is computed in, and how many frames `auto` computed again in FP32.
     #[cfg(feature = "cuda")]
     pub fn precision_status(&self) -> Option<precision::PrecisionStatus> {
         self.cuda.as_ref().map(|c| c.nets.status())
@@ -225,23 +225,28 @@ impl Segmenter {
     }
 
     /// [`Segmenter::segment`] with every step on the GPU, in the model's precision (`auto`: a
-    /// frame whose FP16 pass is flagged is computed again in BF16, see [`precision`]).
+    /// frame whose FP16 pass is flagged is computed again in FP32, see [`precision`]).
     #[cfg(feature = "cuda")]
     fn segment_cuda(&self, c: &CudaBackend, clouds: &[&Points]) -> Result<Segmentation, Error> {
-        let storage = c.nets.storage();
-        let out = match storage {
-            crate::device::storage::Storage::Fp16 => self.segment_cuda_in(&c.dev, c.nets.fp16()?, clouds)?,
-            crate::device::storage::Storage::Bf16 => self.segment_cuda_in(&c.dev, c.nets.bf16()?, clouds)?,
+        use crate::device::storage::Storage;
+        let run = |storage: Storage| match storage {
+            Storage::Fp16 => self.segment_cuda_in(&c.dev, c.nets.fp16()?, clouds),
+            Storage::Bf16 => self.segment_cuda_in(&c.dev, c.nets.bf16()?, clouds),
+            Storage::Fp32 => self.segment_cuda_in(&c.dev, c.nets.fp32()?, clouds),
         };
-        let Some(first) = c.nets.recompute(storage, !out.range.is_clean()) else { return Ok(out) };
+        let storage = c.nets.storage();
+        let out = run(storage)?;
+        let Some((wide, first)) = c.nets.recompute(storage, !out.range.is_clean()) else { return Ok(out) };
         if first {
             eprintln!(
-                "sptr: precision auto: the FP16 forward left FP16's range ({}); this frame is computed again in BF16 \
-                 and the model stays on BF16 from now on",
-                out.range.summary(3)
+                "sptr: precision auto: the FP16 forward left FP16's range ({}); this frame is computed again in {} \
+                 and the model stays on {} from now on",
+                out.range.summary(3),
+                wide.name().to_uppercase(),
+                wide.name().to_uppercase()
             );
         }
-        let mut again = self.segment_cuda_in(&c.dev, c.nets.bf16()?, clouds)?;
+        let mut again = run(wide)?;
         let mut times = out.times;
         times.stages.extend(again.times.stages.drain(..).map(|(name, d)| (format!("recompute.{name}"), d)));
         again.times = times;
@@ -249,7 +254,7 @@ impl Segmenter {
         Ok(again)
     }
 
-    /// One forward of the GPU path on `net` (FP16 or BF16).
+    /// One forward of the GPU path on `net` (FP16, BF16 or FP32).
     #[cfg(feature = "cuda")]
     fn segment_cuda_in<S: crate::device::storage::Store>(
         &self,
@@ -297,13 +302,14 @@ impl Segmenter {
                 match storage {
                     Storage::Fp16 => c.nets.fp16()?.forward(&c.dev, &i.coords, &i.feats, &i.xyz, &i.batch, s, times),
                     Storage::Bf16 => c.nets.bf16()?.forward(&c.dev, &i.coords, &i.feats, &i.xyz, &i.batch, s, times),
+                    Storage::Fp32 => c.nets.fp32()?.forward(&c.dev, &i.coords, &i.feats, &i.xyz, &i.batch, s, times),
                 }
             };
             let storage = c.nets.storage();
             let (logits, range) = run(storage, times)?;
-            // precision auto: a flagged FP16 forward is computed again in BF16 (see segment)
+            // precision auto: a flagged FP16 forward is computed again in FP32 (see segment)
             return match c.nets.recompute(storage, !range.is_clean()) {
-                Some(_) => run(Storage::Bf16, times),
+                Some((wide, _)) => run(wide, times),
                 None => Ok((logits, range)),
             };
         }

@@ -505,12 +505,12 @@ fn precision_is_optional_and_checked_in_both_files() {
     assert_eq!(NodeParams::load(&path(NODE)).unwrap().precision, None);
     let model = text(NUSC);
     let node = text(NODE);
-    for (name, p) in [("fp16", Precision::Fp16), ("bf16", Precision::Bf16), ("auto", Precision::Auto)] {
+    for (name, p) in [("fp16", Precision::Fp16), ("bf16", Precision::Bf16), ("fp32", Precision::Fp32), ("auto", Precision::Auto)] {
         let y = ModelConfig::parse(&format!("{model}precision: {name}\n"), "m.yaml").unwrap();
         assert_eq!(y.precision, p);
         let n = NodeParams::parse(&edit(&node, "    on_overflow:", &format!("    precision: {name}\n    on_overflow:")), "p.yaml").unwrap();
         assert_eq!(n.precision, Some(p));
     }
-    assert_parse_err(ModelConfig::parse(&format!("{model}precision: fp32\n"), "m.yaml"), "m.yaml", "fp32");
+    assert_parse_err(ModelConfig::parse(&format!("{model}precision: tf32\n"), "m.yaml"), "m.yaml", "tf32");
     assert_parse_err(NodeParams::parse(&edit(&node, "    on_overflow:", "    precision: half\n    on_overflow:"), "p.yaml"), "p.yaml", "half");
 }

@@ -131,7 +131,7 @@ fn frame(index: u64, e2e: u64) -> FrameRecord {
             (END_TO_END.into(), e2e),
         ],
         out_of_range: Vec::new(),
-        recomputed_in_bf16: Vec::new(),
+        recomputed_in_fp32: Vec::new(),
     }
 }
 
@@ -222,7 +222,7 @@ fn report_json_keys_are_stable() {
             "latency_ms",
             "metrics",
             "out_of_range",
-            "recomputed_in_bf16",
+            "recomputed_in_fp32",
             "run",
             "skipped",
             "throughput"
@@ -338,28 +338,28 @@ fn confusion_png_has_a_colour_scale_and_names_on_both_axes() {
     assert!(below > 20, "no predicted-class names below the matrix (bottom at y {matrix_bottom})");
 }
 
-/// `precision: auto`'s frames computed again in BF16 are listed with the FP16 pass's layers
+/// `precision: auto`'s frames computed again in FP32 are listed with the FP16 pass's layers
 /// (JSON and Markdown) apart from out-of-range frames (their labels are good); a report
 /// written before the field reads as none.
 #[test]
-fn frames_computed_again_in_bf16_are_listed() {
+fn frames_computed_again_in_fp32_are_listed() {
     let mut again = frame(1, 2_000_000);
-    again.recomputed_in_bf16 = vec!["enc.0.attn.qkv (overflow)".into()];
+    again.recomputed_in_fp32 = vec!["enc.0.attn.qkv (overflow)".into()];
     let s = state(0, 1, vec![frame(0, 1_000_000), again], Confusion::from_rows(&[vec![3, 1], vec![0, 2]]));
     let r = Report::from_state(&s);
     assert!(r.out_of_range.is_empty());
-    assert_eq!(r.recomputed_in_bf16.len(), 1);
-    let f = &r.recomputed_in_bf16[0];
+    assert_eq!(r.recomputed_in_fp32.len(), 1);
+    let f = &r.recomputed_in_fp32[0];
     assert_eq!((f.frame, f.timestamp_ns, f.status, f.layers.clone()), (1, 1001, FrameStatus::Evaluated, vec!["enc.0.attn.qkv (overflow)".to_string()]));
     let md = r.to_markdown();
-    assert!(md.contains("1 frame(s) computed again in BF16") && md.contains("## Frames computed again in BF16"), "{md}");
+    assert!(md.contains("1 frame(s) computed again in FP32") && md.contains("## Frames computed again in FP32"), "{md}");
     assert!(md.contains("| 1 | 1001 | Evaluated | enc.0.attn.qkv (overflow) |"), "{md}");
     assert!(!md.contains("## Frames out of the FP16 range"), "{md}");
     let mut json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
-    assert_eq!(json["recomputed_in_bf16"][0]["layers"][0], "enc.0.attn.qkv (overflow)");
-    json.as_object_mut().unwrap().remove("recomputed_in_bf16");
+    assert_eq!(json["recomputed_in_fp32"][0]["layers"][0], "enc.0.attn.qkv (overflow)");
+    json.as_object_mut().unwrap().remove("recomputed_in_fp32");
     let old: Report = serde_json::from_value(json).unwrap();
-    assert!(old.recomputed_in_bf16.is_empty());
+    assert!(old.recomputed_in_fp32.is_empty());
 }
 
 /// Frames whose activations left the FP16 range are listed with their layers (JSON and

@@ -1,23 +1,30 @@
-//! Precision `bf16` and `auto` on the GPU (issue 22): BF16 storage keeps FP32's range on the same
-//! tensor cores. Skips without a GPU unless SPTR_REQUIRE_GPU=1.
+//! Precisions `bf16`, `fp32` and `auto` on the GPU (issue 22): BF16 storage keeps FP32's range on
+//! the same tensor cores at 8 significant bits; FP32 storage (no tensor cores) keeps the CPU
+//! path's range and precision and is `auto`'s fallback. Skips without a GPU unless
+//! SPTR_REQUIRE_GPU=1.
 //!
 //! - Kernels: every sparse conv kernel's BF16 build (direct, 64/32-row implicit GEMMs, pipelined,
 //!   each tiled shape, the warpgroup-MMA ones on compute capability 9.0; unsplit and split over
 //!   offsets; with the pre-activation, residual and post-activation) against the f32 CPU conv of
-//!   the same BF16-rounded inputs and weights; the BF16 guard's limit (outputs of 70,400, which
+//!   the same BF16-rounded inputs and weights, and the FP32 build's direct kernel likewise (the
+//!   tensor-core algorithms refused in FP32); the BF16 guard's limit (outputs of 70,400, which
 //!   FP16 flags, are in range; NaN is flagged). The window attention's BF16 build (per-query and
-//!   tiled kernels, the key-split merge, both window kinds) against its FP16 build on the same
-//!   inputs (exactly representable in both).
+//!   tiled kernels, the key-split merge, both window kinds) and its FP32 build (per-query kernels)
+//!   against its FP16 build on the same inputs (exactly representable in all three).
 //! - The network, full nuScenes configuration on the nuScenes sweep, with the issue's weights
-//!   (activations of 1.3e6): `bf16` is never flagged and agrees with the CPU (f32) on >= 99.5 % of
-//!   points; `auto` flags its first FP16 frame, computes it again in BF16 (same bar), stays on
-//!   BF16 and is counted. With in-range weights: `auto` is the FP16 path exactly (same labels,
-//!   never flagged), `bf16` is never flagged.
+//!   (activations of 1.3e6): `fp32` is never flagged and agrees with the CPU (f32) on >= 99.5 %
+//!   of points; `auto` flags its first FP16 frame, computes it again in FP32 (same bar), stays on
+//!   FP32 and is counted. `bf16` is never flagged; its agreement is bounded by BF16's own rounding
+//!   (the CPU forward with its weights and layer outputs rounded to BF16 agrees on 98.9 %), so
+//!   its bar is 98.5 %. With in-range weights: `auto` is the FP16 path exactly (same labels,
+//!   never flagged), `bf16` and `fp32` are never flagged.
 //!
 //! Tolerances: BF16 keeps 8 significant bits (relative rounding at most 2^-9 = 2.0e-3, about
 //! 1.1e-3 RMS, 8x FP16's). A conv output is rounded once on the way out (plus once on the way in
 //! for a pre-activated input): 5e-3 against f32 is 2.5x the worst single rounding. The attention
-//! outputs differ from FP16's by their own rounding and P's (2^-9 against 2^-12): 1e-2.
+//! outputs differ from FP16's by their own rounding and P's (2^-9 against 2^-12): 1e-2. FP32
+//! conv against the f32 CPU conv: only the summation order differs (27 x 128 terms, ~1e-6
+//! relative): 1e-5. FP32 attention against FP16: FP16's output and P rounding (2^-12): 2e-3.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -134,6 +141,23 @@ fn bf16_conv_kernels_match_the_cpu() {
             assert!(e <= 5e-3, "{case}: rel err {e:.3e} > 5e-3");
             assert_eq!(flags.read_now(&dev).unwrap(), vec![0, 0], "{case}: in range");
         }
+        // FP32 storage: the direct kernel, the same values (exact in f32), only the summation
+        // order differs from the CPU's
+        let x32 = up::<f32>(&dev, t.feats());
+        let res32 = up::<f32>(&dev, &residual);
+        let w32 = CudaConvWeights::<f32>::upload_store(&dev, &w, WeightLayout::Rsck, kv, cin, cout, Some(&bias)).unwrap();
+        assert!(!w32.wgmma_ready(), "FP32 weights get no warpgroup-MMA layout");
+        assert_eq!(ConvAlgo::best_for_weights(&w32, m), ConvAlgo::Direct);
+        let flags = RangeFlags::new(&dev, &names).unwrap();
+        let range = ConvRange { conv: Some(flags.slot(out_id).unwrap()), pre: Some(flags.slot(pre_id).unwrap()) };
+        let y = conv_cuda_guarded(&dev, &x32, &map, &w32, Some(&pre), Some(&res32), ConvAlgo::Direct, None, Some(&post), range).unwrap();
+        let e = rel_err(&down(&dev, &y, want.len()), &want);
+        eprintln!("FP32 subm k3 {cin}->{cout}, direct: rel err {e:.2e}");
+        assert!(e <= 1e-5, "FP32 direct conv {cin}->{cout}: rel err {e:.3e} > 1e-5");
+        assert_eq!(flags.read_now(&dev).unwrap(), vec![0, 0], "FP32 direct conv: in range");
+        let refused = conv_cuda_guarded(&dev, &x32, &map, &w32, None, None, ConvAlgo::ImplicitGemmPipe32, None, None, ConvRange::default());
+        let e = refused.err().expect("FP32 has no tensor-core conv").to_string();
+        assert!(e.contains("fp32") && e.contains("Direct"), "{e}");
     }
 }
 
@@ -227,7 +251,12 @@ fn bf16_attention_matches_the_fp16_kernels() {
             let case = format!("{kind} windows, tiled from {}, key splits {:?}", how.0, how.1);
             let (y16, f16_flags) = run::<f16>(&dev, &names, out_id, (&q, &k, &val), row, all, part, term, how);
             let (yb, bf_flags) = run::<bf16>(&dev, &names, out_id, (&q, &k, &val), row, all, part, term, how);
-            assert_eq!((f16_flags, bf_flags), (0, 0), "{case}: in range");
+            // FP32 has the per-query kernels only: the tiled request falls back to them
+            let (y32, f32_flags) = run::<f32>(&dev, &names, out_id, (&q, &k, &val), row, all, part, term, how);
+            assert_eq!((f16_flags, bf_flags, f32_flags), (0, 0, 0), "{case}: in range");
+            let e32 = rel_err(&y32, &y16);
+            eprintln!("FP32 attention, {case}: rel err vs FP16 {e32:.2e}");
+            assert!(e32 <= 2e-3, "{case}: FP32 vs FP16 rel err {e32:.3e} > 2e-3");
             assert!(yb.iter().all(|v| v.is_finite()), "{case}: non-finite BF16 output");
             let e = rel_err(&yb, &y16);
             eprintln!("BF16 attention, {case}: rel err vs FP16 {e:.2e}");
@@ -248,12 +277,15 @@ fn agreement(a: &Segmentation, b: &Segmentation) -> f64 {
     a.labels.iter().zip(&b.labels).filter(|(x, y)| x == y).count() as f64 / a.labels.len() as f64
 }
 
-/// The issue's weights: `bf16` holds them (never flagged, >= 99.5 % of points as the CPU);
-/// `auto` flags its first FP16 frame, publishes that frame's BF16 recomputation (same bar),
-/// stays on BF16 and counts it.
+/// The issue's weights: `fp32` holds them (never flagged, >= 99.5 % of points as the CPU);
+/// `auto` flags its first FP16 frame, publishes that frame's FP32 recomputation (same bar), stays
+/// on FP32 and counts it. `bf16` holds their range (never flagged) at BF16's precision: the CPU
+/// forward with its weights and layer outputs rounded to BF16 agrees with the exact one on
+/// 98.9 % of points (issue 22's note), so BF16 cannot reach 99.5 % here whatever its kernels;
+/// its bar is 98.5 %, below the rounding's own loss by the GPU's extra roundings (P, qkv).
 #[test]
-fn bf16_and_auto_agree_with_the_cpu_on_issue_weights() {
-    if gpu("bf16_and_auto_agree_with_the_cpu_on_issue_weights").is_none() {
+fn fp32_and_auto_agree_with_the_cpu_on_issue_weights() {
+    if gpu("fp32_and_auto_agree_with_the_cpu_on_issue_weights").is_none() {
         return;
     }
     let y = model_yaml("sphereformer_nuscenes.yaml");
@@ -270,36 +302,43 @@ fn bf16_and_auto_agree_with_the_cpu_on_issue_weights() {
     assert_eq!((bf.storage, bf.recomputed_from.as_ref()), (Some(Storage::Bf16), None));
     let a_bf = agreement(&bf, &cpu);
 
+    let wide = segmenter(&y, w(), Precision::Fp32).segment(&[&pts]).unwrap();
+    assert!(wide.range.is_clean(), "FP32 holds activations of 1.3e6: {}", wide.range.summary(5));
+    assert_eq!((wide.storage, wide.recomputed_from.as_ref()), (Some(Storage::Fp32), None));
+    let a_fp32 = agreement(&wide, &cpu);
+
     let auto = segmenter(&y, w(), Precision::Auto);
     assert_eq!(auto.precision_status().map(|s| s.storage), Some(Storage::Fp16), "auto starts in FP16");
     let first = auto.segment(&[&pts]).unwrap();
     let from = first.recomputed_from.as_ref().expect("auto recomputes the flagged FP16 frame");
     assert_eq!(from, &fp16.range, "the FP16 pass's report, as precision fp16 gives it");
-    assert!(first.range.is_clean() && first.storage == Some(Storage::Bf16), "{}", first.range.summary(5));
+    assert!(first.range.is_clean() && first.storage == Some(Storage::Fp32), "{}", first.range.summary(5));
     assert!(first.times.stages.iter().any(|(n, _)| n.starts_with("recompute.")), "the recomputation's stages are reported");
     let a_first = agreement(&first, &cpu);
     let second = auto.segment(&[&pts]).unwrap();
-    assert_eq!((second.storage, second.recomputed_from.as_ref()), (Some(Storage::Bf16), None), "sticky: BF16 directly");
+    assert_eq!((second.storage, second.recomputed_from.as_ref()), (Some(Storage::Fp32), None), "sticky: FP32 directly");
     let status = auto.precision_status().unwrap();
-    assert_eq!((status.precision, status.storage, status.recomputed_frames), (Precision::Auto, Storage::Bf16, 1));
+    assert_eq!((status.precision, status.storage, status.recomputed_frames), (Precision::Auto, Storage::Fp32, 1));
     let a_second = agreement(&second, &cpu);
-    let same = agreement(&second, &bf);
     eprintln!(
-        "issue weights vs CPU: fp16 {:.2} %, bf16 {:.3} %, auto first frame {:.3} %, auto second frame {:.3} % (auto = bf16 on {:.4} % of points); FP16 flagged {}",
+        "issue weights vs CPU: fp16 {:.2} %, bf16 {:.3} %, fp32 {:.3} %, auto first frame {:.3} %, auto second frame {:.3} % \
+         (auto = fp32 on {:.4} % of points); FP16 flagged {}",
         100.0 * agreement(&fp16, &cpu),
         100.0 * a_bf,
+        100.0 * a_fp32,
         100.0 * a_first,
         100.0 * a_second,
-        100.0 * same,
+        100.0 * agreement(&second, &wide),
         fp16.range.summary(3)
     );
-    for (case, a) in [("bf16", a_bf), ("auto, first frame", a_first), ("auto, second frame", a_second)] {
+    for (case, a) in [("fp32", a_fp32), ("auto, first frame", a_first), ("auto, second frame", a_second)] {
         assert!(a >= 0.995, "{case}: agrees with the CPU on {:.3} % < 99.5 % of points", 100.0 * a);
     }
+    assert!(a_bf >= 0.985, "bf16: agrees with the CPU on {:.3} % < 98.5 % of points", 100.0 * a_bf);
 }
 
 /// In-range weights: `auto` is the FP16 path (same labels, never flagged, nothing recomputed),
-/// `bf16` is never flagged (the configurations of tests/gpu_overflow.rs's no-false-alarm test).
+/// `bf16` and `fp32` are never flagged (the configurations of tests/gpu_overflow.rs's no-false-alarm test).
 #[test]
 fn in_range_weights_stay_fp16_under_auto_and_are_never_flagged() {
     if gpu("in_range_weights_stay_fp16_under_auto_and_are_never_flagged").is_none() {
@@ -315,10 +354,15 @@ fn in_range_weights_stay_fp16_under_auto_and_are_never_flagged() {
         let auto = segmenter(y, t(), Precision::Auto);
         let a = auto.segment(&[pts]).unwrap();
         let bf = segmenter(y, t(), Precision::Bf16).segment(&[pts]).unwrap();
-        assert!(fp16.range.is_clean() && a.range.is_clean() && bf.range.is_clean(), "{case}: no false alarm");
+        let wide = segmenter(y, t(), Precision::Fp32).segment(&[pts]).unwrap();
+        assert!(fp16.range.is_clean() && a.range.is_clean() && bf.range.is_clean() && wide.range.is_clean(), "{case}: no false alarm");
         assert_eq!((a.storage, a.recomputed_from.as_ref()), (Some(Storage::Fp16), None), "{case}: auto stays on FP16");
         assert_eq!(a.labels, fp16.labels, "{case}: auto in range is the FP16 path");
         assert_eq!(auto.precision_status().unwrap().recomputed_frames, 0);
-        eprintln!("{case}: bf16 agrees with fp16 on {:.3} % of points", 100.0 * agreement(&bf, &fp16));
+        eprintln!(
+            "{case}: bf16 agrees with fp16 on {:.3} % of points, fp32 on {:.3} %",
+            100.0 * agreement(&bf, &fp16),
+            100.0 * agreement(&wide, &fp16)
+        );
     }
 }

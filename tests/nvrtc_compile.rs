@@ -1,5 +1,5 @@
 //! Every kernel compiles with NVRTC for Hopper (sm_90), Jetson Orin (sm_87) and Ampere (sm_86),
-//! the modules that store activations in both storage builds (FP16, BF16).
+//! the modules that store activations in all three storage builds (FP16, BF16, FP32).
 //! Needs libnvrtc (the PyPI wheel on CI, see scripts/cuda_env.sh), no GPU. Without NVRTC the
 //! tests skip, unless SPTR_REQUIRE_NVRTC=1 (README's test command sets it).
 #![cfg(feature = "cuda")]
@@ -31,7 +31,7 @@ fn every_kernel_compiles_for_sm90_sm87_sm86() {
         for k in kernels::ALL {
             let mut cubins = Vec::new();
             for storage in Storage::ALL {
-                if storage == Storage::Bf16 && !kernels::has_storage_twin(k.name) {
+                if storage != Storage::Fp16 && !kernels::has_storage_twin(k.name) {
                     continue;
                 }
                 let c = nvrtc::compile_storage(k, arch, storage).unwrap_or_else(|e| panic!("{} ({storage}) for {}: {e}", k.name, arch.sm()));
@@ -41,12 +41,13 @@ fn every_kernel_compiles_for_sm90_sm87_sm86() {
                 cubins.push(c.cubin);
                 builds += 1;
             }
-            if cubins.len() == 2 {
+            if cubins.len() == 3 {
                 assert_ne!(cubins[0], cubins[1], "{} for {}: the BF16 build must differ from the FP16 one", k.name, arch.sm());
+                assert_ne!(cubins[0], cubins[2], "{} for {}: the FP32 build must differ from the FP16 one", k.name, arch.sm());
             }
         }
     }
-    assert_eq!(builds, 3 * (kernels::ALL.len() + kernels::STORAGE_MODULES.len()));
+    assert_eq!(builds, 3 * (kernels::ALL.len() + 2 * kernels::STORAGE_MODULES.len()));
 }
 
 /// The storage twins: every listed module exists, FP16-only modules refuse a BF16 build with an
@@ -89,10 +90,13 @@ fn wgmma_kernels_exist_exactly_on_sm90() {
         assert_eq!(arch.has_wgmma(), want, "{}", arch.sm());
         for storage in Storage::ALL {
             let c = nvrtc::compile_storage(k, arch, storage).unwrap();
+            // FP32 storage has no tensor-core kernels at all (storage.cuh: STORE_TENSOR_CORES)
+            let tc = storage.tensor_cores();
             for name in ["conv_wgmma_m128_n64", "conv_wgmma_m128_n128"] {
-                assert_eq!(has(&c.cubin, name), want, "{name} in sparse_conv ({storage}) for {}", arch.target());
+                assert_eq!(has(&c.cubin, name), want && tc, "{name} in sparse_conv ({storage}) for {}", arch.target());
             }
-            assert!(has(&c.cubin, "conv_tiled_m128_n128_k64"), "the tiled kernels are built everywhere");
+            assert_eq!(has(&c.cubin, "conv_tiled_m128_n128_k64"), tc, "the tiled kernels are built everywhere but in FP32 ({storage})");
+            assert!(has(&c.cubin, "conv_direct"), "the direct kernel is built everywhere ({storage})");
         }
     }
     assert_eq!("sm_90".parse::<Arch>().unwrap().target(), "sm_90a");

@@ -646,9 +646,10 @@ pub fn window_attention_cuda_guarded<S: Store>(
                 (b.rc_packed, [None, Some(b.table), None, None])
             }
         };
-    // The tiled kernel takes the windows of at least `tiled_min` voxels when it can serve them.
+    // The tiled kernel takes the windows of at least `tiled_min` voxels when it can serve them
+    // (on tensor cores: not in FP32, whose build has the per-query kernels only).
     let tiled = match term {
-        CudaTerm::Contextual(c) if part.n_max >= tiled_min.max(1) => tiled_smem_bytes(&c.geometry, d),
+        CudaTerm::Contextual(c) if S::STORAGE.tensor_cores() && part.n_max >= tiled_min.max(1) => tiled_smem_bytes(&c.geometry, d),
         _ => None,
     };
     if tiled.is_some() {

@@ -139,7 +139,7 @@ enum Cmd {
         /// (default: the flagged layers are printed, nothing is written, exit status 4).
         #[arg(long)]
         allow_overflow: bool,
-        /// CUDA activation storage: fp16, bf16 or auto (FP16, switching to BF16 for good when a
+        /// CUDA activation storage: fp16, bf16, fp32 or auto (FP16, switching to FP32 for good when a
         /// frame leaves FP16's range; README: precision). Default: the model YAML's `precision`.
         #[arg(long, value_parser = precision_arg)]
         precision: Option<sptr::device::storage::Precision>,
@@ -384,7 +384,7 @@ struct ReplayArgs {
     /// writing the report, which lists them).
     #[arg(long)]
     allow_overflow: bool,
-    /// CUDA activation storage: fp16, bf16 or auto (FP16, switching to BF16 for good when a
+    /// CUDA activation storage: fp16, bf16, fp32 or auto (FP16, switching to FP32 for good when a
     /// frame leaves FP16's range; README: precision). Default: the model YAML's `precision`.
     #[arg(long, value_parser = precision_arg)]
     precision: Option<sptr::device::storage::Precision>,
@@ -646,7 +646,7 @@ enum BenchCmd {
         /// Case name in the JSON (default: the cloud's file name).
         #[arg(long)]
         case: Option<String>,
-        /// CUDA precisions to time side by side, e.g. fp16,bf16,auto: the models are loaded
+        /// CUDA precisions to time side by side, e.g. fp16,bf16,fp32,auto: the models are loaded
         /// together and timed in turn, `--rounds` times (one JSON line each, with `precision`
         /// and the `storage` the frames ran in). Default: the model YAML's `precision`.
         #[arg(long, value_delimiter = ',', value_parser = precision_arg)]
@@ -1341,7 +1341,7 @@ fn segment_cmd(
     let r = r.context("segmenting")?;
     if let Some(fp16) = &r.recomputed_from {
         eprintln!(
-            "sptr: precision auto: the FP16 forward left FP16's range ({}); the labels are the BF16 forward's",
+            "sptr: precision auto: the FP16 forward left FP16's range ({}); the labels are the FP32 forward's",
             fp16.summary(3)
         );
     }

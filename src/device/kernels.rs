@@ -20,15 +20,16 @@ pub struct KernelSource {
 /// Shared definitions, prepended to every module.
 pub const PRELUDE: &str = include_str!("../../kernels/prelude.cuh");
 
-/// The activation storage type and its conversions (`store_t`, FP16 or BF16; see
+/// The activation storage type and its conversions (`store_t`, FP16, BF16 or FP32; see
 /// [`crate::device::storage`]), prepended after the prelude to [`STORAGE_MODULES`].
 pub const STORAGE: &str = include_str!("../../kernels/storage.cuh");
 
-/// The modules written against `store_t`: each has an FP16 build and a BF16 twin (compiled with
-/// `-DSPTR_STORAGE_BF16`). The others store FP16 only, or no activations at all.
+/// The modules written against `store_t`: each has an FP16 build and BF16 and FP32 twins
+/// (compiled with `-DSPTR_STORAGE_BF16`, `-DSPTR_STORAGE_F32`). The others store FP16 only, or no
+/// activations at all.
 pub const STORAGE_MODULES: &[&str] = &["sparse_conv", "attention_core", "layers"];
 
-/// Whether module `name` has a BF16 build.
+/// Whether module `name` has BF16 and FP32 builds.
 pub fn has_storage_twin(name: &str) -> bool {
     STORAGE_MODULES.contains(&name)
 }

@@ -22,17 +22,26 @@ use crate::Error;
 pub enum Storage {
     Fp16,
     Bf16,
+    /// The wide fallback: FP32's range and precision, no tensor cores (`conv_direct`, the
+    /// per-query attention kernels, FP32 cuBLAS).
+    Fp32,
 }
 
 impl Storage {
-    pub const ALL: [Storage; 2] = [Storage::Fp16, Storage::Bf16];
+    pub const ALL: [Storage; 3] = [Storage::Fp16, Storage::Bf16, Storage::Fp32];
 
-    /// `fp16` or `bf16`.
+    /// `fp16`, `bf16` or `fp32`.
     pub fn name(self) -> &'static str {
         match self {
             Storage::Fp16 => "fp16",
             Storage::Bf16 => "bf16",
+            Storage::Fp32 => "fp32",
         }
+    }
+
+    /// Whether this format's kernel build has the tensor-core kernels (FP32's has not).
+    pub fn tensor_cores(self) -> bool {
+        self != Storage::Fp32
     }
 
     /// The preprocessor define that selects this format in `kernels/storage.cuh` (none: FP16).
@@ -40,6 +49,7 @@ impl Storage {
         match self {
             Storage::Fp16 => None,
             Storage::Bf16 => Some("SPTR_STORAGE_BF16"),
+            Storage::Fp32 => Some("SPTR_STORAGE_F32"),
         }
     }
 
@@ -48,6 +58,7 @@ impl Storage {
         match self {
             Storage::Fp16 => 65504.0,
             Storage::Bf16 => half::bf16::MAX.to_f32(),
+            Storage::Fp32 => f32::MAX,
         }
     }
 }
@@ -67,20 +78,26 @@ pub enum Precision {
     /// the range guard and not published as good.
     #[default]
     Fp16,
-    /// BF16 storage: FP32's range, 3 fewer significant bits than FP16.
+    /// BF16 storage: FP32's range, 3 fewer significant bits than FP16, the same speed.
     Bf16,
-    /// FP16 until the range guard flags a frame; then that frame is computed again in BF16 and
-    /// the model stays on BF16 (sticky for the model instance, logged once, counted).
+    /// FP32 storage: the CPU path's range and precision, without tensor cores (slower).
+    Fp32,
+    /// FP16 until the range guard flags a frame; then that frame is computed again in FP32 and
+    /// the model stays on FP32 (sticky for the model instance, logged once, counted).
     Auto,
 }
 
 impl Precision {
-    pub const ALL: [Precision; 3] = [Precision::Fp16, Precision::Bf16, Precision::Auto];
+    pub const ALL: [Precision; 4] = [Precision::Fp16, Precision::Bf16, Precision::Fp32, Precision::Auto];
+
+    /// What `auto` moves to after an FP16 frame was flagged.
+    pub const FALLBACK: Storage = Storage::Fp32;
 
     pub fn name(self) -> &'static str {
         match self {
             Precision::Fp16 => "fp16",
             Precision::Bf16 => "bf16",
+            Precision::Fp32 => "fp32",
             Precision::Auto => "auto",
         }
     }
@@ -89,6 +106,7 @@ impl Precision {
     pub fn initial_storage(self) -> Storage {
         match self {
             Precision::Bf16 => Storage::Bf16,
+            Precision::Fp32 => Storage::Fp32,
             Precision::Fp16 | Precision::Auto => Storage::Fp16,
         }
     }
@@ -106,11 +124,12 @@ impl std::str::FromStr for Precision {
         Precision::ALL
             .into_iter()
             .find(|p| p.name() == s)
-            .ok_or_else(|| Error::InvalidInput(format!("unknown precision `{s}`: use fp16, bf16 or auto")))
+            .ok_or_else(|| Error::InvalidInput(format!("unknown precision `{s}`: use fp16, bf16, fp32 or auto")))
     }
 }
 
-/// A 2-byte element type of device activations and weights: `half::f16` or `half::bf16`.
+/// An element type of device activations and weights: `half::f16` or `half::bf16` (2 bytes,
+/// tensor cores), or `f32` (the wide fallback, no tensor cores).
 #[cfg(feature = "cuda")]
 pub trait Store:
     cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Default + std::fmt::Debug + Send + Sync + Unpin + 'static
@@ -152,6 +171,20 @@ impl Store for half::bf16 {
     }
 }
 
+#[cfg(feature = "cuda")]
+impl Store for f32 {
+    const STORAGE: Storage = Storage::Fp32;
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn blas_type() -> cudarc::cublas::sys::cudaDataType_t {
+        cudarc::cublas::sys::cudaDataType_t::CUDA_R_32F
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,8 +196,8 @@ mod tests {
             let yaml: Precision = serde_yaml::from_str(p.name()).unwrap();
             assert_eq!(yaml, p);
         }
-        let e = "fp32".parse::<Precision>().unwrap_err().to_string();
-        assert!(e.contains("fp32") && e.contains("fp16, bf16 or auto"), "{e}");
+        let e = "tf32".parse::<Precision>().unwrap_err().to_string();
+        assert!(e.contains("tf32") && e.contains("fp16, bf16, fp32 or auto"), "{e}");
         assert_eq!(Precision::default(), Precision::Fp16);
         assert_eq!(Precision::Auto.initial_storage(), Storage::Fp16);
         assert_eq!(Precision::Bf16.initial_storage(), Storage::Bf16);
@@ -178,5 +211,10 @@ mod tests {
         assert_eq!(Storage::Bf16.max_finite().to_bits(), 0x7f7f_0000);
         assert_eq!(Storage::Fp16.define(), None);
         assert_eq!(Storage::Bf16.define(), Some("SPTR_STORAGE_BF16"));
+        assert_eq!(Storage::Fp32.define(), Some("SPTR_STORAGE_F32"));
+        assert_eq!(Storage::Fp32.max_finite(), f32::MAX);
+        assert!(Storage::Fp16.tensor_cores() && Storage::Bf16.tensor_cores() && !Storage::Fp32.tensor_cores());
+        assert_eq!(Precision::Fp32.initial_storage(), Storage::Fp32);
+        assert_eq!(Precision::FALLBACK, Storage::Fp32);
     }
 }

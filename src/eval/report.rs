@@ -38,9 +38,9 @@ pub struct Report {
     #[serde(default)]
     pub out_of_range: Vec<OutOfRangeFrame>,
     /// `precision: auto`: frames whose FP16 pass left the range and were computed again in
-    /// BF16 (their labels are good; the layers are the FP16 pass's flagged ones).
+    /// FP32 (their labels are good; the layers are the FP16 pass's flagged ones).
     #[serde(default)]
-    pub recomputed_in_bf16: Vec<OutOfRangeFrame>,
+    pub recomputed_in_fp32: Vec<OutOfRangeFrame>,
     pub damage: Option<super::state::Damage>,
     pub metrics: Option<Metrics>,
     pub latency_ms: Latency,
@@ -170,15 +170,15 @@ impl Report {
                 layers: f.out_of_range.clone(),
             })
             .collect();
-        let recomputed_in_bf16 = s
+        let recomputed_in_fp32 = s
             .frames
             .iter()
-            .filter(|f| !f.recomputed_in_bf16.is_empty())
+            .filter(|f| !f.recomputed_in_fp32.is_empty())
             .map(|f| OutOfRangeFrame {
                 frame: f.index,
                 timestamp_ns: f.timestamp_ns,
                 status: f.status,
-                layers: f.recomputed_in_bf16.clone(),
+                layers: f.recomputed_in_fp32.clone(),
             })
             .collect();
         let metrics = s.ground_truth.as_ref().map(|_| {
@@ -256,7 +256,7 @@ impl Report {
             frames,
             skipped,
             out_of_range,
-            recomputed_in_bf16,
+            recomputed_in_fp32,
             damage: s.damage.clone(),
             metrics,
             latency_ms: latency,
@@ -309,10 +309,10 @@ impl Report {
                 d.file, d.frames_before, d.error
             ));
         }
-        if !self.recomputed_in_bf16.is_empty() {
+        if !self.recomputed_in_fp32.is_empty() {
             m.push_str(&format!(
-                "- **{} frame(s) computed again in BF16** (`precision: auto`; their FP16 pass left the range, see below)\n",
-                self.recomputed_in_bf16.len()
+                "- **{} frame(s) computed again in FP32** (`precision: auto`; their FP16 pass left the range, see below)\n",
+                self.recomputed_in_fp32.len()
             ));
         }
         if !self.out_of_range.is_empty() {
@@ -390,14 +390,14 @@ impl Report {
                 ));
             }
         }
-        if !self.recomputed_in_bf16.is_empty() {
+        if !self.recomputed_in_fp32.is_empty() {
             m.push_str(
-                "\n## Frames computed again in BF16\n\n`precision: auto`: the FP16 pass of these frames left the FP16 range, \
-                 so each was computed again with BF16 storage (FP32's range) and its BF16 labels were kept; the model \
-                 stays on BF16 after the first. Layers are the FP16 pass's flagged ones, in execution order.\n\n\
+                "\n## Frames computed again in FP32\n\n`precision: auto`: the FP16 pass of these frames left the FP16 range, \
+                 so each was computed again with FP32 storage and its FP32 labels were kept; the model \
+                 stays on FP32 after the first. Layers are the FP16 pass's flagged ones, in execution order.\n\n\
                  | frame | timestamp (ns) | status | FP16 layers |\n| ---: | ---: | --- | --- |\n",
             );
-            for f in &self.recomputed_in_bf16 {
+            for f in &self.recomputed_in_fp32 {
                 let shown: Vec<&str> = f.layers.iter().take(8).map(String::as_str).collect();
                 let more = f.layers.len().saturating_sub(shown.len());
                 let tail = if more > 0 { format!(" and {more} more") } else { String::new() };

@@ -54,9 +54,9 @@ pub struct FrameRecord {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub out_of_range: Vec<String>,
     /// `precision: auto`: the frame's FP16 pass was flagged (these layers) and the frame was
-    /// computed again in BF16; its labels are the BF16 ones (in range: `out_of_range` empty).
+    /// computed again in FP32; its labels are the FP32 ones (in range: `out_of_range` empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recomputed_in_bf16: Vec<String>,
+    pub recomputed_in_fp32: Vec<String>,
 }
 
 /// Damage that ended the read of the bag (frames after it were not seen).

@@ -26,7 +26,7 @@ pub struct ModelBenchRow {
     pub precision: Option<crate::device::storage::Precision>,
     /// What the last timed frame was computed in (`None` on the CPU).
     pub storage: Option<crate::device::storage::Storage>,
-    /// Frames `auto` computed again in BF16 (warm-up included; 0 unless `auto` met a frame out
+    /// Frames `auto` computed again in FP32 (warm-up included; 0 unless `auto` met a frame out
     /// of FP16's range).
     pub recomputed_frames: u64,
 }

@@ -501,7 +501,7 @@ impl FrameCtx<'_> {
             labeled_points: 0,
             stages_ns: Vec::new(),
             out_of_range: Vec::new(),
-            recomputed_in_bf16: Vec::new(),
+            recomputed_in_fp32: Vec::new(),
         }
     }
     fn skipped(&self, what: String) -> FrameRecord {
@@ -646,7 +646,7 @@ fn process_frame(
         labeled_points: labeled,
         stages_ns: stages,
         out_of_range: flagged_layers(&out.range),
-        recomputed_in_bf16: out.recomputed_from.as_ref().map(flagged_layers).unwrap_or_default(),
+        recomputed_in_fp32: out.recomputed_from.as_ref().map(flagged_layers).unwrap_or_default(),
         ..ctx.record(status, reason)
     })
 }

@@ -88,10 +88,10 @@ struct Counters {
     last_reject: Option<String>,
     /// Frames whose activations left the FP16 range (dropped or published with probability 0).
     overflow: OverflowStats,
-    /// `precision: auto`: frames whose FP16 pass left the range and were computed again in BF16
-    /// (published: their BF16 labels are in range), and the last one's flagged FP16 layers.
-    recomputed_bf16: u64,
-    last_recomputed_bf16: Option<String>,
+    /// `precision: auto`: frames whose FP16 pass left the range and were computed again in FP32
+    /// (published: their FP32 labels are in range), and the last one's flagged FP16 layers.
+    recomputed_fp32: u64,
+    last_recomputed_fp32: Option<String>,
     /// Device memory in use (the whole device), MB, sampled by the processing thread (the one
     /// with the CUDA context) at most once per [`MEMORY_EVERY`]; `None` on the CPU.
     device_used_mb: Option<f64>,
@@ -398,8 +398,8 @@ impl Worker {
             let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
             c.overflow.published(&range);
             if let Some(fp16) = &recomputed_from {
-                c.recomputed_bf16 += 1;
-                c.last_recomputed_bf16 = Some(crate::perception::overflow_detail(fp16));
+                c.recomputed_fp32 += 1;
+                c.last_recomputed_fp32 = Some(crate::perception::overflow_detail(fp16));
             }
             c.processed += 1;
             c.last_processing_ms = Some(total_ms);
@@ -463,7 +463,7 @@ struct DiagInfo {
     budget_ms: f64,
     error_after_s: f64,
     on_overflow: OverflowPolicy,
-    /// The model's `precision` (fp16, bf16, auto).
+    /// The model's `precision` (fp16, bf16, fp32, auto).
     precision: String,
 }
 
@@ -475,8 +475,8 @@ struct Since {
     rejected: u64,
     /// Frames out of the FP16 range (dropped or not).
     overflows: u64,
-    /// Frames `precision: auto` computed again in BF16.
-    recomputed_bf16: u64,
+    /// Frames `precision: auto` computed again in FP32.
+    recomputed_fp32: u64,
 }
 
 /// One `/diagnostics` message.
@@ -535,12 +535,12 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
                 c.last_reject.as_deref().unwrap_or("?")
             ),
         ),
-        _ if since.recomputed_bf16 > 0 => (
+        _ if since.recomputed_fp32 > 0 => (
             LEVEL_WARN,
             format!(
-                "precision auto: {} frame(s) left the FP16 range and were computed again in BF16 (published; the model stays on BF16): {}",
-                since.recomputed_bf16,
-                c.last_recomputed_bf16.as_deref().unwrap_or("?")
+                "precision auto: {} frame(s) left the FP16 range and were computed again in FP32 (published; the model stays on FP32): {}",
+                since.recomputed_fp32,
+                c.last_recomputed_fp32.as_deref().unwrap_or("?")
             ),
         ),
         _ if c.received == 0 => (LEVEL_OK, "no input cloud yet".to_string()),
@@ -580,7 +580,7 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
         kv("frames out of fp16 range", c.overflow.frames.to_string()),
         kv("on_overflow", info.on_overflow.name().to_string()),
         kv("precision", info.precision.clone()),
-        kv("frames recomputed in bf16", c.recomputed_bf16.to_string()),
+        kv("frames recomputed in fp32", c.recomputed_fp32.to_string()),
         kv("device", info.device.clone()),
         kv("host rss MB", opt(crate::memory::host_rss_mb())),
         kv("device memory used MB", opt(c.device_used_mb)),
@@ -598,8 +598,8 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
     if let Some(e) = &c.overflow.last {
         values.push(kv("last out of fp16 range", e.clone()));
     }
-    if let Some(e) = &c.last_recomputed_bf16 {
-        values.push(kv("last recomputed in bf16", e.clone()));
+    if let Some(e) = &c.last_recomputed_fp32 {
+        values.push(kv("last recomputed in fp32", e.clone()));
     }
     let t = wall_now();
     let mut header = Header::default();
@@ -1030,7 +1030,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
                         processing_errors: new(Reject::ProcessingError),
                         rejected: Reject::ALL.iter().map(|&r| new(r)).sum(),
                         overflows: c.overflow.frames - seen_overflows,
-                        recomputed_bf16: c.recomputed_bf16 - seen_recomputed,
+                        recomputed_fp32: c.recomputed_fp32 - seen_recomputed,
                     };
                     let mut m = diagnostics(&info, &c, skipped, since);
                     if let Some(d) = &camera_diag {
@@ -1038,7 +1038,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
                     }
                     seen = c.rejected;
                     seen_overflows = c.overflow.frames;
-                    seen_recomputed = c.recomputed_bf16;
+                    seen_recomputed = c.recomputed_fp32;
                     m
                 };
                 let _ = diag_pub.publish(&msg);
@@ -1290,26 +1290,26 @@ mod tests {
         }
     }
 
-    /// `precision: auto`: a frame computed again in BF16 is published (not an overflow, not a
+    /// `precision: auto`: a frame computed again in FP32 is published (not an overflow, not a
     /// reject) but counted and named, a WARN in the report right after it; later reports are OK.
     #[test]
-    fn diagnostics_count_frames_auto_computed_again_in_bf16() {
+    fn diagnostics_count_frames_auto_computed_again_in_fp32() {
         let mut c = Counters::default();
         c.received = 2;
         c.processed = 2;
         let mut names = crate::model::range::LayerNames::default();
         names.add("enc.0.attn.qkv");
         let report = names.report(&[crate::model::range::RANGE_SATURATED]);
-        c.recomputed_bf16 = 1;
-        c.last_recomputed_bf16 = Some(crate::perception::overflow_detail(&report));
-        let (level, msg, values) = level_and_values(&c, Since { recomputed_bf16: 1, ..Default::default() });
+        c.recomputed_fp32 = 1;
+        c.last_recomputed_fp32 = Some(crate::perception::overflow_detail(&report));
+        let (level, msg, values) = level_and_values(&c, Since { recomputed_fp32: 1, ..Default::default() });
         assert_eq!(level, LEVEL_WARN, "{msg}");
-        assert!(msg.contains("1 frame(s) left the FP16 range and were computed again in BF16") && msg.contains("enc.0.attn.qkv"), "{msg}");
+        assert!(msg.contains("1 frame(s) left the FP16 range and were computed again in FP32") && msg.contains("enc.0.attn.qkv"), "{msg}");
         let get = |k: &str| values.iter().find(|(kk, _)| kk == k).map(|(_, v)| v.clone());
-        assert_eq!(get("frames recomputed in bf16").as_deref(), Some("1"));
+        assert_eq!(get("frames recomputed in fp32").as_deref(), Some("1"));
         assert_eq!(get("frames out of fp16 range").as_deref(), Some("0"));
         assert_eq!(get("precision").as_deref(), Some("auto"));
-        assert!(get("last recomputed in bf16").is_some_and(|v| v.contains("enc.0.attn.qkv")));
+        assert!(get("last recomputed in fp32").is_some_and(|v| v.contains("enc.0.attn.qkv")));
         let (level, msg, _) = level_and_values(&c, Since::default());
         assert_eq!(level, LEVEL_OK, "{msg}");
     }

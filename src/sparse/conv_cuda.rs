@@ -68,7 +68,7 @@ impl<S: Store> CudaConvWeights<S> {
             Some(b) => Some(s.clone_htod(b).map_err(cuda_err("uploading bias"))?),
             None => None,
         };
-        let wt = if dev.arch.has_wgmma() && wgmma_shapes_fit(kv, cin, cout) {
+        let wt = if S::STORAGE.tensor_cores() && dev.arch.has_wgmma() && wgmma_shapes_fit(kv, cin, cout) {
             let mut t = vec![S::default(); w16.len()];
             for k in 0..kv {
                 for ci in 0..cin {
@@ -307,7 +307,11 @@ impl ConvAlgo {
     /// [`ConvAlgo::best_for_volume`] for uploaded weights: where the tiled kernels would run and
     /// the weights are [`CudaConvWeights::wgmma_ready`], the warpgroup-MMA kernel, with tiles
     /// as wide as the tiled kernel's (128 channels on large maps, else 64).
+    /// FP32 weights (the wide fallback, no tensor cores) take the direct kernel.
     pub fn best_for_weights<S: Store>(w: &CudaConvWeights<S>, outputs: usize) -> ConvAlgo {
+        if !S::STORAGE.tensor_cores() {
+            return ConvAlgo::Direct;
+        }
         match Self::best_for_volume(w.cin, w.cout, outputs, w.kv) {
             ConvAlgo::ImplicitGemmTiled { cols, .. } if w.wgmma_ready() => {
                 ConvAlgo::Wgmma { cols: if cols >= 128 && w.cout % 128 == 0 { 128 } else { 64 } }
@@ -429,6 +433,9 @@ pub fn conv_cuda_guarded<S: Store>(
     let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmTiled { .. } | ConvAlgo::Wgmma { .. });
     if pipelined && w.kv > PIPE_MAX_KV {
         return Err(Error::InvalidInput(format!("the pipelined conv takes kernel volumes up to {PIPE_MAX_KV}, got {}", w.kv)));
+    }
+    if algo != ConvAlgo::Direct && !S::STORAGE.tensor_cores() {
+        return Err(Error::InvalidInput(format!("{} storage has no tensor-core conv: use ConvAlgo::Direct, not {algo:?}", S::STORAGE)));
     }
     if algo != ConvAlgo::Direct && (w.cin % 8 != 0 || w.cout % 8 != 0) {
         return Err(Error::InvalidInput(format!("implicit GEMM conv needs Cin and Cout multiples of 8, got {} and {}", w.cin, w.cout)));
