@@ -409,7 +409,7 @@ fn sample_bag_with_the_nuscenes_params_runs_without_a_frame_warning() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `--precision` (issue 22): fp16, bf16 or auto on segment, replay and bench model; anything else
+/// `--precision` (issue 22): fp16, bf16, fp32 or auto on segment, replay and bench model; anything else
 /// is refused naming the choices; the CPU computes in f32 whatever it says (same labels). (The
 /// JSON lines of `bench model --precision` are the GPU suite's: a CPU bench takes minutes here.)
 #[test]
@@ -419,13 +419,15 @@ fn precision_option_is_checked_and_the_cpu_ignores_it() {
     let cloud = nuscenes_bin();
     for cmd in [&["segment", &cloud, "--model", &model, "--random-weights", "3"][..], &["replay", "tests/data/bags/nuscenes_sample", "--model", &model, "--random-weights", "3"], &["bench", "model", &cloud, "--model", &model]] {
         let mut args = cmd.to_vec();
-        args.extend(["--device", "cpu", "--precision", "fp32"]);
-        refused(&args, &["fp32", "fp16, bf16 or auto"]);
+        args.extend(["--device", "cpu", "--precision", "tf32"]);
+        refused(&args, &["tf32", "fp16, bf16, fp32 or auto"]);
     }
     let (a, b) = (dir.join("a.label").display().to_string(), dir.join("b.label").display().to_string());
     ok(&["segment", &cloud, "--model", &model, "--random-weights", "3", "--device", "cpu", "--out", &a]);
-    ok(&["segment", &cloud, "--model", &model, "--random-weights", "3", "--device", "cpu", "--precision", "bf16", "--out", &b]);
-    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "the CPU path does not depend on --precision");
+    for p in ["bf16", "fp32"] {
+        ok(&["segment", &cloud, "--model", &model, "--random-weights", "3", "--device", "cpu", "--precision", p, "--out", &b]);
+        assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap(), "the CPU path does not depend on --precision ({p})");
+    }
     refused(&["bench", "model", &cloud, "--model", &model, "--precision", "fp16,bf16", "--rounds", "0"], &["--rounds"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
