@@ -409,7 +409,8 @@ fn drive(
     let mut timed_start: Option<(usize, Instant)> = None;
     let mut tick = 0u32;
     let mut steal_at_start = None;
-    let mut steal_at_end = None;
+    // the hypervisor's steal counter when the last timed frame was published (set by the break)
+    let steal_at_end;
     loop {
         let deadline = t0 + period * tick;
         // Take outputs until this frame's tick.
