@@ -45,6 +45,97 @@ extern "C" __global__ void conv_direct(const store_t* __restrict__ x, const i32*
     out[(u64)o * cout + co] = store_from_float(acc);
 }
 
+// ---- Tiled conv on the FP32 units (no tensor cores): the FP32 build's conv, any channel count.
+// A block = 256 threads = 32 output channels (threadIdx.x) x 8 row groups (threadIdx.y) over a
+// tile of FMA_ROWS = 32 output rows, each thread FMA_RT = 4 of them (rows 4 ty .. 4 ty + 3) at
+// one channel. For each kernel offset that some row of the tile has (the rows walked in `order`,
+// sorted by neighbour mask, when given) and each Cin chunk of 32, the gathered input rows
+// (pre-activated, zero without a neighbour) and the weights' 32 x 32 slice go to shared memory as
+// floats; a thread then does 32 x 4 FMAs, reading each weight once for 4 rows and each input
+// value once for the warp (a broadcast). conv_direct reads every weight once per output row: on
+// the dense cloud's 32-channel convs that is 27 x 32 x 32 x 4 bytes = 110 KB a row, 32 times what
+// this tile reads. Arguments as the implicit GEMMs' (IMPLICIT_GEMM_ARGS); one offset split only
+// (`splits` and `partial` are ignored).
+#define FMA_ROWS 32
+#define FMA_COLS 32
+#define FMA_K 32
+#define FMA_RT 4
+extern "C" __global__ void __launch_bounds__(256) conv_fma_tiled(
+    const store_t* __restrict__ x, const i32* __restrict__ nbr, const u32* __restrict__ order, const u64* __restrict__ masks,
+    u32 m, u32 kv, const store_t* __restrict__ w, u32 cin, u32 cout, const float* __restrict__ bias,
+    const float* __restrict__ pre_scale, const float* __restrict__ pre_shift, u32 pre, u32 relu,
+    const store_t* __restrict__ residual, store_t* __restrict__ out, u32 splits, float* __restrict__ partial,
+    const float* __restrict__ post_scale, const float* __restrict__ post_shift, u32 post_relu,
+    u32* __restrict__ range_flags, u32 range_layer) {
+    __shared__ float xs[FMA_ROWS][FMA_K + 1];  // +1: the gather's column writes hit 32 banks
+    __shared__ float ws[FMA_K][FMA_COLS];
+    __shared__ i32 rows[FMA_ROWS];
+    __shared__ u32 outs[FMA_ROWS];  // output row of each tile row (m when past the end)
+    const u32 tx = threadIdx.x, ty = threadIdx.y, tid = ty * FMA_COLS + tx;
+    const u32 o0 = blockIdx.x * FMA_ROWS, n0 = blockIdx.y * FMA_COLS, co = n0 + tx;
+    float acc[FMA_RT];
+#pragma unroll
+    for (int j = 0; j < FMA_RT; ++j) acc[j] = 0.f;
+    if (tid < FMA_ROWS) {
+        const u32 p = o0 + tid;
+        outs[tid] = p < m ? (order ? order[p] : p) : m;
+    }
+    for (u32 k = 0; k < kv; ++k) {
+        __syncthreads();
+        if (tid < FMA_ROWS) {
+            const u32 o = outs[tid];
+            rows[tid] = o < m ? nbr[(u64)o * kv + k] : -1;
+        }
+        const int any = __syncthreads_or(tid < FMA_ROWS && rows[tid] >= 0);
+        if (!any) continue;  // no output row of this tile has an input at offset k
+        for (u32 c0 = 0; c0 < cin; c0 += FMA_K) {
+            for (u32 idx = tid; idx < FMA_ROWS * FMA_K; idx += 256) {
+                const u32 r = idx / FMA_K, c = idx % FMA_K;
+                const i32 i = rows[r];
+                float v = 0.f;
+                if (i >= 0 && c0 + c < cin) {
+                    v = store_to_float(x[(u64)i * cin + c0 + c]);
+                    if (pre) {
+                        v = v * pre_scale[c0 + c] + pre_shift[c0 + c];
+                        if (relu) v = fmaxf(v, 0.f);
+                    }
+                }
+                xs[r][c] = v;
+            }
+            for (u32 idx = tid; idx < FMA_K * FMA_COLS; idx += 256) {
+                const u32 r = idx / FMA_COLS, c = idx % FMA_COLS;
+                ws[r][c] = (c0 + r < cin && n0 + c < cout) ? store_to_float(w[((u64)k * cin + c0 + r) * cout + n0 + c]) : 0.f;
+            }
+            __syncthreads();
+#pragma unroll 8
+            for (int c = 0; c < FMA_K; ++c) {
+                const float wv = ws[c][tx];
+#pragma unroll
+                for (int j = 0; j < FMA_RT; ++j) acc[j] += xs[ty * FMA_RT + j][c] * wv;
+            }
+            __syncthreads();  // the next chunk overwrites the tiles
+        }
+    }
+    // Epilogue, as tile_store's: bias, residual, the next layer's BN + ReLU when asked, the range
+    // guard before the ReLU.
+    u32 range_bits = 0;
+    if (co < cout) {
+#pragma unroll
+        for (int j = 0; j < FMA_RT; ++j) {
+            const u32 o = outs[ty * FMA_RT + j];
+            if (o >= m) continue;
+            float v = acc[j];
+            if (bias) v += bias[co];
+            if (residual) v += store_to_float(residual[(u64)o * cout + co]);
+            if (post_scale) v = v * post_scale[co] + post_shift[co];
+            range_bits |= store_range_bits(v);
+            if (post_scale && post_relu) v = fmaxf(v, 0.f);
+            out[(u64)o * cout + co] = store_from_float(v);
+        }
+    }
+    range_flag(range_flags, range_layer, range_bits);
+}
+
 #if STORE_TENSOR_CORES  // the FP32 build (storage.cuh) has conv_direct only
 // ---- Implicit GEMM on tensor cores (mma.sync m16n8k16, FP16 x FP16 or BF16 x BF16 -> FP32).
 // out[BM rows, BN channels] of one block = sum over offsets k and Cin chunks of

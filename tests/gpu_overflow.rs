@@ -73,9 +73,9 @@ fn conv_map(dev: &CudaDevice, rng: &mut Rng, n: usize) -> CudaKernelMap {
     submanifold_cuda_sites(dev, sites, [3; 3], [1; 3]).unwrap()
 }
 
-/// Every conv kernel with the offset splits to try (the direct kernel has none).
+/// Every conv kernel with the offset splits to try (the FP32-unit kernels have none).
 fn conv_algos(w: &CudaConvWeights) -> Vec<(ConvAlgo, Option<usize>)> {
-    let mut v = vec![(ConvAlgo::Direct, None)];
+    let mut v = vec![(ConvAlgo::Direct, None), (ConvAlgo::FmaTiled, None)];
     for splits in [Some(1), Some(3)] {
         for a in [ConvAlgo::ImplicitGemm, ConvAlgo::ImplicitGemm32, ConvAlgo::ImplicitGemmPipe, ConvAlgo::ImplicitGemmPipe32] {
             v.push((a, splits));
@@ -86,6 +86,12 @@ fn conv_algos(w: &CudaConvWeights) -> Vec<(ConvAlgo, Option<usize>)> {
         }
     }
     v
+}
+
+/// The kernels that gather into FP32 (shared memory or registers): a pre-activation is never
+/// stored in FP16 there.
+fn fp32_gather(a: ConvAlgo) -> bool {
+    matches!(a, ConvAlgo::Direct | ConvAlgo::FmaTiled)
 }
 
 fn pipelined(a: ConvAlgo) -> bool {
@@ -152,7 +158,7 @@ fn every_conv_kernel_flags_values_out_of_fp16_range() {
         if pipelined(algo) {
             assert_eq!(p, RANGE_SATURATED, "{case}: saturating pre-activation pass");
             assert!(o & RANGE_NON_FINITE != 0, "{case}: the conv of an inf input: {o}");
-        } else if algo == ConvAlgo::Direct {
+        } else if fp32_gather(algo) {
             assert_eq!((p, o), (0, 0), "{case}: FP32 pre-activation, outputs below 17,280");
         } else {
             assert_eq!(p, 0, "{case}: no pre-activation pass");
@@ -184,7 +190,7 @@ fn every_conv_kernel_flags_values_out_of_fp16_range() {
         let (p, o, _) = run(&x_nan, &small, Some(&bn), None);
         if pipelined(algo) {
             assert!(p & RANGE_NON_FINITE != 0, "{case}: NaN into the pre-activation pass: {p} {o}");
-        } else if algo == ConvAlgo::Direct {
+        } else if fp32_gather(algo) {
             assert_eq!((p, o), (0, 0), "{case}: FP32 gather");
         } else {
             assert!(p == 0 && o & RANGE_NON_FINITE != 0, "{case}: NaN on the gather: {p} {o}");

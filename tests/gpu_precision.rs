@@ -6,8 +6,8 @@
 //! - Kernels: every sparse conv kernel's BF16 build (direct, 64/32-row implicit GEMMs, pipelined,
 //!   each tiled shape, the warpgroup-MMA ones on compute capability 9.0; unsplit and split over
 //!   offsets; with the pre-activation, residual and post-activation) against the f32 CPU conv of
-//!   the same BF16-rounded inputs and weights, and the FP32 build's direct kernel likewise (the
-//!   tensor-core algorithms refused in FP32); the BF16 guard's limit (outputs of 70,400, which
+//!   the same BF16-rounded inputs and weights, and the FP32 build's kernels (direct, FP32-unit
+//!   tiles) likewise (the tensor-core algorithms refused in FP32); the BF16 guard's limit (outputs of 70,400, which
 //!   FP16 flags, are in range; NaN is flagged). The window attention's BF16 build (per-query and
 //!   tiled kernels, the key-split merge, both window kinds) and its FP32 build (per-query kernels)
 //!   against its FP16 build on the same inputs (exactly representable in all three).
@@ -46,7 +46,7 @@ use sptr::model::range::{LayerNames, RANGE_NON_FINITE};
 use sptr::model::weights::Weights;
 use sptr::pipeline::{Segmentation, Segmenter};
 use sptr::sparse::conv_cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
-use sptr::sparse::conv_cuda::{conv_cuda_guarded, ConvAlgo, ConvRange, CudaConvWeights, CudaPreActivation, TILED_VARIANTS, WGMMA_VARIANTS};
+use sptr::sparse::conv_cuda::{conv_cuda_guarded, ConvAlgo, ConvRange, CudaConvWeights, CudaPreActivation, TILED_MIN_OUTPUTS, TILED_VARIANTS, WGMMA_VARIANTS};
 use sptr::sparse::kernel_map::submanifold;
 use sptr::sparse::kernel_map_cuda::{submanifold_cuda, CudaSites};
 use sptr::sparse::tensor::SparseTensor;
@@ -116,7 +116,7 @@ fn bf16_conv_kernels_match_the_cpu() {
         let (ds, dsh, dps, dpsh) = (s.clone_htod(&scale).unwrap(), s.clone_htod(&shift).unwrap(), s.clone_htod(&post_scale).unwrap(), s.clone_htod(&post_shift).unwrap());
         let pre = CudaPreActivation { scale: &ds, shift: &dsh, relu: true };
         let post = CudaPreActivation { scale: &dps, shift: &dpsh, relu: true };
-        let mut algos = vec![(ConvAlgo::Direct, None)];
+        let mut algos = vec![(ConvAlgo::Direct, None), (ConvAlgo::FmaTiled, None)];
         for splits in [Some(1), Some(3)] {
             for a in [ConvAlgo::ImplicitGemm, ConvAlgo::ImplicitGemm32, ConvAlgo::ImplicitGemmPipe, ConvAlgo::ImplicitGemmPipe32] {
                 algos.push((a, splits));
@@ -141,23 +141,27 @@ fn bf16_conv_kernels_match_the_cpu() {
             assert!(e <= 5e-3, "{case}: rel err {e:.3e} > 5e-3");
             assert_eq!(flags.read_now(&dev).unwrap(), vec![0, 0], "{case}: in range");
         }
-        // FP32 storage: the direct kernel, the same values (exact in f32), only the summation
-        // order differs from the CPU's
+        // FP32 storage: the FP32-unit kernels, the same values (exact in f32), only the
+        // summation order differs from the CPU's
         let x32 = up::<f32>(&dev, t.feats());
         let res32 = up::<f32>(&dev, &residual);
         let w32 = CudaConvWeights::<f32>::upload_store(&dev, &w, WeightLayout::Rsck, kv, cin, cout, Some(&bias)).unwrap();
         assert!(!w32.wgmma_ready(), "FP32 weights get no warpgroup-MMA layout");
-        assert_eq!(ConvAlgo::best_for_weights(&w32, m), ConvAlgo::Direct);
-        let flags = RangeFlags::new(&dev, &names).unwrap();
-        let range = ConvRange { conv: Some(flags.slot(out_id).unwrap()), pre: Some(flags.slot(pre_id).unwrap()) };
-        let y = conv_cuda_guarded(&dev, &x32, &map, &w32, Some(&pre), Some(&res32), ConvAlgo::Direct, None, Some(&post), range).unwrap();
-        let e = rel_err(&down(&dev, &y, want.len()), &want);
-        eprintln!("FP32 subm k3 {cin}->{cout}, direct: rel err {e:.2e}");
-        assert!(e <= 1e-5, "FP32 direct conv {cin}->{cout}: rel err {e:.3e} > 1e-5");
-        assert_eq!(flags.read_now(&dev).unwrap(), vec![0, 0], "FP32 direct conv: in range");
+        // FP32: the FP32-unit kernels, tiled on large maps
+        assert_eq!(ConvAlgo::best_for_weights(&w32, 1000), ConvAlgo::Direct);
+        assert_eq!(ConvAlgo::best_for_weights(&w32, TILED_MIN_OUTPUTS), ConvAlgo::FmaTiled);
+        for algo in [ConvAlgo::Direct, ConvAlgo::FmaTiled] {
+            let flags = RangeFlags::new(&dev, &names).unwrap();
+            let range = ConvRange { conv: Some(flags.slot(out_id).unwrap()), pre: Some(flags.slot(pre_id).unwrap()) };
+            let y = conv_cuda_guarded(&dev, &x32, &map, &w32, Some(&pre), Some(&res32), algo, None, Some(&post), range).unwrap();
+            let e = rel_err(&down(&dev, &y, want.len()), &want);
+            eprintln!("FP32 subm k3 {cin}->{cout}, {algo:?}: rel err {e:.2e}");
+            assert!(e <= 1e-5, "FP32 {algo:?} conv {cin}->{cout}: rel err {e:.3e} > 1e-5");
+            assert_eq!(flags.read_now(&dev).unwrap(), vec![0, 0], "FP32 {algo:?} conv: in range");
+        }
         let refused = conv_cuda_guarded(&dev, &x32, &map, &w32, None, None, ConvAlgo::ImplicitGemmPipe32, None, None, ConvRange::default());
         let e = refused.err().expect("FP32 has no tensor-core conv").to_string();
-        assert!(e.contains("fp32") && e.contains("Direct"), "{e}");
+        assert!(e.contains("fp32") && e.contains("FmaTiled"), "{e}");
     }
 }
 

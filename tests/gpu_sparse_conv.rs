@@ -137,7 +137,7 @@ fn check_conv(
     let pre = CudaPreActivation { scale: &dscale, shift: &dshift, relu: true };
     // The implicit GEMM walks all kernel offsets in one block (1), cuts them into 2 or 4 slices
     // summed by a second pass, into as many slices as offsets (kv; a slice of one), or as it picks.
-    let mut algos = vec![(ConvAlgo::Direct, None)];
+    let mut algos = vec![(ConvAlgo::Direct, None), (ConvAlgo::FmaTiled, None)];
     if ConvAlgo::best_for(cin, cout, cpu_map.out_count()) != ConvAlgo::Direct {
         for splits in [Some(1), Some(2), Some(4), Some(kv), None] {
             algos.push((ConvAlgo::ImplicitGemm, splits));
@@ -192,7 +192,7 @@ fn check_conv(
     let want: Vec<f32> = cpu.iter().enumerate().map(|(i, &v)| (v * post_scale[i % cout] + post_shift[i % cout]).max(0.0)).collect();
     let (dps, dpsh) = (s.clone_htod(&post_scale).unwrap(), s.clone_htod(&post_shift).unwrap());
     let post = CudaPreActivation { scale: &dps, shift: &dpsh, relu: true };
-    let mut posts = vec![(ConvAlgo::Direct, None)];
+    let mut posts = vec![(ConvAlgo::Direct, None), (ConvAlgo::FmaTiled, None)];
     if ConvAlgo::best_for(cin, cout, cpu_map.out_count()) != ConvAlgo::Direct {
         for splits in [Some(1), Some(3), None] {
             posts.push((ConvAlgo::ImplicitGemm32, splits));

@@ -75,7 +75,7 @@ pub fn bench_spconv(dev: &CudaDevice, name: &str, coords: Vec<[i32; 4]>, shape: 
         let ms = dev.time_median_ms(3, iters, || conv_cuda(dev, &x, &subm, &w, None, None).map(|_| ()))?;
         rows.push(BenchRow { case: format!("{name}/subm_k3_map_cached"), sites_in: n, sites_out: n, cin: c, cout: c, ms, tflops: flops / ms / 1e9 });
         // The other kernels on the same map, to choose the default from measurements.
-        let fixed = [ConvAlgo::ImplicitGemm, ConvAlgo::ImplicitGemm32, ConvAlgo::ImplicitGemmPipe, ConvAlgo::ImplicitGemmPipe32, ConvAlgo::Direct];
+        let fixed = [ConvAlgo::ImplicitGemm, ConvAlgo::ImplicitGemm32, ConvAlgo::ImplicitGemmPipe, ConvAlgo::ImplicitGemmPipe32, ConvAlgo::Direct, ConvAlgo::FmaTiled];
         let wgmma = WGMMA_VARIANTS.iter().filter(|v| w.wgmma_ready() && c % v.cols as usize == 0).map(|v| v.algo());
         for algo in fixed.into_iter().chain(TILED_VARIANTS.iter().map(|v| v.algo())).chain(wgmma) {
             let ms = dev.time_median_ms(3, iters, || conv_cuda_split(dev, &x, &subm, &w, None, None, algo, None, None).map(|_| ()))?;
