@@ -277,6 +277,15 @@ pub struct CameraWorker {
     last_log: Option<Instant>,
 }
 
+/// A camera frame whose host part is done ([`CameraWorker::prepare`]), waiting for its model
+/// pass ([`CameraWorker::finish`]).
+pub struct PreparedFrame {
+    started: Instant,
+    stamp: cdr::Time,
+    frame_id: String,
+    inputs: crate::bev::branch::BevFrameInputs,
+}
+
 /// The camera stages published under `~/debug/stage_ms/`.
 pub const CAMERA_STAGES: [&str; 4] = ["camera_sync", "camera_decode", "sweeps", "bev_map"];
 
@@ -295,14 +304,24 @@ impl CameraWorker {
         lock(&self.diag).bev_model = description;
     }
 
-    /// After a cloud's LiDAR outputs: the frame's camera inputs, the model's map, the timings.
+    /// A cloud's camera frame in one go: [`CameraWorker::prepare`] then [`CameraWorker::finish`].
     pub fn frame(&mut self, msg: &PointCloud2) {
+        if let Some(p) = self.prepare(msg) {
+            self.finish(p);
+        }
+    }
+
+    /// The host part of a cloud's camera frame, which needs no GPU: the cloud's points, the
+    /// camera messages that arrived, TF, and the branch's inputs (sync, calibration, JPEG
+    /// checks, sweeps). The node runs it on a thread of its own while the LiDAR path runs (1-1.5
+    /// ms a frame on the H100 host off the frame's critical path). `None`: the cloud does not
+    /// decode (the LiDAR path rejects it and reports why). A prepared frame whose cloud the LiDAR
+    /// path then drops (an overflow with `on_overflow: drop`) is not finished: no map, but its
+    /// cameras' sync counts in their statistics.
+    pub fn prepare(&mut self, msg: &PointCloud2) -> Option<PreparedFrame> {
         let t = Instant::now();
         let stamp = cdr::Time { sec: msg.header.stamp.sec, nanosec: msg.header.stamp.nanosec };
-        let points = match super::decode(msg) {
-            Ok((p, _)) => p,
-            Err(_) => return, // the LiDAR path rejected it already
-        };
+        let points = super::decode(msg).ok()?.0;
         // Taken slot by slot: the inbox keeps one slot per camera for the subscription tasks.
         let arrived = {
             let mut inbox = lock(&self.inbox);
@@ -334,7 +353,14 @@ impl CameraWorker {
                 dropped(&self.diag, &mut self.last_log, &self.logger, format!("{topic}: {}", errors.join("; ")));
             }
         }
-        let mut inputs = self.branch.frame(stamp.as_nanos(), &msg.header.frame_id, &points);
+        let inputs = self.branch.frame(stamp.as_nanos(), &msg.header.frame_id, &points);
+        Some(PreparedFrame { started: t, stamp, frame_id: msg.header.frame_id.clone(), inputs })
+    }
+
+    /// After the cloud's LiDAR outputs: the model's map of a prepared frame, its messages, the
+    /// timings (from the start of `prepare`) and the diagnostics.
+    pub fn finish(&mut self, frame: PreparedFrame) {
+        let PreparedFrame { started: t, stamp, frame_id, mut inputs } = frame;
         let mut stage_ms = [0.0f64; 4];
         for (i, (_, v)) in inputs.stages.iter().enumerate() {
             stage_ms[i] = *v;
@@ -354,7 +380,7 @@ impl CameraWorker {
             match map {
                 Ok(map) => {
                     stage_ms[3] = tm.elapsed().as_secs_f64() * 1e3;
-                    match map_messages(&map, &pubs.style, stamp, &msg.header.frame_id, &self.bev_frame) {
+                    match map_messages(&map, &pubs.style, stamp, &frame_id, &self.bev_frame) {
                         Ok(m) => {
                             for (p, g) in pubs.classes.iter().zip(&m.grids) {
                                 let _ = p.publish(&grid_to_msg(g));

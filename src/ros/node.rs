@@ -331,7 +331,14 @@ impl Worker {
     ) -> Result<(), Rejected> {
         let msg = &frame.msg;
         super::fields_into(msg, fields);
-        let out = self.processor.process(&super::cloud_view(msg, fields))?;
+        // The camera frame's host part (no GPU) runs on a thread of its own while this one runs
+        // the LiDAR path (which holds the CUDA context); its model pass follows the LiDAR outputs.
+        let (out, camera_frame) = std::thread::scope(|s| {
+            let prepare = self.cameras.as_mut().map(|cw| s.spawn(move || cw.prepare(msg)));
+            let out = self.processor.process(&super::cloud_view(msg, fields));
+            (out, prepare.and_then(|h| h.join().ok().flatten()))
+        });
+        let out = out?;
         let FrameOutput {
             cloud,
             grids,
@@ -431,8 +438,8 @@ impl Worker {
         });
         let _ = self.pubs.latency.publish(&f64_msg(latency));
         let _ = self.pubs.processing.publish(&f64_msg(total_ms));
-        if let Some(cw) = self.cameras.as_mut() {
-            cw.frame(msg);
+        if let (Some(cw), Some(f)) = (self.cameras.as_mut(), camera_frame) {
+            cw.finish(f);
         }
         drop(open);
         self.counters
