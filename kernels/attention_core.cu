@@ -876,7 +876,7 @@ ATTN_TILED_KERNEL(32, true, 3, attn_ctx_tiled_split_d32)
 // (through L1), once per query: 49 times per key. Launched for MODE_BIAS2D when every window has
 // at most WIN_MAX_TOKENS tokens and the table at most WIN_MAX_TABLE entries (src/attention/cuda.rs,
 // `CudaBias2d::whole_window`); blockDim.x must be WIN_MAX_TOKENS. Storage-generic (store_t,
-// storage.cuh) like the rest of this file, so it builds in both storage builds.
+// storage.cuh) like the rest of this file, so it builds in every storage build.
 #define WIN_MAX_TOKENS 64
 #define WIN_MAX_TABLE 256
 template <int D>

@@ -15,9 +15,9 @@
 //! Q K^T and P V as MMAs, the RPE terms factored into per-query and per-key-tile values and
 //! per-query histograms for the value table (see attention_core.cu).
 //!
-//! q, k, v and the output are FP16 or BF16 ([`crate::device::storage`]): the attention entry
-//! points are generic over the element type [`Store`] (`QkvView` defaults to FP16), which picks
-//! attention_core's build.
+//! q, k, v and the output are FP16, BF16 or FP32 ([`crate::device::storage`]): the attention
+//! entry points are generic over the element type [`Store`] (`QkvView` defaults to FP16), which
+//! picks attention_core's build (FP32's has the per-query kernels only).
 
 use super::cpu::HeadSlice;
 use super::partition::Partition;

@@ -3,8 +3,8 @@
 //!
 //! `kernels` (the embedded sources) is always compiled so tools can list them; `nvrtc` (compile
 //! and on-disk cache), `cuda` (context, stream, loaded modules) and `range` (the FP16 range
-//! guard's device buffers, see `model::range`) need feature `cuda`. `storage`: FP16 or BF16
-//! activations and the `precision` setting.
+//! guard's device buffers, see `model::range`) need feature `cuda`. `storage`: FP16, BF16 or
+//! FP32 activations and the `precision` setting.
 
 pub mod kernels;
 pub mod storage;

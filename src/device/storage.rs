@@ -1,19 +1,23 @@
-//! Activation storage: FP16 or BF16, and the `precision` setting that chooses between them.
+//! Activation storage: FP16, BF16 or FP32, and the `precision` setting that chooses between them.
 //!
-//! The CUDA path stores activations and weights in 2-byte floats and accumulates in FP32. FP16
-//! (the default) has 11 significant bits but a largest finite value of 65,504: a checkpoint whose
-//! activations grow past it overflows (the range guard, [`crate::model::range`], reports it).
-//! BF16 has FP32's exponent range (largest finite value 3.39e38) with 8 significant bits, on the
-//! same tensor-core instructions at the same rate.
+//! The CUDA path stores activations and weights in 2-byte floats on tensor cores and accumulates
+//! in FP32. FP16 (the default) has 11 significant bits but a largest finite value of 65,504: a
+//! checkpoint whose activations grow past it overflows (the range guard,
+//! [`crate::model::range`], reports it). BF16 has FP32's exponent range (largest finite value
+//! 3.39e38) with 8 significant bits, on the same tensor-core instructions at the same rate. FP32
+//! storage is the wide fallback (precision `auto` after an overflow, and `fp32`): FP32's range and
+//! precision without tensor cores (the FP32-unit convs, the per-query attention, FP32 cuBLAS).
 //!
-//! One kernel source serves both: the modules that store activations
+//! One kernel source serves all three: the modules that store activations
 //! ([`crate::device::kernels::STORAGE_MODULES`]) are written against `store_t` and its
-//! conversions (`kernels/storage.cuh`), and NVRTC compiles them a second time with
-//! `-DSPTR_STORAGE_BF16` for the BF16 twin (without the define the compiled FP16 code is what it
-//! was before storage.cuh existed). On the host a buffer's Rust element type says what it holds:
-//! `CudaSlice<half::f16>` or `CudaSlice<half::bf16>`; functions over activations are generic over
-//! [`Store`] (implemented by both), which picks the kernel build, the conversions on upload and
-//! download and cuBLAS's data type. A buffer of one format can never reach a kernel of the other.
+//! conversions (`kernels/storage.cuh`), and NVRTC compiles them again with `-DSPTR_STORAGE_BF16`
+//! and `-DSPTR_STORAGE_F32` for the twins (without a define the compiled FP16 code is what it was
+//! before storage.cuh existed; the FP32 build leaves out the tensor-core kernels). On the host a
+//! buffer's Rust element type says what it holds: `CudaSlice<half::f16>`,
+//! `CudaSlice<half::bf16>` or `CudaSlice<f32>`; functions over activations are generic over
+//! [`Store`] (implemented by the three), which picks the kernel build, the conversions on upload
+//! and download and cuBLAS's data type. A buffer of one format can never reach a kernel of
+//! another.
 
 use crate::Error;
 

@@ -2,9 +2,9 @@
 //! FP32 accumulation, over a `CudaKernelMap`'s neighbour table; the same function as
 //! `conv_cpu::conv_with` (bias, pre-activation on the gather, residual add).
 //!
-//! Features and weights are FP16 or BF16 ([`crate::device::storage`]): everything here is
+//! Features and weights are FP16, BF16 or FP32 ([`crate::device::storage`]): everything here is
 //! generic over the element type [`Store`] (`CudaConvWeights` defaults to FP16), which picks the
-//! kernel build.
+//! kernel build (FP32's has the FP32-unit kernels only: `conv_direct`, `conv_fma_tiled`).
 
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::range::RangeSlot;
