@@ -238,12 +238,11 @@ impl Segmenter {
         let out = run(storage)?;
         let Some((wide, first)) = c.nets.recompute(storage, !out.range.is_clean()) else { return Ok(out) };
         if first {
+            let wide_name = wide.name().to_uppercase();
             eprintln!(
-                "sptr: precision auto: the FP16 forward left FP16's range ({}); this frame is computed again in {} \
-                 and the model stays on {} from now on",
-                out.range.summary(3),
-                wide.name().to_uppercase(),
-                wide.name().to_uppercase()
+                "sptr: precision auto: the FP16 forward left FP16's range ({}); this frame is computed again in {wide_name} \
+                 and the model stays on {wide_name} from now on",
+                out.range.summary(3)
             );
         }
         let mut again = run(wide)?;

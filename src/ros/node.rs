@@ -336,7 +336,9 @@ impl Worker {
         let (out, camera_frame) = std::thread::scope(|s| {
             let prepare = self.cameras.as_mut().map(|cw| s.spawn(move || cw.prepare(msg)));
             let out = self.processor.process(&super::cloud_view(msg, fields));
-            (out, prepare.and_then(|h| h.join().ok().flatten()))
+            // a panic in the camera part is this thread's, as when it ran here
+            let prepared = prepare.and_then(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+            (out, prepared)
         });
         let out = out?;
         let FrameOutput {
