@@ -45,6 +45,43 @@ extern "C" __global__ void conv_direct(const store_t* __restrict__ x, const i32*
     out[(u64)o * cout + co] = store_from_float(acc);
 }
 
+// ---- Shared by the tiled kernels (FP32 units and tensor cores) and the split reduction.
+
+// Tile rows -> output rows: outs[r] = output row of tile row r of a tile starting at o0 (walked in
+// `order` when given), m when past the end. Threads 0 .. n_rows - 1 write it.
+__device__ __forceinline__ void tile_outs(u32* outs, u32 n_rows, u32 o0, u32 m, const u32* __restrict__ order, u32 tid) {
+    if (tid < n_rows) {
+        const u32 p = o0 + tid;
+        outs[tid] = p < m ? (order ? order[p] : p) : m;
+    }
+}
+
+// The tile rows' inputs at kernel offset k (rows[r], -1 where none), after the block's previous
+// use of `rows` is over; whether any tile row has one (the whole block agrees: skip the offset
+// when not).
+__device__ __forceinline__ bool tile_rows_at(i32* rows, const u32* outs, u32 n_rows, const i32* __restrict__ nbr, u32 m, u32 kv,
+                                             u32 k, u32 tid) {
+    __syncthreads();
+    if (tid < n_rows) {
+        const u32 o = outs[tid];
+        rows[tid] = o < m ? nbr[(u64)o * kv + k] : -1;
+    }
+    return __syncthreads_or(tid < n_rows && rows[tid] >= 0);
+}
+
+// One output value's epilogue: + bias + residual, the next layer's BN when asked, the range guard
+// (before the ReLU, which would zero a NaN or -inf) into `range_bits`, then that ReLU.
+__device__ __forceinline__ float conv_epilogue(float v, u64 i, u32 n, const float* __restrict__ bias,
+                                               const store_t* __restrict__ residual, const float* __restrict__ post_scale,
+                                               const float* __restrict__ post_shift, u32 post_relu, u32& range_bits) {
+    if (bias) v += bias[n];
+    if (residual) v += store_to_float(residual[i]);
+    if (post_scale) v = v * post_scale[n] + post_shift[n];
+    range_bits |= store_range_bits(v);
+    if (post_scale && post_relu) v = fmaxf(v, 0.f);
+    return v;
+}
+
 // ---- Tiled conv on the FP32 units (no tensor cores): the FP32 build's conv, any channel count.
 // A block = 256 threads = 32 output channels (threadIdx.x) x 8 row groups (threadIdx.y) over a
 // tile of FMA_ROWS = 32 output rows, each thread FMA_RT = 4 of them (rows 4 ty .. 4 ty + 3) at
@@ -76,18 +113,9 @@ extern "C" __global__ void __launch_bounds__(256) conv_fma_tiled(
     float acc[FMA_RT];
 #pragma unroll
     for (int j = 0; j < FMA_RT; ++j) acc[j] = 0.f;
-    if (tid < FMA_ROWS) {
-        const u32 p = o0 + tid;
-        outs[tid] = p < m ? (order ? order[p] : p) : m;
-    }
+    tile_outs(outs, FMA_ROWS, o0, m, order, tid);
     for (u32 k = 0; k < kv; ++k) {
-        __syncthreads();
-        if (tid < FMA_ROWS) {
-            const u32 o = outs[tid];
-            rows[tid] = o < m ? nbr[(u64)o * kv + k] : -1;
-        }
-        const int any = __syncthreads_or(tid < FMA_ROWS && rows[tid] >= 0);
-        if (!any) continue;  // no output row of this tile has an input at offset k
+        if (!tile_rows_at(rows, outs, FMA_ROWS, nbr, m, kv, k, tid)) continue;  // no tile row has offset k
         for (u32 c0 = 0; c0 < cin; c0 += FMA_K) {
             for (u32 idx = tid; idx < FMA_ROWS * FMA_K; idx += 256) {
                 const u32 r = idx / FMA_K, c = idx % FMA_K;
@@ -116,21 +144,14 @@ extern "C" __global__ void __launch_bounds__(256) conv_fma_tiled(
             __syncthreads();  // the next chunk overwrites the tiles
         }
     }
-    // Epilogue, as tile_store's: bias, residual, the next layer's BN + ReLU when asked, the range
-    // guard before the ReLU.
     u32 range_bits = 0;
     if (co < cout) {
 #pragma unroll
         for (int j = 0; j < FMA_RT; ++j) {
             const u32 o = outs[ty * FMA_RT + j];
             if (o >= m) continue;
-            float v = acc[j];
-            if (bias) v += bias[co];
-            if (residual) v += store_to_float(residual[(u64)o * cout + co]);
-            if (post_scale) v = v * post_scale[co] + post_shift[co];
-            range_bits |= store_range_bits(v);
-            if (post_scale && post_relu) v = fmaxf(v, 0.f);
-            out[(u64)o * cout + co] = store_from_float(v);
+            const u64 i = (u64)o * cout + co;
+            out[i] = store_from_float(conv_epilogue(acc[j], i, co, bias, residual, post_scale, post_shift, post_relu, range_bits));
         }
     }
     range_flag(range_flags, range_layer, range_bits);
@@ -273,22 +294,13 @@ __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
-    if (tid < BM) {
-        const u32 p = o0 + tid;
-        outs[tid] = p < m ? (order ? order[p] : p) : m;
-    }
+    tile_outs(outs, BM, o0, m, order, tid);
     // Split over kernel offsets (blockIdx.z of `splits`): each block sums its share of the
     // offsets into an FP32 partial; conv_split_reduce adds them in split order (deterministic).
     const u32 per = (kv + splits - 1) / splits;
     const u32 k_begin = blockIdx.z * per, k_end = min(kv, k_begin + per);
     for (u32 k = k_begin; k < k_end; ++k) {
-        __syncthreads();
-        if (tid < BM) {
-            const u32 o = outs[tid];
-            rows[tid] = o < m ? nbr[(u64)o * kv + k] : -1;
-        }
-        const int any = __syncthreads_or(tid < BM && rows[tid] >= 0);
-        if (!any) continue;  // no output row of this tile has an input at offset k
+        if (!tile_rows_at(rows, outs, BM, nbr, m, kv, k, tid)) continue;  // no tile row has offset k
         for (u32 c0 = 0; c0 < cin; c0 += IG_BK) {
             // A: BM rows x 32 halves = BM * 4 vectors of 8 halves, MI per thread.
 #pragma unroll
@@ -909,12 +921,9 @@ extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, 
     if (i >= total) return;
     float v = 0.f;
     for (u32 z = 0; z < splits; ++z) v += partial[z * total + i];
-    const u32 n = (u32)(i % cout);
-    if (bias) v += bias[n];
-    if (residual) v += store_to_float(residual[i]);
-    if (post_scale) v = v * post_scale[n] + post_shift[n];
-    range_flag(range_flags, range_layer, store_range_bits(v));  // before the ReLU, as tile_store
-    if (post_scale && post_relu) v = fmaxf(v, 0.f);
+    u32 range_bits = 0;
+    v = conv_epilogue(v, i, (u32)(i % cout), bias, residual, post_scale, post_shift, post_relu, range_bits);
+    range_flag(range_flags, range_layer, range_bits);
     out[i] = store_from_float(v);
 }
 
