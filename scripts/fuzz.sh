@@ -7,7 +7,11 @@
 #
 # A long run's budget is CPU time, not wall time: on a busy machine libFuzzer's wall-clock limit
 # would give a target less than asked, so a target runs in rounds (each continuing from the
-# grown corpus) until its processes have used CPU_SECONDS of CPU (user + system).
+# grown corpus) until its processes have used CPU_SECONDS of CPU (user + system). A round lasts
+# at most 10 minutes (SPTR_FUZZ_ROUND_S) and the CPU time of the finished rounds is kept in
+# fuzz/artifacts/<target>.progress: a long run cut off (a session or a machine ending) goes on
+# from there when started again with the same budget, and only the round under way is lost; the
+# progress file goes when the target's summary is written.
 #
 # Installs what it needs when missing (the nightly toolchain, cargo-fuzz), seeds each target's
 # corpus from the committed test data (tests/data, config), keeps the grown corpus in
@@ -24,6 +28,7 @@ SECS=${1:-60}
 shift || true
 CACHE=${SPTR_FUZZ_CACHE:-$HOME/.cache/sptr/fuzz}
 ART=fuzz/artifacts
+ROUND_S=${SPTR_FUZZ_ROUND_S:-600}  # the longest a round of a long run lasts (wall seconds)
 export CARGO_TARGET_DIR=${SPTR_FUZZ_TARGET_DIR:-$CACHE/target}
 
 if ! rustup run nightly rustc --version > /dev/null 2>&1; then
@@ -136,15 +141,25 @@ for t in "${targets[@]}"; do
     mkdir -p "$corpus" "$ART/$t"
     dict=$(dict_for "$t")
     log="$ART/$t.log"
-    : > "$log"
+    progress="$ART/$t.progress"
     start=$(date +%s)
+    wall_before=0  # wall seconds of the finished rounds of a run that was cut off
     cpu_ms=0
     round=0
+    # A long run of the same budget that was cut off goes on: its log is appended to (the summary
+    # counts the executions of every finished round in it) and its CPU time counts.
+    if [ -z "${SPTR_FUZZ_RUNS:-}" ] && [ -f "$progress" ] && [ "$(cut -d' ' -f1 "$progress")" = "$SECS" ]; then
+        read -r _ cpu_ms round wall_before < "$progress"
+        echo "fuzz: $t: going on from round $round, $((cpu_ms / 1000)) CPU-s of $SECS done" | tee -a "$log"
+    else
+        : > "$log"
+        rm -f "$progress"
+    fi
     while :; do
         if [ -z "${SPTR_FUZZ_RUNS:-}" ]; then
             left=$(( SECS - cpu_ms / 1000 ))
             [ "$left" -le 0 ] && break
-            budget=(-max_total_time="$left")
+            budget=(-max_total_time="$(( left < ROUND_S ? left : ROUND_S ))")
         fi
         round=$((round + 1))
         # `times` in the round's subshell reports the CPU time of its children (cargo and the
@@ -160,6 +175,7 @@ import re, sys
 line = open(sys.argv[1]).read().splitlines()[-1]
 print(sum(round((int(m) * 60 + float(s)) * 1000) for m, s in re.findall(r"(\d+)m([\d.]+)s", line)))' "$ART/$t.cpu") ))
         echo "round $round: exit $rc, cpu so far $((cpu_ms / 1000)) s" >> "$log"
+        [ -z "${SPTR_FUZZ_RUNS:-}" ] && echo "$SECS $cpu_ms $round $((wall_before + $(date +%s) - start))" > "$progress"
         # libFuzzer's timeout is wall time: on a loaded machine a fast input can pass 1 s while
         # the fuzzer waits for a core. A round that ended on timeouts only is checked again.
         if [ "$rc" != 0 ] && timeouts_not_reproduced "$t" "$log"; then
@@ -170,7 +186,7 @@ print(sum(round((int(m) * 60 + float(s)) * 1000) for m, s in re.findall(r"(\d+)m
         # A fixed run count is one round; a finding ends the target's run.
         { [ -n "${SPTR_FUZZ_RUNS:-}" ] || [ "$rc" != 0 ]; } && break
     done
-    secs=$(( $(date +%s) - start ))
+    secs=$(( wall_before + $(date +%s) - start ))
     python3 - "$t" "$rc" "$secs" "$log" "$corpus" "$ART/$t" "$cpu_ms" "$round" >> "$summary" <<'PY'
 import json, os, re, sys, time
 t, rc, secs, log, corpus, art, cpu_ms, rounds = sys.argv[1:]
@@ -191,6 +207,7 @@ print(json.dumps({"target": t, "date": time.strftime("%Y-%m-%d %H:%M"), "seconds
                   "timeouts_not_reproduced": spurious,
                   "outcome": outcome}))
 PY
+    rm -f "$progress"
     tail -1 "$summary"
     if [ "$rc" != 0 ] || ls "$ART/$t" | grep -qE '^(crash|timeout|oom|leak)-'; then
         failed=1
