@@ -175,12 +175,10 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
     gpu.set_swin_fused(&dev, fused0)?;
     gpu.set_swin_whole_window_attention(whole0);
     // last: a capture the driver refuses must not cost the numbers above
-    // The CUDA graph: captured on a device with a stream of its own (capture is refused on the
-    // legacy default stream the encoder runs on above: session 10's
-    // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), with the encoder uploaded there.
+    // The CUDA graph: captured on a second device handle (its own stream), the encoder uploaded there.
     drop((gpu, x));
     let graph_lines = (|| -> Result<Vec<String>, Error> {
-        let dev2 = CudaDevice::new_capturable(0)?;
+        let dev2 = CudaDevice::new(0)?;
         let gpu2 = CudaCameraEncoder::upload(&dev2, &enc)?;
         let plan2 = gpu2.plan(&dev2, n, h, w)?;
         let x2 = dev2.stream.clone_htod(&h16).map_err(cuda_err("uploading images"))?;

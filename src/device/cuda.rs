@@ -83,19 +83,12 @@ impl CudaDevice {
         unsafe { cudarc::driver::sys::cuMemPoolTrimTo(pool, 0) }.result().map_err(cuda_err("trimming the memory pool"))
     }
 
-    /// Opens GPU `ordinal`. Errors (never panics) when there is no driver, no GPU or no NVRTC.
+    /// Opens GPU `ordinal` with a stream of its own (non-blocking): work on two devices opened
+    /// in one process (the node's LiDAR path and its BEV map model) overlaps on the GPU, where
+    /// the legacy default stream would serialise them, and the stream can be captured into a
+    /// CUDA graph (capture is refused on the legacy stream: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
+    /// Errors (never panics) when there is no driver, no GPU or no NVRTC.
     pub fn new(ordinal: usize) -> Result<CudaDevice, Error> {
-        Self::open(ordinal, false)
-    }
-
-    /// Like [`CudaDevice::new`], with a stream of its own (non-blocking) instead of the legacy
-    /// default stream: CUDA-graph stream capture is refused on the legacy stream
-    /// (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED), so whatever is to be captured runs here.
-    pub fn new_capturable(ordinal: usize) -> Result<CudaDevice, Error> {
-        Self::open(ordinal, true)
-    }
-
-    fn open(ordinal: usize, own_stream: bool) -> Result<CudaDevice, Error> {
         if !driver_available() {
             return Err(Error::Cuda(
                 "no CUDA driver (libcuda.so) on this machine: install the NVIDIA driver, or run with device `cpu`".into(),
@@ -117,7 +110,7 @@ impl CudaDevice {
         unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx.compute_capability().map_err(cuda_err("reading the compute capability"))?;
         let name = ctx.name().map_err(cuda_err("reading the device name"))?;
-        let stream = if own_stream { ctx.new_stream().map_err(cuda_err("creating a stream"))? } else { ctx.default_stream() };
+        let stream = ctx.new_stream().map_err(cuda_err("creating a stream"))?;
         keep_freed_memory_in_pool(&ctx)?;
         Ok(CudaDevice {
             ctx,
