@@ -164,6 +164,12 @@ impl SegMapModel {
 impl BevMapModel for SegMapModel {
     fn forward(&mut self, inputs: &BevFrameInputs) -> Result<BevMap, Error> {
         self.decode_failures.clear();
+        // The node and the pipeline bench run the model on a thread of its own (beside the LiDAR
+        // path): the library calls (cuDNN, cuBLASLt, nvJPEG) need the context current there.
+        #[cfg(feature = "cuda")]
+        if let Backend::Cuda { dev, .. } = &self.backend {
+            dev.ctx.bind_to_thread().map_err(|e| Error::Cuda(format!("binding the CUDA context for the BEV map model: {e:?}")))?;
+        }
         if inputs.images.len() != inputs.calibration.len() {
             return Err(Error::InvalidInput(format!(
                 "{} camera images for a calibration of {} cameras",

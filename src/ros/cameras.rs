@@ -278,12 +278,27 @@ pub struct CameraWorker {
 }
 
 /// A camera frame whose host part is done ([`CameraWorker::prepare`]), waiting for its model
-/// pass ([`CameraWorker::finish`]).
+/// pass ([`CameraWorker::compute`]).
 pub struct PreparedFrame {
     started: Instant,
     stamp: cdr::Time,
     frame_id: String,
     inputs: crate::bev::branch::BevFrameInputs,
+}
+
+/// A camera frame with its map messages made ([`CameraWorker::compute`]), waiting for the cloud's
+/// LiDAR outputs to go out first ([`CameraWorker::publish`]).
+pub struct ComputedFrame {
+    started: Instant,
+    /// [`CAMERA_STAGES`], ms.
+    stage_ms: [f64; 4],
+    /// Per class grids, the class bits, the colour image.
+    messages: Option<(Vec<OccupancyGrid>, Image, Image)>,
+    /// Why the frame has no map (the model or the messages failed).
+    problem: Option<String>,
+    /// Cameras the model masked (an image it could not decode), for the log.
+    notes: Vec<String>,
+    statuses: Vec<CameraStatus>,
 }
 
 /// The camera stages published under `~/debug/stage_ms/`.
@@ -304,20 +319,22 @@ impl CameraWorker {
         lock(&self.diag).bev_model = description;
     }
 
-    /// A cloud's camera frame in one go: [`CameraWorker::prepare`] then [`CameraWorker::finish`].
+    /// A cloud's camera frame in one go: [`CameraWorker::prepare`], [`CameraWorker::compute`],
+    /// [`CameraWorker::publish`].
     pub fn frame(&mut self, msg: &PointCloud2) {
         if let Some(p) = self.prepare(msg) {
-            self.finish(p);
+            let c = self.compute(p);
+            self.publish(c);
         }
     }
 
     /// The host part of a cloud's camera frame, which needs no GPU: the cloud's points, the
     /// camera messages that arrived, TF, and the branch's inputs (sync, calibration, JPEG
-    /// checks, sweeps). The node runs it on a thread of its own while the LiDAR path runs (1-1.5
-    /// ms a frame on the H100 host off the frame's critical path). `None`: the cloud does not
-    /// decode (the LiDAR path rejects it and reports why). A prepared frame whose cloud the LiDAR
-    /// path then drops (an overflow with `on_overflow: drop`) is not finished: no map, but its
-    /// cameras' sync counts in their statistics.
+    /// checks, sweeps). The node runs it, and then [`CameraWorker::compute`], on a thread of its
+    /// own while the LiDAR path runs. `None`: the cloud does not decode (the LiDAR path rejects
+    /// it and reports why). A frame whose cloud the LiDAR path then drops (an overflow with
+    /// `on_overflow: drop`) is not published: no map, but its cameras' sync counts in their
+    /// statistics.
     pub fn prepare(&mut self, msg: &PointCloud2) -> Option<PreparedFrame> {
         let t = Instant::now();
         let stamp = cdr::Time { sec: msg.header.stamp.sec, nanosec: msg.header.stamp.nanosec };
@@ -357,17 +374,16 @@ impl CameraWorker {
         Some(PreparedFrame { started: t, stamp, frame_id: msg.header.frame_id.clone(), inputs })
     }
 
-    /// After the cloud's LiDAR outputs: the model's map of a prepared frame, its messages, the
-    /// timings (from the start of `prepare`) and the diagnostics.
-    pub fn finish(&mut self, frame: PreparedFrame) {
-        let PreparedFrame { started: t, stamp, frame_id, mut inputs } = frame;
+    /// A prepared frame through the model and into its map messages, ready to publish. The node
+    /// runs it on the camera thread right after [`CameraWorker::prepare`], beside the LiDAR path:
+    /// the two models overlap on the GPU (each on a stream of its own).
+    pub fn compute(&mut self, frame: PreparedFrame) -> ComputedFrame {
+        let PreparedFrame { started, stamp, frame_id, mut inputs } = frame;
         let mut stage_ms = [0.0f64; 4];
         for (i, (_, v)) in inputs.stages.iter().enumerate() {
             stage_ms[i] = *v;
         }
-        let mut problem = None;
-        let mut published = None;
-        let mut notes = Vec::new();
+        let mut out = ComputedFrame { started, stage_ms, messages: None, problem: None, notes: Vec::new(), statuses: Vec::new() };
         if let Some((model, pubs)) = self.model.as_mut() {
             let tm = Instant::now();
             let map = model.forward(&inputs);
@@ -375,25 +391,38 @@ impl CameraWorker {
             for (cam, why) in model.take_decode_failures() {
                 self.branch.decode_failed(&mut inputs, cam, &why);
                 let name = self.branch.names().get(cam).cloned().unwrap_or_default();
-                notes.push(format!("{name}: image could not be decoded, camera masked for this frame: {why}"));
+                out.notes.push(format!("{name}: image could not be decoded, camera masked for this frame: {why}"));
             }
             match map {
                 Ok(map) => {
-                    stage_ms[3] = tm.elapsed().as_secs_f64() * 1e3;
+                    out.stage_ms[3] = tm.elapsed().as_secs_f64() * 1e3;
                     match map_messages(&map, &pubs.style, stamp, &frame_id, &self.bev_frame) {
                         Ok(m) => {
-                            for (p, g) in pubs.classes.iter().zip(&m.grids) {
-                                let _ = p.publish(&grid_to_msg(g));
-                            }
-                            let _ = pubs.bits.publish(&image_to_msg(&m.bits));
-                            let _ = pubs.color.publish(&image_to_msg(&m.color));
-                            published = Some(true);
+                            let grids = m.grids.iter().map(grid_to_msg).collect();
+                            out.messages = Some((grids, image_to_msg(&m.bits), image_to_msg(&m.color)));
                         }
-                        Err(e) => problem = Some(format!("BEV map not published: {e}")),
+                        Err(e) => out.problem = Some(format!("BEV map not published: {e}")),
                     }
                 }
-                Err(e) => problem = Some(format!("BEV map model failed on a frame: {e}")),
+                Err(e) => out.problem = Some(format!("BEV map model failed on a frame: {e}")),
             }
+        }
+        out.statuses = inputs.cameras.iter().map(|c| c.status).collect();
+        out
+    }
+
+    /// After the cloud's LiDAR outputs: a computed frame's map messages, the timings (from the
+    /// start of `prepare`) and the diagnostics.
+    pub fn publish(&mut self, frame: ComputedFrame) {
+        let ComputedFrame { started, stage_ms, messages, problem, notes, statuses } = frame;
+        let mut published = None;
+        if let (Some((_, pubs)), Some((grids, bits, color))) = (self.model.as_ref(), &messages) {
+            for (p, g) in pubs.classes.iter().zip(grids) {
+                let _ = p.publish(g);
+            }
+            let _ = pubs.bits.publish(bits);
+            let _ = pubs.color.publish(color);
+            published = Some(true);
         }
         if problem.is_some() {
             published = Some(false);
@@ -406,7 +435,7 @@ impl CameraWorker {
         }
         let b = &self.branch;
         let diag_update = (b.stats().to_vec(), b.calibration_changes(), b.tf_errors().0);
-        let total = t.elapsed().as_secs_f64() * 1e3;
+        let total = started.elapsed().as_secs_f64() * 1e3;
         for (p, v) in self.stages.iter().zip(stage_ms) {
             let _ = p.publish(&f64_msg(v));
         }
@@ -414,7 +443,7 @@ impl CameraWorker {
         let mut d = lock(&self.diag);
         d.stats = diag_update.0;
         d.calibration_changes = diag_update.1;
-        d.last = inputs.cameras.iter().map(|c| c.status).collect();
+        d.last = statuses;
         d.last_camera_ms = Some(total);
         match published {
             Some(true) => d.maps += 1,

@@ -331,14 +331,15 @@ impl Worker {
     ) -> Result<(), Rejected> {
         let msg = &frame.msg;
         super::fields_into(msg, fields);
-        // The camera frame's host part (no GPU) runs on a thread of its own while this one runs
-        // the LiDAR path (which holds the CUDA context); its model pass follows the LiDAR outputs.
+        // The camera frame (its host part, the BEV map model, its messages) runs on a thread of
+        // its own while this one runs the LiDAR path: on the GPU the two models overlap, each on
+        // a stream of its own. The map goes out after the LiDAR outputs.
         let (out, camera_frame) = std::thread::scope(|s| {
-            let prepare = self.cameras.as_mut().map(|cw| s.spawn(move || cw.prepare(msg)));
+            let camera = self.cameras.as_mut().map(|cw| s.spawn(move || cw.prepare(msg).map(|p| cw.compute(p))));
             let out = self.processor.process(&super::cloud_view(msg, fields));
             // a panic in the camera part is this thread's, as when it ran here
-            let prepared = prepare.and_then(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-            (out, prepared)
+            let computed = camera.and_then(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+            (out, computed)
         });
         let out = out?;
         let FrameOutput {
@@ -441,7 +442,7 @@ impl Worker {
         let _ = self.pubs.latency.publish(&f64_msg(latency));
         let _ = self.pubs.processing.publish(&f64_msg(total_ms));
         if let (Some(cw), Some(f)) = (self.cameras.as_mut(), camera_frame) {
-            cw.finish(f);
+            cw.publish(f);
         }
         drop(open);
         self.counters
