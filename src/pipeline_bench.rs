@@ -45,6 +45,78 @@ pub struct CameraBenchSetup<'a> {
     pub camera_weights: Option<&'a str>,
     /// Paced: frames at `rate_hz` for `duration_s` (both or neither); unpaced without.
     pub pace: Option<(f64, f64)>,
+    /// The camera frame after the LiDAR path on one thread (the node before the overlap: the
+    /// anchor for its gain) instead of on a thread of its own beside it, as the node runs it.
+    pub serial: bool,
+}
+
+/// One frame's camera half: the branch, the model, the map messages, and their times.
+struct CameraFrameOut {
+    camera_ms: f64,
+    map_ms: f64,
+    encode_ms: f64,
+    branch_stages: Vec<(&'static str, f64)>,
+    model_stages: Vec<(String, f64)>,
+    statuses: Vec<&'static str>,
+    map: MapSummary,
+}
+
+/// What the camera half of a frame works with (everything but the LiDAR processor).
+struct CameraHalf<'a> {
+    branch: CameraBranch,
+    model: crate::model::bevfusion_seg_map_model::SegMapModel,
+    inputs: &'a [crate::config::CameraInput],
+    style: crate::bev::map_messages::MapStyle,
+    cloud_frame: String,
+    bev_frame: String,
+}
+
+impl CameraHalf<'_> {
+    /// The node's camera work on one frame: the messages decoded from CDR into the branch (as
+    /// the node's subscriptions and worker do), the cloud decoded again for the branch's sweep,
+    /// the frame's inputs, the model, the map messages encoded as DDS would carry them.
+    fn frame(&mut self, k: usize, bytes: &[(Vec<u8>, Vec<u8>)], stamp: Time, stamp_ns: i64, cloud: &crate::cloud::CloudView<'_>) -> Result<CameraFrameOut, String> {
+        let t = Instant::now();
+        for (cam, ((image, info), c)) in bytes.iter().zip(self.inputs).enumerate() {
+            let img = match c.transport {
+                ImageTransport::Compressed => CompressedImage::from_cdr(image).map(CameraImage::Compressed),
+                ImageTransport::Raw => Image::from_cdr(image).map(CameraImage::Raw),
+            }
+            .map_err(|e| format!("{}: {e}", c.image_topic))?;
+            self.branch.on_image(cam, img);
+            let info = CameraInfo::from_cdr(info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+            self.branch.on_camera_info(cam, &info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+        }
+        let (points, _) = crate::cloud::decode(cloud).map_err(|e| format!("the cloud: {e}"))?;
+        let mut inputs = self.branch.frame(stamp_ns, &self.cloud_frame, &points);
+        let camera_ms = ms(t.elapsed());
+
+        let t = Instant::now();
+        let map = self.model.forward(&inputs);
+        for (cam, why) in self.model.take_decode_failures() {
+            self.branch.decode_failed(&mut inputs, cam, &why);
+        }
+        let map = map.map_err(|e| format!("frame {k}: the BEV map model failed: {e}"))?;
+        let map_ms = ms(t.elapsed());
+        let t = Instant::now();
+        let m = map_messages(&map, &self.style, stamp, &self.cloud_frame, &self.bev_frame).map_err(|e| format!("BEV map messages: {e}"))?;
+        let cdr_err = |e: crate::bag::CdrError| format!("encoding the BEV map: {e}");
+        let mut cdr_bytes = 0;
+        for g in &m.grids {
+            cdr_bytes += g.to_cdr(true).map_err(cdr_err)?.len();
+        }
+        cdr_bytes += m.bits.to_cdr(true).map_err(cdr_err)?.len();
+        cdr_bytes += m.color.to_cdr(true).map_err(cdr_err)?.len();
+        Ok(CameraFrameOut {
+            camera_ms,
+            map_ms,
+            encode_ms: ms(t.elapsed()),
+            branch_stages: inputs.stages.to_vec(),
+            model_stages: self.model.last_stages(),
+            statuses: inputs.cameras.iter().map(|c| c.status.name()).collect(),
+            map: MapSummary { classes: m.grids.len(), width: m.bits.width, height: m.bits.height, cdr_bytes },
+        })
+    }
 }
 
 /// One camera's messages as the bench feeds them: decoded once (to re-stamp), encoded per frame.
@@ -155,7 +227,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         })?;
     let mut lidar = open_bench(&s.lidar)?;
     let cuda = lidar.processor.device_name().starts_with("cuda");
-    let mut model = open_map_model_with(s.camera_model, s.camera_weights, params_path, &lidar.params, cuda)
+    let model = open_map_model_with(s.camera_model, s.camera_weights, params_path, &lidar.params, cuda)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {
             format!(
@@ -193,6 +265,9 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         false => String::new(),
     };
     let bev_frame = lidar.params.bev.frame_id.clone();
+    let description = model.description().to_string();
+    let mut half = CameraHalf { branch, model, inputs: &opts.inputs, style, cloud_frame, bev_frame };
+    let (processor, body) = (&mut lidar.processor, &lidar.body);
 
     let (period, frames) = match s.pace {
         Some((hz, secs)) if !(hz.is_finite() && (0.1..=1000.0).contains(&hz) && secs.is_finite() && (0.1..=86_400.0).contains(&secs)) => {
@@ -234,46 +309,22 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
             }
         }
         let t0 = Instant::now();
-
-        // LiDAR: as now (decode, SphereFormer, BEV grids, labeled cloud)
-        let out = lidar.processor.process(&lidar.body.view()).map_err(|e| format!("the cloud was rejected: {e}"))?;
-        let lidar_ms = ms(t0.elapsed());
-
-        // Cameras: the messages decoded from CDR into the branch (as the node's subscriptions and
-        // worker do), the cloud decoded again for the branch's sweep, the frame's inputs.
-        let t = Instant::now();
-        for (cam, ((image, info), c)) in bytes.iter().zip(&opts.inputs).enumerate() {
-            let img = match c.transport {
-                ImageTransport::Compressed => CompressedImage::from_cdr(image).map(CameraImage::Compressed),
-                ImageTransport::Raw => Image::from_cdr(image).map(CameraImage::Raw),
-            }
-            .map_err(|e| format!("{}: {e}", c.image_topic))?;
-            branch.on_image(cam, img);
-            let info = CameraInfo::from_cdr(info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
-            branch.on_camera_info(cam, &info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
-        }
-        let (points, _) = crate::cloud::decode(&lidar.body.view()).map_err(|e| format!("the cloud: {e}"))?;
-        let mut inputs = branch.frame(stamp_ns, &cloud_frame, &points);
-        let camera_ms = ms(t.elapsed());
-
-        // The BEV map model and its messages, encoded as DDS would carry them.
-        let t = Instant::now();
-        let map = model.forward(&inputs);
-        for (cam, why) in model.take_decode_failures() {
-            branch.decode_failed(&mut inputs, cam, &why);
-        }
-        let map = map.map_err(|e| format!("frame {k}: the BEV map model failed: {e}"))?;
-        let map_ms = ms(t.elapsed());
-        let t = Instant::now();
-        let m = map_messages(&map, &style, stamp, &cloud_frame, &bev_frame).map_err(|e| format!("BEV map messages: {e}"))?;
-        let cdr_err = |e: crate::bag::CdrError| format!("encoding the BEV map: {e}");
-        let mut cdr_bytes = 0;
-        for g in &m.grids {
-            cdr_bytes += g.to_cdr(true).map_err(cdr_err)?.len();
-        }
-        cdr_bytes += m.bits.to_cdr(true).map_err(cdr_err)?.len();
-        cdr_bytes += m.color.to_cdr(true).map_err(cdr_err)?.len();
-        let encode_ms = ms(t.elapsed());
+        // The LiDAR path on this thread; the camera half beside it on a thread of its own, as
+        // the node runs them (or after it, `serial`).
+        let (out, lidar_ms, cam) = if s.serial {
+            let out = processor.process(&body.view()).map_err(|e| format!("the cloud was rejected: {e}"))?;
+            let lidar_ms = ms(t0.elapsed());
+            (out, lidar_ms, half.frame(k, &bytes, stamp, stamp_ns, &body.view()))
+        } else {
+            std::thread::scope(|sc| {
+                let camera = sc.spawn(|| half.frame(k, &bytes, stamp, stamp_ns, &body.view()));
+                let out = processor.process(&body.view());
+                let lidar_ms = ms(t0.elapsed());
+                let cam = camera.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+                out.map(|o| (o, lidar_ms, cam)).map_err(|e| format!("the cloud was rejected: {e}"))
+            })?
+        };
+        let cam = cam?;
         let frame_ms = ms(t0.elapsed());
         if !timed {
             continue;
@@ -290,15 +341,15 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         for (n, v) in STAGES.iter().zip(out.stages) {
             stages.add(&format!("lidar/{n}"), v);
         }
-        stages.add("cameras", camera_ms);
-        for (n, v) in inputs.stages {
+        stages.add("cameras", cam.camera_ms);
+        for (n, v) in cam.branch_stages {
             stages.add(&format!("cameras/{n}"), v);
         }
-        stages.add("bev_map", map_ms);
-        for (n, v) in model.last_stages() {
+        stages.add("bev_map", cam.map_ms);
+        for (n, v) in cam.model_stages {
             stages.add(&format!("bev_map/{n}"), v);
         }
-        stages.add("map_encode", encode_ms);
+        stages.add("map_encode", cam.encode_ms);
         if i % MEMORY_EVERY == 0 || i + 1 == frames {
             if let Some(v) = host_rss_mb() {
                 host.push((i, v));
@@ -307,8 +358,8 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
                 device.push((i, v));
             }
         }
-        camera_status = inputs.cameras.iter().map(|c| c.status.name()).collect();
-        last_map = Some(MapSummary { classes: m.grids.len(), width: m.bits.width, height: m.bits.height, cdr_bytes });
+        camera_status = cam.statuses;
+        last_map = Some(cam.map);
     }
     let lat = Percentiles::of(&total).map_or_else(|| "null".into(), |p| p.json());
     let map = last_map.map_or_else(
@@ -321,12 +372,13 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
     };
     let status: Vec<String> = camera_status.iter().map(|n| json_str(n)).collect();
     Ok(format!(
-        "{{\"bench\":\"pipeline_cameras\",\"device\":{},\"frames\":{},\"warmup\":{},\"pace\":{pace},\"frames_over_period\":{over_period},\
+        "{{\"bench\":\"pipeline_cameras\",\"device\":{},\"frames\":{},\"warmup\":{},\"pace\":{pace},\"frames_over_period\":{over_period},\"overlap\":{},\
          \"latency\":{lat},\"stage_p50_ms\":{},\"stage_p99_ms\":{},\"slowest_frame\":{},\"per_frame_ms\":{},\"cameras\":{},\"camera_status\":[{}],\"map\":{map},\"host_rss_mb\":{},\"device_used_mb\":{},\
          \"model\":{},\"weights\":{},\"camera_model\":{},\"cloud\":{},\"bag\":{}}}",
         json_str(lidar.processor.device_name()),
         total.len(),
         s.lidar.warmup,
+        !s.serial,
         stages.p50_json(),
         stages.p99_json(),
         slowest_json(&total, &stages),
@@ -337,7 +389,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         crate::memory::samples_json(&device),
         json_str(&lidar.model_path.display().to_string()),
         json_str(&lidar.weights),
-        json_str(model.description()),
+        json_str(&description),
         json_str(&s.lidar.cloud.display().to_string()),
         json_str(&s.bag.display().to_string()),
     ))

@@ -464,6 +464,10 @@ enum BenchCmd {
         /// With --rate-hz: seconds of paced frames.
         #[arg(long, requires = "rate_hz", value_parser = duration_arg)]
         duration_s: Option<f64>,
+        /// With --cameras: the camera frame after the LiDAR path on one thread, not beside it as
+        /// the node runs it (the anchor for the overlap's gain; JSON `overlap: false`).
+        #[arg(long, requires = "cameras")]
+        serial: bool,
     },
     /// Voxelization time, CPU and (if available) CUDA, on a cloud and on a batch of it.
     Voxelize {
@@ -765,7 +769,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench { what: BenchCmd::Attention { cloud, stride, model, voxel_size, level, batch2, iters } } => {
             bench_attention_cmd(&cloud, stride, &model, voxel_size, level, batch2, iters)
         }
-        Cmd::Bench { what: BenchCmd::Pipeline { cloud, model, weights, params, device, frames, warmup, cameras, bag, camera_model, camera_weights, rate_hz, duration_s } } => {
+        Cmd::Bench { what: BenchCmd::Pipeline { cloud, model, weights, params, device, frames, warmup, cameras, bag, camera_model, camera_weights, rate_hz, duration_s, serial } } => {
             let device = match device.as_str() {
                 "cpu" => sptr::config::DeviceKind::Cpu,
                 "cuda" => sptr::config::DeviceKind::Cuda,
@@ -774,7 +778,7 @@ fn run(cli: Cli) -> Result<()> {
             let setup = sptr::perception::BenchSetup { cloud: &cloud, model: model.as_deref(), weights: weights.as_deref(), params: &params, device, warmup, frames };
             if cameras {
                 let pace = rate_hz.zip(duration_s);
-                let s = sptr::pipeline_bench::CameraBenchSetup { lidar: setup, bag: &bag, camera_model: camera_model.as_deref(), camera_weights: camera_weights.as_deref(), pace };
+                let s = sptr::pipeline_bench::CameraBenchSetup { lidar: setup, bag: &bag, camera_model: camera_model.as_deref(), camera_weights: camera_weights.as_deref(), pace, serial };
                 println!("{}", sptr::pipeline_bench::run(&s).map_err(anyhow::Error::msg)?);
                 return Ok(());
             }
