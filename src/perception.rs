@@ -491,14 +491,15 @@ impl Processor {
     }
 }
 
-/// The GPU for the BEV grids (device 0).
+/// The GPU for the BEV grids (device 0), on a stream of the greatest priority as the LiDAR
+/// network's (the LiDAR path goes first where the BEV map model runs beside it).
 #[cfg(feature = "cuda")]
 fn open_cuda() -> Result<(Bev, String), String> {
     use crate::device::cuda::{driver_available, CudaDevice};
     if !driver_available() {
         return Err("parameter `device` is `cuda` but no CUDA driver (libcuda) was found on this machine; set `device: cpu` (launch argument device:=cpu) to run on the CPU".into());
     }
-    let d = CudaDevice::new(0).map_err(|e| {
+    let d = CudaDevice::new_high_priority(0).map_err(|e| {
         format!("parameter `device` is `cuda` but the GPU cannot be used: {e}; set `device: cpu` (launch argument device:=cpu) to run on the CPU")
     })?;
     let name = format!("cuda:0 ({}, sm_{}{})", d.name, d.arch.major, d.arch.minor);

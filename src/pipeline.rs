@@ -135,9 +135,11 @@ impl Segmenter {
         }
     }
 
+    /// On a stream of the greatest priority: where the node's BEV map model runs beside it, the
+    /// GPU starts the LiDAR network's work first.
     #[cfg(feature = "cuda")]
     fn to_cuda(mut self) -> Result<Self, Error> {
-        let dev = crate::device::cuda::CudaDevice::new(0)?;
+        let dev = crate::device::cuda::CudaDevice::new_high_priority(0)?;
         let nets = precision::PrecisionNets::upload(&dev, &self.model, self.cfg.precision)?;
         self.cuda = Some(std::sync::Arc::new(CudaBackend { dev, nets }));
         Ok(self)

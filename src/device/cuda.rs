@@ -89,6 +89,18 @@ impl CudaDevice {
     /// CUDA graph (capture is refused on the legacy stream: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
     /// Errors (never panics) when there is no driver, no GPU or no NVRTC.
     pub fn new(ordinal: usize) -> Result<CudaDevice, Error> {
+        Self::open(ordinal, false)
+    }
+
+    /// Like [`CudaDevice::new`], its stream of the greatest priority the GPU has: when this
+    /// device's work and a default-priority device's are both ready, the GPU's block scheduler
+    /// starts this one's first (running blocks are not preempted). The LiDAR path takes it, so
+    /// that its labels come out near their time alone while the BEV map model fills the gaps.
+    pub fn new_high_priority(ordinal: usize) -> Result<CudaDevice, Error> {
+        Self::open(ordinal, true)
+    }
+
+    fn open(ordinal: usize, high_priority: bool) -> Result<CudaDevice, Error> {
         if !driver_available() {
             return Err(Error::Cuda(
                 "no CUDA driver (libcuda.so) on this machine: install the NVIDIA driver, or run with device `cpu`".into(),
@@ -110,7 +122,14 @@ impl CudaDevice {
         unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx.compute_capability().map_err(cuda_err("reading the compute capability"))?;
         let name = ctx.name().map_err(cuda_err("reading the device name"))?;
-        let stream = ctx.new_stream().map_err(cuda_err("creating a stream"))?;
+        let stream = if high_priority {
+            // (least, greatest): lower numbers are higher priorities, 0 is the default
+            let (_, greatest) = cudarc::driver::result::stream::get_priority_range().map_err(cuda_err("reading the stream priorities"))?;
+            ctx.new_stream_with_priority(greatest)
+        } else {
+            ctx.new_stream()
+        }
+        .map_err(cuda_err("creating a stream"))?;
         keep_freed_memory_in_pool(&ctx)?;
         Ok(CudaDevice {
             ctx,
