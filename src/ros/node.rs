@@ -253,7 +253,8 @@ struct Worker {
     /// Told the reason when a CUDA error must end the node (`on_cuda_error: exit`).
     exit: tokio::sync::mpsc::UnboundedSender<String>,
     pubs: Publishers,
-    /// The camera branch (`input.cameras` not empty), run after the LiDAR outputs are out.
+    /// The camera branch (`input.cameras` not empty), run beside the LiDAR path; its map goes
+    /// out after the LiDAR outputs.
     cameras: Option<super::cameras::CameraWorker>,
     /// `true` while the node exists: held (read) while publishing; shutdown sets it `false`
     /// (write, so after any publish in progress) before the node and its publishers go.
@@ -332,16 +333,33 @@ impl Worker {
         let msg = &frame.msg;
         super::fields_into(msg, fields);
         // The camera frame (its host part, the BEV map model, its messages) runs on a thread of
-        // its own while this one runs the LiDAR path: on the GPU the two models overlap, each on
-        // a stream of its own. The map goes out after the LiDAR outputs.
-        let (out, camera_frame) = std::thread::scope(|s| {
-            let camera = self.cameras.as_mut().map(|cw| s.spawn(move || cw.prepare(msg).map(|p| cw.compute(p))));
-            let out = self.processor.process(&super::cloud_view(msg, fields));
+        // its own while this one runs the LiDAR path and publishes its outputs: on the GPU the
+        // two models overlap, each on a stream of its own (the LiDAR's of the greater priority).
+        // The map goes out when both are done, after the LiDAR outputs.
+        let mut cameras = self.cameras.take();
+        let (lidar, computed) = std::thread::scope(|s| {
+            let camera = cameras.as_mut().map(|cw| s.spawn(move || cw.prepare(msg).map(|p| cw.compute(p))));
+            let lidar = self.lidar_frame(frame, fields, limit);
             // a panic in the camera part is this thread's, as when it ran here
             let computed = camera.and_then(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-            (out, computed)
+            (lidar, computed)
         });
-        let out = out?;
+        self.cameras = cameras;
+        // A cloud the LiDAR path rejected gets no map either.
+        lidar?;
+        if let (Some(cw), Some(c)) = (self.cameras.as_mut(), computed) {
+            let open = self.outputs_open.read().unwrap_or_else(|p| p.into_inner());
+            if *open {
+                cw.publish(c);
+            }
+        }
+        Ok(())
+    }
+
+    /// The LiDAR path of a frame: the processor, the labeled cloud and BEV grids, the counters.
+    fn lidar_frame(&mut self, frame: &Frame, fields: &[PointField], limit: &mut RateLimit) -> Result<(), Rejected> {
+        let msg = &frame.msg;
+        let out = self.processor.process(&super::cloud_view(msg, fields))?;
         let FrameOutput {
             cloud,
             grids,
@@ -441,9 +459,6 @@ impl Worker {
         });
         let _ = self.pubs.latency.publish(&f64_msg(latency));
         let _ = self.pubs.processing.publish(&f64_msg(total_ms));
-        if let (Some(cw), Some(f)) = (self.cameras.as_mut(), camera_frame) {
-            cw.publish(f);
-        }
         drop(open);
         self.counters
             .lock()
