@@ -405,6 +405,11 @@ pub struct CameraParams {
     pub map_thresholds: Vec<f64>,
     /// Per camera name: settings that differ from the defaults above.
     pub overrides: std::collections::BTreeMap<String, CameraOverride>,
+    /// The node runs each camera frame (host part, BEV map model, map messages) on a thread
+    /// beside the LiDAR path: on one GPU the two models overlap, the whole frame ends sooner
+    /// (H100: ~17 ms instead of ~23) but the LiDAR outputs come later (~15 ms instead of ~9.5).
+    /// `false`: after the LiDAR outputs, on the processing thread.
+    pub beside_lidar: bool,
 }
 
 impl Default for CameraParams {
@@ -420,6 +425,7 @@ impl Default for CameraParams {
             calibration_file: String::new(),
             map_thresholds: Vec::new(),
             overrides: Default::default(),
+            beside_lidar: true,
         }
     }
 }

@@ -444,6 +444,12 @@ fn perception_nuscenes_cameras_yaml_is_the_nuscenes_file_with_cameras() {
     assert_eq!(inputs[5].camera_info_topic, "~/input/cameras/CAM_BACK_RIGHT/camera_info");
     assert!(inputs.iter().all(|c| c.transport == sptr::config::ImageTransport::Compressed && c.intrinsics == sptr::config::IntrinsicsFrom::K));
     assert_eq!((cams.camera.max_camera_lidar_delay, cams.lidar.sweeps, cams.lidar.odom_frame.as_str()), (0.12, 1, "odom"));
+    // the camera frame beside the LiDAR path unless told otherwise; a non-boolean names the key
+    assert!(cams.camera.beside_lidar && sptr::config::CameraParams::default().beside_lidar);
+    let serial = NodeParams::parse(&edit(&text(NODE_CAMS), "beside_lidar: true", "beside_lidar: false"), NODE_CAMS).unwrap();
+    assert!(!serial.camera.beside_lidar);
+    let e = NodeParams::parse(&edit(&text(NODE_CAMS), "beside_lidar: true", "beside_lidar: sometimes"), NODE_CAMS).unwrap_err().to_string();
+    assert!(e.contains("beside_lidar"), "{e}");
 }
 
 #[test]

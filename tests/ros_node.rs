@@ -589,13 +589,16 @@ fn camera_params(ns: &str, calibration_file: Option<&Path>) -> PathBuf {
 /// The peer's `cameras` scenario against the node with [`camera_params`]; `calibration` is the
 /// peer's `--calibration` (`file` or `tf`). `/tf` and `/tf_static` are global topics: the node's
 /// are remapped into the test's namespace (as for one robot of several), so that the rig one
-/// test publishes never reaches the node of a test running beside it.
-fn run_cameras(ns: &str, calibration_file: Option<&Path>, calibration: &str) -> String {
+/// test publishes never reaches the node of a test running beside it. `beside_lidar`: the
+/// node's `camera.beside_lidar` (the camera frame on a thread beside the LiDAR path, or after it).
+fn run_cameras(ns: &str, calibration_file: Option<&Path>, calibration: &str, beside_lidar: bool) -> String {
     let params = camera_params(ns, calibration_file);
     let (tf, tf_static) = (format!("/{ns}/tf"), format!("/{ns}/tf_static"));
     let remaps = [
         "-p".to_string(),
         "budget.processing_ms:=60000.0".to_string(),
+        "-p".to_string(),
+        format!("camera.beside_lidar:={beside_lidar}"),
         "-r".to_string(),
         format!("/tf:={tf}"),
         "-r".to_string(),
@@ -636,7 +639,7 @@ fn run_cameras(ns: &str, calibration_file: Option<&Path>, calibration: &str) -> 
 fn cameras_are_synchronised_masked_and_counted() {
     let ns = unique("cameras");
     let calib = manifest().join("config/calibration/nuscenes_sample.yaml");
-    let out = run_cameras(&ns, Some(&calib), "file");
+    let out = run_cameras(&ns, Some(&calib), "file", true);
     assert!(out.contains("RESULT bev_map=50x50 topics=8"), "peer output:\n{out}");
     assert!(out.contains("RESULT cameras_used=6"), "peer output:\n{out}");
     assert!(out.contains("RESULT stale_message="), "peer output:\n{out}");
@@ -649,11 +652,12 @@ fn cameras_are_synchronised_masked_and_counted() {
 /// calibrated from TF (chained camera -> base_link -> lidar_top), and the BEV map topics come with
 /// the cloud's stamp and the model's 50 x 50 grid. Then a changed `/tf_static` (CAM_FRONT turned
 /// 90 degrees): the next frame's map differs, and `/diagnostics` count the calibration change —
-/// without a restart.
+/// without a restart. This node runs the camera frame after the LiDAR path
+/// (`camera.beside_lidar: false`), the other camera test's beside it.
 #[test]
 fn cameras_calibrated_from_tf_static_and_recalibrated_live() {
     let ns = unique("cameras_tf");
-    let out = run_cameras(&ns, None, "tf");
+    let out = run_cameras(&ns, None, "tf", false);
     assert!(out.contains("RESULT tf_calibration cameras_used=6 bev_map=50x50 topics=8"), "peer output:\n{out}");
     assert!(out.contains("RESULT tf_change calibration_changes="), "peer output:\n{out}");
 }

@@ -256,6 +256,8 @@ struct Worker {
     /// The camera branch (`input.cameras` not empty), run beside the LiDAR path; its map goes
     /// out after the LiDAR outputs.
     cameras: Option<super::cameras::CameraWorker>,
+    /// `camera.beside_lidar`: the camera frame on a thread beside the LiDAR path (else after it).
+    camera_beside_lidar: bool,
     /// `true` while the node exists: held (read) while publishing; shutdown sets it `false`
     /// (write, so after any publish in progress) before the node and its publishers go.
     outputs_open: Arc<RwLock<bool>>,
@@ -332,6 +334,17 @@ impl Worker {
     ) -> Result<(), Rejected> {
         let msg = &frame.msg;
         super::fields_into(msg, fields);
+        if !self.camera_beside_lidar {
+            // camera.beside_lidar: false: the LiDAR outputs first, then the camera frame here.
+            self.lidar_frame(frame, fields, limit)?;
+            if let Some(cw) = self.cameras.as_mut() {
+                let open = self.outputs_open.read().unwrap_or_else(|p| p.into_inner());
+                if *open {
+                    cw.frame(msg);
+                }
+            }
+            return Ok(());
+        }
         // The camera frame (its host part, the BEV map model, its messages) runs on a thread of
         // its own while this one runs the LiDAR path and publishes its outputs: on the GPU the
         // two models overlap, each on a stream of its own (the LiDAR's of the greater priority).
@@ -987,6 +1000,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
         exit: exit_tx,
         pubs,
         cameras,
+        camera_beside_lidar: params.camera.beside_lidar,
         logger: logger.clone(),
         cuda: device.starts_with("cuda"),
     };
@@ -1092,9 +1106,14 @@ fn run(setup: Setup, fqn: String) -> i32 {
         }
     };
 
+    let camera_line = match params.input.cameras.len() {
+        0 => String::new(),
+        n if params.camera.beside_lidar => format!("; {n} cameras, their frame beside the LiDAR path"),
+        n => format!("; {n} cameras, their frame after the LiDAR outputs (camera.beside_lidar: false)"),
+    };
     r2r::log_info!(
         &logger,
-        "ready: device {device}, model {} ({} voxels max, {} points max), BEV {} x {} cells of {} m, budget {} ms; input {}",
+        "ready: device {device}, model {} ({} voxels max, {} points max), BEV {} x {} cells of {} m, budget {} ms; input {}{camera_line}",
         model.source.display(),
         vox.max_voxels,
         vox.max_points,

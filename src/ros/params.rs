@@ -458,6 +458,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.budget.processing_ms, 50.0);
+        assert!(p.camera.beside_lidar);
+        let p = merged(&files, &[("camera.beside_lidar".into(), ParameterValue::Bool(false))], "t").unwrap();
+        assert!(!p.camera.beside_lidar, "-p camera.beside_lidar:=false (the TF camera test's node)");
         let e = merged(
             &files,
             &[("bev.resolution".into(), ParameterValue::Double(0.0))],
