@@ -319,13 +319,10 @@ impl CameraWorker {
         lock(&self.diag).bev_model = description;
     }
 
-    /// A cloud's camera frame in one go: [`CameraWorker::prepare`], [`CameraWorker::compute`],
-    /// [`CameraWorker::publish`].
-    pub fn frame(&mut self, msg: &PointCloud2) {
-        if let Some(p) = self.prepare(msg) {
-            let c = self.compute(p);
-            self.publish(c);
-        }
+    /// A cloud's camera frame up to its map messages: [`CameraWorker::prepare`] then
+    /// [`CameraWorker::compute`]; `None` when the cloud does not decode.
+    pub fn prepare_and_compute(&mut self, msg: &PointCloud2) -> Option<ComputedFrame> {
+        self.prepare(msg).map(|p| self.compute(p))
     }
 
     /// The host part of a cloud's camera frame, which needs no GPU: the cloud's points, the

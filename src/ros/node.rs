@@ -334,32 +334,29 @@ impl Worker {
     ) -> Result<(), Rejected> {
         let msg = &frame.msg;
         super::fields_into(msg, fields);
-        if !self.camera_beside_lidar {
+        let computed = if self.camera_beside_lidar {
+            // The camera frame (its host part, the BEV map model, its messages) runs on a thread
+            // of its own while this one runs the LiDAR path and publishes its outputs: on the GPU
+            // the two models overlap, each on a stream of its own (the LiDAR's of the greater
+            // priority).
+            let mut cameras = self.cameras.take();
+            let (lidar, computed) = std::thread::scope(|s| {
+                let camera = cameras.as_mut().map(|cw| s.spawn(move || cw.prepare_and_compute(msg)));
+                let lidar = self.lidar_frame(frame, fields, limit);
+                // a panic in the camera part is this thread's, as when it ran here
+                let computed = camera.and_then(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+                (lidar, computed)
+            });
+            self.cameras = cameras;
+            // A cloud the LiDAR path rejected gets no map either.
+            lidar?;
+            computed
+        } else {
             // camera.beside_lidar: false: the LiDAR outputs first, then the camera frame here.
             self.lidar_frame(frame, fields, limit)?;
-            if let Some(cw) = self.cameras.as_mut() {
-                let open = self.outputs_open.read().unwrap_or_else(|p| p.into_inner());
-                if *open {
-                    cw.frame(msg);
-                }
-            }
-            return Ok(());
-        }
-        // The camera frame (its host part, the BEV map model, its messages) runs on a thread of
-        // its own while this one runs the LiDAR path and publishes its outputs: on the GPU the
-        // two models overlap, each on a stream of its own (the LiDAR's of the greater priority).
-        // The map goes out when both are done, after the LiDAR outputs.
-        let mut cameras = self.cameras.take();
-        let (lidar, computed) = std::thread::scope(|s| {
-            let camera = cameras.as_mut().map(|cw| s.spawn(move || cw.prepare(msg).map(|p| cw.compute(p))));
-            let lidar = self.lidar_frame(frame, fields, limit);
-            // a panic in the camera part is this thread's, as when it ran here
-            let computed = camera.and_then(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-            (lidar, computed)
-        });
-        self.cameras = cameras;
-        // A cloud the LiDAR path rejected gets no map either.
-        lidar?;
+            self.cameras.as_mut().and_then(|cw| cw.prepare_and_compute(msg))
+        };
+        // The map goes out after the LiDAR outputs.
         if let (Some(cw), Some(c)) = (self.cameras.as_mut(), computed) {
             let open = self.outputs_open.read().unwrap_or_else(|p| p.into_inner());
             if *open {
