@@ -210,6 +210,18 @@ fn steal_ms() -> Option<f64> {
     Some(steal * 10.0)
 }
 
+/// Whether a node's `/diagnostics` values count the frame stamped `stamp`: their `last processed
+/// stamp` (`sec.nanosec`) is that frame's or a later one's (the node processes in order).
+fn counts_frame(values: &BTreeMap<String, String>, stamp: (i32, u32)) -> bool {
+    let Some((sec, nanosec)) = values.get("last processed stamp").and_then(|v| v.split_once('.')) else {
+        return false;
+    };
+    match (sec.parse::<i32>(), nanosec.parse::<u32>()) {
+        (Ok(sec), Ok(nanosec)) => (sec, nanosec) >= stamp,
+        _ => false,
+    }
+}
+
 /// `/diagnostics` reports of the node: when, and their key-values.
 type DiagLog = Arc<Mutex<Vec<(Instant, BTreeMap<String, String>)>>>;
 
@@ -398,6 +410,7 @@ fn drive(
     let warmup_frames = (cfg.rate_hz * cfg.warmup_s).round() as usize;
     let mut frames: Vec<FrameRecord> = Vec::new();
     let mut by_stamp: HashMap<(i32, u32), usize> = HashMap::new();
+    let mut last_stamp: Option<(i32, u32)> = None;
     let record = |frames: &mut Vec<FrameRecord>, by_stamp: &HashMap<(i32, u32), usize>, a: Arrival| {
         if let Some(&i) = by_stamp.get(&a.stamp) {
             frames[i].arrivals[a.output].get_or_insert(a.at);
@@ -468,6 +481,7 @@ fn drive(
             p.publish_raw(&input.data).map_err(|e| format!("publish {}: {e}", input.topic))?;
             if i + 1 == n {
                 by_stamp.insert(stamp, frames.len());
+                last_stamp = Some(stamp);
                 frames.push(FrameRecord {
                     published,
                     late_ms: published.saturating_duration_since(deadline).as_secs_f64() * 1e3,
@@ -491,12 +505,13 @@ fn drive(
             Err(_) => break,
         }
     }
-    // A /diagnostics report made after the last frame (they come at 1 Hz; a busy node's may be late).
-    let last_frame = frames.last().map(|f| f.published).unwrap_or(t0);
+    // A /diagnostics report that counts the last frame (they come at 1 Hz; a busy node's may be
+    // late). Judged by the stamp the report names, not by when it came: a report made just
+    // before the node counted the frame can arrive after the frame's outputs.
     let wait_end = Instant::now() + Duration::from_secs_f64(cfg.grace_s.max(3.0));
-    while Instant::now() < wait_end {
-        let fresh = diag.lock().unwrap_or_else(|p| p.into_inner()).last().is_some_and(|d| d.0 > last_frame);
-        if fresh {
+    while let Some(last) = last_stamp {
+        let counted = diag.lock().unwrap_or_else(|p| p.into_inner()).last().is_some_and(|d| counts_frame(&d.1, last));
+        if counted || Instant::now() >= wait_end {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -616,6 +631,18 @@ mod tests {
         f.arrivals[1] = Some(t + Duration::from_millis(12));
         assert!(f.complete());
         assert!((f.latency_ms().unwrap() - 12.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_report_counts_the_frames_up_to_its_last_processed_stamp() {
+        let report = |v: &str| BTreeMap::from([("last processed stamp".to_string(), v.to_string())]);
+        let frame = (1_700_000_000, 500_000_000);
+        assert!(counts_frame(&report("1700000000.500000000"), frame));
+        assert!(counts_frame(&report("1700000001.000000000"), frame));
+        assert!(!counts_frame(&report("1700000000.499999999"), frame), "an earlier frame's report");
+        assert!(!counts_frame(&report("none"), frame), "nothing processed yet");
+        assert!(!counts_frame(&report("1700000000"), frame), "no nanoseconds");
+        assert!(!counts_frame(&BTreeMap::new(), frame), "a node without the key");
     }
 
     #[test]

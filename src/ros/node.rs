@@ -82,6 +82,9 @@ struct Counters {
     last_receipt: Option<Instant>,
     /// Receipt wall time minus the header stamp of the last cloud, ms.
     last_stamp_age_ms: Option<f64>,
+    /// Header stamp (sec, nanosec) of the last processed cloud: tells a subscriber which frame a
+    /// report counts (the node bench waits for the report that counts its last frame).
+    last_processed_stamp: Option<(i32, u32)>,
     /// Processing against the budget over time (ERROR in the diagnostics; `crate::budget`).
     budget: BudgetState,
     last_error: Option<String>,
@@ -440,6 +443,7 @@ impl Worker {
                 c.last_recomputed_fp32 = Some(crate::perception::overflow_detail(fp16));
             }
             c.processed += 1;
+            c.last_processed_stamp = Some((msg.header.stamp.sec, msg.header.stamp.nanosec));
             c.last_processing_ms = Some(total_ms);
             c.last_voxels = Some(voxels);
             c.last_points = Some(points_kept);
@@ -524,7 +528,7 @@ struct Since {
 /// the last report; OK otherwise. Values: received, processed, skipped, rejected (total and
 /// `rejected.<reason>`), last processing ms, last latency ms (receipt to publication), input age
 /// ms (since the last cloud arrived), input stamp age ms (arrival minus header stamp), last
-/// points, last points dropped (NaN/Inf x, y, z or intensity), last voxels, frames over the voxel cap, frames out of
+/// processed stamp (header stamp of the last processed cloud), last points, last points dropped (NaN/Inf x, y, z or intensity), last voxels, frames over the voxel cap, frames out of
 /// fp16 range, on_overflow, device, host rss MB (this process), device memory used MB (the whole
 /// device, sampled once a second before a frame; `none` on the CPU), model config, weights, budget,
 /// last reject, last error, last out of fp16 range.
@@ -608,6 +612,11 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
             opt(c.last_receipt.map(|t| ms(now.duration_since(t)))),
         ),
         kv("input stamp age ms", opt(c.last_stamp_age_ms)),
+        kv(
+            "last processed stamp",
+            c.last_processed_stamp
+                .map_or_else(|| "none".to_string(), |(s, ns)| format!("{s}.{ns:09}")),
+        ),
         kv("last points", opt_n(c.last_points)),
         kv("last points dropped", opt_n(c.last_points_dropped)),
         kv("last voxels", opt_n(c.last_voxels)),
@@ -1231,6 +1240,16 @@ mod tests {
         assert_eq!(get("rejected.malformed").as_deref(), Some("2"));
         assert_eq!(get("rejected.device_error").as_deref(), Some("1"));
         assert_eq!(get("skipped").as_deref(), Some("3"));
+        assert_eq!(get("last processed stamp").as_deref(), Some("none"));
+        let stamped = Counters {
+            last_processed_stamp: Some((1_700_000_000, 5_000)),
+            ..Default::default()
+        };
+        let (_, _, values) = level_and_values(&stamped, Since::default());
+        assert!(
+            values.contains(&("last processed stamp".into(), "1700000000.000005000".into())),
+            "{values:?}"
+        );
         let (level, msg, _) = level_and_values(
             &c,
             Since {
