@@ -90,16 +90,19 @@ dict_for() {
     esac
 }
 
-# Whether every new timeout reproducer of target $1 runs within the limit three times out of
-# three when executed again on its own: then they were the host's delays, not the input's. A
-# re-run is judged by its CPU time (user + system, under 1 s), not its wall time, which a busy
-# machine stretches too (a JPEG that decodes in 0.2 s took 1.3 s beside a CI run), with a 30 s
-# wall limit for a real hang. They move to $ART/$1/not-reproduced/ (kept for a look) and the log
-# says so; crash, OOM or leak reproducers, or a timeout that reproduces, are findings.
-timeouts_not_reproduced() {
+# Whether every new timeout or slow-unit reproducer of target $1 runs within the limit three
+# times out of three when executed again on its own: then they were the host's delays, not the
+# input's. libFuzzer writes a slow unit for an input that took over 10 s without its 1 s timeout
+# firing, which happens when the process was stopped mid-input (a 5 ms sqlite input was written
+# as a 39 s slow unit when the machine was paused at a session's end). A re-run is judged by its
+# CPU time (user + system, under 1 s), not its wall time, which a busy machine stretches too (a
+# JPEG that decodes in 0.2 s took 1.3 s beside a CI run), with a 30 s wall limit for a real hang.
+# They move to $ART/$1/not-reproduced/ (kept for a look) and the log says so; crash, OOM or leak
+# reproducers, or a timeout or slow unit that reproduces, are findings.
+delays_not_reproduced() {
     local t=$1 log=$2 f ok=1 n=0 cpu_ms
     ls "$ART/$t" | grep -qE '^(crash|oom|leak)-' && return 1
-    for f in "$ART/$t"/timeout-*; do
+    for f in "$ART/$t"/timeout-* "$ART/$t"/slow-unit-*; do
         [ -f "$f" ] || continue
         n=$((n + 1))
         for _ in 1 2 3; do
@@ -114,8 +117,8 @@ timeouts_not_reproduced() {
     done
     [ "$n" -gt 0 ] && [ "$ok" = 1 ] || return 1
     mkdir -p "$ART/$t/not-reproduced"
-    mv "$ART/$t"/timeout-* "$ART/$t/not-reproduced/"
-    echo "fuzz: $t: $n timeout(s) not reproduced on re-runs (each under 1 s of CPU: host load), moved to $ART/$t/not-reproduced/; fuzzing goes on" | tee -a "$log"
+    find "$ART/$t" -maxdepth 1 -type f \( -name 'timeout-*' -o -name 'slow-unit-*' \) -exec mv {} "$ART/$t/not-reproduced/" \;
+    echo "fuzz: $t: $n timeout(s) or slow unit(s) not reproduced on re-runs (each under 1 s of CPU: host load or a paused machine), moved to $ART/$t/not-reproduced/; fuzzing goes on" | tee -a "$log"
     return 0
 }
 
@@ -188,11 +191,15 @@ for t in "${targets[@]}"; do
         echo "round $round: exit $rc, cpu so far $((cpu_ms / 1000)) s" >> "$log"
         [ -z "${SPTR_FUZZ_RUNS:-}" ] && echo "$SECS $cpu_ms $round $((wall_before + $(date +%s) - start))" > "$progress"
         # libFuzzer's timeout is wall time: on a loaded machine a fast input can pass 1 s while
-        # the fuzzer waits for a core. A round that ended on timeouts only is checked again.
-        if [ "$rc" != 0 ] && timeouts_not_reproduced "$t" "$log"; then
-            rc=0
-            [ -n "${SPTR_FUZZ_RUNS:-}" ] && break
-            continue
+        # the fuzzer waits for a core. A round that ended on timeouts only, or that wrote a slow
+        # unit, is checked again; a slow unit that is slow on its own too is a finding.
+        if ls "$ART/$t" | grep -qE '^(timeout|slow-unit)-'; then
+            if delays_not_reproduced "$t" "$log"; then
+                rc=0
+                [ -n "${SPTR_FUZZ_RUNS:-}" ] && break
+                continue
+            fi
+            [ "$rc" = 0 ] && rc=1
         fi
         # A fixed run count is one round; a finding ends the target's run.
         { [ -n "${SPTR_FUZZ_RUNS:-}" ] || [ "$rc" != 0 ]; } && break
@@ -220,7 +227,7 @@ print(json.dumps({"target": t, "date": time.strftime("%Y-%m-%d %H:%M"), "seconds
 PY
     rm -f "$progress"
     tail -1 "$summary"
-    if [ "$rc" != 0 ] || ls "$ART/$t" | grep -qE '^(crash|timeout|oom|leak)-'; then
+    if [ "$rc" != 0 ] || ls "$ART/$t" | grep -qE '^(crash|timeout|oom|leak|slow-unit)-'; then
         failed=1
         echo "fuzz: $t FAILED (log $log; reproducers in $ART/$t/)"
     fi
