@@ -15,7 +15,9 @@
 #                                         # at 10 Hz for 60 s after 5 s of warm-up; JSON + logs in OUT
 #
 # Environment for `run`: SPTR_BENCH_DEVICE (cuda), SPTR_BENCH_RATE_HZ (10), SPTR_BENCH_DURATION_S
-# (60), SPTR_BENCH_CAMERA_MODEL (config/models/bevfusion_seg_fusion.yaml). Weights are random
+# (60), SPTR_BENCH_CAMERA_MODEL (config/models/bevfusion_seg_fusion.yaml), SPTR_BENCH_NODE_PARAMS
+# (more node parameters, space-separated `name:=value`, e.g. `camera.beside_lidar:=false`;
+# written to OUT/machine.txt). Weights are random
 # (`sptr random-weights`, seed 11; the map model `random:0`): timings are real, labels meaningless.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,12 +85,15 @@ run() {
         echo "commit $(cat "$STAGE/commit.txt" 2>/dev/null || echo unknown)"
         nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
         nproc
+        echo "node parameters: ${SPTR_BENCH_NODE_PARAMS:-(defaults)}"
     } > "$out/machine.txt"
+    local extra=() p
+    for p in ${SPTR_BENCH_NODE_PARAMS:-}; do extra+=(-p "$p"); done
     local i status=0
     for i in $(seq 1 "$runs"); do
         "$bin/perception_node" --ros-args --params-file config/perception_nuscenes_cameras.yaml \
             -p "device:=$device" -p "model.weights:=$weights" \
-            -p "camera.model_config:=$camera_model" -p "camera.model_weights:=random:0" \
+            -p "camera.model_config:=$camera_model" -p "camera.model_weights:=random:0" "${extra[@]}" \
             > "$out/node_$i.log" 2>&1 &
         local node=$!
         if "$bin/node_bench_peer" --bag tests/data/bags/nuscenes_sample --camera-model "$camera_model" \
