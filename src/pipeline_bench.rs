@@ -92,10 +92,7 @@ impl CameraHalf<'_> {
         let camera_ms = ms(t.elapsed());
 
         let t = Instant::now();
-        let map = self.model.forward(&inputs);
-        for (cam, why) in self.model.take_decode_failures() {
-            self.branch.decode_failed(&mut inputs, cam, &why);
-        }
+        let (map, _) = self.branch.run_model(&mut self.model, &mut inputs);
         let map = map.map_err(|e| format!("frame {k}: the BEV map model failed: {e}"))?;
         let map_ms = ms(t.elapsed());
         let t = Instant::now();

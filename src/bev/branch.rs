@@ -325,6 +325,23 @@ impl CameraBranch {
         self.defer_jpeg = defer;
     }
 
+    /// `model`'s forward on a frame's `inputs`, then the cameras whose JPEG it could not decode
+    /// reported as decode errors in `inputs` and the counts ([`CameraBranch::decode_failed`]),
+    /// whether the forward succeeded or not. Returns the map and those cameras `(camera, why)`,
+    /// for the caller's log. The node, replay and the pipeline bench run the model through here.
+    pub fn run_model<M: BevMapModel + ?Sized>(
+        &mut self,
+        model: &mut M,
+        inputs: &mut BevFrameInputs,
+    ) -> (Result<BevMap, Error>, Vec<(usize, String)>) {
+        let map = model.forward(inputs);
+        let failures = model.take_decode_failures();
+        for (cam, why) in &failures {
+            self.decode_failed(inputs, *cam, why);
+        }
+        (map, failures)
+    }
+
     /// Camera `cam`'s image in `inputs` could not be decoded by the map model (`why`): the
     /// camera is reported as a decode error for that frame instead of used.
     pub fn decode_failed(&mut self, inputs: &mut BevFrameInputs, cam: usize, why: &str) {
@@ -716,6 +733,25 @@ mod tests {
         }
     }
 
+    /// A map model that decodes JPEGs itself and could not decode `fails`; its forward fails.
+    struct NvjpegStandIn {
+        fails: Vec<(usize, String)>,
+    }
+
+    impl BevMapModel for NvjpegStandIn {
+        fn forward(&mut self, _: &BevFrameInputs) -> Result<BevMap, Error> {
+            Err(Error::InvalidInput("stand-in".into()))
+        }
+
+        fn decodes_jpeg(&self) -> bool {
+            true
+        }
+
+        fn take_decode_failures(&mut self) -> Vec<(usize, String)> {
+            std::mem::take(&mut self.fails)
+        }
+    }
+
     /// With a model that decodes JPEGs itself, the branch checks their headers and hands the
     /// bytes over: a JPEG cut short is still a decode error here; one whose markers are whole
     /// but whose data is bad reaches the model, which reports it (`decode_failed`): the camera
@@ -743,7 +779,13 @@ mod tests {
             let rgb = img.to_rgb(&DecodeLimits::default()).unwrap();
             assert_eq!((rgb.width, rgb.height), (1600, 900));
         }
-        b.decode_failed(&mut f, 3, "JPEG: bad Huffman code");
+        // through the model, as the node, replay and the bench run it: the failure is reported
+        // even though the forward failed
+        let mut model = NvjpegStandIn { fails: vec![(3, "JPEG: bad Huffman code".into())] };
+        let (map, failures) = b.run_model(&mut model, &mut f);
+        assert!(map.is_err());
+        assert_eq!(failures, vec![(3, "JPEG: bad Huffman code".to_string())]);
+        assert!(model.fails.is_empty(), "taken once");
         assert_eq!(f.cameras[3].status, CameraStatus::DecodeError);
         assert_eq!(f.mask, CameraMask(0b11_0101));
         assert!(f.images[3].is_none());

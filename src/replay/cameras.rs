@@ -18,7 +18,7 @@ use super::map_eval::MapGroundTruth;
 use super::ReplayError;
 use crate::bag::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, TfMessage};
 use crate::bag::{Bag, BagWriter, RawMessage};
-use crate::bev::branch::{BevFrameInputs, BranchConfig, CameraBranch, CameraImage, CameraStatus};
+use crate::bev::branch::{BevFrameInputs, BevMapModel, BranchConfig, CameraBranch, CameraImage, CameraStatus};
 use crate::bev::label_grid::{BevGrids, NO_DATA};
 use crate::bev::map_messages::{class_topic_token, map_messages, MapMessages, MapStyle};
 use crate::config::{CameraInput, ImageTransport};
@@ -263,15 +263,15 @@ impl CameraReplay {
         self.branch.set_defer_jpeg(defer);
     }
 
-    /// The map model could not decode these cameras' JPEGs in the last frame (`inputs`): they
-    /// are decode errors in that frame's record and the counts, not used.
-    pub fn model_decode_failures(&mut self, inputs: &mut BevFrameInputs, failures: &[(usize, String)]) {
-        for (cam, why) in failures {
-            self.branch.decode_failed(inputs, *cam, why);
-        }
+    /// `model`'s forward on the last frame's `inputs` ([`CameraBranch::run_model`]): cameras
+    /// whose JPEG it could not decode are decode errors in that frame's record and the counts,
+    /// not used. Returns the map and those cameras `(camera, why)`.
+    pub fn run_model(&mut self, model: &mut dyn BevMapModel, inputs: &mut BevFrameInputs) -> (Result<crate::bev::map::BevMap, crate::Error>, Vec<(usize, String)>) {
+        let (map, failures) = self.branch.run_model(model, inputs);
         if let Some(f) = self.frames.last_mut() {
             f.status = inputs.cameras.iter().map(|c| c.status.name()).collect();
         }
+        (map, failures)
     }
 
     /// The map messages of a frame, for the model's `map` (None without a map style).

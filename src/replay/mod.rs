@@ -410,12 +410,10 @@ fn camera_frame(
     // cameras.json, noted, no map for this frame, the replay goes on (as the node does).
     let (Some(model), Some(classes)) = (bev_model.as_deref_mut(), map_classes) else { return Ok(()) };
     let t = Instant::now();
-    let map = model.forward(&inputs);
-    let failures = model.take_decode_failures();
+    let (map, failures) = cams.run_model(model, &mut inputs);
     for (cam, why) in &failures {
         progress.note(&format!("frame {}: camera {cam}'s image could not be decoded, masked: {why}", ctx.index));
     }
-    cams.model_decode_failures(&mut inputs, &failures);
     let map = match map {
         Ok(m) => m,
         Err(e) => {

@@ -383,10 +383,9 @@ impl CameraWorker {
         let mut out = ComputedFrame { started, stage_ms, messages: None, problem: None, notes: Vec::new(), statuses: Vec::new() };
         if let Some((model, pubs)) = self.model.as_mut() {
             let tm = Instant::now();
-            let map = model.forward(&inputs);
             // A JPEG the model could not decode: that camera was masked, it counts as a decode error.
-            for (cam, why) in model.take_decode_failures() {
-                self.branch.decode_failed(&mut inputs, cam, &why);
+            let (map, failures) = self.branch.run_model(model.as_mut(), &mut inputs);
+            for (cam, why) in failures {
                 let name = self.branch.names().get(cam).cloned().unwrap_or_default();
                 out.notes.push(format!("{name}: image could not be decoded, camera masked for this frame: {why}"));
             }
