@@ -1,7 +1,7 @@
 //! JPEGs left undecoded by the camera branch for a model that decodes them itself (nvJPEG on
 //! CUDA; `CameraBranch::set_defer_jpeg`): when the model cannot use them as a batch, it decodes
 //! them on the host, and a JPEG whose markers are whole but whose data is bad is masked for that
-//! frame and reported (`take_decode_failures`), never a failed frame or a silent hole. Here on
+//! frame and reported (`take_decode_failures`, through `CameraBranch::run_model`), never a failed frame or a silent hole. Here on
 //! the CPU backend (reduced fusion model, random weights), which takes the host path always; the
 //! GPU half is in tests/gpu_bev_map_model.rs.
 
@@ -57,15 +57,13 @@ fn deferred_jpegs_give_the_decoded_frames_map_and_a_bad_one_is_masked_and_report
     let mut b = branch(true);
     let mut inputs = frame(&mut b, corrupt_back);
     assert_eq!(inputs.used(), 6, "the header checks pass: {:?}", inputs.cameras);
-    let map = model.forward(&inputs).unwrap();
-    let failures = model.take_decode_failures();
+    // Through the branch, as the node, replay and the bench run the model.
+    let (map, failures) = b.run_model(&mut model, &mut inputs);
+    let map = map.unwrap();
     assert_eq!(failures.len(), 1, "{failures:?}");
     assert_eq!(failures[0].0, 3);
     assert!(failures[0].1.contains("quantization table"), "{}", failures[0].1);
     assert_eq!(map.masked_cameras, vec!["CAM_BACK".to_string()]);
-    for (cam, why) in &failures {
-        b.decode_failed(&mut inputs, *cam, why);
-    }
     assert_eq!(inputs.cameras[3].status, CameraStatus::DecodeError);
     assert_eq!(b.stats()[3].count(CameraStatus::DecodeError), 1);
     assert_eq!(b.stats()[3].count(CameraStatus::Used), 0);
