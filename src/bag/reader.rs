@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod mcap_check;
 mod mcap_file;
 mod mcap_indexed;
 
@@ -96,6 +97,17 @@ pub enum BagError {
         #[source]
         source: mcap::McapError,
     },
+    /// A record whose string, byte field or map declares more bytes than the record holds,
+    /// refused before the `mcap` crate parses it (it would reserve the declared length first).
+    #[error("{path}: MCAP damaged at message {index} of this file (last good timestamp {}): {detail}", fmt_ts(*.last_timestamp_ns))]
+    McapRecord {
+        path: PathBuf,
+        /// As for [`BagError::Mcap`].
+        index: u64,
+        last_timestamp_ns: Option<i64>,
+        /// The record type, the field, its declared length and the bytes left.
+        detail: String,
+    },
     #[error("{path}: SQLite error opening the bag file: {source}")]
     SqliteOpen {
         path: PathBuf,
@@ -132,6 +144,7 @@ impl BagError {
             | BagError::NoFiles { path }
             | BagError::McapOpen { path, .. }
             | BagError::Mcap { path, .. }
+            | BagError::McapRecord { path, .. }
             | BagError::SqliteOpen { path, .. }
             | BagError::Sqlite { path, .. } => path,
         }

@@ -31,13 +31,12 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use mcap::read::ChannelAccumulator;
 use mcap::records::{op, ChunkIndex, MessageHeader, Record};
-use mcap::sans_io::{
-    LinearReadEvent, LinearReader, LinearReaderOptions, SummaryReadEvent, SummaryReader,
-    SummaryReaderOptions,
-};
-use mcap::{Channel, McapError, Summary, MAGIC};
+use mcap::sans_io::{LinearReadEvent, LinearReader, LinearReaderOptions};
+use mcap::{Channel, McapError, Schema, Summary, MAGIC};
 
+use super::mcap_check::{self, RecordError};
 use super::mcap_file::{log_time_ns, raw_message, record_length_limit, topic_wanted};
 use super::{BagError, BufferUse, Held, RawMessage};
 
@@ -64,7 +63,7 @@ fn merge_key(chunk: &ChunkIndex) -> MergeKey {
 /// Why a chunk could not be read.
 enum ChunkError {
     Io(io::Error),
-    Mcap(McapError),
+    Record(RecordError),
 }
 
 impl From<io::Error> for ChunkError {
@@ -75,7 +74,13 @@ impl From<io::Error> for ChunkError {
 
 impl From<McapError> for ChunkError {
     fn from(e: McapError) -> Self {
-        ChunkError::Mcap(e)
+        ChunkError::Record(e.into())
+    }
+}
+
+impl From<RecordError> for ChunkError {
+    fn from(e: RecordError) -> Self {
+        ChunkError::Record(e)
     }
 }
 
@@ -189,7 +194,8 @@ impl IndexedMcap {
         // The chunk record goes through a linear reader rather than the crate's `ChunkReader`,
         // which has no record length limit: a record inside the chunk that declared 8e18 bytes
         // made it reserve them (found by the fuzzer). The limit is the linear path's; the
-        // reader checks the chunk's CRC where the writer stored one.
+        // reader checks the chunk's CRC where the writer stored one. Each record's length
+        // fields are checked before the crate parses it (see `mcap_check`).
         let mut reader = LinearReader::new_with_options(
             LinearReaderOptions::default()
                 .with_skip_start_magic(true)
@@ -206,15 +212,17 @@ impl IndexedMcap {
                     reader.notify_read(n);
                     input = &input[n..];
                 }
-                LinearReadEvent::Record { opcode, data } => match mcap::parse_record(opcode, data)? {
-                    Record::Message { header, data } => {
-                        msgs.extend(self.wanted_message(&header, data, start)?);
+                LinearReadEvent::Record { opcode, data } => {
+                    match mcap_check::parse_record(opcode, data)? {
+                        Record::Message { header, data } => {
+                            msgs.extend(self.wanted_message(&header, data, start)?);
+                        }
+                        Record::Channel(ch) if !channel_agrees(&self.channels, &ch) => {
+                            return Err(McapError::ConflictingChannels(ch.topic).into());
+                        }
+                        _ => {}
                     }
-                    Record::Channel(ch) if !channel_agrees(&self.channels, &ch) => {
-                        return Err(McapError::ConflictingChannels(ch.topic).into());
-                    }
-                    _ => {}
-                },
+                }
             }
         }
         Ok(())
@@ -295,12 +303,7 @@ impl IndexedMcap {
                 path: self.path.clone(),
                 source,
             },
-            ChunkError::Mcap(source) => BagError::Mcap {
-                path: self.path.clone(),
-                index: self.delivered,
-                last_timestamp_ns: self.last_ts,
-                source,
-            },
+            ChunkError::Record(e) => e.at_message(&self.path, self.delivered, self.last_ts),
         }
     }
 }
@@ -404,7 +407,7 @@ fn read_checked_summary(file: &File, len: u64) -> Option<(Summary, u64)> {
     {
         return None;
     }
-    let summary = read_summary(file, len).ok()??;
+    let summary = read_summary(file, footer.summary_start, len).ok()?;
     Some((summary, footer.summary_start))
 }
 
@@ -424,24 +427,62 @@ fn summary_crc(file: &File, summary_start: u64, len: u64) -> io::Result<u32> {
     Ok(hasher.finalize())
 }
 
-fn read_summary(mut file: &File, len: u64) -> mcap::McapResult<Option<Summary>> {
-    let options = SummaryReaderOptions::default()
-        .with_file_size(len)
-        .with_record_length_limit(usize::try_from(len).unwrap_or(usize::MAX));
-    let mut reader = SummaryReader::new_with_options(options);
+/// The summary section's indexes, schemas and channels: the records from `summary_start` to the
+/// end of the file (the footer and the end magic included) read as the crate's `SummaryReader`
+/// reads them, each record's length fields checked before the crate parses it (see
+/// `mcap_check`). No record may be longer than the rest of the file.
+fn read_summary(mut file: &File, summary_start: u64, len: u64) -> Result<Summary, RecordError> {
+    let rest = len.saturating_sub(summary_start);
+    let mut reader = LinearReader::new_with_options(
+        LinearReaderOptions::default()
+            .with_skip_start_magic(true)
+            .with_record_length_limit(usize::try_from(rest).unwrap_or(usize::MAX)),
+    );
+    file.seek(SeekFrom::Start(summary_start))?;
+    let mut pos = summary_start;
+    let mut summary = Summary::default();
+    let mut linked = ChannelAccumulator::default();
     while let Some(event) = reader.next_event() {
         match event? {
-            SummaryReadEvent::ReadRequest(n) => {
-                let got = file.read(reader.insert(n))?;
+            LinearReadEvent::ReadRequest(n) => {
+                // The reader's buffer grows by the request: never past the end of the file.
+                let left = usize::try_from(len.saturating_sub(pos)).unwrap_or(usize::MAX);
+                if left == 0 {
+                    return Err(McapError::UnexpectedEof.into());
+                }
+                let got = file.read(reader.insert(n.min(left)))?;
                 reader.notify_read(got);
+                pos += got as u64;
             }
-            SummaryReadEvent::SeekRequest(to) => {
-                let pos = file.seek(to)?;
-                reader.notify_seeked(pos);
+            LinearReadEvent::Record { opcode, data } => {
+                match mcap_check::parse_record(opcode, data)? {
+                    Record::Schema { header, data } => {
+                        let schema = Schema {
+                            id: header.id,
+                            name: header.name.clone(),
+                            encoding: header.encoding.clone(),
+                            data: Cow::Owned(data.to_vec()),
+                        };
+                        linked.add_schema(header, data.into_owned().into())?;
+                        summary.schemas.entry(schema.id).or_insert_with(|| Arc::new(schema));
+                    }
+                    Record::Channel(channel) => {
+                        let id = channel.id;
+                        linked.add_channel(channel)?;
+                        if let Some(channel) = linked.get(id) {
+                            summary.channels.insert(id, channel);
+                        }
+                    }
+                    Record::ChunkIndex(index) => summary.chunk_indexes.push(index),
+                    Record::AttachmentIndex(index) => summary.attachment_indexes.push(index),
+                    Record::MetadataIndex(index) => summary.metadata_indexes.push(index),
+                    Record::Statistics(stats) => summary.stats = Some(stats),
+                    _ => {}
+                }
             }
         }
     }
-    Ok(reader.finish())
+    Ok(summary)
 }
 
 /// The summary's chunk indexes in file order, if they account for every message of the data
@@ -483,12 +524,102 @@ fn gap_holds_no_messages(file: &File, summary: &Summary, from: u64, to: u64) -> 
         return None;
     }
     let bytes = read_at(file, from, len).ok()?;
-    for record in mcap::read::LinearReader::sans_magic(&bytes) {
-        match record.ok()? {
-            Record::Message { .. } | Record::Chunk { .. } => return None,
-            Record::Channel(ch) if !channel_agrees(&summary.channels, &ch) => return None,
-            _ => {}
+    // Records (those inside chunks included) as the crate's in-memory linear reader yields
+    // them, each checked (see `mcap_check`) before it is parsed.
+    let mut reader = LinearReader::new_with_options(
+        LinearReaderOptions::default()
+            .with_skip_start_magic(true)
+            .with_skip_end_magic(true)
+            .with_record_length_limit(bytes.len()),
+    );
+    let mut input: &[u8] = &bytes;
+    while let Some(event) = reader.next_event() {
+        match event.ok()? {
+            LinearReadEvent::ReadRequest(want) => {
+                let n = want.min(input.len());
+                reader.insert(n).copy_from_slice(&input[..n]);
+                reader.notify_read(n);
+                input = &input[n..];
+            }
+            LinearReadEvent::Record { opcode, data } => {
+                match mcap_check::parse_record(opcode, data).ok()? {
+                    Record::Message { .. } | Record::Chunk { .. } => return None,
+                    Record::Channel(ch) if !channel_agrees(&summary.channels, &ch) => return None,
+                    _ => {}
+                }
+            }
         }
     }
     Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(path: &str) -> (File, u64) {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        let file = File::open(&p).expect("fixture");
+        let len = file.metadata().expect("metadata").len();
+        (file, len)
+    }
+
+    /// The checked summary read gives the crate's summary for the fixture bags.
+    #[test]
+    fn summary_reads_like_the_crates() {
+        for bag in ["mcap_small", "mcap_zstd", "nuscenes_sample"] {
+            let path = format!("tests/data/bags/{bag}/{bag}.mcap");
+            let (file, len) = fixture(&path);
+            let footer = read_footer(&file, len).expect("footer");
+            let ours = read_summary(&file, footer.summary_start, len).expect("summary");
+            let bytes =
+                std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(&path)).expect("read");
+            let crates = Summary::read(&bytes).expect("crate's summary").expect("a summary");
+            assert!(!ours.chunk_indexes.is_empty(), "{bag}");
+            assert_eq!(ours, crates, "{bag}");
+        }
+    }
+
+    /// A summary record with a length beyond the record is refused, naming it; the file is then
+    /// not read through its index.
+    #[test]
+    fn summary_record_with_a_length_beyond_it_is_refused() {
+        let (file, len) = fixture("tests/data/fuzz/mcap_file/summary_schema_data_huge.mcap");
+        let footer = read_footer(&file, len).expect("footer");
+        match read_summary(&file, footer.summary_start, len) {
+            Err(RecordError::Length(e)) => {
+                assert!(e.starts_with("Schema record: data declares 4294967040 bytes"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(read_checked_summary(&file, len).is_none());
+    }
+
+    /// A record between chunks with a length beyond it makes the index unusable (the linear
+    /// read then reports it).
+    #[test]
+    fn gap_record_with_a_length_beyond_it_is_not_trusted() {
+        fn record(opcode: u8, body: &[u8]) -> Vec<u8> {
+            [&[opcode][..], &(body.len() as u64).to_le_bytes(), body].concat()
+        }
+        // Header: profile "", library "x".
+        let header = record(op::HEADER, &[0, 0, 0, 0, 1, 0, 0, 0, b'x']);
+        // Metadata: name declaring 0xFFFF_FFF0 bytes, then 3.
+        let metadata = record(op::METADATA, &[0xF0, 0xFF, 0xFF, 0xFF, b'a', b'b', b'c']);
+        let dir = std::env::temp_dir().join(format!("sptr-mcap-gap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("gap.bin");
+        let summary = Summary::default();
+        let gap = |records: &[&[u8]]| {
+            let bytes = records.concat();
+            std::fs::write(&path, &bytes).expect("write");
+            let file = File::open(&path).expect("open");
+            gap_holds_no_messages(&file, &summary, 0, bytes.len() as u64)
+        };
+        let good = gap(&[&header, &header]);
+        let bad = gap(&[&header, &metadata]);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(good.is_some());
+        assert!(bad.is_none());
+    }
 }
