@@ -4,7 +4,50 @@
 //! as seeds.
 
 use sptr::pipeline::files::parse_pcd;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::path::Path;
+
+/// The system allocator, noting the largest single allocation of each thread: a decoder must
+/// not reserve more than its input can back.
+struct NoteLargest;
+
+thread_local! {
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note(size: usize) {
+    let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+}
+
+// SAFETY: every call goes to the system allocator unchanged.
+unsafe impl GlobalAlloc for NoteLargest {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note(layout.size());
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note(new_size);
+        System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: NoteLargest = NoteLargest;
+
+/// The largest single allocation `f` made on this thread, and what it returned.
+fn largest_allocation<T>(f: impl FnOnce() -> T) -> (usize, T) {
+    LARGEST.with(|l| l.set(0));
+    let out = f();
+    (LARGEST.with(|l| l.get()), out)
+}
 
 fn data(target: &str, name: &str) -> Vec<u8> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz").join(target).join(name);
@@ -113,4 +156,115 @@ fn mcap_record_inside_an_indexed_chunk_with_a_huge_length_is_an_error() {
         },
     };
     assert!(outcome.contains("length exceeds limit"), "{outcome}");
+}
+
+/// A file of `tests/data/fuzz/mcap_file/` opened as a bare `.mcap` and read to the end: the
+/// largest single allocation meanwhile, and the error that ended the read (from `Bag::open`,
+/// which reads a bare file once for its topics, or from the read).
+fn read_mcap_regression(name: &str) -> (usize, String) {
+    use sptr::bag::reader::Bag;
+    let stem = name.trim_end_matches(".mcap");
+    let dir = std::env::temp_dir().join(format!("sptr-fuzz-regression-{stem}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join(name);
+    std::fs::write(&file, data("mcap_file", name)).unwrap();
+    let (largest, error) = largest_allocation(|| match Bag::open(&file) {
+        Err(e) => e.to_string(),
+        Ok(bag) => match bag.messages(&[]).find_map(|m| m.err()) {
+            Some(e) => e.to_string(),
+            None => String::from("no error"),
+        },
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    (largest, error)
+}
+
+/// No allocation larger than this while reading a regression file of a few hundred bytes.
+const SMALL: usize = 1 << 20;
+
+/// A Channel record whose topic declares 0xFFFF_FFF0 bytes made the mcap crate reserve them
+/// before reading the topic (the fuzz script allowed 4 GiB allocations for the bag targets for
+/// it). The record's length fields are now checked first: the read stops with an error naming
+/// the record, the field and both lengths.
+#[test]
+fn mcap_channel_topic_longer_than_its_record_is_an_error_not_an_allocation() {
+    let (largest, error) = read_mcap_regression("channel_topic_huge.mcap");
+    assert!(largest < SMALL, "an allocation of {largest} bytes");
+    assert!(
+        error.contains(
+            "Channel record: topic declares 4294967280 bytes, but only 16 bytes are left in the record"
+        ),
+        "{error}"
+    );
+    assert!(error.contains("MCAP damaged at message 1"), "{error}");
+}
+
+/// An Attachment whose data declares 2^63 bytes. The crate compares this length with the record
+/// itself (without naming the field), but an Attachment with no room for the CRC after its data
+/// made it slice out of bounds, a panic. Refused now, naming the field.
+#[test]
+fn mcap_attachment_data_longer_than_its_record_is_an_error() {
+    let (largest, error) = read_mcap_regression("attachment_data_huge.mcap");
+    assert!(largest < SMALL, "an allocation of {largest} bytes");
+    assert!(
+        error.contains(
+            "Attachment record: data declares 9223372036854775808 bytes (and the 4-byte CRC after \
+             it), but only 6 bytes are left"
+        ),
+        "{error}"
+    );
+}
+
+/// An Attachment that ends right after its data length, with no room for the CRC that follows
+/// the data: the crate's parser sliced the record out of bounds (a panic). Refused before it.
+#[test]
+fn mcap_attachment_without_room_for_its_crc_is_an_error_not_a_panic() {
+    let (largest, error) = read_mcap_regression("attachment_without_crc.mcap");
+    assert!(largest < SMALL, "an allocation of {largest} bytes");
+    assert!(
+        error.contains(
+            "Attachment record: data declares 0 bytes (and the 4-byte CRC after it), but only 0 \
+             bytes are left in the record"
+        ),
+        "{error}"
+    );
+}
+
+/// A file read through its chunk index whose chunk holds a Schema record with a name declaring
+/// 0xFFFF_FFF0 bytes: the chunk's records are checked as the linear read checks them.
+#[test]
+fn mcap_schema_name_longer_than_its_record_in_an_indexed_chunk_is_an_error() {
+    let (largest, error) = read_mcap_regression("chunk_schema_name_huge.mcap");
+    assert!(largest < SMALL, "an allocation of {largest} bytes");
+    assert!(error.contains("Schema record: name declares 4294967280 bytes"), "{error}");
+}
+
+/// A summary whose Schema record's data declares more than the record holds: the summary is
+/// not used (the file is read linearly), the messages of the data section are delivered, and
+/// the read ends with the summary record refused.
+#[test]
+fn mcap_summary_schema_data_longer_than_its_record_is_an_error_after_the_messages() {
+    use sptr::bag::reader::Bag;
+    let (largest, error) = read_mcap_regression("summary_schema_data_huge.mcap");
+    assert!(largest < SMALL, "an allocation of {largest} bytes");
+    assert!(error.contains("Schema record: data declares 4294967040 bytes"), "{error}");
+    assert!(error.contains("MCAP damaged at message 2"), "{error}");
+    // In a bag directory (topics from the metadata), the two messages come first.
+    let dir = std::env::temp_dir().join(format!("sptr-fuzz-regression-bag-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("b.mcap"), data("mcap_file", "summary_schema_data_huge.mcap")).unwrap();
+    std::fs::write(
+        dir.join("metadata.yaml"),
+        "rosbag2_bagfile_information:\n  version: 5\n  storage_identifier: mcap\n  \
+         relative_file_paths: [b.mcap]\n  message_count: 2\n",
+    )
+    .unwrap();
+    let bag = Bag::open(&dir).unwrap();
+    let items: Vec<_> = bag.messages(&[]).collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(items.len(), 3);
+    assert_eq!(items[0].as_ref().map(|m| m.timestamp_ns).ok(), Some(100));
+    assert_eq!(items[1].as_ref().map(|m| m.timestamp_ns).ok(), Some(200));
+    let e = items[2].as_ref().err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("Schema record: data declares 4294967040 bytes"), "{e}");
 }
