@@ -15,6 +15,7 @@ pub mod dense;
 pub mod device;
 pub mod error;
 pub mod eval;
+pub mod host_probe;
 pub mod memory;
 pub mod model;
 pub mod outputs;

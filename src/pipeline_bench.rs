@@ -20,6 +20,7 @@ use crate::bag::Bag;
 use crate::bev::branch::{BevMapModel, CameraBranch, CameraImage};
 use crate::bev::map_messages::map_messages;
 use crate::config::ImageTransport;
+use crate::host_probe::{frames_json, FrameHost, HostProbe, ProcCounters};
 use crate::memory::{device_used_mb, host_rss_mb};
 use crate::perception::{json_str, open_bench, BenchSetup, Percentiles, STAGES};
 use crate::replay::cameras::absolute_topic;
@@ -282,6 +283,9 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
     let mut last_map = None;
     let mut camera_status = Vec::new();
     let mut next_tick: Option<Instant> = None;
+    // Whose is a slow frame: the probe and /proc per frame (crate::host_probe).
+    let mut probe = None;
+    let mut frame_host: Vec<(Instant, Instant, FrameHost)> = Vec::with_capacity(frames);
     for k in 0..s.lidar.warmup + frames {
         let timed = k >= s.lidar.warmup;
         let i = k.saturating_sub(s.lidar.warmup);
@@ -305,6 +309,10 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
                 }
             }
         }
+        if timed && probe.is_none() {
+            probe = Some(HostProbe::start());
+        }
+        let counts_before = ProcCounters::now();
         let t0 = Instant::now();
         // The LiDAR path on this thread; the camera half beside it on a thread of its own, as
         // the node runs them (or after it, `serial`).
@@ -323,9 +331,12 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         };
         let cam = cam?;
         let frame_ms = ms(t0.elapsed());
+        let t_end = Instant::now();
         if !timed {
             continue;
         }
+        let counts = ProcCounters::now().since(&counts_before);
+        frame_host.push((t0, t_end, FrameHost { ms: frame_ms, probe_ratio: None, counts }));
         if let Some(tick) = next_tick {
             let deadline = tick + period;
             if Instant::now() > deadline {
@@ -358,6 +369,12 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         camera_status = cam.statuses;
         last_map = Some(cam.map);
     }
+    let probe = probe.map(HostProbe::stop);
+    let frame_host: Vec<FrameHost> = frame_host
+        .into_iter()
+        .map(|(from, to, f)| FrameHost { probe_ratio: probe.as_ref().and_then(|p| p.max_ratio_in(from, to)), ..f })
+        .collect();
+    let host_json = frames_json(probe.as_ref().and_then(|p| p.median_ms()), &frame_host);
     let lat = Percentiles::of(&total).map_or_else(|| "null".into(), |p| p.json());
     let map = last_map.map_or_else(
         || "null".into(),
@@ -371,7 +388,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
     Ok(format!(
         "{{\"bench\":\"pipeline_cameras\",\"device\":{},\"frames\":{},\"warmup\":{},\"pace\":{pace},\"frames_over_period\":{over_period},\"overlap\":{},\
          \"latency\":{lat},\"stage_p50_ms\":{},\"stage_p99_ms\":{},\"slowest_frame\":{},\"per_frame_ms\":{},\"cameras\":{},\"camera_status\":[{}],\"map\":{map},\"host_rss_mb\":{},\"device_used_mb\":{},\
-         \"model\":{},\"weights\":{},\"camera_model\":{},\"cloud\":{},\"bag\":{}}}",
+         \"host\":{host_json},\"model\":{},\"weights\":{},\"camera_model\":{},\"cloud\":{},\"bag\":{}}}",
         json_str(lidar.processor.device_name()),
         total.len(),
         s.lidar.warmup,

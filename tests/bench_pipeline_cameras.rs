@@ -122,6 +122,14 @@ fn cameras_bench_run(serial: bool) {
     assert_eq!(rss["samples"].as_array().map(Vec::len), Some(1), "frame 0 only: {v}");
     assert!(rss["first"].as_f64().unwrap() > 1.0, "{v}");
     assert!(v["device_used_mb"].is_null(), "no device memory on the CPU: {v}");
+    // whose a slow frame is (crate::host_probe): one value per timed frame; the one frame is the
+    // median, not slow; a CPU frame of the fusion model takes well over a 10 ms clock tick
+    let host = &v["host"];
+    for k in ["probe_ratio", "minor_faults", "major_faults", "self_cpu_ms", "host_busy_ms", "steal_ms"] {
+        assert_eq!(host[k].as_array().map(Vec::len), Some(1), "host.{k}: {v}");
+    }
+    assert_eq!((host["slow_frames"]["frames"].as_u64(), host["other_frames"]["frames"].as_u64()), (Some(0), Some(1)), "{v}");
+    assert!(host["self_cpu_ms"][0].as_f64().unwrap() > 0.0, "{v}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
