@@ -146,12 +146,6 @@ for t in "${targets[@]}"; do
         rm -rf "$corpus"
         budget=(-runs="$SPTR_FUZZ_RUNS" -seed=1)
     fi
-    # The mcap crate (0.26, the newest) reads a u32-prefixed string by allocating its declared
-    # length before checking it against the record (up to 4 GiB of address space that is never
-    # touched; resident memory stays small). Bag targets get a malloc bound above that; the
-    # resident-memory bound (2 GB) is the same for every target.
-    malloc_mb=2048
-    case $t in mcap_file|bag_metadata|sqlite_bag) malloc_mb=4352 ;; esac
     seeds="$CACHE/seeds/$t"
     rm -rf "$seeds"
     seed "$t" "$seeds"
@@ -182,7 +176,7 @@ for t in "${targets[@]}"; do
         # `times` in the round's subshell reports the CPU time of its children (cargo and the
         # fuzzer): user and system, the last line of its output.
         (cd fuzz && cargo +nightly fuzz run "$t" "$corpus" "$seeds" -- \
-            "${budget[@]}" -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb="$malloc_mb" \
+            "${budget[@]}" -timeout=1 -rss_limit_mb=2048 -malloc_limit_mb=2048 \
             -max_len=262144 -print_final_stats=1 -artifact_prefix="$PWD/../$ART/$t/" \
             ${dict:+-dict=$PWD/../$dict} >> "../$log" 2>&1
          rc=$?; times > "../$ART/$t.cpu"; exit $rc)
