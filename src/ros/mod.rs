@@ -6,7 +6,7 @@
 //!
 //! The node itself is [`node`] (binary `perception_node`): [`params`] validates its parameters,
 //! [`mailbox`] hands frames from the subscription to the processing thread, [`cameras`] is the
-//! camera branch's subscriptions, outputs and diagnostics. [`bench_peer`] is the node benchmark's
+//! camera branch's subscriptions, outputs and diagnostics, [`stop_guard`] bounds the stop's time. [`bench_peer`] is the node benchmark's
 //! publisher (binary `node_bench_peer`).
 
 pub mod bench_peer;
@@ -14,6 +14,7 @@ pub mod cameras;
 pub mod mailbox;
 pub mod node;
 pub mod params;
+pub mod stop_guard;
 
 use r2r::sensor_msgs::msg::{PointCloud2, PointField as MsgField};
 use r2r::std_msgs::msg::Header;

@@ -50,6 +50,7 @@ use crate::config::{CudaErrorPolicy, ModelConfig, NodeParams, OverflowPolicy};
 use crate::perception::{bev_params, FrameOutput, OverflowStats, Processor, Reject, Rejected, STAGES};
 use crate::ros::mailbox::Mailbox;
 use crate::ros::params;
+use crate::ros::stop_guard::{Stage as StopStage, StopGuard, STOP_DEADLINE};
 
 /// Exit status for invalid parameters (params file, overrides, model YAML or weights).
 pub const EXIT_PARAMS: i32 = 2;
@@ -842,6 +843,35 @@ pub fn main() -> i32 {
     exit_now(code)
 }
 
+/// The stop line's counts.
+fn stop_counts(c: &Counters, skipped: u64) -> String {
+    format!(
+        "received {}, processed {}, skipped {}, rejected {}",
+        c.received,
+        c.processed,
+        skipped,
+        c.rejected.iter().sum::<u64>()
+    )
+}
+
+/// Ends the process with `code` when the stop guard's deadline passed (a stage of the orderly
+/// stop still running, see [`super::stop_guard`]): flushes the C streams and `_exit`s. Unlike
+/// [`exit_now`] it leaves the ROS log files unflushed: the stage that hangs may be inside rcl.
+fn exit_forced(code: i32) -> ! {
+    use std::io::Write;
+    extern "C" {
+        fn fflush(stream: *mut std::ffi::c_void) -> i32;
+        fn _exit(status: i32) -> !;
+    }
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: fflush(NULL) flushes every C stream; _exit does not return.
+    unsafe {
+        fflush(std::ptr::null_mut());
+        _exit(code)
+    }
+}
+
 /// Ends the process at once with `code`, after the node's orderly stop in [`run`] (threads
 /// joined, the node and its DDS participant deleted, the final log line written): flushes
 /// stdout, stderr and the ROS log files (`rcl_logging_fini`; r2r configures logging but never
@@ -1143,12 +1173,31 @@ fn run(setup: Setup, fqn: String) -> i32 {
     // process exit ends it). No publisher may be in use when the node goes: close the outputs
     // (after a publish in progress), stop the runtime's tasks (subscription, diagnostics), then
     // the spinner (at most one 50 ms spin_once) drops the node: its publishers, subscription and
-    // DDS participant, which tells the other participants we are gone.
+    // DDS participant, which tells the other participants we are gone. The stop guard ends the
+    // process at STOP_DEADLINE if a stage hangs (DDS's teardown once did, on a loaded machine).
     let t = Instant::now();
+    let code = if device_error.is_some() { EXIT_DEVICE } else { 0 };
+    let mut guard = {
+        let (counters, mailbox) = (counters.clone(), mailbox.clone());
+        StopGuard::new(
+            which,
+            // try_lock: a thread stuck with the counters must not hold up the forced exit
+            move || match counters.try_lock() {
+                Ok(c) => stop_counts(&c, mailbox.skipped()),
+                Err(_) => format!("counts unavailable, skipped {}", mailbox.skipped()),
+            },
+            Box::new(move |line| {
+                eprintln!("{line}");
+                exit_forced(code)
+            }),
+        )
+    };
+    guard.arm(t, STOP_DEADLINE);
     mailbox.close();
     while !worker.is_finished() && t.elapsed() < SHUTDOWN_WAIT {
         std::thread::sleep(Duration::from_millis(5));
     }
+    let worker_wait = t.elapsed();
     let worker_ok = if worker.is_finished() {
         worker.join().is_ok()
     } else {
@@ -1159,17 +1208,30 @@ fn run(setup: Setup, fqn: String) -> i32 {
         true
     };
     *outputs_open.write().unwrap_or_else(|p| p.into_inner()) = false;
+    guard.stage(StopStage::Runtime);
+    let t_runtime = Instant::now();
     rt.shutdown_timeout(Duration::from_millis(100));
+    let runtime_stop = t_runtime.elapsed();
+    guard.stage(StopStage::RosNode);
+    let t_spinner = Instant::now();
     stop.store(true, Ordering::Relaxed);
     let spinner_ok = spinner.join().is_ok();
-    let c = counters.lock().unwrap_or_else(|p| p.into_inner());
+    let spinner_stop = t_spinner.elapsed();
+    guard.stage(StopStage::Report);
+    let counts = stop_counts(&counters.lock().unwrap_or_else(|p| p.into_inner()), mailbox.skipped());
+    if !guard.finish() {
+        // The guard wrote the last line and is ending the process.
+        loop {
+            std::thread::park();
+        }
+    }
+    // The stages' times say where a slow stop went.
     eprintln!(
-        "perception_node: {which}: stopped in {:.0} ms (received {}, processed {}, skipped {}, rejected {})",
+        "perception_node: {which}: stopped in {:.0} ms (processing thread {:.0} ms, runtime {:.0} ms, ROS node {:.0} ms; {counts})",
         ms(t.elapsed()),
-        c.received,
-        c.processed,
-        mailbox.skipped(),
-        c.rejected.iter().sum::<u64>()
+        ms(worker_wait),
+        ms(runtime_stop),
+        ms(spinner_stop),
     );
     if let Some(e) = device_error {
         return fail(
