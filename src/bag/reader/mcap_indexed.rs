@@ -206,12 +206,7 @@ impl IndexedMcap {
         let mut input: &[u8] = &record;
         while let Some(event) = reader.next_event() {
             match event? {
-                LinearReadEvent::ReadRequest(want) => {
-                    let n = want.min(input.len());
-                    reader.insert(n).copy_from_slice(&input[..n]);
-                    reader.notify_read(n);
-                    input = &input[n..];
-                }
+                LinearReadEvent::ReadRequest(want) => feed(&mut reader, &mut input, want),
                 LinearReadEvent::Record { opcode, data } => {
                     match mcap_check::parse_record(opcode, data)? {
                         Record::Message { header, data } => {
@@ -535,12 +530,7 @@ fn gap_holds_no_messages(file: &File, summary: &Summary, from: u64, to: u64) -> 
     let mut input: &[u8] = &bytes;
     while let Some(event) = reader.next_event() {
         match event.ok()? {
-            LinearReadEvent::ReadRequest(want) => {
-                let n = want.min(input.len());
-                reader.insert(n).copy_from_slice(&input[..n]);
-                reader.notify_read(n);
-                input = &input[n..];
-            }
+            LinearReadEvent::ReadRequest(want) => feed(&mut reader, &mut input, want),
             LinearReadEvent::Record { opcode, data } => {
                 match mcap_check::parse_record(opcode, data).ok()? {
                     Record::Message { .. } | Record::Chunk { .. } => return None,
@@ -551,6 +541,16 @@ fn gap_holds_no_messages(file: &File, summary: &Summary, from: u64, to: u64) -> 
         }
     }
     Some(())
+}
+
+
+/// Answers an in-memory sans-io reader's request for `want` bytes from the front of `input`
+/// (fewer at its end, which the reader then sees as the end of the data).
+fn feed(reader: &mut LinearReader, input: &mut &[u8], want: usize) {
+    let n = want.min(input.len());
+    reader.insert(n).copy_from_slice(&input[..n]);
+    reader.notify_read(n);
+    *input = &input[n..];
 }
 
 #[cfg(test)]
