@@ -268,3 +268,17 @@ fn mcap_summary_schema_data_longer_than_its_record_is_an_error_after_the_message
     let e = items[2].as_ref().err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("Schema record: data declares 4294967040 bytes"), "{e}");
 }
+
+/// Found by a 30-minute `mcap_file` run after the length check came in: a summary ChunkIndex
+/// whose message_index_offsets map declares 6 bytes of 10-byte entries. The crate reads whole
+/// entries while it has read fewer bytes than declared (10 here), so it took `compression`'s
+/// length from other bytes than the check walked and reserved 2,449,473,536 bytes for it. A
+/// block that is not a whole number of entries is now refused (the record-level case is
+/// `mcap_check`'s `chunk_index_offsets_and_compression`): the summary is not used, and the
+/// linear read stops at the file's damaged Header record.
+#[test]
+fn mcap_chunk_index_offsets_map_of_broken_entries_is_an_error_not_an_allocation() {
+    let (largest, error) = read_mcap_regression("chunk_index_offsets_not_whole_entries.mcap");
+    assert!(largest < SMALL, "an allocation of {largest} bytes");
+    assert!(error.contains("record with opcode 01 length exceeds limit"), "{error}");
+}

@@ -51,7 +51,7 @@ pub(super) fn check_record_lengths(opcode: u8, body: &[u8]) -> Result<(), String
         op::SCHEMA => check_schema(&mut r),
         op::CHANNEL => check_channel(&mut r),
         op::CHUNK => check_chunk(&mut r),
-        op::MESSAGE_INDEX => r.fixed(2).and_then(|()| r.block("records")),
+        op::MESSAGE_INDEX => r.fixed(2).and_then(|()| r.block("records", 16)), // log_time, offset
         op::CHUNK_INDEX => check_chunk_index(&mut r),
         op::ATTACHMENT => check_attachment(&mut r),
         op::ATTACHMENT_INDEX => {
@@ -64,7 +64,7 @@ pub(super) fn check_record_lengths(opcode: u8, body: &[u8]) -> Result<(), String
         // message start and end time u64
         op::STATISTICS => r
             .fixed(8 + 2 + 4 * 4 + 8 + 8)
-            .and_then(|()| r.block("channel_message_counts")),
+            .and_then(|()| r.block("channel_message_counts", 2 + 8)),
         op::METADATA => r.string("name").and_then(|()| r.string_map("metadata")),
         // offset, length
         op::METADATA_INDEX => r.fixed(8 + 8).and_then(|()| r.string("name")),
@@ -117,7 +117,7 @@ fn check_chunk(r: &mut Fields<'_>) -> Walk {
 
 fn check_chunk_index(r: &mut Fields<'_>) -> Walk {
     r.fixed(4 * 8)?; // message start and end time, chunk start offset, chunk length
-    r.block("message_index_offsets")?;
+    r.block("message_index_offsets", 2 + 8)?; // channel id -> offset
     r.fixed(8)?; // message_index_length
     r.string("compression")
 }
@@ -209,10 +209,21 @@ impl<'a> Fields<'a> {
         self.string(field)
     }
 
-    /// A map or an array of fixed-size entries: u32 byte count, then the entries. Nothing inside
-    /// has a length of its own.
-    fn block(&mut self, field: &str) -> Walk {
-        self.string(field)
+    /// A map or an array of `entry`-byte entries: u32 byte count, then the entries. Nothing
+    /// inside has a length of its own. A count that is not a whole number of entries is refused:
+    /// the crate reads whole entries while it has read fewer bytes than the count, so it would
+    /// read past the block and every field after it from elsewhere than this walk does (a
+    /// fuzzed ChunkIndex with a 6-byte map of 10-byte entries made it reserve 2.4 GB for its
+    /// `compression` string).
+    fn block(&mut self, field: &str, entry: u32) -> Walk {
+        let n = self.u32()?;
+        if n % entry != 0 {
+            return Err(Stop::Refused(format!(
+                "{} record: {field} declares {n} bytes, not a whole number of its {entry}-byte entries",
+                self.record
+            )));
+        }
+        self.take(field, n.into(), 0)
     }
 
     /// A map of strings to strings: u32 byte count, then key and value strings, each of which
@@ -352,6 +363,11 @@ mod tests {
         assert!(e.contains(&format!("only {left} bytes are left")), "{e}");
     }
 
+    fn assert_broken_entries(e: &str, record: &str, field: &str, declared: u64, entry: u32) {
+        let want = format!("{record} record: {field} declares {declared} bytes, not a whole number of its {entry}-byte entries");
+        assert_eq!(e, want);
+    }
+
     /// Each record's bodies: a valid one as the crate writes it, and for each length field a
     /// prefix up to the field's length, to append a length and contents to.
     fn header_prefix() -> Body {
@@ -466,8 +482,10 @@ mod tests {
     fn message_index_records() {
         passes(op::MESSAGE_INDEX, &Body::default().u8s(2).u32(32).u8s(32));
         passes(op::MESSAGE_INDEX, &Body::default().u8s(2).u32(0));
-        let e = refused(op::MESSAGE_INDEX, &Body::default().u8s(2).u32(33).u8s(32));
-        assert_names(&e, "MessageIndex", "records", 33, 32);
+        let e = refused(op::MESSAGE_INDEX, &Body::default().u8s(2).u32(48).u8s(32));
+        assert_names(&e, "MessageIndex", "records", 48, 32);
+        let e = refused(op::MESSAGE_INDEX, &Body::default().u8s(2).u32(24).u8s(32));
+        assert_broken_entries(&e, "MessageIndex", "records", 24, 16);
     }
 
     #[test]
@@ -481,8 +499,12 @@ mod tests {
             op::CHUNK_INDEX,
             &fixed().u32(0).u64(0).str("").u64(0).u64(0),
         );
-        let e = refused(op::CHUNK_INDEX, &fixed().u32(0x8000_0000).u8s(40));
-        assert_names(&e, "ChunkIndex", "message_index_offsets", 0x8000_0000, 40);
+        let e = refused(op::CHUNK_INDEX, &fixed().u32(0x8000_0000 - 8).u8s(40));
+        assert_names(&e, "ChunkIndex", "message_index_offsets", 0x8000_0000 - 8, 40);
+        // The fuzzer's case: a 6-byte map of 10-byte entries (the crate reads 10 and takes the
+        // fields after it from the wrong place: a 2.4 GB `compression`).
+        let e = refused(op::CHUNK_INDEX, &fixed().u32(6).u8s(6).u64(0).u32(0x9200_0000).u8s(20));
+        assert_broken_entries(&e, "ChunkIndex", "message_index_offsets", 6, 10);
         let e = refused(op::CHUNK_INDEX, &fixed().u32(0).u64(0).u32(17).u8s(16));
         assert_names(&e, "ChunkIndex", "compression", 17, 16);
     }
@@ -536,8 +558,10 @@ mod tests {
         let fixed = || Body::default().u8s(8 + 2 + 4 * 4 + 8 + 8);
         passes(op::STATISTICS, &fixed().u32(20).u8s(20));
         passes(op::STATISTICS, &fixed().u32(0));
-        let e = refused(op::STATISTICS, &fixed().u32(21).u8s(20));
-        assert_names(&e, "Statistics", "channel_message_counts", 21, 20);
+        let e = refused(op::STATISTICS, &fixed().u32(30).u8s(20));
+        assert_names(&e, "Statistics", "channel_message_counts", 30, 20);
+        let e = refused(op::STATISTICS, &fixed().u32(21).u8s(30));
+        assert_broken_entries(&e, "Statistics", "channel_message_counts", 21, 10);
     }
 
     #[test]
