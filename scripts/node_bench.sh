@@ -107,6 +107,11 @@ dev, host = j["device_used_mb"] or {}, j["host_rss_mb"] or {}
 print(f"run: frames {f}, latency p50 {l.get('p50_ms')} p99 {l.get('p99_ms')} max {l.get('max_ms')} ms, "
       f"over period {j['frames_over_period']}, host RSS {host.get('first')} -> {host.get('last')} MB, "
       f"device {dev.get('first')} -> {dev.get('last')} MB")
+hp = j.get("host_probe") or {}
+s, o = hp.get("slow_frames") or {}, hp.get("other_frames") or {}
+print(f"host probe: slow frames {s.get('frames')} (probe x{s.get('probe_ratio_p50')}), "
+      f"others {o.get('frames')} (probe x{o.get('probe_ratio_p50')}); "
+      f"stalls {j['host_stalls']['count']}, steal {j['steal_ms']} ms")
 EOF
         else
             status=1

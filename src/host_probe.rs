@@ -175,20 +175,25 @@ pub struct FrameHost {
     pub counts: ProcCounters,
 }
 
+/// The median of `v` (0 when empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// A frame is slow when it took over this multiple of the median frame.
+const SLOW_OVER_MEDIAN: f64 = 1.5;
+
 /// The host measures as JSON: the probe's median, per frame the probe ratio, faults and CPU
 /// times, and a comparison of the slow frames (over 1.5x the median frame) with the others:
 /// the median probe ratio, faults, own CPU and other processes' CPU of each group.
 pub fn frames_json(probe_median_ms: Option<f64>, frames: &[FrameHost]) -> String {
-    let median = |mut v: Vec<f64>| -> f64 {
-        if v.is_empty() {
-            return 0.0;
-        }
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let typical = median(frames.iter().map(|f| f.ms).collect());
     let group = |slow: bool| -> String {
-        let g: Vec<&FrameHost> = frames.iter().filter(|f| (f.ms > 1.5 * typical) == slow).collect();
+        let g: Vec<&FrameHost> = frames.iter().filter(|f| (f.ms > SLOW_OVER_MEDIAN * typical) == slow).collect();
         let others = |f: &FrameHost| (f.counts.host_busy_ms - f.counts.self_cpu_ms).max(0.0);
         format!(
             "{{\"frames\":{},\"probe_ratio_p50\":{:.2},\"minor_faults_p50\":{:.0},\"self_cpu_ms_p50\":{:.1},\"other_cpu_ms_p50\":{:.1},\"steal_ms_p50\":{:.1}}}",
@@ -203,16 +208,45 @@ pub fn frames_json(probe_median_ms: Option<f64>, frames: &[FrameHost]) -> String
     let list = |v: Vec<String>| v.join(",");
     format!(
         "{{\"probe_median_ms\":{},\"slow_frames\":{},\"other_frames\":{},\"probe_ratio\":[{}],\"minor_faults\":[{}],\"major_faults\":[{}],\"self_cpu_ms\":[{}],\"host_busy_ms\":[{}],\"steal_ms\":[{}]}}",
-        probe_median_ms.map_or_else(|| "null".into(), |m| format!("{m:.4}")),
+        median_json(probe_median_ms),
         group(true),
         group(false),
-        list(frames.iter().map(|f| f.probe_ratio.map_or_else(|| "null".into(), |r| format!("{r:.2}"))).collect()),
+        list(frames.iter().map(|f| ratio_json(f.probe_ratio)).collect()),
         list(frames.iter().map(|f| f.counts.minor_faults.to_string()).collect()),
         list(frames.iter().map(|f| f.counts.major_faults.to_string()).collect()),
         list(frames.iter().map(|f| format!("{:.0}", f.counts.self_cpu_ms)).collect()),
         list(frames.iter().map(|f| format!("{:.0}", f.counts.host_busy_ms)).collect()),
         list(frames.iter().map(|f| format!("{:.0}", f.counts.host_steal_ms)).collect()),
     )
+}
+
+/// The probe alone, for frames timed in another process (the node bench's peer times the
+/// node's frames; `/proc/self` there would be the peer's, so only the probe is reported): per
+/// frame `(latency ms, probe ratio)`, `None` for a frame that never completed. JSON: the
+/// probe's median run, the slow frames' (over 1.5x the median latency) median probe ratio
+/// against the other complete frames', and each frame's ratio.
+pub fn probe_json(probe_median_ms: Option<f64>, frames: &[(Option<f64>, Option<f64>)]) -> String {
+    let typical = median(frames.iter().filter_map(|f| f.0).collect());
+    let group = |slow: bool| -> String {
+        let g: Vec<Option<f64>> =
+            frames.iter().filter(|f| f.0.is_some_and(|ms| (ms > SLOW_OVER_MEDIAN * typical) == slow)).map(|f| f.1).collect();
+        format!("{{\"frames\":{},\"probe_ratio_p50\":{:.2}}}", g.len(), median(g.into_iter().flatten().collect()))
+    };
+    format!(
+        "{{\"probe_median_ms\":{},\"slow_frames\":{},\"other_frames\":{},\"probe_ratio\":[{}]}}",
+        median_json(probe_median_ms),
+        group(true),
+        group(false),
+        frames.iter().map(|f| ratio_json(f.1)).collect::<Vec<_>>().join(","),
+    )
+}
+
+fn median_json(ms: Option<f64>) -> String {
+    ms.map_or_else(|| "null".into(), |m| format!("{m:.4}"))
+}
+
+fn ratio_json(r: Option<f64>) -> String {
+    r.map_or_else(|| "null".into(), |r| format!("{r:.2}"))
 }
 
 #[cfg(test)]
@@ -287,5 +321,16 @@ mod tests {
         let j = frames_json(Some(0.2), &frames);
         assert!(j.contains("\"slow_frames\":{\"frames\":1,\"probe_ratio_p50\":3.00,\"minor_faults_p50\":500"), "{j}");
         assert!(j.contains("\"other_frames\":{\"frames\":3,\"probe_ratio_p50\":1.00,\"minor_faults_p50\":5,\"self_cpu_ms_p50\":20.0,\"other_cpu_ms_p50\":10.0"), "{j}");
+    }
+
+    #[test]
+    fn probe_alone_compares_slow_complete_frames_and_skips_incomplete_ones() {
+        let frames = [(Some(10.0), Some(1.0)), (Some(11.0), Some(1.2)), (None, Some(9.0)), (Some(10.0), None), (Some(40.0), Some(3.5))];
+        let j = probe_json(Some(0.4), &frames);
+        assert_eq!(
+            j,
+            "{\"probe_median_ms\":0.4000,\"slow_frames\":{\"frames\":1,\"probe_ratio_p50\":3.50},\
+             \"other_frames\":{\"frames\":3,\"probe_ratio_p50\":1.20},\"probe_ratio\":[1.00,1.20,9.00,null,3.50]}"
+        );
     }
 }

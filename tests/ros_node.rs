@@ -1170,6 +1170,17 @@ fn node_bench_peer_drives_the_node_and_accounts_for_every_frame() {
     let stalls = &j["host_stalls"];
     assert_eq!(stalls["at"].as_array().map(Vec::len), stalls["count"].as_u64().map(|c| c as usize), "{text}");
     assert!(j["steal_ms"].as_f64().is_some_and(|s| s >= 0.0), "/proc/stat's steal: {text}");
+    // The host probe ran through every frame: a ratio for each complete frame (a frame of the
+    // CPU node lasts seconds, the probe's runs under a millisecond), none for an incomplete one.
+    let probe = &j["host_probe"];
+    assert!(probe["probe_median_ms"].as_f64().is_some_and(|m| m > 0.0), "{text}");
+    let ratios = probe["probe_ratio"].as_array().expect("host_probe.probe_ratio");
+    assert_eq!(ratios.len(), 4, "{text}");
+    for (r, l) in ratios.iter().zip(per_frame) {
+        assert_eq!(r.is_f64(), l.is_f64(), "a probe ratio for each complete frame: {text}");
+    }
+    let grouped = probe["slow_frames"]["frames"].as_u64().unwrap_or(0) + probe["other_frames"]["frames"].as_u64().unwrap_or(0);
+    assert_eq!(grouped, n("complete"), "{text}");
     let missing = j["missing_by_output"].as_object().expect("missing_by_output");
     assert_eq!(missing.len(), 12, "{text}");
     let processed: u64 = j["node"]["processed"].as_str().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("node.processed: {text}"));

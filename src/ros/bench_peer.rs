@@ -173,10 +173,14 @@ impl FrameRecord {
         self.arrivals.iter().all(Option::is_some)
     }
 
+    /// When the last output came (complete frames only).
+    fn last_arrival(&self) -> Option<Instant> {
+        self.arrivals.iter().copied().collect::<Option<Vec<_>>>()?.into_iter().max()
+    }
+
     /// Cloud publication to the last output, ms (complete frames only).
     fn latency_ms(&self) -> Option<f64> {
-        let last = self.arrivals.iter().copied().collect::<Option<Vec<_>>>()?.into_iter().max()?;
-        Some(last.saturating_duration_since(self.published).as_secs_f64() * 1e3)
+        Some(self.last_arrival()?.saturating_duration_since(self.published).as_secs_f64() * 1e3)
     }
 }
 
@@ -262,6 +266,12 @@ pub struct PeerReport {
     pub host_stalls: Vec<(usize, f64)>,
     /// CPU time the hypervisor stole from all CPUs during the timed frames, ms.
     pub steal_ms: Option<f64>,
+    /// The host probe ([`crate::host_probe::HostProbe`], in this process): its median run, ms,
+    /// and per timed frame its slowest run from the cloud's publication to the last output, over
+    /// that median (`None` for an incomplete frame). Slow frames with a slow probe: the host's
+    /// cores slowed down, not the node alone.
+    pub probe_median_ms: Option<f64>,
+    pub probe_ratio: Vec<Option<f64>>,
 }
 
 fn pct_json(p: &Option<Percentiles>) -> String {
@@ -278,7 +288,7 @@ impl PeerReport {
             "{{\"bench\":\"node_dds\",\"rate_hz\":{},\"duration_s\":{},\"start_s\":{:.2},\"inputs\":{},\"outputs\":{},\
              \"frames\":{{\"published\":{},\"complete\":{},\"partial\":{},\"dropped\":{}}},\
              \"latency\":{},\"lidar_latency\":{},\"frames_over_period\":{},\"publish_late\":{},\
-             \"missing_by_output\":{},\"host_rss_mb\":{},\"device_used_mb\":{},\"node\":{},\"host_stalls\":{{\"count\":{},\"max_ms\":{:.2},\"at\":[{}]}},\"steal_ms\":{},\"frame_latency_ms\":[{}]}}",
+             \"missing_by_output\":{},\"host_rss_mb\":{},\"device_used_mb\":{},\"node\":{},\"host_stalls\":{{\"count\":{},\"max_ms\":{:.2},\"at\":[{}]}},\"steal_ms\":{},\"host_probe\":{},\"frame_latency_ms\":[{}]}}",
             self.rate_hz,
             self.duration_s,
             self.start_s,
@@ -300,6 +310,10 @@ impl PeerReport {
             self.host_stalls.iter().map(|s| s.1).fold(0.0, f64::max),
             self.host_stalls.iter().map(|(f, ms)| format!("[{f},{ms:.2}]")).collect::<Vec<_>>().join(","),
             self.steal_ms.map_or_else(|| "null".to_string(), |s| format!("{s:.0}")),
+            crate::host_probe::probe_json(
+                self.probe_median_ms,
+                &self.frame_latency_ms.iter().copied().zip(self.probe_ratio.iter().copied()).collect::<Vec<_>>()
+            ),
             self.frame_latency_ms
                 .iter()
                 .map(|l| l.map_or_else(|| "null".to_string(), |l| format!("{l:.2}")))
@@ -384,7 +398,9 @@ pub fn run(cfg: &PeerConfig) -> Result<PeerReport, String> {
 
     let stalls: StallLog = Arc::default();
     let probe = spawn_stall_probe(stop.clone(), stalls.clone());
+    let host_probe = crate::host_probe::HostProbe::start();
     let result = drive(cfg, &mut inputs, &publishers, &outputs, &rx, &diag, &stalls);
+    let host_probe = host_probe.stop();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = probe.join();
     let _ = spinner.join();
@@ -392,10 +408,17 @@ pub fn run(cfg: &PeerConfig) -> Result<PeerReport, String> {
     for r in readers {
         let _ = r.join();
     }
-    result
+    result.map(|(mut report, windows)| {
+        report.probe_median_ms = host_probe.median_ms();
+        report.probe_ratio = windows.iter().map(|w| w.and_then(|(from, to)| host_probe.max_ratio_in(from, to))).collect();
+        report
+    })
 }
 
-/// The publishing loop and the report (see [`run`]).
+/// Each timed frame's span, from the cloud's publication to its last output (`None`: incomplete).
+type FrameWindows = Vec<Option<(Instant, Instant)>>;
+
+/// The publishing loop and the report (see [`run`]), with the timed frames' spans.
 fn drive(
     cfg: &PeerConfig,
     inputs: &mut [Input],
@@ -404,7 +427,7 @@ fn drive(
     rx: &mpsc::Receiver<Arrival>,
     diag: &DiagLog,
     stalls: &StallLog,
-) -> Result<PeerReport, String> {
+) -> Result<(PeerReport, FrameWindows), String> {
     let period = Duration::from_secs_f64(1.0 / cfg.rate_hz);
     let timed_frames = (cfg.rate_hz * cfg.duration_s).round().max(1.0) as usize;
     let warmup_frames = (cfg.rate_hz * cfg.warmup_s).round() as usize;
@@ -533,7 +556,11 @@ fn drive(
             .filter_map(|(t, v)| Some(((t.duration_since(timed_at).as_secs_f64() * 10.0).round() / 10.0, v.get(key)?.parse().ok()?)))
             .collect()
     };
-    Ok(PeerReport {
+    let windows = timed
+        .iter()
+        .map(|f| Some((f.published, f.last_arrival()?)))
+        .collect();
+    let report = PeerReport {
         rate_hz: cfg.rate_hz,
         duration_s: cfg.duration_s,
         outputs: outputs.iter().map(|o| o.name.clone()).collect(),
@@ -565,7 +592,10 @@ fn drive(
                 .collect()
         },
         steal_ms: steal_at_start.zip(steal_at_end).map(|(a, b)| b - a),
-    })
+        probe_median_ms: None,
+        probe_ratio: Vec::new(),
+    };
+    Ok((report, windows))
 }
 
 #[cfg(test)]
