@@ -105,6 +105,71 @@ impl ProbeLog {
     }
 }
 
+/// A probe run this many times slower than the median is a slowdown of the host (a fixed
+/// workload in a core's own caches does not vary 3x otherwise).
+const SLOW_RUN_OVER_MEDIAN: f64 = 3.0;
+
+/// Slow runs closer together than this belong to one episode.
+const EPISODE_GAP: Duration = Duration::from_millis(200);
+
+impl ProbeLog {
+    /// The host's slowdowns as JSON: runs, the median run, how many runs were over 3x and 10x
+    /// the median, the episodes (slow runs grouped when under 200 ms apart) with when each
+    /// started (s from the first run), how long it lasted (first slow run's start to the last
+    /// one's end, ms) and its slowest run's ratio, and the median gap and length of episodes. On a quiet host there are none; on the noisy hosts of the node bench they came
+    /// every ~1.5 s.
+    pub fn slowdowns_json(&self) -> String {
+        let Some(typical) = self.median_ms() else {
+            return "{\"runs\":0}".into();
+        };
+        let t0 = self.samples.first().map_or_else(Instant::now, |s| s.0);
+        // (start, end, slowest ratio)
+        let mut episodes: Vec<(Instant, Instant, f64)> = Vec::new();
+        for &(t, d) in self.samples.iter().filter(|s| s.1 > SLOW_RUN_OVER_MEDIAN * typical) {
+            let (ratio, end) = (d / typical, t + Duration::from_secs_f64(d / 1e3));
+            match episodes.last_mut() {
+                Some(e) if t.saturating_duration_since(e.1) < EPISODE_GAP => {
+                    e.1 = end;
+                    e.2 = e.2.max(ratio);
+                }
+                _ => episodes.push((t, end, ratio)),
+            }
+        }
+        let length_ms = |e: &(Instant, Instant, f64)| e.1.duration_since(e.0).as_secs_f64() * 1e3;
+        let gaps: Vec<f64> = episodes.windows(2).map(|w| w[1].0.duration_since(w[0].0).as_secs_f64()).collect();
+        let count_over = |k: f64| self.samples.iter().filter(|s| s.1 > k * typical).count();
+        format!(
+            "{{\"runs\":{},\"probe_median_ms\":{typical:.4},\"runs_over_3x\":{},\"runs_over_10x\":{},\"episodes\":{},\"episode_gap_s_p50\":{},\"episode_ms_p50\":{},\"episode_list\":[{}]}}",
+            self.samples.len(),
+            count_over(SLOW_RUN_OVER_MEDIAN),
+            count_over(10.0),
+            episodes.len(),
+            if gaps.is_empty() { "null".into() } else { format!("{:.2}", median(gaps)) },
+            if episodes.is_empty() { "null".into() } else { format!("{:.1}", median(episodes.iter().map(length_ms).collect())) },
+            episodes
+                .iter()
+                .map(|e| format!("[{:.3},{:.1},{:.1}]", e.0.duration_since(t0).as_secs_f64(), length_ms(e), e.2))
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+    }
+}
+
+/// `sptr bench host`: the probe alone for `duration`, nothing else of ours running: does this
+/// machine's every core slow down now and then (a noisy host), before a benchmark is blamed?
+pub fn bench_alone(duration: Duration) -> String {
+    let steal0 = ProcCounters::now().host_steal_ms;
+    let probe = HostProbe::start();
+    std::thread::sleep(duration);
+    let log = probe.stop();
+    let steal = ProcCounters::now().host_steal_ms - steal0;
+    format!(
+        "{{\"bench\":\"host\",\"duration_s\":{:.1},\"steal_ms\":{steal:.0},\"probe\":{}}}",
+        duration.as_secs_f64(),
+        log.slowdowns_json()
+    )
+}
+
 /// Counters from `/proc` at one moment (Linux; zeros elsewhere).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ProcCounters {
@@ -189,8 +254,9 @@ const SLOW_OVER_MEDIAN: f64 = 1.5;
 
 /// The host measures as JSON: the probe's median, per frame the probe ratio, faults and CPU
 /// times, and a comparison of the slow frames (over 1.5x the median frame) with the others:
-/// the median probe ratio, faults, own CPU and other processes' CPU of each group.
-pub fn frames_json(probe_median_ms: Option<f64>, frames: &[FrameHost]) -> String {
+/// the median probe ratio, faults, own CPU and other processes' CPU of each group; and the
+/// probe's slowdowns over the whole run ([`ProbeLog::slowdowns_json`]).
+pub fn frames_json(probe: Option<&ProbeLog>, frames: &[FrameHost]) -> String {
     let typical = median(frames.iter().map(|f| f.ms).collect());
     let group = |slow: bool| -> String {
         let g: Vec<&FrameHost> = frames.iter().filter(|f| (f.ms > SLOW_OVER_MEDIAN * typical) == slow).collect();
@@ -207,10 +273,11 @@ pub fn frames_json(probe_median_ms: Option<f64>, frames: &[FrameHost]) -> String
     };
     let list = |v: Vec<String>| v.join(",");
     format!(
-        "{{\"probe_median_ms\":{},\"slow_frames\":{},\"other_frames\":{},\"probe_ratio\":[{}],\"minor_faults\":[{}],\"major_faults\":[{}],\"self_cpu_ms\":[{}],\"host_busy_ms\":[{}],\"steal_ms\":[{}]}}",
-        median_json(probe_median_ms),
+        "{{\"probe_median_ms\":{},\"slow_frames\":{},\"other_frames\":{},\"slowdowns\":{},\"probe_ratio\":[{}],\"minor_faults\":[{}],\"major_faults\":[{}],\"self_cpu_ms\":[{}],\"host_busy_ms\":[{}],\"steal_ms\":[{}]}}",
+        median_json(probe.and_then(ProbeLog::median_ms)),
         group(true),
         group(false),
+        probe.map_or_else(|| "null".into(), ProbeLog::slowdowns_json),
         list(frames.iter().map(|f| ratio_json(f.probe_ratio)).collect()),
         list(frames.iter().map(|f| f.counts.minor_faults.to_string()).collect()),
         list(frames.iter().map(|f| f.counts.major_faults.to_string()).collect()),
@@ -300,6 +367,34 @@ mod tests {
     }
 
     #[test]
+    fn slowdowns_are_grouped_into_episodes() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut samples: Vec<Sample> = (0..100).map(|i| (at(i * 20), 1.0)).collect();
+        // two episodes 1.5 s apart: runs at 400, 420, 440 ms (4x, 12x, 5x: 400 to 445 ms) and one
+        // at 1900 ms (3.5x: 3.5 ms long)
+        samples[20].1 = 4.0;
+        samples[21].1 = 12.0;
+        samples[22].1 = 5.0;
+        samples[95].1 = 3.5;
+        let j = ProbeLog { samples }.slowdowns_json();
+        assert_eq!(
+            j,
+            "{\"runs\":100,\"probe_median_ms\":1.0000,\"runs_over_3x\":4,\"runs_over_10x\":1,\"episodes\":2,\
+             \"episode_gap_s_p50\":1.50,\"episode_ms_p50\":45.0,\"episode_list\":[[0.400,45.0,12.0],[1.900,3.5,3.5]]}"
+        );
+        assert_eq!(ProbeLog { samples: Vec::new() }.slowdowns_json(), "{\"runs\":0}");
+    }
+
+    #[test]
+    fn the_probe_alone_reports_its_runs() {
+        let j: serde_json::Value = serde_json::from_str(&bench_alone(Duration::from_millis(50))).unwrap();
+        assert_eq!(j["bench"], "host");
+        // the probe thread may get no run in on a loaded machine: then it says so
+        assert!(j["probe"]["runs"].as_u64().is_some(), "{j}");
+    }
+
+    #[test]
     fn a_running_probe_records_runs() {
         let probe = HostProbe::start();
         // wait for runs, not for a time: the probe's first runs may come late on a busy machine
@@ -318,7 +413,10 @@ mod tests {
             counts: ProcCounters { minor_faults: faults, self_cpu_ms: 20.0, host_busy_ms: 30.0, ..Default::default() },
         };
         let frames = [f(10.0, 1.0, 5), f(11.0, 1.1, 5), f(10.0, 1.0, 6), f(40.0, 3.0, 500)];
-        let j = frames_json(Some(0.2), &frames);
+        let probe = ProbeLog { samples: vec![(Instant::now(), 0.2)] };
+        let j = frames_json(Some(&probe), &frames);
+        assert!(j.contains("\"probe_median_ms\":0.2000,"), "{j}");
+        assert!(j.contains("\"slowdowns\":{\"runs\":1,"), "{j}");
         assert!(j.contains("\"slow_frames\":{\"frames\":1,\"probe_ratio_p50\":3.00,\"minor_faults_p50\":500"), "{j}");
         assert!(j.contains("\"other_frames\":{\"frames\":3,\"probe_ratio_p50\":1.00,\"minor_faults_p50\":5,\"self_cpu_ms_p50\":20.0,\"other_cpu_ms_p50\":10.0"), "{j}");
     }

@@ -374,7 +374,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         .into_iter()
         .map(|(from, to, f)| FrameHost { probe_ratio: probe.as_ref().and_then(|p| p.max_ratio_in(from, to)), ..f })
         .collect();
-    let host_json = frames_json(probe.as_ref().and_then(|p| p.median_ms()), &frame_host);
+    let host_json = frames_json(probe.as_ref(), &frame_host);
     let lat = Percentiles::of(&total).map_or_else(|| "null".into(), |p| p.json());
     let map = last_map.map_or_else(
         || "null".into(),

@@ -420,6 +420,14 @@ impl std::error::Error for OutOfRange {}
 
 #[derive(Subcommand)]
 enum BenchCmd {
+    /// The host probe alone (a fixed CPU workload timed over and over, nothing else of ours
+    /// running): whether this machine's cores slow down now and then, to run beside a benchmark
+    /// before blaming the code for a tail (JSON; README, the node bench).
+    Host {
+        /// Seconds to probe.
+        #[arg(long, default_value_t = 30.0, value_parser = duration_arg)]
+        duration_s: f64,
+    },
     /// The perception node's per-frame work without ROS (decode, SphereFormer, BEV grids,
     /// labeled cloud; `sptr::perception`): latency p50/p99 over --frames frames (JSON).
     Pipeline {
@@ -758,6 +766,10 @@ fn run(cli: Cli) -> Result<()> {
                 inputs.coord_fixups,
                 out.display()
             );
+            Ok(())
+        }
+        Cmd::Bench { what: BenchCmd::Host { duration_s } } => {
+            println!("{}", sptr::host_probe::bench_alone(std::time::Duration::from_secs_f64(duration_s)));
             Ok(())
         }
         Cmd::Bench { what: BenchCmd::Voxelize { cloud, stride, model, voxel_size, iters, batch2 } } => {
