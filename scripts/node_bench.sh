@@ -11,11 +11,14 @@
 #                                         # time + libpython, which the wheels' libraries link) into
 #                                         # node-bench/, packed as node-bench.tar.xz (git-ignored)
 #   scripts/node_bench.sh run OUT [RUNS]  # GPU host, repo root: unpacks node-bench.tar.xz if
-#                                         # needed; RUNS times (default 3): a fresh node, the peer
-#                                         # at 10 Hz for 60 s after 5 s of warm-up; JSON + logs in OUT
+#                                         # needed; `sptr bench host` (the host probe alone) for
+#                                         # 30 s; RUNS times (default 3): a fresh node, the peer
+#                                         # at 10 Hz for 60 s after 5 s of warm-up; the host probe
+#                                         # alone again; JSON + logs in OUT
 #
 # Environment for `run`: SPTR_BENCH_DEVICE (cuda), SPTR_BENCH_RATE_HZ (10), SPTR_BENCH_DURATION_S
-# (60), SPTR_BENCH_CAMERA_MODEL (config/models/bevfusion_seg_fusion.yaml), SPTR_BENCH_NODE_PARAMS
+# (60), SPTR_BENCH_HOST_PROBE_S (30; 0: no host probe runs), SPTR_BENCH_CAMERA_MODEL
+# (config/models/bevfusion_seg_fusion.yaml), SPTR_BENCH_NODE_PARAMS
 # (more node parameters, space-separated `name:=value`, e.g. `camera.beside_lidar:=false`;
 # written to OUT/machine.txt). Weights are random
 # (`sptr random-weights`, seed 11; the map model `random:0`): timings are real, labels meaningless.
@@ -89,6 +92,7 @@ run() {
     } > "$out/machine.txt"
     local extra=() p
     for p in ${SPTR_BENCH_NODE_PARAMS:-}; do extra+=(-p "$p"); done
+    host_probe "$bin" "$out/host_before.json"
     local i status=0
     for i in $(seq 1 "$runs"); do
         "$bin/perception_node" --ros-args --params-file config/perception_nuscenes_cameras.yaml \
@@ -121,7 +125,24 @@ EOF
         kill -INT "$node" 2>/dev/null || true
         wait "$node" || true
     done
+    host_probe "$bin" "$out/host_after.json"
     return $status
+}
+
+# The host probe alone (nothing of ours running): does this machine's every core slow down now
+# and then? A tail that comes with such episodes is the host's (README, the node bench).
+host_probe() {
+    local bin=$1 json=$2 seconds=${SPTR_BENCH_HOST_PROBE_S:-30}
+    [ "$seconds" = 0 ] && return 0
+    "$bin/sptr" bench host --duration-s "$seconds" > "$json" || { echo "sptr bench host failed"; return 0; }
+    python3 - "$json" <<'EOF' || true
+import json, sys
+j = json.load(open(sys.argv[1]))
+p = {k: ("-" if v is None else v) for k, v in j["probe"].items()}
+print(f"host alone ({sys.argv[1].rsplit('/', 1)[-1]}): {p.get('episodes', 0)} slowdown episodes in {j['duration_s']} s "
+      f"(median gap {p.get('episode_gap_s_p50', '-')} s, length {p.get('episode_ms_p50', '-')} ms), "
+      f"{p.get('runs_over_10x', 0)} of {p.get('runs', 0)} probe runs over 10x, steal {j['steal_ms']} ms")
+EOF
 }
 
 case "${1:-}" in

@@ -71,6 +71,7 @@ fn every_numeric_argument_is_checked() {
         (&["bench", "camera-input", "a.jpg"], "--iters", &["0", huge, "-1"]),
         (&["bench", "camera-input", "a.jpg"], "--warmup", &["10001", huge, "-1"]),
         (&["bench", "bevpool"], "--iters", &["0", huge, "-1"]),
+        (&["bench", "host"], "--duration-s", &["0", "-1", "nan", "inf", "86401", "x"]),
         (&["bench", "bevpool"], "--dram-gbps", &["0", "-1", "nan", "inf", "1e300", "x"]),
         (&["replay", "bag", "--model", "m.yaml"], "--random-weights", &["-1", over]),
         (&["replay", "bag", "--model", "m.yaml", "--random-weights", "0"], "--ignore", &["-1", huge]),
@@ -97,6 +98,25 @@ fn attention_level_beyond_the_models_levels_is_refused() {
         &["bench", "attention", &cloud, "--level", "6", "--model", "config/models/sphereformer_semantickitti.yaml"],
         &["levels 1 to 5", "not 6"],
     );
+}
+
+/// `sptr bench host` probes alone for the time asked and reports its runs as JSON.
+#[test]
+fn bench_host_reports_the_probe_alone() {
+    let out = sptr(&["bench", "host", "--duration-s", "0.3"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(j["bench"], "host", "{text}");
+    assert_eq!(j["duration_s"].as_f64(), Some(0.3), "{text}");
+    assert!(j["steal_ms"].as_f64().is_some(), "{text}");
+    // a probe thread gets runs in within 0.3 s unless the machine starves it: then `runs` is 0
+    // and the other fields are absent, which the JSON says rather than inventing a median
+    let runs = j["probe"]["runs"].as_u64().unwrap_or_else(|| panic!("probe.runs: {text}"));
+    if runs > 0 {
+        assert!(j["probe"]["probe_median_ms"].as_f64().is_some_and(|m| m > 0.0), "{text}");
+        assert_eq!(j["probe"]["episodes"].as_u64(), j["probe"]["episode_list"].as_array().map(|l| l.len() as u64), "{text}");
+    }
 }
 
 /// The values the commands document still work (zero warm-up, the smallest stride).
