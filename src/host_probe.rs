@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::perception::Percentiles;
+
 /// One run of the probe's workload: when it started and how long it took, ms.
 type Sample = (Instant, f64);
 
@@ -73,35 +75,7 @@ impl HostProbe {
             let _ = t.join();
         }
         let samples = std::mem::take(&mut *self.samples.lock().unwrap_or_else(|p| p.into_inner()));
-        ProbeLog { samples }
-    }
-}
-
-/// The probe's runs.
-pub struct ProbeLog {
-    samples: Vec<Sample>,
-}
-
-impl ProbeLog {
-    /// The median run, ms (`None` without runs).
-    pub fn median_ms(&self) -> Option<f64> {
-        let mut v: Vec<f64> = self.samples.iter().map(|s| s.1).collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        Some(v[v.len() / 2])
-    }
-
-    /// The slowest run that overlapped `[from, to]`, as a multiple of the median run (1.0: the
-    /// host ran the probe as fast as usual); `None` when no run overlapped.
-    pub fn max_ratio_in(&self, from: Instant, to: Instant) -> Option<f64> {
-        let median = self.median_ms()?;
-        self.samples
-            .iter()
-            .filter(|(t, d)| *t <= to && *t + Duration::from_secs_f64(d / 1e3) >= from)
-            .map(|(_, d)| d / median)
-            .max_by(f64::total_cmp)
+        ProbeLog::new(samples)
     }
 }
 
@@ -112,21 +86,53 @@ const SLOW_RUN_OVER_MEDIAN: f64 = 3.0;
 /// Slow runs closer together than this belong to one episode.
 const EPISODE_GAP: Duration = Duration::from_millis(200);
 
+/// The probe's runs, in the order they ran (one thread, one after the other), and their median.
+pub struct ProbeLog {
+    samples: Vec<Sample>,
+    median_ms: Option<f64>,
+}
+
+/// When a run ended.
+fn run_end(&(t, d): &Sample) -> Instant {
+    t + Duration::from_secs_f64(d / 1e3)
+}
+
 impl ProbeLog {
+    fn new(samples: Vec<Sample>) -> ProbeLog {
+        let median_ms = p50(samples.iter().map(|s| s.1).collect());
+        ProbeLog { samples, median_ms }
+    }
+
+    /// The median run, ms (`None` without runs).
+    pub fn median_ms(&self) -> Option<f64> {
+        self.median_ms
+    }
+
+    /// The slowest run that overlapped `[from, to]`, as a multiple of the median run (1.0: the
+    /// host ran the probe as fast as usual); `None` when no run overlapped. Runs follow one
+    /// another, so their starts and ends both grow: the overlapping ones are found by bisection.
+    pub fn max_ratio_in(&self, from: Instant, to: Instant) -> Option<f64> {
+        let median = self.median_ms?;
+        let first = self.samples.partition_point(|s| run_end(s) < from);
+        let last = self.samples.partition_point(|s| s.0 <= to);
+        self.samples.get(first..last)?.iter().map(|(_, d)| d / median).max_by(f64::total_cmp)
+    }
+
     /// The host's slowdowns as JSON: runs, the median run, how many runs were over 3x and 10x
     /// the median, the episodes (slow runs grouped when under 200 ms apart) with when each
     /// started (s from the first run), how long it lasted (first slow run's start to the last
-    /// one's end, ms) and its slowest run's ratio, and the median gap and length of episodes. On a quiet host there are none; on the noisy hosts of the node bench they came
-    /// every ~1.5 s.
+    /// one's end, ms) and its slowest run's ratio, and the median gap and length of episodes.
+    /// On a quiet host there are none or a few short ones; on the noisy hosts of the node bench
+    /// they came every ~1.5 s.
     pub fn slowdowns_json(&self) -> String {
-        let Some(typical) = self.median_ms() else {
+        let Some(typical) = self.median_ms else {
             return "{\"runs\":0}".into();
         };
         let t0 = self.samples.first().map_or_else(Instant::now, |s| s.0);
         // (start, end, slowest ratio)
         let mut episodes: Vec<(Instant, Instant, f64)> = Vec::new();
-        for &(t, d) in self.samples.iter().filter(|s| s.1 > SLOW_RUN_OVER_MEDIAN * typical) {
-            let (ratio, end) = (d / typical, t + Duration::from_secs_f64(d / 1e3));
+        for s @ &(t, d) in self.samples.iter().filter(|s| s.1 > SLOW_RUN_OVER_MEDIAN * typical) {
+            let (ratio, end) = (d / typical, run_end(s));
             match episodes.last_mut() {
                 Some(e) if t.saturating_duration_since(e.1) < EPISODE_GAP => {
                     e.1 = end;
@@ -144,8 +150,8 @@ impl ProbeLog {
             count_over(SLOW_RUN_OVER_MEDIAN),
             count_over(10.0),
             episodes.len(),
-            if gaps.is_empty() { "null".into() } else { format!("{:.2}", median(gaps)) },
-            if episodes.is_empty() { "null".into() } else { format!("{:.1}", median(episodes.iter().map(length_ms).collect())) },
+            p50(gaps).map_or_else(|| "null".into(), |g| format!("{g:.2}")),
+            p50(episodes.iter().map(length_ms).collect()).map_or_else(|| "null".into(), |l| format!("{l:.1}")),
             episodes
                 .iter()
                 .map(|e| format!("[{:.3},{:.1},{:.1}]", e.0.duration_since(t0).as_secs_f64(), length_ms(e), e.2))
@@ -240,13 +246,14 @@ pub struct FrameHost {
     pub counts: ProcCounters,
 }
 
-/// The median of `v` (0 when empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// The median of `v` as the benchmarks' `p50` reports it (nearest rank); `None` when empty.
+fn p50(v: Vec<f64>) -> Option<f64> {
+    Percentiles::of(&v).map(|p| p.p50)
+}
+
+/// The median of a group for the JSON, 0 for an empty group (its `frames` says 0).
+fn median(v: Vec<f64>) -> f64 {
+    p50(v).unwrap_or(0.0)
 }
 
 /// A frame is slow when it took over this multiple of the median frame.
@@ -274,7 +281,7 @@ pub fn frames_json(probe: Option<&ProbeLog>, frames: &[FrameHost]) -> String {
     let list = |v: Vec<String>| v.join(",");
     format!(
         "{{\"probe_median_ms\":{},\"slow_frames\":{},\"other_frames\":{},\"slowdowns\":{},\"probe_ratio\":[{}],\"minor_faults\":[{}],\"major_faults\":[{}],\"self_cpu_ms\":[{}],\"host_busy_ms\":[{}],\"steal_ms\":[{}]}}",
-        median_json(probe.and_then(ProbeLog::median_ms)),
+        median_json(probe.and_then(|p| p.median_ms)),
         group(true),
         group(false),
         probe.map_or_else(|| "null".into(), ProbeLog::slowdowns_json),
@@ -356,9 +363,7 @@ mod tests {
     fn probe_ratio_is_the_slowest_overlapping_run_over_the_median() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let log = ProbeLog {
-            samples: vec![(at(0), 1.0), (at(10), 1.0), (at(20), 4.0), (at(30), 1.0), (at(40), 2.0)],
-        };
+        let log = ProbeLog::new(vec![(at(0), 1.0), (at(10), 1.0), (at(20), 4.0), (at(30), 1.0), (at(40), 2.0)]);
         assert_eq!(log.median_ms(), Some(1.0));
         assert_eq!(log.max_ratio_in(at(19), at(25)), Some(4.0));
         assert_eq!(log.max_ratio_in(at(29), at(35)), Some(1.0));
@@ -377,13 +382,14 @@ mod tests {
         samples[21].1 = 12.0;
         samples[22].1 = 5.0;
         samples[95].1 = 3.5;
-        let j = ProbeLog { samples }.slowdowns_json();
+        let j = ProbeLog::new(samples).slowdowns_json();
+        // medians are nearest-rank, as the benchmarks' p50: of two episodes, the shorter
         assert_eq!(
             j,
             "{\"runs\":100,\"probe_median_ms\":1.0000,\"runs_over_3x\":4,\"runs_over_10x\":1,\"episodes\":2,\
-             \"episode_gap_s_p50\":1.50,\"episode_ms_p50\":45.0,\"episode_list\":[[0.400,45.0,12.0],[1.900,3.5,3.5]]}"
+             \"episode_gap_s_p50\":1.50,\"episode_ms_p50\":3.5,\"episode_list\":[[0.400,45.0,12.0],[1.900,3.5,3.5]]}"
         );
-        assert_eq!(ProbeLog { samples: Vec::new() }.slowdowns_json(), "{\"runs\":0}");
+        assert_eq!(ProbeLog::new(Vec::new()).slowdowns_json(), "{\"runs\":0}");
     }
 
     #[test]
@@ -413,7 +419,7 @@ mod tests {
             counts: ProcCounters { minor_faults: faults, self_cpu_ms: 20.0, host_busy_ms: 30.0, ..Default::default() },
         };
         let frames = [f(10.0, 1.0, 5), f(11.0, 1.1, 5), f(10.0, 1.0, 6), f(40.0, 3.0, 500)];
-        let probe = ProbeLog { samples: vec![(Instant::now(), 0.2)] };
+        let probe = ProbeLog::new(vec![(Instant::now(), 0.2)]);
         let j = frames_json(Some(&probe), &frames);
         assert!(j.contains("\"probe_median_ms\":0.2000,"), "{j}");
         assert!(j.contains("\"slowdowns\":{\"runs\":1,"), "{j}");
@@ -425,10 +431,11 @@ mod tests {
     fn probe_alone_compares_slow_complete_frames_and_skips_incomplete_ones() {
         let frames = [(Some(10.0), Some(1.0)), (Some(11.0), Some(1.2)), (None, Some(9.0)), (Some(10.0), None), (Some(40.0), Some(3.5))];
         let j = probe_json(Some(0.4), &frames);
+        // the other complete frames' ratios are 1.0 and 1.2 (one has none): nearest rank gives 1.0
         assert_eq!(
             j,
             "{\"probe_median_ms\":0.4000,\"slow_frames\":{\"frames\":1,\"probe_ratio_p50\":3.50},\
-             \"other_frames\":{\"frames\":3,\"probe_ratio_p50\":1.20},\"probe_ratio\":[1.00,1.20,9.00,null,3.50]}"
+             \"other_frames\":{\"frames\":3,\"probe_ratio_p50\":1.00},\"probe_ratio\":[1.00,1.20,9.00,null,3.50]}"
         );
     }
 }
