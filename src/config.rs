@@ -397,6 +397,11 @@ pub struct CameraParams {
     /// Seconds a camera's latest image may differ from the cloud's stamp (either way) and still
     /// be used; beyond, the camera is masked for that frame (autoware_bevfusion's 0.12 s).
     pub max_camera_lidar_delay: f64,
+    /// The largest |d| (each coefficient of a CameraInfo's distortion `d`) that still counts as
+    /// an undistorted image when the intrinsics come from `K`. Beyond it the camera is masked
+    /// as `distorted` (the model's geometry is a pinhole's; sptr does not undistort): feed
+    /// rectified images (`image_rect`) with `intrinsics: P`, whose `d` is not read.
+    pub max_distortion: f64,
     /// Calibration file (README "Calibration file"): extrinsics where TF has none, intrinsics
     /// until a CameraInfo arrives. Empty: TF and CameraInfo only. Relative to the params file.
     pub calibration_file: String,
@@ -423,6 +428,7 @@ impl Default for CameraParams {
             image_topic: "~/input/cameras/{camera}/image".into(),
             camera_info_topic: "~/input/cameras/{camera}/camera_info".into(),
             max_camera_lidar_delay: 0.12,
+            max_distortion: 1e-3,
             calibration_file: String::new(),
             map_thresholds: Vec::new(),
             overrides: Default::default(),
@@ -528,6 +534,10 @@ impl NodeParams {
         let d = c.max_camera_lidar_delay;
         if !(d.is_finite() && d >= 0.0) {
             return Err(value_err(file, "camera.max_camera_lidar_delay", format!("must be zero or positive seconds, got {d}")));
+        }
+        let m = c.max_distortion;
+        if !(m.is_finite() && m >= 0.0) {
+            return Err(value_err(file, "camera.max_distortion", format!("must be zero or positive (the largest |d| of an undistorted CameraInfo), got {m}")));
         }
         if let Some(t) = c.map_thresholds.iter().find(|t| !(0.0..=1.0).contains(*t)) {
             return Err(value_err(file, "camera.map_thresholds", format!("values must be in 0..=1, got {t}")));

@@ -7,9 +7,14 @@
 //! A camera is masked out of a frame for the first of: no image / image too old or too new
 //! ([`super::sync`]), uncalibrated ([`super::rig`]), an image that cannot be decoded (wrong
 //! encoding, truncated data, corrupt JPEG/PNG), an image whose size differs from its
-//! CameraInfo's. Every mask is counted per camera with its reason; nothing waits and nothing
-//! panics on a bad message. A camera image used by two frames (cameras slower than the LiDAR) is
-//! decoded once.
+//! CameraInfo's, a CameraInfo whose lens distortion the pinhole model cannot take
+//! ([`super::rig`]), and a camera the map model cannot take ([`BevMapModel::check_camera`]: e.g.
+//! an image its resize + crop does not fit). Every mask is counted per camera with its reason;
+//! nothing waits and nothing panics on a bad message, and one camera's problem never costs the
+//! other cameras their part of the map. A camera image used by two frames (cameras slower than
+//! the LiDAR) is decoded once: the decode is kept with the message it came from, never keyed by
+//! the stamp alone (a driver that re-stamps, or a bag edited by a tool, can give two different
+//! images one stamp).
 //!
 //! For a model that decodes JPEGs itself (nvJPEG on CUDA, [`BevMapModel::decodes_jpeg`]) the
 //! branch only checks a JPEG's headers and scan markers and hands over the bytes
@@ -22,11 +27,11 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use crate::bag::cdr::{CameraInfo, CompressedImage, Image, TfMessage};
-use crate::bev::calib::Calibration;
+use crate::bev::calib::{CameraCalib, Calibration};
 use crate::bev::calib_file::CalibrationFile;
 use crate::bev::lss::CameraMask;
 use crate::bev::map::BevMap;
-use crate::bev::rig::{CalibrationRig, CameraCalibState};
+use crate::bev::rig::{placeholder_camera, CalibrationRig, CameraCalibState, PLACEHOLDER_SIZE};
 use crate::bev::sweeps::{SweepBuffer, SweepPoints};
 use crate::bev::sync::{CameraCounts, CameraSync, CameraUse};
 use crate::bev::tf::TfBuffer;
@@ -137,10 +142,19 @@ pub enum CameraStatus {
     Uncalibrated,
     DecodeError,
     SizeMismatch,
+    /// Its CameraInfo (intrinsics from `K`) has lens distortion beyond `camera.max_distortion`:
+    /// the model's geometry is a pinhole's, so only rectified images can be used.
+    Distorted,
+    /// The map model cannot take this camera (e.g. its image is too small for the model's
+    /// resize + crop): [`BevMapModel::check_camera`].
+    UnsupportedSize,
 }
 
+/// How many [`CameraStatus`] values there are.
+pub const CAMERA_STATUSES: usize = 9;
+
 impl CameraStatus {
-    pub const ALL: [CameraStatus; 7] = [
+    pub const ALL: [CameraStatus; CAMERA_STATUSES] = [
         CameraStatus::Used,
         CameraStatus::Missing,
         CameraStatus::Stale,
@@ -148,6 +162,8 @@ impl CameraStatus {
         CameraStatus::Uncalibrated,
         CameraStatus::DecodeError,
         CameraStatus::SizeMismatch,
+        CameraStatus::Distorted,
+        CameraStatus::UnsupportedSize,
     ];
 
     pub fn name(self) -> &'static str {
@@ -159,6 +175,8 @@ impl CameraStatus {
             CameraStatus::Uncalibrated => "uncalibrated",
             CameraStatus::DecodeError => "decode_error",
             CameraStatus::SizeMismatch => "size_mismatch",
+            CameraStatus::Distorted => "distorted",
+            CameraStatus::UnsupportedSize => "unsupported_size",
         }
     }
 
@@ -181,7 +199,7 @@ pub struct CameraReport {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CameraStats {
     /// Frames per [`CameraStatus`] (index = `CameraStatus as usize`).
-    pub frames: [u64; 7],
+    pub frames: [u64; CAMERA_STATUSES],
     /// Invalid CameraInfo messages (ignored; the previous intrinsics stay).
     pub camera_info_errors: u64,
     pub last_age_ns: Option<i64>,
@@ -252,6 +270,13 @@ pub trait BevMapModel {
     fn take_decode_failures(&mut self) -> Vec<(usize, String)> {
         Vec::new()
     }
+
+    /// Whether the model can take a camera calibrated as `camera` (its raw image size, its
+    /// intrinsics): `Err(why)` masks the camera as `unsupported_size` for the frame, and the
+    /// others still make the map ([`CameraBranch::run_model`]).
+    fn check_camera(&self, _camera: &CameraCalib) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The branch's settings.
@@ -264,11 +289,15 @@ pub struct BranchConfig {
     pub sweeps: usize,
     pub odom_frame: String,
     pub calibration_file: Option<CalibrationFile>,
+    /// The largest |d| of a CameraInfo read through `K` that still counts as undistorted
+    /// (`camera.max_distortion`; [`crate::bev::rig::distortion_problem`]).
+    pub max_distortion: f64,
 }
 
-/// A decoded (or checked) image, by its stamp, so a second frame using the same image does not
-/// decode again.
-type Decoded = Option<(i64, Result<FrameImage, String>)>;
+/// A decoded (or checked) image with the message it came from, so a second frame using the same
+/// message does not decode again. Keyed by the message itself (`Arc` identity), never by its
+/// stamp: two different images may carry one stamp.
+type Decoded = Option<(Arc<CameraImage>, Result<FrameImage, String>)>;
 
 /// The camera branch's state between frames.
 pub struct CameraBranch {
@@ -292,7 +321,7 @@ fn ms(t: Instant) -> f64 {
 
 impl CameraBranch {
     pub fn new(cfg: BranchConfig) -> Result<Self, Error> {
-        let rig = CalibrationRig::new(&cfg.names, &cfg.use_projection, cfg.calibration_file)?;
+        let rig = CalibrationRig::new(&cfg.names, &cfg.use_projection, cfg.calibration_file, cfg.max_distortion)?;
         let d = cfg.max_camera_lidar_delay_s;
         if !(d.is_finite() && d >= 0.0) {
             return Err(Error::InvalidInput(format!("max_camera_lidar_delay {d} must be zero or positive")));
@@ -325,15 +354,18 @@ impl CameraBranch {
         self.defer_jpeg = defer;
     }
 
-    /// `model`'s forward on a frame's `inputs`, then the cameras whose JPEG it could not decode
-    /// reported as decode errors in `inputs` and the counts ([`CameraBranch::decode_failed`]),
-    /// whether the forward succeeded or not. Returns the map and those cameras `(camera, why)`,
-    /// for the caller's log. The node, replay and the pipeline bench run the model through here.
+    /// `model`'s forward on a frame's `inputs`: first the cameras the model cannot take are
+    /// masked ([`CameraBranch::mask_unsupported`]), then after the forward the cameras whose JPEG
+    /// it could not decode are reported as decode errors in `inputs` and the counts
+    /// ([`CameraBranch::decode_failed`]), whether the forward succeeded or not. Returns the map
+    /// and those cameras `(camera, why)`, for the caller's log. The node, replay and the pipeline
+    /// bench run the model through here.
     pub fn run_model<M: BevMapModel + ?Sized>(
         &mut self,
         model: &mut M,
         inputs: &mut BevFrameInputs,
     ) -> (Result<BevMap, Error>, Vec<(usize, String)>) {
+        self.mask_unsupported(model, inputs);
         let map = model.forward(inputs);
         let failures = model.take_decode_failures();
         for (cam, why) in &failures {
@@ -342,14 +374,51 @@ impl CameraBranch {
         (map, failures)
     }
 
+    /// The cameras of `inputs` that `model` cannot take ([`BevMapModel::check_camera`]): a used
+    /// one is masked as `unsupported_size` for the frame and counted; the calibration entry of
+    /// every such camera, used or not, becomes a stand-in the model takes (a nominal pinhole of a
+    /// supported camera's size, pooled nowhere), so the model's geometry of the whole frame does
+    /// not fail on one camera and the other cameras still make the map.
+    pub fn mask_unsupported<M: BevMapModel + ?Sized>(&mut self, model: &M, inputs: &mut BevFrameInputs) {
+        let verdicts: Vec<Result<(), String>> = inputs.calibration.cameras.iter().map(|c| model.check_camera(c)).collect();
+        if verdicts.iter().all(Result::is_ok) {
+            return;
+        }
+        let stand_in_size = inputs
+            .calibration
+            .cameras
+            .iter()
+            .zip(&verdicts)
+            .find(|(_, v)| v.is_ok())
+            .map(|(c, _)| (c.image_width, c.image_height))
+            .or_else(|| {
+                let fallback = placeholder_camera("stand-in", PLACEHOLDER_SIZE);
+                model.check_camera(&fallback).is_ok().then_some(PLACEHOLDER_SIZE)
+            });
+        for (cam, verdict) in verdicts.into_iter().enumerate() {
+            let Err(why) = verdict else { continue };
+            self.mask_camera(inputs, cam, CameraStatus::UnsupportedSize, &why);
+            if let (Some(size), Some(c)) = (stand_in_size, inputs.calibration.cameras.get_mut(cam)) {
+                *c = placeholder_camera(&c.name, size);
+            }
+        }
+    }
+
     /// Camera `cam`'s image in `inputs` could not be decoded by the map model (`why`): the
     /// camera is reported as a decode error for that frame instead of used.
     pub fn decode_failed(&mut self, inputs: &mut BevFrameInputs, cam: usize, why: &str) {
+        self.mask_camera(inputs, cam, CameraStatus::DecodeError, why);
+    }
+
+    /// Camera `cam`, used in `inputs`, is masked out of that frame as `status` (`why`): out of
+    /// the mask, its image dropped, and counted as `status` instead of used. A camera that was
+    /// not used stays as it was.
+    fn mask_camera(&mut self, inputs: &mut BevFrameInputs, cam: usize, status: CameraStatus, why: &str) {
         let Some(rep) = inputs.cameras.get_mut(cam) else { return };
         if rep.status != CameraStatus::Used {
             return;
         }
-        rep.status = CameraStatus::DecodeError;
+        rep.status = status;
         rep.detail = Some(why.to_string());
         inputs.mask = inputs.mask.without(cam);
         if let Some(img) = inputs.images.get_mut(cam) {
@@ -357,8 +426,8 @@ impl CameraBranch {
         }
         if let Some(s) = self.stats.get_mut(cam) {
             s.frames[CameraStatus::Used.index()] = s.frames[CameraStatus::Used.index()].saturating_sub(1);
-            s.frames[CameraStatus::DecodeError.index()] += 1;
-            s.last_problem = Some(format!("{}: {why}", CameraStatus::DecodeError.name()));
+            s.frames[status.index()] += 1;
+            s.last_problem = Some(format!("{}: {why}", status.name()));
         }
     }
 
@@ -411,6 +480,7 @@ impl CameraBranch {
                 (CameraUse::Stale { .. }, _) => (CameraStatus::Stale, None),
                 (CameraUse::Ahead { .. }, _) => (CameraStatus::Ahead, None),
                 (CameraUse::Used { .. }, CameraCalibState::Uncalibrated(why)) => (CameraStatus::Uncalibrated, Some(why.clone())),
+                (CameraUse::Used { .. }, CameraCalibState::Distorted(why)) => (CameraStatus::Distorted, Some(why.clone())),
                 (CameraUse::Used { .. }, CameraCalibState::Ready { .. }) => {
                     if let Some(img) = item {
                         to_decode.push((i, Arc::clone(img)));
@@ -426,24 +496,23 @@ impl CameraBranch {
         // Decode what is not decoded yet (in parallel), then check sizes.
         let t = Instant::now();
         let limits = self.limits;
-        let todo: Vec<(usize, i64, Arc<CameraImage>)> = to_decode
+        let todo: Vec<(usize, Arc<CameraImage>)> = to_decode
             .into_iter()
-            .filter(|(i, img)| !matches!(&self.decoded[*i], Some((s, _)) if *s == img.stamp_ns()))
-            .map(|(i, img)| (i, img.stamp_ns(), img))
+            .filter(|(i, img)| !matches!(&self.decoded[*i], Some((done, _)) if Arc::ptr_eq(done, img)))
             .collect();
         let defer = self.defer_jpeg;
-        let fresh: Vec<(usize, i64, Result<FrameImage, String>)> = todo
+        let fresh: Vec<(usize, Arc<CameraImage>, Result<FrameImage, String>)> = todo
             .into_par_iter()
-            .map(|(i, stamp, img)| {
+            .map(|(i, img)| {
                 let r = match img.jpeg_header_size(&limits).filter(|_| defer) {
                     Some(size) => size.map(|(width, height)| FrameImage::Jpeg { message: Arc::clone(&img), width, height }),
                     None => img.decode(&limits).map(|d| FrameImage::Rgb(Arc::new(d))),
                 };
-                (i, stamp, r)
+                (i, img, r)
             })
             .collect();
-        for (i, stamp, r) in fresh {
-            self.decoded[i] = Some((stamp, r));
+        for (i, img, r) in fresh {
+            self.decoded[i] = Some((img, r));
         }
         let mut images: Vec<Option<FrameImage>> = vec![None; n];
         for (i, rep) in reports.iter_mut().enumerate() {
@@ -573,6 +642,7 @@ mod tests {
             sweeps: 1,
             odom_frame: "odom".into(),
             calibration_file: None,
+            max_distortion: 1e-3,
         })
         .unwrap()
     }
@@ -642,6 +712,153 @@ mod tests {
         assert_eq!(b.tf_errors().0, 1);
     }
 
+    /// Two different images with one stamp (a driver that re-stamps, an edited bag): each is
+    /// decoded for itself. A corrupt image carrying a good image's stamp is a decode error, not
+    /// the good image's picture; a good image carrying a bad one's stamp is used. The same
+    /// message in two frames is still decoded once.
+    #[test]
+    fn a_new_image_with_an_earlier_stamp_is_decoded_for_itself() {
+        for defer in [false, true] {
+            let (mut b, names, _) = nuscenes_branch();
+            b.set_defer_jpeg(defer);
+            let good = |i: usize| jpeg_message(&names[i], nuscenes_jpeg(&names[i]));
+            let cut = |i: usize| {
+                let mut data = nuscenes_jpeg(&names[i]);
+                data.truncate(data.len() / 2);
+                jpeg_message(&names[i], data)
+            };
+            for i in 0..6 {
+                b.on_image(i, good(i));
+            }
+            let f = b.frame(1_010 * MS, "lidar_top", &Points::default());
+            assert_eq!(f.used(), 6, "defer {defer}: {:?}", f.cameras);
+            // the same messages again: nothing new to decode, all used
+            let f = b.frame(1_020 * MS, "lidar_top", &Points::default());
+            assert_eq!(f.used(), 6);
+            // CAM_FRONT's next image is cut short but carries the first one's stamp
+            b.on_image(0, cut(0));
+            let f = b.frame(1_030 * MS, "lidar_top", &Points::default());
+            assert_eq!(f.cameras[0].status, CameraStatus::DecodeError, "defer {defer}: {:?}", f.cameras[0]);
+            assert!(f.images[0].is_none());
+            assert_eq!(f.mask, CameraMask(0b11_1110));
+            // and a good image after it, with that same stamp again, is used
+            b.on_image(0, good(0));
+            let f = b.frame(1_040 * MS, "lidar_top", &Points::default());
+            assert_eq!(f.cameras[0].status, CameraStatus::Used, "defer {defer}: {:?}", f.cameras[0]);
+            assert_eq!(f.images[0].as_ref().map(FrameImage::size), Some((1600, 900)));
+            let s = &b.stats()[0];
+            assert_eq!((s.count(CameraStatus::Used), s.count(CameraStatus::DecodeError)), (3, 1));
+        }
+    }
+
+    /// A CameraInfo with lens distortion beyond `max_distortion`, read through `K`, masks the
+    /// camera as `distorted` every frame with a message that says to feed rectified images; the
+    /// same CameraInfo read through `P` (a rectified image), or with a distortion within the
+    /// tolerance, is used. A later undistorted CameraInfo brings the camera back.
+    #[test]
+    fn distorted_camera_infos_mask_the_camera_unless_rectified() {
+        let run = |use_projection: bool, d: Vec<f64>| {
+            let mut b = CameraBranch::new(BranchConfig {
+                names: vec!["C0".into(), "C1".into()],
+                use_projection: vec![use_projection, false],
+                max_camera_lidar_delay_s: 0.12,
+                sweeps: 1,
+                odom_frame: "odom".into(),
+                calibration_file: None,
+                max_distortion: 1e-3,
+            })
+            .unwrap();
+            let t = 10_000 * MS;
+            for i in 0..2 {
+                let f = format!("cam{i}");
+                assert!(b.on_tf(&tf("lidar", &f, 1.0), true).is_empty());
+                let mut c = info(&f, 8, 6);
+                c.p = [100.0, 0.0, 4.0, 0.0, 0.0, 100.0, 3.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+                if i == 0 {
+                    c.distortion_model = "plumb_bob".into();
+                    c.d = d.clone();
+                }
+                b.on_camera_info(i, &c).unwrap();
+                b.on_image(i, rgb(t, 8, 6));
+            }
+            let f = b.frame(t, "lidar", &Points::default());
+            (b, f)
+        };
+        let (mut b, f) = run(false, vec![-0.4, 0.2, 0.0, 0.0, 0.0]);
+        assert_eq!(f.cameras[0].status, CameraStatus::Distorted, "{:?}", f.cameras[0]);
+        let why = f.cameras[0].detail.clone().unwrap();
+        assert!(why.contains("image_rect") && why.contains("-0.4") && why.contains("max_distortion"), "{why}");
+        assert_eq!(f.cameras[1].status, CameraStatus::Used);
+        assert_eq!(f.mask, CameraMask(0b10));
+        assert!(b.stats()[0].calibration.starts_with("distorted"), "{}", b.stats()[0].calibration);
+        // every frame, until an undistorted CameraInfo
+        let g = b.frame(10_050 * MS, "lidar", &Points::default());
+        assert_eq!(g.cameras[0].status, CameraStatus::Distorted);
+        assert_eq!(b.stats()[0].count(CameraStatus::Distorted), 2);
+        b.on_camera_info(0, &info("cam0", 8, 6)).unwrap();
+        let h = b.frame(10_060 * MS, "lidar", &Points::default());
+        assert_eq!(h.cameras[0].status, CameraStatus::Used);
+        // rectified (P) ignores d; a tiny d passes; a NaN d does not
+        assert_eq!(run(true, vec![-0.4, 0.2, 0.0, 0.0, 0.0]).1.cameras[0].status, CameraStatus::Used);
+        assert_eq!(run(false, vec![1e-4, -1e-3, 0.0, 0.0, 0.0]).1.cameras[0].status, CameraStatus::Used);
+        assert_eq!(run(false, vec![]).1.cameras[0].status, CameraStatus::Used);
+        assert_eq!(run(false, vec![f64::NAN, 0.0, 0.0, 0.0, 0.0]).1.cameras[0].status, CameraStatus::Distorted);
+    }
+
+    /// A model that takes only cameras `w` pixels wide (as a resize + crop takes only images it
+    /// fits) and records the calibration it was given.
+    struct WidthOnly {
+        w: usize,
+        seen: Option<Calibration>,
+    }
+
+    impl BevMapModel for WidthOnly {
+        fn forward(&mut self, inputs: &BevFrameInputs) -> Result<BevMap, Error> {
+            if let Some(c) = inputs.calibration.cameras.iter().find(|c| c.image_width != self.w) {
+                return Err(Error::InvalidInput(format!("camera `{}` is {} wide", c.name, c.image_width)));
+            }
+            self.seen = Some(inputs.calibration.clone());
+            Err(Error::InvalidInput("stand-in: no map".into()))
+        }
+
+        fn check_camera(&self, c: &CameraCalib) -> Result<(), String> {
+            if c.image_width == self.w { Ok(()) } else { Err(format!("image {} x {} is too small", c.image_width, c.image_height)) }
+        }
+    }
+
+    /// A camera the model cannot take is masked as `unsupported_size` with the model's reason
+    /// and counted; its calibration entry becomes a stand-in the model takes, so the forward
+    /// runs on the other cameras. A masked camera (no image) of such a size is replaced too.
+    #[test]
+    fn a_camera_the_model_cannot_take_is_masked_and_the_others_still_run() {
+        let mut b = branch(3);
+        let t = 10_000 * MS;
+        for (i, w) in [(0, 8u32), (1, 12), (2, 12)] {
+            let f = format!("cam{i}");
+            assert!(b.on_tf(&tf("lidar", &f, 1.0), true).is_empty());
+            b.on_camera_info(i, &info(&f, w, 6)).unwrap();
+            if i < 2 {
+                b.on_image(i, rgb(t, w, 6));
+            }
+        }
+        let mut f = b.frame(t, "lidar", &Points::default());
+        assert_eq!(f.mask, CameraMask(0b11));
+        let mut model = WidthOnly { w: 8, seen: None };
+        let (map, _) = b.run_model(&mut model, &mut f);
+        assert!(map.unwrap_err().to_string().contains("stand-in"), "the forward ran on the rest");
+        let status: Vec<&str> = f.cameras.iter().map(|c| c.status.name()).collect();
+        assert_eq!(status, ["used", "unsupported_size", "missing"]);
+        assert!(f.cameras[1].detail.as_deref().is_some_and(|d| d.contains("12 x 6")), "{:?}", f.cameras[1]);
+        assert_eq!(f.mask, CameraMask(0b01));
+        assert!(f.images[1].is_none());
+        let seen = model.seen.unwrap();
+        assert!(seen.cameras.iter().all(|c| c.image_width == 8));
+        assert_eq!(seen.cameras[1].name, "C1");
+        let s = &b.stats()[1];
+        assert_eq!((s.count(CameraStatus::Used), s.count(CameraStatus::UnsupportedSize)), (0, 1));
+        assert!(s.last_problem.as_deref().is_some_and(|p| p.starts_with("unsupported_size")));
+    }
+
     /// LiDAR sweeps from `/tf`: `odom → base_link` (dynamic, the car drives +1 m in x per
     /// 0.1 s) chained with `base_link → lidar` (static). A static object at odom x = 10 lands on
     /// one place in the current cloud's frame from all three sweeps, each with its time lag.
@@ -654,6 +871,7 @@ mod tests {
             sweeps: 3,
             odom_frame: "odom".into(),
             calibration_file: None,
+            max_distortion: 1e-3,
         })
         .unwrap();
         let edge = |parent: &str, child: &str, t: [f64; 3]| TfMessage {
@@ -705,6 +923,7 @@ mod tests {
             sweeps: 1,
             odom_frame: "odom".into(),
             calibration_file: Some(file.clone()),
+            max_distortion: 1e-3,
         })
         .unwrap();
         (b, names, file)

@@ -30,6 +30,9 @@ pub enum CameraCalibState {
     Ready { source: ExtrinsicSource, from_camera_info: bool },
     /// Masked: why (no CameraInfo and none in the file, no TF and not in the file, invalid).
     Uncalibrated(String),
+    /// Masked: its latest CameraInfo (intrinsics from `K`) has lens distortion beyond the
+    /// tolerance; why, with what to do.
+    Distorted(String),
 }
 
 impl CameraCalibState {
@@ -47,6 +50,7 @@ impl CameraCalibState {
                 format!("extrinsic from file, intrinsics from {}", if *from_camera_info { "camera_info" } else { "file" })
             }
             CameraCalibState::Uncalibrated(why) => format!("uncalibrated: {why}"),
+            CameraCalibState::Distorted(why) => format!("distorted: {why}"),
         }
     }
 }
@@ -58,6 +62,9 @@ struct Intrinsics {
     width: usize,
     height: usize,
     frame_id: String,
+    /// Why the camera's images cannot be used as they are (lens distortion beyond the
+    /// tolerance), if so.
+    distorted: Option<String>,
 }
 
 /// One frame's calibration.
@@ -77,25 +84,32 @@ pub struct CalibrationRig {
     /// Per camera: read `P` instead of `K` (rectified images).
     use_projection: Vec<bool>,
     file: Option<CalibrationFile>,
+    /// The largest |d| of a CameraInfo read through `K` that still counts as undistorted.
+    max_distortion: f64,
     intrinsics: Vec<Option<Intrinsics>>,
     current: Option<Calibration>,
     changes: u64,
 }
 
 /// The raw size a placeholder camera gets when nothing else is known (nuScenes').
-const PLACEHOLDER_SIZE: (usize, usize) = (1600, 900);
+pub(crate) const PLACEHOLDER_SIZE: (usize, usize) = (1600, 900);
 
 impl CalibrationRig {
-    /// `names` in camera order, `use_projection` per camera, the optional calibration file.
-    /// Errors when the lists differ in length.
-    pub fn new(names: &[String], use_projection: &[bool], file: Option<CalibrationFile>) -> Result<Self, Error> {
+    /// `names` in camera order, `use_projection` per camera, the optional calibration file, the
+    /// distortion tolerance ([`distortion_problem`]). Errors when the lists differ in length or
+    /// the tolerance is negative or not finite.
+    pub fn new(names: &[String], use_projection: &[bool], file: Option<CalibrationFile>, max_distortion: f64) -> Result<Self, Error> {
         if names.len() != use_projection.len() {
             return Err(Error::InvalidInput(format!("{} cameras but {} intrinsics choices", names.len(), use_projection.len())));
+        }
+        if !(max_distortion.is_finite() && max_distortion >= 0.0) {
+            return Err(Error::InvalidInput(format!("max_distortion {max_distortion} must be zero or positive")));
         }
         Ok(CalibrationRig {
             names: names.to_vec(),
             use_projection: use_projection.to_vec(),
             file,
+            max_distortion,
             intrinsics: vec![None; names.len()],
             current: None,
             changes: 0,
@@ -113,7 +127,10 @@ impl CalibrationRig {
         }
         // Validate as a camera with a neutral extrinsic: K, size.
         CameraCalib::new(&name, k, IDENTITY, w, h)?;
-        self.intrinsics[cam] = Some(Intrinsics { k, width: w, height: h, frame_id: info.header.frame_id.clone() });
+        // A rectified image (intrinsics from P) has no distortion left, whatever `d` says: the
+        // CameraInfo of `image_rect` carries the raw camera's coefficients.
+        let distorted = if self.use_projection[cam] { None } else { distortion_problem(info, self.max_distortion) };
+        self.intrinsics[cam] = Some(Intrinsics { k, width: w, height: h, frame_id: info.header.frame_id.clone(), distorted });
         Ok(())
     }
 
@@ -137,6 +154,11 @@ impl CalibrationRig {
         let mut cams: Vec<Option<CameraCalib>> = Vec::with_capacity(self.names.len());
         for (i, name) in self.names.iter().enumerate() {
             let file_cam = self.file.as_ref().and_then(|f| f.camera(name));
+            if let Some(why) = self.intrinsics[i].as_ref().and_then(|x| x.distorted.clone()) {
+                states.push(CameraCalibState::Distorted(why));
+                cams.push(None);
+                continue;
+            }
             let (k, w, h, from_info) = match (&self.intrinsics[i], file_cam.and_then(|c| c.intrinsics)) {
                 (Some(x), _) => (x.k, x.width, x.height, true),
                 (None, Some((k, w, h))) => (k, w, h, false),
@@ -175,7 +197,7 @@ impl CalibrationRig {
         let cameras: Vec<CameraCalib> = cams
             .into_iter()
             .zip(&self.names)
-            .map(|(c, name)| c.unwrap_or_else(|| placeholder(name, size)))
+            .map(|(c, name)| c.unwrap_or_else(|| placeholder_camera(name, size)))
             .collect();
         let calibration = Calibration { cameras };
         let changed = self.current.as_ref() != Some(&calibration);
@@ -189,9 +211,29 @@ impl CalibrationRig {
     }
 }
 
+/// Why a camera with this CameraInfo, read through `K`, cannot be used as it is: a distortion
+/// coefficient beyond `max` in magnitude (or not finite). BEVFusion's geometry projects through
+/// a pinhole, so a distorted image's pixels would be lifted along the wrong rays (with
+/// d = [-0.4, 0.2, ...] a 1600-wide image's corners move by about a hundred pixels); sptr does
+/// not undistort, it asks for rectified images. `None` when every |d| <= `max` (an empty `d`
+/// too).
+pub fn distortion_problem(info: &CameraInfo, max: f64) -> Option<String> {
+    let beyond = info.d.iter().any(|v| !(v.abs() <= max));
+    if !beyond {
+        return None;
+    }
+    let model = if info.distortion_model.is_empty() { "no model named".to_string() } else { info.distortion_model.clone() };
+    Some(format!(
+        "CameraInfo has lens distortion d = {:?} ({model}), beyond camera.max_distortion = {max}: the BEV model \
+         assumes pinhole images. Feed rectified images (the camera's image_rect topic) with camera.intrinsics: P, \
+         or raise camera.max_distortion if this distortion is negligible for your lens",
+        info.d
+    ))
+}
+
 /// A well-formed camera that is never pooled (its mask bit is off): a nominal pinhole looking
 /// along its own z, at the LiDAR origin.
-fn placeholder(name: &str, (w, h): (usize, usize)) -> CameraCalib {
+pub(crate) fn placeholder_camera(name: &str, (w, h): (usize, usize)) -> CameraCalib {
     let f = w.max(1) as f64;
     CameraCalib {
         name: name.to_string(),
@@ -238,7 +280,7 @@ mod tests {
     fn tf_then_file_then_uncalibrated_and_changes_are_detected() {
         let id = "[[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]";
         let file = CalibrationFile::parse(&format!("cameras:\n  CAM_B:\n    camera_to_lidar: {id}\n"), "f.yaml").unwrap();
-        let mut rig = CalibrationRig::new(&names(), &[false, true], Some(file)).unwrap();
+        let mut rig = CalibrationRig::new(&names(), &[false, true], Some(file), 1e-3).unwrap();
         let mut tf = TfBuffer::new();
         tf.add_message(&tf_msg("base_link_lidar_dummy", 0.0), true);
         // nothing yet: both placeholders, both uncalibrated
@@ -336,7 +378,7 @@ mod tests {
         let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("tests/data/nuscenes/calib.json")).unwrap()).unwrap();
         let l2e: Mat4 = serde_json::from_value(json["lidar"]["lidar2ego"].clone()).unwrap();
         let names: Vec<String> = NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect();
-        let mut rig = CalibrationRig::new(&names, &[false; 6], Some(file.clone())).unwrap();
+        let mut rig = CalibrationRig::new(&names, &[false; 6], Some(file.clone()), 1e-3).unwrap();
         let mut transforms = vec![edge("base_link", "lidar_top", &l2e)];
         for (i, name) in names.iter().enumerate() {
             let frame = name.to_lowercase();
@@ -373,7 +415,7 @@ mod tests {
 
     #[test]
     fn bad_camera_infos_are_errors_and_keep_the_previous_intrinsics() {
-        let mut rig = CalibrationRig::new(&names(), &[false, false], None).unwrap();
+        let mut rig = CalibrationRig::new(&names(), &[false, false], None, 1e-3).unwrap();
         rig.set_camera_info(0, &info("cam_a", 1000.0)).unwrap();
         for (bad, needle) in [
             (info("cam_a", 0.0), "focal"),
@@ -389,6 +431,8 @@ mod tests {
         let f = rig.resolve("lidar", &TfBuffer::new());
         assert!(f.states[0].describe().contains("uncalibrated") && f.states[0].describe().contains("no extrinsic"), "{:?}", f.states[0]);
         assert!(f.states[1].describe().contains("no CameraInfo"), "{:?}", f.states[1]);
-        assert!(CalibrationRig::new(&names(), &[false], None).is_err());
+        assert!(CalibrationRig::new(&names(), &[false], None, 1e-3).is_err());
+        assert!(CalibrationRig::new(&names(), &[false, false], None, -1.0).is_err());
+        assert!(CalibrationRig::new(&names(), &[false, false], None, f64::NAN).is_err());
     }
 }

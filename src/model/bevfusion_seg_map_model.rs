@@ -18,6 +18,9 @@ use rayon::prelude::*;
 
 use super::bevfusion_seg::{random_tensors, BevSegConfig, BevSegKind, BevSegModel, BevSegOutput, Point5};
 use crate::bev::branch::{BevFrameInputs, BevMapModel};
+use crate::bev::calib::CameraCalib;
+use crate::bev::lss::LssParams;
+use crate::camera::preprocess::ImagePreprocess;
 use crate::bev::map::BevMap;
 use crate::bev::sweeps::SweepPoints;
 use crate::camera::image::{DecodeLimits, RgbImage};
@@ -80,6 +83,10 @@ pub struct SegMapModel {
     last_stages: Vec<(String, f64)>,
     /// Cameras whose JPEG the last forward could not decode (masked for that frame).
     decode_failures: Vec<(usize, String)>,
+    /// What a camera must satisfy to be taken ([`BevMapModel::check_camera`]): the image
+    /// preprocessing's resize and the LSS geometry's resize + crop.
+    preprocess: ImagePreprocess,
+    lss: LssParams,
 }
 
 impl SegMapModel {
@@ -90,8 +97,19 @@ impl SegMapModel {
         let model = BevSegModel::from_weights(&cfg, w)?;
         let device = if cuda { "cuda" } else { "cpu" };
         let description = format!("{} ({}) with {} on {device}", config.display(), cfg.kind.name(), weights.describe());
+        let preprocess = model.camera.config.preprocess.clone();
+        let lss = model.camera.vtransform.params.clone();
         let backend = if cuda { Self::cuda(model)? } else { Backend::Cpu(Box::new(model)) };
-        Ok(SegMapModel { backend, kind: cfg.kind, classes: cfg.classes.clone(), description, last_stages: Vec::new(), decode_failures: Vec::new() })
+        Ok(SegMapModel {
+            backend,
+            kind: cfg.kind,
+            classes: cfg.classes.clone(),
+            description,
+            last_stages: Vec::new(),
+            decode_failures: Vec::new(),
+            preprocess,
+            lss,
+        })
     }
 
     #[cfg(feature = "cuda")]
@@ -225,6 +243,12 @@ impl BevMapModel for SegMapModel {
 
     fn take_decode_failures(&mut self) -> Vec<(usize, String)> {
         std::mem::take(&mut self.decode_failures)
+    }
+
+    fn check_camera(&self, camera: &CameraCalib) -> Result<(), String> {
+        let (w, h) = (camera.image_width, camera.image_height);
+        self.preprocess.aug_for(w, h).map_err(|e| format!("camera `{}`: {e}", camera.name))?;
+        self.lss.camera(camera).map(|_| ()).map_err(|e| e.to_string())
     }
 }
 

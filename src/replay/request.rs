@@ -103,6 +103,7 @@ pub fn camera_options(path: &Path, p: &NodeParams) -> Result<Option<CameraReplay
         names: p.input.cameras.clone(),
         use_projection: inputs.iter().map(|c| c.intrinsics == IntrinsicsFrom::P).collect(),
         max_camera_lidar_delay_s: p.camera.max_camera_lidar_delay,
+        max_distortion: p.camera.max_distortion,
         sweeps: p.lidar.sweeps,
         odom_frame: p.lidar.odom_frame.clone(),
         calibration_file,

@@ -482,6 +482,7 @@ pub fn branch_config(params: &NodeParams, calibration_file: Option<crate::bev::c
         names: params.input.cameras.clone(),
         use_projection: inputs.iter().map(|c| c.intrinsics == crate::config::IntrinsicsFrom::P).collect(),
         max_camera_lidar_delay_s: params.camera.max_camera_lidar_delay,
+        max_distortion: params.camera.max_distortion,
         sweeps: params.lidar.sweeps,
         odom_frame: params.lidar.odom_frame.clone(),
         calibration_file,

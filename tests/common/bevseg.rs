@@ -93,6 +93,7 @@ pub fn nuscenes_branch(defer_jpeg: bool) -> sptr::bev::branch::CameraBranch {
         sweeps: 1,
         odom_frame: "odom".into(),
         calibration_file: Some(file),
+        max_distortion: 1e-3,
     })
     .expect("the nuScenes branch");
     b.set_defer_jpeg(defer_jpeg);

@@ -88,15 +88,16 @@ impl LssParams {
         if calib.is_empty() || calib.len() > MAX_CAMERAS {
             return Err(Error::InvalidInput(format!("calibration has {} cameras: 1 to {MAX_CAMERAS} are supported", calib.len())));
         }
-        calib
-            .cameras
-            .iter()
-            .map(|c| {
-                let aug = ImageAug::test_time(&self.cfg, c.image_width, c.image_height)
-                    .map_err(|e| Error::InvalidInput(format!("camera `{}`: {e}", c.name)))?;
-                CameraGeometry::new(c, &aug)
-            })
-            .collect()
+        calib.cameras.iter().map(|c| self.camera(c)).collect()
+    }
+
+    /// One camera's geometry constants; errors on a camera the geometry cannot use (an image the
+    /// crop does not fit, singular intrinsics). The camera branch asks this of every camera
+    /// before a frame ([`crate::bev::branch::BevMapModel::check_camera`]), so one such camera is
+    /// masked instead of failing the frame.
+    pub fn camera(&self, c: &CameraCalib) -> Result<CameraGeometry, Error> {
+        let aug = ImageAug::test_time(&self.cfg, c.image_width, c.image_height).map_err(|e| Error::InvalidInput(format!("camera `{}`: {e}", c.name)))?;
+        CameraGeometry::new(c, &aug)
     }
 
     /// Points per frame: `N · D · H · W`, checked to fit the u32 indices of the tables.
