@@ -129,6 +129,10 @@ pub struct FrameOutput {
     /// intensity); the difference was dropped as NaN/Inf.
     pub points_in: usize,
     pub points_kept: usize,
+    /// The cloud had an intensity field. Without one the network saw intensity 0 for every
+    /// point (the model was trained with intensity): the node and replay count such clouds and
+    /// say so.
+    pub has_intensity: bool,
     /// Wall time of each of [`STAGES`], ms.
     pub stages: [f64; STAGES.len()],
     /// Sum of the stages, ms.
@@ -448,6 +452,7 @@ impl Processor {
             voxel_stats: seg.voxel_stats,
             points_in: report.total,
             points_kept: report.kept,
+            has_intensity: self.points.has_intensity,
             total_ms: stages.iter().sum(),
             stages,
             range,

@@ -132,6 +132,7 @@ fn frame(index: u64, e2e: u64) -> FrameRecord {
         ],
         out_of_range: Vec::new(),
         recomputed_in_fp32: Vec::new(),
+        no_intensity: false,
     }
 }
 

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! format, run {bag, lidar_topic, model, weights, device, ground_truth, shards},
-//! frames {in_bag, total, evaluated, replayed, no_ground_truth, skipped},
+//! frames {in_bag, total, evaluated, replayed, no_ground_truth, skipped, without_intensity},
 //! skipped [{frame, timestamp_ns, status, reason}], damage {file, frames_before, error} | null,
 //! out_of_range [{frame, timestamp_ns, status, layers [...]}] (frames whose activations left the
 //! FP16 range; status `skipped`: dropped as the node drops them, else replayed with probability 0),
@@ -66,6 +66,9 @@ pub struct FrameCounts {
     pub replayed: u64,
     pub no_ground_truth: u64,
     pub skipped: u64,
+    /// Segmented frames whose cloud had no intensity field (the network saw intensity 0).
+    #[serde(default)]
+    pub without_intensity: u64,
 }
 
 /// A frame not segmented or not evaluated, and why.
@@ -147,6 +150,7 @@ impl Report {
             replayed: count(FrameStatus::Replayed),
             no_ground_truth: count(FrameStatus::NoGroundTruth),
             skipped: count(FrameStatus::Skipped),
+            without_intensity: s.frames.iter().filter(|f| f.no_intensity).count() as u64,
         };
         let skipped = s
             .frames
@@ -303,6 +307,12 @@ impl Report {
             f.no_ground_truth,
             f.skipped
         ));
+        if f.without_intensity > 0 {
+            m.push_str(&format!(
+                "- **{} frame(s) without an intensity field**: the network saw intensity 0 for their points (it was trained with intensity)\n",
+                f.without_intensity
+            ));
+        }
         if let Some(d) = &self.damage {
             m.push_str(&format!(
                 "- **bag damaged**: `{}` after {} LiDAR frames: {}\n",

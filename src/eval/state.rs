@@ -57,6 +57,9 @@ pub struct FrameRecord {
     /// computed again in FP32; its labels are the FP32 ones (in range: `out_of_range` empty).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recomputed_in_fp32: Vec<String>,
+    /// The cloud had no intensity field: the network saw intensity 0 for every point.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_intensity: bool,
 }
 
 /// Damage that ended the read of the bag (frames after it were not seen).

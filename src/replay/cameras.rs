@@ -79,6 +79,11 @@ struct FrameCameras {
     /// Per camera: cloud stamp − image stamp, ms (null without an image).
     age_ms: Vec<Option<f64>>,
     calibration_changed: bool,
+    /// With a BEV map model: whether this frame got a map (null without a model, or for a frame
+    /// the LiDAR path skipped), and why not.
+    map: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    map_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -191,15 +196,66 @@ impl CameraReplay {
         Ok(())
     }
 
-    /// Counts a frame's map (`Ok`) or the model's failure on it.
+    /// Counts the last frame's map (`Ok`) or the model's failure on it, in the counts and the
+    /// frame's record.
     pub fn count_map(&mut self, r: Result<(), String>) {
+        let frame = self.frames.last_mut();
         match r {
-            Ok(()) => self.maps += 1,
+            Ok(()) => {
+                self.maps += 1;
+                if let Some(f) = frame {
+                    f.map = Some(true);
+                }
+            }
             Err(e) => {
                 self.map_errors += 1;
+                if let Some(f) = frame {
+                    f.map = Some(false);
+                    f.map_error = Some(e.clone());
+                }
                 self.last_map_error = Some(e);
             }
         }
+    }
+
+    /// The cameras' part of `report.json` (key `cameras`) and `report.md`: the maps made and
+    /// failed, and per camera the frames used and masked by reason.
+    pub fn report_json(&self, model: bool) -> serde_json::Value {
+        let cameras: Vec<serde_json::Value> = self
+            .outcome()
+            .into_iter()
+            .map(|c| {
+                let by: serde_json::Map<String, serde_json::Value> = c.masked_by.iter().map(|(k, n)| (k.to_string(), (*n).into())).collect();
+                serde_json::json!({ "name": c.name, "used": c.used, "masked": c.masked, "masked_by": by })
+            })
+            .collect();
+        serde_json::json!({
+            "bev_map_model": model,
+            "bev_maps": self.maps,
+            "bev_map_errors": self.map_errors,
+            "last_bev_map_error": self.last_map_error,
+            "cameras": cameras,
+        })
+    }
+
+    /// [`CameraReplay::report_json`] as a Markdown section.
+    pub fn report_markdown(&self, model: bool) -> String {
+        let mut m = String::from("\n## Cameras\n\n");
+        if model {
+            m.push_str(&format!("- BEV maps: {} made, {} failed", self.maps, self.map_errors));
+            match &self.last_map_error {
+                Some(e) => m.push_str(&format!(" (**the last failure**: {e})\n")),
+                None => m.push('\n'),
+            }
+        } else {
+            m.push_str("- no BEV map model: the cameras were synchronised, decoded and counted only\n");
+        }
+        m.push_str("\n| camera | used | masked | why |\n| --- | ---: | ---: | --- |\n");
+        for c in self.outcome() {
+            let why: Vec<String> = c.masked_by.iter().map(|(r, n)| format!("{r} {n}")).collect();
+            m.push_str(&format!("| {} | {} | {} | {} |\n", c.name, c.used, c.masked, why.join(", ")));
+        }
+        m
     }
 
     /// Frames with a map, frames whose map failed.
@@ -254,6 +310,8 @@ impl CameraReplay {
             status: inputs.cameras.iter().map(|c| c.status.name()).collect(),
             age_ms: inputs.cameras.iter().map(|c| c.age_ns.map(|a| a as f64 * 1e-6)).collect(),
             calibration_changed: inputs.calibration_changed,
+            map: None,
+            map_error: None,
         });
         inputs
     }

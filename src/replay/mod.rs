@@ -151,8 +151,20 @@ pub struct ReplayOutcome {
     pub bev_png_missing: Vec<u64>,
     /// Per camera: frames used and masked (empty without the camera branch).
     pub cameras: Vec<CameraOutcome>,
+    /// With a BEV map model: frames whose map was made, frames whose map failed.
+    pub bev_maps: Option<(u64, u64)>,
     /// The BEV map evaluation, with a model and ground-truth masks.
     pub map_metrics: Option<crate::eval::bev_map::MapMetrics>,
+}
+
+/// What a replay says once, at the first frame it concerns (the node logs it at most once a
+/// minute); the report counts every frame.
+#[derive(Debug, Default)]
+struct OnceNotes {
+    /// The cloud's frame differs from `bev.frame_id`.
+    frame_mismatch: bool,
+    /// A cloud without an intensity field.
+    no_intensity: bool,
 }
 
 /// A duration in nanoseconds (saturating).
@@ -243,7 +255,7 @@ pub fn replay_with(
     let mut confusion = Confusion::new(cfg.classes);
     let mut damage = None;
     let mut index = 0u64;
-    let mut frame_noted = false;
+    let mut once = OnceNotes::default();
     let loop_start = Instant::now();
     let mut filter = vec![lidar.clone()];
     if let Some(c) = &cams {
@@ -300,7 +312,7 @@ pub fn replay_with(
             &mut writer,
             &bev_dir,
             &progress,
-            &mut frame_noted,
+            &mut once,
         )?;
         if let Some(c) = cams.as_mut() {
             camera_frame(c, &mut bev_model, map_classes.as_deref(), opts, &ctx, &msg.data, &mut record, &mut writer, &bev_dir, &progress)?;
@@ -338,6 +350,10 @@ pub fn replay_with(
     };
     state.save(&opts.out.join(STATE_FILE))?;
     let report = write_reports(&state, &opts.out)?;
+    let model_ran = bev_model.is_some();
+    if let Some(c) = &cams {
+        cameras_into_reports(c, model_ran, &opts.out)?;
+    }
     let map_metrics = match cams.as_ref().and_then(|c| c.ground_truth.as_ref()) {
         Some(g) => {
             map_eval_into_reports(g, &opts.out)?;
@@ -357,9 +373,27 @@ pub fn replay_with(
         out: opts.out.clone(),
         damage,
         bev_png_missing,
+        bev_maps: cams.as_ref().filter(|_| model_ran).map(|c| c.map_counts()),
         cameras: cams.map(|c| c.outcome()).unwrap_or_default(),
         map_metrics,
     })
+}
+
+/// Adds the camera branch's counts to `report.json` (key `cameras`) and `report.md` (a section).
+fn cameras_into_reports(c: &CameraReplay, model: bool, out: &Path) -> Result<(), ReplayError> {
+    let io = |path: PathBuf| move |source| ReplayError::Io { path, source };
+    let json_path = out.join("report.json");
+    let text = std::fs::read_to_string(&json_path).map_err(io(json_path.clone()))?;
+    let mut v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ReplayError::Setup(format!("report.json: {e}")))?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert("cameras".into(), c.report_json(model));
+    }
+    let text = serde_json::to_string_pretty(&v).map_err(|e| ReplayError::Setup(format!("report.json: {e}")))?;
+    std::fs::write(&json_path, text).map_err(io(json_path.clone()))?;
+    let md_path = out.join("report.md");
+    let mut md = std::fs::read_to_string(&md_path).map_err(io(md_path.clone()))?;
+    md += &c.report_markdown(model);
+    std::fs::write(&md_path, md).map_err(io(md_path.clone()))
 }
 
 /// Adds the BEV map evaluation to `report.json` (key `bev_map`) and `report.md` (a section).
@@ -500,6 +534,7 @@ impl FrameCtx<'_> {
             stages_ns: Vec::new(),
             out_of_range: Vec::new(),
             recomputed_in_fp32: Vec::new(),
+            no_intensity: false,
         }
     }
     fn skipped(&self, what: String) -> FrameRecord {
@@ -530,17 +565,17 @@ fn process_frame(
     writer: &mut BagWriter,
     bev_dir: &Path,
     progress: &progress::Progress,
-    frame_noted: &mut bool,
+    once: &mut OnceNotes,
 ) -> Result<FrameRecord, ReplayError> {
     let start = Instant::now();
     let msg = match PointCloud2::from_cdr(data) {
         Ok(m) => m,
         Err(e) => return Ok(ctx.skipped(format!("PointCloud2 CDR cannot be decoded: {e}"))),
     };
-    if !*frame_noted {
+    if !once.frame_mismatch {
         // Once per replay, where the node logs it once a minute.
         if let Some(note) = frame_mismatch(&opts.bev_frame_id, &msg.header.frame_id) {
-            *frame_noted = true;
+            once.frame_mismatch = true;
             progress.note(&format!(
                 "{note} (as in the node); --params with bev.frame_id: \"\" stamps them with the cloud's frame"
             ));
@@ -555,6 +590,14 @@ fn process_frame(
             return Ok(rec);
         }
     };
+    if !out.has_intensity && !once.no_intensity {
+        once.no_intensity = true;
+        progress.note(&format!(
+            "frame {}: the cloud has no intensity field: the network sees intensity 0 for every point (it was trained \
+             with intensity, so labels may be worse); report.json counts such frames (frames.without_intensity)",
+            ctx.index
+        ));
+    }
     stages.extend(
         STAGES
             .iter()
@@ -645,6 +688,7 @@ fn process_frame(
         stages_ns: stages,
         out_of_range: flagged_layers(&out.range),
         recomputed_in_fp32: out.recomputed_from.as_ref().map(flagged_layers).unwrap_or_default(),
+        no_intensity: !out.has_intensity,
         ..ctx.record(status, reason)
     })
 }

@@ -80,6 +80,8 @@ struct Counters {
     /// Processed frames that had more voxels than `voxelization.max_voxels` (the rest dropped,
     /// their points published with class_id 255).
     over_voxel_cap: u64,
+    /// Processed clouds without an intensity field (the network saw intensity 0).
+    without_intensity: u64,
     last_receipt: Option<Instant>,
     /// Receipt wall time minus the header stamp of the last cloud, ms.
     last_stamp_age_ms: Option<f64>,
@@ -112,20 +114,22 @@ struct Frame {
 /// At most one log line per second per reject reason (and for frames over the voxel cap);
 /// the lines in between are counted and reported with the next one.
 struct RateLimit {
-    last: [Option<Instant>; N_REJECT + 2],
-    suppressed: [u64; N_REJECT + 2],
+    last: [Option<Instant>; N_REJECT + 3],
+    suppressed: [u64; N_REJECT + 3],
 }
 
 /// [`RateLimit`] slot of the "over the voxel cap" warning (after the [`Reject`] reasons).
 const VOXEL_CAP_SLOT: usize = N_REJECT;
 /// [`RateLimit`] slot of the "cloud frame differs from bev.frame_id" warning.
 const FRAME_SLOT: usize = N_REJECT + 1;
+/// [`RateLimit`] slot of the "cloud without intensity" warning.
+const INTENSITY_SLOT: usize = N_REJECT + 2;
 
 impl RateLimit {
     fn new() -> Self {
         RateLimit {
-            last: [None; N_REJECT + 2],
-            suppressed: [0; N_REJECT + 2],
+            last: [None; N_REJECT + 3],
+            suppressed: [0; N_REJECT + 3],
         }
     }
 
@@ -381,6 +385,7 @@ impl Worker {
             voxel_stats,
             points_in,
             points_kept,
+            has_intensity: out_has_intensity,
             stages,
             total_ms,
             range,
@@ -409,6 +414,15 @@ impl Worker {
                     voxel_stats.voxels_total, voxel_stats.voxels_kept, voxel_stats.points_capped
                 ),
                 Duration::from_secs(1),
+            );
+        }
+        if !out_has_intensity {
+            limit.log(
+                &self.logger,
+                INTENSITY_SLOT,
+                "the cloud has no intensity field: the network sees intensity 0 for every point (it was trained with \
+                 intensity, so labels may be worse); /diagnostics counts such frames (frames without intensity)",
+                Duration::from_secs(600),
             );
         }
         if let Some(note) = frame_mismatch(&self.bev_frame, &msg.header.frame_id) {
@@ -451,6 +465,9 @@ impl Worker {
             c.last_points_dropped = Some(points_in - points_kept);
             if voxel_stats.voxels_dropped() > 0 {
                 c.over_voxel_cap += 1;
+            }
+            if !out_has_intensity {
+                c.without_intensity += 1;
             }
             c.budget
                 .frame_processed(Instant::now(), total_ms > self.budget_ms);
@@ -622,6 +639,7 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
         kv("last points dropped", opt_n(c.last_points_dropped)),
         kv("last voxels", opt_n(c.last_voxels)),
         kv("frames over voxel cap", c.over_voxel_cap.to_string()),
+        kv("frames without intensity", c.without_intensity.to_string()),
         kv("frames out of fp16 range", c.overflow.frames.to_string()),
         kv("on_overflow", info.on_overflow.name().to_string()),
         kv("precision", info.precision.clone()),
@@ -1486,6 +1504,7 @@ mod tests {
                 voxel_stats: Default::default(),
                 points_in: 0,
                 points_kept: 0,
+                has_intensity: true,
                 stages: [0.0; STAGES.len()],
                 total_ms: 0.0,
                 range: Default::default(),
