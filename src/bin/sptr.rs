@@ -1470,6 +1470,9 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
     if !outcome.cameras.is_empty() {
         eprintln!("cameras: {}", outcome.out.join(sptr::replay::cameras::CAMERAS_FILE).display());
     }
+    if let Some((made, failed)) = outcome.bev_maps {
+        eprintln!("BEV maps: {made} made, {failed} failed (cameras.json lists each frame's, report.md the last failure)");
+    }
     if let Some(m) = &outcome.map_metrics {
         let per: Vec<String> = m.classes.iter().map(|c| format!("{} {:.3}", c.name, c.max)).collect();
         eprintln!("BEV map: mIoU {:.4} over {} frame(s) ({})", m.miou, m.frames, per.join(", "));
@@ -1503,6 +1506,14 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         anyhow::bail!(
             "every one of the {} LiDAR frames was skipped, none segmented{why}; the report ({}) lists them all",
             f.total,
+            outcome.out.join("report.md").display()
+        );
+    }
+    // A map model that made no map of any frame it ran on (every forward failed) fails the
+    // replay, as LiDAR frames that were all skipped do.
+    if let Some((0, failed @ 1..)) = outcome.bev_maps {
+        anyhow::bail!(
+            "the BEV map model failed on every one of the {failed} frames it ran on, no map was made; cameras.json and the report ({}) say why",
             outcome.out.join("report.md").display()
         );
     }
