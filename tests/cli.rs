@@ -494,3 +494,43 @@ fn replay_with_the_bev_map_model_and_ground_truth() {
     refused(&with(&["--params", cams]).iter().map(String::as_str).collect::<Vec<_>>(), &["camera model weights", "--camera-weights"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A weights file with a NaN or an infinity is refused at load, naming the tensor, by both
+/// `sptr segment` (SphereFormer) and `sptr bevseg` (BEVFusion seg): never a run that writes
+/// NaN probabilities or plausible-looking labels.
+#[test]
+fn weights_with_nan_or_inf_are_refused() {
+    let dir = temp_dir("non-finite");
+    let model = small_nuscenes_model(&dir);
+    let good = dir.join("good.safetensors");
+    ok(&["random-weights", "--model", &model, "--seed", "2", "--out", &good.display().to_string()]);
+    // a BatchNorm weight in front of a ReLU: a NaN there is mostly clipped away downstream
+    let bad = dir.join("nan.safetensors");
+    common::with_value(&good, &bad, "output_layer.0.weight", 3, f32::NAN);
+    let out = dir.join("x.label").display().to_string();
+    refused(
+        &["segment", &nuscenes_bin(), "--model", &model, "--weights", &bad.display().to_string(), "--device", "cpu", "--out", &out],
+        &["output_layer.0.weight", "1 NaN", "first at index 3", "nan.safetensors"],
+    );
+    assert!(!std::path::Path::new(&out).exists(), "labels were written");
+
+    let seg = common::root().join("tests/data/bevseg/camera_small.yaml").display().to_string();
+    let good = dir.join("seg.safetensors");
+    ok(&["random-weights", "--model", &seg, "--seed", "2", "--out", &good.display().to_string()]);
+    let bad = dir.join("seg-inf.safetensors");
+    common::with_value(&good, &bad, "heads.map.classifier.6.weight", 0, f32::INFINITY);
+    let calib = common::data("nuscenes/calib.json").display().to_string();
+    let front = std::fs::read_dir(common::data("nuscenes"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().contains("__CAM_FRONT__"))
+        .unwrap();
+    let image = format!("CAM_FRONT={}", front.display());
+    let map = dir.join("map").display().to_string();
+    refused(
+        &["bevseg", "--model", &seg, "--weights", &bad.display().to_string(), "--calib", &calib, "--images", &image, "--out", &map, "--device", "cpu"],
+        &["heads.map.classifier.6.weight", "1 +inf", "seg-inf.safetensors"],
+    );
+    assert!(!std::path::Path::new(&map).join("bev_probabilities.npy").exists(), "a map was written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
