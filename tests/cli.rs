@@ -534,3 +534,52 @@ fn weights_with_nan_or_inf_are_refused() {
     assert!(!std::path::Path::new(&map).join("bev_probabilities.npy").exists(), "a map was written");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `sptr camera-features --weights` takes the camera encoder out of a whole BEVFusion seg
+/// checkpoint (the other tensors ignored and counted), as from a file of the encoder alone, and
+/// refuses a file without it, naming what is missing.
+#[test]
+fn camera_features_take_the_encoder_of_a_whole_checkpoint() {
+    let dir = temp_dir("camera-features-whole");
+    let seg = common::root().join("tests/data/bevseg/fusion_small.yaml").display().to_string();
+    let whole = dir.join("whole.safetensors");
+    ok(&["random-weights", "--model", &seg, "--seed", "4", "--out", &whole.display().to_string()]);
+    // the encoder's part alone, as a conversion script would write it
+    let bytes = std::fs::read(&whole).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let enc = |n: &str| n.starts_with("encoders.camera.backbone.") || n.starts_with("encoders.camera.neck.");
+    let part: Vec<(String, safetensors::tensor::TensorView)> = st.iter().filter(|(n, _)| enc(n)).map(|(n, v)| (n.to_string(), v)).collect();
+    let others = st.len() - part.len();
+    assert!(!part.is_empty() && others > 0);
+    let alone = dir.join("encoder.safetensors");
+    std::fs::write(&alone, safetensors::serialize(part, None).unwrap()).unwrap();
+
+    let front = std::fs::read_dir(common::data("nuscenes"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().contains("__CAM_FRONT__"))
+        .unwrap()
+        .display()
+        .to_string();
+    let run = |w: &std::path::Path, out: &str| {
+        let out = dir.join(out).display().to_string();
+        let text = ok(&["camera-features", &front, "--model", &seg, "--weights", &w.display().to_string(), "--device", "cpu", "--out", &out]);
+        (text, std::fs::read(std::path::Path::new(&out).join("neck0.npy")).unwrap())
+    };
+    let (text, neck_whole) = run(&whole, "whole");
+    assert!(text.contains(&format!("{others} other tensors ignored")), "{text}");
+    assert!(text.contains("encoders.camera.vtransform.*") && text.contains("heads.*"), "{text}");
+    let (text, neck_alone) = run(&alone, "alone");
+    assert!(!text.contains("ignored"), "{text}");
+    assert_eq!(neck_whole, neck_alone, "the same encoder tensors gave other features");
+
+    // SphereFormer weights: no camera encoder in them
+    let model = small_nuscenes_model(&dir);
+    let sf = dir.join("sf.safetensors").display().to_string();
+    ok(&["random-weights", "--model", &model, "--out", &sf]);
+    refused(
+        &["camera-features", &front, "--model", &seg, "--weights", &sf, "--device", "cpu", "--out", &dir.join("sf").display().to_string()],
+        &["none of its", "camera encoder", "unet.*", "missing: encoders.camera.backbone.patch_embed.projection.weight"],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -188,7 +188,9 @@ enum Cmd {
         /// Model YAML (reads `model.encoders.camera.backbone` and `.neck`).
         #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
         model: PathBuf,
-        /// safetensors weights with BEVFusion's names (`encoders.camera.*`).
+        /// safetensors weights with BEVFusion's names: the camera encoder's tensors
+        /// (`encoders.camera.backbone.*`, `.neck.*`), alone or in a whole seg checkpoint (the
+        /// other tensors are ignored and counted).
         #[arg(long, conflicts_with = "random_weights")]
         weights: Option<PathBuf>,
         /// Deterministic random weights with this seed instead (smoke runs, parity).
