@@ -65,6 +65,7 @@ fn every_numeric_argument_is_checked() {
         (&["bench", "camera"], "--warmup", &["10001", "-1"]),
         (&["bench", "camera"], "--seed", &["-1", over]),
         (&["camera-features", "--input", "x.npy", "--out", "o"], "--random-weights", &["-1", over, "x"]),
+        (&["bevseg", "--model", "m.yaml", "--calib", "c.json", "--images", "CAM_FRONT=f.jpg", "--out", "o"], "--image-size", &["0x900", "1600x0", "16385x900", "-1x900", "1600", "x", "1600x900x3", huge]),
         (&["bench", "pipeline", c], "--frames", &["0", huge, "1000001", "-5"]),
         (&["bench", "pipeline", c], "--warmup", &["10001", huge, "-1"]),
         (&["eval", "agreement", "a", "b"], "--min", &["nan", "inf", "-0.1", "1.5", "x"]),
