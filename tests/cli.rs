@@ -65,6 +65,7 @@ fn every_numeric_argument_is_checked() {
         (&["bench", "camera"], "--warmup", &["10001", "-1"]),
         (&["bench", "camera"], "--seed", &["-1", over]),
         (&["camera-features", "--input", "x.npy", "--out", "o"], "--random-weights", &["-1", over, "x"]),
+        (&["bevseg", "--model", "m.yaml", "--calib", "c.json", "--images", "CAM_FRONT=f.jpg", "--out", "o"], "--image-size", &["0x900", "1600x0", "16385x900", "-1x900", "1600", "x", "1600x900x3", huge]),
         (&["bench", "pipeline", c], "--frames", &["0", huge, "1000001", "-5"]),
         (&["bench", "pipeline", c], "--warmup", &["10001", huge, "-1"]),
         (&["eval", "agreement", "a", "b"], "--min", &["nan", "inf", "-0.1", "1.5", "x"]),
@@ -492,5 +493,94 @@ fn replay_with_the_bev_map_model_and_ground_truth() {
     refused(&with(&["--params", cams, "--camera-model", &small, "--camera-weights", "random:x"]).iter().map(String::as_str).collect::<Vec<_>>(), &["random:"]);
     refused(&with(&["--params", cams, "--camera-weights", "random:0", "--camera-model", &small, "--map-ground-truth", "/nonexistent-gt"]).iter().map(String::as_str).collect::<Vec<_>>(), &["/nonexistent-gt", "not a directory"]);
     refused(&with(&["--params", cams]).iter().map(String::as_str).collect::<Vec<_>>(), &["camera model weights", "--camera-weights"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A weights file with a NaN or an infinity is refused at load, naming the tensor, by both
+/// `sptr segment` (SphereFormer) and `sptr bevseg` (BEVFusion seg): never a run that writes
+/// NaN probabilities or plausible-looking labels.
+#[test]
+fn weights_with_nan_or_inf_are_refused() {
+    let dir = temp_dir("non-finite");
+    let model = small_nuscenes_model(&dir);
+    let good = dir.join("good.safetensors");
+    ok(&["random-weights", "--model", &model, "--seed", "2", "--out", &good.display().to_string()]);
+    // a BatchNorm weight in front of a ReLU: a NaN there is mostly clipped away downstream
+    let bad = dir.join("nan.safetensors");
+    common::with_value(&good, &bad, "output_layer.0.weight", 3, f32::NAN);
+    let out = dir.join("x.label").display().to_string();
+    refused(
+        &["segment", &nuscenes_bin(), "--model", &model, "--weights", &bad.display().to_string(), "--device", "cpu", "--out", &out],
+        &["output_layer.0.weight", "1 NaN", "first at index 3", "nan.safetensors"],
+    );
+    assert!(!std::path::Path::new(&out).exists(), "labels were written");
+
+    let seg = common::root().join("tests/data/bevseg/camera_small.yaml").display().to_string();
+    let good = dir.join("seg.safetensors");
+    ok(&["random-weights", "--model", &seg, "--seed", "2", "--out", &good.display().to_string()]);
+    let bad = dir.join("seg-inf.safetensors");
+    common::with_value(&good, &bad, "heads.map.classifier.6.weight", 0, f32::INFINITY);
+    let calib = common::data("nuscenes/calib.json").display().to_string();
+    let front = std::fs::read_dir(common::data("nuscenes"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().contains("__CAM_FRONT__"))
+        .unwrap();
+    let image = format!("CAM_FRONT={}", front.display());
+    let map = dir.join("map").display().to_string();
+    refused(
+        &["bevseg", "--model", &seg, "--weights", &bad.display().to_string(), "--calib", &calib, "--images", &image, "--out", &map, "--device", "cpu"],
+        &["heads.map.classifier.6.weight", "1 +inf", "seg-inf.safetensors"],
+    );
+    assert!(!std::path::Path::new(&map).join("bev_probabilities.npy").exists(), "a map was written");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `sptr camera-features --weights` takes the camera encoder out of a whole BEVFusion seg
+/// checkpoint (the other tensors ignored and counted), as from a file of the encoder alone, and
+/// refuses a file without it, naming what is missing.
+#[test]
+fn camera_features_take_the_encoder_of_a_whole_checkpoint() {
+    let dir = temp_dir("camera-features-whole");
+    let seg = common::root().join("tests/data/bevseg/fusion_small.yaml").display().to_string();
+    let whole = dir.join("whole.safetensors");
+    ok(&["random-weights", "--model", &seg, "--seed", "4", "--out", &whole.display().to_string()]);
+    // the encoder's part alone, as a conversion script would write it
+    let bytes = std::fs::read(&whole).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let enc = |n: &str| n.starts_with("encoders.camera.backbone.") || n.starts_with("encoders.camera.neck.");
+    let part: Vec<(String, safetensors::tensor::TensorView)> = st.iter().filter(|(n, _)| enc(n)).map(|(n, v)| (n.to_string(), v)).collect();
+    let others = st.len() - part.len();
+    assert!(!part.is_empty() && others > 0);
+    let alone = dir.join("encoder.safetensors");
+    std::fs::write(&alone, safetensors::serialize(part, None).unwrap()).unwrap();
+
+    let front = std::fs::read_dir(common::data("nuscenes"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().contains("__CAM_FRONT__"))
+        .unwrap()
+        .display()
+        .to_string();
+    let run = |w: &std::path::Path, out: &str| {
+        let out = dir.join(out).display().to_string();
+        let text = ok(&["camera-features", &front, "--model", &seg, "--weights", &w.display().to_string(), "--device", "cpu", "--out", &out]);
+        (text, std::fs::read(std::path::Path::new(&out).join("neck0.npy")).unwrap())
+    };
+    let (text, neck_whole) = run(&whole, "whole");
+    assert!(text.contains(&format!("{others} other tensors ignored")), "{text}");
+    assert!(text.contains("encoders.camera.vtransform.*") && text.contains("heads.*"), "{text}");
+    let (text, neck_alone) = run(&alone, "alone");
+    assert!(!text.contains("ignored"), "{text}");
+    assert_eq!(neck_whole, neck_alone, "the same encoder tensors gave other features");
+
+    // SphereFormer weights: no camera encoder in them
+    let model = small_nuscenes_model(&dir);
+    let sf = dir.join("sf.safetensors").display().to_string();
+    ok(&["random-weights", "--model", &model, "--out", &sf]);
+    refused(
+        &["camera-features", &front, "--model", &seg, "--weights", &sf, "--device", "cpu", "--out", &dir.join("sf").display().to_string()],
+        &["none of its", "camera encoder", "unet.*", "missing: encoders.camera.backbone.patch_embed.projection.weight"],
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -79,7 +79,7 @@ fn camera_model_writes_the_map_files() {
     a.extend(s(&["--random-weights", "5", "--save-weights", &w.display().to_string(), "--dump-stages"]));
     a.extend(image_args(Some("CAM_BACK_LEFT")));
     let text = ok(&a);
-    assert!(text.contains("masked cameras (no image): CAM_BACK_LEFT"), "{text}");
+    assert!(text.contains("masked cameras: 1 of 6 (no image: CAM_BACK_LEFT)"), "{text}");
     let h: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("bev_probabilities.json")).unwrap()).unwrap();
     assert_eq!(h["shape"], serde_json::json!([6, 50, 50]));
     assert_eq!(h["classes"][0], "drivable_area");
@@ -185,4 +185,45 @@ fn bad_arguments_fail_clearly() {
     refused(&a, &["--weights"]);
     let _ = std::fs::remove_dir_all(&out);
     let _ = std::fs::remove_dir_all(&calib);
+}
+
+/// An image of another size than its camera's calibration is masked (`size_mismatch`, the
+/// node's rule): a warning names the camera and both sizes, the summary counts it, and the map
+/// lists it among the masked cameras. calib.json's intrinsics are for --image-size (1600 x 900
+/// by default); the calibration YAML gives each camera's size. With no image left, the
+/// camera-only model fails.
+#[test]
+fn images_of_another_size_than_calibrated_are_masked() {
+    let out = tmp("size-mismatch");
+    let small_jpg = common::data("camera/small.jpg").display().to_string(); // 64 x 40
+    let cam = small("camera").display().to_string();
+    let front = format!("CAM_FRONT={small_jpg}");
+    let back = format!("CAM_BACK={}", camera_jpeg("CAM_BACK").display());
+    // the calibration YAML (image_size per camera): CAM_FRONT masked, CAM_BACK used
+    let yaml = common::root().join("config/calibration/nuscenes_sample.yaml").display().to_string();
+    let a = s(&["bevseg", "--model", &cam, "--calib", &yaml, "--out", &out.display().to_string(), "--device", "cpu", "--random-weights", "3", "--images", &front, &back]);
+    let o = sptr(&a);
+    let (text, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("warning: camera CAM_FRONT") && err.contains("is 64 x 40 but its calibration is for 1600 x 900") && err.contains("size_mismatch"), "{err}");
+    assert!(!err.contains("CAM_BACK"), "{err}");
+    assert!(text.contains("masked cameras: 5 of 6 (no image: CAM_FRONT_RIGHT, CAM_FRONT_LEFT, CAM_BACK_LEFT, CAM_BACK_RIGHT; size_mismatch: CAM_FRONT)"), "{text}");
+    let h: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("bev_probabilities.json")).unwrap()).unwrap();
+    let masked: Vec<&str> = h["masked_cameras"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(masked.contains(&"CAM_FRONT") && !masked.contains(&"CAM_BACK"), "{masked:?}");
+    let _ = std::fs::remove_dir_all(&out);
+
+    // calib.json (1600 x 900 unless --image-size): the camera-only model with no usable image
+    let mut a = base(&small("camera"), &out);
+    a.extend(s(&["--random-weights", "3", "--images", &front]));
+    refused(&a, &["CAM_FRONT (64 x 40)", "size_mismatch", "calibrated for 1600 x 900", "--image-size"]);
+    // --image-size says what calib.json is for: nuScenes' intrinsics do not fit a 64 x 40 image
+    let mut b = a.clone();
+    b.extend(s(&["--image-size", "64x40"]));
+    refused(&b, &["cx (K[2], P[2])", "64 x 40 image"]);
+    // a calibration YAML has its own sizes
+    let mut c = s(&["bevseg", "--model", &cam, "--calib", &yaml, "--out", &out.display().to_string(), "--random-weights", "3", "--images", &back]);
+    c.extend(s(&["--image-size", "1600x900"]));
+    refused(&c, &["--image-size", "calibration YAML"]);
+    let _ = std::fs::remove_dir_all(&out);
 }

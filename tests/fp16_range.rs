@@ -1,8 +1,10 @@
 //! The FP16 range guard's reporting paths on the CPU (issue 22): a network whose activations
 //! leave the range is reported, never passed on as plausible labels. The CPU path (f32) flags
-//! NaN and inf; a NaN in one weight of `unet.blocks.block0.conv_branch.2` makes that conv's
-//! output NaN while the next layer's ReLU (`max(NaN, 0) = 0`) launders it, so the logits stay
-//! finite: exactly the silent failure of the issue, on the CPU. What is checked:
+//! NaN and inf; the weight of `unet.blocks.block0.conv_branch.2` set to -f32::MAX (finite: a
+//! NaN weight is refused at load) makes that conv's output -inf wherever its input (after a
+//! ReLU, so non-negative) is not tiny, while the next BatchNorm (positive scale) keeps it -inf
+//! and its ReLU launders it to 0, so the logits stay finite: exactly the silent failure the
+//! guard exists for, on the CPU. What is checked:
 //! - `Segmenter::segment`: the report names the conv first; clean weights give a clean report;
 //! - the node's frame processor: `on_overflow: drop` rejects the frame (reason `overflow`),
 //!   `zero_probability` publishes probability 0 everywhere and unknown BEV cells;
@@ -53,12 +55,14 @@ fn small_model(dir: &Path) -> (PathBuf, ModelYaml) {
     (path, yaml)
 }
 
-/// Random weights (seed 3), with one NaN in [`NAN_LAYER`]'s weight when `nan`.
+/// Random weights (seed 3); when `nan`, [`NAN_LAYER`]'s weight is -f32::MAX everywhere, so
+/// its output overflows to -inf (the BatchNorm after it has a positive scale: random norm
+/// weights are drawn in [0.9, 1.1)).
 fn tensors(yaml: &ModelYaml, nan: bool) -> NamedTensors {
     let mut t = random_tensors(yaml, 3).unwrap();
     if nan {
         let w = t.iter_mut().find(|(n, _, _)| n == &format!("{NAN_LAYER}.weight")).expect("the conv's weight");
-        w.2[0] = f32::NAN;
+        w.2.iter_mut().for_each(|v| *v = -f32::MAX);
     }
     t
 }

@@ -95,27 +95,14 @@ pub struct CameraCalib {
 }
 
 impl CameraCalib {
-    /// Validates every part: finite intrinsics with fx, fy > 0 and bottom row `[0, 0, 1]`; a
-    /// finite rigid extrinsic (orthonormal rotation within 1e-3, last row `[0, 0, 0, 1]`); a
-    /// non-empty image.
+    /// Validates every part: a non-empty image; pinhole intrinsics ([`check_intrinsics`]); a
+    /// finite rigid extrinsic (orthonormal rotation within 1e-3, last row `[0, 0, 0, 1]`).
     pub fn new(name: &str, intrinsics: Mat3, camera_to_lidar: Mat4, image_width: usize, image_height: usize) -> Result<Self, Error> {
         let what = |part: &str| format!("camera `{name}`: {part}");
-        let k = &intrinsics;
-        if k.iter().flatten().any(|v| !v.is_finite()) {
-            return Err(Error::InvalidInput(format!("{}: not finite: {k:?}", what("intrinsics"))));
+        if image_width == 0 || image_height == 0 {
+            return Err(Error::InvalidInput(format!("{}: image size {image_width}x{image_height}", what("image"))));
         }
-        if !(k[0][0] > 0.0 && k[1][1] > 0.0) {
-            return Err(Error::InvalidInput(format!(
-                "{}: focal lengths fx {} and fy {} must be positive (a zero K or P means an uncalibrated camera)",
-                what("intrinsics"),
-                k[0][0],
-                k[1][1]
-            )));
-        }
-        if k[1][0] != 0.0 || k[2] != [0.0, 0.0, 1.0] {
-            return Err(Error::InvalidInput(format!("{}: not an upper-triangular pinhole matrix with [0, 0, 1] last: {k:?}", what("intrinsics"))));
-        }
-        mat3_inverse(k, &what("intrinsics"))?;
+        check_intrinsics(&intrinsics, image_width, image_height).map_err(|e| Error::InvalidInput(format!("{}: {e}", what("intrinsics"))))?;
         check_affine(&camera_to_lidar, &what("camera-to-LiDAR extrinsic"))?;
         let r = |i: usize, j: usize| camera_to_lidar[i][j];
         for i in 0..3 {
@@ -130,9 +117,6 @@ impl CameraCalib {
                 }
             }
         }
-        if image_width == 0 || image_height == 0 {
-            return Err(Error::InvalidInput(format!("{}: image size {image_width}x{image_height}", what("image"))));
-        }
         Ok(Self { name: name.to_string(), intrinsics, camera_to_lidar, image_width, image_height })
     }
 
@@ -141,6 +125,68 @@ impl CameraCalib {
         let c2l = mat4_inverse_affine(lidar_to_camera, &format!("camera `{name}`: LiDAR-to-camera extrinsic"))?;
         Self::new(name, intrinsics, c2l, image_width, image_height)
     }
+}
+
+/// The entries of `K` by row-major index, as a user knows them from a CameraInfo (`k[i]`; `P`
+/// holds fx, cx, fy, cy at 0, 2, 5, 6).
+const K_FIELDS: [&str; 9] = ["fx (K[0], P[0])", "skew (K[1])", "cx (K[2], P[2])", "K[3]", "fy (K[4], P[5])", "cy (K[5], P[6])", "K[6]", "K[7]", "K[8]"];
+
+/// Checks a pinhole `K = [[fx, s, cx], [0, fy, cy], [0, 0, 1]]` of a `w × h` image, field by
+/// field, before anything inverts it: every entry finite; fx, fy positive; |skew| at most fx
+/// (pixel axes less than 45° from square); the principal point (cx, cy) within [-w, 2w] ×
+/// [-h, 2h]; K[3] = 0 and the bottom row [0, 0, 1]. The principal point is where the optical
+/// axis meets the image: at the centre for most lenses, off it for a crop or a shifted sensor,
+/// but never more than an image's size beyond the border, where the image would see only
+/// rays more than ~45° off its own axis (with fx near the image width). Further out it is K of
+/// another image size, or not in pixels at all, and the lift would be silently wrong. Errors
+/// name the field, its value, the image size and what was expected.
+pub fn check_intrinsics(k: &Mat3, w: usize, h: usize) -> Result<(), String> {
+    let size = format!("{w} x {h} image");
+    let flat: Vec<f64> = k.iter().flatten().copied().collect();
+    if let Some(i) = flat.iter().position(|v| !v.is_finite()) {
+        return Err(format!("{} is {} (for a {size}); every entry of K must be finite", K_FIELDS[i], flat[i]));
+    }
+    let (fx, s, cx, fy, cy) = (k[0][0], k[0][1], k[0][2], k[1][1], k[1][2]);
+    for (i, v) in [(0, fx), (4, fy)] {
+        if v <= 0.0 {
+            return Err(format!(
+                "{} is {v} (for a {size}); focal lengths must be positive, in pixels (a zero K or P means an uncalibrated camera)",
+                K_FIELDS[i]
+            ));
+        }
+    }
+    if s.abs() > fx {
+        return Err(format!("{} is {s} with fx {fx} (for a {size}); expected |skew| <= fx, usually 0", K_FIELDS[1]));
+    }
+    let (w, h) = (w as f64, h as f64);
+    if !(-w..=2.0 * w).contains(&cx) {
+        return Err(format!(
+            "{} is {cx}, outside [{}, {}] for a {size}; expected near the image centre ({}): is K for another image size, or not in pixels?",
+            K_FIELDS[2],
+            -w,
+            2.0 * w,
+            w / 2.0
+        ));
+    }
+    if !(-h..=2.0 * h).contains(&cy) {
+        return Err(format!(
+            "{} is {cy}, outside [{}, {}] for a {size}; expected near the image centre ({}): is K for another image size, or not in pixels?",
+            K_FIELDS[5],
+            -h,
+            2.0 * h,
+            h / 2.0
+        ));
+    }
+    if k[1][0] != 0.0 {
+        return Err(format!("{} is {} (for a {size}); expected 0 (K is upper triangular)", K_FIELDS[3], k[1][0]));
+    }
+    if k[2] != [0.0, 0.0, 1.0] {
+        return Err(format!("the bottom row (K[6..9]) is {:?} (for a {size}); expected [0, 0, 1]", k[2]));
+    }
+    // K is now triangular with a positive diagonal: invertible in exact arithmetic; what is
+    // left is a focal length so small next to cx, cy that the inverse is all rounding
+    mat3_inverse(k, "K").map_err(|_| format!("fx {fx} and fy {fy} are too small next to the principal point ({cx}, {cy}) of a {size} to invert K accurately; expected focal lengths in pixels"))?;
+    Ok(())
 }
 
 /// `K` from a CameraInfo's row-major `k` (9 values).
@@ -295,6 +341,48 @@ mod tests {
         l2c[0][0] = f64::NAN;
         assert!(CameraCalib::from_lidar_to_camera("c", K, &l2c, 10, 10).is_err());
         assert!(Calibration::new(vec![]).is_err());
+    }
+
+    /// Each intrinsics check names the field, its value, the image size and what is expected,
+    /// before any inversion (a far-off principal point is not called singular).
+    #[test]
+    fn intrinsics_checks_name_the_field() {
+        let err = |k: Mat3| CameraCalib::new("CAM_X", k, rot_z(0.0), 1600, 900).unwrap_err().to_string();
+        let with = |r: usize, c: usize, v: f64| {
+            let mut k = K;
+            k[r][c] = v;
+            k
+        };
+        let has = |e: &str, parts: &[&str]| {
+            for p in parts {
+                assert!(e.contains(p), "`{p}` not in: {e}");
+            }
+            assert!(!e.contains("singular"), "{e}");
+        };
+        has(&err(with(0, 2, 1e7)), &["camera `CAM_X`", "cx (K[2], P[2]) is 10000000", "outside [-1600, 3200]", "1600 x 900 image", "centre (800)"]);
+        has(&err(with(0, 2, -1700.0)), &["cx (K[2], P[2]) is -1700"]);
+        assert!(CameraCalib::new("c", with(0, 2, -1600.0), rot_z(0.0), 1600, 900).is_ok(), "the range's ends are inside");
+        assert!(CameraCalib::new("c", with(0, 2, 3200.0), rot_z(0.0), 1600, 900).is_ok());
+        has(&err(with(1, 2, 1801.0)), &["cy (K[5], P[6]) is 1801", "outside [-900, 1800]", "centre (450)"]);
+        has(&err(with(1, 2, -1e9)), &["cy (K[5], P[6]) is -1000000000"]);
+        has(&err(with(0, 0, 0.0)), &["fx (K[0], P[0]) is 0", "1600 x 900 image", "must be positive"]);
+        has(&err(with(1, 1, -5.0)), &["fy (K[4], P[5]) is -5", "must be positive"]);
+        has(&err(with(0, 0, f64::INFINITY)), &["fx (K[0], P[0]) is inf", "must be finite"]);
+        has(&err(with(1, 2, f64::NAN)), &["cy (K[5], P[6]) is NaN", "must be finite"]);
+        has(&err(with(0, 1, 2000.0)), &["skew (K[1]) is 2000", "|skew| <= fx"]);
+        has(&err(with(1, 0, 3.0)), &["K[3] is 3", "expected 0"]);
+        has(&err(with(2, 2, 0.0)), &["bottom row", "[0.0, 0.0, 0.0]", "expected [0, 0, 1]"]);
+        has(&err(with(2, 0, 1.0)), &["bottom row", "expected [0, 0, 1]"]);
+        // a focal length so small that K is numerically singular: said so in those words
+        let tiny = [[1e-9, 0.0, 800.0], [0.0, 1e-9, 450.0], [0.0, 0.0, 1.0]];
+        let e = CameraCalib::new("c", tiny, rot_z(0.0), 1600, 900).unwrap_err().to_string();
+        assert!(e.contains("too small next to the principal point (800, 450)"), "{e}");
+        // the image size is checked first (the principal point's range depends on it)
+        assert!(err_size().contains("image size 0x900"));
+    }
+
+    fn err_size() -> String {
+        CameraCalib::new("c", K, rot_z(0.0), 0, 900).unwrap_err().to_string()
     }
 
     #[test]

@@ -92,7 +92,7 @@ impl CalibrationFile {
 
 /// `K` from a CameraInfo: its `k`, or its projection `p` for a rectified image
 /// (`intrinsics: p` in the camera's parameters). Checks nothing beyond the shape: the camera's
-/// calibration ([`CameraCalib::new`]) refuses a zero or singular K.
+/// calibration ([`CameraCalib::new`]) checks K against its image size, field by field.
 pub fn camera_info_intrinsics(k: &[f64; 9], p: &[f64; 12], use_projection: bool) -> Result<Mat3, Error> {
     if use_projection {
         crate::bev::calib::intrinsics_from_projection(p)

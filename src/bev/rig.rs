@@ -116,8 +116,9 @@ impl CalibrationRig {
         })
     }
 
-    /// Takes camera `cam`'s CameraInfo. An invalid one (zero or singular K/P, zero size, empty
-    /// frame id) is an error and leaves the camera's previous intrinsics in place.
+    /// Takes camera `cam`'s CameraInfo. An invalid one (K/P not a pinhole matrix of its image:
+    /// [`check_intrinsics`](crate::bev::calib::check_intrinsics); zero size, empty frame id) is an
+    /// error and leaves the camera's previous intrinsics in place.
     pub fn set_camera_info(&mut self, cam: usize, info: &CameraInfo) -> Result<(), Error> {
         let name = self.names.get(cam).ok_or_else(|| Error::InvalidInput(format!("no camera {cam}")))?.clone();
         let k = camera_info_intrinsics(&info.k, &info.p, self.use_projection[cam])?;

@@ -39,6 +39,13 @@ fn int_in<const LO: usize, const HI: usize>(s: &str) -> Result<usize, String> {
     Ok(v)
 }
 
+/// A raw image size `WIDTHxHEIGHT`, each side 1 to 16384 pixels.
+fn image_size_arg(s: &str) -> Result<(usize, usize), String> {
+    let (w, h) = s.split_once(['x', 'X']).ok_or_else(|| format!("`{s}` is not WIDTHxHEIGHT, e.g. 1600x900"))?;
+    let side = |v: &str, what: &str| int_in::<1, 16384>(v).map_err(|e| format!("{what} of `{s}`: {e} (pixels)"));
+    Ok((side(w, "width")?, side(h, "height")?))
+}
+
 /// float32 columns per point in a `.bin` file: at least x, y, z.
 fn stride_arg(s: &str) -> Result<usize, String> {
     int_in::<3, 64>(s).map_err(|e| format!("{e} (float32 columns per point: 4 KITTI, 5 nuScenes, 3 x/y/z only)"))
@@ -188,7 +195,9 @@ enum Cmd {
         /// Model YAML (reads `model.encoders.camera.backbone` and `.neck`).
         #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
         model: PathBuf,
-        /// safetensors weights with BEVFusion's names (`encoders.camera.*`).
+        /// safetensors weights with BEVFusion's names: the camera encoder's tensors
+        /// (`encoders.camera.backbone.*`, `.neck.*`), alone or in a whole seg checkpoint (the
+        /// other tensors are ignored and counted).
         #[arg(long, conflicts_with = "random_weights")]
         weights: Option<PathBuf>,
         /// Deterministic random weights with this seed instead (smoke runs, parity).
@@ -230,11 +239,17 @@ enum Cmd {
         /// Also write the random weights as safetensors (for the PyTorch parity reference).
         #[arg(long, requires = "random_weights")]
         save_weights: Option<PathBuf>,
-        /// nuScenes-style calib.json (cameras' `cam2img`, `lidar2cam`).
+        /// nuScenes-style calib.json (cameras' `cam2img`, `lidar2cam`; intrinsics for
+        /// --image-size), or a calibration YAML (.yaml/.yml: `intrinsics` and `image_size` per
+        /// camera, as config/calibration/nuscenes_sample.yaml).
         #[arg(long)]
         calib: PathBuf,
+        /// The raw image size (WIDTHxHEIGHT) a calib.json's intrinsics are for; default 1600x900
+        /// (nuScenes). An image of another size is masked (size_mismatch) with a warning.
+        #[arg(long, value_name = "WxH", value_parser = image_size_arg)]
+        image_size: Option<(usize, usize)>,
         /// Camera images as CAMERA=FILE (JPEG or PNG), e.g. CAM_FRONT=front.jpg; cameras without
-        /// an image are masked (and reported).
+        /// an image, or with one of another size than calibrated, are masked (and reported).
         #[arg(long, required = true, num_args = 1.., value_parser = sptr::model::bevfusion_seg_run::parse_camera_image)]
         images: Vec<(String, PathBuf)>,
         /// LiDAR cloud (the fusion model needs one): nuScenes `.pcd.bin`, KITTI `.bin` or `.pcd`.
@@ -735,7 +750,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::RandomWeights { model, seed, out } => random_weights_cmd(&model, seed, &out),
         Cmd::Kernels { arch } => kernels_cmd(&arch),
-        Cmd::Bevseg { model, weights, random_weights, save_weights, calib, images, cloud, format, out, device, threshold, dump_stages } => {
+        Cmd::Bevseg { model, weights, random_weights, save_weights, calib, image_size, images, cloud, format, out, device, threshold, dump_stages } => {
             use sptr::model::bevfusion_seg_run::{run, BevSegJob, SegWeights};
             let weights = match (weights, random_weights) {
                 (Some(w), _) => SegWeights::File(w),
@@ -748,7 +763,7 @@ fn run(cli: Cli) -> Result<()> {
                 DeviceArg::Cuda => true,
                 DeviceArg::Auto => cuda_usable(),
             };
-            let job = BevSegJob { model, weights, calib, images, cloud, out, cuda, dump_stages, threshold: threshold as f32 };
+            let job = BevSegJob { model, weights, calib, image_size, images, cloud, out, cuda, dump_stages, threshold: threshold as f32 };
             println!("{}", run(&job)?);
             Ok(())
         }

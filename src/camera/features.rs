@@ -4,12 +4,13 @@
 //! harness, which also takes the weights and the input tensor from here.
 
 use crate::model::range::RangeReport;
-use super::encoder::{random_tensors, CameraEncoder, CameraEncoderConfig, EncoderOutput};
+use super::encoder::{random_tensors, CameraEncoder, CameraEncoderConfig, EncoderOutput, BACKBONE_PREFIX, NECK_PREFIX};
 use super::npy;
 use crate::dense::FeatureMap;
 use crate::model::random::save_tensors;
-use crate::model::Weights;
+use crate::model::{ModelError, Weights};
 use crate::Error;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Where the encoder's weights come from.
@@ -120,23 +121,24 @@ pub fn run(job: &FeaturesJob) -> Result<String, Error> {
 /// not guarded). The files are written either way: they are for inspection.
 pub fn run_checked(job: &FeaturesJob) -> Result<(String, RangeReport), Error> {
     let cfg = CameraEncoderConfig::load(&job.model)?;
-    let weights = match &job.weights {
-        WeightsArg::File(p) => Weights::from_file(p)?,
+    let (enc, weights_line) = match &job.weights {
+        WeightsArg::File(p) => encoder_from_file(&cfg, p)?,
         WeightsArg::Random { seed, save } => {
             let t = random_tensors(&cfg, *seed)?;
             if let Some(p) = save {
                 save_tensors(p, &t)?;
             }
-            Weights::from_tensors(&format!("random camera encoder weights (seed {seed})"), t)?
+            let w = Weights::from_tensors(&format!("random camera encoder weights (seed {seed})"), t)?;
+            (CameraEncoder::from_weights(&cfg, w)?, None)
         }
     };
-    let enc = CameraEncoder::from_weights(&cfg, weights)?;
     std::fs::create_dir_all(&job.out).map_err(|e| Error::Io(format!("{}: cannot create: {e}", job.out.display())))?;
     let start = std::time::Instant::now();
     let (out, used, range): (EncoderOutput, Vec<f32>, RangeReport) =
         if job.cuda { run_cuda(&enc, job)? } else { (enc.forward_cpu(&job.images, job.n, job.h, job.w)?, job.images.clone(), RangeReport::default()) };
     let took = start.elapsed().as_secs_f64() * 1e3;
     let mut lines = vec![format!("{} images {} x {} on {} in {took:.1} ms (upload and plan included)", job.n, job.h, job.w, if job.cuda { "cuda" } else { "cpu" })];
+    lines.extend(weights_line);
     if let Some(p) = &job.save_input {
         let m = FeatureMap::new(job.n, job.h, job.w, 3, used)?;
         npy::write_f32(p, &[m.n, 3, m.h, m.w], &m.to_nchw())?;
@@ -156,6 +158,66 @@ pub fn run_checked(job: &FeaturesJob) -> Result<(String, RangeReport), Error> {
     Ok((lines.join("\n"), range))
 }
 
+/// Whether a tensor is the camera encoder's (backbone or neck), by its BEVFusion name.
+fn is_encoder_tensor(name: &str) -> bool {
+    [BACKBONE_PREFIX, NECK_PREFIX].iter().any(|p| name.strip_prefix(p).is_some_and(|r| r.starts_with('.')))
+}
+
+/// The module a tensor belongs to, for the summary of ignored ones: `encoders.<x>.<y>`, or the
+/// first component of other names (`fuser`, `decoder`, `heads`).
+fn module_of(name: &str) -> &str {
+    let parts = if name.starts_with("encoders.") { 3 } else { 1 };
+    match name.match_indices('.').nth(parts - 1) {
+        Some((i, _)) => &name[..i],
+        None => name,
+    }
+}
+
+/// The encoder from a weights file holding its tensors: the encoder's part of a BEVFusion
+/// checkpoint (`encoders.camera.backbone.*`, `encoders.camera.neck.*`), alone or in a whole
+/// checkpoint whose other tensors (view transform, LiDAR encoder, fuser, decoder, heads) are
+/// ignored; and the summary line saying how many were used and ignored.
+fn encoder_from_file(cfg: &CameraEncoderConfig, path: &Path) -> Result<(CameraEncoder, Option<String>), Error> {
+    let mut all = Weights::from_file(path)?;
+    let total = all.len();
+    let mine = all.split_off(is_encoder_tensor);
+    let used = mine.len();
+    let enc = match CameraEncoder::from_weights(cfg, mine) {
+        Ok(enc) => enc,
+        Err(e @ ModelError::Mismatch { .. }) if used == 0 => {
+            let modules: Vec<&str> = all.names().map(module_of).collect::<BTreeSet<_>>().into_iter().collect();
+            return Err(Error::InvalidInput(format!(
+                "{}: none of its {total} tensors is the camera encoder's ({BACKBONE_PREFIX}.*, {NECK_PREFIX}.*); its tensors \
+                 are under {}: give BEVFusion weights (a whole seg checkpoint or its camera encoder) for --weights\n{e}",
+                path.display(),
+                list_some(&modules),
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let line = if all.is_empty() {
+        format!("weights: {} camera encoder tensors from {}", used, path.display())
+    } else {
+        let modules: Vec<&str> = all.names().map(module_of).collect::<BTreeSet<_>>().into_iter().collect();
+        format!(
+            "weights: {used} camera encoder tensors from {}, {} other tensors ignored ({})",
+            path.display(),
+            all.len(),
+            list_some(&modules)
+        )
+    };
+    Ok((enc, Some(line)))
+}
+
+/// Up to eight names, then how many more.
+fn list_some(names: &[&str]) -> String {
+    let mut s = names.iter().take(8).map(|n| format!("{n}.*")).collect::<Vec<_>>().join(", ");
+    if names.len() > 8 {
+        s.push_str(&format!(" and {} more", names.len() - 8));
+    }
+    s
+}
+
 #[cfg(feature = "cuda")]
 fn run_cuda(enc: &CameraEncoder, job: &FeaturesJob) -> Result<(EncoderOutput, Vec<f32>, RangeReport), Error> {
     use super::encoder_cuda::CudaCameraEncoder;
@@ -170,4 +232,25 @@ fn run_cuda(enc: &CameraEncoder, job: &FeaturesJob) -> Result<(EncoderOutput, Ve
 #[cfg(not(feature = "cuda"))]
 fn run_cuda(_: &CameraEncoder, _: &FeaturesJob) -> Result<(EncoderOutput, Vec<f32>, RangeReport), Error> {
     Err(Error::InvalidInput("this build has no CUDA backend: rebuild with `--features cuda` or use --device cpu".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoder_tensors_and_modules_by_name() {
+        assert!(is_encoder_tensor("encoders.camera.backbone.patch_embed.projection.weight"));
+        assert!(is_encoder_tensor("encoders.camera.neck.lateral_convs.0.conv.weight"));
+        assert!(!is_encoder_tensor("encoders.camera.vtransform.depthnet.weight"));
+        assert!(!is_encoder_tensor("encoders.camera.backbone_extra.x"));
+        assert_eq!(module_of("encoders.camera.vtransform.dx"), "encoders.camera.vtransform");
+        assert_eq!(module_of("encoders.lidar.backbone.conv_input.0.weight"), "encoders.lidar.backbone");
+        assert_eq!(module_of("heads.map.classifier.6.weight"), "heads");
+        assert_eq!(module_of("linear"), "linear");
+        assert_eq!(list_some(&["a", "b"]), "a.*, b.*");
+        let many: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(list_some(&refs).ends_with("m7.* and 2 more"));
+    }
 }

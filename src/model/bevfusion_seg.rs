@@ -37,7 +37,7 @@ use crate::model::bev_stack::BevStack;
 use crate::model::lidar_encoder::{LidarEncoder, LidarEncoderConfig};
 use crate::sparse::hard_voxelize::HardVoxelStats;
 use crate::model::random::NamedTensors;
-use crate::model::weights::{Tensor, Weights};
+use crate::model::weights::Weights;
 use crate::model::ModelError;
 use crate::Error;
 use std::path::Path;
@@ -147,14 +147,7 @@ pub fn looks_like<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<BevSeg
 /// Moves the tensors whose names start with `prefix` (or are in `also`) into a store of their
 /// own, named like the file (so each part's own exact check sees only its tensors).
 pub fn split_prefix(w: &mut Weights, prefix: &str, exclude: &[&str]) -> Result<Weights, ModelError> {
-    let names: Vec<String> = w.names().filter(|n| n.starts_with(prefix) && !exclude.iter().any(|x| n.starts_with(x))).map(str::to_string).collect();
-    let mut out = Vec::with_capacity(names.len());
-    for n in names {
-        if let Some(Tensor { shape, data }) = w.remove(&n) {
-            out.push((n, shape, data));
-        }
-    }
-    Weights::from_tensors(w.source(), out)
+    Ok(w.split_off(|n| n.starts_with(prefix) && !exclude.iter().any(|x| n.starts_with(x))))
 }
 
 /// The combined mismatch of every part, with a hint first when the file is the other model's.

@@ -1,10 +1,17 @@
 //! `sptr bevseg`: a BEVFusion seg model on one frame of files — camera images named by camera,
-//! a nuScenes-style `calib.json`, optionally a LiDAR cloud — written as the BEV map files of
+//! a nuScenes-style `calib.json` (intrinsics for `--image-size`, nuScenes' raw 1600 × 900 by
+//! default) or the project's calibration YAML (`image_size` per camera), optionally a LiDAR
+//! cloud — written as the BEV map files of
 //! [`BevMap::write_dir`](crate::bev::map::BevMap::write_dir), with `--dump-stages` each
 //! stage's tensor as NCHW float32 `.npy` for the parity harness.
+//!
+//! An image whose size is not its camera's calibrated size is masked (`size_mismatch`, as the
+//! node and replay mask it: intrinsics are only valid for the image size they were calibrated
+//! at), with a warning; the camera-only model with no usable image is an error.
 
 use super::bevfusion_seg::{BevSegConfig, BevSegKind, BevSegModel, BevSegStages, Point5};
-use crate::bev::calib::{Calibration, NUSCENES_CAMERAS};
+use crate::bev::calib::{CameraCalib, Calibration, NUSCENES_CAMERAS};
+use crate::bev::calib_file::CalibrationFile;
 use crate::camera::compressed::decode_compressed;
 use crate::camera::image::{DecodeLimits, RgbImage};
 use crate::camera::npy;
@@ -29,6 +36,9 @@ pub struct BevSegJob {
     pub model: PathBuf,
     pub weights: SegWeights,
     pub calib: PathBuf,
+    /// The raw image size a calib.json's intrinsics are for (None: [`NUSCENES_IMAGE_SIZE`]); a
+    /// calibration YAML gives each camera's own, and this must then be None.
+    pub image_size: Option<(usize, usize)>,
     /// `(camera name, image file)`; cameras of the calibration without an image are masked.
     pub images: Vec<(String, PathBuf)>,
     pub cloud: Option<Points>,
@@ -38,6 +48,62 @@ pub struct BevSegJob {
     pub dump_stages: bool,
     /// Threshold of the PNG's classes.
     pub threshold: f32,
+}
+
+/// nuScenes' raw camera image size, what its calib.json's `cam2img` is for.
+pub const NUSCENES_IMAGE_SIZE: (usize, usize) = (1600, 900);
+
+/// A camera whose image is not the size its calibration is for: masked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SizeMismatch {
+    pub camera: String,
+    pub file: PathBuf,
+    /// The image's `(width, height)`.
+    pub image: (usize, usize),
+    /// The calibration's.
+    pub calibrated: (usize, usize),
+}
+
+impl std::fmt::Display for SizeMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "camera {}: image {} is {} x {} but its calibration is for {} x {}: masked (size_mismatch)",
+            self.camera,
+            self.file.display(),
+            self.image.0,
+            self.image.1,
+            self.calibrated.0,
+            self.calibrated.1
+        )
+    }
+}
+
+/// The model's cameras (nuScenes order) from `path`: a calibration YAML (`.yaml` / `.yml`, the
+/// node's `calibration_file` layout, with `intrinsics` and `image_size` for every camera), or
+/// else a nuScenes `calib.json` whose intrinsics are for `image_size` (default 1600 × 900).
+pub fn load_calibration(path: &Path, image_size: Option<(usize, usize)>) -> Result<Calibration, Error> {
+    let yaml = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
+    if !yaml {
+        let (w, h) = image_size.unwrap_or(NUSCENES_IMAGE_SIZE);
+        return Calibration::load_nuscenes_json(path, &NUSCENES_CAMERAS, w, h);
+    }
+    let source = path.display().to_string();
+    if let Some((w, h)) = image_size {
+        return Err(Error::InvalidInput(format!(
+            "--image-size {w}x{h}: {source} is a calibration YAML, which gives each camera's image_size; --image-size is for a calib.json"
+        )));
+    }
+    let file = CalibrationFile::load(path)?;
+    let mut cams = Vec::with_capacity(NUSCENES_CAMERAS.len());
+    for name in NUSCENES_CAMERAS {
+        let c = file.camera(name).ok_or_else(|| Error::InvalidInput(format!("calibration file {source}: no camera `{name}` (the model's cameras are {})", NUSCENES_CAMERAS.join(", "))))?;
+        let (k, w, h) = c.intrinsics.ok_or_else(|| {
+            Error::InvalidInput(format!("calibration file {source}: camera `{name}` has no `intrinsics` and `image_size`: bevseg has no CameraInfo to take them from, so give both"))
+        })?;
+        cams.push(CameraCalib::new(name, k, c.camera_to_lidar, w, h).map_err(|e| Error::InvalidInput(format!("calibration file {source}: {e}")))?);
+    }
+    Calibration::new(cams)
 }
 
 /// Parses `CAM=FILE`.
@@ -56,34 +122,36 @@ pub fn points5(p: &Points) -> Vec<Point5> {
 }
 
 /// Decodes the images and orders them as the calibration's cameras (the nuScenes camera order
-/// of the model); checks that every image names a camera and that no camera has two.
-pub fn load_frame(job: &BevSegJob) -> Result<(Calibration, Vec<Option<RgbImage>>), Error> {
+/// of the model); checks that every image names a camera and that no camera has two. An image
+/// of another size than its camera's calibration is left out (its slot None: masked) and
+/// returned in the mismatches.
+pub fn load_frame(job: &BevSegJob) -> Result<(Calibration, Vec<Option<RgbImage>>, Vec<SizeMismatch>), Error> {
     if job.images.is_empty() {
         return Err(Error::InvalidInput("no camera images given (--images CAM=FILE ...)".into()));
     }
+    let calib = load_calibration(&job.calib, job.image_size)?;
     let limits = DecodeLimits::default();
     let mut slots: Vec<Option<RgbImage>> = vec![None; NUSCENES_CAMERAS.len()];
+    let mut given = vec![false; NUSCENES_CAMERAS.len()];
+    let mut mismatches = Vec::new();
     for (cam, file) in &job.images {
         let i = NUSCENES_CAMERAS.iter().position(|c| c == cam).ok_or_else(|| {
             Error::InvalidInput(format!("--images {cam}={}: unknown camera; the model's cameras are {}", file.display(), NUSCENES_CAMERAS.join(", ")))
         })?;
-        if slots[i].is_some() {
+        if given[i] {
             return Err(Error::InvalidInput(format!("--images: camera {cam} is given twice")));
         }
+        given[i] = true;
         let bytes = std::fs::read(file).map_err(|e| Error::Io(format!("{}: cannot read: {e}", file.display())))?;
         let img = decode_compressed("", &bytes, &limits).map_err(|e| Error::InvalidInput(format!("{}: {e}", file.display())))?;
-        slots[i] = Some(img);
-    }
-    // calib.json has no image sizes: each camera takes its image's, a masked camera the first one's
-    let first = slots.iter().flatten().next().map(|i| (i.width, i.height)).ok_or_else(|| Error::InvalidInput("no image decoded".into()))?;
-    let mut calib = Calibration::load_nuscenes_json(&job.calib, &NUSCENES_CAMERAS, first.0, first.1)?;
-    for (cam, img) in calib.cameras.iter_mut().zip(&slots) {
-        if let Some(img) = img {
-            cam.image_width = img.width;
-            cam.image_height = img.height;
+        let c = &calib.cameras[i];
+        if (img.width, img.height) != (c.image_width, c.image_height) {
+            mismatches.push(SizeMismatch { camera: cam.clone(), file: file.clone(), image: (img.width, img.height), calibrated: (c.image_width, c.image_height) });
+        } else {
+            slots[i] = Some(img);
         }
     }
-    Ok((calib, slots))
+    Ok((calib, slots, mismatches))
 }
 
 fn write_stage(dir: &Path, name: &str, m: &FeatureMap) -> Result<(), Error> {
@@ -117,13 +185,25 @@ pub fn run(job: &BevSegJob) -> Result<String, Error> {
             Weights::from_tensors(&format!("random BEVFusion seg weights (seed {seed})"), t)?
         }
     };
-    let (calib, images) = load_frame(job)?;
+    let (calib, images, mismatches) = load_frame(job)?;
+    for m in &mismatches {
+        eprintln!("sptr: warning: {m}");
+    }
     let cloud = job.cloud.as_ref().map(points5);
     if cfg.kind == BevSegKind::Fusion && cloud.is_none() {
         return Err(Error::InvalidInput(format!("{} is the camera + LiDAR model: pass --cloud FILE", job.model.display())));
     }
     if cfg.kind == BevSegKind::Camera && cloud.is_some() {
         return Err(Error::InvalidInput(format!("{} is the camera-only model: it takes no --cloud", job.model.display())));
+    }
+    if cfg.kind == BevSegKind::Camera && images.iter().all(Option::is_none) {
+        let list: Vec<String> = mismatches.iter().map(|m| format!("{} ({} x {})", m.camera, m.image.0, m.image.1)).collect();
+        return Err(Error::InvalidInput(format!(
+            "no camera image fits its calibration ({}: size_mismatch; calibrated for {}), and the camera-only model needs at least one: \
+             give images of the calibrated size, or say which size a calib.json is for with --image-size WxH",
+            list.join(", "),
+            calibrated_sizes(&calib)
+        )));
     }
     let refs: Vec<Option<&RgbImage>> = images.iter().map(Option::as_ref).collect();
     let start = std::time::Instant::now();
@@ -149,7 +229,15 @@ pub fn run(job: &BevSegJob) -> Result<String, Error> {
     let stage_line: Vec<String> = out.times.0.iter().map(|(n, ms)| format!("{n} {ms:.1}")).collect();
     lines.push(format!("stages (ms{}): {}", if job.cuda { ", GPU time" } else { "" }, stage_line.join(", ")));
     if !out.map.masked_cameras.is_empty() {
-        lines.push(format!("masked cameras (no image): {}", out.map.masked_cameras.join(", ")));
+        let (sized, absent): (Vec<&String>, Vec<&String>) = out.map.masked_cameras.iter().partition(|c| mismatches.iter().any(|m| &m.camera == *c));
+        let mut why = Vec::new();
+        if !absent.is_empty() {
+            why.push(format!("no image: {}", absent.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+        if !sized.is_empty() {
+            why.push(format!("size_mismatch: {}", sized.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+        lines.push(format!("masked cameras: {} of {} ({})", out.map.masked_cameras.len(), calib.len(), why.join("; ")));
     }
     if let Some(l) = &out.map.lidar {
         lines.push(format!(
@@ -173,6 +261,16 @@ pub fn run(job: &BevSegJob) -> Result<String, Error> {
         lines.push(format!("stages ({}) -> {}", names.join(", "), dir.display()));
     }
     Ok(lines.join("\n"))
+}
+
+/// The calibration's image sizes, e.g. `1600 x 900` (or each camera's when they differ).
+fn calibrated_sizes(calib: &Calibration) -> String {
+    let sizes: Vec<(usize, usize)> = calib.cameras.iter().map(|c| (c.image_width, c.image_height)).collect();
+    if sizes.windows(2).all(|w| w[0] == w[1]) {
+        sizes.first().map(|(w, h)| format!("{w} x {h}")).unwrap_or_default()
+    } else {
+        calib.cameras.iter().map(|c| format!("{} {} x {}", c.name, c.image_width, c.image_height)).collect::<Vec<_>>().join(", ")
+    }
 }
 
 #[cfg(feature = "cuda")]

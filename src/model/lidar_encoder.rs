@@ -466,12 +466,7 @@ impl LidarEncoder {
     pub fn load(cfg: &LidarEncoderConfig, weights: &Weights) -> Result<Self, ModelError> {
         let specs = weight_specs(cfg)?;
         // check only our prefix: a whole BEVFusion checkpoint holds the other modules too
-        let own: Vec<(String, Vec<usize>, Vec<f32>)> = weights
-            .names()
-            .filter(|n| n.starts_with(PREFIX))
-            .filter_map(|n| weights.get(n).map(|t| (n.to_string(), t.shape.clone(), t.data.clone())))
-            .collect();
-        let mut mine = Weights::from_tensors(weights.source(), own)?;
+        let mut mine = weights.select(|n| n.starts_with(PREFIX));
         mine.check(&specs)?;
         build(cfg, &mut mine)
     }

@@ -65,6 +65,45 @@ pub enum ModelError {
     /// The model configuration cannot be built (e.g. upstream itself would fail with it).
     #[error("model config: {0}")]
     Config(String),
+    /// Tensors holding NaN or infinite values (a corrupt file, or an export of a diverged
+    /// run): every such tensor, in the file's name order.
+    #[error("{}", non_finite_text(.file, .tensors))]
+    NonFinite { file: String, tensors: Vec<NonFiniteTensor> },
+}
+
+/// A tensor with NaN or infinite values: how many of each, and where the first one is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NonFiniteTensor {
+    pub name: String,
+    pub nan: usize,
+    pub pos_inf: usize,
+    pub neg_inf: usize,
+    /// Flat (row-major) index of the first non-finite value.
+    pub first: usize,
+    /// The tensor's value count.
+    pub numel: usize,
+}
+
+/// How many non-finite tensors the message names one by one (the rest are counted).
+const NON_FINITE_LISTED: usize = 8;
+
+fn non_finite_text(file: &str, tensors: &[NonFiniteTensor]) -> String {
+    let mut s = format!(
+        "{file}: {} {} NaN or infinite values; the file is corrupt or was exported from a run that \
+         diverged: export the weights again from a good checkpoint",
+        tensors.len(),
+        if tensors.len() == 1 { "tensor holds" } else { "tensors hold" }
+    );
+    for t in tensors.iter().take(NON_FINITE_LISTED) {
+        s.push_str(&format!(
+            "\n  {}: {} NaN, {} +inf, {} -inf of {} values (first at index {})",
+            t.name, t.nan, t.pos_inf, t.neg_inf, t.numel, t.first
+        ));
+    }
+    if tensors.len() > NON_FINITE_LISTED {
+        s.push_str(&format!("\n  and {} more", tensors.len() - NON_FINITE_LISTED));
+    }
+    s
 }
 
 /// A tensor whose shape in the file differs from the architecture's.

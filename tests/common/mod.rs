@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The repository root: `$SPTR_ROOT` when set (test binaries shipped to a GPU host run from
 /// another directory than they were built in), else the crate directory at build time.
@@ -146,4 +146,19 @@ pub fn sptr_exe() -> PathBuf {
     std::env::var_os("SPTR_EXE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_sptr")))
+}
+
+/// Copies the safetensors file `src` to `dst` with value `index` of the F32 tensor `tensor` set to
+/// `value` (a corrupt checkpoint for the load-time checks).
+pub fn with_value(src: &Path, dst: &Path, tensor: &str, index: usize, value: f32) {
+    use safetensors::tensor::TensorView;
+    let bytes = std::fs::read(src).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut owned: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> =
+        st.iter().map(|(n, v)| (n.to_string(), v.dtype(), v.shape().to_vec(), v.data().to_vec())).collect();
+    let t = owned.iter_mut().find(|t| t.0 == tensor).unwrap_or_else(|| panic!("{}: no tensor `{tensor}`", src.display()));
+    assert_eq!(t.1, safetensors::Dtype::F32, "{tensor}");
+    t.3[index * 4..index * 4 + 4].copy_from_slice(&value.to_le_bytes());
+    let views: Vec<(String, TensorView)> = owned.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    std::fs::write(dst, safetensors::serialize(views, None).unwrap()).unwrap();
 }
