@@ -22,6 +22,7 @@ pub mod outputs;
 pub mod perception;
 pub mod pipeline;
 pub mod pipeline_bench;
+pub mod pipeline_faults;
 pub mod points;
 pub mod replay;
 pub mod sparse;

@@ -23,6 +23,7 @@ use crate::config::ImageTransport;
 use crate::host_probe::{frames_json, FrameHost, HostProbe, ProcCounters};
 use crate::memory::{device_used_mb, host_rss_mb};
 use crate::perception::{json_str, open_bench, BenchSetup, Percentiles, STAGES};
+use crate::pipeline_faults::{big_cloud, patched_jpeg, Fault, FaultSchedule, FrameFaults, BIG_CLOUDS, BIG_CLOUD_POINTS};
 use crate::replay::cameras::absolute_topic;
 use crate::replay::request::{camera_options, open_map_model_with};
 
@@ -49,6 +50,8 @@ pub struct CameraBenchSetup<'a> {
     /// The camera frame after the LiDAR path on one thread (the node before the overlap: the
     /// anchor for its gain) instead of on a thread of its own beside it, as the node runs it.
     pub serial: bool,
+    /// Paced only: a fault every this many seconds ([`crate::pipeline_faults`]).
+    pub faults_every_s: Option<f64>,
 }
 
 /// One frame's camera half: the branch, the model, the map messages, and their times.
@@ -61,6 +64,9 @@ struct CameraFrameOut {
     statuses: Vec<&'static str>,
     map: MapSummary,
 }
+
+/// One camera's messages of a frame as CDR bytes, `None` for a camera that sent nothing.
+type FrameBytes = Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>;
 
 /// What the camera half of a frame works with (everything but the LiDAR processor).
 struct CameraHalf<'a> {
@@ -76,17 +82,21 @@ impl CameraHalf<'_> {
     /// The node's camera work on one frame: the messages decoded from CDR into the branch (as
     /// the node's subscriptions and worker do), the cloud decoded again for the branch's sweep,
     /// the frame's inputs, the model, the map messages encoded as DDS would carry them.
-    fn frame(&mut self, k: usize, bytes: &[(Vec<u8>, Vec<u8>)], stamp: Time, stamp_ns: i64, cloud: &crate::cloud::CloudView<'_>) -> Result<CameraFrameOut, String> {
+    fn frame(&mut self, k: usize, bytes: &FrameBytes, stamp: Time, stamp_ns: i64, cloud: &crate::cloud::CloudView<'_>) -> Result<CameraFrameOut, String> {
         let t = Instant::now();
         for (cam, ((image, info), c)) in bytes.iter().zip(self.inputs).enumerate() {
-            let img = match c.transport {
-                ImageTransport::Compressed => CompressedImage::from_cdr(image).map(CameraImage::Compressed),
-                ImageTransport::Raw => Image::from_cdr(image).map(CameraImage::Raw),
+            if let Some(image) = image {
+                let img = match c.transport {
+                    ImageTransport::Compressed => CompressedImage::from_cdr(image).map(CameraImage::Compressed),
+                    ImageTransport::Raw => Image::from_cdr(image).map(CameraImage::Raw),
+                }
+                .map_err(|e| format!("{}: {e}", c.image_topic))?;
+                self.branch.on_image(cam, img);
             }
-            .map_err(|e| format!("{}: {e}", c.image_topic))?;
-            self.branch.on_image(cam, img);
-            let info = CameraInfo::from_cdr(info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
-            self.branch.on_camera_info(cam, &info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+            if let Some(info) = info {
+                let info = CameraInfo::from_cdr(info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+                self.branch.on_camera_info(cam, &info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+            }
         }
         let (points, _) = crate::cloud::decode(cloud).map_err(|e| format!("the cloud: {e}"))?;
         let mut inputs = self.branch.frame(stamp_ns, &self.cloud_frame, &points);
@@ -150,6 +160,142 @@ fn encode_camera(c: &mut CameraMessages, stamp: Time) -> Result<(Vec<u8>, Vec<u8
     }
     .map_err(cdr_err)?;
     Ok((image, info))
+}
+
+/// Frame `k`'s camera messages stamped `stamp` with `f`'s faults in them: the first camera's
+/// JPEG cut (stamped `prev`, the previous frame's stamp, for a stamp collision), the second
+/// camera's CameraInfo changed, the last camera silent.
+fn frame_bytes(cams: &mut [CameraMessages], stamp: Time, prev: Time, f: &FrameFaults) -> Result<FrameBytes, String> {
+    let n = cams.len();
+    let mut out = Vec::with_capacity(n);
+    for (i, c) in cams.iter_mut().enumerate() {
+        if f.silent_camera && i + 1 == n {
+            out.push((None, None));
+            continue;
+        }
+        let first_faulted = i == 0 && (f.stamp_collision || f.corrupt_jpeg);
+        let second_changed = i == 1.min(n - 1) && f.calibration_change;
+        if !first_faulted && !second_changed {
+            let (img, info) = encode_camera(c, stamp)?;
+            out.push((Some(img), Some(info)));
+            continue;
+        }
+        let mut faulty = CameraMessages { image: c.image.clone(), info: c.info.clone() };
+        let (mut img, mut info) = encode_camera(&mut faulty, stamp)?;
+        if first_faulted {
+            let CameraImage::Compressed(m) = &mut faulty.image else {
+                return Err("--faults-every-s needs the first camera's images compressed (JPEG)".into());
+            };
+            if f.stamp_collision {
+                m.data.truncate(m.data.len() / 2);
+                m.header.stamp = prev;
+            } else {
+                m.data = patched_jpeg(&m.data);
+            }
+            img = m.to_cdr(true).map_err(|e| format!("re-encoding a camera message: {e}"))?;
+        }
+        if second_changed {
+            let info_k = &mut faulty.info;
+            info_k.k[0] *= 1.01;
+            info_k.k[4] *= 1.01;
+            info_k.p[0] *= 1.01;
+            info_k.p[5] *= 1.01;
+            info = faulty.info.to_cdr(true).map_err(|e| format!("re-encoding a camera message: {e}"))?;
+        }
+        out.push((Some(img), Some(info)));
+    }
+    Ok(out)
+}
+
+/// What a soak with faults saw: per frame whether its cameras and map were what its inputs call
+/// for ([`FrameFaults`]), and the counts.
+#[derive(Default)]
+struct FaultTally {
+    /// Faults started, per [`Fault::ALL`].
+    injected: [u64; Fault::ALL.len()],
+    frames_with_fault: u64,
+    good_frames: u64,
+    /// Good frames with every camera used and the map made.
+    good_answered: u64,
+    good_ms: Vec<f64>,
+    big_clouds_answered: u64,
+    /// Frames whose camera statuses were not what their inputs call for (the first few, named).
+    unexpected: Vec<String>,
+    unexpected_frames: u64,
+}
+
+impl FaultTally {
+    /// Timed frame `i` with faults `f`: its camera statuses, the LiDAR points it answered with.
+    fn frame(&mut self, i: usize, start: Option<Fault>, f: &FrameFaults, statuses: &[&str], points: usize, ms: f64) {
+        if let Some(s) = start {
+            self.injected[Fault::ALL.iter().position(|&x| x == s).unwrap_or(0)] += 1;
+        }
+        let n = statuses.len();
+        let ok = statuses.iter().enumerate().all(|(c, &st)| match st {
+            "used" => !(c == 0 && (f.stamp_collision || f.corrupt_jpeg)),
+            "decode_error" => c == 0 && (f.stamp_collision || f.corrupt_jpeg),
+            "stale" => c + 1 == n && f.silent_camera,
+            _ => false,
+        });
+        if f.is_good() {
+            self.good_frames += 1;
+            self.good_ms.push(ms);
+            if ok {
+                self.good_answered += 1;
+            }
+        } else {
+            self.frames_with_fault += 1;
+        }
+        if f.big_cloud && points == BIG_CLOUD_POINTS {
+            self.big_clouds_answered += 1;
+        }
+        if !ok {
+            self.unexpected_frames += 1;
+            if self.unexpected.len() < 5 {
+                self.unexpected.push(format!("frame {i} ({f:?}): {statuses:?}"));
+            }
+        }
+    }
+
+    /// JSON `faults`: what was injected, what the branch counted, the good frames.
+    fn json(&self, every_s: f64, branch: &CameraBranch) -> String {
+        use crate::bev::branch::CameraStatus;
+        let stats = branch.stats();
+        let first = stats.first().map(|s| s.count(CameraStatus::DecodeError)).unwrap_or(0);
+        let last = stats.last().map(|s| s.count(CameraStatus::Stale)).unwrap_or(0);
+        let decode_expected = self.injected[1] + self.injected[2];
+        let calib_expected = 2 * self.injected[3];
+        let big_expected = BIG_CLOUDS as u64 * self.injected[4];
+        let all_counted = first == decode_expected
+            && branch.calibration_changes() == calib_expected
+            && self.big_clouds_answered == big_expected
+            && (self.injected[0] == 0 || last > 0)
+            && self.unexpected_frames == 0
+            && self.good_answered == self.good_frames;
+        let good = Percentiles::of(&self.good_ms).map(|p| serde_json::json!({ "p50_ms": p.p50, "p99_ms": p.p99, "max_ms": p.max }));
+        let injected: serde_json::Map<String, serde_json::Value> = Fault::ALL.iter().zip(self.injected).map(|(f, n)| (f.name().to_string(), n.into())).collect();
+        serde_json::json!({
+            "every_s": every_s,
+            "injected": injected,
+            "frames_with_fault": self.frames_with_fault,
+            "counted": {
+                "first_camera_decode_errors": first,
+                "expected_decode_errors": decode_expected,
+                "last_camera_stale": last,
+                "calibration_changes": branch.calibration_changes(),
+                "expected_calibration_changes": calib_expected,
+                "big_clouds_answered": self.big_clouds_answered,
+                "expected_big_clouds": big_expected,
+            },
+            "good_frames": self.good_frames,
+            "good_frames_answered": self.good_answered,
+            "good_frames_latency": good,
+            "unexpected_frames": self.unexpected_frames,
+            "unexpected": self.unexpected,
+            "all_counted": all_counted,
+        })
+        .to_string()
+    }
 }
 
 /// Per-stage times of the frames, ms, in first-seen order.
@@ -275,6 +421,21 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         None => (Duration::from_millis(100), s.lidar.frames),
     };
     let period_ns = period.as_nanos() as i64;
+    let schedule = match (s.faults_every_s, s.pace) {
+        (None, _) => None,
+        (Some(every), Some((hz, _))) => Some(FaultSchedule::new(every, hz)?),
+        (Some(_), None) => return Err("--faults-every-s needs --rate-hz and --duration-s (faults are scheduled in time)".into()),
+    };
+    // The burst's cloud, encoded once (untimed), as the node would receive it.
+    let big_body = match schedule {
+        Some(_) => {
+            let (pts, _) = crate::cloud::decode(&body.view()).map_err(|e| format!("the cloud: {e}"))?;
+            Some(crate::cloud::encode_points(&big_cloud(&pts, BIG_CLOUD_POINTS), crate::cloud::Layout::XyzI32).map_err(|e| format!("the big cloud: {e}"))?)
+        }
+        None => None,
+    };
+    let mut tally = FaultTally::default();
+    let mut prev_stamp = Time::default();
     let mut total = Vec::with_capacity(frames);
     let mut stages = StageTimes::default();
     let mut over_period = 0usize;
@@ -292,10 +453,16 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         let stamp_ns = BASE_STAMP_NS + k as i64 * period_ns;
         let stamp = Time { sec: (stamp_ns / 1_000_000_000) as i32, nanosec: (stamp_ns % 1_000_000_000) as u32 };
         // untimed: the bytes the subscriptions would hold when the cloud arrives
-        let mut bytes = Vec::with_capacity(cams.len());
-        for c in &mut cams {
-            bytes.push(encode_camera(c, stamp)?);
-        }
+        let faults = match (&schedule, timed) {
+            (Some(sch), true) => sch.at(i),
+            _ => FrameFaults::default(),
+        };
+        let bytes = frame_bytes(&mut cams, stamp, prev_stamp, &faults)?;
+        prev_stamp = stamp;
+        let cloud_body = match (&big_body, faults.big_cloud) {
+            (Some(b), true) => b,
+            _ => body,
+        };
         // Paced: the first timed frame starts the schedule; each later one waits for its tick
         // (a tick already past, after a late frame, starts it at once: the schedule never slips).
         if timed && s.pace.is_some() {
@@ -317,13 +484,13 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         // The LiDAR path on this thread; the camera half beside it on a thread of its own, as
         // the node runs them (or after it, `serial`).
         let (out, lidar_ms, cam) = if s.serial {
-            let out = processor.process(&body.view()).map_err(|e| format!("the cloud was rejected: {e}"))?;
+            let out = processor.process(&cloud_body.view()).map_err(|e| format!("the cloud was rejected: {e}"))?;
             let lidar_ms = ms(t0.elapsed());
-            (out, lidar_ms, half.frame(k, &bytes, stamp, stamp_ns, &body.view()))
+            (out, lidar_ms, half.frame(k, &bytes, stamp, stamp_ns, &cloud_body.view()))
         } else {
             std::thread::scope(|sc| {
-                let camera = sc.spawn(|| half.frame(k, &bytes, stamp, stamp_ns, &body.view()));
-                let out = processor.process(&body.view());
+                let camera = sc.spawn(|| half.frame(k, &bytes, stamp, stamp_ns, &cloud_body.view()));
+                let out = processor.process(&cloud_body.view());
                 let lidar_ms = ms(t0.elapsed());
                 let cam = camera.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
                 out.map(|o| (o, lidar_ms, cam)).map_err(|e| format!("the cloud was rejected: {e}"))
@@ -345,6 +512,9 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
             next_tick = Some(deadline);
         }
         total.push(frame_ms);
+        if let Some(sch) = &schedule {
+            tally.frame(i, sch.starting_at(i), &faults, &cam.statuses, out.points_kept, frame_ms);
+        }
         stages.add("lidar", lidar_ms);
         for (n, v) in STAGES.iter().zip(out.stages) {
             stages.add(&format!("lidar/{n}"), v);
@@ -385,8 +555,12 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         None => "null".into(),
     };
     let status: Vec<String> = camera_status.iter().map(|n| json_str(n)).collect();
+    let faults = match s.faults_every_s {
+        Some(every) => tally.json(every, &half.branch),
+        None => "null".into(),
+    };
     Ok(format!(
-        "{{\"bench\":\"pipeline_cameras\",\"device\":{},\"frames\":{},\"warmup\":{},\"pace\":{pace},\"frames_over_period\":{over_period},\"overlap\":{},\
+        "{{\"bench\":\"pipeline_cameras\",\"faults\":{faults},\"device\":{},\"frames\":{},\"warmup\":{},\"pace\":{pace},\"frames_over_period\":{over_period},\"overlap\":{},\
          \"latency\":{lat},\"stage_p50_ms\":{},\"stage_p99_ms\":{},\"slowest_frame\":{},\"per_frame_ms\":{},\"cameras\":{},\"camera_status\":[{}],\"map\":{map},\"host_rss_mb\":{},\"device_used_mb\":{},\
          \"host\":{host_json},\"model\":{},\"weights\":{},\"camera_model\":{},\"cloud\":{},\"bag\":{}}}",
         json_str(lidar.processor.device_name()),
@@ -416,6 +590,58 @@ fn ms(d: Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tally calls a frame right only when its statuses are what its faults call for, and
+    /// counts good frames answered.
+    #[test]
+    fn fault_tally_checks_each_frame_against_its_faults() {
+        let mut t = FaultTally::default();
+        let used = ["used"; 3];
+        let good = FrameFaults::default();
+        t.frame(0, None, &good, &used, 10, 1.0);
+        let collision = FrameFaults { stamp_collision: true, ..Default::default() };
+        t.frame(1, Some(Fault::StampCollision), &collision, &["decode_error", "used", "used"], 10, 2.0);
+        // the same fault with the first camera used: the bad image was taken for a good one
+        t.frame(2, Some(Fault::StampCollision), &collision, &used, 10, 2.0);
+        let silent = FrameFaults { silent_camera: true, ..Default::default() };
+        t.frame(3, Some(Fault::SilentCamera), &silent, &["used", "used", "stale"], 10, 1.0);
+        // stale on a camera that is not the silent one
+        t.frame(4, None, &silent, &["stale", "used", "used"], 10, 1.0);
+        let big = FrameFaults { big_cloud: true, ..Default::default() };
+        t.frame(5, Some(Fault::BigClouds), &big, &used, BIG_CLOUD_POINTS, 9.0);
+        t.frame(6, None, &good, &["used", "missing", "used"], 10, 1.0);
+        assert_eq!((t.good_frames, t.good_answered, t.frames_with_fault), (2, 1, 5));
+        assert_eq!(t.unexpected_frames, 3);
+        assert!(t.unexpected[0].starts_with("frame 2"), "{:?}", t.unexpected);
+        assert_eq!(t.big_clouds_answered, 1);
+        assert_eq!(t.injected, [1, 2, 0, 0, 1]);
+    }
+
+    /// A frame's messages with its faults: the silent camera sends nothing, the first camera's
+    /// JPEG is cut (and re-stamped for a collision), the second camera's fx is 1 % larger.
+    #[test]
+    fn frame_bytes_carry_the_faults() {
+        let jpeg: Vec<u8> = (0..200u8).collect();
+        let cam = |fx: f64| {
+            let mut info = CameraInfo::default();
+            info.k[0] = fx;
+            CameraMessages { image: CameraImage::Compressed(CompressedImage { data: jpeg.clone(), format: "jpeg".into(), ..Default::default() }), info }
+        };
+        let mut cams = vec![cam(100.0), cam(200.0), cam(300.0)];
+        let (now, prev) = (Time { sec: 5, nanosec: 0 }, Time { sec: 4, nanosec: 950_000_000 });
+        let decode = |b: &FrameBytes, i: usize| CompressedImage::from_cdr(b[i].0.as_ref().unwrap()).unwrap();
+        let f = FrameFaults { stamp_collision: true, silent_camera: true, calibration_change: true, ..Default::default() };
+        let b = frame_bytes(&mut cams, now, prev, &f).unwrap();
+        assert_eq!((decode(&b, 0).data.len(), decode(&b, 0).header.stamp), (100, prev));
+        assert_eq!((decode(&b, 1).data.len(), decode(&b, 1).header.stamp), (200, now));
+        assert!((CameraInfo::from_cdr(b[1].1.as_ref().unwrap()).unwrap().k[0] - 202.0).abs() < 1e-9);
+        assert!(b[2].0.is_none() && b[2].1.is_none());
+        let f = FrameFaults { corrupt_jpeg: true, ..Default::default() };
+        let b = frame_bytes(&mut cams, now, prev, &f).unwrap();
+        assert_eq!(decode(&b, 0).data, patched_jpeg(&jpeg));
+        assert_eq!(CameraInfo::from_cdr(b[1].1.as_ref().unwrap()).unwrap().k[0], 200.0, "the change was for one frame");
+        assert_eq!(decode(&b, 2).data, jpeg);
+    }
 
     #[test]
     fn stage_medians_keep_first_seen_order() {

@@ -491,6 +491,11 @@ enum BenchCmd {
         /// the node runs it (the anchor for the overlap's gain; JSON `overlap: false`).
         #[arg(long, requires = "cameras")]
         serial: bool,
+        /// With --rate-hz: a fault every this many seconds (more than 3.5), the kinds in turn: a
+        /// camera silent for 3 s, a stamp collision, a corrupt JPEG, a calibration change, three
+        /// 3-million-point clouds; JSON `faults` says what was injected and counted.
+        #[arg(long, requires = "rate_hz", value_parser = duration_arg)]
+        faults_every_s: Option<f64>,
     },
     /// Voxelization time, CPU and (if available) CUDA, on a cloud and on a batch of it.
     Voxelize {
@@ -796,7 +801,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Bench { what: BenchCmd::Attention { cloud, stride, model, voxel_size, level, batch2, iters } } => {
             bench_attention_cmd(&cloud, stride, &model, voxel_size, level, batch2, iters)
         }
-        Cmd::Bench { what: BenchCmd::Pipeline { cloud, model, weights, params, device, frames, warmup, cameras, bag, camera_model, camera_weights, rate_hz, duration_s, serial } } => {
+        Cmd::Bench { what: BenchCmd::Pipeline { cloud, model, weights, params, device, frames, warmup, cameras, bag, camera_model, camera_weights, rate_hz, duration_s, serial, faults_every_s } } => {
             let device = match device.as_str() {
                 "cpu" => sptr::config::DeviceKind::Cpu,
                 "cuda" => sptr::config::DeviceKind::Cuda,
@@ -805,7 +810,7 @@ fn run(cli: Cli) -> Result<()> {
             let setup = sptr::perception::BenchSetup { cloud: &cloud, model: model.as_deref(), weights: weights.as_deref(), params: &params, device, warmup, frames };
             if cameras {
                 let pace = rate_hz.zip(duration_s);
-                let s = sptr::pipeline_bench::CameraBenchSetup { lidar: setup, bag: &bag, camera_model: camera_model.as_deref(), camera_weights: camera_weights.as_deref(), pace, serial };
+                let s = sptr::pipeline_bench::CameraBenchSetup { lidar: setup, bag: &bag, camera_model: camera_model.as_deref(), camera_weights: camera_weights.as_deref(), pace, serial, faults_every_s };
                 println!("{}", sptr::pipeline_bench::run(&s).map_err(anyhow::Error::msg)?);
                 return Ok(());
             }
