@@ -592,9 +592,14 @@ fn camera_params(ns: &str, calibration_file: Option<&Path>) -> PathBuf {
 /// test publishes never reaches the node of a test running beside it. `beside_lidar`: the
 /// node's `camera.beside_lidar` (the camera frame on a thread beside the LiDAR path, or after it).
 fn run_cameras(ns: &str, calibration_file: Option<&Path>, calibration: &str, beside_lidar: bool) -> String {
+    run_cameras_with(ns, calibration_file, calibration, beside_lidar, &[], &[])
+}
+
+/// [`run_cameras`] with more node arguments and peer arguments.
+fn run_cameras_with(ns: &str, calibration_file: Option<&Path>, calibration: &str, beside_lidar: bool, node_extra: &[&str], peer_extra: &[&str]) -> String {
     let params = camera_params(ns, calibration_file);
     let (tf, tf_static) = (format!("/{ns}/tf"), format!("/{ns}/tf_static"));
-    let remaps = [
+    let mut remaps = vec![
         "-p".to_string(),
         "budget.processing_ms:=60000.0".to_string(),
         "-p".to_string(),
@@ -604,6 +609,7 @@ fn run_cameras(ns: &str, calibration_file: Option<&Path>, calibration: &str, bes
         "-r".to_string(),
         format!("/tf_static:={tf_static}"),
     ];
+    remaps.extend(node_extra.iter().map(|a| a.to_string()));
     let remaps: Vec<&str> = remaps.iter().map(String::as_str).collect();
     run_node_and_peer(
         "cameras",
@@ -623,7 +629,10 @@ fn run_cameras(ns: &str, calibration_file: Option<&Path>, calibration: &str, bes
             "2.0",
             "--calibration",
             calibration,
-        ],
+        ]
+        .into_iter()
+        .chain(peer_extra.iter().copied())
+        .collect::<Vec<_>>(),
     )
 }
 
@@ -644,6 +653,21 @@ fn cameras_are_synchronised_masked_and_counted() {
     assert!(out.contains("RESULT cameras_used=6"), "peer output:\n{out}");
     assert!(out.contains("RESULT stale_message="), "peer output:\n{out}");
     assert!(out.contains("RESULT camera_front_used="), "peer output:\n{out}");
+}
+
+/// Hostile camera inputs over DDS, each followed by good frames (the peer's `--faults`): a JPEG
+/// cut in half with the previous image's stamp and one cut at 60 % with an end-of-image marker
+/// appended are decode errors (not the previous picture, not a partly grey image), a CameraInfo
+/// with lens distortion masks its camera as `distorted` with a message naming `image_rect`; every
+/// frame's map is published from the other cameras, and each good frame after a fault has the
+/// first good frame's map, byte for byte. The node's camera-LiDAR delay limit is raised so the
+/// re-stamped image is in time (frames here are seconds apart).
+#[test]
+fn camera_faults_are_masked_counted_and_the_next_frame_is_unaffected() {
+    let ns = unique("camera_faults");
+    let calib = manifest().join("config/calibration/nuscenes_sample.yaml");
+    let out = run_cameras_with(&ns, Some(&calib), "file", true, &["-p", "camera.max_camera_lidar_delay:=600.0"], &["--faults"]);
+    assert!(out.contains("RESULT camera_faults decode_errors=2 distorted=1"), "peer output:\n{out}");
 }
 
 /// TF (issue 21): no calibration file; the peer publishes the nuScenes rig on `/tf_static`

@@ -37,6 +37,8 @@ The node runs in namespace --ns (so its private topics are <ns>/sptr/...). Scena
              used and calibrated from TF and its BEV map topics; then a changed /tf_static
              (CAM_FRONT turned 90 degrees about base_link's z): the next frame's map differs and
              /diagnostics count the calibration change.
+             With --faults: a stamp collision, a patched JPEG and a distorted CameraInfo, each
+             followed by good frames whose map must be the first good frame's (camera_faults).
   bench      publish the cloud --frames times, one at a time (the next once the previous one's
              labeled cloud is back), and print receipt-to-publication latency percentiles from
              the node's ~/debug/latency_ms, and the round trip seen by the peer, as JSON.
@@ -46,6 +48,7 @@ Lines "RESULT key=value" report what was observed. Exits 0 on success.
 """
 
 import argparse
+import copy
 import array
 import json
 import sys
@@ -580,6 +583,8 @@ def scenario_cameras(p, args, xyzi):
         p.spin_until(lambda: tf_pub.get_subscription_count() > 0,
                      f"the node's subscription on {args.tf_static_topic} (is tf2_msgs in the node's r2r build?)")
 
+    sent_stamps = {}
+
     def frame(images, infos, what):
         """Publishes the images (name -> (bytes, format, stamp offset s)) and CameraInfos stamped
         like a new cloud, then the cloud until its LiDAR outputs are back."""
@@ -587,9 +592,13 @@ def scenario_cameras(p, args, xyzi):
         sec, nsec = stamp_of(good)
         for c, (data, fmt, offset) in images.items():
             m = CompressedImage()
-            t = sec + nsec * 1e-9 + offset
-            m.header.stamp.sec = int(t)
-            m.header.stamp.nanosec = int(round((t - int(t)) * 1e9)) % 1_000_000_000
+            if isinstance(offset, tuple):  # an absolute stamp (sec, nanosec)
+                m.header.stamp.sec, m.header.stamp.nanosec = offset
+            else:
+                t = sec + nsec * 1e-9 + offset
+                m.header.stamp.sec = int(t)
+                m.header.stamp.nanosec = int(round((t - int(t)) * 1e9)) % 1_000_000_000
+            sent_stamps[c] = (m.header.stamp.sec, m.header.stamp.nanosec)
             m.header.frame_id = c.lower()
             m.format = fmt
             m.data = array.array("B", data)
@@ -618,6 +627,8 @@ def scenario_cameras(p, args, xyzi):
     frame(all_good, infos, "a warm-up cloud with six cameras")
     if tf_pub is not None:
         return cameras_from_tf(p, args, tf_pub, frame, all_good, infos, maps, map_topics)
+    if args.faults:
+        return camera_faults(p, args, cams, frame, expect, sent_stamps, all_good, infos, maps, map_topics)
     key = frame(all_good, infos, "a cloud with six cameras")
     d = expect({c: "used" for c in cams}, "six good cameras")
     if args.map_cells:
@@ -663,6 +674,68 @@ def scenario_cameras(p, args, xyzi):
     frame(all_good, {}, "six good cameras again")
     d = expect({c: "used" for c in cams}, "six good cameras again")
     print(f"RESULT camera_front_used={d['camera CAM_FRONT used']} decode_errors={d['camera CAM_FRONT masked.decode_error']}", flush=True)
+
+
+def camera_faults(p, args, cams, frame, expect, sent_stamps, all_good, infos, maps, map_topics):
+    """--faults (the node runs with camera.max_camera_lidar_delay large, so that an image stamped
+    like an earlier frame's is still in time): each bad input between good frames, the cloud the
+    same every frame, so every good frame's map must be the first good frame's.
+      1. CAM_FRONT's JPEG cut in half, stamped like the previous good image (a re-stamping
+         driver): decode_error, not the previous picture;
+      2. CAM_FRONT's JPEG cut at 60 % with an end-of-image marker appended: decode_error;
+      3. CAM_FRONT_LEFT's CameraInfo with lens distortion d = [-0.4, 0.2, 0, 0, 0]: distorted,
+         its message saying to feed image_rect; then an undistorted CameraInfo brings it back.
+    Every frame's BEV map is published (the other cameras make it) and counted."""
+    if not args.map_cells:
+        fail("--faults needs --map-cells")
+    used = {c: "used" for c in cams}
+
+    def step(images, send_infos, want, what):
+        n = int(p.diag["bev maps published"]) if p.diag and "bev maps published" in p.diag else 0
+        key = frame(images, send_infos, what)
+        out = check_maps(p, args, maps, map_topics, key, what)
+        p.spin_until(lambda: p.diag is not None and int(p.diag["bev maps published"]) > n,
+                     f"/diagnostics to count the BEV map of {what}")
+        d = expect(want, what)
+        return [bytes(out[t].data) for t in map_topics], d
+
+    good_map, d = step(all_good, infos, used, "six good cameras")
+    front, _ = cams["CAM_FRONT"]
+    collide = dict(all_good)
+    collide["CAM_FRONT"] = (front[: len(front) // 2], "jpeg", sent_stamps["CAM_FRONT"])
+    masked = dict(used, CAM_FRONT="decode_error")
+    bad_map, d = step(collide, {}, masked, "CAM_FRONT cut in half with the previous image's stamp")
+    if bad_map == good_map:
+        fail("the frame with CAM_FRONT masked has the good frame's map")
+    after, _ = step(all_good, {}, used, "six good cameras after the stamp collision")
+    if after != good_map:
+        fail("the good frame after the stamp collision has another map than the first good frame")
+
+    patched = dict(all_good)
+    patched["CAM_FRONT"] = (front[: len(front) * 6 // 10] + b"\xff\xd9", "jpeg", -0.01)
+    patched_map, d = step(patched, {}, masked, "CAM_FRONT cut at 60 % with an end-of-image marker appended")
+    if patched_map != bad_map:
+        fail("CAM_FRONT masked for a patched JPEG gives another map than CAM_FRONT masked before")
+    if int(d["camera CAM_FRONT masked.decode_error"]) != 2:
+        fail(f"CAM_FRONT's two bad images are not counted: {d}")
+    after, _ = step(all_good, {}, used, "six good cameras after the patched JPEG")
+    if after != good_map:
+        fail("the good frame after the patched JPEG has another map than the first good frame")
+
+    distorted = copy.deepcopy(infos["CAM_FRONT_LEFT"])
+    distorted.d = [-0.4, 0.2, 0.0, 0.0, 0.0]
+    _, d = step(all_good, {"CAM_FRONT_LEFT": distorted}, dict(used, CAM_FRONT_LEFT="distorted"),
+                "CAM_FRONT_LEFT's CameraInfo with lens distortion")
+    problem = d.get("camera CAM_FRONT_LEFT last problem", "")
+    if "image_rect" not in problem or int(d["camera CAM_FRONT_LEFT masked.distorted"]) != 1:
+        fail(f"the distorted CameraInfo is not counted and explained: {d}")
+    after, d = step(all_good, {"CAM_FRONT_LEFT": infos["CAM_FRONT_LEFT"]}, used, "an undistorted CameraInfo again")
+    if after != good_map:
+        fail("the good frame after the distorted CameraInfo has another map than the first good frame")
+    if int(d["bev map errors"]) != 0:
+        fail(f"a map failed: {d}")
+    print(f"RESULT camera_faults decode_errors={d['camera CAM_FRONT masked.decode_error']} "
+          f"distorted={d['camera CAM_FRONT_LEFT masked.distorted']} maps={d['bev maps published']}", flush=True)
 
 
 def check_maps(p, args, maps, map_topics, key, what):
@@ -777,6 +850,8 @@ def main():
     ap.add_argument("--map-resolution", type=float, default=0.5, help="cameras: the BEV map's cell size")
     ap.add_argument("--calibration", choices=["file", "tf"], default="file",
                     help="cameras: extrinsics from the node's calibration file, or published on /tf_static")
+    ap.add_argument("--faults", action="store_true",
+                    help="cameras: the camera fault sequence (camera_faults) instead of the stale/bad steps")
     ap.add_argument("--tf-static-topic", default="/tf_static",
                     help="cameras: where the node reads /tf_static (the tests remap it per namespace)")
     args = ap.parse_args()
