@@ -138,3 +138,88 @@ fn cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one() {
         cuda.take_decode_failures()
     );
 }
+
+/// Hostile camera inputs through the branch and the CUDA map model, as the node and replay run
+/// them (JPEGs left to nvJPEG when it is loaded): CAM_FRONT cut in half and stamped like its
+/// previous good image, CAM_FRONT cut at 60 % with an end-of-image marker appended, and CAM_BACK
+/// a 1280 x 720 camera the model's resize + crop cannot take. Each such camera is masked with its
+/// reason and the map is the CPU's map of the same frame without that camera (rel ≤ 2e-3, masks
+/// agreeing on ≥ 99.9 %); the good frame after each is the first good frame's map, bit for bit.
+#[test]
+fn cuda_map_model_masks_hostile_cameras_and_the_next_frame_is_unaffected() {
+    use sptr::bev::branch::{CameraBranch, CameraStatus};
+    let Some(dev) = gpu("gpu_bev_map_model") else { return };
+    drop(dev);
+    let yaml = common::data("bevseg/fusion_small.yaml");
+    let mut cpu = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), false).unwrap();
+    let mut cuda = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), true).unwrap();
+    let nvjpeg = cuda.decodes_jpeg();
+    let jpeg = |i: usize| std::fs::read(seg::camera_jpeg(NUSCENES_CAMERAS[i])).unwrap();
+    let sweep = common::nuscenes_sweep();
+    let put = |b: &mut CameraBranch, i: usize, stamp: i64, data: Vec<u8>| {
+        let h = header(stamp, &NUSCENES_CAMERAS[i].to_lowercase());
+        b.on_image(i, CameraImage::Compressed(CompressedImage { header: h, format: "jpeg".into(), data }));
+    };
+    // frame k at 1 s + 50 ms k; images 10 ms before; `edit` changes camera 0's message
+    let run = |b: &mut CameraBranch, model: &mut SegMapModel, k: i64, front: Option<(Vec<u8>, i64)>| {
+        let t = 1_000 * MS + 50 * MS * k;
+        for i in 0..6 {
+            match (&front, i) {
+                (Some((data, stamp)), 0) => put(b, 0, *stamp, data.clone()),
+                _ => put(b, i, t - 10 * MS, jpeg(i)),
+            }
+        }
+        let mut inputs = b.frame(t, "lidar_top", &sweep);
+        let (map, _) = b.run_model(model, &mut inputs);
+        (inputs, map.unwrap())
+    };
+    let close = |case: &str, a: &sptr::bev::map::BevMap, b: &sptr::bev::map::BevMap| {
+        let rel = rel_err(&b.probabilities, &a.probabilities);
+        let agree = a.probabilities.iter().zip(&b.probabilities).filter(|(x, y)| (**x >= 0.5) == (**y >= 0.5)).count() as f64 / a.probabilities.len() as f64;
+        eprintln!("hostile inputs, {case}: rel err {rel:.3e}, masks agree on {:.4} %", agree * 100.0);
+        assert!(rel <= 2e-3 && agree >= 0.999, "{case}: rel err {rel:.3e}, agree {agree}");
+        assert_eq!(a.masked_cameras, b.masked_cameras, "{case}");
+    };
+    let mut b = seg::nuscenes_branch(nvjpeg);
+    let mut c = seg::nuscenes_branch(false);
+    let (_, good) = run(&mut b, &mut cuda, 0, None);
+    let first_front_stamp = 990 * MS;
+    let mut half = jpeg(0);
+    half.truncate(half.len() / 2);
+    let mut patched = jpeg(0);
+    patched.truncate(patched.len() * 6 / 10);
+    patched.extend_from_slice(&[0xFF, 0xD9]);
+    for (k, (case, data, stamp)) in [("stamp collision", half, first_front_stamp), ("patched JPEG", patched, 1_000 * MS + 50 * MS * 2 - 10 * MS)].into_iter().enumerate() {
+        let k = 2 * k as i64 + 1;
+        let (inputs, map) = run(&mut b, &mut cuda, k, Some((data.clone(), stamp)));
+        assert_eq!(inputs.cameras[0].status, CameraStatus::DecodeError, "{case}: {:?}", inputs.cameras[0]);
+        assert!(inputs.cameras[1..].iter().all(|r| r.status == CameraStatus::Used), "{case}");
+        let (ref_inputs, reference) = run(&mut c, &mut cpu, k, Some((data, stamp)));
+        assert_eq!(ref_inputs.cameras[0].status, CameraStatus::DecodeError, "{case} on the CPU path");
+        close(case, &reference, &map);
+        let (after, next) = run(&mut b, &mut cuda, k + 1, None);
+        assert_eq!(after.used(), 6, "{case}: the next frame");
+        assert_eq!(next.probabilities, good.probabilities, "{case}: the next good frame's map is the first good frame's");
+        run(&mut c, &mut cpu, k + 1, None);
+    }
+    // CAM_BACK a 1280 x 720 camera: unsupported_size, the map made from the five others
+    let mut info = sptr::bag::cdr::CameraInfo { header: header(0, "cam_back"), width: 1280, height: 720, ..Default::default() };
+    info.k = [1000.0, 0.0, 640.0, 0.0, 1000.0, 360.0, 0.0, 0.0, 1.0];
+    let raw = |stamp: i64| CameraImage::Raw(sptr::bag::cdr::Image { header: header(stamp, "cam_back"), height: 720, width: 1280, encoding: "rgb8".into(), is_bigendian: 0, step: 3840, data: vec![90; 1280 * 720 * 3] });
+    let mut maps = Vec::new();
+    for (branch, model) in [(&mut b, &mut cuda), (&mut c, &mut cpu)] {
+        branch.on_camera_info(3, &info).unwrap();
+        let t = 1_000 * MS + 50 * MS * 6;
+        for i in [0, 1, 2, 4, 5] {
+            put(branch, i, t - 10 * MS, jpeg(i));
+        }
+        branch.on_image(3, raw(t - 10 * MS));
+        let mut inputs = branch.frame(t, "lidar_top", &sweep);
+        let (map, _) = branch.run_model(model, &mut inputs);
+        assert_eq!(inputs.cameras[3].status, CameraStatus::UnsupportedSize, "{:?}", inputs.cameras[3]);
+        assert!(inputs.cameras[3].detail.as_deref().is_some_and(|d| d.contains("1280x720")), "{:?}", inputs.cameras[3]);
+        maps.push(map.unwrap());
+    }
+    assert_eq!(maps[0].masked_cameras, ["CAM_BACK"]);
+    close("CAM_BACK 1280 x 720", &maps[1], &maps[0]);
+}
