@@ -6,6 +6,8 @@
 //! sample bag with ground-truth masks.
 
 mod common;
+#[path = "common/replay.rs"]
+mod replay_setup;
 #[path = "common/bevseg.rs"]
 mod seg;
 
@@ -16,15 +18,11 @@ use sptr::bag::{Bag, BagWriter};
 use sptr::bev::branch::{BevFrameInputs, BevMapModel};
 use sptr::bev::map::{BevMap, NUSCENES_MAP_CLASSES};
 use sptr::cloud::{encode_points, Layout};
-use sptr::config::{DeviceKind, ModelConfig, ModelYaml, NodeParams};
-use sptr::eval::LabelMap;
-use sptr::model::random::random_weights;
-use sptr::outputs::OutputTopics;
-use sptr::perception::Processor;
+use sptr::config::NodeParams;
 use sptr::replay::request::camera_options;
-use sptr::replay::{bev_params, replay, replay_with, CameraReplayOptions, ProgressMode, ReplayOptions, ReplayOutcome, Shard};
+use sptr::replay::{replay, replay_with, CameraReplayOptions, ReplayOutcome};
 
-const CAMS_PARAMS: &str = "config/perception_nuscenes_cameras.yaml";
+use replay_setup::{options, processor, CAMS_PARAMS};
 
 fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("sptr-replay-cams-{}-{name}", std::process::id()));
@@ -33,48 +31,12 @@ fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-/// The nuScenes SphereFormer cut down (as tests/replay.rs does) with random weights, BEV
-/// parameters of the six-camera params file.
-fn processor(dir: &Path) -> (ModelYaml, Processor) {
-    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap();
-    let text = text
-        .replace("\nm: 32\n", "\nm: 16\n")
-        .replace("block_reps: 2", "block_reps: 1")
-        .replace("layers: [32, 64, 128, 256, 256]", "layers: [16, 32, 48]")
-        .replace("sphere_layers: [1, 2, 3, 4, 5]", "sphere_layers: [1, 2]");
-    let path = dir.join("small_nuscenes.yaml");
-    std::fs::write(&path, text).unwrap();
-    let yaml = ModelConfig::load(&path).unwrap().yaml;
-    let params_path = common::root().join(CAMS_PARAMS);
-    let node = NodeParams::load(&params_path).unwrap();
-    let (bev, _) = bev_params(&yaml, Some((&params_path, &node))).unwrap();
-    let p = Processor::with_weights(DeviceKind::Cpu, &yaml, random_weights(&yaml, 7).unwrap(), bev).unwrap();
-    (yaml, p)
-}
 
 fn cams_options() -> CameraReplayOptions {
     let path = common::root().join(CAMS_PARAMS);
     camera_options(&path, &NodeParams::load(&path).unwrap()).unwrap().expect("the params file has cameras")
 }
 
-fn options(bag: &Path, out: &Path, cameras: Option<CameraReplayOptions>) -> ReplayOptions {
-    ReplayOptions {
-        bag: bag.to_path_buf(),
-        lidar_topic: None,
-        labels: None,
-        label_map: LabelMap::identity(),
-        out: out.to_path_buf(),
-        bev_frame_id: String::new(),
-        bev_png_frames: Default::default(),
-        shard: Shard::WHOLE,
-        topics: OutputTopics::default(),
-        model_name: "small".into(),
-        weights_name: "random 7".into(),
-        device_name: "cpu".into(),
-        progress: ProgressMode::Quiet,
-        cameras,
-    }
-}
 
 /// A stand-in for the BEV map model, deterministic in what the plumbing hands it: every class's
 /// probability is `used cameras / cameras` in the cells in front of the LiDAR (x ≥ 0) and 0

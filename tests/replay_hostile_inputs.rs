@@ -21,6 +21,8 @@
 //! replay` (the binary) exits non-zero when the map model fails on every frame.
 
 mod common;
+#[path = "common/replay.rs"]
+mod replay_setup;
 
 use std::path::{Path, PathBuf};
 
@@ -30,16 +32,16 @@ use sptr::bev::calib::CameraCalib;
 use sptr::bev::map::BevMap;
 use sptr::bag::{Bag, BagWriter};
 use sptr::cloud::{encode_points, Layout};
-use sptr::config::{CameraOverride, DeviceKind, ImageTransport, ModelConfig, ModelYaml, NodeParams};
-use sptr::eval::LabelMap;
+use sptr::config::{CameraOverride, ImageTransport, NodeParams};
 use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
-use sptr::model::random::random_weights;
-use sptr::outputs::OutputTopics;
-use sptr::perception::Processor;
 use sptr::replay::request::camera_options;
-use sptr::replay::{bev_params, replay_with, CameraReplayOptions, ProgressMode, ReplayOptions, Shard};
+use sptr::replay::{replay_with, CameraReplayOptions, ReplayOptions};
 
-const CAMS_PARAMS: &str = "config/perception_nuscenes_cameras.yaml";
+use replay_setup::{processor, CAMS_PARAMS};
+
+fn options(bag: &Path, out: &Path) -> ReplayOptions {
+    replay_setup::options(bag, out, Some(cams_options()))
+}
 const MS: i64 = 1_000_000;
 const FRAMES: i64 = 7;
 const POINTS_TOPIC: &str = "/sptr/input/points";
@@ -177,23 +179,6 @@ fn write_bag(dir: &Path, sample: &SampleFrame, faults: bool) -> PathBuf {
     path
 }
 
-/// The nuScenes SphereFormer cut down with random weights, BEV parameters of the params file.
-fn processor(dir: &Path) -> (ModelYaml, Processor) {
-    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap();
-    let text = text
-        .replace("\nm: 32\n", "\nm: 16\n")
-        .replace("block_reps: 2", "block_reps: 1")
-        .replace("layers: [32, 64, 128, 256, 256]", "layers: [16, 32, 48]")
-        .replace("sphere_layers: [1, 2, 3, 4, 5]", "sphere_layers: [1, 2]");
-    let path = dir.join("small_nuscenes.yaml");
-    std::fs::write(&path, text).unwrap();
-    let yaml = ModelConfig::load(&path).unwrap().yaml;
-    let params_path = common::root().join(CAMS_PARAMS);
-    let node = NodeParams::load(&params_path).unwrap();
-    let (bev, _) = bev_params(&yaml, Some((&params_path, &node))).unwrap();
-    let p = Processor::with_weights(DeviceKind::Cpu, &yaml, random_weights(&yaml, 7).unwrap(), bev).unwrap();
-    (yaml, p)
-}
 
 /// The params file's six cameras with CAM_BACK on the raw image topic.
 fn cams_options() -> CameraReplayOptions {
@@ -203,24 +188,6 @@ fn cams_options() -> CameraReplayOptions {
     camera_options(&path, &node).unwrap().expect("the params file has cameras")
 }
 
-fn options(bag: &Path, out: &Path) -> ReplayOptions {
-    ReplayOptions {
-        bag: bag.to_path_buf(),
-        lidar_topic: None,
-        labels: None,
-        label_map: LabelMap::identity(),
-        out: out.to_path_buf(),
-        bev_frame_id: String::new(),
-        bev_png_frames: Default::default(),
-        shard: Shard::WHOLE,
-        topics: OutputTopics::default(),
-        model_name: "small".into(),
-        weights_name: "random 7".into(),
-        device_name: "cpu".into(),
-        progress: ProgressMode::Quiet,
-        cameras: Some(cams_options()),
-    }
-}
 
 /// Every map message of the output bag, per frame (the class grids, the bits and colour images).
 fn maps_per_frame(out: &Path) -> Vec<Vec<Vec<u8>>> {
