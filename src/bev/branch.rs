@@ -17,7 +17,8 @@
 //! images one stamp).
 //!
 //! For a model that decodes JPEGs itself (nvJPEG on CUDA, [`BevMapModel::decodes_jpeg`]) the
-//! branch only checks a JPEG's headers and scan markers and hands over the bytes
+//! branch only checks a JPEG's headers, scan markers and that its scans hold every MCU (a
+//! truncated JPEG is a decode error here, whatever marker ends it), and hands over the bytes
 //! ([`FrameImage::Jpeg`]); what the model then cannot decode comes back through
 //! [`CameraBranch::decode_failed`], so it is counted like a decode error here.
 
@@ -35,8 +36,8 @@ use crate::bev::rig::{placeholder_camera, CalibrationRig, CameraCalibState, PLAC
 use crate::bev::sweeps::{SweepBuffer, SweepPoints};
 use crate::bev::sync::{CameraCounts, CameraSync, CameraUse};
 use crate::bev::tf::TfBuffer;
-use crate::camera::compressed::{check_format, decode_compressed, jpeg_size, sniff, Codec};
-use crate::camera::jpeg_markers::{read_layout, stray_marker};
+use crate::camera::compressed::{check_format, decode_compressed, sniff, Codec};
+use crate::camera::jpeg_markers::check_before_gpu;
 use crate::camera::image::{decode_raw, DecodeLimits, RawImage, RgbImage};
 use crate::{Error, Points};
 
@@ -65,28 +66,16 @@ impl CameraImage {
     }
 
     /// For a JPEG `CompressedImage`: its size from its headers, after the checks a GPU decoder
-    /// relies on (format, limits, every marker segment read up to the end-of-image marker, the
-    /// frame header agreeing with the decoder's, no stray marker in the scan data). `None` for
-    /// anything else (raw, PNG).
+    /// relies on (format, limits, and `jpeg_markers::check_before_gpu`: every marker segment read
+    /// up to the end-of-image marker, the frame header agreeing with the decoder's, no stray
+    /// marker in the scan data, every scan whole to its last MCU). `None` for anything else (raw,
+    /// PNG).
     pub fn jpeg_header_size(&self, limits: &DecodeLimits) -> Option<Result<(usize, usize), String>> {
         let CameraImage::Compressed(m) = self else { return None };
         if check_format(&m.format).is_err() || !matches!(sniff(&m.format, &m.data), Ok(Codec::Jpeg)) {
             return None;
         }
-        Some((|| {
-            let (w, h) = jpeg_size(&m.data, limits).map_err(|e| e.to_string())?;
-            let layout = read_layout(&m.data).map_err(|e| format!("JPEG: {e}"))?;
-            if !layout.complete {
-                return Err("JPEG: no end-of-image marker after the scan data".to_string());
-            }
-            if (layout.width as usize, layout.height as usize) != (w, h) {
-                return Err(format!("JPEG: frame header says {} x {}, the decoder read {w} x {h}", layout.width, layout.height));
-            }
-            if let Some((at, code)) = stray_marker(&m.data, layout.scan_data) {
-                return Err(format!("corrupt JPEG: marker 0xFF{code:02X} at byte {at} inside the scan data"));
-            }
-            Ok((w, h))
-        })())
+        Some(check_before_gpu(&m.data, limits).map(|j| (j.width, j.height)).map_err(|e| e.to_string()))
     }
 }
 
@@ -975,6 +964,35 @@ mod tests {
     /// bytes over: a JPEG cut short is still a decode error here; one whose markers are whole
     /// but whose data is bad reaches the model, which reports it (`decode_failed`): the camera
     /// is then a decode error of that frame, not used, and out of the mask.
+    /// CAM_FRONT's JPEG cut to its first 78,718 bytes (60 %) and given an end-of-image marker:
+    /// every marker in place, the scan ends early.
+    fn cut_front_jpeg() -> Vec<u8> {
+        let mut d = nuscenes_jpeg("CAM_FRONT");
+        d.truncate(78_718);
+        d.extend_from_slice(&[0xFF, 0xD9]);
+        d
+    }
+
+    #[test]
+    fn a_jpeg_cut_short_with_its_end_marker_appended_is_a_decode_error_deferred_or_not() {
+        for defer in [true, false] {
+            let (mut b, names, _) = nuscenes_branch();
+            b.set_defer_jpeg(defer);
+            for (i, name) in names.iter().enumerate() {
+                let data = if name == "CAM_FRONT" { cut_front_jpeg() } else { nuscenes_jpeg(name) };
+                b.on_image(i, jpeg_message(name, data));
+            }
+            let f = b.frame(1_010 * MS, "lidar_top", &Points::default());
+            let front = names.iter().position(|n| n == "CAM_FRONT").unwrap();
+            assert_eq!(f.used(), 5, "defer {defer}: {:?}", f.cameras);
+            assert_eq!(f.cameras[front].status, CameraStatus::DecodeError, "defer {defer}");
+            let why = f.cameras[front].detail.clone().unwrap_or_default();
+            assert!(why.contains("scan data ends at MCU") && why.contains("the file was cut short"), "defer {defer}: {why}");
+            assert!(f.images[front].is_none());
+            assert_eq!(b.stats()[front].count(CameraStatus::DecodeError), 1);
+        }
+    }
+
     #[test]
     fn deferred_jpegs_are_checked_here_and_model_failures_are_reported() {
         let (mut b, names, _) = nuscenes_branch();

@@ -7,9 +7,16 @@
 //! progressive, lossless or arithmetic-coded, 12-bit, grey, CMYK / YCCK, an Adobe "RGB" JPEG, odd
 //! samplings — goes to zune-jpeg, image by image ([`GpuEligibility`]).
 //!
-//! Truncation: the scan data must be followed by an end-of-image marker (`FF D9`). zune-jpeg runs
-//! in strict mode and refuses a truncated stream; nvJPEG, left to itself, may decode one into a
-//! partly grey image. The same check here keeps both paths' answer to a cut-off JPEG the same.
+//! Truncation: the scan data must be followed by an end-of-image marker (`FF D9`), and every scan
+//! must hold all its MCUs (`camera::jpeg_scan`): a file cut short and given an end-of-image
+//! marker again decodes without an error, partly flat, on zune-jpeg and on nvJPEG alike.
+//! [`check_before_gpu`] makes every check a JPEG passes before nvJPEG is handed it, for the camera
+//! branch and the CUDA preprocessor both; zune-jpeg's own path walks the scans in
+//! `compressed::decode_jpeg_into`.
+
+use super::compressed::jpeg_size;
+use super::image::{DecodeLimits, ImageError};
+use super::jpeg_scan::check_scan_data;
 
 /// What the headers before the first scan say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,6 +187,38 @@ pub fn stray_marker(data: &[u8], from: usize) -> Option<(usize, u8)> {
     None
 }
 
+/// A JPEG that passed [`check_before_gpu`]: its size and its headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedJpeg {
+    pub width: usize,
+    pub height: usize,
+    pub layout: JpegLayout,
+}
+
+/// Every check a JPEG passes before a GPU decoder is given its bytes, in one place so that the
+/// camera branch and the CUDA preprocessor cannot disagree: its size from zune-jpeg's header
+/// read, within `limits`; its marker segments up to the first scan ([`read_layout`]), their
+/// frame header agreeing with that size; an end-of-image marker after the scan data; no stray
+/// marker inside it ([`stray_marker`]); and every scan whole, to its last MCU
+/// (`jpeg_scan::check_scan_data`), which nvJPEG does not report.
+pub fn check_before_gpu(data: &[u8], limits: &DecodeLimits) -> Result<CheckedJpeg, ImageError> {
+    let (width, height) = jpeg_size(data, limits)?;
+    let corrupt = |what: String| ImageError::Jpeg(what);
+    let layout = read_layout(data).map_err(|e| corrupt(e.to_string()))?;
+    if !layout.complete {
+        return Err(corrupt("no end-of-image marker after the scan data".into()));
+    }
+    if (usize::from(layout.width), usize::from(layout.height)) != (width, height) {
+        return Err(corrupt(format!("frame header says {} x {}, the decoder read {width} x {height}", layout.width, layout.height)));
+    }
+    if let Some((at, code)) = stray_marker(data, layout.scan_data) {
+        // nvJPEG decodes through it; zune-jpeg (the judge) refuses it
+        return Err(corrupt(format!("marker 0xFF{code:02X} at byte {at} inside the scan data")));
+    }
+    check_scan_data(data).map_err(|e| corrupt(e.to_string()))?;
+    Ok(CheckedJpeg { width, height, layout })
+}
+
 impl JpegLayout {
     /// Whether nvJPEG may decode this JPEG (module docs).
     pub fn gpu_eligibility(&self) -> GpuEligibility {
@@ -337,6 +376,37 @@ mod tests {
         assert_eq!((small.width, small.height), (64, 40));
         assert_eq!(small.gpu_eligibility(), GpuEligibility::Eligible);
         assert!(read("progressive.jpg").complete && read("gray.jpg").complete);
+    }
+
+    #[test]
+    fn the_checks_before_the_gpu_pass_whole_jpegs_and_name_what_is_wrong() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+        let front = std::fs::read_dir(dir.join("nuscenes"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().contains("__CAM_FRONT__"))
+            .unwrap();
+        let d = std::fs::read(front).unwrap();
+        let limits = DecodeLimits::default();
+        let c = check_before_gpu(&d, &limits).unwrap();
+        assert_eq!((c.width, c.height, c.layout.gpu_eligibility()), (1600, 900, GpuEligibility::Eligible));
+        let progressive = std::fs::read(dir.join("camera/progressive.jpg")).unwrap();
+        assert_eq!(check_before_gpu(&progressive, &limits).unwrap().layout.gpu_eligibility(), GpuEligibility::Coding(0xC2));
+        let why = |bytes: &[u8]| check_before_gpu(bytes, &limits).unwrap_err().to_string();
+        // cut, no end-of-image marker
+        assert!(why(&d[..d.len() / 2]).contains("no end-of-image marker"));
+        // cut, the marker appended: only the scan walk sees it
+        let mut cut = d[..78_718].to_vec();
+        cut.extend_from_slice(&[0xFF, 0xD9]);
+        let w = why(&cut);
+        assert!(w.starts_with("corrupt or truncated JPEG: scan data ends at MCU ") && w.contains("the file was cut short"), "{w}");
+        // a stray marker is named as such, before the walk
+        let mut stray = d.clone();
+        let at = read_layout(&d).unwrap().scan_data + 3000;
+        stray[at..at + 2].copy_from_slice(&[0xFF, 0x01]);
+        assert!(why(&stray).contains(&format!("marker 0xFF01 at byte {at} inside the scan data")));
+        // over the limits: the size error
+        assert!(matches!(check_before_gpu(&d, &DecodeLimits { max_pixels: 1000 }), Err(ImageError::TooLarge { .. })));
     }
 
     #[test]

@@ -15,12 +15,13 @@
 //! `camera::jpeg_markers`, refused by the library, or called corrupt by it) is decoded by
 //! zune-jpeg on the host and its rows uploaded into its place in that buffer, so zune-jpeg's strict
 //! mode judges corrupt data on both paths; [`CameraPreprocessCuda::jpeg_stats`] counts them.
-//! A truncated JPEG (no end-of-image marker after its scan) is refused before nvJPEG sees it, as
-//! zune-jpeg's strict mode refuses it on the CPU path.
+//! A truncated JPEG is refused before nvJPEG sees it (`jpeg_markers::check_before_gpu`: no
+//! end-of-image marker after its scan, or scan data that ends before the last MCU, whatever
+//! marker follows), as `compressed::decode_jpeg_into` refuses it on the CPU path.
 
 use super::compressed::{decode_jpeg_into, jpeg_size, JpegDecoderChoice};
 use super::image::{DecodeLimits, ImageError, RgbImage};
-use super::jpeg_markers::{read_layout, stray_marker, GpuEligibility};
+use super::jpeg_markers::{check_before_gpu, GpuEligibility};
 use super::nvjpeg::{DecodeTarget, ImageOutcome, NvjpegDecoder};
 use super::preprocess::{ImageAug, ImagePreprocess, ResizeTaps};
 use crate::device::cuda::{cuda_err, CudaDevice};
@@ -242,26 +243,14 @@ impl CameraPreprocessCuda {
 
     /// nvJPEG into the device buffer of whole images; zune-jpeg for what it does not take.
     fn run_jpeg_nvjpeg(&mut self, dev: &CudaDevice, jpegs: &[&[u8]], limits: &DecodeLimits) -> Result<CudaCameraBatch, Error> {
-        let bad = |i: usize, e: String| Error::InvalidInput(format!("camera {i}: {}", ImageError::Jpeg(e)));
-        // Each JPEG's headers and scan data checked, the cameras in parallel (the scan for stray
-        // markers reads every byte).
+        // Each JPEG's headers and scan data checked, the cameras in parallel (the scan walk and
+        // the search for stray markers read every byte).
         let checked: Vec<Result<([usize; 2], GpuEligibility), Error>> = jpegs
             .par_iter()
             .enumerate()
             .map(|(i, j)| {
-                let (w, h) = jpeg_size(j, limits).map_err(|e| Error::InvalidInput(format!("camera {i}: {e}")))?;
-                let layout = read_layout(j).map_err(|e| bad(i, e.to_string()))?;
-                if !layout.complete {
-                    return Err(bad(i, "no end-of-image marker after the scan data".into()));
-                }
-                if (layout.width as usize, layout.height as usize) != (w, h) {
-                    return Err(bad(i, format!("frame header says {} x {}, the decoder read {w} x {h}", layout.width, layout.height)));
-                }
-                if let Some((at, code)) = stray_marker(j, layout.scan_data) {
-                    // nvJPEG decodes through it; zune-jpeg (the judge) refuses it
-                    return Err(bad(i, format!("marker 0xFF{code:02X} at byte {at} inside the scan data")));
-                }
-                Ok(([w, h], layout.gpu_eligibility()))
+                let c = check_before_gpu(j, limits).map_err(|e| Error::InvalidInput(format!("camera {i}: {e}")))?;
+                Ok(([c.width, c.height], c.layout.gpu_eligibility()))
             })
             .collect();
         let mut sizes = Vec::with_capacity(jpegs.len());
