@@ -205,8 +205,8 @@ fn maps_per_frame(out: &Path) -> Vec<Vec<Vec<u8>>> {
 }
 
 /// The map model of the replay test: the real model's [`BevMapModel::check_camera`], and a map
-/// that is a function of the inputs: class `c` holds, in row `c`, a checksum of camera `c`'s
-/// pixels (0 when masked), and class 0's first cell the cloud's mean x.
+/// that is a function of the inputs: class `c` holds, in cell (0, `c`), a checksum of camera
+/// `c`'s pixels (0 when masked), and class 0's cell (1, 0) the cloud's mean x / 100.
 struct PixelSumModel {
     real: SegMapModel,
 }
@@ -221,7 +221,7 @@ impl BevMapModel for PixelSumModel {
             m.probabilities[c * 200 * 200 + c] = (sum % 1_000_003) as f32 / 1_000_003.0;
         }
         let p = &inputs.points;
-        m.probabilities[0] = p.x.iter().map(|&x| x as f64).sum::<f64>() as f32 / p.len().max(1) as f32 / 100.0;
+        m.probabilities[200] = p.x.iter().map(|&x| x as f64).sum::<f64>() as f32 / p.len().max(1) as f32 / 100.0;
         Ok(m)
     }
 
