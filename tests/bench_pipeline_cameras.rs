@@ -155,8 +155,17 @@ fn cameras_bench_bad_inputs_are_clear_errors() {
         refused(&["bench", "pipeline", c, "--params", cams, "--cameras", "--rate-hz", bad, "--duration-s", "1"], &["--rate-hz"]);
         refused(&["bench", "pipeline", c, "--params", cams, "--cameras", "--rate-hz", "10", "--duration-s", bad], &["--duration-s"]);
     }
-    // bad weights value and a bag without the cameras' topics: named
+    // faults need a paced run, and a fault must end before the next begins (a 3 s silence)
+    refused(&["bench", "pipeline", c, "--params", cams, "--cameras", "--faults-every-s", "5"], &["--rate-hz"]);
     let (dir, model) = small_lidar_model("bad");
+    refused(
+        &[
+            "bench", "pipeline", c, "--model", &model, "--params", cams, "--cameras", "--camera-model", "tests/data/bevseg/fusion_small.yaml",
+            "--camera-weights", "random:0", "--rate-hz", "20", "--duration-s", "1", "--faults-every-s", "3",
+        ],
+        &["--faults-every-s 3", "more than 3.5 s"],
+    );
+    // bad weights value and a bag without the cameras' topics: named
     refused(
         &["bench", "pipeline", c, "--model", &model, "--params", cams, "--cameras", "--camera-model", "tests/data/bevseg/fusion_small.yaml", "--camera-weights", "random:x"],
         &["random:x", "random:0"],
