@@ -211,6 +211,15 @@ fn gpu_nvjpeg_input_is_close_to_the_zune_path() {
     let cut = &jpegs[2][..jpegs[2].len() / 2];
     let e = nv.run_jpeg(&dev, &[slices[0], slices[1], cut], &limits).err().expect("truncated JPEG").to_string();
     assert!(e.contains("camera 2") && e.contains("end-of-image"), "{e}");
+    // cut at 60 % with an end-of-image marker appended: whole markers, too little scan data; both
+    // decoders would fill the rest, so it is refused before either sees it
+    let mut patched = jpegs[2][..jpegs[2].len() * 6 / 10].to_vec();
+    patched.extend_from_slice(&[0xFF, 0xD9]);
+    for (name, pre) in [("nvJPEG", &mut nv), ("zune-jpeg", &mut zune)] {
+        let e = pre.run_jpeg(&dev, &[slices[0], slices[1], &patched], &limits).err().expect("patched JPEG").to_string();
+        eprintln!("patched JPEG on the {name} path: {e}");
+        assert!(e.contains("camera 2") && e.contains("scan data"), "{name}: {e}");
+    }
     let mut garbled = jpegs[1].clone();
     let mid = garbled.len() / 2;
     for (k, b) in garbled[mid..mid + 4096].iter_mut().enumerate() {
