@@ -31,10 +31,10 @@
 //!
 //! Cost: Huffman decoding is a chain of dependent table lookups, so the sequential walk looks up
 //! several AC symbols at once ([`RunTable`]). On the six nuScenes 1600 × 900 4:2:0 JPEGs, release
-//! build, one thread, on a 2-core host with other builds running: 1.8 ms per image (median of 31
-//! repeats) against 11.1 ms for zune-jpeg's full decode to RGB of the same files, 16 %; in a
-//! quieter moment 1.1 ms against 7.0 ms. `cargo test --release --features cuda --lib
-//! jpeg_scan::tests::walk_cost -- --ignored --nocapture` measures both.
+//! build, one thread, median of 31 repeats, on a 2-core host: 1.0-1.2 ms per image for the walk
+//! against 7.2-7.9 ms for zune-jpeg's full decode to RGB of the same files, about 15 % (with
+//! other builds running on the host: 1.8 against 11.1 ms). `cargo test --release --features cuda
+//! --lib jpeg_scan::tests::walk_cost -- --ignored --nocapture` measures both.
 
 use std::fmt;
 
