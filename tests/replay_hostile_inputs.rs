@@ -364,7 +364,7 @@ fn replay_exits_non_zero_when_no_frame_got_a_map() {
     let small = dir.join("small.yaml");
     processor(&dir); // writes small_nuscenes.yaml
     std::fs::rename(dir.join("small_nuscenes.yaml"), &small).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sptr"))
+    let out = std::process::Command::new(common::sptr_exe())
         .args(["replay"])
         .arg(&bag)
         .args(["--model"])
