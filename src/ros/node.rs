@@ -422,7 +422,8 @@ impl Worker {
                 INTENSITY_SLOT,
                 "the cloud has no intensity field: the network sees intensity 0 for every point (it was trained with \
                  intensity, so labels may be worse); /diagnostics counts such frames (frames without intensity)",
-                Duration::from_secs(600),
+                // once: a sensor without intensity sends every cloud without it; the count goes on
+                Duration::MAX,
             );
         }
         if let Some(note) = frame_mismatch(&self.bev_frame, &msg.header.frame_id) {
