@@ -8,6 +8,23 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(common::root().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
 }
 
+/// README.md and every page of docs/ (README is the newcomer's page; the detail is in docs/),
+/// one after another.
+fn docs() -> String {
+    let mut pages: Vec<std::path::PathBuf> = std::fs::read_dir(common::root().join("docs"))
+        .expect("docs/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    pages.sort();
+    let mut all = read("README.md");
+    for p in pages {
+        all.push_str("\n\n");
+        all.push_str(&std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display())));
+    }
+    all
+}
+
 /// Lines of README's shell code blocks.
 fn code_lines(readme: &str) -> Vec<&str> {
     let mut inside = false;
@@ -29,7 +46,7 @@ fn code_lines(readme: &str) -> Vec<&str> {
 /// two commands never create.
 #[test]
 fn binaries_are_where_readme_says() {
-    let readme = read("README.md");
+    let readme = docs();
     for script in ["scripts/run_sample.sh", "scripts/test.sh"] {
         let s = read(script);
         assert!(s.contains(r#"SPTR_CACHE="${SPTR_CACHE:-$HOME/.cache/sptr}""#), "{script}: the cache root changed");
@@ -52,7 +69,7 @@ fn binaries_are_where_readme_says() {
 /// ROS tests build it that way.
 #[test]
 fn node_builds_have_the_cuda_feature_its_default_device_needs() {
-    let readme = read("README.md");
+    let readme = docs();
     let params = read("config/perception.yaml");
     assert!(params.contains("device: cuda"), "the node's default device changed: revisit README's build lines");
     let builds: Vec<&str> = code_lines(&readme).into_iter().filter(|l| l.contains("--features ros")).collect();
@@ -80,7 +97,7 @@ fn ros_distro_rolling_is_explained() {
     let env = read("scripts/ros_env.sh");
     assert!(env.contains("ROS_DISTRO) value=rolling"), "scripts/ros_env.sh exports another ROS_DISTRO");
     assert!(env.contains("Kilted") && env.contains("r2r 0.9.7"), "scripts/ros_env.sh does not say why");
-    let readme = read("README.md");
+    let readme = docs();
     // the paragraph of README that explains it (line breaks read as spaces)
     let para = readme
         .split("\n\n")
@@ -96,7 +113,7 @@ fn ros_distro_rolling_is_explained() {
 /// 18.0-19.2 ms on the H100), not a best run; test-time figures are what a new machine sees.
 #[test]
 fn figures_are_measured_ranges() {
-    let readme = read("README.md");
+    let readme = docs();
     for best in ["6.2 ms for the", "17.5 ms for a 200k", "cold ≈ 6 min", "warm well under a minute"] {
         assert!(!readme.contains(best), "README still quotes `{best}`");
     }
