@@ -127,6 +127,15 @@ impl CameraCalib {
     }
 }
 
+/// "W x H image" in messages, formatted only when a message is made.
+struct SizeText(usize, usize);
+
+impl std::fmt::Display for SizeText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} x {} image", self.0, self.1)
+    }
+}
+
 /// The entries of `K` by row-major index, as a user knows them from a CameraInfo (`k[i]`; `P`
 /// holds fx, cx, fy, cy at 0, 2, 5, 6).
 const K_FIELDS: [&str; 9] = ["fx (K[0], P[0])", "skew (K[1])", "cx (K[2], P[2])", "K[3]", "fy (K[4], P[5])", "cy (K[5], P[6])", "K[6]", "K[7]", "K[8]"];
@@ -141,10 +150,10 @@ const K_FIELDS: [&str; 9] = ["fx (K[0], P[0])", "skew (K[1])", "cx (K[2], P[2])"
 /// another image size, or not in pixels at all, and the lift would be silently wrong. Errors
 /// name the field, its value, the image size and what was expected.
 pub fn check_intrinsics(k: &Mat3, w: usize, h: usize) -> Result<(), String> {
-    let size = format!("{w} x {h} image");
-    let flat: Vec<f64> = k.iter().flatten().copied().collect();
-    if let Some(i) = flat.iter().position(|v| !v.is_finite()) {
-        return Err(format!("{} is {} (for a {size}); every entry of K must be finite", K_FIELDS[i], flat[i]));
+    let size = SizeText(w, h);
+    // (runs for every camera of every frame: no allocation here until something is wrong)
+    if let Some(i) = k.iter().flatten().position(|v| !v.is_finite()) {
+        return Err(format!("{} is {} (for a {size}); every entry of K must be finite", K_FIELDS[i], k[i / 3][i % 3]));
     }
     let (fx, s, cx, fy, cy) = (k[0][0], k[0][1], k[0][2], k[1][1], k[1][2]);
     for (i, v) in [(0, fx), (4, fy)] {
@@ -158,25 +167,22 @@ pub fn check_intrinsics(k: &Mat3, w: usize, h: usize) -> Result<(), String> {
     if s.abs() > fx {
         return Err(format!("{} is {s} with fx {fx} (for a {size}); expected |skew| <= fx, usually 0", K_FIELDS[1]));
     }
-    let (w, h) = (w as f64, h as f64);
-    if !(-w..=2.0 * w).contains(&cx) {
-        return Err(format!(
-            "{} is {cx}, outside [{}, {}] for a {size}; expected near the image centre ({}): is K for another image size, or not in pixels?",
-            K_FIELDS[2],
-            -w,
-            2.0 * w,
-            w / 2.0
-        ));
-    }
-    if !(-h..=2.0 * h).contains(&cy) {
-        return Err(format!(
-            "{} is {cy}, outside [{}, {}] for a {size}; expected near the image centre ({}): is K for another image size, or not in pixels?",
-            K_FIELDS[5],
-            -h,
-            2.0 * h,
-            h / 2.0
-        ));
-    }
+    // The principal point within [-side, 2 side] of its axis: well off-centre lenses pass, a K
+    // for another image size or in other units does not.
+    let centre = |field: &str, v: f64, side: usize| {
+        let side = side as f64;
+        if (-side..=2.0 * side).contains(&v) {
+            return Ok(());
+        }
+        Err(format!(
+            "{field} is {v}, outside [{}, {}] for a {size}; expected near the image centre ({}): is K for another image size, or not in pixels?",
+            -side,
+            2.0 * side,
+            side / 2.0
+        ))
+    };
+    centre(K_FIELDS[2], cx, w)?;
+    centre(K_FIELDS[5], cy, h)?;
     if k[1][0] != 0.0 {
         return Err(format!("{} is {} (for a {size}); expected 0 (K is upper triangular)", K_FIELDS[3], k[1][0]));
     }
