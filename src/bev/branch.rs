@@ -369,10 +369,12 @@ impl CameraBranch {
     /// supported camera's size, pooled nowhere), so the model's geometry of the whole frame does
     /// not fail on one camera and the other cameras still make the map.
     pub fn mask_unsupported<M: BevMapModel + ?Sized>(&mut self, model: &M, inputs: &mut BevFrameInputs) {
-        let verdicts: Vec<Result<(), String>> = inputs.calibration.cameras.iter().map(|c| model.check_camera(c)).collect();
-        if verdicts.iter().all(Result::is_ok) {
+        // Every frame, without allocating while every camera is taken (the check is a few
+        // small matrix products per camera); the verdicts are collected only when one fails.
+        if inputs.calibration.cameras.iter().all(|c| model.check_camera(c).is_ok()) {
             return;
         }
+        let verdicts: Vec<Result<(), String>> = inputs.calibration.cameras.iter().map(|c| model.check_camera(c)).collect();
         let stand_in_size = inputs
             .calibration
             .cameras
