@@ -41,13 +41,18 @@ fn frame_with(with: &[&str], defer: bool, edit: impl Fn(usize, &mut Vec<u8>)) ->
     b.frame(1_000 * MS, "lidar_top", &common::nuscenes_sweep())
 }
 
+/// The reduced fusion model with the same random weights on the CPU and on CUDA.
+fn cpu_and_cuda_models() -> (SegMapModel, SegMapModel) {
+    let yaml = common::data("bevseg/fusion_small.yaml");
+    let open = |cuda: bool| SegMapModel::open(&yaml, &SegWeightsSource::Random(5), cuda).unwrap();
+    (open(false), open(true))
+}
+
 #[test]
 fn cuda_map_model_agrees_with_the_cpu() {
     let Some(dev) = gpu("gpu_bev_map_model") else { return };
     drop(dev); // SegMapModel opens GPU 0 itself
-    let yaml = common::data("bevseg/fusion_small.yaml");
-    let mut cpu = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), false).unwrap();
-    let mut cuda = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), true).unwrap();
+    let (mut cpu, mut cuda) = cpu_and_cuda_models();
     let all: Vec<&str> = NUSCENES_CAMERAS.to_vec();
     let no_back: Vec<&str> = NUSCENES_CAMERAS.iter().copied().filter(|c| *c != "CAM_BACK").collect();
     for (case, with) in [("six cameras", all), ("CAM_BACK masked", no_back), ("no camera", Vec::new())] {
@@ -82,9 +87,7 @@ fn cuda_map_model_agrees_with_the_cpu() {
 fn cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one() {
     let Some(dev) = gpu("gpu_bev_map_model") else { return };
     drop(dev);
-    let yaml = common::data("bevseg/fusion_small.yaml");
-    let mut cpu = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), false).unwrap();
-    let mut cuda = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), true).unwrap();
+    let (mut cpu, mut cuda) = cpu_and_cuda_models();
     let nvjpeg = cuda.decodes_jpeg();
     eprintln!("CUDA model decodes JPEGs itself: {nvjpeg}");
     if std::env::var("SPTR_REQUIRE_NVJPEG").is_ok() {
@@ -150,9 +153,7 @@ fn cuda_map_model_masks_hostile_cameras_and_the_next_frame_is_unaffected() {
     use sptr::bev::branch::{CameraBranch, CameraStatus};
     let Some(dev) = gpu("gpu_bev_map_model") else { return };
     drop(dev);
-    let yaml = common::data("bevseg/fusion_small.yaml");
-    let mut cpu = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), false).unwrap();
-    let mut cuda = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), true).unwrap();
+    let (mut cpu, mut cuda) = cpu_and_cuda_models();
     let nvjpeg = cuda.decodes_jpeg();
     let jpeg = |i: usize| std::fs::read(seg::camera_jpeg(NUSCENES_CAMERAS[i])).unwrap();
     let sweep = common::nuscenes_sweep();
