@@ -4,30 +4,21 @@
 //! `points` holds decoded clouds, `config` parses the YAML configs, `device` owns the backends and
 //! the NVRTC kernel pipeline, `sparse` builds sparse tensors (voxelization first).
 
-pub mod attention;
 pub mod bag;
-pub mod bev;
-pub mod budget;
-pub mod camera;
-pub mod cloud;
-pub mod config;
-pub mod dense;
+pub mod bench;
+pub mod cli;
 pub mod device;
 pub mod error;
 pub mod eval;
-pub mod host_probe;
-pub mod memory;
-pub mod model;
-pub mod outputs;
-pub mod perception;
-pub mod pipeline;
-pub mod pipeline_bench;
-pub mod pipeline_faults;
-pub mod points;
+pub mod frame;
+pub mod models;
+pub mod msgs;
+pub mod nn;
+pub mod ops;
 pub mod replay;
-pub mod sparse;
-
-pub use error::{Error, Result};
-pub use points::Points;
 #[cfg(feature = "ros")]
 pub mod ros;
+pub mod sensors;
+
+pub use error::{Error, Result};
+pub use crate::msgs::points::Points;

@@ -5,13 +5,10 @@
 mod common;
 
 use common::{rel_err, Rng};
-use sptr::attention::partition::window_cells;
-use sptr::attention::rpe::cart2sphere;
-use sptr::attention::swin::swin_partition;
-use sptr::attention::{
-    window_attention, window_partition, ContextualRpe, HeadSlice, PositionTerm, RelativeBias2d,
-    RpeGeometry, RpeTables,
-};
+use sptr::ops::attention::partition::window_cells;
+use sptr::ops::attention::rpe::cart2sphere;
+use sptr::ops::attention::swin::swin_partition;
+use sptr::ops::attention::{window_attention, window_partition, ContextualRpe, HeadSlice, PositionTerm, RelativeBias2d, RpeGeometry, RpeTables};
 
 fn rand_vec(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.sym() * scale).collect()
@@ -124,7 +121,7 @@ fn contextual_rpe_matches_dense_masked() {
         let ours = window_attention(&q, &k, &v, HeadSlice::all(heads, d), &part, PositionTerm::Contextual(rpe)).unwrap();
 
         // upstream's formula, pair by pair, independent of the library's pair_index
-        let min = sptr::attention::rpe::min_position(&pos).unwrap();
+        let min = sptr::ops::attention::rpe::min_position(&pos).unwrap();
         let quantize = |p: [f32; 3]| -> [i32; 3] {
             let mut o = [0; 3];
             for a in 0..3 {

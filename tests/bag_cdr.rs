@@ -10,11 +10,8 @@ use std::path::PathBuf;
 
 use proptest::prelude::*;
 use serde_yaml::Value;
-use sptr::bag::cdr::{
-    decode_message, is_supported_type, CameraInfo, CdrError, CdrMessage, CdrReader,
-    CompressedImage, Header, Image, Message, PointCloud2, RegionOfInterest, Time,
-};
-use sptr::cloud::{CloudBuf, PointField};
+use sptr::msgs::cdr::{decode_message, is_supported_type, CameraInfo, CdrError, CdrMessage, CdrReader, CompressedImage, Header, Image, Message, PointCloud2, RegionOfInterest, Time};
+use sptr::msgs::cloud::{CloudBuf, PointField};
 
 const NAMES: [&str; 4] = ["pointcloud2", "image", "compressed_image", "camera_info"];
 
@@ -223,7 +220,7 @@ fn pointcloud2_decodes_through_the_cloud_codec() {
     let want = seq(&exp["pointcloud2"]["points_xyz"]);
     for endian in ["le", "be"] {
         let m = PointCloud2::from_cdr(&fixture("pointcloud2", endian)).unwrap();
-        let (pts, report) = sptr::cloud::decode(&m.view()).unwrap();
+        let (pts, report) = sptr::msgs::cloud::decode(&m.view()).unwrap();
         assert_eq!(report.total, want.len());
         assert_eq!(report.kept, want.len());
         assert_eq!(pts.len(), want.len());
@@ -400,7 +397,7 @@ fn absurd_sequence_counts_allocate_nothing() {
     // PointCloud2.fields count: each field needs bytes, so a count the rest cannot hold fails
     // before anything is allocated.
     let pc = PointCloud2::from_cdr(&fixture("pointcloud2", "le")).unwrap();
-    let mut w = sptr::bag::cdr::CdrWriter::new(true);
+    let mut w = sptr::msgs::cdr::CdrWriter::new(true);
     w.write_i32(pc.header.stamp.sec);
     w.write_u32(pc.header.stamp.nanosec);
     w.write_string(&pc.header.frame_id);
@@ -418,7 +415,7 @@ fn absurd_sequence_counts_allocate_nothing() {
     // CameraInfo.d count larger than the rest.
     let raw = fixture("camera_info", "be");
     let ci = CameraInfo::from_cdr(&raw).unwrap();
-    let mut w = sptr::bag::cdr::CdrWriter::new(false);
+    let mut w = sptr::msgs::cdr::CdrWriter::new(false);
     w.write_i32(ci.header.stamp.sec);
     w.write_u32(ci.header.stamp.nanosec);
     w.write_string(&ci.header.frame_id);
@@ -655,13 +652,13 @@ proptest! {
 
 #[test]
 fn writer_reports_a_count_over_32_bits_instead_of_panicking() {
-    let mut w = sptr::bag::cdr::CdrWriter::new(true);
+    let mut w = sptr::msgs::cdr::CdrWriter::new(true);
     w.write_count(u32::MAX as usize + 1);
     match w.finish() {
-        Err(sptr::bag::CdrError::CountTooLarge { count }) => assert_eq!(count, u32::MAX as usize + 1),
+        Err(sptr::msgs::cdr::CdrError::CountTooLarge { count }) => assert_eq!(count, u32::MAX as usize + 1),
         other => panic!("expected CountTooLarge, got {other:?}"),
     }
-    let mut ok = sptr::bag::cdr::CdrWriter::new(true);
+    let mut ok = sptr::msgs::cdr::CdrWriter::new(true);
     ok.write_count(u32::MAX as usize);
     assert_eq!(ok.finish().unwrap().len(), 8);
 }

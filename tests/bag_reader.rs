@@ -8,7 +8,8 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use sptr::bag::{decode_message, Bag, BagError, Message, RawMessage, Storage};
+use sptr::msgs::cdr::{decode_message, Message};
+use sptr::bag::{Bag, BagError, RawMessage, Storage};
 
 #[derive(Debug, Deserialize)]
 struct Expected {
@@ -182,7 +183,7 @@ fn clouds_decode_to_expected_points() {
                 Message::PointCloud2(pc) => {
                     clouds += 1;
                     assert_eq!(pc.header.stamp.as_nanos(), m.timestamp_ns);
-                    let (pts, _report) = sptr::cloud::decode(&pc.view()).unwrap();
+                    let (pts, _report) = sptr::msgs::cloud::decode(&pc.view()).unwrap();
                     let want = e.points.as_ref().expect("expected points for a cloud");
                     assert_eq!(pts.len(), want.len());
                     assert!(pts.has_intensity);

@@ -4,11 +4,11 @@
 //! on reduced configurations with deterministic random weights and inputs. Also: the upstream
 //! `state_dict` names and shapes of the full configurations, checked loading, bad inputs.
 
-use sptr::dense::FeatureMap;
-use sptr::model::bev_config::BevConfig;
-use sptr::model::bev_stack::{random_tensors, random_weights, weight_specs, BevStack};
-use sptr::model::random::SplitMix;
-use sptr::model::{ModelError, Weights};
+use sptr::ops::dense::FeatureMap;
+use sptr::models::bevfusion::config::BevConfig;
+use sptr::models::bevfusion::bev_stack::{random_tensors, random_weights, weight_specs, BevStack};
+use sptr::nn::random::SplitMix;
+use sptr::nn::{ModelError, Weights};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -354,7 +354,7 @@ fn repo_cfg(name: &str) -> BevConfig {
 #[test]
 fn full_configurations_have_upstream_names() {
     let f = weight_specs(&repo_cfg("bevfusion_seg_fusion.yaml")).unwrap();
-    let shape = |specs: &[sptr::model::WeightSpec], n: &str| specs.iter().find(|s| s.name == n).map(|s| s.shape.clone());
+    let shape = |specs: &[sptr::nn::WeightSpec], n: &str| specs.iter().find(|s| s.name == n).map(|s| s.shape.clone());
     assert_eq!(shape(&f, "fuser.0.weight"), Some(vec![256, 336, 3, 3]));
     assert_eq!(shape(&f, "fuser.1.running_var"), Some(vec![256]));
     assert_eq!(shape(&f, "decoder.backbone.blocks.0.0.weight"), Some(vec![128, 256, 3, 3]));
@@ -459,7 +459,7 @@ fn bad_inputs_are_errors() {
 
 #[test]
 fn flop_counts_of_the_full_models() {
-    use sptr::model::bev_stack::part_gflop;
+    use sptr::models::bevfusion::bev_stack::part_gflop;
     // hand counts (2 FLOP per multiply-add) of the upstream layers at a 128 x 128 BEV
     let f = repo_cfg("bevfusion_seg_fusion.yaml");
     let stack = BevStack::from_weights(&f, random_weights(&f, 1).unwrap()).unwrap();

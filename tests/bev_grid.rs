@@ -2,7 +2,7 @@
 
 mod common;
 
-use sptr::bev::label_grid::{label_grid_cpu, BevGridParams, NO_DATA};
+use sptr::ops::label_grid::cpu::{label_grid_cpu, BevGridParams, NO_DATA};
 
 fn params() -> BevGridParams {
     BevGridParams {

@@ -9,10 +9,10 @@ mod common;
 #[path = "common/bevseg.rs"]
 mod seg;
 
-use sptr::bag::cdr::{CompressedImage, Header, Time};
-use sptr::bev::branch::{BevFrameInputs, BevMapModel, CameraBranch, CameraImage, CameraStatus, FrameImage};
-use sptr::bev::calib::NUSCENES_CAMERAS;
-use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
+use sptr::msgs::cdr::{CompressedImage, Header, Time};
+use sptr::frame::cameras::{BevFrameInputs, BevMapModel, CameraBranch, CameraImage, CameraStatus, FrameImage};
+use sptr::sensors::calib::camera::NUSCENES_CAMERAS;
+use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
 
 const MS: i64 = 1_000_000;
 
@@ -105,8 +105,8 @@ fn a_stray_marker_in_the_scan_data_is_caught_by_the_branch() {
 /// host decoder refuses it, and the renaming alone still decodes.
 #[test]
 fn the_gpu_tests_damaged_jpeg_passes_the_branch_and_fails_the_decoder() {
-    use sptr::camera::image::DecodeLimits;
-    use sptr::camera::jpeg_markers::{read_layout, GpuEligibility};
+    use sptr::sensors::image::encodings::DecodeLimits;
+    use sptr::sensors::image::jpeg_markers::{read_layout, GpuEligibility};
     let mut b = branch(true);
     let inputs = frame(&mut b, |i, d| {
         if i == 3 {

@@ -10,10 +10,10 @@ mod common;
 mod seg;
 
 use seg::*;
-use sptr::bev::calib::{Calibration, NUSCENES_CAMERAS};
-use sptr::camera::image::RgbImage;
-use sptr::model::bevfusion_seg::{random_tensors, BevSegConfig, BevSegKind, BevSegModel, BevSegOutput, Point5};
-use sptr::model::Weights;
+use sptr::sensors::calib::camera::{Calibration, NUSCENES_CAMERAS};
+use sptr::sensors::image::encodings::RgbImage;
+use sptr::models::bevfusion::seg::{random_tensors, BevSegConfig, BevSegKind, BevSegModel, BevSegOutput, Point5};
+use sptr::nn::Weights;
 
 fn model(cfg: &BevSegConfig, seed: u64) -> BevSegModel {
     let w = Weights::from_tensors("random", random_tensors(cfg, seed).unwrap()).unwrap();

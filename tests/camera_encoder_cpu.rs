@@ -7,15 +7,13 @@
 mod common;
 
 use common::{rel_err, Rng};
-use sptr::camera::encoder::{
-    buffer_specs, random_tensors, random_weights, weight_specs, CameraEncoder, CameraEncoderConfig, NamedTensors,
-};
-use sptr::camera::features::preprocess_files;
-use sptr::camera::swin::{StageWindows, SwinBlock};
-use sptr::dense::FeatureMap;
-use sptr::model::layers::gelu;
-use sptr::model::random::safetensors_bytes;
-use sptr::model::{ModelError, Weights};
+use sptr::models::bevfusion::camera::encoder::{buffer_specs, random_tensors, random_weights, weight_specs, CameraEncoder, CameraEncoderConfig, NamedTensors};
+use sptr::cli::camera_features::preprocess_files;
+use sptr::models::bevfusion::camera::swin::{StageWindows, SwinBlock};
+use sptr::ops::dense::FeatureMap;
+use sptr::ops::rowwise::cpu::gelu;
+use sptr::nn::random::safetensors_bytes;
+use sptr::nn::{ModelError, Weights};
 use std::collections::HashMap;
 
 /// A reduced encoder: 4 stages of 24·2^i channels, head dims 24/24/48/48, a 32-channel neck.
@@ -604,8 +602,8 @@ fn bad_weights_are_listed() {
     assert!(text.contains("edited.safetensors") && text.contains(gone) && text.contains(qkv), "{text}");
 
     // another model's file: SphereFormer's weights
-    let sf = sptr::config::ModelConfig::load(&common::root().join("config/models/sphereformer_nuscenes.yaml")).expect("sf config");
-    let other = sptr::model::random::random_weights(&sf.yaml, 0).expect("sphereformer weights");
+    let sf = sptr::models::sphereformer::config::ModelConfig::load(&common::root().join("config/models/sphereformer_nuscenes.yaml")).expect("sf config");
+    let other = sptr::nn::random::random_weights(&sf.yaml, 0).expect("sphereformer weights");
     match CameraEncoder::from_weights(&cfg, other) {
         Err(ModelError::Mismatch { missing, unexpected, .. }) => {
             assert_eq!(missing.len(), weight_specs(&cfg).expect("specs").len());

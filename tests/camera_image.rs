@@ -8,11 +8,9 @@
 mod common;
 
 use common::Rng;
-use sptr::camera::compressed::{decode_compressed, decode_jpeg, decode_png};
-use sptr::camera::image::{decode_raw, yuv_to_rgb, DecodeLimits, ImageError, RawImage, RgbImage};
-use sptr::camera::preprocess::{
-    bicubic_taps, image_aug_matrix, preprocess_cpu, resize_crop, ImageAug, ImagePreprocess, ResizeTaps,
-};
+use sptr::sensors::image::compressed::{decode_compressed, decode_jpeg, decode_png};
+use sptr::sensors::image::encodings::{decode_raw, yuv_to_rgb, DecodeLimits, ImageError, RawImage, RgbImage};
+use sptr::ops::image_preprocess::cpu::{bicubic_taps, image_aug_matrix, preprocess_cpu, resize_crop, ImageAug, ImagePreprocess, ResizeTaps};
 
 const CAMS: [&str; 6] = ["CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_FRONT_LEFT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_BACK_RIGHT"];
 

@@ -182,9 +182,9 @@ fn random_weights_are_deterministic_and_load() {
     assert_eq!(read(&a), read(&b), "same model and seed, different bytes");
     assert_ne!(read(&a), read(&c), "another seed, the same bytes");
     // the file fits its model (every tensor present, none unexpected or mis-shaped)
-    let cfg = sptr::config::ModelConfig::load(std::path::Path::new(&model)).unwrap().yaml;
-    let w = sptr::model::Weights::from_file(std::path::Path::new(&a)).expect("the written file loads");
-    sptr::pipeline::Segmenter::new(cfg, w).expect("the weights fit the model YAML");
+    let cfg = sptr::models::sphereformer::config::ModelConfig::load(std::path::Path::new(&model)).unwrap().yaml;
+    let w = sptr::nn::Weights::from_file(std::path::Path::new(&a)).expect("the written file loads");
+    sptr::models::sphereformer::segmenter::Segmenter::new(cfg, w).expect("the weights fit the model YAML");
     // and not another model (the full nuScenes model): a clear error listing the tensors
     let out = sptr(&["segment", &nuscenes_bin(), "--model", "config/models/sphereformer_nuscenes.yaml", "--weights", &a, "--device", "cpu"]);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -408,7 +408,7 @@ fn bev_png_frames_beyond_the_bag_or_shard_are_errors() {
 /// grids' frame, so no "no transform is applied" warning, and the grids carry the cloud's frame.
 #[test]
 fn sample_bag_with_the_nuscenes_params_runs_without_a_frame_warning() {
-    use sptr::bag::cdr::{CdrMessage, Image};
+    use sptr::msgs::cdr::{CdrMessage, Image};
     let dir = temp_dir("sample");
     let model = small_nuscenes_model(&dir);
     let out = dir.join("out");
@@ -468,7 +468,7 @@ fn replay_with_the_bev_map_model_and_ground_truth() {
     std::fs::create_dir_all(&gt).unwrap();
     let mut masks = vec![0f32; 6 * 50 * 50];
     masks[..50 * 50].fill(1.0); // drivable_area everywhere
-    sptr::camera::npy::write_f32(&gt.join("000000.npy"), &[6, 50, 50], &masks).unwrap();
+    sptr::nn::npy::write_f32(&gt.join("000000.npy"), &[6, 50, 50], &masks).unwrap();
     let cams = "config/perception_nuscenes_cameras.yaml";
     let base = ["replay", &bag, "--model", &model, "--random-weights", "0", "--device", "cpu", "--progress", "quiet", "--out", &out];
     let with = |extra: &[&str]| -> Vec<String> { base.iter().chain(extra).map(|s| s.to_string()).collect() };

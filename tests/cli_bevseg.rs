@@ -27,7 +27,7 @@ fn tmp(name: &str) -> PathBuf {
 /// `--images CAM=FILE` for the six cameras (all, or all but `skip`).
 fn image_args(skip: Option<&str>) -> Vec<String> {
     let mut v = vec!["--images".to_string()];
-    for c in sptr::bev::calib::NUSCENES_CAMERAS {
+    for c in sptr::sensors::calib::camera::NUSCENES_CAMERAS {
         if Some(c) != skip {
             v.push(format!("{c}={}", camera_jpeg(c).display()));
         }
@@ -68,7 +68,7 @@ fn base(model: &Path, out: &Path) -> Vec<String> {
 }
 
 fn read_npy(p: &Path) -> (Vec<usize>, Vec<f32>) {
-    sptr::camera::npy::read_f32(p).unwrap()
+    sptr::nn::npy::read_f32(p).unwrap()
 }
 
 #[test]

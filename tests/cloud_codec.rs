@@ -5,10 +5,8 @@
 //! encoders, so the decoder is checked against an independent picture of the format.
 
 use proptest::prelude::*;
-use sptr::cloud::{
-    datatype::*, decode, decode_into, encode_labeled, encode_points, encode_points_with,
-    CloudError, CloudView, DecodeReport, Layout, PointField,
-};
+use sptr::msgs::cloud::datatype::*;
+use sptr::msgs::cloud::{decode, decode_into, encode_labeled, encode_points, encode_points_with, CloudError, CloudView, DecodeReport, Layout, PointField};
 use sptr::Points;
 
 // ---------------------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
-//! Configuration loading (`sptr::config`): the shipped model YAMLs and the node params file load,
+//! Configuration loading (`sptr::models::sphereformer::config`): the shipped model YAMLs and the node params file load,
 //! and every rejected value, unknown key, missing file and malformed document gives the right
 //! `ConfigError` naming the file and the key.
 //!
 //! The bad variants are the shipped files edited by string replacement (each replacement must
 //! match exactly once), so these tests follow the files as they change.
 
-use sptr::config::{ConfigError, DeviceKind, KeyPrecision, ModelConfig, NodeParams, OutOfRange, VoxelOrigin};
+use sptr::error::ConfigError;
+use sptr::frame::params::{DeviceKind, NodeParams};
+use sptr::ops::voxelize::cpu::{KeyPrecision, OutOfRange, VoxelOrigin};
+use sptr::models::sphereformer::config::ModelConfig;
 use std::path::{Path, PathBuf};
 
 const KITTI: &str = "config/models/sphereformer_semantickitti.yaml";
@@ -442,10 +445,10 @@ fn perception_nuscenes_cameras_yaml_is_the_nuscenes_file_with_cameras() {
     assert_eq!(inputs.len(), 6);
     assert_eq!(inputs[0].image_topic, "~/input/cameras/CAM_FRONT/image/compressed");
     assert_eq!(inputs[5].camera_info_topic, "~/input/cameras/CAM_BACK_RIGHT/camera_info");
-    assert!(inputs.iter().all(|c| c.transport == sptr::config::ImageTransport::Compressed && c.intrinsics == sptr::config::IntrinsicsFrom::K));
+    assert!(inputs.iter().all(|c| c.transport == sptr::frame::params::ImageTransport::Compressed && c.intrinsics == sptr::frame::params::IntrinsicsFrom::K));
     assert_eq!((cams.camera.max_camera_lidar_delay, cams.lidar.sweeps, cams.lidar.odom_frame.as_str()), (0.12, 1, "odom"));
     // the camera frame beside the LiDAR path unless told otherwise; a non-boolean names the key
-    assert!(cams.camera.beside_lidar && sptr::config::CameraParams::default().beside_lidar);
+    assert!(cams.camera.beside_lidar && sptr::frame::params::CameraParams::default().beside_lidar);
     let serial = NodeParams::parse(&edit(&text(NODE_CAMS), "beside_lidar: true", "beside_lidar: false"), NODE_CAMS).unwrap();
     assert!(!serial.camera.beside_lidar);
     let e = NodeParams::parse(&edit(&text(NODE_CAMS), "beside_lidar: true", "beside_lidar: sometimes"), NODE_CAMS).unwrap_err().to_string();
@@ -462,8 +465,8 @@ fn camera_overrides_change_one_camera() {
     let p = NodeParams::parse(&t, NODE_CAMS).unwrap();
     let i = p.camera_inputs();
     assert_eq!(i[3].image_topic, "/rear/image_rect");
-    assert_eq!(i[3].transport, sptr::config::ImageTransport::Raw);
-    assert_eq!(i[3].intrinsics, sptr::config::IntrinsicsFrom::P);
+    assert_eq!(i[3].transport, sptr::frame::params::ImageTransport::Raw);
+    assert_eq!(i[3].intrinsics, sptr::frame::params::IntrinsicsFrom::P);
     assert_eq!(i[3].camera_info_topic, "~/input/cameras/CAM_BACK/camera_info");
     assert_eq!(i[2].image_topic, "~/input/cameras/CAM_FRONT_LEFT/image/compressed");
 }

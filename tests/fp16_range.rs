@@ -21,12 +21,13 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sptr::cloud::{decode, encode_points, field_values, Layout};
-use sptr::config::{DeviceKind, ModelConfig, ModelYaml, NodeParams, OverflowPolicy};
-use sptr::model::random::{random_tensors, save_tensors, NamedTensors};
-use sptr::model::weights::Weights;
-use sptr::perception::{Processor, Reject, NO_CLASS};
-use sptr::pipeline::Segmenter;
+use sptr::msgs::cloud::{decode, encode_points, field_values, Layout};
+use sptr::frame::params::{DeviceKind, NodeParams, OverflowPolicy};
+use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
+use sptr::nn::random::{random_tensors, save_tensors, NamedTensors};
+use sptr::nn::weights::Weights;
+use sptr::frame::processor::{Processor, Reject, NO_CLASS};
+use sptr::models::sphereformer::segmenter::Segmenter;
 use sptr::Points;
 
 /// The conv whose weight gets the NaN, and so the first layer the guard must name.
@@ -85,7 +86,7 @@ fn segmenter_names_the_layer_that_went_non_finite() {
     assert_eq!(first.name, NAN_LAYER, "{}", bad.range.summary(10));
     assert!(first.non_finite && !first.saturated);
     // the laundering the guard exists for: the labels themselves look like any others
-    assert!(bad.labels.iter().any(|&l| l != sptr::pipeline::UNLABELED));
+    assert!(bad.labels.iter().any(|&l| l != sptr::models::sphereformer::segmenter::UNLABELED));
     assert!(bad.probs.iter().all(|p| p.is_finite()));
     let good = Segmenter::new(yaml.clone(), weights(&yaml, false)).unwrap().segment(&[&pts]).unwrap();
     assert!(good.range.is_clean(), "{}", good.range.summary(10));
@@ -99,7 +100,7 @@ fn node_processor_drops_or_zeroes_frames_out_of_range() {
     let (_, yaml) = small_model(&dir);
     let node = NodeParams::load(&common::root().join("config/perception_nuscenes.yaml")).unwrap();
     assert_eq!(node.on_overflow, OverflowPolicy::Drop, "the node's default");
-    let bev = sptr::perception::bev_params(&yaml, node.bev.range, node.bev.resolution, &node.bev.obstacle_classes);
+    let bev = sptr::frame::processor::bev_params(&yaml, node.bev.range, node.bev.resolution, &node.bev.obstacle_classes);
     let body = encode_points(&sweep(), Layout::XyzI32).unwrap();
 
     let mut p = Processor::with_weights(DeviceKind::Cpu, &yaml, weights(&yaml, true), bev.clone()).unwrap();

@@ -3,7 +3,7 @@
 //! Each must now give the error named below (and never panic). The fuzzers also reuse these files
 //! as seeds.
 
-use sptr::pipeline::files::parse_pcd;
+use sptr::cli::segment_files::parse_pcd;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::Path;
@@ -87,8 +87,8 @@ fn pcd_huge_field_size_is_an_error() {
 /// A CameraInfo whose K holds a NaN was accepted as intrinsics (the geometry would be NaN).
 #[test]
 fn camera_info_with_nan_intrinsics_is_refused() {
-    use sptr::bag::cdr::{decode_message, Message};
-    use sptr::bev::calib::intrinsics_from_k;
+    use sptr::msgs::cdr::{decode_message, Message};
+    use sptr::sensors::calib::camera::intrinsics_from_k;
     let Ok(Message::CameraInfo(info)) = decode_message("sensor_msgs/msg/CameraInfo", &data("camera_info_cdr", "nan_in_k.cdr")) else {
         panic!("the reproducer is a well-formed CameraInfo");
     };

@@ -13,20 +13,13 @@ mod common;
 
 use common::{gpu, nuscenes_sweep, rel_err, Rng};
 use half::f16;
-use sptr::attention::cuda::{
-    cart2sphere_cuda, exponential_split_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_attention_cuda_split,
-    window_partition_cuda, TILED_MIN_WINDOW,
-    CudaBias2d, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView,
-};
-use sptr::attention::rpe::{cart2sphere, exponential_split};
-use sptr::attention::swin::swin_partition;
-use sptr::attention::{
-    sphere_attention_cpu, window_attention, window_partition, ContextualRpe, HeadSlice, PositionTerm,
-    RelativeBias2d, RpeGeometry, RpeTables, SphereLevel, SphereTables, SphereWindows,
-};
-use sptr::config::ModelConfig;
+use sptr::ops::attention::cuda::{cart2sphere_cuda, exponential_split_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_attention_cuda_split, window_partition_cuda, TILED_MIN_WINDOW, CudaBias2d, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView};
+use sptr::ops::attention::rpe::{cart2sphere, exponential_split};
+use sptr::ops::attention::swin::swin_partition;
+use sptr::ops::attention::{sphere_attention_cpu, window_attention, window_partition, ContextualRpe, HeadSlice, PositionTerm, RelativeBias2d, RpeGeometry, RpeTables, SphereLevel, SphereTables, SphereWindows};
+use sptr::models::sphereformer::config::ModelConfig;
 use sptr::device::cuda::CudaDevice;
-use sptr::sparse::voxelize::voxelize_cpu;
+use sptr::ops::voxelize::cpu::voxelize_cpu;
 
 fn f16_round(v: Vec<f32>) -> Vec<f32> {
     v.into_iter().map(|x| f16::from_f32(x).to_f32()).collect()
@@ -320,7 +313,7 @@ fn swin_windows_match_cpu() {
                     win_of[p as usize] = w as u32;
                 }
             }
-            let part_d = sptr::attention::cuda::CudaPartition::new(order, s.clone_htod(&win_of).unwrap(), offsets, n, part.windows(), part.n_max(), [0.0; 3]);
+            let part_d = sptr::ops::attention::cuda::CudaPartition::new(order, s.clone_htod(&win_of).unwrap(), offsets, n, part.windows(), part.n_max(), [0.0; 3]);
             let packed: Vec<u32> = rc.iter().map(|p| (p[0] as u32) << 16 | p[1] as u32).collect();
             let rc_d = s.clone_htod(&packed).unwrap();
             let table_d = s.clone_htod(&table).unwrap();

@@ -18,12 +18,10 @@ mod common;
 use common::rel_err;
 use half::f16;
 use serde_yaml::Value;
-use sptr::attention::bench::stage_extra_bytes;
-use sptr::attention::cpu::HeadSlice;
-use sptr::attention::cuda::{
-    sphere_attention_cuda, window_attention_cuda, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView,
-};
-use sptr::attention::{sphere_attention_cpu, RpeTables, SphereLevel, SphereTables, SphereWindows};
+use sptr::bench::attention::stage_extra_bytes;
+use sptr::ops::attention::cpu::HeadSlice;
+use sptr::ops::attention::cuda::{sphere_attention_cuda, window_attention_cuda, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView};
+use sptr::ops::attention::{sphere_attention_cpu, RpeTables, SphereLevel, SphereTables, SphereWindows};
 use sptr::device::cuda::CudaDevice;
 use std::path::Path;
 

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{gpu, nuscenes_sweep, Rng};
-use sptr::bev::label_grid::{label_grid_cpu, BevGridParams};
-use sptr::bev::label_grid_cuda::label_grid_cuda;
+use sptr::ops::label_grid::cpu::{label_grid_cpu, BevGridParams};
+use sptr::ops::label_grid::cuda::label_grid_cuda;
 use sptr::device::cuda::CudaDevice;
 
 

@@ -14,15 +14,15 @@ mod common;
 
 use common::{gpu, gpu_required, rel_err, Rng};
 use cudarc::cublas::CudaBlas;
-use sptr::dense::conv_engine::{ConvBackend, ConvEngine, GpuConv};
-use sptr::dense::cuda::{CudaConv2d, CudaFeatureMap};
-use sptr::dense::cuda_ops::{conv_residual_cuda, grid_sample_cuda, sigmoid_class_major_cuda, CudaConvTranspose2d};
-use sptr::dense::{batch_norm_2d_eps, grid_sample, Activation, Conv2d, ConvTranspose2d, FeatureMap, GridPadding};
+use sptr::ops::dense::conv_engine::{ConvBackend, ConvEngine, GpuConv};
+use sptr::ops::dense::cuda::{CudaConv2d, CudaFeatureMap};
+use sptr::ops::dense::cuda_ops::{conv_residual_cuda, grid_sample_cuda, sigmoid_class_major_cuda, CudaConvTranspose2d};
+use sptr::ops::dense::{batch_norm_2d_eps, grid_sample, Activation, Conv2d, ConvTranspose2d, FeatureMap, GridPadding};
 use sptr::device::cuda::CudaDevice;
-use sptr::model::bev_config::BevConfig;
-use sptr::model::bev_decoder::{BevDecoder, FpnUp};
-use sptr::model::bev_stack::{random_weights, BevStack};
-use sptr::model::bev_stack_cuda::CudaBevStack;
+use sptr::models::bevfusion::config::BevConfig;
+use sptr::models::bevfusion::decoder::{BevDecoder, FpnUp};
+use sptr::models::bevfusion::bev_stack::{random_weights, BevStack};
+use sptr::models::bevfusion::bev_stack_cuda::CudaBevStack;
 use std::path::Path;
 
 fn fp16(v: f32) -> f32 {
@@ -84,7 +84,7 @@ fn deconv_grid_sample_residual_sigmoid_match_cpu() {
     // grid_sample: the head's grid (128 -> 200 over ±50 m of ±51.2 m) and points outside the map,
     // both paddings, both align_corners
     let cfg = BevConfig::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models/bevfusion_seg_fusion.yaml")).unwrap();
-    let (hx, hy, head_grid) = sptr::model::bev_head::bev_grid(&cfg.head);
+    let (hx, hy, head_grid) = sptr::models::bevfusion::head::bev_grid(&cfg.head);
     let x = random_map(&mut rng, 1, 128, 128, 24);
     let mut odd_grid: Vec<f32> = (0..7 * 9 * 2).map(|_| rng.uniform(-1.3, 1.3)).collect();
     odd_grid[0] = f32::NAN;
@@ -307,9 +307,9 @@ fn full_model(dev: &CudaDevice, yaml: &str, seed: u64) {
 fn cuda_parts_are_send() {
     fn send<T: Send>() {}
     send::<CudaBevStack>();
-    send::<sptr::model::bev_decoder_cuda::CudaBevDecoder>();
-    send::<sptr::model::bev_head_cuda::CudaBevSegHead>();
-    send::<sptr::model::bev_decoder_cuda::CudaBevFuser>();
+    send::<sptr::models::bevfusion::decoder_cuda::CudaBevDecoder>();
+    send::<sptr::models::bevfusion::head_cuda::CudaBevSegHead>();
+    send::<sptr::models::bevfusion::decoder_cuda::CudaBevFuser>();
 }
 
 #[test]

@@ -18,14 +18,14 @@ mod common;
 
 use common::{gpu, rel_err, root};
 use cudarc::cublas::CudaBlas;
-use sptr::camera::npy::read_f32;
-use sptr::dense::conv_engine::ConvBackend;
-use sptr::dense::cuda::CudaFeatureMap;
-use sptr::dense::FeatureMap;
-use sptr::model::bev_config::BevConfig;
-use sptr::model::bev_stack::BevStack;
-use sptr::model::bev_stack_cuda::CudaBevStack;
-use sptr::model::Weights;
+use sptr::nn::npy::read_f32;
+use sptr::ops::dense::conv_engine::ConvBackend;
+use sptr::ops::dense::cuda::CudaFeatureMap;
+use sptr::ops::dense::FeatureMap;
+use sptr::models::bevfusion::config::BevConfig;
+use sptr::models::bevfusion::bev_stack::BevStack;
+use sptr::models::bevfusion::bev_stack_cuda::CudaBevStack;
+use sptr::nn::Weights;
 use std::path::{Path, PathBuf};
 
 /// An NCHW float32 `.npy` as an NHWC map.

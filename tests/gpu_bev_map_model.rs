@@ -12,10 +12,10 @@ mod common;
 mod seg;
 
 use common::{gpu, rel_err};
-use sptr::bag::cdr::{CompressedImage, Header, Time};
-use sptr::bev::branch::{BevFrameInputs, BevMapModel, CameraImage};
-use sptr::bev::calib::NUSCENES_CAMERAS;
-use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
+use sptr::msgs::cdr::{CompressedImage, Header, Time};
+use sptr::frame::cameras::{BevFrameInputs, BevMapModel, CameraImage};
+use sptr::sensors::calib::camera::NUSCENES_CAMERAS;
+use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
 
 const MS: i64 = 1_000_000;
 
@@ -150,7 +150,7 @@ fn cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one() {
 /// agreeing on ≥ 99.9 %); the good frame after each is the first good frame's map, bit for bit.
 #[test]
 fn cuda_map_model_masks_hostile_cameras_and_the_next_frame_is_unaffected() {
-    use sptr::bev::branch::{CameraBranch, CameraStatus};
+    use sptr::frame::cameras::{CameraBranch, CameraStatus};
     let Some(dev) = gpu("gpu_bev_map_model") else { return };
     drop(dev);
     let (mut cpu, mut cuda) = cpu_and_cuda_models();
@@ -174,7 +174,7 @@ fn cuda_map_model_masks_hostile_cameras_and_the_next_frame_is_unaffected() {
         let (map, _) = b.run_model(model, &mut inputs);
         (inputs, map.unwrap())
     };
-    let close = |case: &str, a: &sptr::bev::map::BevMap, b: &sptr::bev::map::BevMap| {
+    let close = |case: &str, a: &sptr::models::bevfusion::map::BevMap, b: &sptr::models::bevfusion::map::BevMap| {
         let rel = rel_err(&b.probabilities, &a.probabilities);
         let agree = a.probabilities.iter().zip(&b.probabilities).filter(|(x, y)| (**x >= 0.5) == (**y >= 0.5)).count() as f64 / a.probabilities.len() as f64;
         eprintln!("hostile inputs, {case}: rel err {rel:.3e}, masks agree on {:.4} %", agree * 100.0);
@@ -204,9 +204,9 @@ fn cuda_map_model_masks_hostile_cameras_and_the_next_frame_is_unaffected() {
         run(&mut c, &mut cpu, k + 1, None);
     }
     // CAM_BACK a 1280 x 720 camera: unsupported_size, the map made from the five others
-    let mut info = sptr::bag::cdr::CameraInfo { header: header(0, "cam_back"), width: 1280, height: 720, ..Default::default() };
+    let mut info = sptr::msgs::cdr::CameraInfo { header: header(0, "cam_back"), width: 1280, height: 720, ..Default::default() };
     info.k = [1000.0, 0.0, 640.0, 0.0, 1000.0, 360.0, 0.0, 0.0, 1.0];
-    let raw = |stamp: i64| CameraImage::Raw(sptr::bag::cdr::Image { header: header(stamp, "cam_back"), height: 720, width: 1280, encoding: "rgb8".into(), is_bigendian: 0, step: 3840, data: vec![90; 1280 * 720 * 3] });
+    let raw = |stamp: i64| CameraImage::Raw(sptr::msgs::cdr::Image { header: header(stamp, "cam_back"), height: 720, width: 1280, encoding: "rgb8".into(), is_bigendian: 0, step: 3840, data: vec![90; 1280 * 720 * 3] });
     let mut maps = Vec::new();
     for (branch, model) in [(&mut b, &mut cuda), (&mut c, &mut cpu)] {
         branch.on_camera_info(3, &info).unwrap();

@@ -12,11 +12,11 @@ mod seg;
 
 use common::{gpu, rel_err};
 use seg::*;
-use sptr::camera::image::RgbImage;
-use sptr::model::bevfusion_seg::{random_tensors, BevSegModel, BevSegOutput};
-use sptr::dense::conv_engine::ConvBackend;
-use sptr::model::bevfusion_seg_cuda::CudaBevSeg;
-use sptr::model::Weights;
+use sptr::sensors::image::encodings::RgbImage;
+use sptr::models::bevfusion::seg::{random_tensors, BevSegModel, BevSegOutput};
+use sptr::ops::dense::conv_engine::ConvBackend;
+use sptr::models::bevfusion::seg_cuda::CudaBevSeg;
+use sptr::nn::Weights;
 
 fn agreement(a: &[f32], b: &[f32]) -> f64 {
     let same = a.iter().zip(b).filter(|(x, y)| (**x >= 0.5) == (**y >= 0.5)).count();

@@ -9,11 +9,11 @@ mod common;
 
 use common::{gpu, rel_err, Rng};
 use half::f16;
-use sptr::camera::encoder::{random_weights, CameraEncoder, CameraEncoderConfig, EncoderOutput};
-use sptr::camera::encoder_cuda::CudaCameraEncoder;
-use sptr::camera::features::preprocess_files;
-use sptr::model::gpu_layers::GpuLayerNorm;
-use sptr::model::layers::LayerNorm;
+use sptr::models::bevfusion::camera::encoder::{random_weights, CameraEncoder, CameraEncoderConfig, EncoderOutput};
+use sptr::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
+use sptr::cli::camera_features::preprocess_files;
+use sptr::ops::rowwise::cuda::GpuLayerNorm;
+use sptr::ops::rowwise::cpu::LayerNorm;
 
 fn check(case: &str, got: &[f32], want: &[f32], tol: f64) {
     assert_eq!(got.len(), want.len(), "{case}: sizes differ");
@@ -56,7 +56,7 @@ fn every_path(dev: &sptr::device::cuda::CudaDevice, enc: &mut CudaCameraEncoder,
 /// most 1536 terms (≪ that): relative L2 ≤ 1e-3, and each value within 2⁻¹⁰·|y| + 1e-3.
 #[test]
 fn lt_linear_matches_cpu() {
-    use sptr::model::gpu_lt::LtGemm;
+    use sptr::ops::rowwise::lt::LtGemm;
     let Some(dev) = gpu("lt_linear_matches_cpu") else { return };
     let lt = LtGemm::new(&dev).expect("cuBLASLt");
     let mut rng = Rng(77);
@@ -162,9 +162,9 @@ model:
 
     // the timed forward: same result, every stage boundary named
     let xd = dev.stream.clone_htod(&x.iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()).expect("htod");
-    let mut clock = sptr::model::sphereformer::cuda::GpuClock::start(&dev).expect("clock");
+    let mut clock = sptr::device::clock::GpuClock::start(&dev).expect("clock");
     let timed = gpu_enc.forward_timed(&dev, &plan, &xd, &mut clock).expect("timed").download(&dev).expect("download");
-    let mut t = sptr::model::sphereformer::StageTimes::default();
+    let mut t = sptr::models::sphereformer::network::StageTimes::default();
     clock.finish(&mut t).expect("times");
     let names: Vec<&str> = t.stages.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["patch_embed", "stage0", "merge0", "stage1", "merge1", "stage2", "merge2", "stage3", "neck"]);

@@ -27,13 +27,13 @@ mod lss_common;
 use common::{gpu, Rng};
 use half::f16;
 use issue22::normal;
-use sptr::camera::encoder::{random_tensors, weight_specs, CameraEncoder, CameraEncoderConfig};
-use sptr::camera::encoder_cuda::CudaCameraEncoder;
-use sptr::camera::features::preprocess_files;
+use sptr::models::bevfusion::camera::encoder::{random_tensors, weight_specs, CameraEncoder, CameraEncoderConfig};
+use sptr::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
+use sptr::cli::camera_features::preprocess_files;
 use sptr::device::cuda::CudaDevice;
-use sptr::model::random::{save_tensors, NamedTensors};
-use sptr::model::range::RangeReport;
-use sptr::model::weights::Weights;
+use sptr::nn::random::{save_tensors, NamedTensors};
+use sptr::device::range_guard::RangeReport;
+use sptr::nn::weights::Weights;
 use std::path::PathBuf;
 
 fn model_path() -> PathBuf {
@@ -204,13 +204,13 @@ fn camera_features_exits_4_when_the_frame_is_flagged() {
 /// scaled depthnet flags the lift, a scaled downsample conv flags its own layer first.
 #[test]
 fn lss_view_transform_flags_its_layers() {
-    use sptr::bev::lss::cuda::CudaLssTransform;
-    use sptr::bev::lss::transform::random_tensors as lss_tensors;
-    use sptr::bev::lss::{CameraMask, LssTransform, PREFIX};
-    use sptr::dense::cuda::CudaFeatureMap;
-    use sptr::dense::FeatureMap;
+    use sptr::models::bevfusion::lss::cuda::CudaLssTransform;
+    use sptr::models::bevfusion::lss::transform::random_tensors as lss_tensors;
+    use sptr::models::bevfusion::lss::{CameraMask, LssTransform, PREFIX};
+    use sptr::ops::dense::cuda::CudaFeatureMap;
+    use sptr::ops::dense::FeatureMap;
     use sptr::device::range::RangeFlags;
-    use sptr::model::range::LayerNames;
+    use sptr::device::range_guard::LayerNames;
     let Some(dev) = gpu("lss_view_transform_flags_its_layers") else { return };
     let blas = cudarc::cublas::CudaBlas::new(dev.stream.clone()).unwrap();
     let cfg = lss_common::seg_config();

@@ -14,14 +14,14 @@ mod common;
 
 use common::rel_err;
 use half::f16;
-use sptr::camera::encoder::{CameraEncoder, CameraEncoderConfig};
-use sptr::camera::encoder_bench::{bench_encoder, bench_encoder_graph, stage_breakdown};
-use sptr::camera::encoder_cuda::CudaCameraEncoder;
-use sptr::camera::features::read_input_npy;
-use sptr::camera::npy;
-use sptr::dense::FeatureMap;
+use sptr::models::bevfusion::camera::encoder::{CameraEncoder, CameraEncoderConfig};
+use sptr::bench::camera_encoder::{bench_encoder, bench_encoder_graph, stage_breakdown};
+use sptr::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
+use sptr::cli::camera_features::read_input_npy;
+use sptr::nn::npy;
+use sptr::ops::dense::FeatureMap;
 use sptr::device::cuda::CudaDevice;
-use sptr::model::Weights;
+use sptr::nn::Weights;
 use std::path::Path;
 
 fn reference(dir: &Path, name: &str) -> FeatureMap {

@@ -16,10 +16,10 @@ mod common;
 
 use common::{gpu, Rng};
 use half::f16;
-use sptr::camera::compressed::decode_jpeg;
-use sptr::camera::image::{DecodeLimits, RgbImage};
-use sptr::camera::preprocess::{preprocess_cpu, ImagePreprocess};
-use sptr::camera::preprocess_cuda::CameraPreprocessCuda;
+use sptr::sensors::image::compressed::decode_jpeg;
+use sptr::sensors::image::encodings::{DecodeLimits, RgbImage};
+use sptr::ops::image_preprocess::cpu::{preprocess_cpu, ImagePreprocess};
+use sptr::ops::image_preprocess::cuda::CameraPreprocessCuda;
 use sptr::device::cuda::CudaDevice;
 
 const CAMS: [&str; 6] = ["CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_FRONT_LEFT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_BACK_RIGHT"];
@@ -129,7 +129,7 @@ fn gpu_preprocess_of_mixed_sizes_equals_the_cpu() {
 /// edges: then only the L2 bound is asserted and the max printed.
 #[test]
 fn gpu_nvjpeg_input_is_close_to_the_zune_path() {
-    use sptr::camera::compressed::JpegDecoderChoice;
+    use sptr::sensors::image::compressed::JpegDecoderChoice;
     let Some(dev) = gpu("gpu_nvjpeg_input_is_close_to_the_zune_path") else { return };
     let cfg = ImagePreprocess::bevfusion_nuscenes();
     let limits = DecodeLimits::default();

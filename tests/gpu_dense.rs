@@ -9,8 +9,8 @@ mod common;
 
 use common::{gpu, rel_err, Rng};
 use cudarc::cublas::CudaBlas;
-use sptr::dense::cuda::{bilinear_resize_cuda, concat_channels_cuda, CudaConv2d, CudaFeatureMap};
-use sptr::dense::{batch_norm_2d, bilinear_resize, concat_channels, Activation, Conv2d, FeatureMap};
+use sptr::ops::dense::cuda::{bilinear_resize_cuda, concat_channels_cuda, CudaConv2d, CudaFeatureMap};
+use sptr::ops::dense::{batch_norm_2d, bilinear_resize, concat_channels, Activation, Conv2d, FeatureMap};
 
 fn fp16(v: f32) -> f32 {
     half::f16::from_f32(v).to_f32()

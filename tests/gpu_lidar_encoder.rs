@@ -11,10 +11,10 @@ mod common;
 use common::{gpu, rel_err};
 use half::f16;
 use sptr::device::cuda::CudaDevice;
-use sptr::model::lidar_encoder::cuda::{CudaLidarEncoder, INPUT_CHANNELS_PADDED};
-use sptr::model::lidar_encoder::{random_weights, LidarEncoder, LidarEncoderConfig};
-use sptr::sparse::hard_voxelize::{hard_voxelize_cpu, point_rows, synthetic_sweeps, HardVoxelParams, POINT_COLUMNS};
-use sptr::sparse::hard_voxelize_cuda::hard_voxelize_cuda;
+use sptr::models::bevfusion::lidar_encoder::cuda::{CudaLidarEncoder, INPUT_CHANNELS_PADDED};
+use sptr::models::bevfusion::lidar_encoder::{random_weights, LidarEncoder, LidarEncoderConfig};
+use sptr::ops::voxelize::hard::{hard_voxelize_cpu, point_rows, synthetic_sweeps, HardVoxelParams, POINT_COLUMNS};
+use sptr::ops::voxelize::hard_cuda::hard_voxelize_cuda;
 
 fn config() -> LidarEncoderConfig {
     LidarEncoderConfig::load(&common::root().join("config/models/bevfusion_seg_fusion.yaml")).expect("fusion model YAML")

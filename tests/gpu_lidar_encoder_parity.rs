@@ -16,13 +16,13 @@
 mod common;
 
 use common::rel_err;
-use sptr::camera::npy;
-use sptr::dense::FeatureMap;
+use sptr::nn::npy;
+use sptr::ops::dense::FeatureMap;
 use sptr::device::cuda::CudaDevice;
-use sptr::model::lidar_encoder::cuda::CudaLidarEncoder;
-use sptr::model::lidar_encoder::{LidarEncoder, LidarEncoderConfig};
-use sptr::model::Weights;
-use sptr::sparse::hard_voxelize::{hard_voxelize_cpu, HardVoxels, POINT_COLUMNS};
+use sptr::models::bevfusion::lidar_encoder::cuda::CudaLidarEncoder;
+use sptr::models::bevfusion::lidar_encoder::{LidarEncoder, LidarEncoderConfig};
+use sptr::nn::Weights;
+use sptr::ops::voxelize::hard::{hard_voxelize_cpu, HardVoxels, POINT_COLUMNS};
 use std::collections::HashMap;
 use std::path::Path;
 

@@ -13,20 +13,20 @@ use common::{gpu, rel_err};
 use cudarc::cublas::CudaBlas;
 use half::f16;
 use lss_common::*;
-use sptr::bev::lss::cuda::{build_geometry_cuda, pool_cuda, upload_frustum, CudaLssTransform};
-use sptr::bev::lss::transform::random_tensors;
-use sptr::bev::lss::{pool, CameraMask, LssConfig, LssGeometry, LssParams, LssTransform, PREFIX};
-use sptr::dense::cuda::CudaFeatureMap;
-use sptr::dense::FeatureMap;
+use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, upload_frustum, CudaLssTransform};
+use sptr::models::bevfusion::lss::transform::random_tensors;
+use sptr::models::bevfusion::lss::{pool, CameraMask, LssConfig, LssGeometry, LssParams, LssTransform, PREFIX};
+use sptr::ops::dense::cuda::CudaFeatureMap;
+use sptr::ops::dense::FeatureMap;
 use sptr::device::cuda::CudaDevice;
-use sptr::model::Weights;
+use sptr::nn::Weights;
 
 fn upload_f16(dev: &CudaDevice, v: &[f32]) -> cudarc::driver::CudaSlice<f16> {
     let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
     dev.stream.clone_htod(&h).unwrap()
 }
 
-fn check_geometry(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &sptr::bev::calib::Calibration) {
+fn check_geometry(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &sptr::sensors::calib::camera::Calibration) {
     let params = LssParams::from_config(cfg);
     let cpu = LssGeometry::build(&params, calib).unwrap();
     let frustum = upload_frustum(dev, &params).unwrap();

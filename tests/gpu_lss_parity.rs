@@ -20,9 +20,9 @@ mod lss_common;
 use half::f16;
 use lss_common::*;
 use serde::Deserialize;
-use sptr::bev::lss::cuda::{build_geometry_cuda, pool_cuda, upload_frustum};
-use sptr::bev::lss::geometry::{depth_index, point_cells};
-use sptr::bev::lss::{CameraMask, LssConfig, LssGeometry, LssParams};
+use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, upload_frustum};
+use sptr::models::bevfusion::lss::geometry::{depth_index, point_cells};
+use sptr::models::bevfusion::lss::{CameraMask, LssConfig, LssGeometry, LssParams};
 use sptr::device::cuda::CudaDevice;
 use std::path::{Path, PathBuf};
 
@@ -117,7 +117,7 @@ fn run_case(dev: &CudaDevice, dir: &Path, c: &Case, cfg: &LssConfig) {
     for i in 0..depth.len() {
         depth[depth_index(i, dn, h, w)] = depth_ndhw[i];
     }
-    let context = sptr::dense::FeatureMap::from_nchw(n, ch, h, w, &feats_nchw).unwrap().data;
+    let context = sptr::ops::dense::FeatureMap::from_nchw(n, ch, h, w, &feats_nchw).unwrap().data;
     let up = |v: &[f32]| dev.stream.clone_htod(&v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<f16>>()).unwrap();
     let (gd, gc) = (up(&depth), up(&context));
     let got = pool_cuda(dev, &geom, &gd, &gc, ch, CameraMask::ALL).unwrap().download(dev).unwrap();
@@ -125,7 +125,7 @@ fn run_case(dev: &CudaDevice, dir: &Path, c: &Case, cfg: &LssConfig) {
     let e = rel_err(&got.data, &want_pool);
     assert!(got.data.iter().all(|v| v.is_finite()));
     assert!(e <= 1e-3, "{}: pooled rel err {e}", c.case);
-    let cpu_pool = sptr::bev::lss::pool(&cpu, &depth, &context, ch, CameraMask::ALL).unwrap();
+    let cpu_pool = sptr::models::bevfusion::lss::pool(&cpu, &depth, &context, ch, CameraMask::ALL).unwrap();
     let e_cpu = rel_err(&cpu_pool.data, &want_pool);
     let ms = dev.time_median_ms(5, 100, || pool_cuda(dev, &geom, &gd, &gc, ch, CameraMask::ALL).map(|_| ())).unwrap();
     let geom_ms = dev.time_median_ms(2, 20, || build_geometry_cuda(dev, &params, &gfr, &calib).map(|_| ())).unwrap();

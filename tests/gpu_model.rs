@@ -13,11 +13,12 @@
 mod common;
 
 use common::{gpu, nuscenes_sweep, rel_err};
-use sptr::config::{DeviceKind, ModelConfig, ModelYaml};
-use sptr::model::prepare_inputs;
-use sptr::model::random::random_weights;
-use sptr::model::sphereformer::StageTimes;
-use sptr::pipeline::{Segmenter, UNLABELED};
+use sptr::frame::params::DeviceKind;
+use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
+use sptr::models::sphereformer::preprocess::prepare_inputs;
+use sptr::nn::random::random_weights;
+use sptr::models::sphereformer::network::StageTimes;
+use sptr::models::sphereformer::segmenter::{Segmenter, UNLABELED};
 use sptr::Points;
 use std::time::Instant;
 
@@ -122,7 +123,7 @@ fn cuda_segmenter_labels_points_like_the_cpu() {
     let b = cuda.segment(&[&pts]).expect("cuda segment");
     assert_eq!(a.labels.len(), b.labels.len());
     assert_eq!(a.voxels, b.voxels);
-    let unl = |s: &sptr::pipeline::Segmentation| s.labels.iter().filter(|&&l| l == UNLABELED).count();
+    let unl = |s: &sptr::models::sphereformer::segmenter::Segmentation| s.labels.iter().filter(|&&l| l == UNLABELED).count();
     assert_eq!(unl(&a), unl(&b), "the same points lack a voxel");
     assert!(b.labels[10] == UNLABELED && b.labels[11] != UNLABELED);
     let agree = a.labels.iter().zip(&b.labels).filter(|(x, y)| x == y).count() as f64 / a.labels.len() as f64;

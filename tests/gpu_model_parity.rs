@@ -16,12 +16,14 @@
 mod common;
 
 use common::rel_err;
-use sptr::config::{DeviceKind, ModelConfig};
-use sptr::model::bench::bench_segment;
-use sptr::model::sphereformer::StageTimes;
-use sptr::model::{prepare_inputs, NetworkInputs, Weights};
-use sptr::pipeline::files::{read_cloud, CloudFormat};
-use sptr::pipeline::Segmenter;
+use sptr::frame::params::DeviceKind;
+use sptr::models::sphereformer::config::ModelConfig;
+use sptr::bench::model::bench_segment;
+use sptr::models::sphereformer::network::StageTimes;
+use sptr::models::sphereformer::preprocess::{prepare_inputs, NetworkInputs};
+use sptr::nn::Weights;
+use sptr::cli::segment_files::{read_cloud, CloudFormat};
+use sptr::models::sphereformer::segmenter::Segmenter;
 use std::collections::HashSet;
 use std::path::Path;
 

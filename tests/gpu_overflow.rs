@@ -25,21 +25,20 @@ mod issue22;
 use common::{gpu, nuscenes_sweep, Rng};
 use issue22::issue_weights;
 use half::f16;
-use sptr::attention::cuda::{
-    window_attention_cuda_guarded, window_attention_cuda_split, CudaContextual, CudaSphereWindows, CudaTerm, QkvView,
-};
-use sptr::attention::{HeadSlice, SphereLevel};
-use sptr::config::{DeviceKind, ModelConfig, ModelYaml};
+use sptr::ops::attention::cuda::{window_attention_cuda_guarded, window_attention_cuda_split, CudaContextual, CudaSphereWindows, CudaTerm, QkvView};
+use sptr::ops::attention::{HeadSlice, SphereLevel};
+use sptr::frame::params::DeviceKind;
+use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::device::cuda::CudaDevice;
 use sptr::device::range::RangeFlags;
-use sptr::model::random::{random_tensors, random_weights, NamedTensors};
-use sptr::model::range::{LayerNames, RANGE_NON_FINITE, RANGE_SATURATED};
-use sptr::model::weights::Weights;
-use sptr::pipeline::{Segmentation, Segmenter};
-use sptr::sparse::conv_cpu::WeightLayout;
-use sptr::sparse::conv_cuda::{conv_cuda_guarded, conv_cuda_split, ConvAlgo, ConvRange, CudaConvWeights, CudaPreActivation, TILED_VARIANTS, WGMMA_VARIANTS};
-use sptr::sparse::kernel_map_cuda::{submanifold_cuda_sites, CudaKernelMap, CudaSites};
-use sptr::sparse::voxelize::voxelize_cpu;
+use sptr::nn::random::{random_tensors, random_weights, NamedTensors};
+use sptr::device::range_guard::{LayerNames, RANGE_NON_FINITE, RANGE_SATURATED};
+use sptr::nn::weights::Weights;
+use sptr::models::sphereformer::segmenter::{Segmentation, Segmenter};
+use sptr::ops::sparse_conv::cpu::WeightLayout;
+use sptr::ops::sparse_conv::cuda::{conv_cuda_guarded, conv_cuda_split, ConvAlgo, ConvRange, CudaConvWeights, CudaPreActivation, TILED_VARIANTS, WGMMA_VARIANTS};
+use sptr::ops::sparse_conv::kernel_map_cuda::{submanifold_cuda_sites, CudaKernelMap, CudaSites};
+use sptr::ops::voxelize::cpu::voxelize_cpu;
 use sptr::Points;
 
 fn model_yaml(name: &str) -> ModelYaml {
@@ -55,7 +54,7 @@ fn bits16(dev: &CudaDevice, v: &cudarc::driver::CudaSlice<f16>) -> Vec<u16> {
 }
 
 /// Two guarded layers, `pre` (id 0) and `out` (id 1), for kernel tests.
-fn two_layers() -> (LayerNames, sptr::model::range::LayerId, sptr::model::range::LayerId) {
+fn two_layers() -> (LayerNames, sptr::device::range_guard::LayerId, sptr::device::range_guard::LayerId) {
     let mut n = LayerNames::new();
     let pre = n.add("pre");
     let out = n.add("out");

@@ -17,15 +17,16 @@ mod common;
 mod seg;
 
 use common::{gpu, rel_err};
-use sptr::bag::cdr::{CompressedImage, Header, Time};
-use sptr::bev::branch::{BevFrameInputs, BevMapModel, CameraImage};
-use sptr::bev::calib::NUSCENES_CAMERAS;
-use sptr::config::{DeviceKind, ModelConfig};
-use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
-use sptr::model::prepare_inputs;
-use sptr::model::random::random_weights;
-use sptr::model::sphereformer::StageTimes;
-use sptr::pipeline::Segmenter;
+use sptr::msgs::cdr::{CompressedImage, Header, Time};
+use sptr::frame::cameras::{BevFrameInputs, BevMapModel, CameraImage};
+use sptr::sensors::calib::camera::NUSCENES_CAMERAS;
+use sptr::frame::params::DeviceKind;
+use sptr::models::sphereformer::config::ModelConfig;
+use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
+use sptr::models::sphereformer::preprocess::prepare_inputs;
+use sptr::nn::random::random_weights;
+use sptr::models::sphereformer::network::StageTimes;
+use sptr::models::sphereformer::segmenter::Segmenter;
 
 const MS: i64 = 1_000_000;
 const OVERLAPPED_FRAMES: usize = 12;

@@ -35,22 +35,23 @@ use common::{gpu, nuscenes_sweep, rel_err, Rng};
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use issue22::issue_weights;
-use sptr::attention::cuda::{window_attention_cuda_guarded, CudaContextual, CudaSphereWindows, CudaTerm, QkvView};
-use sptr::attention::{HeadSlice, SphereLevel};
-use sptr::config::{DeviceKind, ModelConfig, ModelYaml};
+use sptr::ops::attention::cuda::{window_attention_cuda_guarded, CudaContextual, CudaSphereWindows, CudaTerm, QkvView};
+use sptr::ops::attention::{HeadSlice, SphereLevel};
+use sptr::frame::params::DeviceKind;
+use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::device::cuda::CudaDevice;
 use sptr::device::range::RangeFlags;
 use sptr::device::storage::{Precision, Storage, Store};
-use sptr::model::random::NamedTensors;
-use sptr::model::range::{LayerNames, RANGE_NON_FINITE};
-use sptr::model::weights::Weights;
-use sptr::pipeline::{Segmentation, Segmenter};
-use sptr::sparse::conv_cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
-use sptr::sparse::conv_cuda::{conv_cuda_guarded, ConvAlgo, ConvRange, CudaConvWeights, CudaPreActivation, TILED_MIN_OUTPUTS, TILED_VARIANTS, WGMMA_VARIANTS};
-use sptr::sparse::kernel_map::submanifold;
-use sptr::sparse::kernel_map_cuda::{submanifold_cuda, CudaSites};
-use sptr::sparse::tensor::SparseTensor;
-use sptr::sparse::voxelize::voxelize_cpu;
+use sptr::nn::random::NamedTensors;
+use sptr::device::range_guard::{LayerNames, RANGE_NON_FINITE};
+use sptr::nn::weights::Weights;
+use sptr::models::sphereformer::segmenter::{Segmentation, Segmenter};
+use sptr::ops::sparse_conv::cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
+use sptr::ops::sparse_conv::cuda::{conv_cuda_guarded, ConvAlgo, ConvRange, CudaConvWeights, CudaPreActivation, TILED_MIN_OUTPUTS, TILED_VARIANTS, WGMMA_VARIANTS};
+use sptr::ops::sparse_conv::kernel_map::submanifold;
+use sptr::ops::sparse_conv::kernel_map_cuda::{submanifold_cuda, CudaSites};
+use sptr::ops::sparse_conv::tensor::SparseTensor;
+use sptr::ops::voxelize::cpu::voxelize_cpu;
 use sptr::Points;
 
 fn model_yaml(name: &str) -> ModelYaml {
@@ -228,11 +229,11 @@ fn bf16_attention_matches_the_fp16_kernels() {
     fn run<S: Store>(
         dev: &CudaDevice,
         names: &LayerNames,
-        id: sptr::model::range::LayerId,
+        id: sptr::device::range_guard::LayerId,
         (q, k, v): (&[f32], &[f32], &[f32]),
         row: usize,
         all: HeadSlice,
-        part: &sptr::attention::cuda::CudaPartition,
+        part: &sptr::ops::attention::cuda::CudaPartition,
         term: CudaTerm,
         (tiled_min, splits): (usize, Option<usize>),
     ) -> (Vec<f32>, u32) {
@@ -353,7 +354,7 @@ fn in_range_weights_stay_fp16_under_auto_and_are_never_flagged() {
     let n = model_yaml("sphereformer_nuscenes.yaml");
     let k = model_yaml("sphereformer_semantickitti.yaml");
     for (case, y, seed, pts) in [("nuscenes full config", &n, 5, &nus), ("semantickitti full config", &k, 7, &kitti)] {
-        let t = || sptr::model::random::random_tensors(y, seed).unwrap();
+        let t = || sptr::nn::random::random_tensors(y, seed).unwrap();
         let fp16 = segmenter(y, t(), Precision::Fp16).segment(&[pts]).unwrap();
         let auto = segmenter(y, t(), Precision::Auto);
         let a = auto.segment(&[pts]).unwrap();

@@ -11,11 +11,12 @@ mod common;
 
 use common::{coordinate_collision_cloud, gpu, nuscenes_sweep, rotated_z, Rng};
 use half::f16;
-use sptr::config::{ModelConfig, ModelYaml, VoxelOrigin};
+use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
+use sptr::ops::voxelize::cpu::VoxelOrigin;
 use sptr::device::cuda::CudaDevice;
-use sptr::model::preprocess::cuda::{labels_to_points_cuda, prepare_inputs_cuda};
-use sptr::model::prepare_inputs;
-use sptr::pipeline::{argmax_softmax, UNLABELED};
+use sptr::models::sphereformer::preprocess::cuda::{labels_to_points_cuda, prepare_inputs_cuda};
+use sptr::models::sphereformer::preprocess::prepare_inputs;
+use sptr::models::sphereformer::segmenter::{argmax_softmax, UNLABELED};
 use sptr::Points;
 use std::path::PathBuf;
 

@@ -7,14 +7,14 @@ mod common;
 
 use common::{gpu, rel_err, nuscenes_sweep, Rng};
 use half::f16;
-use sptr::config::ModelConfig;
+use sptr::models::sphereformer::config::ModelConfig;
 use sptr::device::cuda::CudaDevice;
-use sptr::sparse::conv_cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
-use sptr::sparse::conv_cuda::{conv_cuda, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation, TILED_VARIANTS, WGMMA_VARIANTS};
-use sptr::sparse::kernel_map::{inverse, strided, submanifold, ConvGeometry, KernelMap};
-use sptr::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda, CudaKernelMap, CudaSites};
-use sptr::sparse::tensor::SparseTensor;
-use sptr::sparse::voxelize::voxelize_cpu;
+use sptr::ops::sparse_conv::cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
+use sptr::ops::sparse_conv::cuda::{conv_cuda, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation, TILED_VARIANTS, WGMMA_VARIANTS};
+use sptr::ops::sparse_conv::kernel_map::{inverse, strided, submanifold, ConvGeometry, KernelMap};
+use sptr::ops::sparse_conv::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda, CudaKernelMap, CudaSites};
+use sptr::ops::sparse_conv::tensor::SparseTensor;
+use sptr::ops::voxelize::cpu::voxelize_cpu;
 
 
 fn round16(v: &[f32]) -> Vec<f32> {

@@ -32,11 +32,11 @@
 use half::f16;
 use serde::Deserialize;
 use sptr::device::cuda::CudaDevice;
-use sptr::sparse::conv_cpu::{spconv_weight_layout, WeightLayout};
-use sptr::sparse::conv_cuda::{conv_cuda, CudaConvWeights};
-use sptr::sparse::kernel_map::{inverse, strided, submanifold, ConvGeometry};
-use sptr::sparse::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda, CudaKernelMap, CudaSites};
-use sptr::sparse::tensor::SparseTensor;
+use sptr::ops::sparse_conv::cpu::{spconv_weight_layout, WeightLayout};
+use sptr::ops::sparse_conv::cuda::{conv_cuda, CudaConvWeights};
+use sptr::ops::sparse_conv::kernel_map::{inverse, strided, submanifold, ConvGeometry};
+use sptr::ops::sparse_conv::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda, CudaKernelMap, CudaSites};
+use sptr::ops::sparse_conv::tensor::SparseTensor;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -5,11 +5,12 @@
 mod common;
 
 use common::{gpu, rel_err, nuscenes_sweep, rotated_z, Rng};
-use sptr::config::{KeyPrecision, ModelConfig, OutOfRange, VoxelOrigin};
+use sptr::ops::voxelize::cpu::{KeyPrecision, OutOfRange, VoxelOrigin};
+use sptr::models::sphereformer::config::ModelConfig;
 use sptr::device::cuda::{driver_available, CudaDevice};
 use sptr::device::primitives::{bits_for, exclusive_scan_u32, radix_sort_pairs};
-use sptr::sparse::voxelize::{voxelize_cpu, VoxelParams, Voxels};
-use sptr::sparse::voxelize_cuda::voxelize_cuda;
+use sptr::ops::voxelize::cpu::{voxelize_cpu, VoxelParams, Voxels};
+use sptr::ops::voxelize::cuda::voxelize_cuda;
 use sptr::Points;
 
 

@@ -7,13 +7,11 @@
 mod common;
 
 use common::{rel_err, Rng};
-use sptr::model::lidar_encoder::{
-    random_tensors, random_weights, weight_specs, LidarEncoder, LidarEncoderConfig, Padding, BN_EPS, PREFIX,
-};
-use sptr::model::{ModelError, Weights};
-use sptr::sparse::hard_voxelize::{hard_voxelize_cpu, point_rows, HardVoxelParams, POINT_COLUMNS};
-use sptr::sparse::kernel_map::{conv_output_shape, kernel_offsets, strided, ConvGeometry};
-use sptr::sparse::tensor::SparseTensor;
+use sptr::models::bevfusion::lidar_encoder::{random_tensors, random_weights, weight_specs, LidarEncoder, LidarEncoderConfig, Padding, BN_EPS, PREFIX};
+use sptr::nn::{ModelError, Weights};
+use sptr::ops::voxelize::hard::{hard_voxelize_cpu, point_rows, HardVoxelParams, POINT_COLUMNS};
+use sptr::ops::sparse_conv::kernel_map::{conv_output_shape, kernel_offsets, strided, ConvGeometry};
+use sptr::ops::sparse_conv::tensor::SparseTensor;
 use std::collections::{BTreeSet, HashMap};
 
 fn model_yaml() -> std::path::PathBuf {

@@ -7,13 +7,13 @@
 mod lss_common;
 
 use lss_common::*;
-use sptr::bev::calib::{CameraCalib, Calibration};
-use sptr::bev::lss::geometry::{depth_index, point_cells};
-use sptr::bev::lss::transform::random_tensors;
-use sptr::bev::lss::{pool, weight_specs, CameraMask, LssGeometry, LssParams, LssTransform, PREFIX};
-use sptr::dense::FeatureMap;
-use sptr::model::random::NamedTensors;
-use sptr::model::{ModelError, Weights};
+use sptr::sensors::calib::camera::{CameraCalib, Calibration};
+use sptr::models::bevfusion::lss::geometry::{depth_index, point_cells};
+use sptr::models::bevfusion::lss::transform::random_tensors;
+use sptr::models::bevfusion::lss::{pool, weight_specs, CameraMask, LssGeometry, LssParams, LssTransform, PREFIX};
+use sptr::ops::dense::FeatureMap;
+use sptr::nn::random::NamedTensors;
+use sptr::nn::{ModelError, Weights};
 
 fn rel(a: &[f32], b: &[f64]) -> f64 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - y).powi(2)).sum();
@@ -91,7 +91,7 @@ fn forward_shapes_lift_and_downsample_wiring() {
     assert!(out.data.iter().any(|v| *v > 0.0));
     // lift: depth rows are distributions, context is the depthnet's last 16 channels
     let lifted = t.lift(&x).unwrap();
-    let raw = t.depthnet.forward(&x, sptr::dense::Activation::None).unwrap();
+    let raw = t.depthnet.forward(&x, sptr::ops::dense::Activation::None).unwrap();
     for (p, row) in lifted.depth.chunks(30).enumerate() {
         let s: f32 = row.iter().sum();
         assert!((s - 1.0).abs() < 1e-5, "pixel {p}: depth sums to {s}");
@@ -106,14 +106,14 @@ fn forward_shapes_lift_and_downsample_wiring() {
     let raw_w = Weights::from_tensors("random", random_tensors(&cfg, PREFIX, 7)).unwrap();
     let get = |n: &str| raw_w.get(&format!("{PREFIX}{n}")).unwrap().data.clone();
     let bev = pool(&geom, &lifted.depth, &lifted.context, 16, CameraMask::ALL).unwrap();
-    let conv = sptr::dense::Conv2d::new(16, 16, 3, 3, [1, 1], [1, 1], get("downsample.0.weight"), None).unwrap();
-    let y = conv.forward(&bev, sptr::dense::Activation::None).unwrap();
+    let conv = sptr::ops::dense::Conv2d::new(16, 16, 3, 3, [1, 1], [1, 1], get("downsample.0.weight"), None).unwrap();
+    let y = conv.forward(&bev, sptr::ops::dense::Activation::None).unwrap();
     let (g, b, m, v) = (get("downsample.1.weight"), get("downsample.1.bias"), get("downsample.1.running_mean"), get("downsample.1.running_var"));
     let by_hand: Vec<f32> = y.data.iter().enumerate().map(|(i, &a)| {
         let ch = i % 16;
         ((a - m[ch]) / (v[ch] + 1e-5).sqrt() * g[ch] + b[ch]).max(0.0)
     }).collect();
-    let folded = t.downsample[0].forward(&bev, sptr::dense::Activation::Relu).unwrap();
+    let folded = t.downsample[0].forward(&bev, sptr::ops::dense::Activation::Relu).unwrap();
     let err = by_hand.iter().zip(&folded.data).fold(0f32, |a, (x, y)| a.max((x - y).abs()));
     assert!(err < 1e-4, "downsample.0/1 folded vs by hand: {err}");
     assert_eq!(t.downsample[1].stride, [2, 2]);

@@ -4,11 +4,12 @@
 mod common;
 
 use common::{rel_err, Rng};
-use sptr::config::{ModelConfig, ModelYaml};
-use sptr::model::preprocess::prepare_inputs;
-use sptr::model::random::{random_tensors, random_weights, safetensors_bytes, save_tensors};
-use sptr::model::{weight_specs, ModelError, SphereFormer, Weights};
-use sptr::pipeline::{Segmenter, UNLABELED};
+use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
+use sptr::models::sphereformer::preprocess::prepare_inputs;
+use sptr::nn::random::{random_tensors, random_weights, safetensors_bytes, save_tensors};
+use sptr::models::sphereformer::network::{weight_specs, SphereFormer};
+use sptr::nn::{ModelError, Weights};
+use sptr::models::sphereformer::segmenter::{Segmenter, UNLABELED};
 use sptr::Points;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -500,7 +501,7 @@ fn bad_network_inputs_are_errors() {
 
 #[test]
 fn label_file_has_one_uint32_per_point() {
-    use sptr::pipeline::files::{read_cloud, write_label_file, CloudFormat, LabelIds};
+    use sptr::cli::segment_files::{read_cloud, write_label_file, CloudFormat, LabelIds};
     let y = small("sphereformer_semantickitti.yaml");
     let path = common::data("semantickitti/000000.bin");
     let fmt = CloudFormat::from_path(&path).expect("format from name");
@@ -541,7 +542,7 @@ fn colliding_recomputed_coordinates_go_back_to_their_keys() {
 /// in the order `cpu_stage_names` lists them, for the small and the full configs' level layouts.
 #[test]
 fn stage_hook_sees_every_cpu_stage_in_order() {
-    use sptr::model::sphereformer::cpu_stage_names;
+    use sptr::models::sphereformer::network::cpu_stage_names;
     use std::sync::{Arc, Mutex};
     let pts = kitti_sample();
     let mut y = small("sphereformer_semantickitti.yaml");

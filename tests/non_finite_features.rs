@@ -5,11 +5,11 @@
 
 mod common;
 
-use sptr::cloud::{decode, encode_points, finite_mask, Layout};
-use sptr::config::ModelConfig;
-use sptr::model::random::random_weights;
-use sptr::pipeline::{Segmenter, UNLABELED};
-use sptr::sparse::voxelize::voxelize_cpu;
+use sptr::msgs::cloud::{decode, encode_points, finite_mask, Layout};
+use sptr::models::sphereformer::config::ModelConfig;
+use sptr::nn::random::random_weights;
+use sptr::models::sphereformer::segmenter::{Segmenter, UNLABELED};
+use sptr::ops::voxelize::cpu::voxelize_cpu;
 use sptr::Points;
 
 /// Points of the sweep given bad intensities (spread over the cloud) and the values.

@@ -8,16 +8,17 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use sptr::bag::cdr::{CdrMessage, Header, Image, OccupancyGrid, PointCloud2, Time};
+use sptr::msgs::cdr::{CdrMessage, Header, Image, OccupancyGrid, PointCloud2, Time};
 use sptr::bag::{Bag, BagWriter};
-use sptr::cloud::{datatype, decode, encode_points, CloudBuf, Layout, PointField};
-use sptr::config::{DeviceKind, ModelConfig, ModelYaml, NodeParams};
+use sptr::msgs::cloud::{datatype, decode, encode_points, CloudBuf, Layout, PointField};
+use sptr::frame::params::{DeviceKind, NodeParams};
+use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::eval::state::FrameStatus;
 use sptr::eval::LabelMap;
-use sptr::model::random::random_weights;
-use sptr::outputs::OutputTopics;
-use sptr::perception::Processor;
-use sptr::pipeline::Segmenter;
+use sptr::nn::random::random_weights;
+use sptr::frame::outputs::OutputTopics;
+use sptr::frame::processor::Processor;
+use sptr::models::sphereformer::segmenter::Segmenter;
 use sptr::replay::{
     bev_params, replay, LabelSource, ProgressMode, ReplayOptions, ReplayOutcome, Shard,
 };
@@ -243,7 +244,7 @@ fn nuscenes_sample_bag_replays_end_to_end() {
                 );
                 let (p, _) = decode(&c.view()).unwrap();
                 assert_eq!(p.len(), 34_688);
-                let ids = sptr::cloud::field_values(&c.view(), &["class_id"])
+                let ids = sptr::msgs::cloud::field_values(&c.view(), &["class_id"])
                     .unwrap()
                     .unwrap();
                 assert!(ids.iter().all(|&v| v < 16.0 || v == 255.0));
@@ -741,12 +742,12 @@ fn occupancy_grid_cdr_matches_rosbags() {
             stamp: time,
             frame_id: v["frame_id"].as_str().unwrap().into(),
         },
-        info: sptr::bag::MapMetaData {
+        info: sptr::msgs::cdr::MapMetaData {
             map_load_time: time,
             resolution: v["resolution"].as_f64().unwrap() as f32,
             width: 3,
             height: 2,
-            origin: sptr::bag::Pose {
+            origin: sptr::msgs::cdr::Pose {
                 position: f("origin").try_into().unwrap(),
                 orientation: f("orientation").try_into().unwrap(),
             },

@@ -13,12 +13,12 @@ mod seg;
 
 use std::path::{Path, PathBuf};
 
-use sptr::bag::cdr::{CameraInfo, CdrMessage, CompressedImage, Header, Image, OccupancyGrid, PointCloud2, TfMessage, Time, TransformStamped};
+use sptr::msgs::cdr::{CameraInfo, CdrMessage, CompressedImage, Header, Image, OccupancyGrid, PointCloud2, TfMessage, Time, TransformStamped};
 use sptr::bag::{Bag, BagWriter};
-use sptr::bev::branch::{BevFrameInputs, BevMapModel};
-use sptr::bev::map::{BevMap, NUSCENES_MAP_CLASSES};
-use sptr::cloud::{encode_points, Layout};
-use sptr::config::NodeParams;
+use sptr::frame::cameras::{BevFrameInputs, BevMapModel};
+use sptr::models::bevfusion::map::{BevMap, NUSCENES_MAP_CLASSES};
+use sptr::msgs::cloud::{encode_points, Layout};
+use sptr::frame::params::NodeParams;
 use sptr::replay::request::camera_options;
 use sptr::replay::{replay, replay_with, CameraReplayOptions, ReplayOutcome};
 
@@ -193,7 +193,7 @@ fn written_bag_with_tf_static_stale_corrupt_and_a_calibration_change() {
     write(&mut w, topics[3].0, setup, info("cam_a", 10.0).to_cdr(true).unwrap());
     // CAM_B's images are the small JPEG: its CameraInfo says its size
     let (jw, jh) = {
-        let img = sptr::camera::compressed::decode_compressed("jpeg", &jpeg, &Default::default()).unwrap();
+        let img = sptr::sensors::image::compressed::decode_compressed("jpeg", &jpeg, &Default::default()).unwrap();
         (img.width as u32, img.height as u32)
     };
     let mut info_b = info("cam_b", 10.0);
@@ -222,7 +222,7 @@ fn written_bag_with_tf_static_stale_corrupt_and_a_calibration_change() {
     let params_path = common::root().join(CAMS_PARAMS);
     let mut node = NodeParams::load(&params_path).unwrap();
     node.input.cameras = vec!["CAM_A".into(), "CAM_B".into()];
-    node.camera.overrides.insert("CAM_A".into(), sptr::config::CameraOverride { transport: Some(sptr::config::ImageTransport::Raw), ..Default::default() });
+    node.camera.overrides.insert("CAM_A".into(), sptr::frame::params::CameraOverride { transport: Some(sptr::frame::params::ImageTransport::Raw), ..Default::default() });
     node.camera.calibration_file.clear();
     let c2 = camera_options(&params_path, &node).unwrap().unwrap();
     cams.inputs = c2.inputs;
@@ -286,7 +286,7 @@ fn bag_without_cameras_replays_lidar_only() {
 
 /// Records the maps of the model it wraps (the test's window into what replay wrote).
 struct Recording<'a> {
-    inner: &'a mut sptr::model::bevfusion_seg_map_model::SegMapModel,
+    inner: &'a mut sptr::models::bevfusion::map_model::SegMapModel,
     maps: Vec<BevMap>,
 }
 
@@ -308,7 +308,7 @@ impl BevMapModel for Recording<'_> {
 /// every class present (report.json's `bev_map`, report.md's section).
 #[test]
 fn sample_bag_with_the_seg_model_writes_and_evaluates_the_map() {
-    use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
+    use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
     let dir = temp_dir("segmodel");
     let (yaml, mut p) = processor(&dir);
     let bag = common::data("bags/nuscenes_sample");
@@ -346,7 +346,7 @@ fn sample_bag_with_the_seg_model_writes_and_evaluates_the_map() {
             assert_eq!(g.header.stamp, cloud.header.stamp);
             assert_eq!((g.info.width, g.info.height, g.info.resolution), (50, 50, 2.0));
             // row-major, x along a row: cell (x, y) is data[y * 50 + x]
-            assert_eq!(g.data[7 * 50 + 3], sptr::bev::map_messages::occupancy_value(map.at(c, 3, 7)));
+            assert_eq!(g.data[7 * 50 + 3], sptr::frame::map_messages::occupancy_value(map.at(c, 3, 7)));
         }
         for (t, enc) in [("/sptr/output/bev/map_bits", "mono8"), ("/sptr/output/bev/map_color", "rgb8")] {
             let img = Image::from_cdr(&bag_messages(&ob, t)[0].1).unwrap();
@@ -357,7 +357,7 @@ fn sample_bag_with_the_seg_model_writes_and_evaluates_the_map() {
         if k == 0 {
             assert!(o.map_metrics.is_none());
             let masks: Vec<f32> = map.probabilities.iter().map(|&v| if v >= 0.5 { 1.0 } else { 0.0 }).collect();
-            sptr::camera::npy::write_f32(&gt.join("000000.npy"), &[6, 50, 50], &masks).unwrap();
+            sptr::nn::npy::write_f32(&gt.join("000000.npy"), &[6, 50, 50], &masks).unwrap();
         } else {
             let m = o.map_metrics.expect("evaluated");
             assert_eq!(m.frames, 1);
@@ -383,7 +383,7 @@ fn sample_bag_with_the_seg_model_writes_and_evaluates_the_map() {
 /// camera named as masked) and is a per-frame error for the camera-only model.
 #[test]
 fn no_usable_camera_is_lidar_only_for_fusion_and_an_error_for_camera_only() {
-    use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
+    use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
     let mut b = seg::nuscenes_branch(false);
     let pts = sptr::Points { x: vec![5.0, 10.0], y: vec![1.0, -2.0], z: vec![0.5, 0.0], intensity: vec![3.0, 9.0], has_intensity: true, ring: None, time: None };
     let inputs = b.frame(1_000_000_000, "lidar_top", &pts);

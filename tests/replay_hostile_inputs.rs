@@ -26,14 +26,14 @@ mod replay_setup;
 
 use std::path::{Path, PathBuf};
 
-use sptr::bag::cdr::{CameraInfo, CdrMessage, CompressedImage, Header, Image, PointCloud2, Time};
-use sptr::bev::branch::{BevFrameInputs, BevMapModel};
-use sptr::bev::calib::CameraCalib;
-use sptr::bev::map::BevMap;
+use sptr::msgs::cdr::{CameraInfo, CdrMessage, CompressedImage, Header, Image, PointCloud2, Time};
+use sptr::frame::cameras::{BevFrameInputs, BevMapModel};
+use sptr::sensors::calib::camera::CameraCalib;
+use sptr::models::bevfusion::map::BevMap;
 use sptr::bag::{Bag, BagWriter};
-use sptr::cloud::{encode_points, Layout};
-use sptr::config::{CameraOverride, ImageTransport, NodeParams};
-use sptr::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
+use sptr::msgs::cloud::{encode_points, Layout};
+use sptr::frame::params::{CameraOverride, ImageTransport, NodeParams};
+use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
 use sptr::replay::request::camera_options;
 use sptr::replay::{replay_with, CameraReplayOptions, ReplayOptions};
 
@@ -98,7 +98,7 @@ fn sample_frame() -> SampleFrame {
 /// Frame `k`'s cloud: the sample sweep's first 1,000 points moved 0.25 m per frame along x (so
 /// every frame's right map differs), with or without the intensity field.
 fn cloud(sample: &SampleFrame, k: i64, stamp: i64, intensity: bool) -> PointCloud2 {
-    let (mut p, _) = sptr::cloud::decode(&sample.cloud.view()).unwrap();
+    let (mut p, _) = sptr::msgs::cloud::decode(&sample.cloud.view()).unwrap();
     for v in [&mut p.x, &mut p.y, &mut p.z, &mut p.intensity] {
         v.truncate(1000);
     }
@@ -314,7 +314,7 @@ fn the_real_model_makes_the_map_without_a_camera_it_cannot_take() {
     let mut model = SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::Random(3), false).unwrap();
     let mut maps = Vec::new();
     for (case, want) in [("raw 1280 x 720", "unsupported_size"), ("the 1600 x 900 JPEG", "size_mismatch"), ("no image", "missing")] {
-        let mut branch = sptr::bev::branch::CameraBranch::new(cams_options().branch).unwrap();
+        let mut branch = sptr::frame::cameras::CameraBranch::new(cams_options().branch).unwrap();
         let t = sample.cloud.header.stamp.as_nanos();
         for (i, (name, _, img, _, info)) in sample.cameras.iter().enumerate() {
             let mut jpeg = img.clone();
@@ -323,16 +323,16 @@ fn the_real_model_makes_the_map_without_a_camera_it_cannot_take() {
                 let (raw, info) = cam_back_720p(t - 10 * MS, info);
                 branch.on_camera_info(i, &info).unwrap();
                 match want {
-                    "unsupported_size" => branch.on_image(i, sptr::bev::branch::CameraImage::Raw(raw)),
-                    "size_mismatch" => branch.on_image(i, sptr::bev::branch::CameraImage::Compressed(jpeg)),
+                    "unsupported_size" => branch.on_image(i, sptr::frame::cameras::CameraImage::Raw(raw)),
+                    "size_mismatch" => branch.on_image(i, sptr::frame::cameras::CameraImage::Compressed(jpeg)),
                     _ => true,
                 };
                 continue;
             }
             branch.on_camera_info(i, info).unwrap();
-            branch.on_image(i, sptr::bev::branch::CameraImage::Compressed(jpeg));
+            branch.on_image(i, sptr::frame::cameras::CameraImage::Compressed(jpeg));
         }
-        let (points, _) = sptr::cloud::decode(&cloud(&sample, 0, t, true).view()).unwrap();
+        let (points, _) = sptr::msgs::cloud::decode(&cloud(&sample, 0, t, true).view()).unwrap();
         let mut inputs = branch.frame(t, &sample.cloud.header.frame_id, &points);
         let (map, _) = branch.run_model(&mut model, &mut inputs);
         let map = map.unwrap_or_else(|e| panic!("{case}: {e}"));

@@ -11,7 +11,7 @@
 //! [16, 32, 48], one block per stage, attention on levels 1 and 2; same voxelization, so the
 //! same voxel count): the full model takes ~16 s a frame on two CPU cores, this one under one
 //! second (release build), and every code path of the node is the same. Its weights are
-//! `sptr::model::random` weights, written once per test process (fixed file names under
+//! `sptr::nn::random` weights, written once per test process (fixed file names under
 //! `CARGO_TARGET_TMPDIR`, replaced by each run).
 //!
 //! Needs a ROS 2 environment (`source scripts/ros_env.sh`); run with `scripts/test_ros.sh`
@@ -125,13 +125,13 @@ fn test_weights() -> &'static Path {
     static W: OnceLock<PathBuf> = OnceLock::new();
     W.get_or_init(|| {
         let model = test_model(None);
-        let cfg = sptr::config::ModelConfig::load(&model)
+        let cfg = sptr::models::sphereformer::config::ModelConfig::load(&model)
             .expect("test model loads")
             .yaml;
-        let tensors = sptr::model::random::random_tensors(&cfg, 11).expect("random weights");
+        let tensors = sptr::nn::random::random_tensors(&cfg, 11).expect("random weights");
         let path = tmp().join("ros_node_test_weights.safetensors");
         let part = tmp().join(format!("ros_node_test_weights.{}.part", std::process::id()));
-        sptr::model::random::save_tensors(&part, &tensors).expect("write the weights");
+        sptr::nn::random::save_tensors(&part, &tensors).expect("write the weights");
         std::fs::rename(&part, &path).expect("move the weights into place");
         path
     })
@@ -439,18 +439,18 @@ fn valid_cloud_gives_labeled_cloud_bev_grids_and_timings() {
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
-    let cfg = sptr::config::ModelConfig::load(&test_model(None))
+    let cfg = sptr::models::sphereformer::config::ModelConfig::load(&test_model(None))
         .expect("test model")
         .yaml;
-    let weights = sptr::model::weights::Weights::from_file(test_weights()).expect("weights");
-    let seg = sptr::pipeline::Segmenter::new(cfg, weights).expect("segmenter");
+    let weights = sptr::nn::weights::Weights::from_file(test_weights()).expect("weights");
+    let seg = sptr::models::sphereformer::segmenter::Segmenter::new(cfg, weights).expect("segmenter");
     let mut pts = sptr::Points::read_bin(&nuscenes_bin(), 5).expect("nuScenes sample");
     pts.ring = None;
     let want = seg.segment(&[&pts]).expect("segment");
     let same = ids
         .iter()
         .zip(&want.labels)
-        .filter(|(&a, &b)| a == sptr::perception::class_u8(b))
+        .filter(|(&a, &b)| a == sptr::frame::processor::class_u8(b))
         .count();
     // The node and this process may split rayon's work differently: allow last-bit differences.
     assert!(
@@ -870,9 +870,9 @@ fn colcon_installed_node_answers_the_peer() {
         assert!(f.is_file(), "colcon did not install {}", f.display());
     }
     let installed = share.join("config/perception.yaml");
-    let p = sptr::config::NodeParams::load(&installed).expect("the installed params file is valid");
+    let p = sptr::frame::params::NodeParams::load(&installed).expect("the installed params file is valid");
     let model = share.join("config").join(&p.model.config);
-    sptr::config::ModelConfig::load(&model)
+    sptr::models::sphereformer::config::ModelConfig::load(&model)
         .expect("the installed params file names an installed model YAML");
     let launch = std::fs::read_to_string(share.join("launch/perception.launch.py")).unwrap();
     for arg in [
@@ -1058,12 +1058,12 @@ fn bench_node_receipt_to_publication() {
     let ns = unique("bench");
     let (model, weights) = if full {
         let model = manifest().join("config/models/sphereformer_nuscenes.yaml");
-        let cfg = sptr::config::ModelConfig::load(&model)
+        let cfg = sptr::models::sphereformer::config::ModelConfig::load(&model)
             .expect("model loads")
             .yaml;
         let w = tmp().join(format!("{ns}_weights.safetensors"));
-        let t = sptr::model::random::random_tensors(&cfg, 11).expect("random weights");
-        sptr::model::random::save_tensors(&w, &t).expect("write weights");
+        let t = sptr::nn::random::random_tensors(&cfg, 11).expect("random weights");
+        sptr::nn::random::save_tensors(&w, &t).expect("write weights");
         (model, w)
     } else {
         (test_model(None), test_weights().to_path_buf())

@@ -1,10 +1,10 @@
 //! ROS 2 smoke test: an r2r node and a real rclpy peer (`tests/ros/peer_echo.py`) exchange
 //! PointCloud2 over DDS.
 //!
-//! The r2r side publishes an XYZI cloud made by `sptr::cloud::encode_points`; the peer reads it
+//! The r2r side publishes an XYZI cloud made by `sptr::msgs::cloud::encode_points`; the peer reads it
 //! with numpy from the field table and answers with a transformed cloud in another layout
 //! (z + 1, intensity × 2, a ring field, an unknown `idx` field, fields reordered); the r2r side
-//! decodes that with `sptr::cloud::decode` and checks every point.
+//! decodes that with `sptr::msgs::cloud::decode` and checks every point.
 //!
 //! Needs a ROS 2 environment: `source scripts/ros_env.sh` (PyPI venv, `SPTR_ROS_VENV`), or a
 //! sourced `/opt/ros/<distro>` whose `python3` has rclpy. Run: `scripts/test_ros.sh`, or
@@ -19,7 +19,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::{FutureExt, StreamExt};
 use r2r::sensor_msgs::msg::PointCloud2;
 use r2r::std_msgs::msg::Header;
-use sptr::cloud::{self, Layout};
+use sptr::msgs::cloud;
+use sptr::msgs::cloud::Layout;
 use sptr::Points;
 
 const N: usize = 300;

@@ -4,15 +4,9 @@
 //! The dense references are written from the definitions (PyTorch conv3d cross-correlation,
 //! spconv's output-coordinate rule, transposed conv for the inverse), not from the sparse code.
 
-use sptr::sparse::conv_cpu::{
-    conv, conv_with, fold_batch_norm, spconv_layout, spconv_weight_layout, to_rsck, ConvOptions,
-    PreActivation, WeightLayout,
-};
-use sptr::sparse::kernel_map::{
-    conv_output_shape, inverse, kernel_offsets, minkowski_down, strided, submanifold, ConvGeometry,
-    KernelMap, MapKind,
-};
-use sptr::sparse::tensor::SparseTensor;
+use sptr::ops::sparse_conv::cpu::{conv, conv_with, fold_batch_norm, spconv_layout, spconv_weight_layout, to_rsck, ConvOptions, PreActivation, WeightLayout};
+use sptr::ops::sparse_conv::kernel_map::{conv_output_shape, inverse, kernel_offsets, minkowski_down, strided, submanifold, ConvGeometry, KernelMap, MapKind};
+use sptr::ops::sparse_conv::tensor::SparseTensor;
 use std::collections::{HashMap, HashSet};
 
 mod common;

@@ -1,12 +1,13 @@
-//! CPU voxelization (`sptr::sparse::voxelize::voxelize_cpu`): checked against an independent naive
+//! CPU voxelization (`sptr::ops::voxelize::cpu::voxelize_cpu`): checked against an independent naive
 //! implementation written here (a BTreeMap of coordinate -> member points), plus hand-built cases
 //! for every rule of the module doc: clipping/dropping, origins, key order, means, the cap and its
 //! accounting, batches, invalid points and parameters, and the real nuScenes/SemanticKITTI scans.
 //!
 //! Random clouds come from a splitmix64 generator with fixed seeds, so every run is the same.
 
-use sptr::config::{KeyPrecision, ModelConfig, OutOfRange, VoxelOrigin};
-use sptr::sparse::voxelize::{voxelize_cpu, VoxelParams, VoxelStats, Voxels, FEATURE_CHANNELS, GRID_LIMIT};
+use sptr::ops::voxelize::cpu::{KeyPrecision, OutOfRange, VoxelOrigin};
+use sptr::models::sphereformer::config::ModelConfig;
+use sptr::ops::voxelize::cpu::{voxelize_cpu, VoxelParams, VoxelStats, Voxels, FEATURE_CHANNELS, GRID_LIMIT};
 use sptr::{Error, Points};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! stride the user would pass with `--stride`.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::points::Points;
+use sptr::msgs::points::Points;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&stride, body)) = data.split_first() else {

@@ -1,7 +1,7 @@
 //! A nuScenes-style `calib.json` (`sptr bevseg --calib`), for the six nuScenes cameras.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::bev::calib::Calibration;
+use sptr::sensors::calib::camera::Calibration;
 
 const CAMERAS: [&str; 6] = ["CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_FRONT_LEFT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_BACK_RIGHT"];
 

@@ -1,8 +1,8 @@
 //! A `sensor_msgs/CameraInfo` CDR body and the intrinsics taken from its K and P.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::bag::cdr::{decode_message, Message};
-use sptr::bev::calib::{intrinsics_from_k, intrinsics_from_projection};
+use sptr::msgs::cdr::{decode_message, Message};
+use sptr::sensors::calib::camera::{intrinsics_from_k, intrinsics_from_projection};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(Message::CameraInfo(msg)) = decode_message("sensor_msgs/msg/CameraInfo", data) else {

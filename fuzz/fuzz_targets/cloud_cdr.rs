@@ -3,8 +3,8 @@
 //! and decode → encode → decode gives the same points.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::bag::cdr::{decode_message, Message};
-use sptr::cloud::{decode, encode_points, Layout};
+use sptr::msgs::cdr::{decode_message, Message};
+use sptr::msgs::cloud::{decode, encode_points, Layout};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(Message::PointCloud2(msg)) = decode_message("sensor_msgs/msg/PointCloud2", data) else {

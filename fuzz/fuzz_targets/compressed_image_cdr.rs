@@ -1,9 +1,9 @@
 //! A `sensor_msgs/CompressedImage` CDR body (JPEG or PNG inside) decoded to RGB.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::bag::cdr::{decode_message, Message};
-use sptr::camera::compressed::decode_compressed;
-use sptr::camera::image::DecodeLimits;
+use sptr::msgs::cdr::{decode_message, Message};
+use sptr::sensors::image::compressed::decode_compressed;
+use sptr::sensors::image::encodings::DecodeLimits;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(Message::CompressedImage(msg)) = decode_message("sensor_msgs/msg/CompressedImage", data) else {

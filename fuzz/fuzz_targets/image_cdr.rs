@@ -2,8 +2,8 @@
 //! Checks: the output has exactly width × height pixels and never more than the limit allows.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::bag::cdr::{decode_message, Message};
-use sptr::camera::image::{decode_raw, DecodeLimits, RawImage};
+use sptr::msgs::cdr::{decode_message, Message};
+use sptr::sensors::image::encodings::{decode_raw, DecodeLimits, RawImage};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(Message::Image(msg)) = decode_message("sensor_msgs/msg/Image", data) else {

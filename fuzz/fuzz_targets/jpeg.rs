@@ -2,9 +2,9 @@
 //! before it hands a JPEG to nvJPEG (marker layout, stray markers in the scan data).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::camera::compressed::{decode_jpeg, jpeg_size};
-use sptr::camera::image::DecodeLimits;
-use sptr::camera::jpeg_markers::{read_layout, stray_marker};
+use sptr::sensors::image::compressed::{decode_jpeg, jpeg_size};
+use sptr::sensors::image::encodings::DecodeLimits;
+use sptr::sensors::image::jpeg_markers::{read_layout, stray_marker};
 
 fuzz_target!(|data: &[u8]| {
     let limits = DecodeLimits { max_pixels: 1 << 20 };

@@ -2,7 +2,7 @@
 //! every supported message decoded, as replay does.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::bag::cdr::{decode_message, is_supported_type};
+use sptr::msgs::cdr::{decode_message, is_supported_type};
 use sptr::bag::reader::Bag;
 
 fuzz_target!(|data: &[u8]| {

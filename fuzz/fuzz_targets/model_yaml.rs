@@ -1,8 +1,8 @@
 //! A model YAML (`--model`), parsed and validated as every model reader of sptr reads one.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::camera::encoder::CameraEncoderConfig;
-use sptr::config::ModelConfig;
+use sptr::models::bevfusion::camera::encoder::CameraEncoderConfig;
+use sptr::models::sphereformer::config::ModelConfig;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

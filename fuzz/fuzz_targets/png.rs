@@ -1,8 +1,8 @@
 //! PNG bytes (a CompressedImage's data) decoded to RGB.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::camera::compressed::decode_png;
-use sptr::camera::image::DecodeLimits;
+use sptr::sensors::image::compressed::decode_png;
+use sptr::sensors::image::encodings::DecodeLimits;
 
 fuzz_target!(|data: &[u8]| {
     let limits = DecodeLimits { max_pixels: 1 << 20 };

@@ -2,8 +2,8 @@
 //! against the nuScenes SphereFormer's expected tensors (names, shapes, dtype conversion).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::config::ModelConfig;
-use sptr::model::weights::{WeightSpec, Weights};
+use sptr::models::sphereformer::config::ModelConfig;
+use sptr::nn::weights::{WeightSpec, Weights};
 use std::sync::OnceLock;
 
 const MODEL: &str = include_str!("../../config/models/sphereformer_nuscenes.yaml");
@@ -15,7 +15,7 @@ fuzz_target!(
         // The expected tensors, built once before fuzzing (building them takes longer than one
         // input may).
         let cfg = ModelConfig::parse(MODEL, "sphereformer_nuscenes.yaml").expect("the committed model YAML parses");
-        let specs = sptr::model::sphereformer::weight_specs(&cfg).expect("the committed model has weight specs");
+        let specs = sptr::models::sphereformer::network::weight_specs(&cfg).expect("the committed model has weight specs");
         let _ = SPECS.set(specs);
     },
     |data: &[u8]| {

@@ -2,7 +2,7 @@
 //! message read and decoded, as replay does.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::bag::cdr::{decode_message, is_supported_type};
+use sptr::msgs::cdr::{decode_message, is_supported_type};
 use sptr::bag::reader::Bag;
 
 const METADATA: &str = "rosbag2_bagfile_information:

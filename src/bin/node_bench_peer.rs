@@ -71,7 +71,7 @@ fn main() {
             let parsed = std::fs::read_to_string(p)
                 .map_err(|e| e.to_string())
                 .and_then(|t| {
-                    sptr::model::bevfusion_seg::parse_seg_yaml(&t, &p.display().to_string())
+                    sptr::models::bevfusion::seg::parse_seg_yaml(&t, &p.display().to_string())
                         .map_err(|e| e.to_string())
                 });
             match parsed {

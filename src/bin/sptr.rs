@@ -6,8 +6,8 @@
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use sptr::config::ModelConfig;
-use sptr::sparse::voxelize::{voxelize_cpu, VoxelParams, Voxels};
+use sptr::models::sphereformer::config::ModelConfig;
+use sptr::ops::voxelize::cpu::{voxelize_cpu, VoxelParams, Voxels};
 use sptr::Points;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -212,7 +212,7 @@ enum Cmd {
         /// JPEG decoder: cpu (zune-jpeg, CPU preprocessing, the default) or nvjpeg / auto (the
         /// CUDA preprocessing with nvJPEG; JPEG files only; needs the CUDA backend).
         #[arg(long, default_value = "cpu")]
-        jpeg_decoder: sptr::camera::compressed::JpegDecoderChoice,
+        jpeg_decoder: sptr::sensors::image::compressed::JpegDecoderChoice,
         /// Also write each backbone output.
         #[arg(long)]
         stages: bool,
@@ -250,7 +250,7 @@ enum Cmd {
         image_size: Option<(usize, usize)>,
         /// Camera images as CAMERA=FILE (JPEG or PNG), e.g. CAM_FRONT=front.jpg; cameras without
         /// an image, or with one of another size than calibrated, are masked (and reported).
-        #[arg(long, required = true, num_args = 1.., value_parser = sptr::model::bevfusion_seg_run::parse_camera_image)]
+        #[arg(long, required = true, num_args = 1.., value_parser = sptr::cli::bevseg::parse_camera_image)]
         images: Vec<(String, PathBuf)>,
         /// LiDAR cloud (the fusion model needs one): nuScenes `.pcd.bin`, KITTI `.bin` or `.pcd`.
         #[arg(long)]
@@ -444,7 +444,7 @@ enum BenchCmd {
         duration_s: f64,
     },
     /// The perception node's per-frame work without ROS (decode, SphereFormer, BEV grids,
-    /// labeled cloud; `sptr::perception`): latency p50/p99 over --frames frames (JSON).
+    /// labeled cloud; `sptr::frame::processor`): latency p50/p99 over --frames frames (JSON).
     Pipeline {
         /// KITTI `.bin`, nuScenes `.pcd.bin` or `.pcd` cloud.
         cloud: PathBuf,
@@ -579,7 +579,7 @@ enum BenchCmd {
         warmup: usize,
         /// JPEG decoders compared on CUDA, side by side: cpu (zune-jpeg), nvjpeg, auto.
         #[arg(long, value_delimiter = ',', default_value = "cpu,nvjpeg")]
-        decoder: Vec<sptr::camera::compressed::JpegDecoderChoice>,
+        decoder: Vec<sptr::sensors::image::compressed::JpegDecoderChoice>,
         /// Alternating rounds of `iters` frames per decoder (each round's median is reported).
         #[arg(long, default_value_t = 3, value_parser = int_in::<1, 100>)]
         rounds: usize,
@@ -756,7 +756,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::RandomWeights { model, seed, out } => random_weights_cmd(&model, seed, &out),
         Cmd::Kernels { arch } => kernels_cmd(&arch),
         Cmd::Bevseg { model, weights, random_weights, save_weights, calib, image_size, images, cloud, format, out, device, threshold, dump_stages } => {
-            use sptr::model::bevfusion_seg_run::{run, BevSegJob, SegWeights};
+            use sptr::cli::bevseg::{run, BevSegJob, SegWeights};
             let weights = match (weights, random_weights) {
                 (Some(w), _) => SegWeights::File(w),
                 (None, Some(seed)) => SegWeights::Random { seed, save: save_weights },
@@ -776,7 +776,7 @@ fn run(cli: Cli) -> Result<()> {
             let pts = read_cloud_arg(&cloud, format.as_deref())?;
             let cfg = load_model(&model)?.yaml;
             let t = Instant::now();
-            let inputs = sptr::model::prepare_inputs(&[&pts], &cfg).context("preprocessing")?;
+            let inputs = sptr::models::sphereformer::preprocess::prepare_inputs(&[&pts], &cfg).context("preprocessing")?;
             let ms = t.elapsed().as_secs_f64() * 1e3;
             inputs.write_dir(&out, cfg.input_c, &cloud.display().to_string())?;
             println!(
@@ -789,7 +789,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Bench { what: BenchCmd::Host { duration_s } } => {
-            println!("{}", sptr::host_probe::bench_alone(std::time::Duration::from_secs_f64(duration_s)));
+            println!("{}", sptr::bench::host_probe::bench_alone(std::time::Duration::from_secs_f64(duration_s)));
             Ok(())
         }
         Cmd::Bench { what: BenchCmd::Voxelize { cloud, stride, model, voxel_size, iters, batch2 } } => {
@@ -803,18 +803,18 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench { what: BenchCmd::Pipeline { cloud, model, weights, params, device, frames, warmup, cameras, bag, camera_model, camera_weights, rate_hz, duration_s, serial, faults_every_s } } => {
             let device = match device.as_str() {
-                "cpu" => sptr::config::DeviceKind::Cpu,
-                "cuda" => sptr::config::DeviceKind::Cuda,
+                "cpu" => sptr::frame::params::DeviceKind::Cpu,
+                "cuda" => sptr::frame::params::DeviceKind::Cuda,
                 other => anyhow::bail!("--device {other}: use cpu or cuda"),
             };
-            let setup = sptr::perception::BenchSetup { cloud: &cloud, model: model.as_deref(), weights: weights.as_deref(), params: &params, device, warmup, frames };
+            let setup = sptr::frame::processor::BenchSetup { cloud: &cloud, model: model.as_deref(), weights: weights.as_deref(), params: &params, device, warmup, frames };
             if cameras {
                 let pace = rate_hz.zip(duration_s);
-                let s = sptr::pipeline_bench::CameraBenchSetup { lidar: setup, bag: &bag, camera_model: camera_model.as_deref(), camera_weights: camera_weights.as_deref(), pace, serial, faults_every_s };
-                println!("{}", sptr::pipeline_bench::run(&s).map_err(anyhow::Error::msg)?);
+                let s = sptr::bench::pipeline::CameraBenchSetup { lidar: setup, bag: &bag, camera_model: camera_model.as_deref(), camera_weights: camera_weights.as_deref(), pace, serial, faults_every_s };
+                println!("{}", sptr::bench::pipeline::run(&s).map_err(anyhow::Error::msg)?);
                 return Ok(());
             }
-            println!("{}", sptr::perception::bench_pipeline(&setup).map_err(anyhow::Error::msg)?);
+            println!("{}", sptr::frame::processor::bench_pipeline(&setup).map_err(anyhow::Error::msg)?);
             Ok(())
         }
         Cmd::Bench { what: BenchCmd::Model { cloud, format, model, weights, seed, device, iters, case, precision, rounds } } => {
@@ -854,18 +854,18 @@ fn camera_features_cmd(
     random_weights: Option<u64>,
     save_weights: Option<PathBuf>,
     save_input: Option<PathBuf>,
-    jpeg_decoder: sptr::camera::compressed::JpegDecoderChoice,
+    jpeg_decoder: sptr::sensors::image::compressed::JpegDecoderChoice,
     stages: bool,
     device: DeviceArg,
     out: PathBuf,
 ) -> Result<()> {
-    use sptr::camera::features::{preprocess_files, read_input_npy, run_checked, FeaturesJob, WeightsArg};
+    use sptr::cli::camera_features::{preprocess_files, read_input_npy, run_checked, FeaturesJob, WeightsArg};
     let weights = match (weights, random_weights) {
         (Some(w), _) => WeightsArg::File(w),
         (None, Some(seed)) => WeightsArg::Random { seed, save: save_weights },
         (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for an untrained smoke run)"),
     };
-    use sptr::camera::compressed::JpegDecoderChoice;
+    use sptr::sensors::image::compressed::JpegDecoderChoice;
     let (images, n, h, w) = match (input, jpeg_decoder) {
         (Some(p), _) => read_input_npy(&p)?,
         (None, JpegDecoderChoice::Cpu) => preprocess_files(&images, &model)?,
@@ -892,24 +892,24 @@ fn camera_features_cmd(
 
 /// `camera-features --jpeg-decoder nvjpeg|auto`: the CUDA preprocessing of the JPEGs.
 #[cfg(feature = "cuda")]
-fn camera_input_cuda(images: &[PathBuf], model: &Path, choice: sptr::camera::compressed::JpegDecoderChoice) -> Result<(Vec<f32>, usize, usize, usize)> {
+fn camera_input_cuda(images: &[PathBuf], model: &Path, choice: sptr::sensors::image::compressed::JpegDecoderChoice) -> Result<(Vec<f32>, usize, usize, usize)> {
     if !cuda_usable() {
         anyhow::bail!("--jpeg-decoder {choice} preprocesses on CUDA, and no CUDA device is usable here");
     }
-    let (data, n, h, w, decoder) = sptr::camera::features::preprocess_files_cuda(images, model, choice)?;
+    let (data, n, h, w, decoder) = sptr::cli::camera_features::preprocess_files_cuda(images, model, choice)?;
     eprintln!("camera input decoded by {decoder}");
     Ok((data, n, h, w))
 }
 #[cfg(not(feature = "cuda"))]
-fn camera_input_cuda(_: &[PathBuf], _: &Path, choice: sptr::camera::compressed::JpegDecoderChoice) -> Result<(Vec<f32>, usize, usize, usize)> {
+fn camera_input_cuda(_: &[PathBuf], _: &Path, choice: sptr::sensors::image::compressed::JpegDecoderChoice) -> Result<(Vec<f32>, usize, usize, usize)> {
     anyhow::bail!("--jpeg-decoder {choice} needs the CUDA backend: rebuild with `--features cuda`")
 }
 
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 fn bench_camera_cmd(model: PathBuf, input: Option<PathBuf>, n: usize, h: usize, w: usize, seed: u64, warmup: usize, iters: usize) -> Result<()> {
-    let args = sptr::camera::encoder_bench::CameraBenchArgs { model, input, n, h, w, seed, warmup, iters };
-    for line in sptr::camera::encoder_bench::run_bench(&args)? {
+    let args = sptr::bench::camera_encoder::CameraBenchArgs { model, input, n, h, w, seed, warmup, iters };
+    for line in sptr::bench::camera_encoder::run_bench(&args)? {
         println!("{line}");
     }
     Ok(())
@@ -922,8 +922,8 @@ fn bench_camera_cmd(_: PathBuf, _: Option<PathBuf>, _: usize, _: usize, _: usize
 
 #[cfg(feature = "cuda")]
 fn bench_lidar_encoder_cmd(cloud: &Path, model: &Path, sweeps: usize, seed: u64, warmup: usize, iters: usize) -> Result<()> {
-    use sptr::model::lidar_encoder::{cuda, random_weights, LidarEncoder, LidarEncoderConfig};
-    use sptr::sparse::hard_voxelize::{point_rows, synthetic_sweeps};
+    use sptr::models::bevfusion::lidar_encoder::{cuda, random_weights, LidarEncoder, LidarEncoderConfig};
+    use sptr::ops::voxelize::hard::{point_rows, synthetic_sweeps};
     let cfg = LidarEncoderConfig::load(model)?;
     let enc = LidarEncoder::load(&cfg, &random_weights(&cfg, seed)?)?;
     let points = synthetic_sweeps(&point_rows(&Points::read_bin(cloud, 5)?, 0.0), sweeps);
@@ -934,14 +934,14 @@ fn bench_lidar_encoder_cmd(cloud: &Path, model: &Path, sweeps: usize, seed: u64,
 }
 #[cfg(not(feature = "cuda"))]
 fn bench_lidar_encoder_cmd(_: &Path, model: &Path, _: usize, _: u64, _: usize, _: usize) -> Result<()> {
-    let _ = sptr::model::lidar_encoder::LidarEncoderConfig::load(model)?;
+    let _ = sptr::models::bevfusion::lidar_encoder::LidarEncoderConfig::load(model)?;
     anyhow::bail!("`bench lidar-encoder` needs the CUDA backend: rebuild with `--features cuda`")
 }
 
 #[cfg(feature = "cuda")]
 fn bench_bev_decoder_cmd(models: Vec<PathBuf>, seed: u64, bev: usize, warmup: usize, iters: usize) -> Result<()> {
-    let args = sptr::model::bev_bench::BevDecoderBenchArgs { models, seed, warmup, iters, bev };
-    for line in sptr::model::bev_bench::run_bench(&args)? {
+    let args = sptr::bench::bev_decoder::BevDecoderBenchArgs { models, seed, warmup, iters, bev };
+    for line in sptr::bench::bev_decoder::run_bench(&args)? {
         println!("{line}");
     }
     Ok(())
@@ -1026,10 +1026,10 @@ fn cuda_usable() -> bool {
 fn voxelize_cuda_cmd(pts: &Points, params: &VoxelParams) -> Result<()> {
     let dev = sptr::device::cuda::CudaDevice::new(0)?;
     // First call compiles or loads the kernels; time the second.
-    sptr::sparse::voxelize_cuda::voxelize_cuda(&dev, &[pts], params)?;
+    sptr::ops::voxelize::cuda::voxelize_cuda(&dev, &[pts], params)?;
     dev.synchronize()?;
     let t = Instant::now();
-    let v = sptr::sparse::voxelize_cuda::voxelize_cuda(&dev, &[pts], params)?;
+    let v = sptr::ops::voxelize::cuda::voxelize_cuda(&dev, &[pts], params)?;
     dev.synchronize()?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     summarize(&v.to_host(&dev)?, ms, &format!("cuda ({}, {})", dev.name, dev.arch.sm()));
@@ -1119,18 +1119,18 @@ fn bench_camera_input_cmd(
     model: &Path,
     iters: usize,
     warmup: usize,
-    decoders: &[sptr::camera::compressed::JpegDecoderChoice],
+    decoders: &[sptr::sensors::image::compressed::JpegDecoderChoice],
     rounds: usize,
 ) -> Result<()> {
-    let cfg = sptr::camera::preprocess::ImagePreprocess::load(model)?;
-    let limits = sptr::camera::image::DecodeLimits::default();
+    let cfg = sptr::ops::image_preprocess::cpu::ImagePreprocess::load(model)?;
+    let limits = sptr::sensors::image::encodings::DecodeLimits::default();
     let jpegs = images.iter().map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display()))).collect::<Result<Vec<_>>>()?;
     #[allow(unused_mut)]
-    let mut out = sptr::camera::bench::camera_input_bench(&jpegs, &cfg, &limits, warmup, iters)?;
+    let mut out = sptr::bench::camera_input::camera_input_bench(&jpegs, &cfg, &limits, warmup, iters)?;
     #[cfg(feature = "cuda")]
     if cuda_usable() {
         let dev = sptr::device::cuda::CudaDevice::new(0)?;
-        out["cuda"] = sptr::camera::bench::camera_input_bench_cuda(&dev, &jpegs, &cfg, &limits, warmup, iters, decoders, rounds)?;
+        out["cuda"] = sptr::bench::camera_input::camera_input_bench_cuda(&dev, &jpegs, &cfg, &limits, warmup, iters, decoders, rounds)?;
     }
     println!("{out}");
     Ok(())
@@ -1144,13 +1144,13 @@ fn bench_voxelize_cuda(batch: &[&Points], params: &VoxelParams, iters: usize) ->
     }
     let dev = sptr::device::cuda::CudaDevice::new(0)?;
     for _ in 0..3 {
-        sptr::sparse::voxelize_cuda::voxelize_cuda(&dev, batch, params)?;
+        sptr::ops::voxelize::cuda::voxelize_cuda(&dev, batch, params)?;
     }
     dev.synchronize()?;
     let mut t = Vec::new();
     for _ in 0..iters {
         let t0 = Instant::now();
-        let v = sptr::sparse::voxelize_cuda::voxelize_cuda(&dev, batch, params)?;
+        let v = sptr::ops::voxelize::cuda::voxelize_cuda(&dev, batch, params)?;
         dev.synchronize()?;
         t.push(t0.elapsed().as_secs_f64() * 1e3);
         drop(v);
@@ -1186,7 +1186,7 @@ fn bench_spconv_cmd(cloud: &Path, stride: usize, model: &Path, voxel: f64, batch
     let dev = sptr::device::cuda::CudaDevice::new(0)?;
     let name = cloud.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let name = if batch2 { format!("{name}+rot90") } else { name };
-    for row in sptr::sparse::bench::bench_spconv(&dev, &name, coords, shape, iters)? {
+    for row in sptr::bench::spconv::bench_spconv(&dev, &name, coords, shape, iters)? {
         println!("{}", row.json());
     }
     Ok(())
@@ -1219,12 +1219,12 @@ fn bench_attention_cmd(cloud: &Path, stride: usize, model: &Path, voxel: Option<
     if let Some(v) = voxel {
         m.voxel_size = [v; 3];
     }
-    let lvl = sptr::attention::SphereLevel::from_model(&m, level)?;
+    let lvl = sptr::ops::attention::SphereLevel::from_model(&m, level)?;
     let (xyz, batch) = bench_voxel_positions(cloud, stride, &cfg, voxel, batch2)?;
     let dev = sptr::device::cuda::CudaDevice::new(0)?;
     let name = cloud.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let name = if batch2 { format!("{name}+rot90") } else { name };
-    for row in sptr::attention::bench::bench_attention(&dev, &format!("{name}/level{level}"), &xyz, &batch, &lvl, iters)? {
+    for row in sptr::bench::attention::bench_attention(&dev, &format!("{name}/level{level}"), &xyz, &batch, &lvl, iters)? {
         println!("{}", row.json());
     }
     Ok(())
@@ -1232,7 +1232,7 @@ fn bench_attention_cmd(cloud: &Path, stride: usize, model: &Path, voxel: Option<
 #[cfg(not(feature = "cuda"))]
 fn bench_attention_cmd(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>, level: usize, batch2: bool, _: usize) -> Result<()> {
     let cfg = load_model(model)?;
-    sptr::attention::SphereLevel::from_model(&cfg.yaml, level)?;
+    sptr::ops::attention::SphereLevel::from_model(&cfg.yaml, level)?;
     let _ = bench_voxel_positions(cloud, stride, &cfg, voxel, batch2)?;
     anyhow::bail!("`bench attention` needs the CUDA backend: rebuild with `--features cuda`")
 }
@@ -1258,7 +1258,7 @@ fn info_cmd() -> Result<()> {
 
 /// A cloud file in the layout `format` names (or the file name tells).
 fn read_cloud_arg(cloud: &Path, format: Option<&str>) -> Result<Points> {
-    use sptr::pipeline::files::{read_cloud, CloudFormat};
+    use sptr::cli::segment_files::{read_cloud, CloudFormat};
     let fmt = match format {
         Some("kitti") => CloudFormat::KittiBin,
         Some("nuscenes") => CloudFormat::NuScenesBin,
@@ -1272,19 +1272,19 @@ fn read_cloud_arg(cloud: &Path, format: Option<&str>) -> Result<Points> {
 }
 
 /// A segmenter on the chosen device (`auto`: CUDA when usable, else the CPU).
-fn segmenter_on(cfg: sptr::config::ModelYaml, weights: sptr::model::Weights, device: DeviceArg) -> Result<sptr::pipeline::Segmenter> {
+fn segmenter_on(cfg: sptr::models::sphereformer::config::ModelYaml, weights: sptr::nn::Weights, device: DeviceArg) -> Result<sptr::models::sphereformer::segmenter::Segmenter> {
     let kind = device_kind(device);
-    sptr::pipeline::Segmenter::on_device(cfg, weights, kind).with_context(|| format!("building the model on {kind:?}"))
+    sptr::models::sphereformer::segmenter::Segmenter::on_device(cfg, weights, kind).with_context(|| format!("building the model on {kind:?}"))
 }
 
 /// A CPU segmenter moved to the chosen device (`auto`: CUDA when usable, else the CPU).
-fn segmenter_device(seg: sptr::pipeline::Segmenter, device: DeviceArg) -> Result<sptr::pipeline::Segmenter> {
+fn segmenter_device(seg: sptr::models::sphereformer::segmenter::Segmenter, device: DeviceArg) -> Result<sptr::models::sphereformer::segmenter::Segmenter> {
     let kind = device_kind(device);
     seg.into_device(kind).with_context(|| format!("building the model on {kind:?}"))
 }
 
-fn device_kind(device: DeviceArg) -> sptr::config::DeviceKind {
-    use sptr::config::DeviceKind;
+fn device_kind(device: DeviceArg) -> sptr::frame::params::DeviceKind {
+    use sptr::frame::params::DeviceKind;
     match device {
         DeviceArg::Cpu => DeviceKind::Cpu,
         DeviceArg::Cuda => DeviceKind::Cuda,
@@ -1300,15 +1300,15 @@ fn precision_arg(v: &str) -> Result<sptr::device::storage::Precision, String> {
 
 /// `sptr random-weights`: deterministic random weights for a model YAML, as safetensors.
 fn random_weights_cmd(model: &Path, seed: u64, out: &Path) -> Result<()> {
-    use sptr::model::bevfusion_seg as seg;
+    use sptr::models::bevfusion::seg as seg;
     let tensors = if seg::is_bevfusion_seg_yaml(model) {
         let cfg = seg::BevSegConfig::load(model)?;
         seg::random_tensors(&cfg, seed).context("making random BEVFusion seg weights")?
     } else {
         let cfg = load_model(model)?.yaml;
-        sptr::model::random::random_tensors(&cfg, seed).context("making random weights")?
+        sptr::nn::random::random_tensors(&cfg, seed).context("making random weights")?
     };
-    sptr::model::random::save_tensors(out, &tensors).map_err(|e| anyhow::anyhow!("{e}"))?;
+    sptr::nn::random::save_tensors(out, &tensors).map_err(|e| anyhow::anyhow!("{e}"))?;
     let params: usize = tensors.iter().map(|(_, _, v)| v.len()).sum();
     println!(
         "wrote {} ({} tensors, {params} parameters, F32) for {}, seed {seed}: untrained, for trying the tools (meaningless labels)",
@@ -1320,7 +1320,7 @@ fn random_weights_cmd(model: &Path, seed: u64, out: &Path) -> Result<()> {
 }
 
 /// The layers a range report flags, one per line (at most 20), for `segment`.
-fn print_out_of_range(range: &sptr::model::range::RangeReport) {
+fn print_out_of_range(range: &sptr::device::range_guard::RangeReport) {
     eprintln!(
         "sptr: the network's activations left the FP16 range (NaN/inf on the CPU) in {} layer(s), in execution order \
          (the first is where the range was left):",
@@ -1347,8 +1347,8 @@ fn segment_cmd(
     allow_overflow: bool,
     precision: Option<sptr::device::storage::Precision>,
 ) -> Result<()> {
-    use sptr::pipeline::files::{write_label_file, LabelIds};
-    use sptr::pipeline::UNLABELED;
+    use sptr::cli::segment_files::{write_label_file, LabelIds};
+    use sptr::models::sphereformer::segmenter::UNLABELED;
     let pts = read_cloud_arg(cloud, format)?;
     let t0 = Instant::now();
     let mut cfg = load_model(model)?.yaml;
@@ -1356,8 +1356,8 @@ fn segment_cmd(
         cfg.precision = p;
     }
     let w = match (weights, random_seed) {
-        (Some(p), _) => sptr::model::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
-        (None, Some(seed)) => sptr::model::random::random_weights(&cfg, seed).context("making random weights")?,
+        (Some(p), _) => sptr::nn::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
+        (None, Some(seed)) => sptr::nn::random::random_weights(&cfg, seed).context("making random weights")?,
         (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for untrained weights)"),
     };
     // A mismatch error names the weights file itself.
@@ -1365,8 +1365,8 @@ fn segment_cmd(
     let source = weights.map_or_else(|| format!("random weights, seed {}", random_seed.unwrap_or(0)), |p| p.display().to_string());
     println!("model loaded on {:?} in {:.1} ms ({source})", seg.device(), t0.elapsed().as_secs_f64() * 1e3);
     // The CPU takes minutes on a few hundred thousand voxels: say where it is, stage by stage.
-    let stages = (seg.device() == sptr::config::DeviceKind::Cpu).then(|| {
-        let p = sptr::pipeline::progress::StageProgress::new(progress, sptr::model::sphereformer::cpu_stage_names(seg.config()));
+    let stages = (seg.device() == sptr::frame::params::DeviceKind::Cpu).then(|| {
+        let p = sptr::cli::segment_progress::StageProgress::new(progress, sptr::models::sphereformer::network::cpu_stage_names(seg.config()));
         seg.set_stage_hook(Some(p.hook()));
         p
     });
@@ -1623,12 +1623,12 @@ fn bench_model_cmd(
     let pts = read_cloud_arg(cloud, format)?;
     let cfg = load_model(model)?.yaml;
     let w = match weights {
-        Some(p) => sptr::model::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
-        None => sptr::model::random::random_weights(&cfg, seed).context("making random weights")?,
+        Some(p) => sptr::nn::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
+        None => sptr::nn::random::random_weights(&cfg, seed).context("making random weights")?,
     };
     let case = case.unwrap_or_else(|| cloud.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
     // every precision's model loaded first (one CPU model, one upload each), then timed in turn
-    let base = sptr::pipeline::Segmenter::new(cfg.clone(), w).with_context(|| format!("model {}", model.display()))?;
+    let base = sptr::models::sphereformer::segmenter::Segmenter::new(cfg.clone(), w).with_context(|| format!("model {}", model.display()))?;
     let list = if precisions.is_empty() { vec![cfg.precision] } else { precisions.to_vec() };
     let mut segs = Vec::with_capacity(list.len());
     for p in list {
@@ -1638,7 +1638,7 @@ fn bench_model_cmd(
     }
     for _ in 0..rounds {
         for seg in &segs {
-            let row = sptr::model::bench::bench_segment(seg, &case, &[&pts], 3, iters)?;
+            let row = sptr::bench::model::bench_segment(seg, &case, &[&pts], 3, iters)?;
             println!("{}", row.json());
         }
     }
@@ -1647,19 +1647,19 @@ fn bench_model_cmd(
 
 #[cfg(feature = "cuda")]
 fn bench_bevpool_cmd(model: &Path, calib: &Path, iters: usize, dram_gbps: f64) -> Result<()> {
-    use sptr::bev::calib::{Calibration, NUSCENES_CAMERAS};
-    let cfg = sptr::bev::lss::LssConfig::load(model)?;
+    use sptr::sensors::calib::camera::{Calibration, NUSCENES_CAMERAS};
+    let cfg = sptr::models::bevfusion::lss::LssConfig::load(model)?;
     let calib = Calibration::load_nuscenes_json(calib, &NUSCENES_CAMERAS, 1600, 900)?;
     let dev = sptr::device::cuda::CudaDevice::new(0)?;
-    let opt = sptr::bev::lss::bench::BevPoolBench { iters, dram_gbps };
-    for line in sptr::bev::lss::bench::bench_bevpool(&dev, &cfg, &calib, &opt)? {
+    let opt = sptr::bench::bevpool::BevPoolBench { iters, dram_gbps };
+    for line in sptr::bench::bevpool::bench_bevpool(&dev, &cfg, &calib, &opt)? {
         println!("{line}");
     }
     Ok(())
 }
 #[cfg(not(feature = "cuda"))]
 fn bench_bevpool_cmd(model: &Path, _: &Path, _: usize, _: f64) -> Result<()> {
-    let _ = sptr::bev::lss::LssConfig::load(model)?;
+    let _ = sptr::models::bevfusion::lss::LssConfig::load(model)?;
     anyhow::bail!("`bench bevpool` needs the CUDA backend: rebuild with `--features cuda`")
 }
 
@@ -1677,10 +1677,10 @@ fn nuscenes_sample(part: &str) -> Result<PathBuf> {
 
 #[allow(clippy::too_many_arguments)]
 fn bench_bevseg_cmd(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: PathBuf, images: Vec<PathBuf>, cloud: Option<PathBuf>, sweeps: usize, warmup: usize, iters: usize) -> Result<()> {
-    use sptr::model::bevfusion_seg::{BevSegConfig, BevSegKind};
+    use sptr::models::bevfusion::seg::{BevSegConfig, BevSegKind};
     let cfg = BevSegConfig::load(&model)?;
     let images = if images.is_empty() {
-        sptr::bev::calib::NUSCENES_CAMERAS.iter().map(|c| nuscenes_sample(&format!("__{c}__"))).collect::<Result<Vec<_>>>()?
+        sptr::sensors::calib::camera::NUSCENES_CAMERAS.iter().map(|c| nuscenes_sample(&format!("__{c}__"))).collect::<Result<Vec<_>>>()?
     } else {
         images
     };
@@ -1693,8 +1693,8 @@ fn bench_bevseg_cmd(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: 
                 Some(p) => p,
                 None => nuscenes_sample(".pcd.bin")?,
             };
-            let rows = sptr::model::bevfusion_seg_run::points5(&read_cloud_arg(&path, None)?);
-            Some(sptr::sparse::hard_voxelize::synthetic_sweeps(&rows, sweeps))
+            let rows = sptr::cli::bevseg::points5(&read_cloud_arg(&path, None)?);
+            Some(sptr::ops::voxelize::hard::synthetic_sweeps(&rows, sweeps))
         }
     };
     run_bevseg_bench(model, weights, seed, calib, images, cloud, warmup, iters)
@@ -1703,8 +1703,8 @@ fn bench_bevseg_cmd(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: 
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 fn run_bevseg_bench(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: PathBuf, images: Vec<PathBuf>, cloud: Option<Vec<[f32; 5]>>, warmup: usize, iters: usize) -> Result<()> {
-    let args = sptr::model::bevfusion_seg_bench::BevSegBenchArgs { model, weights, seed, calib, images, cloud, warmup, iters };
-    println!("{}", sptr::model::bevfusion_seg_bench::run_bench(&args)?);
+    let args = sptr::bench::bevseg::BevSegBenchArgs { model, weights, seed, calib, images, cloud, warmup, iters };
+    println!("{}", sptr::bench::bevseg::run_bench(&args)?);
     Ok(())
 }
 #[cfg(not(feature = "cuda"))]

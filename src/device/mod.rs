@@ -6,16 +6,19 @@
 //! guard's device buffers, see `model::range`) need feature `cuda`. `storage`: FP16, BF16 or
 //! FP32 activations and the `precision` setting.
 
-pub mod kernels;
-pub mod storage;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod clock;
+pub mod kernels;
+pub mod memory;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
 #[cfg(feature = "cuda")]
 pub mod primitives;
 #[cfg(feature = "cuda")]
 pub mod range;
+pub mod range_guard;
+pub mod storage;
 
 /// Which backend a caller asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

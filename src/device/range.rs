@@ -1,11 +1,11 @@
 //! The device side of the FP16 range guard (what it is and how a network adopts it:
-//! [`crate::model::range`]): the per-forward flag buffer ([`RangeFlags`]), the slot a launch
+//! [`crate::device::range_guard`]): the per-forward flag buffer ([`RangeFlags`]), the slot a launch
 //! passes to its kernel ([`RangeSlot`]: `u32* range_flags, u32 range_layer`), and the readback
 //! into a reused pinned host buffer behind the frame's work ([`RangeReadback`]), read once the
 //! frame's outputs are on the host, so the guard adds no synchronisation.
 
 use crate::device::cuda::{cuda_err, CudaDevice};
-use crate::model::range::{LayerId, LayerNames, RangeReport};
+use crate::device::range_guard::{LayerId, LayerNames, RangeReport};
 use crate::Error;
 use cudarc::driver::{CudaSlice, LaunchArgs, PinnedHostSlice, PushKernelArg};
 use std::sync::Mutex;

@@ -3,7 +3,7 @@
 //! The CUDA path stores activations and weights in 2-byte floats on tensor cores and accumulates
 //! in FP32. FP16 (the default) has 11 significant bits but a largest finite value of 65,504: a
 //! checkpoint whose activations grow past it overflows (the range guard,
-//! [`crate::model::range`], reports it). BF16 has FP32's exponent range (largest finite value
+//! [`crate::device::range_guard`], reports it). BF16 has FP32's exponent range (largest finite value
 //! 3.39e38) with 8 significant bits, on the same tensor-core instructions at the same rate. FP32
 //! storage is the wide fallback (precision `auto` after an overflow, and `fp32`): FP32's range and
 //! precision without tensor cores (the FP32-unit convs, the per-query attention, FP32 cuBLAS).

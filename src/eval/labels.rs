@@ -130,7 +130,7 @@ impl LabelMap {
     }
 }
 
-/// Raw label values of a label field (`f64`, as [`crate::cloud::field_values`] reads them) as
+/// Raw label values of a label field (`f64`, as [`crate::msgs::cloud::field_values`] reads them) as
 /// `u32`; a value that is negative, fractional or too large becomes `u32::MAX` (ignored unless
 /// the map says otherwise, since `u32::MAX & 0xFFFF` = 65535 is no real id).
 pub fn raw_ids(values: &[f64]) -> Vec<u32> {

@@ -8,10 +8,10 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::bag::cdr::{CdrMessage, Image, OccupancyGrid, PointCloud2};
+use crate::msgs::cdr::{CdrMessage, Image, OccupancyGrid, PointCloud2};
 use crate::bag::Bag;
-use crate::cloud::field_values;
-use crate::outputs::OutputTopics;
+use crate::msgs::cloud::field_values;
+use crate::frame::outputs::OutputTopics;
 
 use super::ReplayError;
 
@@ -238,10 +238,10 @@ pub fn map_agreement(a: &Path, b: &Path) -> Result<Option<MapAgreement>, ReplayE
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bag::cdr::Time;
+    use crate::msgs::cdr::Time;
     use crate::bag::BagWriter;
-    use crate::bev::map::BevMap;
-    use crate::bev::map_messages::{class_topic_token, map_messages, MapStyle};
+    use crate::models::bevfusion::map::BevMap;
+    use crate::frame::map_messages::{class_topic_token, map_messages, MapStyle};
 
     /// Writes a replay-like output bag with one BEV map per entry of `maps` (frame k at k ms).
     fn write_maps(dir: &Path, maps: &[BevMap]) {

@@ -16,12 +16,12 @@ use serde::Serialize;
 
 use super::map_eval::MapGroundTruth;
 use super::ReplayError;
-use crate::bag::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, TfMessage};
+use crate::msgs::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, TfMessage};
 use crate::bag::{Bag, BagWriter, RawMessage};
-use crate::bev::branch::{BevFrameInputs, BevMapModel, BranchConfig, CameraBranch, CameraImage, CameraStatus};
-use crate::bev::label_grid::{BevGrids, NO_DATA};
-use crate::bev::map_messages::{class_topic_token, map_messages, MapMessages, MapStyle};
-use crate::config::{CameraInput, ImageTransport};
+use crate::frame::cameras::{BevFrameInputs, BevMapModel, BranchConfig, CameraBranch, CameraImage, CameraStatus};
+use crate::ops::label_grid::cpu::{BevGrids, NO_DATA};
+use crate::frame::map_messages::{class_topic_token, map_messages, MapMessages, MapStyle};
+use crate::frame::params::{CameraInput, ImageTransport};
 
 /// The TF topics replay reads.
 pub const TF_TOPIC: &str = "/tf";
@@ -324,7 +324,7 @@ impl CameraReplay {
     /// `model`'s forward on the last frame's `inputs` ([`CameraBranch::run_model`]): cameras
     /// whose JPEG it could not decode are decode errors in that frame's record and the counts,
     /// not used. Returns the map and those cameras `(camera, why)`.
-    pub fn run_model(&mut self, model: &mut dyn BevMapModel, inputs: &mut BevFrameInputs) -> (Result<crate::bev::map::BevMap, crate::Error>, Vec<(usize, String)>) {
+    pub fn run_model(&mut self, model: &mut dyn BevMapModel, inputs: &mut BevFrameInputs) -> (Result<crate::models::bevfusion::map::BevMap, crate::Error>, Vec<(usize, String)>) {
         let (map, failures) = self.branch.run_model(model, inputs);
         if let Some(f) = self.frames.last_mut() {
             f.status = inputs.cameras.iter().map(|c| c.status.name()).collect();
@@ -333,7 +333,7 @@ impl CameraReplay {
     }
 
     /// The map messages of a frame, for the model's `map` (None without a map style).
-    pub fn map_messages(&self, map: &crate::bev::map::BevMap, header: &crate::bag::cdr::Header, bev_frame_id: &str) -> Result<Option<MapMessages>, ReplayError> {
+    pub fn map_messages(&self, map: &crate::models::bevfusion::map::BevMap, header: &crate::msgs::cdr::Header, bev_frame_id: &str) -> Result<Option<MapMessages>, ReplayError> {
         let Some(style) = &self.opts.map_style else { return Ok(None) };
         map_messages(map, style, header.stamp, &header.frame_id, bev_frame_id).map(Some).map_err(|e| ReplayError::Setup(format!("BEV map messages: {e}")))
     }
@@ -410,7 +410,7 @@ pub fn add_map_topics(writer: &mut BagWriter, classes: &[String]) -> Result<(), 
 /// Writes a frame's map messages at `time_ns`.
 pub fn write_map(writer: &mut BagWriter, classes: &[String], m: &MapMessages, time_ns: i64) -> Result<(), ReplayError> {
     let (grids, bits, color) = map_topics(classes);
-    let cdr = |r: Result<Vec<u8>, crate::bag::CdrError>| r.map_err(|e| ReplayError::Setup(format!("encoding the BEV map: {e}")));
+    let cdr = |r: Result<Vec<u8>, crate::msgs::cdr::CdrError>| r.map_err(|e| ReplayError::Setup(format!("encoding the BEV map: {e}")));
     for (t, g) in grids.iter().zip(&m.grids) {
         writer.write(t, time_ns, &cdr(g.to_cdr(true))?)?;
     }
@@ -443,7 +443,7 @@ mod tests {
 
     #[test]
     fn map_png_labels_are_the_highest_set_bit() {
-        let img = |data: Vec<u8>| crate::bag::cdr::Image { width: 3, height: 1, encoding: "mono8".into(), step: 3, data, ..Default::default() };
+        let img = |data: Vec<u8>| crate::msgs::cdr::Image { width: 3, height: 1, encoding: "mono8".into(), step: 3, data, ..Default::default() };
         let m = MapMessages { grids: vec![], bits: img(vec![0, 0b101, 0b1]), color: img(vec![0; 9]) };
         let g = map_as_grids(&m);
         assert_eq!(g.labels, vec![NO_DATA, 2, 0]);

@@ -1,16 +1,17 @@
 //! Which backend replay runs on. Replay runs frames through the node's own frame processor
-//! ([`crate::perception::Processor`]), which owns the device choice; this module only maps
+//! ([`crate::frame::processor::Processor`]), which owns the device choice; this module only maps
 //! `--device` onto it, in one function, [`open_processor`]: `cpu` and `cuda` are passed on,
 //! `auto` tries CUDA and falls back to the CPU. When the SphereFormer network gains its CUDA
 //! backend inside the processor, replay uses it with no change here.
 
 use std::path::{Path, PathBuf};
 
-use crate::bev::label_grid::BevGridParams;
-use crate::config::{DeviceKind, ModelYaml};
-use crate::model::random::random_weights;
-use crate::model::weights::Weights;
-use crate::perception::Processor;
+use crate::ops::label_grid::cpu::BevGridParams;
+use crate::frame::params::DeviceKind;
+use crate::models::sphereformer::config::ModelYaml;
+use crate::nn::random::random_weights;
+use crate::nn::weights::Weights;
+use crate::frame::processor::Processor;
 
 use super::ReplayError;
 
@@ -28,7 +29,7 @@ pub enum Device {
 pub enum WeightsSource {
     /// A safetensors file with the upstream `state_dict` names.
     File(PathBuf),
-    /// Deterministic random weights ([`crate::model::random`]) for smoke runs and tests: the
+    /// Deterministic random weights ([`crate::nn::random`]) for smoke runs and tests: the
     /// labels mean nothing, the timings are real.
     Random(u64),
 }

@@ -13,9 +13,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::bag::cdr::{CdrMessage, PointCloud2};
+use crate::msgs::cdr::{CdrMessage, PointCloud2};
 use crate::bag::Bag;
-use crate::cloud::field_values;
+use crate::msgs::cloud::field_values;
 use crate::eval::labels::raw_ids;
 
 /// Label field names, in order of preference.

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::bev::map::BevMap;
+use crate::models::bevfusion::map::BevMap;
 use crate::eval::bev_map::{MapEval, MapMetrics, THRESHOLDS};
 
 /// The ground-truth file of frame `index`.
@@ -26,7 +26,7 @@ pub fn load_masks(dir: &Path, index: u64, map: &BevMap) -> Result<Option<Vec<u8>
     if !path.is_file() {
         return Ok(None);
     }
-    let (shape, data) = crate::camera::npy::read_f32(&path).map_err(|e| e.to_string())?;
+    let (shape, data) = crate::nn::npy::read_f32(&path).map_err(|e| e.to_string())?;
     let want = [map.classes.len(), map.nx, map.ny];
     if shape != want {
         return Err(format!("{}: shape {shape:?}, the map is {want:?} (classes, nx, ny)", path.display()));
@@ -137,8 +137,8 @@ mod tests {
         let mut m = BevMap::zeros(&["a", "b"], 2, 3, 1.0, [0.0, 0.0]).unwrap();
         let masks: Vec<f32> = (0..12).map(|i| (i % 3 == 0) as u8 as f32).collect();
         m.probabilities = masks.iter().map(|&v| if v > 0.0 { 0.9 } else { 0.1 }).collect();
-        crate::camera::npy::write_f32(&mask_file(&d, 0), &[2, 2, 3], &masks).unwrap();
-        crate::camera::npy::write_f32(&mask_file(&d, 2), &[2, 3, 2], &masks).unwrap();
+        crate::nn::npy::write_f32(&mask_file(&d, 0), &[2, 2, 3], &masks).unwrap();
+        crate::nn::npy::write_f32(&mask_file(&d, 2), &[2, 3, 2], &masks).unwrap();
         let mut g = MapGroundTruth::new(&d, &m.classes).unwrap();
         assert_eq!(g.add(0, &m), None);
         assert_eq!(g.add(1, &m), None);

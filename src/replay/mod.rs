@@ -1,10 +1,10 @@
 //! `sptr replay`: every LiDAR frame of a rosbag2 bag, in timestamp order, through the node's
-//! own frame processor ([`crate::perception::Processor`]: decode, voxelize, network,
+//! own frame processor ([`crate::frame::processor::Processor`]: decode, voxelize, network,
 //! devoxelize, BEV grids, labeled cloud), with the node's outputs written to a new bag and an
 //! evaluation report (see [`crate::eval`]).
 //!
 //! Per frame: the CDR message is deserialized, the processor runs, its outputs become the
-//! node's messages ([`crate::outputs`]) in `OUT/bag/` (MCAP), a BEV PNG is written for chosen
+//! node's messages ([`crate::frame::outputs`]) in `OUT/bag/` (MCAP), a BEV PNG is written for chosen
 //! frames, and the frame's record (stage times, ground-truth comparison) is kept. A frame the
 //! processor rejects (malformed, empty, all NaN, too many points) is one the node would drop:
 //! it is listed as skipped with the reason. Nothing is skipped otherwise or reordered, so
@@ -22,7 +22,6 @@
 //! `confusion.png` and `iou.png` (with ground truth), `latency.png`, `bev/frame_NNNNNN.png`.
 
 pub mod agreement;
-pub mod bev_png;
 pub mod cameras;
 pub mod device;
 pub mod ground_truth;
@@ -36,20 +35,21 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::bag::cdr::{CdrMessage, PointCloud2};
+use crate::msgs::cdr::{CdrMessage, PointCloud2};
 use crate::bag::{Bag, BagError, BagWriter};
-use crate::bev::branch::BevMapModel;
-use crate::bev::messages::frame_mismatch;
-use crate::cloud::{field_values, finite_mask};
-use crate::config::ModelYaml;
+use crate::frame::cameras::BevMapModel;
+use crate::frame::messages::frame_mismatch;
+use crate::msgs::cloud::{field_values, finite_mask};
+use crate::models::sphereformer::config::ModelYaml;
 use crate::eval::labels::LabelMap;
 use crate::eval::report::{Report, END_TO_END};
 use crate::eval::state::{Damage, EvalState, FrameRecord, FrameStatus, STATE_FILE, STATE_FORMAT};
 use crate::eval::Confusion;
-use crate::outputs::{self, OutputTopics};
-use crate::perception::{FrameOutput, Processor, NO_CLASS, STAGES};
+use crate::frame::outputs;
+use crate::frame::outputs::OutputTopics;
+use crate::frame::processor::{FrameOutput, Processor, NO_CLASS, STAGES};
 
-pub use bev_png::{bev_view, write_bev_png, BevLegend};
+pub use crate::frame::bev_png::{bev_view, write_bev_png, BevLegend};
 pub use cameras::{CameraOutcome, CameraReplay, CameraReplayOptions};
 pub use device::{open_processor, Device, WeightsSource};
 pub use ground_truth::LabelSource;
@@ -434,7 +434,7 @@ fn camera_frame(
     }
     // The LiDAR path decoded this cloud already; the camera branch keeps its own copy as a sweep.
     let Ok(msg) = PointCloud2::from_cdr(data) else { return Ok(()) };
-    let Ok((points, _)) = crate::cloud::decode(&msg.view()) else { return Ok(()) };
+    let Ok((points, _)) = crate::msgs::cloud::decode(&msg.view()) else { return Ok(()) };
     let mut inputs = cams.frame(ctx.index, msg.header.stamp.as_nanos(), &msg.header.frame_id, &points);
     let end = record.stages_ns.iter().position(|(n, _)| n == END_TO_END).unwrap_or(record.stages_ns.len());
     let camera_stages: Vec<(String, u64)> = inputs.stages.iter().map(|(n, v)| (n.to_string(), (v * 1e6).round() as u64)).collect();
@@ -644,7 +644,7 @@ fn process_frame(
         processor.bev_params(),
     )
     .map_err(|e| ReplayError::Setup(format!("outputs of frame {}: {e}", ctx.index)))?;
-    let cdr = |r: Result<Vec<u8>, crate::bag::CdrError>| {
+    let cdr = |r: Result<Vec<u8>, crate::msgs::cdr::CdrError>| {
         r.map_err(|e| ReplayError::Setup(format!("encoding outputs of frame {}: {e}", ctx.index)))
     };
     let tp = &opts.topics;
@@ -694,7 +694,7 @@ fn process_frame(
 }
 
 /// A frame record's `out_of_range`: the flagged layers as `name (what)`.
-fn flagged_layers(range: &crate::model::range::RangeReport) -> Vec<String> {
+fn flagged_layers(range: &crate::device::range_guard::RangeReport) -> Vec<String> {
     range.layers.iter().map(|l| l.to_string()).collect()
 }
 

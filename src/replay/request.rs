@@ -7,18 +7,19 @@ use super::{
     open_processor, replay, replay_with, Device, LabelSource, ProgressMode, ReplayError, ReplayOptions,
     ReplayOutcome, Shard, WeightsSource,
 };
-use crate::bev::label_grid::BevGridParams;
-use crate::config::{ModelConfig, ModelYaml, NodeParams, DEFAULT_NODE_PARAMS_FILE};
+use crate::ops::label_grid::cpu::BevGridParams;
+use crate::models::sphereformer::config::{ModelConfig, ModelYaml};
+use crate::frame::params::{NodeParams, DEFAULT_NODE_PARAMS_FILE};
 use crate::eval::labels::LabelMap;
-use crate::outputs::OutputTopics;
+use crate::frame::outputs::OutputTopics;
 use super::cameras::absolute_topic;
 use super::CameraReplayOptions;
-use crate::bev::branch::BranchConfig;
-use crate::bev::calib_file::CalibrationFile;
-use crate::bev::map::{class_colour, NUSCENES_MAP_CLASSES};
-use crate::bev::map_messages::MapStyle;
-use crate::config::IntrinsicsFrom;
-use crate::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
+use crate::frame::cameras::BranchConfig;
+use crate::sensors::calib::file::CalibrationFile;
+use crate::models::bevfusion::map::{class_colour, NUSCENES_MAP_CLASSES};
+use crate::frame::map_messages::MapStyle;
+use crate::frame::params::IntrinsicsFrom;
+use crate::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
 
 /// The node params file for the nuScenes SphereFormer (`config/models/sphereformer_nuscenes.yaml`),
 /// named when the default parameters do not fit a model.
@@ -68,7 +69,7 @@ pub fn bev_params(
             ),
         }));
     }
-    let p = crate::perception::bev_params(model, bev.range, bev.resolution, &bev.obstacle_classes);
+    let p = crate::frame::processor::bev_params(model, bev.range, bev.resolution, &bev.obstacle_classes);
     p.validate()
         .map_err(|e| ReplayError::Setup(format!("BEV grid: {e}")))?;
     Ok((p, bev.frame_id.clone()))
@@ -261,7 +262,7 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         cameras,
     };
     match map_model.as_mut() {
-        Some(m) => replay_with(&mut processor, &model, &opts, Some(m as &mut dyn crate::bev::branch::BevMapModel)),
+        Some(m) => replay_with(&mut processor, &model, &opts, Some(m as &mut dyn crate::frame::cameras::BevMapModel)),
         None => replay(&mut processor, &model, &opts),
     }
 }
@@ -293,7 +294,7 @@ mod tests {
         let node = NodeParams::load(&file).unwrap();
         assert_eq!(NodeParams::defaults().unwrap(), node);
         // What the node builds from them (`ros::node::main`).
-        let node_bev = crate::perception::bev_params(
+        let node_bev = crate::frame::processor::bev_params(
             &kitti,
             node.bev.range,
             node.bev.resolution,

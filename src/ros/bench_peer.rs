@@ -27,7 +27,7 @@ use r2r::diagnostic_msgs::msg::DiagnosticArray;
 use r2r::QosProfile;
 
 use crate::bag::Bag;
-use crate::perception::Percentiles;
+use crate::frame::processor::Percentiles;
 
 /// What the peer runs against.
 #[derive(Debug, Clone)]
@@ -266,7 +266,7 @@ pub struct PeerReport {
     pub host_stalls: Vec<(usize, f64)>,
     /// CPU time the hypervisor stole from all CPUs during the timed frames, ms.
     pub steal_ms: Option<f64>,
-    /// The host probe ([`crate::host_probe::HostProbe`], in this process): its median run, ms,
+    /// The host probe ([`crate::bench::host_probe::HostProbe`], in this process): its median run, ms,
     /// and per timed frame its slowest run from the cloud's publication to the last output, over
     /// that median (`None` for an incomplete frame). Slow frames with a slow probe: the host's
     /// cores slowed down, not the node alone.
@@ -303,14 +303,14 @@ impl PeerReport {
             self.frames_over_period,
             pct_json(&self.publish_late),
             serde_json::to_string(&missing).unwrap_or_default(),
-            crate::memory::samples_json(&self.host_rss_mb),
-            crate::memory::samples_json(&self.device_used_mb),
+            crate::device::memory::samples_json(&self.host_rss_mb),
+            crate::device::memory::samples_json(&self.device_used_mb),
             serde_json::to_string(&self.node).unwrap_or_default(),
             self.host_stalls.len(),
             self.host_stalls.iter().map(|s| s.1).fold(0.0, f64::max),
             self.host_stalls.iter().map(|(f, ms)| format!("[{f},{ms:.2}]")).collect::<Vec<_>>().join(","),
             self.steal_ms.map_or_else(|| "null".to_string(), |s| format!("{s:.0}")),
-            crate::host_probe::probe_json(
+            crate::bench::host_probe::probe_json(
                 self.probe_median_ms,
                 &self.frame_latency_ms.iter().copied().zip(self.probe_ratio.iter().copied()).collect::<Vec<_>>()
             ),
@@ -398,7 +398,7 @@ pub fn run(cfg: &PeerConfig) -> Result<PeerReport, String> {
 
     let stalls: StallLog = Arc::default();
     let probe = spawn_stall_probe(stop.clone(), stalls.clone());
-    let host_probe = crate::host_probe::HostProbe::start();
+    let host_probe = crate::bench::host_probe::HostProbe::start();
     let result = drive(cfg, &mut inputs, &publishers, &outputs, &rx, &diag, &stalls);
     let host_probe = host_probe.stop();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -1,6 +1,6 @@
 //! The node's camera branch (issue 21): per camera an image subscription (`sensor_msgs/Image`, or
 //! `CompressedImage` on `<image topic>/compressed`) and a CameraInfo subscription, sensor-data
-//! QoS keep last 1; `/tf` and `/tf_static` as raw CDR (decoded by [`crate::bag::cdr::TfMessage`]);
+//! QoS keep last 1; `/tf` and `/tf_static` as raw CDR (decoded by [`crate::msgs::cdr::TfMessage`]);
 //! the subscription tasks only drop what arrives into an [`Inbox`] (newest image and CameraInfo
 //! per camera, every TF message), so they never wait for the processing thread. After each
 //! cloud's LiDAR outputs are out, the worker feeds the inbox to its [`CameraBranch`] and asks it
@@ -16,7 +16,7 @@
 //! `scripts/ros_env.sh` builds it into the PyPI venv from `ros/interfaces/tf2_msgs`): without it
 //! the node says so once (log and `/diagnostics` "camera tf") and takes extrinsics from
 //! `camera.calibration_file`. With it, TF wins per camera wherever it connects the camera's
-//! frame to the cloud's ([`crate::bev::rig`]).
+//! frame to the cloud's ([`crate::sensors::calib::rig`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -29,11 +29,11 @@ use r2r::nav_msgs::msg::{MapMetaData, OccupancyGrid};
 use r2r::sensor_msgs::msg::{CameraInfo, CompressedImage, Image, PointCloud2};
 use r2r::std_msgs::msg::{Float64, Header};
 
-use crate::bag::cdr;
-use crate::bag::cdr::CdrMessage;
-use crate::bev::branch::{BevMapModel, BranchConfig, CameraBranch, CameraImage, CameraStats, CameraStatus};
-use crate::bev::map_messages::{class_topic_token, map_messages, MapStyle};
-use crate::config::{CameraInput, ImageTransport, NodeParams};
+use crate::msgs::cdr;
+use crate::msgs::cdr::CdrMessage;
+use crate::frame::cameras::{BevMapModel, BranchConfig, CameraBranch, CameraImage, CameraStats, CameraStatus};
+use crate::frame::map_messages::{class_topic_token, map_messages, MapStyle};
+use crate::frame::params::{CameraInput, ImageTransport, NodeParams};
 
 /// At most one log line this often for dropped camera messages (all are counted).
 const LOG_EVERY: Duration = Duration::from_secs(5);
@@ -283,7 +283,7 @@ pub struct PreparedFrame {
     started: Instant,
     stamp: cdr::Time,
     frame_id: String,
-    inputs: crate::bev::branch::BevFrameInputs,
+    inputs: crate::frame::cameras::BevFrameInputs,
 }
 
 /// A camera frame with its map messages made ([`CameraWorker::compute`]), waiting for the cloud's
@@ -476,11 +476,11 @@ fn dropped(diag: &Mutex<CameraDiag>, last: &mut Option<Instant>, logger: &str, w
 }
 
 /// The branch's settings from the node's parameters (`calibration_file` already loaded).
-pub fn branch_config(params: &NodeParams, calibration_file: Option<crate::bev::calib_file::CalibrationFile>) -> BranchConfig {
+pub fn branch_config(params: &NodeParams, calibration_file: Option<crate::sensors::calib::file::CalibrationFile>) -> BranchConfig {
     let inputs = params.camera_inputs();
     BranchConfig {
         names: params.input.cameras.clone(),
-        use_projection: inputs.iter().map(|c| c.intrinsics == crate::config::IntrinsicsFrom::P).collect(),
+        use_projection: inputs.iter().map(|c| c.intrinsics == crate::frame::params::IntrinsicsFrom::P).collect(),
         max_camera_lidar_delay_s: params.camera.max_camera_lidar_delay,
         max_distortion: params.camera.max_distortion,
         sweeps: params.lidar.sweeps,

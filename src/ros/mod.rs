@@ -1,6 +1,6 @@
 //! The ROS 2 side of sptr (cargo feature `ros`, built on r2r).
 //!
-//! Here: `sensor_msgs/PointCloud2` messages ⇄ the codec's types in [`crate::cloud`]. Decoding
+//! Here: `sensor_msgs/PointCloud2` messages ⇄ the codec's types in [`crate::msgs::cloud`]. Decoding
 //! borrows the message's data bytes (only the small field table is converted); encoding moves
 //! the encoder's buffer into the message.
 //!
@@ -19,8 +19,9 @@ pub mod stop_guard;
 use r2r::sensor_msgs::msg::{PointCloud2, PointField as MsgField};
 use r2r::std_msgs::msg::Header;
 
-use crate::cloud::{self, CloudBuf, CloudError, CloudView, DecodeReport, PointField};
-use crate::points::Points;
+use crate::msgs::cloud;
+use crate::msgs::cloud::{CloudBuf, CloudError, CloudView, DecodeReport, PointField};
+use crate::msgs::points::Points;
 
 /// The message's field table as the codec's [`PointField`]s.
 pub fn fields(msg: &PointCloud2) -> Vec<PointField> {
@@ -93,7 +94,7 @@ pub fn to_msg(buf: CloudBuf, header: Header) -> PointCloud2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cloud::{encode_points_with, Layout};
+    use crate::msgs::cloud::{encode_points_with, Layout};
 
     #[test]
     fn message_round_trip_keeps_every_field_and_value() {

@@ -1,6 +1,6 @@
 //! The perception node (`perception_node`): r2r spinning on its own thread, the subscription
 //! drained by a tokio task into a newest-frame-wins [`Mailbox`], processing
-//! ([`crate::perception::Processor`]: decode, checks, SphereFormer, BEV grids, labeled cloud) on
+//! ([`crate::frame::processor::Processor`]: decode, checks, SphereFormer, BEV grids, labeled cloud) on
 //! a separate std thread that also publishes, `/diagnostics` at 1 Hz from another tokio task, and
 //! SIGINT/SIGTERM handled by the main thread.
 //!
@@ -42,12 +42,13 @@ use r2r::nav_msgs::msg::{MapMetaData, OccupancyGrid};
 use r2r::sensor_msgs::msg::{Image, PointCloud2};
 use r2r::std_msgs::msg::{Float64, Header, UInt32};
 
-use crate::bev::label_grid::{BevGridParams, BevGrids};
-use crate::bev::messages::{frame_mismatch, BevLayout, ImageLayout};
-use crate::budget::BudgetState;
-use crate::cloud::PointField;
-use crate::config::{CudaErrorPolicy, ModelConfig, NodeParams, OverflowPolicy};
-use crate::perception::{bev_params, FrameOutput, OverflowStats, Processor, Reject, Rejected, STAGES};
+use crate::ops::label_grid::cpu::{BevGridParams, BevGrids};
+use crate::frame::messages::{frame_mismatch, BevLayout, ImageLayout};
+use crate::frame::budget::BudgetState;
+use crate::msgs::cloud::PointField;
+use crate::frame::params::{CudaErrorPolicy, NodeParams, OverflowPolicy};
+use crate::models::sphereformer::config::ModelConfig;
+use crate::frame::processor::{bev_params, FrameOutput, OverflowStats, Processor, Reject, Rejected, STAGES};
 use crate::ros::mailbox::Mailbox;
 use crate::ros::params;
 use crate::ros::stop_guard::{Stage as StopStage, StopGuard, STOP_DEADLINE};
@@ -88,7 +89,7 @@ struct Counters {
     /// Header stamp (sec, nanosec) of the last processed cloud: tells a subscriber which frame a
     /// report counts (the node bench waits for the report that counts its last frame).
     last_processed_stamp: Option<(i32, u32)>,
-    /// Processing against the budget over time (ERROR in the diagnostics; `crate::budget`).
+    /// Processing against the budget over time (ERROR in the diagnostics; `crate::frame::budget`).
     budget: BudgetState,
     last_error: Option<String>,
     last_reject: Option<String>,
@@ -198,13 +199,13 @@ pub fn bev_messages(
     cloud: &Header,
     bev_frame_id: &str,
 ) -> Result<(Image, Image, OccupancyGrid), String> {
-    let stamp = crate::bag::cdr::Time {
+    let stamp = crate::msgs::cdr::Time {
         sec: cloud.stamp.sec,
         nanosec: cloud.stamp.nanosec,
     };
     let layout = BevLayout::new(grids, bev, stamp, &cloud.frame_id, bev_frame_id)
         .map_err(|e| e.to_string())?;
-    let time = |t: crate::bag::cdr::Time| Time {
+    let time = |t: crate::msgs::cdr::Time| Time {
         sec: t.sec,
         nanosec: t.nanosec,
     };
@@ -282,7 +283,7 @@ impl Worker {
         while let Some(frame) = self.mailbox.take() {
             if self.cuda && memory_sampled.is_none_or(|t| t.elapsed() >= MEMORY_EVERY) {
                 memory_sampled = Some(Instant::now());
-                let mb = crate::memory::device_used_mb(true);
+                let mb = crate::device::memory::device_used_mb(true);
                 self.counters.lock().unwrap_or_else(|p| p.into_inner()).device_used_mb = mb;
             }
             self.counters
@@ -399,7 +400,7 @@ impl Worker {
                 Reject::Overflow.index(),
                 &format!(
                     "publishing a cloud with probability 0 and unknown BEV cells (on_overflow: zero_probability): {}",
-                    crate::perception::overflow_detail(&range)
+                    crate::frame::processor::overflow_detail(&range)
                 ),
                 Duration::from_secs(1),
                 true,
@@ -456,7 +457,7 @@ impl Worker {
             c.overflow.published(&range);
             if let Some(fp16) = &recomputed_from {
                 c.recomputed_fp32 += 1;
-                c.last_recomputed_fp32 = Some(crate::perception::overflow_detail(fp16));
+                c.last_recomputed_fp32 = Some(crate::frame::processor::overflow_detail(fp16));
             }
             c.processed += 1;
             c.last_processed_stamp = Some((msg.header.stamp.sec, msg.header.stamp.nanosec));
@@ -541,7 +542,7 @@ struct Since {
 ///
 /// Level, first match: ERROR when every frame processed during the last `budget.error_after_s`
 /// seconds was over `budget.processing_ms`, frame after frame for that long (see
-/// [`crate::budget`]: idle time is never over budget), or a CUDA error happened since the last report,
+/// [`crate::frame::budget`]: idle time is never over budget), or a CUDA error happened since the last report,
 /// or a frame left the FP16 range since the last report (dropped or not, see `on_overflow`);
 /// WARN when the last frame was over budget, processing failed, or frames were rejected since
 /// the last report; OK otherwise. Values: received, processed, skipped, rejected (total and
@@ -646,7 +647,7 @@ fn diagnostics(info: &DiagInfo, c: &Counters, skipped: u64, since: Since) -> Dia
         kv("precision", info.precision.clone()),
         kv("frames recomputed in fp32", c.recomputed_fp32.to_string()),
         kv("device", info.device.clone()),
-        kv("host rss MB", opt(crate::memory::host_rss_mb())),
+        kv("host rss MB", opt(crate::device::memory::host_rss_mb())),
         kv("device memory used MB", opt(c.device_used_mb)),
         kv("model config", info.model_config.clone()),
         kv("weights", info.weights.clone()),
@@ -689,9 +690,9 @@ struct Setup {
     weights: PathBuf,
     processor: Processor,
     /// The camera branch's state, when `input.cameras` is set.
-    camera_branch: Option<crate::bev::branch::CameraBranch>,
+    camera_branch: Option<crate::frame::cameras::CameraBranch>,
     /// The BEV map model, when `camera.model_config` is set too.
-    map_model: Option<crate::model::bevfusion_seg_map_model::SegMapModel>,
+    map_model: Option<crate::models::bevfusion::map_model::SegMapModel>,
 }
 
 fn fail(code: i32, msg: impl std::fmt::Display) -> i32 {
@@ -796,20 +797,20 @@ pub fn main() -> i32 {
         None
     } else {
         let file = match params::calibration_file_path(&params, &file_maps) {
-            Some(path) => match crate::bev::calib_file::CalibrationFile::load(&path) {
+            Some(path) => match crate::sensors::calib::file::CalibrationFile::load(&path) {
                 Ok(f) => Some(f),
                 Err(e) => return fail(EXIT_PARAMS, format!("parameter `camera.calibration_file`: {e}")),
             },
             None => None,
         };
-        match crate::bev::branch::CameraBranch::new(super::cameras::branch_config(&params, file)) {
+        match crate::frame::cameras::CameraBranch::new(super::cameras::branch_config(&params, file)) {
             Ok(b) => Some(b),
             Err(e) => return fail(EXIT_PARAMS, format!("camera parameters: {e}")),
         }
     };
     let map_model = match (&camera_branch, params::camera_model_path(&params, &file_maps)) {
         (Some(_), Some(config)) => {
-            use crate::model::bevfusion_seg_map_model::{SegMapModel, SegWeightsSource};
+            use crate::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
             // `random:<seed>` as it is; a file relative to the params file that set it
             let weights = match SegWeightsSource::parse(&params.camera.model_weights) {
                 Ok(SegWeightsSource::File(_)) => match params::camera_weights_path(&params, &file_maps) {
@@ -824,7 +825,7 @@ pub fn main() -> i32 {
                     )
                 }
             };
-            let cuda = params.device == crate::config::DeviceKind::Cuda;
+            let cuda = params.device == crate::frame::params::DeviceKind::Cuda;
             match SegMapModel::open(&config, &weights, cuda) {
                 Ok(m) => Some(m),
                 Err(e) if cuda && e.to_string().contains("CUDA") => return fail(EXIT_DEVICE, format!("BEV map model on device cuda: {e}")),
@@ -836,7 +837,7 @@ pub fn main() -> i32 {
     // A model that decodes JPEGs on the GPU (nvJPEG) gets them undecoded.
     let mut camera_branch = camera_branch;
     if let (Some(b), Some(m)) = (camera_branch.as_mut(), map_model.as_ref()) {
-        use crate::bev::branch::BevMapModel;
+        use crate::frame::cameras::BevMapModel;
         b.set_defer_jpeg(m.decodes_jpeg());
     }
     eprintln!(
@@ -1020,8 +1021,8 @@ fn run(setup: Setup, fqn: String) -> i32 {
             Ok(t) => t,
             Err(e) => return fail(EXIT_PARAMS, e),
         };
-        let palette = classes.iter().map(|c| crate::bev::map::class_colour(c)).collect();
-        let style = crate::bev::map_messages::MapStyle { thresholds, palette };
+        let palette = classes.iter().map(|c| crate::models::bevfusion::map::class_colour(c)).collect();
+        let style = crate::frame::map_messages::MapStyle { thresholds, palette };
         match super::cameras::MapPublishers::create(&mut node, &classes, style) {
             Ok(p) => {
                 let description = m.description().to_string();
@@ -1358,7 +1359,7 @@ mod tests {
         );
     }
 
-    /// The budget's ERROR comes from processed frames only (`crate::budget`): two frames just
+    /// The budget's ERROR comes from processed frames only (`crate::frame::budget`): two frames just
     /// over budget, then only rejected clouds for longer than `error_after_s`, is WARN (the last
     /// frame was over budget) with the rejects, never ERROR.
     #[test]
@@ -1391,10 +1392,10 @@ mod tests {
             processed: 1,
             ..Default::default()
         };
-        let mut names = crate::model::range::LayerNames::new();
+        let mut names = crate::device::range_guard::LayerNames::new();
         names.add("input_conv.0");
-        let report = names.report(&[crate::model::range::RANGE_SATURATED]);
-        let detail = crate::perception::overflow_detail(&report);
+        let report = names.report(&[crate::device::range_guard::RANGE_SATURATED]);
+        let detail = crate::frame::processor::overflow_detail(&report);
         c.rejected[Reject::Overflow.index()] = 1;
         c.overflow.dropped(&Rejected {
             why: Reject::Overflow,
@@ -1438,11 +1439,11 @@ mod tests {
         let mut c = Counters::default();
         c.received = 2;
         c.processed = 2;
-        let mut names = crate::model::range::LayerNames::default();
+        let mut names = crate::device::range_guard::LayerNames::default();
         names.add("enc.0.attn.qkv");
-        let report = names.report(&[crate::model::range::RANGE_SATURATED]);
+        let report = names.report(&[crate::device::range_guard::RANGE_SATURATED]);
         c.recomputed_fp32 = 1;
-        c.last_recomputed_fp32 = Some(crate::perception::overflow_detail(&report));
+        c.last_recomputed_fp32 = Some(crate::frame::processor::overflow_detail(&report));
         let (level, msg, values) = level_and_values(&c, Since { recomputed_fp32: 1, ..Default::default() });
         assert_eq!(level, LEVEL_WARN, "{msg}");
         assert!(msg.contains("1 frame(s) left the FP16 range and were computed again in FP32") && msg.contains("enc.0.attn.qkv"), "{msg}");
@@ -1467,11 +1468,11 @@ mod tests {
         }
     }
 
-    /// The node's r2r BEV messages and replay's CDR messages ([`crate::outputs::build`]) of one
+    /// The node's r2r BEV messages and replay's CDR messages ([`crate::frame::outputs::build`]) of one
     /// grid: the same fields, and the same bytes on the wire.
     #[test]
     fn bev_messages_equal_replays() {
-        use crate::bag::cdr::CdrMessage;
+        use crate::msgs::cdr::CdrMessage;
         use r2r::WrappedTypesupport;
 
         let p = BevGridParams {
@@ -1481,7 +1482,7 @@ mod tests {
             obstacle_classes: vec![1],
             palette: vec![[1, 2, 3], [4, 5, 6]],
         };
-        let g = crate::bev::label_grid::label_grid_cpu(
+        let g = crate::ops::label_grid::cpu::label_grid_cpu(
             &[0.1, -1.9, 1.9],
             &[0.1, -0.9, 0.9],
             &[1, 0, 1],
@@ -1499,7 +1500,7 @@ mod tests {
             };
             let (labels, color, occ) = bev_messages(&g, &p, &cloud, bev_frame).unwrap();
             let out = FrameOutput {
-                cloud: crate::cloud::encode_labeled(&crate::Points::default(), &[], &[]).unwrap(),
+                cloud: crate::msgs::cloud::encode_labeled(&crate::Points::default(), &[], &[]).unwrap(),
                 grids: g.clone(),
                 voxels: 0,
                 voxel_stats: Default::default(),
@@ -1511,16 +1512,16 @@ mod tests {
                 range: Default::default(),
                 recomputed_from: None,
             };
-            let cdr_cloud = crate::bag::cdr::Header {
-                stamp: crate::bag::cdr::Time {
+            let cdr_cloud = crate::msgs::cdr::Header {
+                stamp: crate::msgs::cdr::Time {
                     sec: cloud.stamp.sec,
                     nanosec: cloud.stamp.nanosec,
                 },
                 frame_id: cloud.frame_id.clone(),
             };
-            let replay = crate::outputs::build(&out, &cdr_cloud, bev_frame, &p).unwrap();
+            let replay = crate::frame::outputs::build(&out, &cdr_cloud, bev_frame, &p).unwrap();
 
-            let same_header = |h: &Header, c: &crate::bag::cdr::Header| {
+            let same_header = |h: &Header, c: &crate::msgs::cdr::Header| {
                 assert_eq!(
                     (h.stamp.sec, h.stamp.nanosec, h.frame_id.as_str()),
                     (c.stamp.sec, c.stamp.nanosec, c.frame_id.as_str())
@@ -1566,8 +1567,8 @@ mod tests {
             // Across the wire: what rmw serializes for the node decodes as replay's message, and
             // replay's bytes decode as the node's. (Not a byte comparison: CDR alignment padding
             // is unspecified, and rmw leaves whatever its reused buffer held there.)
-            type CdrImage = crate::bag::cdr::Image;
-            type CdrGrid = crate::bag::cdr::OccupancyGrid;
+            type CdrImage = crate::msgs::cdr::Image;
+            type CdrGrid = crate::msgs::cdr::OccupancyGrid;
             assert_eq!(
                 CdrImage::from_cdr(&labels.to_serialized_bytes().unwrap()).unwrap(),
                 replay.bev_labels

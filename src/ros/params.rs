@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use r2r::ParameterValue;
 use serde_yaml::{Mapping, Value};
 
-use crate::config::{ConfigError, NodeParams};
+use crate::error::ConfigError;
+use crate::frame::params::NodeParams;
 
 /// Parameters the node reads but [`NodeParams`] does not describe (ROS-wide ones).
 pub const ROS_PARAMS: &[&str] = &["use_sim_time"];
@@ -420,7 +421,7 @@ mod tests {
         std::fs::write(&over, "/**:\n  ros__parameters:\n    device: cpu\n    model.weights: w.safetensors\n    use_sim_time: false\n").unwrap();
         let maps = validate_params_files(&[full.clone(), over.clone()], "sptr", "/").unwrap();
         let p = merged(&maps, &[], "t").unwrap();
-        assert_eq!(p.device, crate::config::DeviceKind::Cpu);
+        assert_eq!(p.device, crate::frame::params::DeviceKind::Cpu);
         assert_eq!(p.model.weights, "w.safetensors");
         // The overrides file alone is incomplete: not an error before ROS (`-p` may complete it).
         assert!(validate_params_files(std::slice::from_ref(&over), "sptr", "/").is_ok());
@@ -449,7 +450,7 @@ mod tests {
             "t",
         )
         .unwrap();
-        assert_eq!(p.device, crate::config::DeviceKind::Cpu);
+        assert_eq!(p.device, crate::frame::params::DeviceKind::Cpu);
         assert_eq!(p.input.cameras, Vec::<String>::new());
         let p = merged(
             &files,
@@ -504,7 +505,7 @@ mod tests {
         );
         // Topic names and the CUDA error policy: defaults, overrides, validation.
         assert_eq!(p.topics.output_points, "~/output/points");
-        assert_eq!(p.on_cuda_error, crate::config::CudaErrorPolicy::Exit);
+        assert_eq!(p.on_cuda_error, crate::frame::params::CudaErrorPolicy::Exit);
         let p2 = merged(
             &files,
             &[
@@ -522,7 +523,7 @@ mod tests {
         .unwrap();
         assert_eq!(p2.topics.output_points, "seg/points");
         assert_eq!(p2.topics.input_points, "~/input/points");
-        assert_eq!(p2.on_cuda_error, crate::config::CudaErrorPolicy::Recover);
+        assert_eq!(p2.on_cuda_error, crate::frame::params::CudaErrorPolicy::Recover);
         for bad in ["", "a b", "x/", "a//b"] {
             let e = merged(
                 &files,

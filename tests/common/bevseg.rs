@@ -3,10 +3,10 @@
 #![allow(dead_code)]
 
 use crate::common::{data, nuscenes_sweep, root};
-use sptr::bev::calib::{Calibration, NUSCENES_CAMERAS};
-use sptr::camera::compressed::decode_compressed;
-use sptr::camera::image::{DecodeLimits, RgbImage};
-use sptr::model::bevfusion_seg::{BevSegConfig, Point5};
+use sptr::sensors::calib::camera::{Calibration, NUSCENES_CAMERAS};
+use sptr::sensors::image::compressed::decode_compressed;
+use sptr::sensors::image::encodings::{DecodeLimits, RgbImage};
+use sptr::models::bevfusion::seg::{BevSegConfig, Point5};
 use std::path::PathBuf;
 
 /// The JPEG of nuScenes camera `cam` (e.g. `CAM_BACK`, not `CAM_BACK_LEFT`).
@@ -82,9 +82,9 @@ pub fn with_rgb_component_ids(jpeg: &mut [u8]) {
 
 /// The node's camera branch for the six nuScenes cameras with the sample calibration file, one
 /// sweep, 0.12 s sync window; JPEGs left to the model when `defer_jpeg`.
-pub fn nuscenes_branch(defer_jpeg: bool) -> sptr::bev::branch::CameraBranch {
-    use sptr::bev::branch::{BranchConfig, CameraBranch};
-    let file = sptr::bev::calib_file::CalibrationFile::load(&root().join("config/calibration/nuscenes_sample.yaml"))
+pub fn nuscenes_branch(defer_jpeg: bool) -> sptr::frame::cameras::CameraBranch {
+    use sptr::frame::cameras::{BranchConfig, CameraBranch};
+    let file = sptr::sensors::calib::file::CalibrationFile::load(&root().join("config/calibration/nuscenes_sample.yaml"))
         .expect("config/calibration/nuscenes_sample.yaml");
     let mut b = CameraBranch::new(BranchConfig {
         names: NUSCENES_CAMERAS.iter().map(|s| s.to_string()).collect(),

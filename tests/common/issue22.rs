@@ -3,9 +3,9 @@
 #![allow(dead_code)]
 
 use crate::common::Rng;
-use sptr::config::ModelYaml;
-use sptr::model::random::NamedTensors;
-use sptr::model::weight_specs;
+use sptr::models::sphereformer::config::ModelYaml;
+use sptr::nn::random::NamedTensors;
+use sptr::models::sphereformer::network::weight_specs;
 
 /// A normal draw (Box-Muller) from the shared test generator.
 pub fn normal(rng: &mut Rng, std: f64) -> f32 {

@@ -3,8 +3,8 @@
 //! inputs. Included with `#[path = "common/lss.rs"] mod lss_common;`.
 #![allow(dead_code)]
 
-use sptr::bev::calib::{Calibration, NUSCENES_CAMERAS};
-use sptr::bev::lss::LssConfig;
+use sptr::sensors::calib::camera::{Calibration, NUSCENES_CAMERAS};
+use sptr::models::bevfusion::lss::LssConfig;
 use std::path::PathBuf;
 
 pub fn root() -> PathBuf {
@@ -77,7 +77,7 @@ pub fn random_lifted(seed: u64, pixels: usize, d: usize, c: usize) -> (Vec<f32>,
     let mut depth = vec![0f32; pixels * d];
     for row in depth.chunks_mut(d) {
         let logits: Vec<f32> = (0..d).map(|_| 3.0 * s.sym()).collect();
-        sptr::bev::lss::transform::softmax_into(&logits, row);
+        sptr::models::bevfusion::lss::transform::softmax_into(&logits, row);
         row.iter_mut().for_each(|v| *v = fp16(*v));
     }
     let context = (0..pixels * c).map(|_| fp16(s.sym())).collect();

@@ -4,11 +4,12 @@
 
 use std::path::Path;
 
-use sptr::config::{DeviceKind, ModelConfig, ModelYaml, NodeParams};
+use sptr::frame::params::{DeviceKind, NodeParams};
+use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::eval::LabelMap;
-use sptr::model::random::random_weights;
-use sptr::outputs::OutputTopics;
-use sptr::perception::Processor;
+use sptr::nn::random::random_weights;
+use sptr::frame::outputs::OutputTopics;
+use sptr::frame::processor::Processor;
 use sptr::replay::{bev_params, CameraReplayOptions, ProgressMode, ReplayOptions, Shard};
 
 /// The six-camera params file (the sample bag's topics, the sample calibration file).

@@ -543,7 +543,6 @@ fn gap_holds_no_messages(file: &File, summary: &Summary, from: u64, to: u64) -> 
     Some(())
 }
 
-
 /// Answers an in-memory sans-io reader's request for `want` bytes from the front of `input`
 /// (fewer at its end, which the reader then sees as the end of the data).
 fn feed(reader: &mut LinearReader, input: &mut &[u8], want: usize) {

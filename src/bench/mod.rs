@@ -1,0 +1,20 @@
+//! bench
+
+#[cfg(feature = "cuda")]
+pub mod attention;
+#[cfg(feature = "cuda")]
+pub mod bev_decoder;
+#[cfg(feature = "cuda")]
+pub mod bevpool;
+#[cfg(feature = "cuda")]
+pub mod bevseg;
+#[cfg(feature = "cuda")]
+pub mod camera_encoder;
+pub mod camera_input;
+pub mod faults;
+pub mod host_probe;
+pub mod model;
+pub mod pipeline;
+#[cfg(feature = "cuda")]
+pub mod spconv;
+

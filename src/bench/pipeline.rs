@@ -1,0 +1,655 @@
+//! `sptr bench pipeline --cameras`: the node's whole per-cloud work without DDS, from message
+//! bytes in host memory to encoded output messages: the LiDAR processor (labels, BEV grids), the
+//! six cameras' CompressedImage + CameraInfo messages decoded from CDR into the node's
+//! [`CameraBranch`] (sync, calibration, JPEG decode, sweeps), the BEV map model's forward, and
+//! the map messages ([`map_messages`]) encoded to CDR.
+//!
+//! The camera messages are read once from a bag (the sample bag has all six) and re-stamped to
+//! each frame's cloud stamp before the frame (untimed), so every camera is in sync and decoded
+//! afresh each frame, as live images would be. Frames run unpaced (`frames`) or at a fixed
+//! period like a publisher (`rate_hz` for `duration_s`): a frame that ends after the next tick
+//! is counted in `frames_over_period` (at a real sensor's rate it would delay or drop the next
+//! cloud). Host RSS and (CUDA) device memory in use are sampled every [`MEMORY_EVERY`] frames so
+//! a leak shows as growth from first to last.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::msgs::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, Time};
+use crate::bag::Bag;
+use crate::frame::cameras::{BevMapModel, CameraBranch, CameraImage};
+use crate::frame::map_messages::map_messages;
+use crate::frame::params::ImageTransport;
+use crate::bench::host_probe::{frames_json, FrameHost, HostProbe, ProcCounters};
+use crate::device::memory::{device_used_mb, host_rss_mb};
+use crate::frame::processor::{json_str, open_bench, BenchSetup, Percentiles, STAGES};
+use crate::bench::faults::{big_cloud, patched_jpeg, Fault, FaultSchedule, FrameFaults, BIG_CLOUDS, BIG_CLOUD_POINTS};
+use crate::replay::cameras::absolute_topic;
+use crate::replay::request::{camera_options, open_map_model_with};
+
+/// Memory is sampled on frames 0, 50, 100, ... and on the last frame.
+pub const MEMORY_EVERY: usize = 50;
+
+/// The first cloud's stamp (the sample bag's LiDAR stamp); frame `k` is `k` periods later.
+const BASE_STAMP_NS: i64 = 1_532_402_927_647_951_000;
+
+/// What `sptr bench pipeline --cameras` runs on, besides the LiDAR setup.
+pub struct CameraBenchSetup<'a> {
+    /// Cloud, LiDAR model and weights, params file (which must have `input.cameras`), device,
+    /// warmup and (unpaced) frames.
+    pub lidar: BenchSetup<'a>,
+    /// A bag with one CompressedImage (or Image, per the params' transport) and CameraInfo per
+    /// camera on the params' topics (as the node `sptr` resolves them).
+    pub bag: &'a Path,
+    /// Overrides `camera.model_config` (a BEVFusion seg model YAML).
+    pub camera_model: Option<&'a Path>,
+    /// Overrides `camera.model_weights`: a safetensors file or `random:<seed>`.
+    pub camera_weights: Option<&'a str>,
+    /// Paced: frames at `rate_hz` for `duration_s` (both or neither); unpaced without.
+    pub pace: Option<(f64, f64)>,
+    /// The camera frame after the LiDAR path on one thread (the node before the overlap: the
+    /// anchor for its gain) instead of on a thread of its own beside it, as the node runs it.
+    pub serial: bool,
+    /// Paced only: a fault every this many seconds ([`crate::bench::faults`]).
+    pub faults_every_s: Option<f64>,
+}
+
+/// One frame's camera half: the branch, the model, the map messages, and their times.
+struct CameraFrameOut {
+    camera_ms: f64,
+    map_ms: f64,
+    encode_ms: f64,
+    branch_stages: Vec<(&'static str, f64)>,
+    model_stages: Vec<(String, f64)>,
+    statuses: Vec<&'static str>,
+    map: MapSummary,
+}
+
+/// One camera's messages of a frame as CDR bytes, `None` for a camera that sent nothing.
+type FrameBytes = Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>;
+
+/// What the camera half of a frame works with (everything but the LiDAR processor).
+struct CameraHalf<'a> {
+    branch: CameraBranch,
+    model: crate::models::bevfusion::map_model::SegMapModel,
+    inputs: &'a [crate::frame::params::CameraInput],
+    style: crate::frame::map_messages::MapStyle,
+    cloud_frame: String,
+    bev_frame: String,
+}
+
+impl CameraHalf<'_> {
+    /// The node's camera work on one frame: the messages decoded from CDR into the branch (as
+    /// the node's subscriptions and worker do), the cloud decoded again for the branch's sweep,
+    /// the frame's inputs, the model, the map messages encoded as DDS would carry them.
+    fn frame(&mut self, k: usize, bytes: &FrameBytes, stamp: Time, stamp_ns: i64, cloud: &crate::msgs::cloud::CloudView<'_>) -> Result<CameraFrameOut, String> {
+        let t = Instant::now();
+        for (cam, ((image, info), c)) in bytes.iter().zip(self.inputs).enumerate() {
+            if let Some(image) = image {
+                let img = match c.transport {
+                    ImageTransport::Compressed => CompressedImage::from_cdr(image).map(CameraImage::Compressed),
+                    ImageTransport::Raw => Image::from_cdr(image).map(CameraImage::Raw),
+                }
+                .map_err(|e| format!("{}: {e}", c.image_topic))?;
+                self.branch.on_image(cam, img);
+            }
+            if let Some(info) = info {
+                let info = CameraInfo::from_cdr(info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+                self.branch.on_camera_info(cam, &info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+            }
+        }
+        let (points, _) = crate::msgs::cloud::decode(cloud).map_err(|e| format!("the cloud: {e}"))?;
+        let mut inputs = self.branch.frame(stamp_ns, &self.cloud_frame, &points);
+        let camera_ms = ms(t.elapsed());
+
+        let t = Instant::now();
+        let (map, _) = self.branch.run_model(&mut self.model, &mut inputs);
+        let map = map.map_err(|e| format!("frame {k}: the BEV map model failed: {e}"))?;
+        let map_ms = ms(t.elapsed());
+        let t = Instant::now();
+        let m = map_messages(&map, &self.style, stamp, &self.cloud_frame, &self.bev_frame).map_err(|e| format!("BEV map messages: {e}"))?;
+        let cdr_err = |e: crate::msgs::cdr::CdrError| format!("encoding the BEV map: {e}");
+        let mut cdr_bytes = 0;
+        for g in &m.grids {
+            cdr_bytes += g.to_cdr(true).map_err(cdr_err)?.len();
+        }
+        cdr_bytes += m.bits.to_cdr(true).map_err(cdr_err)?.len();
+        cdr_bytes += m.color.to_cdr(true).map_err(cdr_err)?.len();
+        Ok(CameraFrameOut {
+            camera_ms,
+            map_ms,
+            encode_ms: ms(t.elapsed()),
+            branch_stages: inputs.stages.to_vec(),
+            model_stages: self.model.last_stages(),
+            statuses: inputs.cameras.iter().map(|c| c.status.name()).collect(),
+            map: MapSummary { classes: m.grids.len(), width: m.bits.width, height: m.bits.height, cdr_bytes },
+        })
+    }
+}
+
+/// One camera's messages as the bench feeds them: decoded once (to re-stamp), encoded per frame.
+struct CameraMessages {
+    image: CameraImage,
+    info: CameraInfo,
+}
+
+/// Latest message on `topic` in `bag`, or an error naming the topic and the bag.
+fn last_message(bag: &Bag, topic: &str) -> Result<Vec<u8>, String> {
+    let mut last = None;
+    for m in bag.messages(&[topic]) {
+        let m = m.map_err(|e| format!("{}: {e}", bag.path().display()))?;
+        last = Some(m.data);
+    }
+    last.ok_or_else(|| format!("{}: no message on {topic}; the bench needs one image and one CameraInfo per camera", bag.path().display()))
+}
+
+/// Re-stamps and encodes a camera's messages to CDR (the bytes a subscription would receive).
+fn encode_camera(c: &mut CameraMessages, stamp: Time) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let cdr_err = |e: crate::msgs::cdr::CdrError| format!("re-encoding a camera message: {e}");
+    c.info.header.stamp = stamp;
+    let info = c.info.to_cdr(true).map_err(cdr_err)?;
+    let image = match &mut c.image {
+        CameraImage::Compressed(m) => {
+            m.header.stamp = stamp;
+            m.to_cdr(true)
+        }
+        CameraImage::Raw(m) => {
+            m.header.stamp = stamp;
+            m.to_cdr(true)
+        }
+    }
+    .map_err(cdr_err)?;
+    Ok((image, info))
+}
+
+/// Frame `k`'s camera messages stamped `stamp` with `f`'s faults in them: the first camera's
+/// JPEG cut (stamped `prev`, the previous frame's stamp, for a stamp collision), the second
+/// camera's CameraInfo changed, the last camera silent.
+fn frame_bytes(cams: &mut [CameraMessages], stamp: Time, prev: Time, f: &FrameFaults) -> Result<FrameBytes, String> {
+    let n = cams.len();
+    let mut out = Vec::with_capacity(n);
+    for (i, c) in cams.iter_mut().enumerate() {
+        if f.silent_camera && i + 1 == n {
+            out.push((None, None));
+            continue;
+        }
+        let first_faulted = i == 0 && (f.stamp_collision || f.corrupt_jpeg);
+        let second_changed = i == 1.min(n - 1) && f.calibration_change;
+        if !first_faulted && !second_changed {
+            let (img, info) = encode_camera(c, stamp)?;
+            out.push((Some(img), Some(info)));
+            continue;
+        }
+        let mut faulty = CameraMessages { image: c.image.clone(), info: c.info.clone() };
+        let (mut img, mut info) = encode_camera(&mut faulty, stamp)?;
+        if first_faulted {
+            let CameraImage::Compressed(m) = &mut faulty.image else {
+                return Err("--faults-every-s needs the first camera's images compressed (JPEG)".into());
+            };
+            if f.stamp_collision {
+                m.data.truncate(m.data.len() / 2);
+                m.header.stamp = prev;
+            } else {
+                m.data = patched_jpeg(&m.data);
+            }
+            img = m.to_cdr(true).map_err(|e| format!("re-encoding a camera message: {e}"))?;
+        }
+        if second_changed {
+            let info_k = &mut faulty.info;
+            info_k.k[0] *= 1.01;
+            info_k.k[4] *= 1.01;
+            info_k.p[0] *= 1.01;
+            info_k.p[5] *= 1.01;
+            info = faulty.info.to_cdr(true).map_err(|e| format!("re-encoding a camera message: {e}"))?;
+        }
+        out.push((Some(img), Some(info)));
+    }
+    Ok(out)
+}
+
+/// What a soak with faults saw: per frame whether its cameras and map were what its inputs call
+/// for ([`FrameFaults`]), and the counts.
+#[derive(Default)]
+struct FaultTally {
+    /// Faults started, per [`Fault::ALL`].
+    injected: [u64; Fault::ALL.len()],
+    frames_with_fault: u64,
+    good_frames: u64,
+    /// Good frames with every camera used and the map made.
+    good_answered: u64,
+    good_ms: Vec<f64>,
+    big_clouds_answered: u64,
+    /// Frames whose camera statuses were not what their inputs call for (the first few, named).
+    unexpected: Vec<String>,
+    unexpected_frames: u64,
+}
+
+impl FaultTally {
+    /// Timed frame `i` with faults `f`: its camera statuses, the LiDAR points it answered with.
+    fn frame(&mut self, i: usize, start: Option<Fault>, f: &FrameFaults, statuses: &[&str], points: usize, ms: f64) {
+        if let Some(s) = start {
+            self.injected[Fault::ALL.iter().position(|&x| x == s).unwrap_or(0)] += 1;
+        }
+        let n = statuses.len();
+        let ok = statuses.iter().enumerate().all(|(c, &st)| match st {
+            "used" => !(c == 0 && (f.stamp_collision || f.corrupt_jpeg)),
+            "decode_error" => c == 0 && (f.stamp_collision || f.corrupt_jpeg),
+            "stale" => c + 1 == n && f.silent_camera,
+            _ => false,
+        });
+        if f.is_good() {
+            self.good_frames += 1;
+            self.good_ms.push(ms);
+            if ok {
+                self.good_answered += 1;
+            }
+        } else {
+            self.frames_with_fault += 1;
+        }
+        if f.big_cloud && points == BIG_CLOUD_POINTS {
+            self.big_clouds_answered += 1;
+        }
+        if !ok {
+            self.unexpected_frames += 1;
+            if self.unexpected.len() < 5 {
+                self.unexpected.push(format!("frame {i} ({f:?}): {statuses:?}"));
+            }
+        }
+    }
+
+    /// JSON `faults`: what was injected, what the branch counted, the good frames.
+    fn json(&self, every_s: f64, branch: &CameraBranch) -> String {
+        use crate::frame::cameras::CameraStatus;
+        let stats = branch.stats();
+        let first = stats.first().map(|s| s.count(CameraStatus::DecodeError)).unwrap_or(0);
+        let last = stats.last().map(|s| s.count(CameraStatus::Stale)).unwrap_or(0);
+        let decode_expected = self.injected[1] + self.injected[2];
+        let calib_expected = 2 * self.injected[3];
+        let big_expected = BIG_CLOUDS as u64 * self.injected[4];
+        let all_counted = first == decode_expected
+            && branch.calibration_changes() == calib_expected
+            && self.big_clouds_answered == big_expected
+            && (self.injected[0] == 0 || last > 0)
+            && self.unexpected_frames == 0
+            && self.good_answered == self.good_frames;
+        let good = Percentiles::of(&self.good_ms).map(|p| serde_json::json!({ "p50_ms": p.p50, "p99_ms": p.p99, "max_ms": p.max }));
+        let injected: serde_json::Map<String, serde_json::Value> = Fault::ALL.iter().zip(self.injected).map(|(f, n)| (f.name().to_string(), n.into())).collect();
+        serde_json::json!({
+            "every_s": every_s,
+            "injected": injected,
+            "frames_with_fault": self.frames_with_fault,
+            "counted": {
+                "first_camera_decode_errors": first,
+                "expected_decode_errors": decode_expected,
+                "last_camera_stale": last,
+                "calibration_changes": branch.calibration_changes(),
+                "expected_calibration_changes": calib_expected,
+                "big_clouds_answered": self.big_clouds_answered,
+                "expected_big_clouds": big_expected,
+            },
+            "good_frames": self.good_frames,
+            "good_frames_answered": self.good_answered,
+            "good_frames_latency": good,
+            "unexpected_frames": self.unexpected_frames,
+            "unexpected": self.unexpected,
+            "all_counted": all_counted,
+        })
+        .to_string()
+    }
+}
+
+/// Per-stage times of the frames, ms, in first-seen order.
+#[derive(Default)]
+struct StageTimes(Vec<(String, Vec<f64>)>);
+
+impl StageTimes {
+    fn add(&mut self, name: &str, v: f64) {
+        match self.0.iter_mut().find(|(n, _)| n == name) {
+            Some((_, s)) => s.push(v),
+            None => self.0.push((name.to_string(), vec![v])),
+        }
+    }
+
+    fn p50_json(&self) -> String {
+        let items: Vec<String> =
+            self.0.iter().map(|(n, v)| format!("{}:{:.3}", json_str(n), Percentiles::of(v).map_or(0.0, |p| p.p50))).collect();
+        format!("{{{}}}", items.join(","))
+    }
+
+    fn p99_json(&self) -> String {
+        let items: Vec<String> =
+            self.0.iter().map(|(n, v)| format!("{}:{:.3}", json_str(n), Percentiles::of(v).map_or(0.0, |p| p.p99))).collect();
+        format!("{{{}}}", items.join(","))
+    }
+
+    /// The times of `names`, frame by frame (a tail's pattern over time: bursts, a period).
+    fn series_json(&self, total: &[f64], names: &[&str]) -> String {
+        let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(",");
+        let mut items = vec![format!("\"total\":[{}]", list(total))];
+        for (n, v) in self.0.iter().filter(|(n, _)| names.contains(&n.as_str())) {
+            items.push(format!("{}:[{}]", json_str(n), list(v)));
+        }
+        format!("{{{}}}", items.join(","))
+    }
+
+    /// Every stage's time in timed frame `i` (a stage a frame did not have is left out).
+    fn frame_json(&self, i: usize) -> String {
+        let items: Vec<String> = self.0.iter().filter_map(|(n, v)| v.get(i).map(|x| format!("{}:{:.3}", json_str(n), x))).collect();
+        format!("{{{}}}", items.join(","))
+    }
+}
+
+/// The slowest timed frame: its index, time and stages, so that a long tail can be traced to a
+/// stage (`null` without frames).
+fn slowest_json(total: &[f64], stages: &StageTimes) -> String {
+    match total.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)) {
+        Some((i, t)) => format!("{{\"frame\":{i},\"ms\":{t:.3},\"stages\":{}}}", stages.frame_json(i)),
+        None => "null".into(),
+    }
+}
+
+/// What the last frame's map messages were.
+struct MapSummary {
+    classes: usize,
+    width: u32,
+    height: u32,
+    cdr_bytes: usize,
+}
+
+/// Runs the bench; returns one JSON object (see README, `sptr bench pipeline --cameras`).
+pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
+    // The camera settings first: a params file without cameras fails before any model loads.
+    let params_path = s.lidar.params;
+    let node = crate::frame::params::NodeParams::load(params_path).map_err(|e| format!("--params: {e}"))?;
+    let opts = camera_options(params_path, &node)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "--cameras: {} has no cameras (input.cameras is empty); give a params file with the camera branch, e.g. config/perception_nuscenes_cameras.yaml",
+                params_path.display()
+            )
+        })?;
+    let mut lidar = open_bench(&s.lidar)?;
+    let cuda = lidar.processor.device_name().starts_with("cuda");
+    let model = open_map_model_with(s.camera_model, s.camera_weights, params_path, &lidar.params, cuda)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "--cameras: {} has no BEV map model (camera.model_config is empty); give --camera-model",
+                params_path.display()
+            )
+        })?;
+    let mut style = opts.map_style.clone().ok_or("--cameras: the params give no map style")?;
+    if model.classes().len() != style.thresholds.len() {
+        // an overriding model YAML with other classes: its classes, the params' thresholds for them
+        style.thresholds = lidar.params.map_thresholds(model.classes().len()).map_err(|e| format!("{}: {e}", params_path.display()))?;
+        style.palette = model.classes().iter().map(|c| crate::models::bevfusion::map::class_colour(c)).collect();
+    }
+    let mut branch = CameraBranch::new(opts.branch.clone()).map_err(|e| format!("camera branch: {e}"))?;
+    branch.set_defer_jpeg(model.decodes_jpeg());
+
+    // The camera messages, once, from the bag; the cloud's frame from the bag's cloud if it has one.
+    let bag = Bag::open(s.bag).map_err(|e| format!("{}: {e}", s.bag.display()))?;
+    let mut cams = Vec::with_capacity(opts.inputs.len());
+    for c in &opts.inputs {
+        let what = |e: crate::msgs::cdr::CdrError, t: &str| format!("{}: {t}: {e}", s.bag.display());
+        let bytes = last_message(&bag, &c.image_topic)?;
+        let image = match c.transport {
+            ImageTransport::Compressed => CameraImage::Compressed(CompressedImage::from_cdr(&bytes).map_err(|e| what(e, &c.image_topic))?),
+            ImageTransport::Raw => CameraImage::Raw(Image::from_cdr(&bytes).map_err(|e| what(e, &c.image_topic))?),
+        };
+        let info = CameraInfo::from_cdr(&last_message(&bag, &c.camera_info_topic)?).map_err(|e| what(e, &c.camera_info_topic))?;
+        cams.push(CameraMessages { image, info });
+    }
+    let points_topic = absolute_topic(&lidar.params.topics.input_points);
+    let cloud_frame = match bag.topics().iter().any(|t| t.name == points_topic) {
+        true => crate::msgs::cdr::PointCloud2::from_cdr(&last_message(&bag, &points_topic)?)
+            .map(|m| m.header.frame_id)
+            .map_err(|e| format!("{}: {points_topic}: {e}", s.bag.display()))?,
+        false => String::new(),
+    };
+    let bev_frame = lidar.params.bev.frame_id.clone();
+    let description = model.description().to_string();
+    let mut half = CameraHalf { branch, model, inputs: &opts.inputs, style, cloud_frame, bev_frame };
+    let (processor, body) = (&mut lidar.processor, &lidar.body);
+
+    let (period, frames) = match s.pace {
+        Some((hz, secs)) if !(hz.is_finite() && (0.1..=1000.0).contains(&hz) && secs.is_finite() && (0.1..=86_400.0).contains(&secs)) => {
+            return Err(format!("pace {hz} Hz for {secs} s: use 0.1 to 1000 Hz for 0.1 to 86400 s"));
+        }
+        Some((hz, secs)) => (Duration::from_secs_f64(1.0 / hz), ((hz * secs).round() as usize).max(1)),
+        None => (Duration::from_millis(100), s.lidar.frames),
+    };
+    let period_ns = period.as_nanos() as i64;
+    let schedule = match (s.faults_every_s, s.pace) {
+        (None, _) => None,
+        (Some(every), Some((hz, _))) => Some(FaultSchedule::new(every, hz)?),
+        (Some(_), None) => return Err("--faults-every-s needs --rate-hz and --duration-s (faults are scheduled in time)".into()),
+    };
+    // The burst's cloud, encoded once (untimed), as the node would receive it.
+    let big_body = match schedule {
+        Some(_) => {
+            let (pts, _) = crate::msgs::cloud::decode(&body.view()).map_err(|e| format!("the cloud: {e}"))?;
+            Some(crate::msgs::cloud::encode_points(&big_cloud(&pts, BIG_CLOUD_POINTS), crate::msgs::cloud::Layout::XyzI32).map_err(|e| format!("the big cloud: {e}"))?)
+        }
+        None => None,
+    };
+    let mut tally = FaultTally::default();
+    let mut prev_stamp = Time::default();
+    let mut total = Vec::with_capacity(frames);
+    let mut stages = StageTimes::default();
+    let mut over_period = 0usize;
+    let mut host = Vec::new();
+    let mut device = Vec::new();
+    let mut last_map = None;
+    let mut camera_status = Vec::new();
+    let mut next_tick: Option<Instant> = None;
+    // Whose is a slow frame: the probe and /proc per frame (crate::bench::host_probe).
+    let mut probe = None;
+    let mut frame_host: Vec<(Instant, Instant, FrameHost)> = Vec::with_capacity(frames);
+    for k in 0..s.lidar.warmup + frames {
+        let timed = k >= s.lidar.warmup;
+        let i = k.saturating_sub(s.lidar.warmup);
+        let stamp_ns = BASE_STAMP_NS + k as i64 * period_ns;
+        let stamp = Time { sec: (stamp_ns / 1_000_000_000) as i32, nanosec: (stamp_ns % 1_000_000_000) as u32 };
+        // untimed: the bytes the subscriptions would hold when the cloud arrives
+        let faults = match (&schedule, timed) {
+            (Some(sch), true) => sch.at(i),
+            _ => FrameFaults::default(),
+        };
+        let bytes = frame_bytes(&mut cams, stamp, prev_stamp, &faults)?;
+        prev_stamp = stamp;
+        let cloud_body = match (&big_body, faults.big_cloud) {
+            (Some(b), true) => b,
+            _ => body,
+        };
+        // Paced: the first timed frame starts the schedule; each later one waits for its tick
+        // (a tick already past, after a late frame, starts it at once: the schedule never slips).
+        if timed && s.pace.is_some() {
+            match next_tick {
+                None => next_tick = Some(Instant::now()),
+                Some(tick) => {
+                    let now = Instant::now();
+                    if tick > now {
+                        std::thread::sleep(tick - now);
+                    }
+                }
+            }
+        }
+        if timed && probe.is_none() {
+            probe = Some(HostProbe::start());
+        }
+        let counts_before = ProcCounters::now();
+        let t0 = Instant::now();
+        // The LiDAR path on this thread; the camera half beside it on a thread of its own, as
+        // the node runs them (or after it, `serial`).
+        let (out, lidar_ms, cam) = if s.serial {
+            let out = processor.process(&cloud_body.view()).map_err(|e| format!("the cloud was rejected: {e}"))?;
+            let lidar_ms = ms(t0.elapsed());
+            (out, lidar_ms, half.frame(k, &bytes, stamp, stamp_ns, &cloud_body.view()))
+        } else {
+            std::thread::scope(|sc| {
+                let camera = sc.spawn(|| half.frame(k, &bytes, stamp, stamp_ns, &cloud_body.view()));
+                let out = processor.process(&cloud_body.view());
+                let lidar_ms = ms(t0.elapsed());
+                let cam = camera.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+                out.map(|o| (o, lidar_ms, cam)).map_err(|e| format!("the cloud was rejected: {e}"))
+            })?
+        };
+        let cam = cam?;
+        let frame_ms = ms(t0.elapsed());
+        let t_end = Instant::now();
+        if !timed {
+            continue;
+        }
+        let counts = ProcCounters::now().since(&counts_before);
+        frame_host.push((t0, t_end, FrameHost { ms: frame_ms, probe_ratio: None, counts }));
+        if let Some(tick) = next_tick {
+            let deadline = tick + period;
+            if Instant::now() > deadline {
+                over_period += 1;
+            }
+            next_tick = Some(deadline);
+        }
+        total.push(frame_ms);
+        if let Some(sch) = &schedule {
+            tally.frame(i, sch.starting_at(i), &faults, &cam.statuses, out.points_kept, frame_ms);
+        }
+        stages.add("lidar", lidar_ms);
+        for (n, v) in STAGES.iter().zip(out.stages) {
+            stages.add(&format!("lidar/{n}"), v);
+        }
+        stages.add("cameras", cam.camera_ms);
+        for (n, v) in cam.branch_stages {
+            stages.add(&format!("cameras/{n}"), v);
+        }
+        stages.add("bev_map", cam.map_ms);
+        for (n, v) in cam.model_stages {
+            stages.add(&format!("bev_map/{n}"), v);
+        }
+        stages.add("map_encode", cam.encode_ms);
+        if i % MEMORY_EVERY == 0 || i + 1 == frames {
+            if let Some(v) = host_rss_mb() {
+                host.push((i, v));
+            }
+            if let Some(v) = device_used_mb(cuda) {
+                device.push((i, v));
+            }
+        }
+        camera_status = cam.statuses;
+        last_map = Some(cam.map);
+    }
+    let probe = probe.map(HostProbe::stop);
+    let frame_host: Vec<FrameHost> = frame_host
+        .into_iter()
+        .map(|(from, to, f)| FrameHost { probe_ratio: probe.as_ref().and_then(|p| p.max_ratio_in(from, to)), ..f })
+        .collect();
+    let host_json = frames_json(probe.as_ref(), &frame_host);
+    let lat = Percentiles::of(&total).map_or_else(|| "null".into(), |p| p.json());
+    let map = last_map.map_or_else(
+        || "null".into(),
+        |m| format!("{{\"classes\":{},\"width\":{},\"height\":{},\"cdr_bytes\":{}}}", m.classes, m.width, m.height, m.cdr_bytes),
+    );
+    let pace = match s.pace {
+        Some((hz, secs)) => format!("{{\"rate_hz\":{hz},\"duration_s\":{secs},\"period_ms\":{:.3}}}", ms(period)),
+        None => "null".into(),
+    };
+    let status: Vec<String> = camera_status.iter().map(|n| json_str(n)).collect();
+    let faults = match s.faults_every_s {
+        Some(every) => tally.json(every, &half.branch),
+        None => "null".into(),
+    };
+    Ok(format!(
+        "{{\"bench\":\"pipeline_cameras\",\"faults\":{faults},\"device\":{},\"frames\":{},\"warmup\":{},\"pace\":{pace},\"frames_over_period\":{over_period},\"overlap\":{},\
+         \"latency\":{lat},\"stage_p50_ms\":{},\"stage_p99_ms\":{},\"slowest_frame\":{},\"per_frame_ms\":{},\"cameras\":{},\"camera_status\":[{}],\"map\":{map},\"host_rss_mb\":{},\"device_used_mb\":{},\
+         \"host\":{host_json},\"model\":{},\"weights\":{},\"camera_model\":{},\"cloud\":{},\"bag\":{}}}",
+        json_str(lidar.processor.device_name()),
+        total.len(),
+        s.lidar.warmup,
+        !s.serial,
+        stages.p50_json(),
+        stages.p99_json(),
+        slowest_json(&total, &stages),
+        stages.series_json(&total, &["lidar", "lidar/network", "cameras", "bev_map", "map_encode"]),
+        cams.len(),
+        status.join(","),
+        crate::device::memory::samples_json(&host),
+        crate::device::memory::samples_json(&device),
+        json_str(&lidar.model_path.display().to_string()),
+        json_str(&lidar.weights),
+        json_str(&description),
+        json_str(&s.lidar.cloud.display().to_string()),
+        json_str(&s.bag.display().to_string()),
+    ))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tally calls a frame right only when its statuses are what its faults call for, and
+    /// counts good frames answered.
+    #[test]
+    fn fault_tally_checks_each_frame_against_its_faults() {
+        let mut t = FaultTally::default();
+        let used = ["used"; 3];
+        let good = FrameFaults::default();
+        t.frame(0, None, &good, &used, 10, 1.0);
+        let collision = FrameFaults { stamp_collision: true, ..Default::default() };
+        t.frame(1, Some(Fault::StampCollision), &collision, &["decode_error", "used", "used"], 10, 2.0);
+        // the same fault with the first camera used: the bad image was taken for a good one
+        t.frame(2, Some(Fault::StampCollision), &collision, &used, 10, 2.0);
+        let silent = FrameFaults { silent_camera: true, ..Default::default() };
+        t.frame(3, Some(Fault::SilentCamera), &silent, &["used", "used", "stale"], 10, 1.0);
+        // stale on a camera that is not the silent one
+        t.frame(4, None, &silent, &["stale", "used", "used"], 10, 1.0);
+        let big = FrameFaults { big_cloud: true, ..Default::default() };
+        t.frame(5, Some(Fault::BigClouds), &big, &used, BIG_CLOUD_POINTS, 9.0);
+        t.frame(6, None, &good, &["used", "missing", "used"], 10, 1.0);
+        assert_eq!((t.good_frames, t.good_answered, t.frames_with_fault), (2, 1, 5));
+        assert_eq!(t.unexpected_frames, 3);
+        assert!(t.unexpected[0].starts_with("frame 2"), "{:?}", t.unexpected);
+        assert_eq!(t.big_clouds_answered, 1);
+        assert_eq!(t.injected, [1, 2, 0, 0, 1]);
+    }
+
+    /// A frame's messages with its faults: the silent camera sends nothing, the first camera's
+    /// JPEG is cut (and re-stamped for a collision), the second camera's fx is 1 % larger.
+    #[test]
+    fn frame_bytes_carry_the_faults() {
+        let jpeg: Vec<u8> = (0..200u8).collect();
+        let cam = |fx: f64| {
+            let mut info = CameraInfo::default();
+            info.k[0] = fx;
+            CameraMessages { image: CameraImage::Compressed(CompressedImage { data: jpeg.clone(), format: "jpeg".into(), ..Default::default() }), info }
+        };
+        let mut cams = vec![cam(100.0), cam(200.0), cam(300.0)];
+        let (now, prev) = (Time { sec: 5, nanosec: 0 }, Time { sec: 4, nanosec: 950_000_000 });
+        let decode = |b: &FrameBytes, i: usize| CompressedImage::from_cdr(b[i].0.as_ref().unwrap()).unwrap();
+        let f = FrameFaults { stamp_collision: true, silent_camera: true, calibration_change: true, ..Default::default() };
+        let b = frame_bytes(&mut cams, now, prev, &f).unwrap();
+        assert_eq!((decode(&b, 0).data.len(), decode(&b, 0).header.stamp), (100, prev));
+        assert_eq!((decode(&b, 1).data.len(), decode(&b, 1).header.stamp), (200, now));
+        assert!((CameraInfo::from_cdr(b[1].1.as_ref().unwrap()).unwrap().k[0] - 202.0).abs() < 1e-9);
+        assert!(b[2].0.is_none() && b[2].1.is_none());
+        let f = FrameFaults { corrupt_jpeg: true, ..Default::default() };
+        let b = frame_bytes(&mut cams, now, prev, &f).unwrap();
+        assert_eq!(decode(&b, 0).data, patched_jpeg(&jpeg));
+        assert_eq!(CameraInfo::from_cdr(b[1].1.as_ref().unwrap()).unwrap().k[0], 200.0, "the change was for one frame");
+        assert_eq!(decode(&b, 2).data, jpeg);
+    }
+
+    #[test]
+    fn stage_medians_keep_first_seen_order() {
+        let mut s = StageTimes::default();
+        for v in [3.0, 1.0, 2.0] {
+            s.add("b", v);
+            s.add("a", v * 10.0);
+        }
+        assert_eq!(s.p50_json(), "{\"b\":2.000,\"a\":20.000}");
+    }
+}

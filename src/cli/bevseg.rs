@@ -1,0 +1,322 @@
+//! `sptr bevseg`: a BEVFusion seg model on one frame of files — camera images named by camera,
+//! a nuScenes-style `calib.json` (intrinsics for `--image-size`, nuScenes' raw 1600 × 900 by
+//! default) or the project's calibration YAML (`image_size` per camera), optionally a LiDAR
+//! cloud — written as the BEV map files of
+//! [`BevMap::write_dir`](crate::models::bevfusion::map::BevMap::write_dir), with `--dump-stages` each
+//! stage's tensor as NCHW float32 `.npy` for the parity harness.
+//!
+//! An image whose size is not its camera's calibrated size is masked (`size_mismatch`, as the
+//! node and replay mask it: intrinsics are only valid for the image size they were calibrated
+//! at), with a warning; the camera-only model with no usable image is an error.
+
+use crate::models::bevfusion::seg::{BevSegConfig, BevSegKind, BevSegModel, BevSegStages, Point5};
+use crate::sensors::calib::camera::{CameraCalib, Calibration, NUSCENES_CAMERAS};
+use crate::sensors::calib::file::CalibrationFile;
+use crate::sensors::image::compressed::decode_compressed;
+use crate::sensors::image::encodings::{DecodeLimits, RgbImage};
+use crate::nn::npy;
+use crate::ops::dense::FeatureMap;
+use crate::nn::random::save_tensors;
+use crate::nn::Weights;
+use crate::Points;
+use crate::Error;
+use std::path::{Path, PathBuf};
+
+/// Where the weights come from.
+#[derive(Debug, Clone)]
+pub enum SegWeights {
+    File(PathBuf),
+    /// Deterministic random weights with this seed (optionally also written as safetensors).
+    Random { seed: u64, save: Option<PathBuf> },
+}
+
+/// What `sptr bevseg` does.
+#[derive(Debug, Clone)]
+pub struct BevSegJob {
+    pub model: PathBuf,
+    pub weights: SegWeights,
+    pub calib: PathBuf,
+    /// The raw image size a calib.json's intrinsics are for (None: [`NUSCENES_IMAGE_SIZE`]); a
+    /// calibration YAML gives each camera's own, and this must then be None.
+    pub image_size: Option<(usize, usize)>,
+    /// `(camera name, image file)`; cameras of the calibration without an image are masked.
+    pub images: Vec<(String, PathBuf)>,
+    pub cloud: Option<Points>,
+    pub out: PathBuf,
+    pub cuda: bool,
+    /// Write each stage's tensor into `out/stages/`.
+    pub dump_stages: bool,
+    /// Threshold of the PNG's classes.
+    pub threshold: f32,
+}
+
+/// nuScenes' raw camera image size, what its calib.json's `cam2img` is for.
+pub const NUSCENES_IMAGE_SIZE: (usize, usize) = (1600, 900);
+
+/// A camera whose image is not the size its calibration is for: masked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SizeMismatch {
+    pub camera: String,
+    pub file: PathBuf,
+    /// The image's `(width, height)`.
+    pub image: (usize, usize),
+    /// The calibration's.
+    pub calibrated: (usize, usize),
+}
+
+impl std::fmt::Display for SizeMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "camera {}: image {} is {} x {} but its calibration is for {} x {}: masked (size_mismatch)",
+            self.camera,
+            self.file.display(),
+            self.image.0,
+            self.image.1,
+            self.calibrated.0,
+            self.calibrated.1
+        )
+    }
+}
+
+/// The model's cameras (nuScenes order) from `path`: a calibration YAML (`.yaml` / `.yml`, the
+/// node's `calibration_file` layout, with `intrinsics` and `image_size` for every camera), or
+/// else a nuScenes `calib.json` whose intrinsics are for `image_size` (default 1600 × 900).
+pub fn load_calibration(path: &Path, image_size: Option<(usize, usize)>) -> Result<Calibration, Error> {
+    let yaml = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
+    if !yaml {
+        let (w, h) = image_size.unwrap_or(NUSCENES_IMAGE_SIZE);
+        return Calibration::load_nuscenes_json(path, &NUSCENES_CAMERAS, w, h);
+    }
+    let source = path.display().to_string();
+    if let Some((w, h)) = image_size {
+        return Err(Error::InvalidInput(format!(
+            "--image-size {w}x{h}: {source} is a calibration YAML, which gives each camera's image_size; --image-size is for a calib.json"
+        )));
+    }
+    let file = CalibrationFile::load(path)?;
+    let mut cams = Vec::with_capacity(NUSCENES_CAMERAS.len());
+    for name in NUSCENES_CAMERAS {
+        let c = file.camera(name).ok_or_else(|| Error::InvalidInput(format!("calibration file {source}: no camera `{name}` (the model's cameras are {})", NUSCENES_CAMERAS.join(", "))))?;
+        let (k, w, h) = c.intrinsics.ok_or_else(|| {
+            Error::InvalidInput(format!("calibration file {source}: camera `{name}` has no `intrinsics` and `image_size`: bevseg has no CameraInfo to take them from, so give both"))
+        })?;
+        cams.push(CameraCalib::new(name, k, c.camera_to_lidar, w, h).map_err(|e| Error::InvalidInput(format!("calibration file {source}: {e}")))?);
+    }
+    Calibration::new(cams)
+}
+
+/// Parses `CAM=FILE`.
+pub fn parse_camera_image(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((cam, file)) if !cam.is_empty() && !file.is_empty() => Ok((cam.to_string(), PathBuf::from(file))),
+        _ => Err(format!("`{s}`: expected CAMERA=FILE, e.g. CAM_FRONT=front.jpg")),
+    }
+}
+
+/// The upstream point layout of a decoded cloud: `(x, y, z, intensity, time lag)`, the lag the
+/// cloud's per-point time when it has one, else 0 (a single sweep: upstream zeroes column 4 of
+/// the key frame).
+pub fn points5(p: &Points) -> Vec<Point5> {
+    (0..p.len()).map(|i| [p.x[i], p.y[i], p.z[i], p.intensity[i], p.time.as_ref().map_or(0.0, |t| t[i])]).collect()
+}
+
+/// Decodes the images and orders them as the calibration's cameras (the nuScenes camera order
+/// of the model); checks that every image names a camera and that no camera has two. An image
+/// of another size than its camera's calibration is left out (its slot None: masked) and
+/// returned in the mismatches.
+pub fn load_frame(job: &BevSegJob) -> Result<(Calibration, Vec<Option<RgbImage>>, Vec<SizeMismatch>), Error> {
+    if job.images.is_empty() {
+        return Err(Error::InvalidInput("no camera images given (--images CAM=FILE ...)".into()));
+    }
+    let calib = load_calibration(&job.calib, job.image_size)?;
+    let limits = DecodeLimits::default();
+    let mut slots: Vec<Option<RgbImage>> = vec![None; NUSCENES_CAMERAS.len()];
+    let mut given = vec![false; NUSCENES_CAMERAS.len()];
+    let mut mismatches = Vec::new();
+    for (cam, file) in &job.images {
+        let i = NUSCENES_CAMERAS.iter().position(|c| c == cam).ok_or_else(|| {
+            Error::InvalidInput(format!("--images {cam}={}: unknown camera; the model's cameras are {}", file.display(), NUSCENES_CAMERAS.join(", ")))
+        })?;
+        if given[i] {
+            return Err(Error::InvalidInput(format!("--images: camera {cam} is given twice")));
+        }
+        given[i] = true;
+        let bytes = std::fs::read(file).map_err(|e| Error::Io(format!("{}: cannot read: {e}", file.display())))?;
+        let img = decode_compressed("", &bytes, &limits).map_err(|e| Error::InvalidInput(format!("{}: {e}", file.display())))?;
+        let c = &calib.cameras[i];
+        if (img.width, img.height) != (c.image_width, c.image_height) {
+            mismatches.push(SizeMismatch { camera: cam.clone(), file: file.clone(), image: (img.width, img.height), calibrated: (c.image_width, c.image_height) });
+        } else {
+            slots[i] = Some(img);
+        }
+    }
+    Ok((calib, slots, mismatches))
+}
+
+fn write_stage(dir: &Path, name: &str, m: &FeatureMap) -> Result<(), Error> {
+    npy::write_f32(&dir.join(format!("{name}.npy")), &[m.n, m.c, m.h, m.w], &m.to_nchw())
+}
+
+/// Writes the stage tensors NCHW (`input`, `camera_bev`, `lidar_bev`, `fused`, `decoder`, `head`).
+pub fn write_stages(dir: &Path, s: &BevSegStages) -> Result<Vec<String>, Error> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: cannot create: {e}", dir.display())))?;
+    let mut names = Vec::new();
+    for (name, m) in s.named() {
+        write_stage(dir, name, m)?;
+        names.push(name.to_string());
+    }
+    Ok(names)
+}
+
+/// Runs the job; returns a printable summary.
+pub fn run(job: &BevSegJob) -> Result<String, Error> {
+    let cfg = BevSegConfig::load(&job.model)?;
+    let weights = match &job.weights {
+        SegWeights::File(p) => Weights::from_file(p)?,
+        SegWeights::Random { seed, save } => {
+            let t = crate::models::bevfusion::seg::random_tensors(&cfg, *seed)?;
+            if let Some(p) = save {
+                if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: cannot create: {e}", dir.display())))?;
+                }
+                save_tensors(p, &t)?;
+            }
+            Weights::from_tensors(&format!("random BEVFusion seg weights (seed {seed})"), t)?
+        }
+    };
+    let (calib, images, mismatches) = load_frame(job)?;
+    for m in &mismatches {
+        eprintln!("sptr: warning: {m}");
+    }
+    let cloud = job.cloud.as_ref().map(points5);
+    if cfg.kind == BevSegKind::Fusion && cloud.is_none() {
+        return Err(Error::InvalidInput(format!("{} is the camera + LiDAR model: pass --cloud FILE", job.model.display())));
+    }
+    if cfg.kind == BevSegKind::Camera && cloud.is_some() {
+        return Err(Error::InvalidInput(format!("{} is the camera-only model: it takes no --cloud", job.model.display())));
+    }
+    if cfg.kind == BevSegKind::Camera && images.iter().all(Option::is_none) {
+        let list: Vec<String> = mismatches.iter().map(|m| format!("{} ({} x {})", m.camera, m.image.0, m.image.1)).collect();
+        return Err(Error::InvalidInput(format!(
+            "no camera image fits its calibration ({}: size_mismatch; calibrated for {}), and the camera-only model needs at least one: \
+             give images of the calibrated size, or say which size a calib.json is for with --image-size WxH",
+            list.join(", "),
+            calibrated_sizes(&calib)
+        )));
+    }
+    let refs: Vec<Option<&RgbImage>> = images.iter().map(Option::as_ref).collect();
+    let start = std::time::Instant::now();
+    let out = if job.cuda {
+        run_cuda(&cfg, weights, &calib, &refs, cloud.as_deref(), job.dump_stages)?
+    } else {
+        let mut model = BevSegModel::from_weights(&cfg, weights)?;
+        model.forward(&calib, &refs, cloud.as_deref(), job.dump_stages)?
+    };
+    let took = start.elapsed().as_secs_f64() * 1e3;
+    let pts: Vec<(f32, f32)> = cloud.iter().flatten().map(|p| (p[0], p[1])).collect();
+    let title = format!("{} ({}) — classes at p >= {}", job.model.display(), cfg.kind.name(), job.threshold);
+    let w = out.map.write_dir(&job.out, job.threshold, &pts, &title)?;
+    let mut lines = vec![format!(
+        "{} model on {} in {took:.0} ms (load and first-frame setup included): {} classes x {} x {} cells at {} m",
+        cfg.kind.name(),
+        if job.cuda { "cuda" } else { "cpu" },
+        out.map.classes.len(),
+        out.map.nx,
+        out.map.ny,
+        out.map.resolution
+    )];
+    let stage_line: Vec<String> = out.times.0.iter().map(|(n, ms)| format!("{n} {ms:.1}")).collect();
+    lines.push(format!("stages (ms{}): {}", if job.cuda { ", GPU time" } else { "" }, stage_line.join(", ")));
+    if !out.map.masked_cameras.is_empty() {
+        let (sized, absent): (Vec<&String>, Vec<&String>) = out.map.masked_cameras.iter().partition(|c| mismatches.iter().any(|m| &m.camera == *c));
+        let mut why = Vec::new();
+        if !absent.is_empty() {
+            why.push(format!("no image: {}", absent.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+        if !sized.is_empty() {
+            why.push(format!("size_mismatch: {}", sized.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", ")));
+        }
+        lines.push(format!("masked cameras: {} of {} ({})", out.map.masked_cameras.len(), calib.len(), why.join("; ")));
+    }
+    if let Some(l) = &out.map.lidar {
+        lines.push(format!(
+            "LiDAR: {} points, {} non-finite dropped, {} in range, {} voxels ({} dropped at max_voxels){}",
+            l.points_in,
+            l.points_non_finite,
+            l.points_in_range,
+            l.voxels,
+            l.voxels_dropped,
+            if l.empty { "; no usable point: the LiDAR BEV is zero" } else { "" }
+        ));
+    }
+    for (c, name) in out.map.classes.iter().enumerate() {
+        let n = out.map.probabilities[c * out.map.cells()..(c + 1) * out.map.cells()].iter().filter(|&&p| p >= job.threshold).count();
+        lines.push(format!("  {name}: {n} cells >= {}", job.threshold));
+    }
+    lines.push(format!("wrote {}, {}, {}, {}", w.raw.display(), w.header.display(), w.npy.display(), w.png.display()));
+    if let Some(s) = &out.stages {
+        let dir = job.out.join("stages");
+        let names = write_stages(&dir, s)?;
+        lines.push(format!("stages ({}) -> {}", names.join(", "), dir.display()));
+    }
+    Ok(lines.join("\n"))
+}
+
+/// The calibration's image sizes, e.g. `1600 x 900` (or each camera's when they differ).
+fn calibrated_sizes(calib: &Calibration) -> String {
+    let sizes: Vec<(usize, usize)> = calib.cameras.iter().map(|c| (c.image_width, c.image_height)).collect();
+    if sizes.windows(2).all(|w| w[0] == w[1]) {
+        sizes.first().map(|(w, h)| format!("{w} x {h}")).unwrap_or_default()
+    } else {
+        calib.cameras.iter().map(|c| format!("{} {} x {}", c.name, c.image_width, c.image_height)).collect::<Vec<_>>().join(", ")
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(
+    cfg: &BevSegConfig,
+    weights: Weights,
+    calib: &Calibration,
+    images: &[Option<&RgbImage>],
+    cloud: Option<&[Point5]>,
+    stages: bool,
+) -> Result<crate::models::bevfusion::seg::BevSegOutput, Error> {
+    let model = BevSegModel::from_weights(cfg, weights)?;
+    let dev = crate::device::cuda::CudaDevice::new(0)?;
+    let mut gpu = crate::models::bevfusion::seg_cuda::CudaBevSeg::upload(&dev, &model, crate::ops::dense::conv_engine::ConvBackend::Cudnn)?;
+    gpu.forward_images(&dev, calib, images, cloud, stages)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(
+    _: &BevSegConfig,
+    _: Weights,
+    _: &Calibration,
+    _: &[Option<&RgbImage>],
+    _: Option<&[Point5]>,
+    _: bool,
+) -> Result<crate::models::bevfusion::seg::BevSegOutput, Error> {
+    Err(Error::InvalidInput("this build has no CUDA backend: rebuild with `--features cuda` or use --device cpu".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn camera_image_args() {
+        assert_eq!(parse_camera_image("CAM_FRONT=a/b.jpg").unwrap(), ("CAM_FRONT".to_string(), PathBuf::from("a/b.jpg")));
+        assert!(parse_camera_image("CAM_FRONT").is_err());
+        assert!(parse_camera_image("=x.jpg").is_err());
+        assert!(parse_camera_image("CAM_FRONT=").is_err());
+    }
+
+    #[test]
+    fn points_take_the_time_lag() {
+        let mut p = Points { x: vec![1.0, 2.0], y: vec![3.0, 4.0], z: vec![5.0, 6.0], intensity: vec![7.0, 8.0], has_intensity: true, ring: None, time: None };
+        assert_eq!(points5(&p), vec![[1.0, 3.0, 5.0, 7.0, 0.0], [2.0, 4.0, 6.0, 8.0, 0.0]]);
+        p.time = Some(vec![0.0, 0.05]);
+        assert_eq!(points5(&p)[1][4], 0.05);
+    }
+}

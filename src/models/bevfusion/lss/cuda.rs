@@ -1,0 +1,407 @@
+//! The view transform on CUDA (kernels in `kernels/bev_pool.cu`): geometry per calibration built
+//! on the GPU (a kernel computing every point's cell in f64 exactly as the CPU reference, the
+//! project's radix sort, cell offsets by binary search), the depth softmax of the depthnet's
+//! cuBLAS GEMM, and the fused pool (one warp per BEV cell, FP16 inputs, FP32 sums, no atomics:
+//! deterministic), then the downsample convs (`dense::cuda`).
+//!
+//! Pool memory traffic per frame (the DRAM floor `sptr bench bevpool` reports): depth
+//! N·H·W·D halves, context N·H·W·C halves, the table (kept + 2·cells + 1 u32), the output
+//! cells·C halves; nothing of size N·D·H·W·C is ever formed.
+
+use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
+use crate::models::bevfusion::lss::transform::{CameraMask, LssTransform};
+use crate::sensors::calib::camera::Calibration;
+use crate::device::range::{RangeFlags, RangeSlot};
+use crate::device::range_guard::{LayerId, LayerNames};
+use crate::ops::dense::cuda::{CudaConv2d, CudaFeatureMap};
+use crate::ops::dense::Activation;
+use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::device::primitives::{grid_1d, radix_sort_pairs};
+use crate::Error;
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use half::f16;
+
+const THREADS: u32 = 256;
+const WARPS_PER_BLOCK: u32 = THREADS / 32;
+
+/// Mirror of `struct LssGrid` in bev_pool.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct GridC {
+    lower: [f64; 3],
+    dx: [f64; 3],
+    nx: [u32; 3],
+    depth_bins: u32,
+    height: u32,
+    width: u32,
+    cells: u32,
+    pad: u32,
+}
+// SAFETY: plain-old-data, the C struct's layout (6 doubles, then 8 u32: 80 bytes, no padding).
+unsafe impl DeviceRepr for GridC {}
+
+/// The frustum on the GPU (`[D, fH, fW, 3]` f32), uploaded once per transform.
+pub fn upload_frustum(dev: &CudaDevice, params: &LssParams) -> Result<CudaSlice<f32>, Error> {
+    dev.stream.clone_htod(&params.frustum.data).map_err(cuda_err("uploading the frustum"))
+}
+
+/// One calibration's table on the GPU (the layout of [`LssGeometry`]): `order` holds `points`
+/// entries of which the first `cell_start[cells]` are the kept points.
+pub struct CudaLssGeometry {
+    pub cameras: usize,
+    pub depth_bins: usize,
+    pub height: usize,
+    pub width: usize,
+    pub grid: crate::models::bevfusion::lss::config::BevGrid,
+    pub points: usize,
+    pub cell_start: CudaSlice<u32>,
+    pub order: CudaSlice<u32>,
+    /// The pool's launch order: cells by descending point count, ties in cell order (see
+    /// `lss_cell_length_keys`).
+    pub cell_order: CudaSlice<u32>,
+}
+
+impl CudaLssGeometry {
+    /// Copies the table back (synchronises): equal to the CPU's [`LssGeometry`] for the same
+    /// calibration, entry for entry.
+    pub fn download(&self, dev: &CudaDevice) -> Result<LssGeometry, Error> {
+        let cell_start = dev.stream.clone_dtoh(&self.cell_start).map_err(cuda_err("reading cell offsets"))?;
+        let kept = cell_start.last().copied().unwrap_or(0) as usize;
+        let order = if kept == 0 {
+            Vec::new()
+        } else {
+            dev.stream.clone_dtoh(&self.order.slice(0..kept)).map_err(cuda_err("reading the point order"))?
+        };
+        Ok(LssGeometry {
+            cameras: self.cameras,
+            depth_bins: self.depth_bins,
+            height: self.height,
+            width: self.width,
+            grid: self.grid,
+            cell_start,
+            order,
+        })
+    }
+
+    pub fn cells(&self) -> usize {
+        self.grid.cells()
+    }
+}
+
+/// Builds the table of `calib` on the GPU (no host synchronisation; errors for calibrations the
+/// CPU path refuses too).
+pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaSlice<f32>, calib: &Calibration) -> Result<CudaLssGeometry, Error> {
+    let cams = params.cameras(calib)?;
+    let points = params.points(cams.len())?;
+    let f = &params.frustum;
+    if frustum.len() != f.data.len() {
+        return Err(Error::InvalidInput(format!("geometry: the GPU frustum holds {} values, the parameters {}", frustum.len(), f.data.len())));
+    }
+    let cells = params.grid.cells();
+    let mut host = Vec::with_capacity(cams.len() * 24);
+    for c in &cams {
+        host.extend_from_slice(&c.post_trans);
+        host.extend(c.inv_post_rot.iter().flatten());
+        host.extend(c.combine.iter().flatten());
+        host.extend_from_slice(&c.trans);
+    }
+    let s = &dev.stream;
+    let cam_buf = s.clone_htod(&host).map_err(cuda_err("uploading camera geometry"))?;
+    let g = &params.grid;
+    let grid = GridC {
+        lower: g.lower(),
+        dx: g.dx.map(|v| v as f64),
+        nx: g.nx.map(|v| v as u32),
+        depth_bins: f.depth_bins as u32,
+        height: f.height as u32,
+        width: f.width as u32,
+        cells: cells as u32,
+        pad: 0,
+    };
+    let n32 = points as u32;
+    // SAFETY: lss_geometry writes every one of the `points` keys and values.
+    let mut keys = unsafe { s.alloc::<u64>(points.max(1)) }.map_err(cuda_err("allocating geometry keys"))?;
+    // SAFETY: as above.
+    let mut order = unsafe { s.alloc::<u32>(points.max(1)) }.map_err(cuda_err("allocating the point order"))?;
+    let f_geom = dev.function("bev_pool", "lss_geometry")?;
+    // SAFETY: matches bev_pool.cu; frustum holds D*H*W*3 floats, cam_buf 24 doubles a camera,
+    // keys and order `points` entries.
+    unsafe { s.launch_builder(&f_geom).arg(frustum).arg(&cam_buf).arg(&grid).arg(&n32).arg(&mut keys).arg(&mut order).launch(grid_1d(n32, THREADS)) }
+        .map_err(cuda_err("lss_geometry"))?;
+    // keys are cells (< cells) or the outside marker `cells`
+    let bits = 64 - (cells as u64).leading_zeros();
+    radix_sort_pairs(dev, &mut keys, &mut order, points, bits)?;
+    let mut cell_start = s.alloc_zeros::<u32>(cells + 1).map_err(cuda_err("allocating cell offsets"))?;
+    let f_starts = dev.function("bev_pool", "lss_cell_starts")?;
+    let c32 = cells as u32;
+    // SAFETY: matches bev_pool.cu; keys hold `points` sorted entries, cell_start cells + 1.
+    unsafe { s.launch_builder(&f_starts).arg(&keys).arg(&n32).arg(&c32).arg(&mut cell_start).launch(grid_1d(c32 + 1, THREADS)) }
+        .map_err(cuda_err("lss_cell_starts"))?;
+    // the pool's launch order: longest cells first (16-bit keys: counts capped at 65,535)
+    // SAFETY: lss_cell_length_keys writes all `cells` keys and values.
+    let mut len_keys = unsafe { s.alloc::<u64>(cells) }.map_err(cuda_err("allocating cell length keys"))?;
+    // SAFETY: as above.
+    let mut cell_order = unsafe { s.alloc::<u32>(cells) }.map_err(cuda_err("allocating the cell order"))?;
+    let f_len = dev.function("bev_pool", "lss_cell_length_keys")?;
+    // SAFETY: matches bev_pool.cu; cell_start holds cells + 1 offsets, the outputs `cells` entries.
+    unsafe { s.launch_builder(&f_len).arg(&cell_start).arg(&c32).arg(&mut len_keys).arg(&mut cell_order).launch(grid_1d(c32, THREADS)) }
+        .map_err(cuda_err("lss_cell_length_keys"))?;
+    radix_sort_pairs(dev, &mut len_keys, &mut cell_order, cells, 16)?;
+    Ok(CudaLssGeometry {
+        cameras: cams.len(),
+        depth_bins: f.depth_bins,
+        height: f.height,
+        width: f.width,
+        grid: params.grid,
+        points,
+        cell_start,
+        order,
+        cell_order,
+    })
+}
+
+/// The lifted tensors of one frame on the GPU: depth `[N, H, W, D]` and context `[N, H, W, C]`,
+/// FP16.
+pub struct CudaLifted {
+    pub cameras: usize,
+    pub height: usize,
+    pub width: usize,
+    pub depth_bins: usize,
+    pub channels: usize,
+    pub depth: CudaSlice<f16>,
+    pub context: CudaSlice<f16>,
+}
+
+/// The pool on the GPU: `[1, nx, ny, nz · C]` FP16 (see `kernels/bev_pool.cu`).
+pub fn pool_cuda(
+    dev: &CudaDevice,
+    geom: &CudaLssGeometry,
+    depth: &CudaSlice<f16>,
+    context: &CudaSlice<f16>,
+    channels: usize,
+    mask: CameraMask,
+) -> Result<CudaFeatureMap, Error> {
+    pool_cuda_guarded(dev, geom, depth, context, channels, mask, None)
+}
+
+/// [`pool_cuda`] with the FP16 range guard ([`crate::device::range_guard`]) of the pooled sums
+/// reporting into `range`.
+pub fn pool_cuda_guarded(
+    dev: &CudaDevice,
+    geom: &CudaLssGeometry,
+    depth: &CudaSlice<f16>,
+    context: &CudaSlice<f16>,
+    channels: usize,
+    mask: CameraMask,
+    range: Option<RangeSlot<'_>>,
+) -> Result<CudaFeatureMap, Error> {
+    let pixels = geom.cameras * geom.height * geom.width;
+    if channels == 0 || channels % 8 != 0 || channels > 256 {
+        return Err(Error::InvalidInput(format!("CUDA pool: {channels} channels; it needs a multiple of 8 up to 256")));
+    }
+    if depth.len() < pixels * geom.depth_bins || context.len() < pixels * channels {
+        return Err(Error::InvalidInput(format!(
+            "CUDA pool: depth holds {} and context {} values for {} cameras x {}x{} pixels x ({} bins, {channels} channels)",
+            depth.len(),
+            context.len(),
+            geom.cameras,
+            geom.height,
+            geom.width,
+            geom.depth_bins
+        )));
+    }
+    let [nx, ny, nz] = geom.grid.nx;
+    let cells = geom.cells();
+    // every cell is written (zeros where empty): no memset
+    // SAFETY: lss_pool writes all cells * channels halves.
+    let data = unsafe { dev.stream.alloc::<f16>(cells * channels) }.map_err(cuda_err("allocating the BEV map"))?;
+    let mut out = CudaFeatureMap::from_slice(1, nx, ny, nz * channels, data)?;
+    let f = dev.function("bev_pool", "lss_pool")?;
+    let (c32, d32, ch32) = (cells as u32, geom.depth_bins as u32, channels as u32);
+    let per_cam = (geom.height * geom.width * geom.depth_bins) as u32;
+    let blocks = c32.div_ceil(WARPS_PER_BLOCK).max(1);
+    let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: matches bev_pool.cu; order/cell_start/cell_order come from build_geometry_cuda for
+    // this geometry (entries < N·H·W·D, cell_order a permutation of the cells), depth/context hold
+    // the sizes checked above, out cells * C; the range slot's layer lies in its flags.
+    unsafe {
+        let mut b = dev.stream.launch_builder(&f);
+        b.arg(depth)
+            .arg(context)
+            .arg(&geom.order)
+            .arg(&geom.cell_start)
+            .arg(&geom.cell_order)
+            .arg(&c32)
+            .arg(&d32)
+            .arg(&ch32)
+            .arg(&per_cam)
+            .arg(&mask.0)
+            .arg(&mut out.data);
+        RangeSlot::push(range.as_ref(), &mut b);
+        b.launch(cfg)
+    }
+    .map_err(cuda_err("lss_pool"))?;
+    Ok(out)
+}
+
+/// [`LssTransform`] on the GPU, with its geometry cache.
+pub struct CudaLssTransform {
+    params: LssParams,
+    in_channels: usize,
+    frustum: CudaSlice<f32>,
+    depthnet: CudaConv2d,
+    downsample: Vec<CudaConv2d>,
+    geometry: Option<(Calibration, CudaLssGeometry)>,
+    builds: usize,
+    ids: LssIds,
+}
+
+/// The view transform's guarded layers (see [`CudaLssTransform::upload_named`]).
+struct LssIds {
+    /// `encoders.camera.vtransform.depthnet`: the depth softmax and the context.
+    lift: LayerId,
+    /// `encoders.camera.vtransform.bev_pool`: the pooled BEV features (upstream's `bev_pool`
+    /// function; no module of its own).
+    pool: LayerId,
+    /// `encoders.camera.vtransform.downsample.{0,3,6}`: each conv with its folded BN.
+    downsample: Vec<LayerId>,
+}
+
+impl CudaLssTransform {
+    pub fn upload(dev: &CudaDevice, t: &LssTransform) -> Result<Self, Error> {
+        Self::upload_named(dev, t, &mut LayerNames::new())
+    }
+
+    /// [`CudaLssTransform::upload`], registering its guarded layers in `names` in execution
+    /// order: `encoders.camera.vtransform.depthnet` (depth softmax and context), `.bev_pool`
+    /// (the pooled features), `.downsample.{0,3,6}` (conv + BN + ReLU). A BEV model registers them
+    /// after the camera encoder's, so one report covers both.
+    pub fn upload_named(dev: &CudaDevice, t: &LssTransform, names: &mut LayerNames) -> Result<Self, Error> {
+        let p = "encoders.camera.vtransform";
+        let lift = names.add(format!("{p}.depthnet"));
+        let pool = names.add(format!("{p}.bev_pool"));
+        let downsample = (0..t.downsample.len()).map(|i| names.add(format!("{p}.downsample.{}", 3 * i))).collect();
+        let ids = LssIds { lift, pool, downsample };
+        let c = t.params.cfg.channels();
+        if c % 8 != 0 || c > 256 {
+            return Err(Error::InvalidInput(format!("CUDA view transform: out_channels {c} must be a multiple of 8 up to 256")));
+        }
+        Ok(Self {
+            params: t.params.clone(),
+            in_channels: t.depthnet.cin,
+            frustum: upload_frustum(dev, &t.params)?,
+            depthnet: CudaConv2d::upload(dev, &t.depthnet)?,
+            downsample: t.downsample.iter().map(|k| CudaConv2d::upload(dev, k)).collect::<Result<_, _>>()?,
+            geometry: None,
+            builds: 0,
+            ids,
+        })
+    }
+
+    pub fn params(&self) -> &LssParams {
+        &self.params
+    }
+
+    /// Builds the geometry when `calib` differs from the cached one (exact comparison); a failed
+    /// build keeps the previous geometry. Returns whether it was rebuilt.
+    pub fn ensure_geometry(&mut self, dev: &CudaDevice, calib: &Calibration) -> Result<bool, Error> {
+        if self.geometry.as_ref().is_some_and(|(c, _)| c == calib) {
+            return Ok(false);
+        }
+        let g = build_geometry_cuda(dev, &self.params, &self.frustum, calib)?;
+        self.geometry = Some((calib.clone(), g));
+        self.builds += 1;
+        Ok(true)
+    }
+
+    /// The cached geometry (after [`CudaLssTransform::ensure_geometry`]).
+    pub fn geometry(&self) -> Option<&CudaLssGeometry> {
+        self.geometry.as_ref().map(|(_, g)| g)
+    }
+
+    /// How many geometries were built.
+    pub fn builds(&self) -> usize {
+        self.builds
+    }
+
+    /// depthnet (cuBLAS GEMM over pixels) + depth softmax.
+    pub fn lift(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaFeatureMap) -> Result<CudaLifted, Error> {
+        self.lift_guarded(dev, blas, x, None)
+    }
+
+    /// [`CudaLssTransform::lift`] with the FP16 range guard of depth and context reporting into
+    /// `flags` (made for the `names` given to [`CudaLssTransform::upload_named`]).
+    pub fn lift_guarded(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaFeatureMap, flags: Option<&RangeFlags>) -> Result<CudaLifted, Error> {
+        let range = flags.map(|f| f.slot(self.ids.lift)).transpose()?;
+        let (d, c) = (self.params.frustum.depth_bins, self.params.cfg.channels());
+        let (acc, _, _) = self.depthnet.forward_acc(dev, blas, x)?;
+        let pixels = x.pixels();
+        let s = &dev.stream;
+        // SAFETY: lss_lift writes every pixel's D and C values.
+        let mut depth = unsafe { s.alloc::<f16>((pixels * d).max(1)) }.map_err(cuda_err("allocating depth"))?;
+        // SAFETY: as above.
+        let mut context = unsafe { s.alloc::<f16>((pixels * c).max(1)) }.map_err(cuda_err("allocating context"))?;
+        if pixels > 0 {
+            let f = dev.function("bev_pool", "lss_lift")?;
+            let (p32, d32, c32) = (
+                u32::try_from(pixels).map_err(|_| Error::InvalidInput(format!("lift: {pixels} pixels")))?,
+                d as u32,
+                c as u32,
+            );
+            let cfg = LaunchConfig { grid_dim: (p32.div_ceil(WARPS_PER_BLOCK), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: matches bev_pool.cu; acc holds pixels * (D + C) floats, bias D + C, depth
+            // and context pixels * D and pixels * C halves; the range slot's layer lies in its
+            // flags.
+            unsafe {
+                let mut b = s.launch_builder(&f);
+                b.arg(&acc).arg(self.depthnet.bias()).arg(&p32).arg(&d32).arg(&c32).arg(&mut depth).arg(&mut context);
+                RangeSlot::push(range.as_ref(), &mut b);
+                b.launch(cfg)
+            }
+            .map_err(cuda_err("lss_lift"))?;
+        }
+        Ok(CudaLifted { cameras: x.n, height: x.h, width: x.w, depth_bins: d, channels: c, depth, context })
+    }
+
+    /// geometry (cached per calibration) → lift → pool → downsample: `[1, nx / s, ny / s, nz · C]`.
+    pub fn forward(&mut self, dev: &CudaDevice, blas: &CudaBlas, calib: &Calibration, x: &CudaFeatureMap, mask: CameraMask) -> Result<CudaFeatureMap, Error> {
+        self.forward_guarded(dev, blas, calib, x, mask, None)
+    }
+
+    /// [`CudaLssTransform::forward`] with the FP16 range guard reporting into `flags` (made for
+    /// the `names` given to [`CudaLssTransform::upload_named`]).
+    pub fn forward_guarded(
+        &mut self,
+        dev: &CudaDevice,
+        blas: &CudaBlas,
+        calib: &Calibration,
+        x: &CudaFeatureMap,
+        mask: CameraMask,
+        flags: Option<&RangeFlags>,
+    ) -> Result<CudaFeatureMap, Error> {
+        self.ensure_geometry(dev, calib)?;
+        let f = &self.params.frustum;
+        if (x.h, x.w) != (f.height, f.width) {
+            return Err(Error::InvalidInput(format!(
+                "camera features are {}x{} but the view transform expects feature_size {}x{} \
+                 (image_size / 8 of the encoder): the image or the encoder does not match the model YAML",
+                x.h, x.w, f.height, f.width
+            )));
+        }
+        if x.c != self.in_channels {
+            return Err(Error::InvalidInput(format!("camera features have {} channels, the depthnet takes {}", x.c, self.in_channels)));
+        }
+        if x.n != calib.len() {
+            return Err(Error::InvalidInput(format!("{} camera feature maps for a calibration of {} cameras", x.n, calib.len())));
+        }
+        let lifted = self.lift_guarded(dev, blas, x, flags)?;
+        let geom = self.geometry().ok_or_else(|| Error::InvalidInput("no geometry".into()))?;
+        let slot = |id: LayerId| flags.map(|f| f.slot(id)).transpose();
+        let mut bev = pool_cuda_guarded(dev, geom, &lifted.depth, &lifted.context, lifted.channels, mask, slot(self.ids.pool)?)?;
+        for (conv, &id) in self.downsample.iter().zip(&self.ids.downsample) {
+            bev = conv.forward_guarded(dev, blas, &bev, Activation::Relu, slot(id)?)?;
+        }
+        Ok(bev)
+    }
+}

@@ -1,0 +1,282 @@
+//! The BEVFusion seg model on CUDA ([`CudaBevSeg`]): the same stages as
+//! [`BevSegModel`](crate::models::bevfusion::seg::BevSegModel), FP16 activations with FP32 accumulation,
+//! everything enqueued on the device's one stream. The host waits only to read the probabilities
+//! back (and, in the fusion model, for the LiDAR branch's voxel counts, which size its sparse
+//! tensors).
+//!
+//! Per frame: JPEG bytes (or decoded images) → [`CameraPreprocessCuda`] (decode on the host
+//! straight into pinned memory, one upload, resize + crop + normalize in one kernel) → Swin-T +
+//! FPN → view transform (geometry cached per calibration) [→ LiDAR encoder → fuser] → decoder →
+//! head → probabilities to the host. [`GpuClock`] events between the stages give the per-stage
+//! GPU times the bench reports.
+
+use crate::models::bevfusion::seg::{bev_map_from_nhwc, blank_images, check_cameras, with_blanks, lidar_stats, BevSegConfig, BevSegKind, BevSegModel, BevSegOutput, BevSegStages, Point5, StageMs};
+use crate::sensors::calib::camera::Calibration;
+use crate::models::bevfusion::lss::cuda::CudaLssTransform;
+use crate::models::bevfusion::lss::CameraMask;
+use crate::models::bevfusion::map::LidarStats;
+use crate::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
+use crate::sensors::image::encodings::{DecodeLimits, RgbImage};
+use crate::sensors::image::compressed::JpegDecoderChoice;
+use crate::ops::image_preprocess::cuda::{CameraPreprocessCuda, CudaCameraBatch};
+use crate::models::bevfusion::camera::swin_cuda::SwinPlan;
+use crate::ops::dense::conv_engine::ConvBackend;
+use crate::ops::dense::cuda::CudaFeatureMap;
+use crate::ops::dense::FeatureMap;
+use crate::device::cuda::CudaDevice;
+use crate::models::bevfusion::bev_stack_cuda::CudaBevStack;
+use crate::models::bevfusion::lidar_encoder::cuda::CudaLidarEncoder;
+use crate::device::clock::GpuClock;
+use crate::models::sphereformer::network::StageTimes;
+use crate::Error;
+use cudarc::cublas::CudaBlas;
+use std::time::Instant;
+
+/// The whole model on the device, with its per-frame state (preprocessing plan and staging
+/// buffers, Swin window plan, geometry of the last calibration).
+pub struct CudaBevSeg {
+    pub config: BevSegConfig,
+    blas: CudaBlas,
+    preprocess: CameraPreprocessCuda,
+    encoder: CudaCameraEncoder,
+    plan: Option<SwinPlan>,
+    vtransform: CudaLssTransform,
+    lidar: Option<CudaLidarEncoder>,
+    bev: CudaBevStack,
+}
+
+/// Frame inputs already on the device.
+struct CameraInput {
+    batch: CudaCameraBatch,
+    mask: CameraMask,
+    masked: Vec<String>,
+}
+
+impl CudaBevSeg {
+    /// Uploads a loaded model (weights FP16, biases f32); the BEV decoder's convolutions on
+    /// `backend` (cuDNN falls back to im2col + cuBLAS where it has no algorithm).
+    pub fn upload(dev: &CudaDevice, m: &BevSegModel, backend: ConvBackend) -> Result<Self, Error> {
+        let blas = CudaBlas::new(dev.stream.clone()).map_err(|e| Error::Cuda(format!("cuBLAS is not usable ({e:?}): the CUDA seg model needs libcublas")))?;
+        let lidar = match &m.lidar {
+            Some(l) => Some(CudaLidarEncoder::upload(dev, l)?),
+            None => None,
+        };
+        Ok(Self {
+            config: m.config.clone(),
+            blas,
+            // nvJPEG when the CUDA install has it (decoded straight into device memory), else
+            // zune-jpeg on the host; `jpeg_decoder()` says which and why.
+            preprocess: CameraPreprocessCuda::with_decoder(dev, m.config.camera.preprocess.clone(), JpegDecoderChoice::Auto)?,
+            encoder: CudaCameraEncoder::upload(dev, &m.camera.encoder)?,
+            plan: None,
+            vtransform: CudaLssTransform::upload(dev, &m.camera.vtransform)?,
+            lidar,
+            bev: CudaBevStack::upload(dev, &m.bev, backend)?,
+        })
+    }
+
+    pub fn kind(&self) -> BevSegKind {
+        self.config.kind
+    }
+
+    /// Whether camera JPEGs are decoded by nvJPEG on the GPU (`forward_jpeg`); else zune-jpeg
+    /// on the host.
+    pub fn decodes_jpeg_on_gpu(&self) -> bool {
+        self.preprocess.uses_nvjpeg()
+    }
+
+    /// The BEV decoder's convolution backend (after any fallback).
+    pub fn conv_backend(&self) -> ConvBackend {
+        self.bev.backend()
+    }
+
+    /// How many calibrations' geometry was built (once per calibration change).
+    pub fn geometry_builds(&self) -> usize {
+        self.vtransform.builds()
+    }
+
+    /// The fusion model needs a cloud, the camera-only model takes none (checked before any work).
+    fn check_cloud(&self, cloud: Option<&[Point5]>) -> Result<(), Error> {
+        match (self.lidar.is_some(), cloud) {
+            (true, None) => Err(Error::InvalidInput("the fusion model needs a LiDAR cloud".into())),
+            (false, Some(c)) if !c.is_empty() => Err(Error::InvalidInput("the camera-only model takes no LiDAR cloud".into())),
+            _ => Ok(()),
+        }
+    }
+
+    fn plan_for(&mut self, dev: &CudaDevice, n: usize, h: usize, w: usize) -> Result<(), Error> {
+        if self.plan.as_ref().is_none_or(|p| (p.n, p.h, p.w) != (n, h, w)) {
+            self.plan = Some(self.encoder.plan(dev, n, h, w)?);
+        }
+        Ok(())
+    }
+
+    /// Decoded images (one per calibration camera, None = masked) → the network input.
+    fn camera_input(&mut self, dev: &CudaDevice, calib: &Calibration, images: &[Option<&RgbImage>]) -> Result<CameraInput, Error> {
+        let (mask, masked) = check_cameras(calib, images.iter().map(|i| i.map(|i| (i.width, i.height))), self.kind() == BevSegKind::Fusion)?;
+        let blanks = blank_images(calib, images);
+        let all = with_blanks(images, &blanks)?;
+        let batch = self.preprocess.run(dev, &all)?;
+        Ok(CameraInput { batch, mask, masked })
+    }
+
+    /// The preprocessed batch of all calibration cameras → the network input, after checking
+    /// that each image has its calibration's size; the cameras in `masked` (whose slot holds a
+    /// stand-in image) are masked and not checked.
+    fn camera_input_batch(calib: &Calibration, batch: CudaCameraBatch, masked: &[usize]) -> Result<CameraInput, Error> {
+        let mut mask = CameraMask::ALL;
+        let mut names = Vec::new();
+        for (i, (a, c)) in batch.augs.iter().zip(&calib.cameras).enumerate() {
+            if masked.contains(&i) {
+                mask = mask.without(i);
+                names.push(c.name.clone());
+                continue;
+            }
+            if a.input != [c.image_width, c.image_height] {
+                return Err(Error::InvalidInput(format!(
+                    "camera `{}`: image is {}x{} but its calibration is for {}x{}",
+                    c.name, a.input[0], a.input[1], c.image_width, c.image_height
+                )));
+            }
+        }
+        Ok(CameraInput { batch, mask, masked: names })
+    }
+
+    /// The JPEG decoder in use, in words (nvJPEG and its backend, or zune-jpeg and why).
+    pub fn jpeg_decoder(&self) -> String {
+        self.preprocess.jpeg_decoder()
+    }
+
+    /// The network from the device input on: [LiDAR BEV →] camera BEV [→ fuser] → decoder → head,
+    /// probabilities back on the host.
+    fn run(&mut self, dev: &CudaDevice, calib: &Calibration, cam: CameraInput, cloud: Option<&[Point5]>, keep: bool, clock: &mut GpuClock) -> Result<(crate::models::bevfusion::map::BevMap, Option<BevSegStages>), Error> {
+        let CameraInput { batch, mask, masked } = cam;
+        clock.mark(dev, "upload+preprocess".into())?;
+        let (lidar_bev, stats): (Option<CudaFeatureMap>, Option<LidarStats>) = match &self.lidar {
+            Some(enc) => {
+                let cloud = cloud.ok_or_else(|| Error::InvalidInput("the fusion model needs a LiDAR cloud".into()))?;
+                // voxelization drops and counts non-finite and out-of-range points; its voxel count
+                // (and the sparse encoder's per-level site counts) come back to the host, so the
+                // LiDAR branch runs first, while little else is queued, and the camera branch then
+                // goes to the stream without a wait
+                let v = enc.voxelize(dev, cloud)?;
+                let stats = lidar_stats(&v.stats);
+                let bev = if v.len == 0 {
+                    let [x, y, c] = enc.config().bev_shape()?;
+                    CudaFeatureMap::zeros(dev, 1, x, y, c)?
+                } else {
+                    enc.forward_voxels(dev, v, false)?.0
+                };
+                clock.mark(dev, "lidar".into())?;
+                (Some(bev), Some(stats))
+            }
+            None => (None, None),
+        };
+        self.plan_for(dev, batch.n, batch.h, batch.w)?;
+        let plan = self.plan.as_ref().ok_or_else(|| Error::Cuda("Swin plan missing".into()))?;
+        let stages = self.encoder.backbone(dev, plan, &batch.data)?;
+        clock.mark(dev, "backbone".into())?;
+        let neck = self.encoder.neck(dev, &stages)?;
+        drop(stages);
+        clock.mark(dev, "fpn".into())?;
+        let feats = neck.first().ok_or_else(|| Error::InvalidInput("the camera neck gave no output".into()))?;
+        let camera_bev = self.vtransform.forward(dev, &self.blas, calib, feats, mask)?;
+        drop(neck);
+        clock.mark(dev, "depth+pool".into())?;
+        let mut inputs = vec![&camera_bev];
+        if let Some(l) = &lidar_bev {
+            inputs.push(l);
+        }
+        // CudaBevStack::forward's steps one by one, for the per-stage times
+        let fused = match &self.bev.fuser {
+            Some(f) => {
+                let y = f.forward(dev, &self.blas, &inputs)?;
+                clock.mark(dev, "fuser".into())?;
+                Some(y)
+            }
+            None => None,
+        };
+        let decoded = self.bev.decoder.forward(dev, &self.blas, fused.as_ref().unwrap_or(&camera_bev))?;
+        clock.mark(dev, "decoder".into())?;
+        let maps = self.bev.head.forward(dev, &self.blas, &decoded)?;
+        clock.mark(dev, "head".into())?;
+        let probs = maps.download(dev)?;
+        clock.mark(dev, "to host".into())?;
+        let head = crate::models::bevfusion::seg::maps_to_nhwc(&probs)?;
+        let map = bev_map_from_nhwc(&head, &self.config.classes, self.config.bev.head.output_scope, masked, stats)?;
+        let stages = if keep {
+            let dl = |m: &CudaFeatureMap| m.download(dev);
+            let input = FeatureMap::new(batch.n, batch.h, batch.w, 3, batch.to_host(dev)?)?;
+            Some(BevSegStages {
+                input,
+                camera_bev: dl(&camera_bev)?,
+                lidar_bev: lidar_bev.as_ref().map(dl).transpose()?,
+                fused: fused.as_ref().map(dl).transpose()?,
+                decoder: dl(&decoded)?,
+                head,
+            })
+        } else {
+            None
+        };
+        Ok((map, stages))
+    }
+
+    /// One frame from decoded images (None = masked camera).
+    pub fn forward_images(&mut self, dev: &CudaDevice, calib: &Calibration, images: &[Option<&RgbImage>], cloud: Option<&[Point5]>, keep_stages: bool) -> Result<BevSegOutput, Error> {
+        self.check_cloud(cloud)?;
+        let mut clock = GpuClock::start(dev)?;
+        let cam = self.camera_input(dev, calib, images)?;
+        let (map, stages) = self.run(dev, calib, cam, cloud, keep_stages, &mut clock)?;
+        let times = finish(clock)?;
+        Ok(BevSegOutput { map, times, stages })
+    }
+
+    /// One frame from JPEG bytes on the host to probabilities on the host (the bench's unit):
+    /// `decode (host)` is host wall time (the JPEGs decoded in parallel into pinned memory), the
+    /// other stages GPU time between events.
+    pub fn forward_jpeg(&mut self, dev: &CudaDevice, calib: &Calibration, jpegs: &[&[u8]], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
+        self.forward_jpeg_masked(dev, calib, jpegs, &[], cloud)
+    }
+
+    /// [`forward_jpeg`](Self::forward_jpeg) with the cameras in `masked` masked: their slots
+    /// hold a stand-in JPEG (another camera's), decoded with the batch but pooled nowhere, so a
+    /// frame with a stale or missing camera stays on the batched nvJPEG path.
+    pub fn forward_jpeg_masked(&mut self, dev: &CudaDevice, calib: &Calibration, jpegs: &[&[u8]], masked: &[usize], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
+        self.check_cloud(cloud)?;
+        if masked.len() >= calib.len() && self.lidar.is_none() {
+            return Err(Error::InvalidInput("no camera image at all: the camera BEV would be empty; give at least one image".into()));
+        }
+        if jpegs.len() != calib.len() {
+            return Err(Error::InvalidInput(format!("{} JPEGs for a calibration of {} cameras", jpegs.len(), calib.len())));
+        }
+        let limits = DecodeLimits::default();
+        let t0 = Instant::now();
+        let nvjpeg = self.preprocess.uses_nvjpeg();
+        let (cam, mut clock, decode_ms) = if nvjpeg {
+            // nvJPEG decodes on the GPU: the decode is in the first GPU stage (upload+preprocess);
+            // the host time is what parsing and submitting it took.
+            let clock = GpuClock::start(dev)?;
+            let batch = self.preprocess.run_jpeg(dev, jpegs, &limits)?;
+            let submit_ms = t0.elapsed().as_secs_f64() * 1e3;
+            (Self::camera_input_batch(calib, batch, masked)?, clock, submit_ms)
+        } else {
+            self.preprocess.stage_jpeg(dev, jpegs, &limits)?;
+            let decode_ms = t0.elapsed().as_secs_f64() * 1e3;
+            // the GPU clock starts after the host decode: its first stage is upload + preprocess
+            let clock = GpuClock::start(dev)?;
+            let batch = self.preprocess.upload_and_launch(dev)?;
+            (Self::camera_input_batch(calib, batch, masked)?, clock, decode_ms)
+        };
+        let (map, stages) = self.run(dev, calib, cam, cloud, false, &mut clock)?;
+        let mut times = finish(clock)?;
+        let host_stage = if nvjpeg { "decode submit (host, nvJPEG)" } else { "decode (host)" };
+        times.0.insert(0, (host_stage.into(), decode_ms));
+        Ok(BevSegOutput { map, times, stages })
+    }
+}
+
+fn finish(clock: GpuClock) -> Result<StageMs, Error> {
+    let mut t = StageTimes::default();
+    clock.finish(&mut t)?;
+    Ok(StageMs(t.stages.into_iter().map(|(n, d)| (n, d.as_secs_f64() * 1e3)).collect()))
+}

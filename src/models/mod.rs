@@ -1,0 +1,5 @@
+//! models
+
+pub mod bevfusion;
+pub mod sphereformer;
+

@@ -1,0 +1,6 @@
+//! msgs
+
+pub mod cdr;
+pub mod cloud;
+pub mod points;
+

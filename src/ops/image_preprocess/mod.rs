@@ -1,0 +1,6 @@
+//! ops::image_preprocess
+
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+

@@ -1,0 +1,6 @@
+//! ops::label_grid
+
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+

@@ -1,0 +1,237 @@
+//! CUDA voxelization (kernels in `kernels/voxelize.cu`), the same function as `voxelize_cpu`.
+//!
+//! Algorithm, one pass each: per-sample minimum (origin `scan_min`) -> integer coordinates and
+//! their bounds -> mixed-radix keys over the occupied box -> stable radix sort of (key, point)
+//! over just the bits the keys need -> run heads -> exclusive scan = voxel ids -> point->voxel
+//! map and run starts -> one thread per voxel sums its points in input order. The host reads
+//! back three small things (counts and bounds, the voxel count, the capped point count).
+
+use crate::ops::voxelize::cpu::{KeyPrecision, OutOfRange, VoxelOrigin};
+use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::device::primitives::{bits_for, exclusive_scan_u32, grid_1d, radix_sort_pairs};
+use crate::ops::voxelize::cpu::{check_batch, key_radices, sample_offsets, VoxelParams, VoxelStats, Voxels, FEATURE_CHANNELS};
+use crate::{Error, Points};
+use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
+use half::f16;
+
+/// Mirror of `struct VoxParams` in voxelize.cu (same field order; 96 bytes, 8-aligned).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct VoxParamsC {
+    voxel: [f64; 3],
+    lo: [f64; 3],
+    hi: [f64; 3],
+    has_range: u32,
+    clip: u32,
+    origin: u32,
+    use_f64: u32,
+    batch: u32,
+    n: u32,
+}
+// SAFETY: plain-old-data, layout identical to the C struct.
+unsafe impl DeviceRepr for VoxParamsC {}
+
+const THREADS: u32 = 256;
+
+/// Voxels on the GPU. Buffers hold at least one element (CUDA cannot allocate zero bytes);
+/// `len` is the number of voxels.
+pub struct CudaVoxels {
+    /// `[b, x, y, z]` per voxel, `len * 4`.
+    pub coords: CudaSlice<i32>,
+    /// Mean features, FP16, `len * FEATURE_CHANNELS`.
+    pub feats: CudaSlice<f16>,
+    /// Mean voxel-space positions, metres, `len * 3`.
+    pub xyz: CudaSlice<f32>,
+    /// Mean of `float32(position - sample origin)`, metres, `len * 3`: SphereFormer's
+    /// `coord_norm` mean (`model::preprocess`), summed in input order in float32.
+    pub xyz_norm: CudaSlice<f32>,
+    pub counts: CudaSlice<u32>,
+    /// Per input point: its voxel or -1; `stats.points_in` entries.
+    pub point_to_voxel: CudaSlice<i32>,
+    pub len: usize,
+    pub stats: VoxelStats,
+}
+
+impl CudaVoxels {
+    /// Copies everything back (features widened to f32).
+    pub fn to_host(&self, dev: &CudaDevice) -> Result<Voxels, Error> {
+        let s = &dev.stream;
+        let m = self.len;
+        let n = self.stats.points_in;
+        let rd = cuda_err;
+        let coords = if m > 0 { s.clone_dtoh(&self.coords.slice(..m * 4)).map_err(rd("reading coords"))? } else { vec![] };
+        let feats = if m > 0 { s.clone_dtoh(&self.feats.slice(..m * FEATURE_CHANNELS)).map_err(rd("reading feats"))? } else { vec![] };
+        let xyz = if m > 0 { s.clone_dtoh(&self.xyz.slice(..m * 3)).map_err(rd("reading xyz"))? } else { vec![] };
+        let counts = if m > 0 { s.clone_dtoh(&self.counts.slice(..m)).map_err(rd("reading counts"))? } else { vec![] };
+        let point_to_voxel = if n > 0 { s.clone_dtoh(&self.point_to_voxel.slice(..n)).map_err(rd("reading point map"))? } else { vec![] };
+        Ok(Voxels {
+            coords: coords.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect(),
+            feats: feats.iter().map(|h| h.to_f32()).collect(),
+            xyz: xyz.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
+            counts,
+            point_to_voxel,
+            stats: self.stats,
+        })
+    }
+}
+
+fn params_c(p: &VoxelParams, batch: usize, n: usize) -> VoxParamsC {
+    let (lo, hi) = match &p.range {
+        Some(r) => (r[0], r[1]),
+        None => ([0.0; 3], [0.0; 3]),
+    };
+    VoxParamsC {
+        voxel: p.voxel_size,
+        lo,
+        hi,
+        has_range: p.range.is_some() as u32,
+        clip: (p.out_of_range == OutOfRange::Clip) as u32,
+        origin: match p.origin {
+            VoxelOrigin::ScanMin => 0,
+            VoxelOrigin::RangeMin => 1,
+            VoxelOrigin::Zero => 2,
+        },
+        use_f64: (p.precision == KeyPrecision::F64) as u32,
+        batch: batch as u32,
+        n: n as u32,
+    }
+}
+
+/// CUDA voxelization of a batch of samples; same result as `voxelize_cpu` (features in FP16).
+pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) -> Result<CudaVoxels, Error> {
+    let n = check_batch(batch, params)?;
+    let s = &dev.stream;
+    let e = |what: &'static str| cuda_err(what);
+    let offsets: Vec<u32> = sample_offsets(batch).into_iter().map(|o| o as u32).collect();
+    let nb = batch.len();
+    let mut stats = VoxelStats { points_in: n, ..Default::default() };
+    let alloc_out = |m: usize, n: usize, stats: VoxelStats| -> Result<CudaVoxels, Error> {
+        Ok(CudaVoxels {
+            coords: s.alloc_zeros(m.max(1) * 4).map_err(e("allocating voxel coords"))?,
+            feats: s.alloc_zeros(m.max(1) * FEATURE_CHANNELS).map_err(e("allocating voxel features"))?,
+            xyz: s.alloc_zeros(m.max(1) * 3).map_err(e("allocating voxel xyz"))?,
+            xyz_norm: s.alloc_zeros(m.max(1) * 3).map_err(e("allocating voxel xyz_norm"))?,
+            counts: s.alloc_zeros(m.max(1)).map_err(e("allocating voxel counts"))?,
+            point_to_voxel: s.clone_htod(&vec![-1i32; n.max(1)]).map_err(e("allocating point map"))?,
+            len: 0,
+            stats,
+        })
+    };
+    if n == 0 {
+        return alloc_out(0, 0, stats);
+    }
+
+    // Upload the points, samples concatenated.
+    let cat = |f: fn(&Points) -> &Vec<f32>| -> Vec<f32> {
+        let mut v = Vec::with_capacity(n);
+        for p in batch {
+            v.extend_from_slice(f(p));
+        }
+        v
+    };
+    // The kernels test x, y, z for finiteness; a point whose intensity is NaN/Inf must get no
+    // voxel either (as on the CPU): it goes up with x = NaN, so every kernel skips it and it is
+    // counted non-finite.
+    let mut host_x = Vec::with_capacity(n);
+    for p in batch {
+        host_x.extend(p.x.iter().zip(&p.intensity).map(|(&x, &i)| if i.is_finite() { x } else { f32::NAN }));
+    }
+    let x = s.clone_htod(&host_x).map_err(e("uploading x"))?;
+    let y = s.clone_htod(&cat(|p| &p.y)).map_err(e("uploading y"))?;
+    let z = s.clone_htod(&cat(|p| &p.z)).map_err(e("uploading z"))?;
+    let inten = s.clone_htod(&cat(|p| &p.intensity)).map_err(e("uploading intensity"))?;
+    let d_offsets = s.clone_htod(&offsets).map_err(e("uploading sample offsets"))?;
+    let pc = params_c(params, nb, n);
+    let n32 = n as u32;
+    let grid = grid_1d(n32, THREADS);
+
+    // Origins (per-sample minimum), coordinates, bounds, counts.
+    let mut mins = s.clone_htod(&vec![u64::MAX; nb * 3]).map_err(e("allocating minima"))?;
+    let mut coords = s.alloc_zeros::<i32>(n * 3).map_err(e("allocating point coords"))?;
+    let mut bounds = s
+        .clone_htod(&[i32::MAX, i32::MAX, i32::MAX, i32::MIN, i32::MIN, i32::MIN])
+        .map_err(e("allocating bounds"))?;
+    let mut counters = s.alloc_zeros::<u32>(4).map_err(e("allocating counters"))?;
+    let f_min = dev.function("voxelize", "vox_scan_min")?;
+    let f_coords = dev.function("voxelize", "vox_point_coords")?;
+    // SAFETY: argument lists match voxelize.cu; every buffer has the length the kernel indexes.
+    unsafe {
+        if params.origin == VoxelOrigin::ScanMin {
+            s.launch_builder(&f_min).arg(&x).arg(&y).arg(&z).arg(&d_offsets).arg(&pc).arg(&mut mins).launch(grid).map_err(e("vox_scan_min"))?;
+        }
+        s.launch_builder(&f_coords)
+            .arg(&x).arg(&y).arg(&z).arg(&d_offsets).arg(&pc).arg(&mins)
+            .arg(&mut coords).arg(&mut bounds).arg(&mut counters)
+            .launch(grid)
+            .map_err(e("vox_point_coords"))?;
+    }
+    let h_counters = s.clone_dtoh(&counters).map_err(e("reading counters"))?;
+    let h_bounds = s.clone_dtoh(&bounds).map_err(e("reading bounds"))?;
+    let n_valid = h_counters[0] as usize;
+    stats.non_finite = h_counters[1] as usize;
+    stats.out_of_range = h_counters[2] as usize;
+    stats.out_of_grid = h_counters[3] as usize;
+    if n_valid == 0 {
+        return alloc_out(0, n, stats);
+    }
+    let hb: [i32; 6] = [h_bounds[0], h_bounds[1], h_bounds[2], h_bounds[3], h_bounds[4], h_bounds[5]];
+    let (dx, dy, dz, invalid_key) = key_radices(hb, nb)?;
+
+    // Keys, sort, voxel ids.
+    let mut keys = s.alloc_zeros::<u64>(n).map_err(e("allocating keys"))?;
+    let mut vals = s.alloc_zeros::<u32>(n).map_err(e("allocating permutation"))?;
+    let f_keys = dev.function("voxelize", "vox_keys")?;
+    let nb32 = nb as u32;
+    // SAFETY: as above.
+    unsafe {
+        s.launch_builder(&f_keys)
+            .arg(&coords).arg(&d_offsets).arg(&nb32).arg(&n32).arg(&bounds)
+            .arg(&dx).arg(&dy).arg(&dz).arg(&invalid_key)
+            .arg(&mut keys).arg(&mut vals)
+            .launch(grid)
+            .map_err(e("vox_keys"))?;
+    }
+    radix_sort_pairs(dev, &mut keys, &mut vals, n, bits_for(invalid_key))?;
+    let mut flags = s.alloc_zeros::<u32>(n).map_err(e("allocating run heads"))?;
+    let mut excl = s.alloc_zeros::<u32>(n).map_err(e("allocating voxel ids"))?;
+    let f_heads = dev.function("voxelize", "vox_heads")?;
+    let nv32 = n_valid as u32;
+    // SAFETY: as above.
+    unsafe {
+        s.launch_builder(&f_heads).arg(&keys).arg(&nv32).arg(&n32).arg(&mut flags).launch(grid).map_err(e("vox_heads"))?;
+    }
+    let m_total = exclusive_scan_u32(dev, &flags, &mut excl, n)? as usize;
+    let m = m_total.min(params.max_voxels);
+    let mut voxel_start = s.alloc_zeros::<u32>(m_total + 1).map_err(e("allocating voxel starts"))?;
+    let mut out = alloc_out(m, n, stats)?;
+    let f_assign = dev.function("voxelize", "vox_assign")?;
+    let max32 = params.max_voxels as u32;
+    // SAFETY: as above.
+    unsafe {
+        s.launch_builder(&f_assign)
+            .arg(&vals).arg(&flags).arg(&excl).arg(&n32).arg(&nv32).arg(&max32)
+            .arg(&mut voxel_start).arg(&mut out.point_to_voxel)
+            .launch(grid)
+            .map_err(e("vox_assign"))?;
+    }
+    let kept_end = s.clone_dtoh(&voxel_start.slice(m..m + 1)).map_err(e("reading cap position"))?[0] as usize;
+    stats.voxels_total = m_total;
+    stats.voxels_kept = m;
+    stats.points_capped = n_valid - kept_end;
+
+    let f_reduce = dev.function("voxelize", "vox_reduce")?;
+    let m32 = m as u32;
+    // SAFETY: as above; outputs hold m rows.
+    unsafe {
+        s.launch_builder(&f_reduce)
+            .arg(&x).arg(&y).arg(&z).arg(&inten).arg(&d_offsets).arg(&pc)
+            .arg(&keys).arg(&vals).arg(&voxel_start).arg(&m32).arg(&bounds)
+            .arg(&dx).arg(&dy).arg(&dz).arg(&mins)
+            .arg(&mut out.coords).arg(&mut out.feats).arg(&mut out.xyz).arg(&mut out.xyz_norm).arg(&mut out.counts)
+            .launch(grid_1d(m32, THREADS))
+            .map_err(e("vox_reduce"))?;
+    }
+    out.len = m;
+    out.stats = stats;
+    Ok(out)
+}

@@ -1,0 +1,7 @@
+//! sensors::calib
+
+pub mod camera;
+pub mod file;
+pub mod rig;
+pub mod tf;
+

@@ -1,0 +1,9 @@
+//! sensors::image
+
+pub mod compressed;
+pub mod encodings;
+pub mod jpeg_markers;
+pub mod jpeg_scan;
+#[cfg(feature = "cuda")]
+pub mod nvjpeg;
+

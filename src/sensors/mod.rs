@@ -1,0 +1,5 @@
+//! sensors
+
+pub mod calib;
+pub mod image;
+
