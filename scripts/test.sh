@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # README's test command: all set-up on a fresh machine, then every test.
-#   1. NVRTC + CUDA headers from PyPI wheels (scripts/cuda_env.sh; cached)
-#   2. cargo test --features cuda: CPU unit/property tests, the NVRTC compile test of every
+#   1. the architecture check: modules import only from their own or lower layers (the ```layers
+#      block of ARCHITECTURE.md), no file cycles (scripts/check_layers.py; Python, no build)
+#   2. NVRTC + CUDA headers from PyPI wheels (scripts/cuda_env.sh; cached)
+#   3. cargo test --features cuda: CPU unit/property tests, the NVRTC compile test of every
 #      kernel for sm_90/sm_87/sm_86, GPU tests (skipped without a GPU)
-#   3. a short fuzz pass of every decoder of outside bytes (scripts/fuzz.sh, fuzz/)
-#   4. the ROS 2 tests: r2r <-> rclpy smoke test, the node against an rclpy peer, colcon install
+#   4. a short fuzz pass of every decoder of outside bytes (scripts/fuzz.sh, fuzz/)
+#   5. the ROS 2 tests: r2r <-> rclpy smoke test, the node against an rclpy peer, colcon install
 #      (scripts/test_ros.sh; the ROS 2
 #      venv from PyPI wheels is created and cached by scripts/ros_env.sh)
 # Builds go to ${CARGO_TARGET_DIR:-$SPTR_CACHE/target} so a fresh clone reuses them.
@@ -15,6 +17,10 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$SPTR_CACHE/target}"
 export SPTR_KERNEL_CACHE="${SPTR_KERNEL_CACHE:-$SPTR_CACHE/kernels}"
 start=$(date +%s)
 step() { echo; echo "== $* ($(( $(date +%s) - start )) s)"; }
+
+step "architecture check (layers of ARCHITECTURE.md, no file cycles; the checker's self-test first)"
+python3 scripts/check_layers.py --self-test 2>&1
+python3 scripts/check_layers.py 2>&1
 
 step "CUDA NVRTC environment"
 # shellcheck source=scripts/cuda_env.sh
