@@ -603,7 +603,7 @@ fn bad_weights_are_listed() {
 
     // another model's file: SphereFormer's weights
     let sf = sptr::models::sphereformer::config::ModelConfig::load(&common::root().join("config/models/sphereformer_nuscenes.yaml")).expect("sf config");
-    let other = sptr::nn::random::random_weights(&sf.yaml, 0).expect("sphereformer weights");
+    let other = sptr::models::sphereformer::random::random_weights(&sf.yaml, 0).expect("sphereformer weights");
     match CameraEncoder::from_weights(&cfg, other) {
         Err(ModelError::Mismatch { missing, unexpected, .. }) => {
             assert_eq!(missing.len(), weight_specs(&cfg).expect("specs").len());

@@ -3,7 +3,7 @@
 //! Each must now give the error named below (and never panic). The fuzzers also reuse these files
 //! as seeds.
 
-use sptr::cli::segment_files::parse_pcd;
+use sptr::sensors::cloud_files::parse_pcd;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::Path;

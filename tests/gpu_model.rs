@@ -13,10 +13,10 @@
 mod common;
 
 use common::{gpu, nuscenes_sweep, rel_err};
-use sptr::frame::params::DeviceKind;
+use sptr::device::DeviceKind;
 use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::models::sphereformer::preprocess::prepare_inputs;
-use sptr::nn::random::random_weights;
+use sptr::models::sphereformer::random::random_weights;
 use sptr::models::sphereformer::network::StageTimes;
 use sptr::models::sphereformer::segmenter::{Segmenter, UNLABELED};
 use sptr::Points;

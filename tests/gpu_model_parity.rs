@@ -16,13 +16,13 @@
 mod common;
 
 use common::rel_err;
-use sptr::frame::params::DeviceKind;
+use sptr::device::DeviceKind;
 use sptr::models::sphereformer::config::ModelConfig;
 use sptr::bench::model::bench_segment;
 use sptr::models::sphereformer::network::StageTimes;
 use sptr::models::sphereformer::preprocess::{prepare_inputs, NetworkInputs};
 use sptr::nn::Weights;
-use sptr::cli::segment_files::{read_cloud, CloudFormat};
+use sptr::sensors::cloud_files::{read_cloud, CloudFormat};
 use sptr::models::sphereformer::segmenter::Segmenter;
 use std::collections::HashSet;
 use std::path::Path;

@@ -20,11 +20,11 @@ use common::{gpu, rel_err};
 use sptr::msgs::cdr::{CompressedImage, Header, Time};
 use sptr::frame::cameras::{BevFrameInputs, BevMapModel, CameraImage};
 use sptr::sensors::calib::camera::NUSCENES_CAMERAS;
-use sptr::frame::params::DeviceKind;
+use sptr::device::DeviceKind;
 use sptr::models::sphereformer::config::ModelConfig;
 use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
 use sptr::models::sphereformer::preprocess::prepare_inputs;
-use sptr::nn::random::random_weights;
+use sptr::models::sphereformer::random::random_weights;
 use sptr::models::sphereformer::network::StageTimes;
 use sptr::models::sphereformer::segmenter::Segmenter;
 

@@ -37,7 +37,7 @@ use half::{bf16, f16};
 use issue22::issue_weights;
 use sptr::ops::attention::cuda::{window_attention_cuda_guarded, CudaContextual, CudaSphereWindows, CudaTerm, QkvView};
 use sptr::ops::attention::{HeadSlice, SphereLevel};
-use sptr::frame::params::DeviceKind;
+use sptr::device::DeviceKind;
 use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::device::cuda::CudaDevice;
 use sptr::device::range::RangeFlags;
@@ -354,7 +354,7 @@ fn in_range_weights_stay_fp16_under_auto_and_are_never_flagged() {
     let n = model_yaml("sphereformer_nuscenes.yaml");
     let k = model_yaml("sphereformer_semantickitti.yaml");
     for (case, y, seed, pts) in [("nuscenes full config", &n, 5, &nus), ("semantickitti full config", &k, 7, &kitti)] {
-        let t = || sptr::nn::random::random_tensors(y, seed).unwrap();
+        let t = || sptr::models::sphereformer::random::random_tensors(y, seed).unwrap();
         let fp16 = segmenter(y, t(), Precision::Fp16).segment(&[pts]).unwrap();
         let auto = segmenter(y, t(), Precision::Auto);
         let a = auto.segment(&[pts]).unwrap();

@@ -6,7 +6,8 @@ mod common;
 use common::{rel_err, Rng};
 use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::models::sphereformer::preprocess::prepare_inputs;
-use sptr::nn::random::{random_tensors, random_weights, safetensors_bytes, save_tensors};
+use sptr::models::sphereformer::random::{random_tensors, random_weights};
+use sptr::nn::random::{safetensors_bytes, save_tensors};
 use sptr::models::sphereformer::network::{weight_specs, SphereFormer};
 use sptr::nn::{ModelError, Weights};
 use sptr::models::sphereformer::segmenter::{Segmenter, UNLABELED};
@@ -501,7 +502,8 @@ fn bad_network_inputs_are_errors() {
 
 #[test]
 fn label_file_has_one_uint32_per_point() {
-    use sptr::cli::segment_files::{read_cloud, write_label_file, CloudFormat, LabelIds};
+    use sptr::cli::segment_files::{write_label_file, LabelIds};
+    use sptr::sensors::cloud_files::{read_cloud, CloudFormat};
     let y = small("sphereformer_semantickitti.yaml");
     let path = common::data("semantickitti/000000.bin");
     let fmt = CloudFormat::from_path(&path).expect("format from name");

@@ -7,7 +7,7 @@ mod common;
 
 use sptr::msgs::cloud::{decode, encode_points, finite_mask, Layout};
 use sptr::models::sphereformer::config::ModelConfig;
-use sptr::nn::random::random_weights;
+use sptr::models::sphereformer::random::random_weights;
 use sptr::models::sphereformer::segmenter::{Segmenter, UNLABELED};
 use sptr::ops::voxelize::cpu::voxelize_cpu;
 use sptr::Points;

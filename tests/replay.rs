@@ -15,7 +15,7 @@ use sptr::frame::params::{DeviceKind, NodeParams};
 use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::eval::state::FrameStatus;
 use sptr::eval::LabelMap;
-use sptr::nn::random::random_weights;
+use sptr::models::sphereformer::random::random_weights;
 use sptr::frame::outputs::OutputTopics;
 use sptr::frame::processor::Processor;
 use sptr::models::sphereformer::segmenter::Segmenter;

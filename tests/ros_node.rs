@@ -128,7 +128,7 @@ fn test_weights() -> &'static Path {
         let cfg = sptr::models::sphereformer::config::ModelConfig::load(&model)
             .expect("test model loads")
             .yaml;
-        let tensors = sptr::nn::random::random_tensors(&cfg, 11).expect("random weights");
+        let tensors = sptr::models::sphereformer::random::random_tensors(&cfg, 11).expect("random weights");
         let path = tmp().join("ros_node_test_weights.safetensors");
         let part = tmp().join(format!("ros_node_test_weights.{}.part", std::process::id()));
         sptr::nn::random::save_tensors(&part, &tensors).expect("write the weights");
@@ -1062,7 +1062,7 @@ fn bench_node_receipt_to_publication() {
             .expect("model loads")
             .yaml;
         let w = tmp().join(format!("{ns}_weights.safetensors"));
-        let t = sptr::nn::random::random_tensors(&cfg, 11).expect("random weights");
+        let t = sptr::models::sphereformer::random::random_tensors(&cfg, 11).expect("random weights");
         sptr::nn::random::save_tensors(&w, &t).expect("write weights");
         (model, w)
     } else {

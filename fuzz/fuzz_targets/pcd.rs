@@ -1,7 +1,7 @@
 //! A PCD file (`sptr segment cloud.pcd`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::cli::segment_files::parse_pcd;
+use sptr::sensors::cloud_files::parse_pcd;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(points) = parse_pcd(data) {

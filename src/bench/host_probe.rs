@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::frame::processor::Percentiles;
+use crate::bench::percentiles::Percentiles;
 
 /// One run of the probe's workload: when it started and how long it took, ms.
 type Sample = (Instant, f64);

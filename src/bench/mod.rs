@@ -13,7 +13,9 @@ pub mod camera_encoder;
 pub mod camera_input;
 pub mod faults;
 pub mod host_probe;
+pub mod lidar;
 pub mod model;
+pub mod percentiles;
 pub mod pipeline;
 #[cfg(feature = "cuda")]
 pub mod spconv;

@@ -1,7 +1,7 @@
 //! `sptr bench model`: end-to-end segmentation latency (points on the host → preprocessing →
 //! network → labels of every point on the host) and device memory, as JSON lines.
 
-use crate::frame::params::DeviceKind;
+use crate::device::DeviceKind;
 use crate::models::sphereformer::segmenter::Segmenter;
 use crate::{Error, Points};
 use std::collections::BTreeMap;

@@ -803,18 +803,18 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench { what: BenchCmd::Pipeline { cloud, model, weights, params, device, frames, warmup, cameras, bag, camera_model, camera_weights, rate_hz, duration_s, serial, faults_every_s } } => {
             let device = match device.as_str() {
-                "cpu" => sptr::frame::params::DeviceKind::Cpu,
-                "cuda" => sptr::frame::params::DeviceKind::Cuda,
+                "cpu" => sptr::device::DeviceKind::Cpu,
+                "cuda" => sptr::device::DeviceKind::Cuda,
                 other => anyhow::bail!("--device {other}: use cpu or cuda"),
             };
-            let setup = sptr::frame::processor::BenchSetup { cloud: &cloud, model: model.as_deref(), weights: weights.as_deref(), params: &params, device, warmup, frames };
+            let setup = sptr::bench::lidar::BenchSetup { cloud: &cloud, model: model.as_deref(), weights: weights.as_deref(), params: &params, device, warmup, frames };
             if cameras {
                 let pace = rate_hz.zip(duration_s);
                 let s = sptr::bench::pipeline::CameraBenchSetup { lidar: setup, bag: &bag, camera_model: camera_model.as_deref(), camera_weights: camera_weights.as_deref(), pace, serial, faults_every_s };
                 println!("{}", sptr::bench::pipeline::run(&s).map_err(anyhow::Error::msg)?);
                 return Ok(());
             }
-            println!("{}", sptr::frame::processor::bench_pipeline(&setup).map_err(anyhow::Error::msg)?);
+            println!("{}", sptr::bench::lidar::bench_pipeline(&setup).map_err(anyhow::Error::msg)?);
             Ok(())
         }
         Cmd::Bench { what: BenchCmd::Model { cloud, format, model, weights, seed, device, iters, case, precision, rounds } } => {
@@ -1258,7 +1258,7 @@ fn info_cmd() -> Result<()> {
 
 /// A cloud file in the layout `format` names (or the file name tells).
 fn read_cloud_arg(cloud: &Path, format: Option<&str>) -> Result<Points> {
-    use sptr::cli::segment_files::{read_cloud, CloudFormat};
+    use sptr::sensors::cloud_files::{read_cloud, CloudFormat};
     let fmt = match format {
         Some("kitti") => CloudFormat::KittiBin,
         Some("nuscenes") => CloudFormat::NuScenesBin,
@@ -1283,8 +1283,8 @@ fn segmenter_device(seg: sptr::models::sphereformer::segmenter::Segmenter, devic
     seg.into_device(kind).with_context(|| format!("building the model on {kind:?}"))
 }
 
-fn device_kind(device: DeviceArg) -> sptr::frame::params::DeviceKind {
-    use sptr::frame::params::DeviceKind;
+fn device_kind(device: DeviceArg) -> sptr::device::DeviceKind {
+    use sptr::device::DeviceKind;
     match device {
         DeviceArg::Cpu => DeviceKind::Cpu,
         DeviceArg::Cuda => DeviceKind::Cuda,
@@ -1306,7 +1306,7 @@ fn random_weights_cmd(model: &Path, seed: u64, out: &Path) -> Result<()> {
         seg::random_tensors(&cfg, seed).context("making random BEVFusion seg weights")?
     } else {
         let cfg = load_model(model)?.yaml;
-        sptr::nn::random::random_tensors(&cfg, seed).context("making random weights")?
+        sptr::models::sphereformer::random::random_tensors(&cfg, seed).context("making random weights")?
     };
     sptr::nn::random::save_tensors(out, &tensors).map_err(|e| anyhow::anyhow!("{e}"))?;
     let params: usize = tensors.iter().map(|(_, _, v)| v.len()).sum();
@@ -1357,7 +1357,7 @@ fn segment_cmd(
     }
     let w = match (weights, random_seed) {
         (Some(p), _) => sptr::nn::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
-        (None, Some(seed)) => sptr::nn::random::random_weights(&cfg, seed).context("making random weights")?,
+        (None, Some(seed)) => sptr::models::sphereformer::random::random_weights(&cfg, seed).context("making random weights")?,
         (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for untrained weights)"),
     };
     // A mismatch error names the weights file itself.
@@ -1365,7 +1365,7 @@ fn segment_cmd(
     let source = weights.map_or_else(|| format!("random weights, seed {}", random_seed.unwrap_or(0)), |p| p.display().to_string());
     println!("model loaded on {:?} in {:.1} ms ({source})", seg.device(), t0.elapsed().as_secs_f64() * 1e3);
     // The CPU takes minutes on a few hundred thousand voxels: say where it is, stage by stage.
-    let stages = (seg.device() == sptr::frame::params::DeviceKind::Cpu).then(|| {
+    let stages = (seg.device() == sptr::device::DeviceKind::Cpu).then(|| {
         let p = sptr::cli::segment_progress::StageProgress::new(progress, sptr::models::sphereformer::network::cpu_stage_names(seg.config()));
         seg.set_stage_hook(Some(p.hook()));
         p
@@ -1624,7 +1624,7 @@ fn bench_model_cmd(
     let cfg = load_model(model)?.yaml;
     let w = match weights {
         Some(p) => sptr::nn::Weights::from_file(p).map_err(|e| anyhow::anyhow!("weights {e}"))?,
-        None => sptr::nn::random::random_weights(&cfg, seed).context("making random weights")?,
+        None => sptr::models::sphereformer::random::random_weights(&cfg, seed).context("making random weights")?,
     };
     let case = case.unwrap_or_else(|| cloud.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default());
     // every precision's model loaded first (one CPU model, one upload each), then timed in turn

@@ -40,3 +40,11 @@ impl std::str::FromStr for Backend {
 
 /// Whether this build has the CUDA backend compiled in.
 pub const CUDA_COMPILED: bool = cfg!(feature = "cuda");
+
+/// Which backend runs the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    Cuda,
+    Cpu,
+}

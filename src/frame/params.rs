@@ -7,13 +7,8 @@ use std::path::Path;
 
 use crate::error::{value_err, ConfigError};
 
-/// Which backend runs the pipeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DeviceKind {
-    Cuda,
-    Cpu,
-}
+pub use crate::device::DeviceKind;
+
 
 /// `sptr: ros__parameters:` of `config/perception.yaml`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

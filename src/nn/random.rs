@@ -18,10 +18,8 @@
 //! BatchNorm statistics are deliberately not the identity (mean 0, var 1), so a wrong fold or a
 //! skipped BN shows up in the outputs.
 
-use crate::models::sphereformer::network::weight_specs;
-use crate::nn::weights::{WeightSpec, Weights};
+use crate::nn::weights::WeightSpec;
 use crate::nn::ModelError;
-use crate::models::sphereformer::config::ModelYaml;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 use std::collections::HashMap;
@@ -94,24 +92,19 @@ fn rule(spec: &WeightSpec, shapes: &HashMap<&str, &[usize]>) -> (f64, f64) {
 /// Owned tensors `(name, shape, values)`.
 pub type NamedTensors = Vec<(String, Vec<usize>, Vec<f32>)>;
 
-/// Random tensors `(name, shape, values)` for every weight of `cfg`, in `state_dict` order.
-pub fn random_tensors(cfg: &ModelYaml, seed: u64) -> Result<NamedTensors, ModelError> {
-    let specs = weight_specs(cfg)?;
+/// Random tensors `(name, shape, values)` for every spec, in order: each drawn by the rule of
+/// its name (see [`rule`]), from one stream seeded with `seed`.
+pub fn tensors_for_specs(specs: &[WeightSpec], seed: u64) -> NamedTensors {
     let shapes: HashMap<&str, &[usize]> = specs.iter().map(|s| (s.name.as_str(), s.shape.as_slice())).collect();
     let mut rng = SplitMix(seed);
-    Ok(specs
+    specs
         .iter()
         .map(|s| {
             let (lo, hi) = rule(s, &shapes);
             let data = (0..s.numel()).map(|_| rng.uniform(lo, hi)).collect();
             (s.name.clone(), s.shape.clone(), data)
         })
-        .collect())
-}
-
-/// [`random_tensors`] as a [`Weights`] store.
-pub fn random_weights(cfg: &ModelYaml, seed: u64) -> Result<Weights, ModelError> {
-    Weights::from_tensors(&format!("random weights (seed {seed})"), random_tensors(cfg, seed)?)
+        .collect()
 }
 
 /// safetensors bytes (F32, little endian) of `(name, shape, values)` tensors.

@@ -7,9 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::ops::label_grid::cpu::BevGridParams;
-use crate::frame::params::DeviceKind;
+use crate::device::DeviceKind;
 use crate::models::sphereformer::config::ModelYaml;
-use crate::nn::random::random_weights;
+use crate::models::sphereformer::random::random_weights;
 use crate::nn::weights::Weights;
 use crate::frame::processor::Processor;
 

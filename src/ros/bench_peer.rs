@@ -27,7 +27,7 @@ use r2r::diagnostic_msgs::msg::DiagnosticArray;
 use r2r::QosProfile;
 
 use crate::bag::Bag;
-use crate::frame::processor::Percentiles;
+use crate::bench::percentiles::Percentiles;
 
 /// What the peer runs against.
 #[derive(Debug, Clone)]

@@ -825,7 +825,7 @@ pub fn main() -> i32 {
                     )
                 }
             };
-            let cuda = params.device == crate::frame::params::DeviceKind::Cuda;
+            let cuda = params.device == crate::device::DeviceKind::Cuda;
             match SegMapModel::open(&config, &weights, cuda) {
                 Ok(m) => Some(m),
                 Err(e) if cuda && e.to_string().contains("CUDA") => return fail(EXIT_DEVICE, format!("BEV map model on device cuda: {e}")),

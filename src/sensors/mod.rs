@@ -1,5 +1,6 @@
 //! sensors
 
 pub mod calib;
+pub mod cloud_files;
 pub mod image;
 

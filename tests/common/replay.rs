@@ -7,7 +7,7 @@ use std::path::Path;
 use sptr::frame::params::{DeviceKind, NodeParams};
 use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::eval::LabelMap;
-use sptr::nn::random::random_weights;
+use sptr::models::sphereformer::random::random_weights;
 use sptr::frame::outputs::OutputTopics;
 use sptr::frame::processor::Processor;
 use sptr::replay::{bev_params, CameraReplayOptions, ProgressMode, ReplayOptions, Shard};

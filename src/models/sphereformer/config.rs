@@ -6,7 +6,10 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 use crate::error::{value_err, ConfigError};
+use crate::ops::attention::rpe::RpeGeometry;
+use crate::ops::attention::sphere::SphereLevel;
 use crate::ops::voxelize::cpu::{KeyPrecision, OutOfRange, VoxelOrigin};
+use crate::Error;
 
 /// Our voxelization settings that have no upstream key.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -170,3 +173,47 @@ fn validate_model(y: &ModelYaml, file: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// The attention parameters of one U-Net level, from the model YAML.
+impl SphereLevel {
+    /// The parameters of U-Net level `level` (1 = full resolution) for a model config.
+    pub fn from_model(m: &ModelYaml, level: usize) -> Result<Self, Error> {
+        if level == 0 || level > m.layers.len() {
+            return Err(Error::InvalidInput(format!(
+                "this model has U-Net levels 1 to {} (one per entry of `layers`), not {level}",
+                m.layers.len()
+            )));
+        }
+        let steps = (level - 1) as i32;
+        let mut cubic_window = [0f32; 3];
+        let mut cubic_quant = [0f32; 3];
+        let mut cw64 = [0f64; 3];
+        let mut cq64 = [0f64; 3];
+        for a in 0..3 {
+            let patch = (m.voxel_size[a] * m.patch_size as f64) as f32;
+            let w = patch * m.window_size as f32;
+            let q = w / m.quant_size_scale as f32;
+            let s = m.window_size_scale[0].powi(steps);
+            cubic_window[a] = (w as f64 * s) as f32;
+            cubic_quant[a] = (q as f64 * s) as f32;
+            cw64[a] = w as f64 * s;
+            cq64[a] = q as f64 * s;
+        }
+        let mut sw = [0f64; 3];
+        let mut sq = [0f64; 3];
+        for a in 0..3 {
+            let s = if a < 2 { m.window_size_scale[1].powi(steps) } else { 1.0 };
+            sw[a] = m.window_size_sphere[a] * s;
+            sq[a] = m.window_size_sphere[a] / m.quant_size_scale * s;
+        }
+        Ok(Self {
+            cubic_window,
+            cubic_quant,
+            cubic_grid_length: RpeGeometry::grid_length_of(cw64, cq64)?,
+            sphere_window: sw.map(|x| x as f32),
+            sphere_quant: sq.map(|x| x as f32),
+            sphere_grid_length: RpeGeometry::grid_length_of(sw, sq)?,
+            a: m.a as f32,
+            shift: false,
+        })
+    }
+}

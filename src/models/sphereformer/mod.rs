@@ -5,5 +5,6 @@ pub mod network;
 #[cfg(feature = "cuda")]
 pub mod precision;
 pub mod preprocess;
+pub mod random;
 pub mod segmenter;
 

@@ -10,7 +10,7 @@
 
 #[cfg(feature = "cuda")]
 use super::precision;
-use crate::frame::params::DeviceKind;
+use crate::device::DeviceKind;
 use crate::models::sphereformer::config::ModelYaml;
 use crate::models::sphereformer::preprocess::{prepare_inputs, NetworkInputs};
 use crate::device::range_guard::RangeReport;
