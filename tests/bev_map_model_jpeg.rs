@@ -12,7 +12,7 @@ mod seg;
 use sptr::msgs::cdr::{CompressedImage, Header, Time};
 use sptr::frame::cameras::{BevFrameInputs, BevMapModel, CameraBranch, CameraImage, CameraStatus, FrameImage};
 use sptr::sensors::calib::camera::NUSCENES_CAMERAS;
-use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
+use sptr::frame::map_model::{SegMapModel, SegWeightsSource};
 
 const MS: i64 = 1_000_000;
 

@@ -15,7 +15,7 @@ use common::{gpu, rel_err};
 use sptr::msgs::cdr::{CompressedImage, Header, Time};
 use sptr::frame::cameras::{BevFrameInputs, BevMapModel, CameraImage};
 use sptr::sensors::calib::camera::NUSCENES_CAMERAS;
-use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
+use sptr::frame::map_model::{SegMapModel, SegWeightsSource};
 
 const MS: i64 = 1_000_000;
 

@@ -17,7 +17,7 @@ use half::f16;
 use sptr::models::bevfusion::camera::encoder::{CameraEncoder, CameraEncoderConfig};
 use sptr::bench::camera_encoder::{bench_encoder, bench_encoder_graph, stage_breakdown};
 use sptr::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
-use sptr::cli::camera_features::read_input_npy;
+use sptr::ops::image_preprocess::cpu::read_input_npy;
 use sptr::nn::npy;
 use sptr::ops::dense::FeatureMap;
 use sptr::device::cuda::CudaDevice;

@@ -22,7 +22,7 @@ use sptr::frame::cameras::{BevFrameInputs, BevMapModel, CameraImage};
 use sptr::sensors::calib::camera::NUSCENES_CAMERAS;
 use sptr::device::DeviceKind;
 use sptr::models::sphereformer::config::ModelConfig;
-use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
+use sptr::frame::map_model::{SegMapModel, SegWeightsSource};
 use sptr::models::sphereformer::preprocess::prepare_inputs;
 use sptr::models::sphereformer::random::random_weights;
 use sptr::models::sphereformer::network::StageTimes;

@@ -286,7 +286,7 @@ fn bag_without_cameras_replays_lidar_only() {
 
 /// Records the maps of the model it wraps (the test's window into what replay wrote).
 struct Recording<'a> {
-    inner: &'a mut sptr::models::bevfusion::map_model::SegMapModel,
+    inner: &'a mut sptr::frame::map_model::SegMapModel,
     maps: Vec<BevMap>,
 }
 
@@ -308,7 +308,7 @@ impl BevMapModel for Recording<'_> {
 /// every class present (report.json's `bev_map`, report.md's section).
 #[test]
 fn sample_bag_with_the_seg_model_writes_and_evaluates_the_map() {
-    use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
+    use sptr::frame::map_model::{SegMapModel, SegWeightsSource};
     let dir = temp_dir("segmodel");
     let (yaml, mut p) = processor(&dir);
     let bag = common::data("bags/nuscenes_sample");
@@ -383,7 +383,7 @@ fn sample_bag_with_the_seg_model_writes_and_evaluates_the_map() {
 /// camera named as masked) and is a per-frame error for the camera-only model.
 #[test]
 fn no_usable_camera_is_lidar_only_for_fusion_and_an_error_for_camera_only() {
-    use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
+    use sptr::frame::map_model::{SegMapModel, SegWeightsSource};
     let mut b = seg::nuscenes_branch(false);
     let pts = sptr::Points { x: vec![5.0, 10.0], y: vec![1.0, -2.0], z: vec![0.5, 0.0], intensity: vec![3.0, 9.0], has_intensity: true, ring: None, time: None };
     let inputs = b.frame(1_000_000_000, "lidar_top", &pts);

@@ -33,7 +33,7 @@ use sptr::models::bevfusion::map::BevMap;
 use sptr::bag::{Bag, BagWriter};
 use sptr::msgs::cloud::{encode_points, Layout};
 use sptr::frame::params::{CameraOverride, ImageTransport, NodeParams};
-use sptr::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
+use sptr::frame::map_model::{SegMapModel, SegWeightsSource};
 use sptr::replay::request::camera_options;
 use sptr::replay::{replay_with, CameraReplayOptions, ReplayOptions};
 

@@ -136,7 +136,7 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
     use crate::models::bevfusion::camera::encoder::{random_weights, CameraEncoder};
     let cfg = CameraEncoderConfig::load(&a.model)?;
     let (images, n, h, w) = match &a.input {
-        Some(p) => crate::cli::camera_features::read_input_npy(p)?,
+        Some(p) => crate::ops::image_preprocess::cpu::read_input_npy(p)?,
         None => (synthetic_images(a.n, a.h, a.w), a.n, a.h, a.w),
     };
     let enc = CameraEncoder::from_weights(&cfg, random_weights(&cfg, a.seed)?)?;

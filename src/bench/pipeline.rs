@@ -73,7 +73,7 @@ type FrameBytes = Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>;
 /// What the camera half of a frame works with (everything but the LiDAR processor).
 struct CameraHalf<'a> {
     branch: CameraBranch,
-    model: crate::models::bevfusion::map_model::SegMapModel,
+    model: crate::frame::map_model::SegMapModel,
     inputs: &'a [crate::frame::params::CameraInput],
     style: crate::frame::map_messages::MapStyle,
     cloud_frame: String,

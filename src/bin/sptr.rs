@@ -859,7 +859,8 @@ fn camera_features_cmd(
     device: DeviceArg,
     out: PathBuf,
 ) -> Result<()> {
-    use sptr::cli::camera_features::{preprocess_files, read_input_npy, run_checked, FeaturesJob, WeightsArg};
+    use sptr::cli::camera_features::{preprocess_files, run_checked, FeaturesJob, WeightsArg};
+    use sptr::ops::image_preprocess::cpu::read_input_npy;
     let weights = match (weights, random_weights) {
         (Some(w), _) => WeightsArg::File(w),
         (None, Some(seed)) => WeightsArg::Random { seed, save: save_weights },

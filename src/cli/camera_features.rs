@@ -92,19 +92,6 @@ pub fn preprocess_files_cuda(
     Ok((data, batch.n, batch.h, batch.w, pre.jpeg_decoder()))
 }
 
-/// Reads a normalized NCHW float32 `.npy` batch `[n, 3, h, w]` as NHWC `(data, n, h, w)`.
-pub fn read_input_npy(path: &Path) -> Result<(Vec<f32>, usize, usize, usize), Error> {
-    let (shape, data) = npy::read_f32(path)?;
-    let [n, c, h, w] = shape[..] else {
-        return Err(Error::InvalidInput(format!("{}: images must be NCHW [n, 3, h, w], got shape {shape:?}", path.display())));
-    };
-    if c != 3 || n == 0 || h == 0 || w == 0 {
-        return Err(Error::InvalidInput(format!("{}: images must be NCHW [n, 3, h, w] with n, h, w > 0, got {shape:?}", path.display())));
-    }
-    let m = FeatureMap::from_nchw(n, c, h, w, &data)?;
-    Ok((m.data, n, h, w))
-}
-
 fn write_map(dir: &Path, name: &str, m: &FeatureMap) -> Result<PathBuf, Error> {
     let path = dir.join(format!("{name}.npy"));
     npy::write_f32(&path, &[m.n, m.c, m.h, m.w], &m.to_nchw())?;

@@ -7,9 +7,11 @@
 //! run, a re-run and a merge of shards give the same metrics bit for bit.
 
 pub mod bev_map;
+pub mod bev_png;
 pub mod confusion;
 pub mod labels;
 pub mod latency;
+pub mod map_files;
 pub mod plots;
 pub mod report;
 pub mod state;

@@ -1,10 +1,9 @@
 //! frame
 
-pub mod bev_png;
 pub mod budget;
 pub mod cameras;
-pub mod map_files;
 pub mod map_messages;
+pub mod map_model;
 pub mod messages;
 pub mod outputs;
 pub mod params;

@@ -49,7 +49,7 @@ use crate::frame::outputs;
 use crate::frame::outputs::OutputTopics;
 use crate::frame::processor::{FrameOutput, Processor, NO_CLASS, STAGES};
 
-pub use crate::frame::bev_png::{bev_view, write_bev_png, BevLegend};
+pub use crate::eval::bev_png::{bev_view, write_bev_png, BevLegend};
 pub use cameras::{CameraOutcome, CameraReplay, CameraReplayOptions};
 pub use device::{open_processor, Device, WeightsSource};
 pub use ground_truth::LabelSource;

@@ -19,7 +19,7 @@ use crate::sensors::calib::file::CalibrationFile;
 use crate::models::bevfusion::map::{class_colour, NUSCENES_MAP_CLASSES};
 use crate::frame::map_messages::MapStyle;
 use crate::frame::params::IntrinsicsFrom;
-use crate::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
+use crate::frame::map_model::{SegMapModel, SegWeightsSource};
 
 /// The node params file for the nuScenes SphereFormer (`config/models/sphereformer_nuscenes.yaml`),
 /// named when the default parameters do not fit a model.

@@ -692,7 +692,7 @@ struct Setup {
     /// The camera branch's state, when `input.cameras` is set.
     camera_branch: Option<crate::frame::cameras::CameraBranch>,
     /// The BEV map model, when `camera.model_config` is set too.
-    map_model: Option<crate::models::bevfusion::map_model::SegMapModel>,
+    map_model: Option<crate::frame::map_model::SegMapModel>,
 }
 
 fn fail(code: i32, msg: impl std::fmt::Display) -> i32 {
@@ -810,7 +810,7 @@ pub fn main() -> i32 {
     };
     let map_model = match (&camera_branch, params::camera_model_path(&params, &file_maps)) {
         (Some(_), Some(config)) => {
-            use crate::models::bevfusion::map_model::{SegMapModel, SegWeightsSource};
+            use crate::frame::map_model::{SegMapModel, SegWeightsSource};
             // `random:<seed>` as it is; a file relative to the params file that set it
             let weights = match SegWeightsSource::parse(&params.camera.model_weights) {
                 Ok(SegWeightsSource::File(_)) => match params::camera_weights_path(&params, &file_maps) {

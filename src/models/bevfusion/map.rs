@@ -7,7 +7,7 @@
 //! the cell whose lower corner is `(x_range[0] + x * resolution, y_range[0] + y * resolution)`.
 //! The model's report on its inputs travels with the map: which cameras were masked and what
 //! happened to the LiDAR input ([`LidarStats`]). The writers (raw float32 + JSON header, `.npy`,
-//! PNG) are in [`crate::frame::map_files`]; the class colours ([`class_colour`]) are upstream's, used by
+//! PNG) are in [`crate::eval::map_files`]; the class colours ([`class_colour`]) are upstream's, used by
 //! every drawing of a map (the PNG and the node's rgb8 image).
 
 use crate::Error;

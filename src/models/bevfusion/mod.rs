@@ -16,7 +16,6 @@ pub mod lidar_encoder;
 pub(crate) mod load;
 pub mod lss;
 pub mod map;
-pub mod map_model;
 pub mod seg;
 #[cfg(feature = "cuda")]
 pub mod seg_cuda;

@@ -405,3 +405,17 @@ pub fn preprocess_cpu(images: &[&RgbImage], cfg: &ImagePreprocess) -> Result<Cam
     }
     Ok(CameraBatch { data, n: images.len(), h: cfg.out_h, w: cfg.out_w, augs })
 }
+
+/// Reads a normalized NCHW float32 `.npy` batch `[n, 3, h, w]` as NHWC `(data, n, h, w)`.
+pub fn read_input_npy(path: &std::path::Path) -> Result<(Vec<f32>, usize, usize, usize), crate::Error> {
+    use crate::Error;
+    let (shape, data) = crate::nn::npy::read_f32(path)?;
+    let [n, c, h, w] = shape[..] else {
+        return Err(Error::InvalidInput(format!("{}: images must be NCHW [n, 3, h, w], got shape {shape:?}", path.display())));
+    };
+    if c != 3 || n == 0 || h == 0 || w == 0 {
+        return Err(Error::InvalidInput(format!("{}: images must be NCHW [n, 3, h, w] with n, h, w > 0, got {shape:?}", path.display())));
+    }
+    let m = crate::ops::dense::FeatureMap::from_nchw(n, c, h, w, &data)?;
+    Ok((m.data, n, h, w))
+}

@@ -8,7 +8,7 @@
 //! extrinsic, a nominal pinhole) and is reported `uncalibrated`: the frame masks it out, and the
 //! network's camera count stays fixed. A calibration that differs from the previous frame's is
 //! counted as a change; the LSS geometry is cached per [`Calibration`]
-//! ([`crate::models::bevfusion::lss::GeometryCache`]) and rebuilt exactly then, without a restart.
+//! (the view transform's geometry cache) and rebuilt exactly then, without a restart.
 
 use crate::msgs::cdr::CameraInfo;
 use crate::sensors::calib::camera::{CameraCalib, Calibration, Mat3};
@@ -250,8 +250,6 @@ mod tests {
     use super::*;
     use crate::msgs::cdr::{CdrMessage, Header, TfMessage, Time, TransformStamped};
     use crate::sensors::calib::camera::Mat4;
-    use crate::models::bevfusion::lss::{GeometryCache, LssConfig, LssParams};
-    use std::path::Path;
 
     fn info(frame: &str, fx: f64) -> CameraInfo {
         let mut c = CameraInfo { header: Header { stamp: Time::default(), frame_id: frame.into() }, width: 1600, height: 900, ..Default::default() };
@@ -319,19 +317,14 @@ mod tests {
         // same inputs: no change
         assert!(!rig.resolve("lidar", &tf).changed);
         assert_eq!(rig.changes(), changes);
-        // a calibration change on /tf_static: detected, and the geometry cache rebuilds
-        let params = LssParams::from_config(&LssConfig::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models/bevfusion_seg_camera.yaml")).unwrap());
-        let mut cache = GeometryCache::new();
+        // a calibration change on /tf_static: detected (the geometry cache keys its rebuild on
+        // the calibration itself: `GeometryCache`'s own tests)
         let before = rig.resolve("lidar", &tf);
-        cache.get(&params, &before.calibration).unwrap();
-        cache.get(&params, &rig.resolve("lidar", &tf).calibration).unwrap();
-        assert_eq!(cache.builds(), 1);
         tf.add_message(&tf_msg("cam_a", 1.2), true);
         let after = rig.resolve("lidar", &tf);
         assert!(after.changed);
+        assert_ne!(before.calibration, after.calibration);
         assert_eq!(rig.changes(), changes + 1);
-        cache.get(&params, &after.calibration).unwrap();
-        assert_eq!(cache.builds(), 2);
     }
 
     /// A rotation matrix as a unit quaternion `[x, y, z, w]` (Shepperd's method: the largest of
@@ -374,7 +367,7 @@ mod tests {
     fn nuscenes_rig_from_tf_wins_over_the_file_and_falls_back_to_it() {
         use crate::sensors::calib::camera::NUSCENES_CAMERAS;
         use crate::sensors::calib::tf::mat4_mul;
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let file = CalibrationFile::load(&root.join("config/calibration/nuscenes_sample.yaml")).unwrap();
         let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("tests/data/nuscenes/calib.json")).unwrap()).unwrap();
         let l2e: Mat4 = serde_json::from_value(json["lidar"]["lidar2ego"].clone()).unwrap();

@@ -8,7 +8,7 @@
 
 use crate::ops::label_grid::cpu::{BevGrids, NO_DATA};
 use crate::models::bevfusion::map::{class_colour, BevMap, LidarStats};
-use crate::frame::bev_png::{write_bev_png, BevLegend};
+use crate::eval::bev_png::{write_bev_png, BevLegend};
 use crate::Error;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
