@@ -24,34 +24,35 @@
 pub mod agreement;
 pub mod cameras;
 pub mod device;
+pub mod error;
 pub mod ground_truth;
 pub mod map_eval;
+pub mod options;
 pub mod output_dir;
 pub mod progress;
 pub mod request;
 pub mod topics;
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::msgs::cdr::{CdrMessage, PointCloud2};
-use crate::bag::{Bag, BagError, BagWriter};
+use crate::bag::{Bag, BagWriter};
 use crate::frame::cameras::BevMapModel;
 use crate::frame::messages::frame_mismatch;
 use crate::msgs::cloud::{field_values, finite_mask};
 use crate::models::sphereformer::config::ModelYaml;
-use crate::eval::labels::LabelMap;
 use crate::eval::report::{Report, END_TO_END};
 use crate::eval::state::{Damage, EvalState, FrameRecord, FrameStatus, STATE_FILE, STATE_FORMAT};
 use crate::eval::Confusion;
 use crate::frame::outputs;
-use crate::frame::outputs::OutputTopics;
 use crate::frame::processor::{FrameOutput, Processor, NO_CLASS, STAGES};
 
 pub use crate::eval::bev_png::{bev_view, write_bev_png, BevLegend};
 pub use cameras::{CameraOutcome, CameraReplay, CameraReplayOptions};
 pub use device::{open_processor, Device, WeightsSource};
+pub use error::ReplayError;
+pub use options::{ReplayOptions, Shard};
 pub use ground_truth::LabelSource;
 pub use output_dir::{merge_shards, write_reports};
 pub use progress::ProgressMode;
@@ -61,82 +62,6 @@ pub use topics::DEFAULT_LIDAR_TOPIC;
 use ground_truth::GroundTruthSource;
 use output_dir::remove_stale_outputs;
 use topics::{resolve_topics, POINTCLOUD2};
-
-/// Errors that stop a replay before any frame (bad options, unreadable bag, wrong topic), or
-/// outputs that cannot be written.
-#[derive(Debug, thiserror::Error)]
-pub enum ReplayError {
-    #[error(transparent)]
-    Bag(#[from] BagError),
-    #[error("{0}")]
-    Setup(String),
-    #[error("{bag}: {reason}")]
-    Topic { bag: PathBuf, reason: String },
-    #[error("writing the output bag: {0}")]
-    Writer(#[from] crate::bag::WriterError),
-    #[error(transparent)]
-    Eval(#[from] crate::eval::EvalError),
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// `--shard i/n`: frames with `index % n == i`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    pub index: u32,
-    pub count: u32,
-}
-
-impl Shard {
-    pub const WHOLE: Shard = Shard { index: 0, count: 1 };
-
-    pub fn contains(&self, frame: u64) -> bool {
-        frame % self.count as u64 == self.index as u64
-    }
-}
-
-impl std::str::FromStr for Shard {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Shard, String> {
-        let bad = || format!("--shard {s:?}: expected i/n with 0 <= i < n, e.g. 0/4");
-        let (i, n) = s.split_once('/').ok_or_else(bad)?;
-        let (index, count): (u32, u32) = (
-            i.trim().parse().map_err(|_| bad())?,
-            n.trim().parse().map_err(|_| bad())?,
-        );
-        if count == 0 || index >= count {
-            return Err(bad());
-        }
-        Ok(Shard { index, count })
-    }
-}
-
-/// Everything a replay needs besides the model.
-#[derive(Debug, Clone)]
-pub struct ReplayOptions {
-    pub bag: PathBuf,
-    /// `None`: [`DEFAULT_LIDAR_TOPIC`] if the bag has it, else its only PointCloud2 topic.
-    pub lidar_topic: Option<String>,
-    pub labels: Option<LabelSource>,
-    pub label_map: LabelMap,
-    pub out: PathBuf,
-    /// The node's `bev.frame_id`: the frame of the BEV grids; empty: the cloud's frame.
-    pub bev_frame_id: String,
-    pub bev_png_frames: BTreeSet<u64>,
-    pub shard: Shard,
-    pub topics: OutputTopics,
-    /// For the report: the model YAML, the weights, the device.
-    pub model_name: String,
-    pub weights_name: String,
-    pub device_name: String,
-    pub progress: ProgressMode,
-    /// The camera branch (`input.cameras` of the params file); `None`: LiDAR only.
-    pub cameras: Option<CameraReplayOptions>,
-}
 
 /// What a replay produced.
 #[derive(Debug, Clone)]

@@ -36,7 +36,7 @@ use std::path::Path;
 use mcap::records::{op, Record};
 use mcap::McapError;
 
-use super::BagError;
+use super::records::BagError;
 
 /// Refuses a record of type `opcode` whose body (the bytes after the opcode and the record
 /// length) declares a string, byte field, map or array longer than what follows it in the

@@ -30,7 +30,7 @@ use mcap::McapError;
 
 use super::mcap_check::{self, RecordError};
 use super::mcap_indexed::IndexedMcap;
-use super::{BagError, BufferUse, RawMessage};
+use super::records::{log_time_ns, raw_message, record_length_limit, topic_wanted, BagError, BufferUse, RawMessage};
 
 type MessageResult = Result<RawMessage, BagError>;
 
@@ -112,31 +112,6 @@ impl Iterator for McapFileIter {
     }
 }
 
-/// The receive timestamp rosbag2 stores as the MCAP log time (beyond `i64::MAX`, saturated, so
-/// such stamps compare equal and keep file order, as a sort by timestamp gives).
-pub(super) fn log_time_ns(log_time: u64) -> i64 {
-    i64::try_from(log_time).unwrap_or(i64::MAX)
-}
-
-/// Whether `filter` (empty: every topic) takes messages of `topic`.
-pub(super) fn topic_wanted(filter: &[String], topic: &str) -> bool {
-    filter.is_empty() || filter.iter().any(|f| f == topic)
-}
-
-/// A message of `channel` as the bag reader yields it.
-pub(super) fn raw_message(channel: &mcap::Channel<'_>, log_time: u64, data: Vec<u8>) -> RawMessage {
-    RawMessage {
-        topic: channel.topic.clone(),
-        type_name: channel
-            .schema
-            .as_ref()
-            .map(|s| s.name.clone())
-            .unwrap_or_default(),
-        timestamp_ns: log_time_ns(log_time),
-        data,
-    }
-}
-
 /// Options of every linear read of a file of `file_len` bytes: chunk CRCs checked where the
 /// writer stored them (`ros2 bag record` does; a zero CRC, as `rosbags` writes, is skipped), and
 /// a record length limit so that a corrupt length field cannot make the reader reserve more
@@ -145,12 +120,6 @@ pub(super) fn raw_message(channel: &mcap::Channel<'_>, log_time: u64, data: Vec<
 /// ratio (clouds and images compress 2-4x) and is never under 64 MiB.
 fn linear_options(file_len: u64) -> LinearReaderOptions {
     LinearReaderOptions::default().with_validate_chunk_crcs(true).with_record_length_limit(record_length_limit(file_len))
-}
-
-/// See [`linear_options`].
-pub(super) fn record_length_limit(file_len: u64) -> usize {
-    const FLOOR: u64 = 64 << 20;
-    usize::try_from(file_len.saturating_mul(64).max(FLOOR)).unwrap_or(usize::MAX)
 }
 
 fn open_linear_reader(path: &Path) -> std::io::Result<CheckedMessageReader<BufReader<File>>> {

@@ -37,8 +37,7 @@ use mcap::sans_io::{LinearReadEvent, LinearReader, LinearReaderOptions};
 use mcap::{Channel, McapError, Schema, Summary, MAGIC};
 
 use super::mcap_check::{self, RecordError};
-use super::mcap_file::{log_time_ns, raw_message, record_length_limit, topic_wanted};
-use super::{BagError, BufferUse, Held, RawMessage};
+use super::records::{log_time_ns, raw_message, record_length_limit, topic_wanted, BagError, BufferUse, Held, RawMessage};
 
 /// Opcode and length that start every record.
 const RECORD_PREFIX: u64 = 1 + 8;

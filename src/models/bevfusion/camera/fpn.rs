@@ -14,7 +14,7 @@
 //! `encoders.camera.neck.`): `lateral_convs.{i}.conv.weight`, `lateral_convs.{i}.bn.*`, then
 //! `fpn_convs.{i}.*` likewise. BatchNorm is folded into the conv at load.
 
-use crate::models::bevfusion::camera::encoder::FpnConfig;
+use crate::models::bevfusion::camera::config::FpnConfig;
 use crate::nn::weights::{bad_weights, TensorSource as Source};
 use crate::ops::dense::{bilinear_resize, concat_channels, Activation, Conv2d, FeatureMap};
 use crate::ops::rowwise::cpu::BatchNorm;

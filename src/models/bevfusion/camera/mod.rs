@@ -1,5 +1,6 @@
 //! models::bevfusion::camera
 
+pub mod config;
 pub mod encoder;
 #[cfg(feature = "cuda")]
 pub mod encoder_cuda;

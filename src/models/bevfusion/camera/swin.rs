@@ -30,7 +30,7 @@
 //! Stage outputs are taken before the stage's patch merging, then `norm{i}`; all NHWC here (the
 //! NCHW permute of upstream is only a layout change).
 
-use crate::models::bevfusion::camera::encoder::SwinConfig;
+use crate::models::bevfusion::camera::config::SwinConfig;
 use crate::nn::weights::{bad_weights, TensorSource as Source};
 use crate::ops::attention::swin::swin_partition;
 use crate::ops::attention::{window_attention, HeadSlice, Partition, PositionTerm, RelativeBias2d};
