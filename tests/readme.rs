@@ -264,7 +264,7 @@ fn doc_links_resolve() {
                 continue;
             }
             if !frag.is_empty() && file.extension().is_some_and(|x| x == "md") {
-                assert!(anchors_of(&file).contains(frag), "{page}: link to a missing heading: {target}");
+                assert!(anchors_of(file.as_path()).contains(frag), "{page}: link to a missing heading: {target}");
             }
         }
     }
