@@ -1,10 +1,11 @@
 //! `sptr bench pipeline --cameras`: the node's whole per-cloud work without DDS, from message
-//! bytes in host memory to encoded output messages: the LiDAR processor (labels, BEV grids), the
-//! six cameras' CompressedImage + CameraInfo messages decoded from CDR into the node's
-//! [`CameraBranch`] (sync, calibration, JPEG decode, sweeps), the BEV map model's forward, and
-//! the map messages ([`map_messages`]) encoded to CDR.
+//! bytes in host memory to encoded output messages, through the node's own
+//! [`FrameProcessor`]: the cameras' CompressedImage + CameraInfo messages decoded from CDR into
+//! its [`CameraBranch`], the cloud decoded once, the LiDAR path (labels, BEV grids) and the
+//! camera path (sync, calibration, JPEG decode, sweeps, the BEV map model, the map messages)
+//! beside each other as the node runs them, and the map messages encoded to CDR.
 //!
-//! The camera messages are read once from a bag (the sample bag has all six) and re-stamped to
+//! The camera messages are read once from a bag (one image and one CameraInfo per camera of the params file) and re-stamped to
 //! each frame's cloud stamp before the frame (untimed), so every camera is in sync and decoded
 //! afresh each frame, as live images would be. Frames run unpaced (`frames`) or at a fixed
 //! period like a publisher (`rate_hz` for `duration_s`): a frame that ends after the next tick
@@ -17,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use crate::msgs::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, Time};
 use crate::bag::Bag;
-use crate::frame::cameras::{BevMapModel, CameraBranch, CameraImage};
-use crate::frame::map_messages::map_messages;
+use crate::frame::cameras::{CameraBranch, CameraImage};
+use crate::frame::frame_processor::{CameraOutput, CameraPath, FrameProcessor};
 use crate::frame::params::ImageTransport;
 use crate::bench::host_probe::{frames_json, FrameHost, HostProbe, ProcCounters};
 use crate::device::memory::{device_used_mb, host_rss_mb};
@@ -70,63 +71,57 @@ struct CameraFrameOut {
 /// One camera's messages of a frame as CDR bytes, `None` for a camera that sent nothing.
 type FrameBytes = Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>;
 
-/// What the camera half of a frame works with (everything but the LiDAR processor).
-struct CameraHalf<'a> {
-    branch: CameraBranch,
-    model: crate::frame::map_model::SegMapModel,
-    inputs: &'a [crate::frame::params::CameraInput],
-    style: crate::frame::map_messages::MapStyle,
-    cloud_frame: String,
-    bev_frame: String,
+/// The camera messages of a frame into the branch, decoded from CDR as the node's subscriptions
+/// and worker do (the frame processor then reads them).
+fn feed_cameras(branch: &mut CameraBranch, bytes: &FrameBytes, inputs: &[crate::frame::params::CameraInput]) -> Result<(), String> {
+    for (cam, ((image, info), c)) in bytes.iter().zip(inputs).enumerate() {
+        if let Some(image) = image {
+            let img = match c.transport {
+                ImageTransport::Compressed => CompressedImage::from_cdr(image).map(CameraImage::Compressed),
+                ImageTransport::Raw => Image::from_cdr(image).map(CameraImage::Raw),
+            }
+            .map_err(|e| format!("{}: {e}", c.image_topic))?;
+            branch.on_image(cam, img);
+        }
+        if let Some(info) = info {
+            let info = CameraInfo::from_cdr(info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+            branch.on_camera_info(cam, &info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
+        }
+    }
+    Ok(())
 }
 
-impl CameraHalf<'_> {
-    /// The node's camera work on one frame: the messages decoded from CDR into the branch (as
-    /// the node's subscriptions and worker do), the cloud decoded again for the branch's sweep,
-    /// the frame's inputs, the model, the map messages encoded as DDS would carry them.
-    fn frame(&mut self, k: usize, bytes: &FrameBytes, stamp: Time, stamp_ns: i64, cloud: &crate::msgs::cloud::CloudView<'_>) -> Result<CameraFrameOut, String> {
-        let t = Instant::now();
-        for (cam, ((image, info), c)) in bytes.iter().zip(self.inputs).enumerate() {
-            if let Some(image) = image {
-                let img = match c.transport {
-                    ImageTransport::Compressed => CompressedImage::from_cdr(image).map(CameraImage::Compressed),
-                    ImageTransport::Raw => Image::from_cdr(image).map(CameraImage::Raw),
-                }
-                .map_err(|e| format!("{}: {e}", c.image_topic))?;
-                self.branch.on_image(cam, img);
-            }
-            if let Some(info) = info {
-                let info = CameraInfo::from_cdr(info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
-                self.branch.on_camera_info(cam, &info).map_err(|e| format!("{}: {e}", c.camera_info_topic))?;
-            }
-        }
-        let (points, _) = crate::msgs::cloud::decode(cloud).map_err(|e| format!("the cloud: {e}"))?;
-        let mut inputs = self.branch.frame(stamp_ns, &self.cloud_frame, &points);
-        let camera_ms = ms(t.elapsed());
-
-        let t = Instant::now();
-        let (map, _) = self.branch.run_model(&mut self.model, &mut inputs);
-        let map = map.map_err(|e| format!("frame {k}: the BEV map model failed: {e}"))?;
-        let map_ms = ms(t.elapsed());
-        let t = Instant::now();
-        let m = map_messages(&map, &self.style, stamp, &self.cloud_frame, &self.bev_frame).map_err(|e| format!("BEV map messages: {e}"))?;
-        let cdr_err = |e: crate::msgs::cdr::CdrError| format!("encoding the BEV map: {e}");
-        let mut cdr_bytes = 0;
-        for g in &m.grids {
-            cdr_bytes += g.to_cdr(true).map_err(cdr_err)?.len();
-        }
-        cdr_bytes += m.bits.to_cdr(true).map_err(cdr_err)?.len();
-        cdr_bytes += m.color.to_cdr(true).map_err(cdr_err)?.len();
-        Ok(CameraFrameOut {
-            camera_ms,
-            map_ms,
-            encode_ms: ms(t.elapsed()),
-            branch_stages: inputs.stages.to_vec(),
-            model_stages: self.model.last_stages(),
-            statuses: inputs.cameras.iter().map(|c| c.status.name()).collect(),
-            map: MapSummary { classes: m.grids.len(), width: m.bits.width, height: m.bits.height, cdr_bytes },
-        })
+/// The camera path's output of frame `k` as the bench reports it: its times, the cameras'
+/// statuses, and the map messages encoded as DDS would carry them (an error when the model or
+/// the messages failed: the bench runs on good inputs).
+fn camera_frame_out(k: usize, feed_ms: f64, c: CameraOutput) -> Result<CameraFrameOut, String> {
+    match c.map {
+        Some(Ok(_)) => {}
+        Some(Err(e)) => return Err(format!("frame {k}: the BEV map model failed: {e}")),
+        None => return Err(format!("frame {k}: no BEV map")),
     }
+    let m = match c.messages {
+        Some(Ok(m)) => m,
+        Some(Err(e)) => return Err(format!("BEV map messages: {e}")),
+        None => return Err("the params give no map style".into()),
+    };
+    let t = Instant::now();
+    let cdr_err = |e: crate::msgs::cdr::CdrError| format!("encoding the BEV map: {e}");
+    let mut cdr_bytes = 0;
+    for g in &m.grids {
+        cdr_bytes += g.to_cdr(true).map_err(cdr_err)?.len();
+    }
+    cdr_bytes += m.bits.to_cdr(true).map_err(cdr_err)?.len();
+    cdr_bytes += m.color.to_cdr(true).map_err(cdr_err)?.len();
+    Ok(CameraFrameOut {
+        camera_ms: feed_ms + c.branch_ms,
+        map_ms: c.map_ms,
+        encode_ms: c.messages_ms + ms(t.elapsed()),
+        branch_stages: c.branch_stages.to_vec(),
+        model_stages: c.model_stages,
+        statuses: c.cameras.iter().map(|c| c.status.name()).collect(),
+        map: MapSummary { classes: m.grids.len(), width: m.bits.width, height: m.bits.height, cdr_bytes },
+    })
 }
 
 /// One camera's messages as the bench feeds them: decoded once (to re-stamp), encoded per frame.
@@ -371,7 +366,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
                 params_path.display()
             )
         })?;
-    let mut lidar = open_bench(&s.lidar)?;
+    let lidar = open_bench(&s.lidar)?;
     let cuda = lidar.processor.device_name().starts_with("cuda");
     let model = open_map_model_with(s.camera_model, s.camera_weights, params_path, &lidar.params, cuda)
         .map_err(|e| e.to_string())?
@@ -387,8 +382,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         style.thresholds = lidar.params.map_thresholds(model.classes().len()).map_err(|e| format!("{}: {e}", params_path.display()))?;
         style.palette = model.classes().iter().map(|c| crate::models::bevfusion::map::class_colour(c)).collect();
     }
-    let mut branch = CameraBranch::new(opts.branch.clone()).map_err(|e| format!("camera branch: {e}"))?;
-    branch.set_defer_jpeg(model.decodes_jpeg());
+    let branch = CameraBranch::new(opts.branch.clone()).map_err(|e| format!("camera branch: {e}"))?;
 
     // The camera messages, once, from the bag; the cloud's frame from the bag's cloud if it has one.
     let bag = Bag::open(s.bag).map_err(|e| format!("{}: {e}", s.bag.display()))?;
@@ -412,8 +406,11 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
     };
     let bev_frame = lidar.params.bev.frame_id.clone();
     let description = model.description().to_string();
-    let mut half = CameraHalf { branch, model, inputs: &opts.inputs, style, cloud_frame, bev_frame };
-    let (processor, body) = (&mut lidar.processor, &lidar.body);
+    let device_name = lidar.processor.device_name().to_string();
+    let body = &lidar.body;
+    let path = CameraPath { branch, model: Some(Box::new(model)), style: Some(style), bev_frame };
+    // The node's frame processor, its schedule from `--serial` (camera path after the LiDAR's).
+    let mut frames_in = FrameProcessor::new(lidar.processor, Some(path), !s.serial);
 
     let (period, frames) = match s.pace {
         Some((hz, secs)) if !(hz.is_finite() && (0.1..=1000.0).contains(&hz) && secs.is_finite() && (0.1..=86_400.0).contains(&secs)) => {
@@ -483,22 +480,18 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         }
         let counts_before = ProcCounters::now();
         let t0 = Instant::now();
-        // The LiDAR path on this thread; the camera half beside it on a thread of its own, as
-        // the node runs them (or after it, `serial`).
-        let (out, lidar_ms, cam) = if s.serial {
-            let out = processor.process(&cloud_body.view()).map_err(|e| format!("the cloud was rejected: {e}"))?;
-            let lidar_ms = ms(t0.elapsed());
-            (out, lidar_ms, half.frame(k, &bytes, stamp, stamp_ns, &cloud_body.view()))
-        } else {
-            std::thread::scope(|sc| {
-                let camera = sc.spawn(|| half.frame(k, &bytes, stamp, stamp_ns, &cloud_body.view()));
-                let out = processor.process(&cloud_body.view());
-                let lidar_ms = ms(t0.elapsed());
-                let cam = camera.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
-                out.map(|o| (o, lidar_ms, cam)).map_err(|e| format!("the cloud was rejected: {e}"))
-            })?
-        };
-        let cam = cam?;
+        // The node's frame: the camera messages into the branch, then the frame processor (the
+        // cloud decoded once; the LiDAR path here, the camera path beside it or after it).
+        let branch = &mut frames_in.cameras.as_mut().expect("the bench has cameras").branch;
+        feed_cameras(branch, &bytes, &opts.inputs)?;
+        let feed_ms = ms(t0.elapsed());
+        let mut lidar_ms = 0.0;
+        let result = frames_in.process(&cloud_body.view(), stamp, &cloud_frame, |out| {
+            lidar_ms = ms(t0.elapsed());
+            out
+        });
+        let out = result.lidar.map_err(|e| format!("the cloud was rejected: {e}"))?;
+        let cam = camera_frame_out(k, feed_ms, result.cameras.ok_or("the cloud's camera path did not run")?)?;
         let frame_ms = ms(t0.elapsed());
         let t_end = Instant::now();
         if !timed {
@@ -558,14 +551,14 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
     };
     let status: Vec<String> = camera_status.iter().map(|n| json_str(n)).collect();
     let faults = match s.faults_every_s {
-        Some(every) => tally.json(every, &half.branch),
+        Some(every) => tally.json(every, &frames_in.cameras.as_ref().expect("the bench has cameras").branch),
         None => "null".into(),
     };
     Ok(format!(
         "{{\"bench\":\"pipeline_cameras\",\"faults\":{faults},\"device\":{},\"frames\":{},\"warmup\":{},\"pace\":{pace},\"frames_over_period\":{over_period},\"overlap\":{},\
          \"latency\":{lat},\"stage_p50_ms\":{},\"stage_p99_ms\":{},\"slowest_frame\":{},\"per_frame_ms\":{},\"cameras\":{},\"camera_status\":[{}],\"map\":{map},\"host_rss_mb\":{},\"device_used_mb\":{},\
          \"host\":{host_json},\"model\":{},\"weights\":{},\"camera_model\":{},\"cloud\":{},\"bag\":{}}}",
-        json_str(lidar.processor.device_name()),
+        json_str(&device_name),
         total.len(),
         s.lidar.warmup,
         !s.serial,

@@ -2,6 +2,7 @@
 
 pub mod budget;
 pub mod cameras;
+pub mod frame_processor;
 pub mod map_messages;
 pub mod map_model;
 pub mod messages;

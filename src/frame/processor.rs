@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::ops::label_grid::cpu::{label_grid_cpu, BevGridParams, BevGrids};
 use crate::msgs::cloud;
-use crate::msgs::cloud::{CloudBuf, CloudView};
+use crate::msgs::cloud::{CloudBuf, CloudView, DecodeReport};
 use crate::frame::params::{DeviceKind, OverflowPolicy};
 use crate::models::sphereformer::config::ModelYaml;
 use crate::device::range_guard::RangeReport;
@@ -359,10 +359,28 @@ impl Processor {
         &self.last_range
     }
 
-    /// One frame. A rejected frame leaves nothing behind: the next one starts clean.
+    /// One LiDAR frame on its own: [`decode`](Self::decode) into the processor's buffer, then
+    /// [`process_decoded`](Self::process_decoded). A rejected frame leaves nothing behind: the
+    /// next one starts clean. A frame with cameras goes through
+    /// [`FrameProcessor`](crate::frame::frame_processor::FrameProcessor), which decodes once for both paths.
     pub fn process(&mut self, view: &CloudView) -> Result<FrameOutput, Rejected> {
+        self.start_frame();
+        let mut points = std::mem::take(&mut self.points);
+        let t = Instant::now();
+        let out = self.decode(view, &mut points).and_then(|report| self.process_decoded(&points, report, ms(t.elapsed())));
+        self.points = points;
+        out
+    }
+
+    /// A new frame: the last one's range report is forgotten (a frame rejected before the
+    /// network leaves an empty report).
+    pub fn start_frame(&mut self) {
         self.last_range = RangeReport::default();
-        let mut stages = [0.0; STAGES.len()];
+    }
+
+    /// The cloud's points into `points` (reused), with the checks every frame gets first: too
+    /// many points for the model, a malformed body, no points, no finite point.
+    pub fn decode(&self, view: &CloudView, points: &mut Points) -> Result<DecodeReport, Rejected> {
         let declared = (view.width as u64).saturating_mul(view.height as u64);
         if declared > self.max_points as u64 {
             return Err(Rejected::new(
@@ -373,15 +391,13 @@ impl Processor {
                 ),
             ));
         }
-        let t = Instant::now();
-        let report = match cloud::decode_into(view, &mut self.points) {
+        let report = match cloud::decode_into(view, points) {
             Ok(r) => r,
             Err(e) => {
-                self.points = Points::default();
+                *points = Points::default();
                 return Err(Rejected::new(Reject::Malformed, e.to_string()));
             }
         };
-        stages[0] = ms(t.elapsed());
         if report.total == 0 {
             return Err(Rejected::new(
                 Reject::Empty,
@@ -400,9 +416,17 @@ impl Processor {
                 ),
             ));
         }
+        Ok(report)
+    }
 
+    /// The LiDAR path on decoded points: network, labels, BEV grids, the labeled cloud's body.
+    /// `decode_ms` is the decode stage's time, reported with the others.
+    pub fn process_decoded(&mut self, points: &Points, report: DecodeReport, decode_ms: f64) -> Result<FrameOutput, Rejected> {
+        self.last_range = RangeReport::default();
+        let mut stages = [0.0; STAGES.len()];
+        stages[0] = decode_ms;
         let mut seg = self
-            .segment()
+            .segment(points)
             .map_err(|e| Rejected::new(Reject::of_error(&e), e.to_string()))?;
         let range = std::mem::take(&mut seg.range);
         self.last_range = range.clone();
@@ -430,7 +454,7 @@ impl Processor {
         self.class_id
             .extend(seg.labels.iter().map(|&l| class_u8(l)));
         let grids = if range.is_clean() {
-            self.grids(&seg.probs)
+            self.grids(points, &seg.probs)
         } else {
             // every cell unknown: the grid of no points
             label_grid_cpu(&[], &[], &[], &[], &self.bev)
@@ -440,7 +464,7 @@ impl Processor {
 
         let t = Instant::now();
         let cloud =
-            cloud::encode_labeled(&self.points, &self.class_id, &seg.probs).map_err(|e| {
+            cloud::encode_labeled(points, &self.class_id, &seg.probs).map_err(|e| {
                 Rejected::new(
                     Reject::ProcessingError,
                     format!("encoding the labeled cloud: {e}"),
@@ -454,7 +478,7 @@ impl Processor {
             voxel_stats: seg.voxel_stats,
             points_in: report.total,
             points_kept: report.kept,
-            has_intensity: self.points.has_intensity,
+            has_intensity: points.has_intensity,
             total_ms: stages.iter().sum(),
             stages,
             range,
@@ -462,14 +486,13 @@ impl Processor {
         })
     }
 
-    fn segment(&self) -> Result<Segmentation, Error> {
+    fn segment(&self, points: &Points) -> Result<Segmentation, Error> {
         match &self.model {
-            Model::Net(s) => s.segment(&[&self.points]),
+            Model::Net(s) => s.segment(&[points]),
         }
     }
 
-    fn grids(&self, probs: &[f32]) -> Result<BevGrids, Error> {
-        let p = &self.points;
+    fn grids(&self, p: &Points, probs: &[f32]) -> Result<BevGrids, Error> {
         match &self.bev_backend {
             Bev::Cpu => label_grid_cpu(&p.x, &p.y, &self.class_id, probs, &self.bev),
             #[cfg(feature = "cuda")]

@@ -18,9 +18,10 @@ use super::map_eval::MapGroundTruth;
 use super::ReplayError;
 use crate::msgs::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, TfMessage};
 use crate::bag::{Bag, BagWriter, RawMessage};
-use crate::frame::cameras::{BevFrameInputs, BevMapModel, BranchConfig, CameraBranch, CameraImage, CameraStatus};
+use crate::frame::frame_processor::CameraOutput;
+use crate::frame::cameras::{BranchConfig, CameraBranch, CameraImage, CameraStatus};
 use crate::ops::label_grid::cpu::{BevGrids, NO_DATA};
-use crate::frame::map_messages::{class_topic_token, map_messages, MapMessages, MapStyle};
+use crate::frame::map_messages::{class_topic_token, MapMessages, MapStyle};
 use crate::frame::params::{CameraInput, ImageTransport};
 
 /// The TF topics replay reads.
@@ -39,6 +40,8 @@ pub struct CameraReplayOptions {
     pub map_style: Option<MapStyle>,
     /// A directory of ground-truth masks ([`super::map_eval`]) to evaluate the model's maps on.
     pub map_ground_truth: Option<std::path::PathBuf>,
+    /// The node's `camera.beside_lidar`: the frame processor's schedule.
+    pub beside_lidar: bool,
 }
 
 /// A node-relative topic name as the node `sptr` in namespace `/` resolves it: `~/x` is
@@ -301,41 +304,28 @@ impl CameraReplay {
         })
     }
 
-    /// The camera inputs of replayed frame `index` (a cloud stamped `stamp_ns` in `frame_id`).
-    pub fn frame(&mut self, index: u64, stamp_ns: i64, frame_id: &str, points: &crate::Points) -> BevFrameInputs {
-        let inputs = self.branch.frame(stamp_ns, frame_id, points);
+    /// The branch, for the frame processor's camera path.
+    pub fn branch_mut(&mut self) -> &mut CameraBranch {
+        &mut self.branch
+    }
+
+    /// Records frame `index`'s cameras as the frame processor's camera path left them (a camera
+    /// whose JPEG the model could not decode is a decode error in the record and the counts).
+    pub fn record(&mut self, index: u64, stamp_ns: i64, out: &CameraOutput) {
         self.frames.push(FrameCameras {
             frame: index,
             stamp_ns,
-            status: inputs.cameras.iter().map(|c| c.status.name()).collect(),
-            age_ms: inputs.cameras.iter().map(|c| c.age_ns.map(|a| a as f64 * 1e-6)).collect(),
-            calibration_changed: inputs.calibration_changed,
+            status: out.cameras.iter().map(|c| c.status.name()).collect(),
+            age_ms: out.cameras.iter().map(|c| c.age_ns.map(|a| a as f64 * 1e-6)).collect(),
+            calibration_changed: out.calibration_changed,
             map: None,
             map_error: None,
         });
-        inputs
     }
 
     /// Leaves JPEGs to a map model that decodes them itself ([`CameraBranch::set_defer_jpeg`]).
     pub fn set_defer_jpeg(&mut self, defer: bool) {
         self.branch.set_defer_jpeg(defer);
-    }
-
-    /// `model`'s forward on the last frame's `inputs` ([`CameraBranch::run_model`]): cameras
-    /// whose JPEG it could not decode are decode errors in that frame's record and the counts,
-    /// not used. Returns the map and those cameras `(camera, why)`.
-    pub fn run_model(&mut self, model: &mut dyn BevMapModel, inputs: &mut BevFrameInputs) -> (Result<crate::models::bevfusion::map::BevMap, crate::Error>, Vec<(usize, String)>) {
-        let (map, failures) = self.branch.run_model(model, inputs);
-        if let Some(f) = self.frames.last_mut() {
-            f.status = inputs.cameras.iter().map(|c| c.status.name()).collect();
-        }
-        (map, failures)
-    }
-
-    /// The map messages of a frame, for the model's `map` (None without a map style).
-    pub fn map_messages(&self, map: &crate::models::bevfusion::map::BevMap, header: &crate::msgs::cdr::Header, bev_frame_id: &str) -> Result<Option<MapMessages>, ReplayError> {
-        let Some(style) = &self.opts.map_style else { return Ok(None) };
-        map_messages(map, style, header.stamp, &header.frame_id, bev_frame_id).map(Some).map_err(|e| ReplayError::Setup(format!("BEV map messages: {e}")))
     }
 
     /// Per camera counts so far.

@@ -46,7 +46,8 @@ use crate::eval::report::{Report, END_TO_END};
 use crate::eval::state::{Damage, EvalState, FrameRecord, FrameStatus, STATE_FILE, STATE_FORMAT};
 use crate::eval::Confusion;
 use crate::frame::outputs;
-use crate::frame::processor::{FrameOutput, Processor, NO_CLASS, STAGES};
+use crate::frame::frame_processor::{process_frame, CameraOutput, CameraParts};
+use crate::frame::processor::{FrameOutput, Processor, Rejected, NO_CLASS, STAGES};
 
 pub use crate::eval::bev_png::{bev_view, write_bev_png, BevLegend};
 pub use cameras::{CameraOutcome, CameraReplay, CameraReplayOptions};
@@ -113,7 +114,7 @@ pub fn replay_with(
     processor: &mut Processor,
     model: &ModelYaml,
     opts: &ReplayOptions,
-    mut bev_model: Option<&mut dyn BevMapModel>,
+    mut bev_model: Option<&mut (dyn BevMapModel + Send)>,
 ) -> Result<ReplayOutcome, ReplayError> {
     let bag = Bag::open(&opts.bag)?;
     let lidar = resolve_topics(&bag, opts)?;
@@ -191,6 +192,7 @@ pub fn replay_with(
     }
     let filter: Vec<&str> = filter.iter().map(String::as_str).collect();
     let mut camera_notes = 0u64;
+    let mut points = crate::Points::default();
     for msg in bag.messages(&filter) {
         let msg = match msg {
             Ok(m) => m,
@@ -226,12 +228,40 @@ pub fn replay_with(
             topic: &lidar,
             bag: &opts.bag,
         };
-        let mut record = process_frame(
+        let start = Instant::now();
+        let cloud = match PointCloud2::from_cdr(&msg.data) {
+            Ok(m) => m,
+            Err(e) => {
+                let record = ctx.skipped(format!("PointCloud2 CDR cannot be decoded: {e}"));
+                progress.frame(record.reason.as_deref().map(|r| format!("frame {i}: {r}")).as_deref());
+                frames.push(record);
+                continue;
+            }
+        };
+        let deserialize_ns = ns(start.elapsed());
+        // The node's frame processor: the cloud decoded once, the LiDAR path and the camera
+        // path in the node's schedule.
+        let style = if map_classes.is_some() { opts.cameras.as_ref().and_then(|c| c.map_style.as_ref()) } else { None };
+        let beside = opts.cameras.as_ref().is_some_and(|c| c.beside_lidar);
+        let model: Option<&mut (dyn BevMapModel + Send)> = match bev_model.as_mut() {
+            Some(m) => Some(&mut **m),
+            None => None,
+        };
+        let parts = cams.as_mut().map(|c| CameraParts {
+            branch: c.branch_mut(),
+            model,
+            style,
+            bev_frame: &opts.bev_frame_id,
+        });
+        let result = process_frame(processor, parts, beside, &mut points, &cloud.view(), cloud.header.stamp, &cloud.header.frame_id, |r| r);
+        let mut record = lidar_record(
             processor,
             cfg,
             opts,
             &ctx,
-            &msg.data,
+            &cloud,
+            result.lidar,
+            (start, deserialize_ns),
             gt.as_ref(),
             &mut confusion,
             &mut writer,
@@ -239,8 +269,8 @@ pub fn replay_with(
             &progress,
             &mut once,
         )?;
-        if let Some(c) = cams.as_mut() {
-            camera_frame(c, &mut bev_model, map_classes.as_deref(), opts, &ctx, &msg.data, &mut record, &mut writer, &bev_dir, &progress)?;
+        if let (Some(c), Some(out)) = (cams.as_mut(), result.cameras) {
+            camera_record(c, out, map_classes.as_deref(), opts, &ctx, &cloud.header, &mut record, &mut writer, &bev_dir, &progress)?;
         }
         let note = record.reason.as_ref().map(|r| format!("frame {i}: {r}"));
         progress.frame(note.as_deref());
@@ -338,17 +368,18 @@ fn map_eval_into_reports(g: &map_eval::MapGroundTruth, out: &Path) -> Result<(),
     std::fs::write(&md_path, md).map_err(io(md_path.clone()))
 }
 
-/// The camera branch's part of a replayed LiDAR frame: the frame's camera inputs (sync,
-/// calibration, decode, sweeps: their stage times join the frame's record), then the BEV map
-/// model's forward and its messages. A frame the LiDAR path skipped is skipped here too.
+/// The camera path's output of a frame into replay's records: the branch's stages, the cameras'
+/// statuses (`cameras.json`), the map (written to the output bag, evaluated, drawn) or why there
+/// is none. A failure of the model is the frame's: counted, noted, no map for this frame, the
+/// replay goes on (as the node does).
 #[allow(clippy::too_many_arguments)]
-fn camera_frame(
+fn camera_record(
     cams: &mut CameraReplay,
-    bev_model: &mut Option<&mut dyn BevMapModel>,
+    out: CameraOutput,
     map_classes: Option<&[String]>,
     opts: &ReplayOptions,
     ctx: &FrameCtx,
-    data: &[u8],
+    header: &crate::msgs::cdr::Header,
     record: &mut FrameRecord,
     writer: &mut BagWriter,
     bev_dir: &Path,
@@ -357,39 +388,35 @@ fn camera_frame(
     if record.status == FrameStatus::Skipped {
         return Ok(());
     }
-    // The LiDAR path decoded this cloud already; the camera branch keeps its own copy as a sweep.
-    let Ok(msg) = PointCloud2::from_cdr(data) else { return Ok(()) };
-    let Ok((points, _)) = crate::msgs::cloud::decode(&msg.view()) else { return Ok(()) };
-    let mut inputs = cams.frame(ctx.index, msg.header.stamp.as_nanos(), &msg.header.frame_id, &points);
+    cams.record(ctx.index, header.stamp.as_nanos(), &out);
     let end = record.stages_ns.iter().position(|(n, _)| n == END_TO_END).unwrap_or(record.stages_ns.len());
-    let camera_stages: Vec<(String, u64)> = inputs.stages.iter().map(|(n, v)| (n.to_string(), (v * 1e6).round() as u64)).collect();
+    let camera_stages: Vec<(String, u64)> = out.branch_stages.iter().map(|(n, v)| (n.to_string(), (v * 1e6).round() as u64)).collect();
     record.stages_ns.splice(end..end, camera_stages);
-
-    // The BEV map model's forward on this frame's inputs. A failure is the frame's: counted in
-    // cameras.json, noted, no map for this frame, the replay goes on (as the node does).
-    let (Some(model), Some(classes)) = (bev_model.as_deref_mut(), map_classes) else { return Ok(()) };
-    let t = Instant::now();
-    let (map, failures) = cams.run_model(model, &mut inputs);
-    for (cam, why) in &failures {
+    let Some(classes) = map_classes else { return Ok(()) };
+    for (cam, why) in &out.decode_failures {
         progress.note(&format!("frame {}: camera {cam}'s image could not be decoded, masked: {why}", ctx.index));
     }
-    let map = match map {
-        Ok(m) => m,
-        Err(e) => {
+    let map = match out.map {
+        Some(Ok(m)) => m,
+        Some(Err(e)) => {
             progress.note(&format!("frame {}: the BEV map model failed: {e}", ctx.index));
-            cams.count_map(Err(e.to_string()));
+            cams.count_map(Err(e));
             return Ok(());
         }
+        None => return Ok(()),
     };
-    let forward_ns = ns(t.elapsed());
-    let Some(messages) = cams.map_messages(&map, &msg.header, &opts.bev_frame_id)? else { return Ok(()) };
+    let messages = match out.messages {
+        Some(Ok(m)) => m,
+        Some(Err(e)) => return Err(ReplayError::Setup(format!("BEV map messages: {e}"))),
+        None => return Ok(()),
+    };
     cameras::write_map(writer, classes, &messages, ctx.timestamp_ns)?;
     cams.count_map(Ok(()));
     // the model's own stages (`bev_map/<stage>`), then its whole forward (`bev_map`)
     let end = record.stages_ns.iter().position(|(n, _)| n == END_TO_END).unwrap_or(record.stages_ns.len());
     let mut model_stages: Vec<(String, u64)> =
-        model.last_stages().into_iter().map(|(n, v)| (format!("bev_map/{n}"), (v * 1e6).round().max(0.0) as u64)).collect();
-    model_stages.push(("bev_map".to_string(), forward_ns));
+        out.model_stages.into_iter().map(|(n, v)| (format!("bev_map/{n}"), (v * 1e6).round().max(0.0) as u64)).collect();
+    model_stages.push(("bev_map".to_string(), (out.map_ms * 1e6).round() as u64));
     record.stages_ns.splice(end..end, model_stages);
     if let Some(g) = cams.ground_truth.as_mut() {
         if let Some(note) = g.add(ctx.index, &map) {
@@ -479,12 +506,14 @@ impl FrameCtx<'_> {
 /// One frame: deserialize, process (the node's work), evaluate, write outputs. Frame-level
 /// problems become the record's status; only output-writing failures are errors.
 #[allow(clippy::too_many_arguments)]
-fn process_frame(
-    processor: &mut Processor,
+fn lidar_record(
+    processor: &Processor,
     cfg: &ModelYaml,
     opts: &ReplayOptions,
     ctx: &FrameCtx,
-    data: &[u8],
+    msg: &PointCloud2,
+    lidar: Result<FrameOutput, Rejected>,
+    (start, deserialize_ns): (Instant, u64),
     gt: Option<&GroundTruthSource>,
     confusion: &mut Confusion,
     writer: &mut BagWriter,
@@ -492,11 +521,6 @@ fn process_frame(
     progress: &progress::Progress,
     once: &mut OnceNotes,
 ) -> Result<FrameRecord, ReplayError> {
-    let start = Instant::now();
-    let msg = match PointCloud2::from_cdr(data) {
-        Ok(m) => m,
-        Err(e) => return Ok(ctx.skipped(format!("PointCloud2 CDR cannot be decoded: {e}"))),
-    };
     if !once.frame_mismatch {
         // Once per replay, where the node logs it once a minute.
         if let Some(note) = frame_mismatch(&opts.bev_frame_id, &msg.header.frame_id) {
@@ -506,8 +530,8 @@ fn process_frame(
             ));
         }
     }
-    let mut stages = vec![("deserialize".to_string(), ns(start.elapsed()))];
-    let out = match processor.process(&msg.view()) {
+    let mut stages = vec![("deserialize".to_string(), deserialize_ns)];
+    let out = match lidar {
         Ok(o) => o,
         Err(r) => {
             let mut rec = ctx.skipped(format!("rejected as the node would reject it ({r})"));
@@ -542,7 +566,7 @@ fn process_frame(
     let stamp = msg.header.stamp.as_nanos();
     let (status, reason) = match gt {
         None => (FrameStatus::Replayed, None),
-        Some(src) => match aligned_labels(src, ctx.index, stamp, &msg, &out) {
+        Some(src) => match aligned_labels(src, ctx.index, stamp, msg, &out) {
             Ok(raw) => {
                 for (&r, &p) in raw.iter().zip(&pred) {
                     confusion.add(opts.label_map.resolve(r, cfg.classes), p);

@@ -109,7 +109,14 @@ pub fn camera_options(path: &Path, p: &NodeParams) -> Result<Option<CameraReplay
         odom_frame: p.lidar.odom_frame.clone(),
         calibration_file,
     };
-    Ok(Some(CameraReplayOptions { inputs, branch, map_classes, map_style: Some(MapStyle { thresholds, palette }), map_ground_truth: None }))
+    Ok(Some(CameraReplayOptions {
+        inputs,
+        branch,
+        map_classes,
+        map_style: Some(MapStyle { thresholds, palette }),
+        map_ground_truth: None,
+        beside_lidar: p.camera.beside_lidar,
+    }))
 }
 
 /// `map_classes` of a BEVFusion seg model YAML.
@@ -262,7 +269,7 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
         cameras,
     };
     match map_model.as_mut() {
-        Some(m) => replay_with(&mut processor, &model, &opts, Some(m as &mut dyn crate::frame::cameras::BevMapModel)),
+        Some(m) => replay_with(&mut processor, &model, &opts, Some(m as &mut (dyn crate::frame::cameras::BevMapModel + Send))),
         None => replay(&mut processor, &model, &opts),
     }
 }

@@ -26,13 +26,14 @@ use r2r::builtin_interfaces::msg::Time;
 use r2r::diagnostic_msgs::msg::{DiagnosticArray, KeyValue};
 use r2r::geometry_msgs::msg::{Point, Pose, Quaternion};
 use r2r::nav_msgs::msg::{MapMetaData, OccupancyGrid};
-use r2r::sensor_msgs::msg::{CameraInfo, CompressedImage, Image, PointCloud2};
+use r2r::sensor_msgs::msg::{CameraInfo, CompressedImage, Image};
 use r2r::std_msgs::msg::{Float64, Header};
 
 use crate::msgs::cdr;
 use crate::msgs::cdr::CdrMessage;
-use crate::frame::cameras::{BevMapModel, BranchConfig, CameraBranch, CameraImage, CameraStats, CameraStatus};
-use crate::frame::map_messages::{class_topic_token, map_messages, MapStyle};
+use crate::frame::cameras::{BranchConfig, CameraBranch, CameraImage, CameraStats, CameraStatus};
+use crate::frame::frame_processor::CameraOutput;
+use crate::frame::map_messages::{class_topic_token, MapStyle};
 use crate::frame::params::{CameraInput, ImageTransport, NodeParams};
 
 /// At most one log line this often for dropped camera messages (all are counted).
@@ -226,13 +227,12 @@ pub struct MapPublishers {
     classes: Vec<r2r::Publisher<OccupancyGrid>>,
     bits: r2r::Publisher<Image>,
     color: r2r::Publisher<Image>,
-    style: MapStyle,
 }
 
 impl MapPublishers {
     /// `~/output/bev/map/<class>` per class of `classes`, `~/output/bev/map_bits`,
     /// `~/output/bev/map_color`; `style` has a threshold and a colour per class.
-    pub fn create(node: &mut r2r::Node, classes: &[String], style: MapStyle) -> Result<Self, String> {
+    pub fn create(node: &mut r2r::Node, classes: &[String], style: &MapStyle) -> Result<Self, String> {
         style.check(classes.len()).map_err(|e| e.to_string())?;
         let out = r2r::QosProfile::default().reliable().keep_last(1);
         let mut grids = Vec::with_capacity(classes.len());
@@ -243,7 +243,6 @@ impl MapPublishers {
             classes: grids,
             bits: node.create_publisher("~/output/bev/map_bits", out.clone()).map_err(|e| e.to_string())?,
             color: node.create_publisher("~/output/bev/map_color", out).map_err(|e| e.to_string())?,
-            style,
         })
     }
 }
@@ -262,43 +261,18 @@ pub struct Inbox {
     tf: std::collections::VecDeque<cdr::TfMessage>,
 }
 
-/// The worker's camera part.
+/// The node's side of the camera path: the subscriptions' inbox, the diagnostics, the timing
+/// and map publishers. The branch and the model are the frame processor's
+/// ([`crate::frame::frame_processor::CameraPath`]).
 pub struct CameraWorker {
-    branch: CameraBranch,
     inbox: Arc<Mutex<Inbox>>,
     diag: Arc<Mutex<CameraDiag>>,
     stages: Vec<r2r::Publisher<Float64>>,
     processing: r2r::Publisher<Float64>,
-    /// The BEV map model (`main` opens it from `camera.model_config` / `camera.model_weights`)
-    /// and its publishers; its map is published each frame.
-    model: Option<(Box<dyn BevMapModel + Send>, MapPublishers)>,
-    bev_frame: String,
+    /// The map's publishers (`main` creates them with the BEV map model).
+    map: Option<MapPublishers>,
     logger: String,
     last_log: Option<Instant>,
-}
-
-/// A camera frame whose host part is done ([`CameraWorker::prepare`]), waiting for its model
-/// pass ([`CameraWorker::compute`]).
-pub struct PreparedFrame {
-    started: Instant,
-    stamp: cdr::Time,
-    frame_id: String,
-    inputs: crate::frame::cameras::BevFrameInputs,
-}
-
-/// A camera frame with its map messages made ([`CameraWorker::compute`]), waiting for the cloud's
-/// LiDAR outputs to go out first ([`CameraWorker::publish`]).
-pub struct ComputedFrame {
-    started: Instant,
-    /// [`CAMERA_STAGES`], ms.
-    stage_ms: [f64; 4],
-    /// Per class grids, the class bits, the colour image.
-    messages: Option<(Vec<OccupancyGrid>, Image, Image)>,
-    /// Why the frame has no map (the model or the messages failed).
-    problem: Option<String>,
-    /// Cameras the model masked (an image it could not decode), for the log.
-    notes: Vec<String>,
-    statuses: Vec<CameraStatus>,
 }
 
 /// The camera stages published under `~/debug/stage_ms/`.
@@ -313,30 +287,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl CameraWorker {
-    /// The model whose map is published every frame.
-    pub fn set_model(&mut self, model: Box<dyn BevMapModel + Send>, publishers: MapPublishers, description: String) {
-        self.model = Some((model, publishers));
+    /// The map's publishers, and the model's description for `/diagnostics`.
+    pub fn set_map_publishers(&mut self, publishers: MapPublishers, description: String) {
+        self.map = Some(publishers);
         lock(&self.diag).bev_model = description;
     }
 
-    /// A cloud's camera frame up to its map messages: [`CameraWorker::prepare`] then
-    /// [`CameraWorker::compute`]; `None` when the cloud does not decode.
-    pub fn prepare_and_compute(&mut self, msg: &PointCloud2) -> Option<ComputedFrame> {
-        self.prepare(msg).map(|p| self.compute(p))
-    }
-
-    /// The host part of a cloud's camera frame, which needs no GPU: the cloud's points, the
-    /// camera messages that arrived, TF, and the branch's inputs (sync, calibration, JPEG
-    /// checks, sweeps). The node runs it, and then [`CameraWorker::compute`], on a thread of its
-    /// own while the LiDAR path runs. `None`: the cloud does not decode (the LiDAR path rejects
-    /// it and reports why). A frame whose cloud the LiDAR path then drops (an overflow with
-    /// `on_overflow: drop`) is not published: no map, but its cameras' sync counts in their
-    /// statistics.
-    pub fn prepare(&mut self, msg: &PointCloud2) -> Option<PreparedFrame> {
-        let t = Instant::now();
-        let stamp = cdr::Time { sec: msg.header.stamp.sec, nanosec: msg.header.stamp.nanosec };
-        let points = super::decode(msg).ok()?.0;
-        // Taken slot by slot: the inbox keeps one slot per camera for the subscription tasks.
+    /// What arrived since the last frame into the branch: images, CameraInfos, `/tf` and
+    /// `/tf_static`. Taken slot by slot: the inbox keeps one slot per camera for the
+    /// subscription tasks. Bad CameraInfos and transforms are logged and counted.
+    pub fn feed(&mut self, branch: &mut CameraBranch) {
         let arrived = {
             let mut inbox = lock(&self.inbox);
             Inbox {
@@ -348,90 +308,65 @@ impl CameraWorker {
         };
         for (i, img) in arrived.images.into_iter().enumerate() {
             if let Some(img) = img {
-                self.branch.on_image(i, img);
+                branch.on_image(i, img);
             }
         }
         for (i, info) in arrived.infos.into_iter().enumerate() {
             if let Some(info) = info {
-                if let Err(e) = self.branch.on_camera_info(i, &info) {
-                    let name = self.branch.names().get(i).cloned().unwrap_or_default();
+                if let Err(e) = branch.on_camera_info(i, &info) {
+                    let name = branch.names().get(i).cloned().unwrap_or_default();
                     dropped(&self.diag, &mut self.last_log, &self.logger, format!("{name} CameraInfo: {e}"));
                 }
             }
         }
         let tf = arrived.tf_static.into_iter().map(|m| (m, true)).chain(arrived.tf.into_iter().map(|m| (m, false)));
         for (m, is_static) in tf {
-            let errors = self.branch.on_tf(&m, is_static);
+            let errors = branch.on_tf(&m, is_static);
             if !errors.is_empty() {
                 let topic = if is_static { "/tf_static" } else { "/tf" };
                 dropped(&self.diag, &mut self.last_log, &self.logger, format!("{topic}: {}", errors.join("; ")));
             }
         }
-        let inputs = self.branch.frame(stamp.as_nanos(), &msg.header.frame_id, &points);
-        Some(PreparedFrame { started: t, stamp, frame_id: msg.header.frame_id.clone(), inputs })
     }
 
-    /// A prepared frame through the model and into its map messages, ready to publish. The node
-    /// runs it on the camera thread right after [`CameraWorker::prepare`], beside the LiDAR path:
-    /// the two models overlap on the GPU (each on a stream of its own).
-    pub fn compute(&mut self, frame: PreparedFrame) -> ComputedFrame {
-        let PreparedFrame { started, stamp, frame_id, mut inputs } = frame;
+    /// After the cloud's LiDAR outputs: the camera path's map messages (when `open`: the node
+    /// is not shutting down), the timings (from the start of the camera path) and the
+    /// diagnostics.
+    pub fn publish(&mut self, branch: &CameraBranch, out: CameraOutput, open: bool) {
+        for (cam, why) in &out.decode_failures {
+            let name = branch.names().get(*cam).cloned().unwrap_or_default();
+            self.log(&format!("{name}: image could not be decoded, camera masked for this frame: {why}"));
+        }
         let mut stage_ms = [0.0f64; 4];
-        for (i, (_, v)) in inputs.stages.iter().enumerate() {
+        for (i, (_, v)) in out.branch_stages.iter().enumerate() {
             stage_ms[i] = *v;
         }
-        let mut out = ComputedFrame { started, stage_ms, messages: None, problem: None, notes: Vec::new(), statuses: Vec::new() };
-        if let Some((model, pubs)) = self.model.as_mut() {
-            let tm = Instant::now();
-            // A JPEG the model could not decode: that camera was masked, it counts as a decode error.
-            let (map, failures) = self.branch.run_model(model.as_mut(), &mut inputs);
-            for (cam, why) in failures {
-                let name = self.branch.names().get(cam).cloned().unwrap_or_default();
-                out.notes.push(format!("{name}: image could not be decoded, camera masked for this frame: {why}"));
-            }
-            match map {
-                Ok(map) => {
-                    out.stage_ms[3] = tm.elapsed().as_secs_f64() * 1e3;
-                    match map_messages(&map, &pubs.style, stamp, &frame_id, &self.bev_frame) {
-                        Ok(m) => {
-                            let grids = m.grids.iter().map(grid_to_msg).collect();
-                            out.messages = Some((grids, image_to_msg(&m.bits), image_to_msg(&m.color)));
-                        }
-                        Err(e) => out.problem = Some(format!("BEV map not published: {e}")),
-                    }
-                }
-                Err(e) => out.problem = Some(format!("BEV map model failed on a frame: {e}")),
-            }
-        }
-        out.statuses = inputs.cameras.iter().map(|c| c.status).collect();
-        out
-    }
-
-    /// After the cloud's LiDAR outputs: a computed frame's map messages, the timings (from the
-    /// start of `prepare`) and the diagnostics.
-    pub fn publish(&mut self, frame: ComputedFrame) {
-        let ComputedFrame { started, stage_ms, messages, problem, notes, statuses } = frame;
+        let mut problem = None;
         let mut published = None;
-        if let (Some((_, pubs)), Some((grids, bits, color))) = (self.model.as_ref(), &messages) {
-            for (p, g) in pubs.classes.iter().zip(grids) {
-                let _ = p.publish(g);
+        match (&out.map, &out.messages) {
+            (Some(Err(e)), _) => problem = Some(format!("BEV map model failed on a frame: {e}")),
+            (Some(Ok(_)), Some(Err(e))) => problem = Some(format!("BEV map not published: {e}")),
+            (Some(Ok(_)), Some(Ok(m))) => {
+                stage_ms[3] = out.map_ms;
+                if let (Some(pubs), true) = (self.map.as_ref(), open) {
+                    for (p, g) in pubs.classes.iter().zip(&m.grids) {
+                        let _ = p.publish(&grid_to_msg(g));
+                    }
+                    let _ = pubs.bits.publish(&image_to_msg(&m.bits));
+                    let _ = pubs.color.publish(&image_to_msg(&m.color));
+                }
+                published = Some(true);
             }
-            let _ = pubs.bits.publish(bits);
-            let _ = pubs.color.publish(color);
-            published = Some(true);
+            _ => {}
         }
         if problem.is_some() {
             published = Some(false);
         }
-        for n in &notes {
-            self.log(n);
-        }
         if let Some(p) = &problem {
             self.log(p);
         }
-        let b = &self.branch;
-        let diag_update = (b.stats().to_vec(), b.calibration_changes(), b.tf_errors().0);
-        let total = started.elapsed().as_secs_f64() * 1e3;
+        let diag_update = (branch.stats().to_vec(), branch.calibration_changes(), branch.tf_errors().0);
+        let total = out.started.elapsed().as_secs_f64() * 1e3;
         for (p, v) in self.stages.iter().zip(stage_ms) {
             let _ = p.publish(&f64_msg(v));
         }
@@ -439,7 +374,7 @@ impl CameraWorker {
         let mut d = lock(&self.diag);
         d.stats = diag_update.0;
         d.calibration_changes = diag_update.1;
-        d.last = statuses;
+        d.last = out.statuses();
         d.last_camera_ms = Some(total);
         match published {
             Some(true) => d.maps += 1,
@@ -495,7 +430,6 @@ pub fn start(
     node: &mut r2r::Node,
     rt: &tokio::runtime::Runtime,
     params: &NodeParams,
-    branch: CameraBranch,
     logger: &str,
 ) -> r2r::Result<(CameraWorker, Arc<Mutex<CameraDiag>>)> {
     let inputs: Vec<CameraInput> = params.camera_inputs();
@@ -507,7 +441,7 @@ pub fn start(
     let diag = Arc::new(Mutex::new(CameraDiag {
         names: params.input.cameras.clone(),
         stats: vec![CameraStats::default(); inputs.len()],
-        // replaced by the model's description when `set_model` is called
+        // replaced by the model's description when `set_map_publishers` is called
         bev_model: "none (camera.model_config empty): cameras synchronised and checked, no BEV map".into(),
         ..Default::default()
     }));
@@ -599,13 +533,11 @@ pub fn start(
     let processing = node.create_publisher("~/debug/processing_time_ms/camera", q)?;
     Ok((
         CameraWorker {
-            branch,
             inbox,
             diag: diag.clone(),
             stages,
             processing,
-            model: None,
-            bev_frame: params.bev.frame_id.clone(),
+            map: None,
             logger: logger.to_string(),
             last_log: None,
         },

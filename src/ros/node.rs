@@ -48,6 +48,7 @@ use crate::frame::budget::BudgetState;
 use crate::msgs::cloud::PointField;
 use crate::frame::params::{CudaErrorPolicy, NodeParams, OverflowPolicy};
 use crate::models::sphereformer::config::ModelConfig;
+use crate::frame::frame_processor::{CameraPath, FrameProcessor};
 use crate::frame::processor::{bev_params, FrameOutput, OverflowStats, Processor, Reject, Rejected, STAGES};
 use crate::ros::mailbox::Mailbox;
 use crate::ros::params;
@@ -254,19 +255,16 @@ pub fn bev_messages(
 struct Worker {
     mailbox: Arc<Mailbox<Frame>>,
     counters: Arc<Mutex<Counters>>,
-    processor: Processor,
-    /// `bev.frame_id`; empty: the input cloud's frame.
-    bev_frame: String,
-    budget_ms: f64,
+    /// The frame processor: the LiDAR path, and the camera path with its schedule.
+    frames: FrameProcessor,
+    /// Where the LiDAR path's outputs go.
+    lidar: LidarOutputs,
     on_cuda_error: CudaErrorPolicy,
     /// Told the reason when a CUDA error must end the node (`on_cuda_error: exit`).
     exit: tokio::sync::mpsc::UnboundedSender<String>,
-    pubs: Publishers,
-    /// The camera branch (`input.cameras` not empty), run beside the LiDAR path; its map goes
-    /// out after the LiDAR outputs.
+    /// The camera path's subscriptions, diagnostics and publishers (`input.cameras` not
+    /// empty); its map goes out after the LiDAR outputs.
     cameras: Option<super::cameras::CameraWorker>,
-    /// `camera.beside_lidar`: the camera frame on a thread beside the LiDAR path (else after it).
-    camera_beside_lidar: bool,
     /// `true` while the node exists: held (read) while publishing; shutdown sets it `false`
     /// (write, so after any publish in progress) before the node and its publishers go.
     outputs_open: Arc<RwLock<bool>>,
@@ -343,42 +341,46 @@ impl Worker {
     ) -> Result<(), Rejected> {
         let msg = &frame.msg;
         super::fields_into(msg, fields);
-        let computed = if self.camera_beside_lidar {
-            // The camera frame (its host part, the BEV map model, its messages) runs on a thread
-            // of its own while this one runs the LiDAR path and publishes its outputs: on the GPU
-            // the two models overlap, each on a stream of its own (the LiDAR's of the greater
-            // priority).
-            let mut cameras = self.cameras.take();
-            let (lidar, computed) = std::thread::scope(|s| {
-                let camera = cameras.as_mut().map(|cw| s.spawn(move || cw.prepare_and_compute(msg)));
-                let lidar = self.lidar_frame(frame, fields, limit);
-                // a panic in the camera part is this thread's, as when it ran here
-                let computed = camera.and_then(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-                (lidar, computed)
-            });
-            self.cameras = cameras;
-            // A cloud the LiDAR path rejected gets no map either.
-            lidar?;
-            computed
-        } else {
-            // camera.beside_lidar: false: the LiDAR outputs first, then the camera frame here.
-            self.lidar_frame(frame, fields, limit)?;
-            self.cameras.as_mut().and_then(|cw| cw.prepare_and_compute(msg))
-        };
-        // The map goes out after the LiDAR outputs.
-        if let (Some(cw), Some(c)) = (self.cameras.as_mut(), computed) {
+        if let (Some(cw), Some(path)) = (self.cameras.as_mut(), self.frames.cameras.as_mut()) {
+            cw.feed(&mut path.branch);
+        }
+        let stamp = crate::msgs::cdr::Time { sec: msg.header.stamp.sec, nanosec: msg.header.stamp.nanosec };
+        // The frame processor: the cloud decoded once, the LiDAR outputs published here as soon
+        // as they are ready, the camera path beside them (or after them).
+        let lidar = &mut self.lidar;
+        let result = self.frames.process(&super::cloud_view(msg, fields), stamp, &msg.header.frame_id, |out| {
+            lidar.publish(frame, out?, limit)
+        });
+        // A cloud the LiDAR path rejected gets no map either; the map goes out after the LiDAR
+        // outputs.
+        result.lidar?;
+        if let (Some(cw), Some(c), Some(path)) = (self.cameras.as_mut(), result.cameras, self.frames.cameras.as_ref()) {
             let open = self.outputs_open.read().unwrap_or_else(|p| p.into_inner());
-            if *open {
-                cw.publish(c);
-            }
+            cw.publish(&path.branch, c, *open);
         }
         Ok(())
     }
+}
 
-    /// The LiDAR path of a frame: the processor, the labeled cloud and BEV grids, the counters.
-    fn lidar_frame(&mut self, frame: &Frame, fields: &[PointField], limit: &mut RateLimit) -> Result<(), Rejected> {
+/// What the LiDAR path of a frame goes out through: the publishers, the counters, the BEV
+/// messages' layout.
+struct LidarOutputs {
+    counters: Arc<Mutex<Counters>>,
+    pubs: Publishers,
+    logger: String,
+    /// `bev.frame_id`; empty: the input cloud's frame.
+    bev_frame: String,
+    /// The BEV grid of the LiDAR outputs.
+    bev_params: BevGridParams,
+    budget_ms: f64,
+    /// See [`Worker::outputs_open`].
+    outputs_open: Arc<RwLock<bool>>,
+}
+
+impl LidarOutputs {
+    /// The LiDAR outputs of a frame: the labeled cloud and BEV grids published, the counters.
+    fn publish(&mut self, frame: &Frame, out: FrameOutput, limit: &mut RateLimit) -> Result<(), Rejected> {
         let msg = &frame.msg;
-        let out = self.processor.process(&super::cloud_view(msg, fields))?;
         let FrameOutput {
             cloud,
             grids,
@@ -440,7 +442,7 @@ impl Worker {
         }
         let (labels, color, occupancy) = bev_messages(
             &grids,
-            self.processor.bev_params(),
+            &self.bev_params,
             &msg.header,
             &self.bev_frame,
         )
@@ -834,12 +836,6 @@ pub fn main() -> i32 {
         }
         _ => None,
     };
-    // A model that decodes JPEGs on the GPU (nvJPEG) gets them undecoded.
-    let mut camera_branch = camera_branch;
-    if let (Some(b), Some(m)) = (camera_branch.as_mut(), map_model.as_ref()) {
-        use crate::frame::cameras::BevMapModel;
-        b.set_defer_jpeg(m.decodes_jpeg());
-    }
     eprintln!(
         "perception_node: model {} with weights {} loaded on {} in {:.0} ms",
         model.source.display(),
@@ -1002,11 +998,15 @@ fn run(setup: Setup, fqn: String) -> i32 {
         }
     };
 
-    // The camera branch's subscriptions (tasks on the runtime) and outputs.
-    let (mut cameras, camera_diag) = match camera_branch {
-        None => (None, None),
-        Some(b) => match super::cameras::start(&mut node, &rt, &params, b, &logger) {
-            Ok((w, d)) => (Some(w), Some(d)),
+    // The camera branch's subscriptions (tasks on the runtime) and outputs; the branch and the
+    // BEV map model go to the frame processor's camera path.
+    let (mut cameras, camera_diag, camera_path) = match camera_branch {
+        None => (None, None, None),
+        Some(branch) => match super::cameras::start(&mut node, &rt, &params, &logger) {
+            Ok((w, d)) => {
+                let path = CameraPath { branch, model: None, style: None, bev_frame: params.bev.frame_id.clone() };
+                (Some(w), Some(d), Some(path))
+            }
             Err(e) => {
                 return fail(
                     EXIT_ROS,
@@ -1015,7 +1015,8 @@ fn run(setup: Setup, fqn: String) -> i32 {
             }
         },
     };
-    if let (Some(w), Some(m)) = (cameras.as_mut(), map_model) {
+    let mut camera_path = camera_path;
+    if let (Some(w), Some(path), Some(m)) = (cameras.as_mut(), camera_path.as_mut(), map_model) {
         let classes = m.classes().to_vec();
         let thresholds = match params.map_thresholds(classes.len()) {
             Ok(t) => t,
@@ -1023,10 +1024,11 @@ fn run(setup: Setup, fqn: String) -> i32 {
         };
         let palette = classes.iter().map(|c| crate::models::bevfusion::map::class_colour(c)).collect();
         let style = crate::frame::map_messages::MapStyle { thresholds, palette };
-        match super::cameras::MapPublishers::create(&mut node, &classes, style) {
+        match super::cameras::MapPublishers::create(&mut node, &classes, &style) {
             Ok(p) => {
-                let description = m.description().to_string();
-                w.set_model(Box::new(m), p, description);
+                w.set_map_publishers(p, m.description().to_string());
+                path.model = Some(Box::new(m));
+                path.style = Some(style);
             }
             Err(e) => return fail(EXIT_ROS, format!("cannot create the BEV map publishers: {e}")),
         }
@@ -1049,14 +1051,19 @@ fn run(setup: Setup, fqn: String) -> i32 {
         outputs_open: outputs_open.clone(),
         mailbox: mailbox.clone(),
         counters: counters.clone(),
-        processor,
-        bev_frame: params.bev.frame_id.clone(),
-        budget_ms: params.budget.processing_ms,
+        lidar: LidarOutputs {
+            counters: counters.clone(),
+            pubs,
+            logger: logger.clone(),
+            bev_frame: params.bev.frame_id.clone(),
+            bev_params: processor.bev_params().clone(),
+            budget_ms: params.budget.processing_ms,
+            outputs_open: outputs_open.clone(),
+        },
+        frames: FrameProcessor::new(processor, camera_path, params.camera.beside_lidar),
         on_cuda_error: params.on_cuda_error,
         exit: exit_tx,
-        pubs,
         cameras,
-        camera_beside_lidar: params.camera.beside_lidar,
         logger: logger.clone(),
         cuda: device.starts_with("cuda"),
     };
