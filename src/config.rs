@@ -376,7 +376,7 @@ pub struct CameraOverride {
     pub intrinsics: Option<IntrinsicsFrom>,
 }
 
-/// `camera:` the camera branch (issue 21).
+/// `camera:` the camera branch.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CameraParams {

@@ -412,7 +412,7 @@ fn largest_accepted_max_voxels_gives_valid_voxel_params() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The camera branch's parameters (issue 21)
+// The camera branch's parameters
 
 const NODE_CAMS: &str = "config/perception_nuscenes_cameras.yaml";
 
@@ -501,7 +501,7 @@ fn bad_camera_parameters_are_value_errors() {
     bad(cams, &format!("cameras: [{}]", many.join(", ")), "input.cameras");
 }
 
-/// `precision` (issue 22): optional in the model YAML (default fp16) and in the node params
+/// `precision`: optional in the model YAML (default fp16) and in the node params
 /// (absent: the model's); fp16, bf16 and auto parse; anything else is a parse error naming the
 /// value.
 #[test]

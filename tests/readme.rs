@@ -1,5 +1,5 @@
-//! README says what the scripts and the build do (issue 23: a new user followed it and hit
-//! paths, features and figures that did not hold). Each check reads README.md and the file it
+//! README says what the scripts and the build do (a new user following it must not hit
+//! paths, features and figures that do not hold). Each check reads README.md and the file it
 //! describes.
 
 mod common;
@@ -109,7 +109,7 @@ fn ros_distro_rolling_is_explained() {
     }
 }
 
-/// Speed figures are the spread of repeated runs' medians (issue 23 measured 7.1-7.9 ms and
+/// Speed figures are the spread of repeated runs' medians (measured: 7.1-7.9 ms and
 /// 18.0-19.2 ms on the H100), not a best run; test-time figures are what a new machine sees.
 #[test]
 fn figures_are_measured_ranges() {

@@ -636,7 +636,7 @@ fn run_cameras_with(ns: &str, calibration_file: Option<&Path>, calibration: &str
     )
 }
 
-/// The camera branch (issue 21): the node with the six nuScenes cameras and the sample
+/// The camera branch: the node with the six nuScenes cameras and the sample
 /// calibration file against the peer's `cameras` scenario: six CompressedImages + CameraInfos
 /// per cloud, all used; a stale camera masked, counted and named in a WARN; a truncated JPEG, a
 /// non-image and zero intrinsics logged, counted, masked, with the LiDAR outputs still coming;
@@ -670,7 +670,7 @@ fn camera_faults_are_masked_counted_and_the_next_frame_is_unaffected() {
     assert!(out.contains("RESULT camera_faults decode_errors=2 distorted=1"), "peer output:\n{out}");
 }
 
-/// TF (issue 21): no calibration file; the peer publishes the nuScenes rig on `/tf_static`
+/// TF: no calibration file; the peer publishes the nuScenes rig on `/tf_static`
 /// (`tf2_msgs/TFMessage`, transient local, `base_link` -> `lidar_top` and -> each camera's
 /// CameraInfo frame) with six CompressedImages, CameraInfos and a cloud. Every camera is used and
 /// calibrated from TF (chained camera -> base_link -> lidar_top), and the BEV map topics come with

@@ -466,7 +466,7 @@ enum BenchCmd {
         /// Untimed frames first (0 to 10,000).
         #[arg(long, default_value_t = 3, value_parser = int_in::<0, 10_000>)]
         warmup: usize,
-        /// Also the cameras and the BEV map (issue 21): per frame the --bag's camera messages
+        /// Also the cameras and the BEV map: per frame the --bag's camera messages
         /// (re-stamped to the cloud) through the node's camera branch, the BEV map model and the
         /// map messages' encoding; needs --params with input.cameras (JSON `pipeline_cameras`).
         #[arg(long)]

@@ -450,7 +450,8 @@ impl Worker {
         let cloud_msg = super::to_msg(cloud, msg.header.clone());
 
         // Counted before its outputs go out: a `/diagnostics` report made after a subscriber has
-        // the outputs must count the frame (issue 23: a report in between said "processed 0").
+        // the outputs must count the frame (counted after them, a report in between said
+        // "processed 0").
         {
             let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
             c.overflow.published(&range);

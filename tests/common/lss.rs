@@ -20,7 +20,7 @@ pub fn seg_config() -> LssConfig {
     LssConfig::parse(&seg_yaml(), "bevfusion_seg_camera.yaml").expect("seg config")
 }
 
-/// The detection geometry of the anchors: xbound / ybound [-54, 54, 0.3] (360 × 360),
+/// The detection geometry: xbound / ybound [-54, 54, 0.3] (360 × 360),
 /// the rest as the seg config.
 pub fn det_config() -> LssConfig {
     let text = seg_yaml()
