@@ -3,7 +3,7 @@
 //! Each test starts the built node as a subprocess with `--ros-args --params-file <temp params,
 //! device cpu, the test model and its random weights> -r __ns:=/<unique namespace>`, runs one
 //! peer scenario, checks the node is still running, then sends SIGINT and checks it exits with
-//! status 0 within 3 s (README: a second; margin for a loaded machine) with its stop report as
+//! status 0 within 3 s (docs/node.md: a second; margin for a loaded machine) with its stop report as
 //! its last line. Other tests start the node with invalid parameters or weights and check
 //! it refuses to start with a message naming the parameter.
 //!
@@ -376,7 +376,7 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
         );
     }
 
-    // SIGINT (SIGTERM for the launch-style test, as launch escalates): README promises the
+    // SIGINT (SIGTERM for the launch-style test, as launch escalates): docs/node.md promises the
     // process is gone within a second of the signal; the limit here is three times that, for a
     // loaded 2-core CI machine (the node's stop was measured at 0.06-0.2 s idle, up to 1.2 s at a
     // load average of 10). And the node's own last line reports its orderly stop: nothing runs
@@ -969,11 +969,12 @@ fn malformed_yaml_fails_before_ros_starts() {
 /// take effect (on a machine without a GPU it must be refused with a clear message).
 #[test]
 fn device_override_takes_effect() {
-    // The node under test is built as README builds it (scripts/test_ros.sh: `ros,cuda`), so its
-    // default `device: cuda` is refused for want of a GPU here, never for want of CUDA support.
+    // The node under test is built as docs/ros2_build.md builds it (scripts/test_ros.sh:
+    // `ros,cuda`), so its default `device: cuda` is refused for want of a GPU here, never for want
+    // of CUDA support.
     assert!(
         cfg!(feature = "cuda"),
-        "build the node as README says, --features ros,cuda (scripts/test_ros.sh)"
+        "build the node as docs/ros2_build.md says, --features ros,cuda (scripts/test_ros.sh)"
     );
     if Path::new("/dev/nvidia0").exists() {
         eprintln!("skipped: a GPU is present, device cuda would start");

@@ -18,7 +18,8 @@
 //! image against 5.0 ms for jpeg-decoder and 3.7 ms for Pillow's libjpeg-turbo 3.2 (SIMD); both
 //! Rust decoders differ from libjpeg-turbo's ISLOW IDCT in the last bits (zune-jpeg: max 4,
 //! mean 0.078 per channel in 0-255 units; jpeg-decoder: max 3, mean 0.060). It is image-rs's JPEG
-//! decoder today, pure Rust, and reads the header before it allocates. README "Camera images".
+//! decoder today, pure Rust, and reads the header before it allocates.
+//! docs/inputs.md, "Camera images".
 
 use super::image::{check_size, DecodeLimits, ImageError, RgbImage};
 use super::jpeg_scan::check_scan_data;

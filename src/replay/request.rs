@@ -307,7 +307,7 @@ mod tests {
             bev_params(&kitti, Some((&file, &node))).unwrap(),
             (bev.clone(), frame.clone())
         );
-        // And what they are today (README documents them).
+        // And what they are today (docs/replay.md documents them).
         assert_eq!(bev.range, [-51.2, -51.2, 51.2, 51.2]);
         assert_eq!(bev.resolution, 0.4);
         assert_eq!(frame, "base_link");

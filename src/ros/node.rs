@@ -770,7 +770,7 @@ pub fn main() -> i32 {
         return fail(
             EXIT_PARAMS,
             "parameter `model.weights` is empty: the node needs SphereFormer weights (a safetensors file \
-             exported from the upstream checkpoint, see README); set it in the params file, pass \
+             exported from the upstream checkpoint, see docs/cli.md); set it in the params file, pass \
              `-p model.weights:=/path/model.safetensors`, or the launch argument weights:=/path/model.safetensors",
         );
     }
