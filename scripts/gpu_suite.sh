@@ -45,9 +45,33 @@ print("staged tests:", " ".join(sorted(names)))
         cp "$dense" "$STAGE/benchmark-pc.bin"
     fi
     git rev-parse --short HEAD > "$STAGE/commit.txt" 2>/dev/null || true
+    check_stage_paths
     # One compressed file to ship (the device tool carries at most 64 MiB, parity wheels included).
     tar -cf - "$STAGE" | xz -T2 -6 > "$STAGE.tar.xz"
     du -sh "$STAGE" "$STAGE.tar.xz"
+}
+
+# The staged binaries run where the tree is unpacked at another path: they must find fixtures
+# and configs at run time through sptr::repo_root ($SPTR_ROOT, which `run` sets, else the tree
+# they sit in), the one reader of CARGO_MANIFEST_DIR (its last fallback, the bare directory); no
+# path under this build's tree (tests/..., config/..., kernels/...) may be compiled into them.
+check_stage_paths() {
+    local root=$PWD b found
+    found=$(grep -rl CARGO_MANIFEST_DIR src tests | grep -vx src/lib.rs || true)
+    if [ -n "$found" ]; then
+        echo "gpu_suite.sh: only sptr::repo_root may read CARGO_MANIFEST_DIR; also in:" $found >&2
+        exit 1
+    fi
+    found=$(for b in "$STAGE"/bin/*; do
+        strings -a "$b" | grep -F -e "$root/tests/" -e "$root/config/" -e "$root/kernels/" \
+            | sed "s|^|$(basename "$b"): |" || true
+    done)
+    if [ -n "$found" ]; then
+        echo "gpu_suite.sh: staged binaries hold paths under $root (use sptr::repo_root / tests/common root()):" >&2
+        echo "$found" | head -20 >&2
+        exit 1
+    fi
+    echo "staged binaries: no path under $root"
 }
 
 run() {
@@ -55,6 +79,8 @@ run() {
     mkdir -p "$out"
     [ -d "$STAGE" ] || [ ! -f "$STAGE.tar.xz" ] || tar -xJf "$STAGE.tar.xz"
     # The GPU host has CUDA 13's libnvjpeg: the nvJPEG test must not skip there.
+    # SPTR_ROOT: the unpacked tree (this script's repository root), where the tests and the CLI
+    # read fixtures and configs; SPTR_EXE: the staged CLI the tests run.
     export SPTR_REQUIRE_GPU=1 SPTR_REQUIRE_NVRTC=1 SPTR_REQUIRE_NVJPEG=1 SPTR_ROOT="$PWD" SPTR_EXE="$PWD/$STAGE/bin/sptr"
     export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export SPTR_KERNEL_CACHE="${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}"

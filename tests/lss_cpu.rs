@@ -3,6 +3,8 @@
 //! and every bad input (zero / singular intrinsics, non-finite extrinsic, an
 //! image or feature size that does not match, a camera count that does not match).
 
+mod common;
+
 #[path = "common/lss.rs"]
 mod lss_common;
 

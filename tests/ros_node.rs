@@ -19,6 +19,8 @@
 //! [`colcon_installed_node_answers_the_peer`]).
 #![cfg(feature = "ros")]
 
+mod common;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -33,7 +35,7 @@ const NUSCENES_POINTS: usize = 34688;
 const PEER_STEP_TIMEOUT_S: &str = "40";
 
 fn manifest() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    common::root()
 }
 
 fn tmp() -> PathBuf {

@@ -251,7 +251,6 @@ mod tests {
     use crate::bag::cdr::{CdrMessage, Header, TfMessage, Time, TransformStamped};
     use crate::bev::calib::Mat4;
     use crate::bev::lss::{GeometryCache, LssConfig, LssParams};
-    use std::path::Path;
 
     fn info(frame: &str, fx: f64) -> CameraInfo {
         let mut c = CameraInfo { header: Header { stamp: Time::default(), frame_id: frame.into() }, width: 1600, height: 900, ..Default::default() };
@@ -320,7 +319,7 @@ mod tests {
         assert!(!rig.resolve("lidar", &tf).changed);
         assert_eq!(rig.changes(), changes);
         // a calibration change on /tf_static: detected, and the geometry cache rebuilds
-        let params = LssParams::from_config(&LssConfig::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models/bevfusion_seg_camera.yaml")).unwrap());
+        let params = LssParams::from_config(&LssConfig::load(&crate::repo_root().join("config/models/bevfusion_seg_camera.yaml")).unwrap());
         let mut cache = GeometryCache::new();
         let before = rig.resolve("lidar", &tf);
         cache.get(&params, &before.calibration).unwrap();
@@ -374,7 +373,7 @@ mod tests {
     fn nuscenes_rig_from_tf_wins_over_the_file_and_falls_back_to_it() {
         use crate::bev::calib::NUSCENES_CAMERAS;
         use crate::bev::tf::mat4_mul;
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = crate::repo_root();
         let file = CalibrationFile::load(&root.join("config/calibration/nuscenes_sample.yaml")).unwrap();
         let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("tests/data/nuscenes/calib.json")).unwrap()).unwrap();
         let l2e: Mat4 = serde_json::from_value(json["lidar"]["lidar2ego"].clone()).unwrap();

@@ -199,12 +199,12 @@ mod tests {
     use super::*;
 
     fn test_data(rel: &str) -> Vec<u8> {
-        std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel)).unwrap()
+        std::fs::read(crate::repo_root().join("tests/data").join(rel)).unwrap()
     }
 
     /// CAM_FRONT's JPEG cut to its first 78,718 bytes (60 %) and given an end-of-image marker.
     fn cut_front_jpeg() -> Vec<u8> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nuscenes");
+        let dir = crate::repo_root().join("tests/data/nuscenes");
         let front = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())

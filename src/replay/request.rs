@@ -270,11 +270,9 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
 mod tests {
     use super::*;
 
-    /// The repository: `$SPTR_ROOT` where test binaries run away from their build (a GPU host).
+    /// The repository ([`crate::repo_root`]: test binaries may run away from their build).
     fn root() -> std::path::PathBuf {
-        std::env::var_os("SPTR_ROOT")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf())
+        crate::repo_root()
     }
 
     fn model(name: &str) -> ModelYaml {

@@ -7,8 +7,9 @@ use sptr::bev::calib::{Calibration, NUSCENES_CAMERAS};
 use sptr::bev::lss::LssConfig;
 use std::path::PathBuf;
 
+/// The repository root ([`crate::common::root`]).
 pub fn root() -> PathBuf {
-    std::env::var_os("SPTR_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+    crate::common::root()
 }
 
 pub fn seg_yaml() -> String {

@@ -317,7 +317,7 @@ mod tests {
     use super::*;
 
     fn seg() -> LssConfig {
-        LssConfig::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models/bevfusion_seg_camera.yaml")).unwrap()
+        LssConfig::load(&crate::repo_root().join("config/models/bevfusion_seg_camera.yaml")).unwrap()
     }
 
     #[test]
@@ -374,7 +374,7 @@ mod tests {
 
     #[test]
     fn config_errors_name_the_key() {
-        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models/bevfusion_seg_camera.yaml")).unwrap();
+        let text = std::fs::read_to_string(crate::repo_root().join("config/models/bevfusion_seg_camera.yaml")).unwrap();
         let bad = |from: &str, to: &str| {
             assert!(text.contains(from), "{from}");
             LssConfig::parse(&text.replacen(from, to, 1), "m.yaml").unwrap_err().to_string()
