@@ -532,7 +532,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], u32 a) {
 // ---- Tiled kernels for large maps: BM x BN tiles (BM = 128 built), 8 warps of 32 rows x WN
 // channels (BM / 32 warps along the rows), fragments by ldmatrix, the cp.async ring of the
 // pipelined kernels, built to spend as few instructions as possible outside the MMAs (the 64-row
-// kernels issue ~3.5 integer instructions per MMA: Nsight Compute, session 7):
+// kernels issue ~3.5 integer instructions per MMA: Nsight Compute):
 //  - each thread copies fixed columns of fixed tile rows, so its gather sources are looked up
 //    once per offset and advance by BK per Cin chunk; stages advance counters, no division;
 //  - a warp skips a stage (no fragment loads, no MMAs) when none of its 32 rows has an input at

@@ -9,7 +9,7 @@
 # would give a target less than asked, so a target runs in rounds (each continuing from the
 # grown corpus) until its processes have used CPU_SECONDS of CPU (user + system). A round lasts
 # at most 10 minutes (SPTR_FUZZ_ROUND_S) and the CPU time of the finished rounds is kept in
-# fuzz/artifacts/<target>.progress: a long run cut off (a session or a machine ending) goes on
+# fuzz/artifacts/<target>.progress: a long run cut off (the machine stopped or gone) goes on
 # from there when started again with the same budget, and only the round under way is lost; the
 # progress file goes when the target's summary is written.
 #
@@ -19,7 +19,7 @@
 # (> 1 s an input) or out-of-memory case (> 2 GB resident, or one allocation > 2 GB) to
 # fuzz/artifacts/<target>/. One JSON line per target goes to fuzz/artifacts/summary.jsonl (runs,
 # executions per second, CPU seconds, coverage, corpus size, outcome); the file is appended to,
-# so runs of several sessions add up. Exit status 1 if any target failed.
+# so runs on several occasions add up. Exit status 1 if any target failed.
 # A found input is fixed in the code and kept as a regression test under tests/data/fuzz/ (run
 # by tests/fuzz_regressions.rs in the normal suite).
 set -uo pipefail
@@ -94,7 +94,7 @@ dict_for() {
 # times out of three when executed again on its own: then they were the host's delays, not the
 # input's. libFuzzer writes a slow unit for an input that took over 10 s without its 1 s timeout
 # firing, which happens when the process was stopped mid-input (a 5 ms sqlite input was written
-# as a 39 s slow unit when the machine was paused at a session's end). A re-run is judged by its
+# as a 39 s slow unit when the machine was paused). A re-run is judged by its
 # CPU time (user + system, under 1 s), not its wall time, which a busy machine stretches too (a
 # JPEG that decodes in 0.2 s took 1.3 s beside a CI run), with a 30 s wall limit for a real hang.
 # They move to $ART/$1/not-reproduced/ (kept for a look) and the log says so; crash, OOM or leak

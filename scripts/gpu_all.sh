@@ -7,7 +7,7 @@
 #   summary.txt   the suite's pass/fail lines, GPU error figures and every benchmark JSON line
 #   parity.jsonl  one JSON line per parity case (ours vs upstream, errors, times, memory)
 #   failures.txt  failing tests' panics and the tails of failing harness logs
-# and with the part `longbag`, issue 7's long replay on CUDA and the CPU (scripts/gpu_long_bag.sh:
+# and with the part `longbag`, the long replay on CUDA and the CPU (scripts/gpu_long_bag.sh:
 # long_bag.txt, long_report_cuda.json, long_report_cpu.json).
 #
 #   scripts/gpu_all.sh OUT_DIR [WORK_DIR] [PARTS...]   (parity parts: spconv attention model camera;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7's long replay on a GPU host: writes a bag of the nuScenes sweep repeated N times (frame k
+# The long replay on a GPU host: writes a bag of the nuScenes sweep repeated N times (frame k
 # rotated by k * 360/N degrees about z; tests/fixtures/make_sample_bag.py --long, with the
 # third-party `rosbags` writer), replays it on CUDA and on the CPU with the same random weights,
 # checks that the labels agree (>= 99.5 %) and keeps both reports.

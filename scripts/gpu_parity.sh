@@ -73,7 +73,7 @@ for w in $what; do
         grep -o '{"case".*' "$out/model_rust.log" > "$out/model_parity.jsonl"
         ;;
     lss)
-        # Lift-splat geometry + bev_pool (issue 19): upstream's get_geometry and bev_pool in plain
+        # Lift-splat geometry + bev_pool: upstream's get_geometry and bev_pool in plain
         # PyTorch (tests/parity/lss_ref.py, nothing to install), then ours from the same
         # calibration and FP16 inputs (tests/gpu_lss_parity.rs): identical cells and intervals,
         # pooled rel <= 1e-3, our pool's time beside PyTorch's scatter-add and upstream's path
@@ -103,7 +103,7 @@ for w in $what; do
         grep -o '{"case".*\|{"bench".*' "$out/camera_rust.log" > "$out/camera_parity.jsonl"
         ;;
     lidarenc)
-        # BEVFusion's LiDAR branch (issue 20): hard voxelization + SparseEncoder written from upstream on
+        # BEVFusion's LiDAR branch: hard voxelization + SparseEncoder written from upstream on
         # spconv 2.x (tests/parity/lidar_encoder_ref.py) with random weights it saves in the released
         # checkpoints' spconv 1.x layout, on ten synthetic sweeps of the nuScenes cloud; then ours from
         # the same weights and points, per stage and timed (tests/gpu_lidar_encoder_parity.rs)
@@ -124,7 +124,7 @@ for w in $what; do
         grep -o '{"case".*\|{"bench".*' "$out/lidarenc_rust.log" > "$out/lidarenc_parity.jsonl"
         ;;
     bevseg)
-        # BEVFusion BEV map segmentation end to end (issue 20), both models: ours on CUDA from the six
+        # BEVFusion BEV map segmentation end to end, both models: ours on CUDA from the six
         # nuScenes JPEGs (+ the sweep) with random weights, every stage dumped (sptr bevseg
         # --dump-stages writes the weights and the preprocessed images too), then the PyTorch reference
         # of the upstream model on the same images, points and weights (tests/parity/
@@ -156,7 +156,7 @@ for w in $what; do
         grep -o '{"case".*' "$out/bevseg_py.log" > "$out/bevseg_parity.jsonl"
         ;;
     bevdecoder)
-        # BEVFusion's fuser, BEV decoders and map head (issue 20): the PyTorch reference of the
+        # BEVFusion's fuser, BEV decoders and map head: the PyTorch reference of the
         # upstream modules (tests/parity/bev_decoder_ref.py, torch + numpy + PyYAML) writes random
         # weights with the upstream names, FP16-exact BEV inputs and each stage's float32 output;
         # ours loads those weights through the checked loader and is compared per module and end

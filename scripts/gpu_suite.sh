@@ -45,9 +45,33 @@ print("staged tests:", " ".join(sorted(names)))
         cp "$dense" "$STAGE/benchmark-pc.bin"
     fi
     git rev-parse --short HEAD > "$STAGE/commit.txt" 2>/dev/null || true
+    check_stage_paths
     # One compressed file to ship (the device tool carries at most 64 MiB, parity wheels included).
     tar -cf - "$STAGE" | xz -T2 -6 > "$STAGE.tar.xz"
     du -sh "$STAGE" "$STAGE.tar.xz"
+}
+
+# The staged binaries run where the tree is unpacked at another path: they must find fixtures
+# and configs at run time through sptr::repo_root ($SPTR_ROOT, which `run` sets, else the tree
+# they sit in), the one reader of CARGO_MANIFEST_DIR (its last fallback, the bare directory); no
+# path under this build's tree (tests/..., config/..., kernels/...) may be compiled into them.
+check_stage_paths() {
+    local root=$PWD b found
+    found=$(grep -rl CARGO_MANIFEST_DIR src tests | grep -vx src/lib.rs || true)
+    if [ -n "$found" ]; then
+        echo "gpu_suite.sh: only sptr::repo_root may read CARGO_MANIFEST_DIR; also in:" $found >&2
+        exit 1
+    fi
+    found=$(for b in "$STAGE"/bin/*; do
+        strings -a "$b" | grep -F -e "$root/tests/" -e "$root/config/" -e "$root/kernels/" \
+            | sed "s|^|$(basename "$b"): |" || true
+    done)
+    if [ -n "$found" ]; then
+        echo "gpu_suite.sh: staged binaries hold paths under $root (use sptr::repo_root / tests/common root()):" >&2
+        echo "$found" | head -20 >&2
+        exit 1
+    fi
+    echo "staged binaries: no path under $root"
 }
 
 run() {
@@ -55,6 +79,8 @@ run() {
     mkdir -p "$out"
     [ -d "$STAGE" ] || [ ! -f "$STAGE.tar.xz" ] || tar -xJf "$STAGE.tar.xz"
     # The GPU host has CUDA 13's libnvjpeg: the nvJPEG test must not skip there.
+    # SPTR_ROOT: the unpacked tree (this script's repository root), where the tests and the CLI
+    # read fixtures and configs; SPTR_EXE: the staged CLI the tests run.
     export SPTR_REQUIRE_GPU=1 SPTR_REQUIRE_NVRTC=1 SPTR_REQUIRE_NVJPEG=1 SPTR_ROOT="$PWD" SPTR_EXE="$PWD/$STAGE/bin/sptr"
     export LD_LIBRARY_PATH="${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export SPTR_KERNEL_CACHE="${SPTR_KERNEL_CACHE:-/tmp/sptr-kernels}"
@@ -104,17 +130,17 @@ run() {
         --case dense --iters 20 > "$out/bench_model_dense.jsonl" 2>> "$out/bench.log" || failed=1
     "$STAGE/bin/sptr" bench model "$nus" --model config/models/sphereformer_nuscenes.yaml \
         --case nuscenes --iters 20 > "$out/bench_model_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
-    # Precision (issue 22): fp16 / bf16 / fp32 / auto side by side, models loaded together and
+    # Precision: fp16 / bf16 / fp32 / auto side by side, models loaded together and
     # timed in turn, three rounds (random in-range weights: auto runs the FP16 path; after a
     # switch it runs the FP32 one, so fp32's line is its cost then)
     "$STAGE/bin/sptr" bench model "$nus" --model config/models/sphereformer_nuscenes.yaml --case nuscenes \
         --precision fp16,bf16,fp32,auto --rounds 3 --iters 20 > "$out/bench_model_precision_nuscenes.jsonl" 2>> "$out/bench.log" || failed=1
     "$STAGE/bin/sptr" bench model "$cloud" --format xyz --model config/models/sphereformer_semantickitti.yaml --case dense \
         --precision fp16,bf16,fp32,auto --rounds 3 --iters 20 > "$out/bench_model_precision_dense.jsonl" 2>> "$out/bench.log" || failed=1
-    # A/B (issue 22's "FP16 speed unchanged"): when the stage holds sptr-before (the CLI built at an
-    # older commit by hand: a worktree at that commit, `cargo build --release --no-default-features
-    # --features cuda --bin sptr`, the binary copied in), the SphereFormer FP16 forward of both in
-    # alternating rounds, same run
+    # A/B (the precision modes must leave the FP16 speed unchanged): when the stage holds
+    # sptr-before (the CLI built at an older commit by hand: a worktree at that commit, `cargo
+    # build --release --no-default-features --features cuda --bin sptr`, the binary copied in), the
+    # SphereFormer FP16 forward of both in alternating rounds, same run
     if [ -x "$STAGE/bin/sptr-before" ]; then
         for r in 1 2 3; do
             for b in sptr-before sptr; do
@@ -127,19 +153,19 @@ run() {
             done
         done
     fi
-    # Lift-splat view transform: geometry build and bev_pool, seg and detection geometries (issue 19)
+    # Lift-splat view transform: geometry build and bev_pool, seg and detection geometries
     "$STAGE/bin/sptr" bench bevpool --iters 100 > "$out/bench_bevpool.jsonl" 2>> "$out/bench.log" || failed=1
-    # Camera input per frame: decode of the six nuScenes JPEGs, upload, resize + normalize (issue 18);
+    # Camera input per frame: decode of the six nuScenes JPEGs, upload, resize + normalize;
     # zune-jpeg on the host and nvJPEG on the device side by side, 3 alternating rounds
     "$STAGE/bin/sptr" bench camera-input tests/data/nuscenes/*.jpg --model config/models/bevfusion_seg_camera.yaml \
         --iters 50 > "$out/bench_camera_input.json" 2>> "$out/bench.log" || failed=1
     # BEVFusion's camera encoder (random weights, 6 x 256 x 704): Swin-T alone and Swin-T + neck,
     # FLOPs and the tensor-core floor
     "$STAGE/bin/sptr" bench camera --iters 50 > "$out/bench_camera.jsonl" 2>> "$out/bench.log" || failed=1
-    # BEVFusion's LiDAR branch (issue 20): ten synthetic sweeps of the nuScenes cloud (346,880 points),
+    # BEVFusion's LiDAR branch: ten synthetic sweeps of the nuScenes cloud (346,880 points),
     # hard voxelization from host points and the SparseEncoder to the 128 x 128 x 256 BEV map
     "$STAGE/bin/sptr" bench lidar-encoder "$nus" --iters 50 > "$out/bench_lidar_encoder.json" 2>> "$out/bench.log" || failed=1
-    # BEVFusion BEV map segmentation end to end (issue 20, random weights): the six nuScenes JPEGs
+    # BEVFusion BEV map segmentation end to end (random weights): the six nuScenes JPEGs
     # (+ the sweep for fusion) on the host -> masks on the host, per-stage medians, peak memory
     for m in fusion camera; do
         "$STAGE/bin/sptr" bench bevseg --model config/models/bevfusion_seg_$m.yaml --iters 50 \
@@ -149,13 +175,13 @@ run() {
     "$STAGE/bin/sptr" bench bevseg --model config/models/bevfusion_seg_fusion.yaml --sweeps 10 --iters 50 \
         > "$out/bench_bevseg_fusion_10sweeps.json" 2>> "$out/bench.log" || failed=1
     # BEVFusion's fuser, BEV decoders and map head (random weights, 128 x 128 BEV): cuDNN vs
-    # im2col + cuBLAS per part, both seg models (issue 20)
+    # im2col + cuBLAS per part, both seg models
     "$STAGE/bin/sptr" bench bev-decoder --iters 50 > "$out/bench_bev_decoder.jsonl" 2>> "$out/bench.log" || failed=1
-    # The node's per-frame work without ROS (issue 6's pipeline latency), 200 frames, full model
+    # The node's per-frame work without ROS (the pipeline latency), 200 frames, full model
     # (SemanticKITTI: the default params file's obstacle classes are its class ids)
     "$STAGE/bin/sptr" bench pipeline "$nus" --model config/models/sphereformer_semantickitti.yaml --device cuda \
         --frames 200 > "$out/bench_pipeline_nuscenes.json" 2>> "$out/bench.log" || failed=1
-    # ... and with the six cameras and the fused BEV map (issue 21: p99 <= 30 ms, no frame over
+    # ... and with the six cameras and the fused BEV map (target: p99 <= 30 ms, no frame over
     # its 100 ms period, flat host and device memory), paced at 10 Hz for 60 s
     "$STAGE/bin/sptr" bench pipeline "$nus" --cameras --params config/perception_nuscenes_cameras.yaml \
         --camera-weights random:0 --device cuda --rate-hz 10 --duration-s 60 \
@@ -166,7 +192,7 @@ run() {
             --params config/perception_nuscenes.yaml --random-weights 0 --device "$dev" --out "$out/replay_$dev" > "$out/replay_$dev.log" 2>&1 || failed=1
     done
     "$STAGE/bin/sptr" eval agreement "$out/replay_cuda" "$out/replay_cpu" --min 0.995 > "$out/replay_agreement.log" 2>&1 || failed=1
-    # ... and with the six cameras through the full BEVFusion fusion map model (issue 21): the same
+    # ... and with the six cameras through the full BEVFusion fusion map model: the same
     # labels and the same BEV map bits on >= 99.9 % of cells x classes
     for dev in cuda cpu; do
         "$STAGE/bin/sptr" replay tests/data/bags/nuscenes_sample --model config/models/sphereformer_nuscenes.yaml \

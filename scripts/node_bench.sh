@@ -130,7 +130,7 @@ EOF
 }
 
 # The host probe alone (nothing of ours running): does this machine's every core slow down now
-# and then? A tail that comes with such episodes is the host's (README, the node bench).
+# and then? A tail that comes with such episodes is the host's (docs/node.md, the node bench).
 host_probe() {
     local bin=$1 json=$2 seconds=${SPTR_BENCH_HOST_PROBE_S:-30}
     [ "$seconds" = 0 ] && return 0

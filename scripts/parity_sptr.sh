@@ -24,7 +24,7 @@
 # (device notes' package list); torch_scatter / torch_geometric / torch_cluster / timm are not used
 # (tests/parity/sptr_ops.py loads sptr's extension and functional.py directly).
 #
-# Build there (about 1-3 minutes; README.md has the whole device command):
+# Build there (about 1-3 minutes; tests/parity/README.md has the whole device command):
 #   MAX_JOBS=16 TORCH_CUDA_ARCH_LIST=9.0 python3 -m pip install -q --no-build-isolation --no-deps \
 #       --no-index --target /tmp/sptr-site .parity-wheels/sptr-1.1.1-src.tar.gz
 #   export PYTHONPATH=/tmp/sptr-site${PYTHONPATH:+:$PYTHONPATH}

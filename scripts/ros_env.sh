@@ -203,8 +203,8 @@ print_exports() {
             SPTR_ROS_VENV | AMENT_PREFIX_PATH | CMAKE_PREFIX_PATH) value="$V" ;;
             # The wheels are ROS 2 Kilted (rclpy 9.1.2, rcl 10.1.3, rmw_fastrtps_cpp 9.3.3), but
             # r2r 0.9.7's build scripts stop on ROS_DISTRO=kilted (they know foxy ... jazzy,
-            # lyrical, rolling); their `rolling` code matches Kilted's rcl API (README: Building
-            # with ROS 2). Say kilted once r2r knows it.
+            # lyrical, rolling); their `rolling` code matches Kilted's rcl API (docs/ros2_build.md).
+            # Say kilted once r2r knows it.
             ROS_DISTRO) value=rolling ;;
             IDL_PACKAGE_FILTER) value="$IDL_FILTER" ;;
             LD_LIBRARY_PATH) value="$ld" ;;  # r2r's build scripts load the introspection libs

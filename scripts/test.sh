@@ -32,7 +32,7 @@ cargo test --features cuda 2>&1
 
 step "short fuzz pass (every decoder of outside bytes, a fixed number of inputs from the committed seeds)"
 # scripts/fuzz.sh installs the nightly toolchain and cargo-fuzz when missing; the long runs are
-# `scripts/fuzz.sh SECONDS` (README, Reliability).
+# `scripts/fuzz.sh SECONDS` (docs/fuzzing.md).
 SPTR_FUZZ_RUNS="${SPTR_FUZZ_RUNS:-4000}" scripts/fuzz.sh 2>&1
 
 step "ROS 2 tests (r2r <-> rclpy smoke test, the node against an rclpy peer, colcon install)"

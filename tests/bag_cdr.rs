@@ -6,6 +6,8 @@
 //! through the node's codec, every truncation and a catalogue of corruptions give typed errors,
 //! and arbitrary bytes never panic.
 
+mod common;
+
 use std::path::PathBuf;
 
 use proptest::prelude::*;
@@ -16,7 +18,7 @@ use sptr::msgs::cloud::{CloudBuf, PointField};
 const NAMES: [&str; 4] = ["pointcloud2", "image", "compressed_image", "camera_info"];
 
 fn dir() -> PathBuf {
-    std::env::var_os("SPTR_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR"))).join("tests/data/cdr")
+    common::root().join("tests/data/cdr")
 }
 
 fn fixture(name: &str, endian: &str) -> Vec<u8> {

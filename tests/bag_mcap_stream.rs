@@ -4,6 +4,8 @@
 //! and sorting it gives (the reference below, the reader's behaviour before it streamed), and the
 //! reader holds only the chunks that overlap in time.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::BufWriter;
@@ -511,9 +513,7 @@ fn damaged_summary_falls_back_to_the_linear_read() {
 /// The rosbags-written fixtures read as the whole-file reader read them.
 #[test]
 fn fixture_bags_read_like_before() {
-    let root = std::env::var_os("SPTR_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let root = common::root();
     for name in ["mcap_small", "mcap_zstd", "nuscenes_sample"] {
         let file = root.join(format!("tests/data/bags/{name}/{name}.mcap"));
         let bag = Bag::open(&root.join(format!("tests/data/bags/{name}"))).unwrap();

@@ -3,6 +3,8 @@
 //! identically, clouds decode through the CDR reader and the PointCloud2 codec, and damaged input
 //! gives errors naming the file, never a panic.
 
+mod common;
+
 use std::fs;
 use std::path::PathBuf;
 
@@ -43,7 +45,7 @@ const LIDAR: &str = "/sensing/lidar/points";
 const CAM: &str = "/cam/camera_info";
 
 fn bags_dir() -> PathBuf {
-    std::env::var_os("SPTR_ROOT").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))).join("tests/data/bags")
+    common::root().join("tests/data/bags")
 }
 
 fn expected() -> Expected {

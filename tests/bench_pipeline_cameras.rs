@@ -1,4 +1,4 @@
-//! `sptr bench pipeline --cameras` (issue 21's benchmark) on the CPU: the sample bag's six
+//! `sptr bench pipeline --cameras` (the node's camera benchmark) on the CPU: the sample bag's six
 //! cameras through the node's camera branch, the reduced BEV map model (random weights) and the
 //! map messages' encoding, with a narrowed LiDAR model; and its bad inputs. Timings are not
 //! checked (they depend on the machine), only what the JSON reports and that every camera was

@@ -4,13 +4,14 @@
 //! on reduced configurations with deterministic random weights and inputs. Also: the upstream
 //! `state_dict` names and shapes of the full configurations, checked loading, bad inputs.
 
+mod common;
+
 use sptr::ops::dense::FeatureMap;
 use sptr::models::bevfusion::config::BevConfig;
 use sptr::models::bevfusion::bev_stack::{random_tensors, random_weights, weight_specs, BevStack};
 use sptr::nn::random::SplitMix;
 use sptr::nn::{ModelError, Weights};
 use std::collections::HashMap;
-use std::path::Path;
 
 // ---------------------------------------------------------------------------------------------
 // naive NCHW f64 reference
@@ -348,7 +349,7 @@ fn camera_stack_matches_naive_composition() {
 // ---------------------------------------------------------------------------------------------
 
 fn repo_cfg(name: &str) -> BevConfig {
-    BevConfig::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models").join(name)).unwrap()
+    BevConfig::load(&common::root().join("config/models").join(name)).unwrap()
 }
 
 #[test]

@@ -1,7 +1,7 @@
-//! BEVFusion BEV map segmentation end to end on the CPU (issue 20): both models on reduced
+//! BEVFusion BEV map segmentation end to end on the CPU: both models on reduced
 //! configurations (tests/data/bevseg/*_small.yaml: the full models' module tree with small sizes)
 //! on the nuScenes frame of tests/data/nuscenes (six JPEGs + the sweep), random weights:
-//! deterministic to the bit, the stages' shapes, and every bad input the issue lists — a missing
+//! deterministic to the bit, the stages' shapes, and every bad input — a missing
 //! camera (masked, reported), the wrong image count or size, a cloud with NaN or with no point,
 //! a weights file of the other model, a calibration missing a camera.
 
@@ -237,7 +237,7 @@ fn weights_of_the_other_model_are_named() {
 #[test]
 fn full_configs_load_and_agree() {
     // the shipped YAMLs parse, their parts agree on the BEV maps they hand over, and their random
-    // weights have the upstream names and counts the issue's checkpoints have
+    // weights have the upstream names and counts the released checkpoints have
     for (kind, k) in [("camera", BevSegKind::Camera), ("fusion", BevSegKind::Fusion)] {
         let cfg = config(&full(kind));
         assert_eq!(cfg.kind, k);

@@ -576,7 +576,7 @@ fn preprocess_of_a_nuscenes_image() {
     assert!(matches!(r, Err(ImageError::SizeMismatch { expected: [1280, 720], got: [1600, 900] })));
 }
 
-/// The measurement behind README's numbers, on full-size Pillow output written by
+/// The measurement behind the numbers of docs/inputs.md, on full-size Pillow output written by
 /// `tests/fixtures/make_camera_refs.py --full DIR`:
 /// `SPTR_PILLOW_DIR=DIR cargo test --test camera_image -- --ignored --nocapture`.
 #[test]

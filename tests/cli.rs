@@ -430,7 +430,7 @@ fn sample_bag_with_the_nuscenes_params_runs_without_a_frame_warning() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `--precision` (issue 22): fp16, bf16, fp32 or auto on segment, replay and bench model; anything else
+/// `--precision`: fp16, bf16, fp32 or auto on segment, replay and bench model; anything else
 /// is refused naming the choices; the CPU computes in f32 whatever it says (same labels). (The
 /// JSON lines of `bench model --precision` are the GPU suite's: a CPU bench takes minutes here.)
 #[test]

@@ -5,11 +5,13 @@
 //! The bad variants are the shipped files edited by string replacement (each replacement must
 //! match exactly once), so these tests follow the files as they change.
 
+mod common;
+
 use sptr::error::ConfigError;
 use sptr::frame::params::{DeviceKind, NodeParams};
 use sptr::ops::voxelize::cpu::{KeyPrecision, OutOfRange, VoxelOrigin};
 use sptr::models::sphereformer::config::ModelConfig;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 const KITTI: &str = "config/models/sphereformer_semantickitti.yaml";
 const NUSC: &str = "config/models/sphereformer_nuscenes.yaml";
@@ -17,7 +19,7 @@ const NODE: &str = "config/perception.yaml";
 const NODE_NUSC: &str = "config/perception_nuscenes.yaml";
 
 fn path(rel: &str) -> PathBuf {
-    std::env::var_os("SPTR_ROOT").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))).join(rel)
+    common::root().join(rel)
 }
 
 fn text(rel: &str) -> String {
@@ -30,9 +32,10 @@ fn edit(text: &str, from: &str, to: &str) -> String {
     text.replacen(from, to, 1)
 }
 
-/// Writes `contents` to a fresh file under cargo's test tmp dir and returns its path.
+/// Writes `contents` to a fresh file under the temp dir and returns its path (not cargo's test
+/// tmp dir: a path of the build machine, absent where staged test binaries run).
 fn temp_file(name: &str, contents: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("config-tests-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("sptr-config-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, contents).unwrap();
@@ -415,7 +418,7 @@ fn largest_accepted_max_voxels_gives_valid_voxel_params() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The camera branch's parameters (issue 21)
+// The camera branch's parameters
 
 const NODE_CAMS: &str = "config/perception_nuscenes_cameras.yaml";
 
@@ -504,7 +507,7 @@ fn bad_camera_parameters_are_value_errors() {
     bad(cams, &format!("cameras: [{}]", many.join(", ")), "input.cameras");
 }
 
-/// `precision` (issue 22): optional in the model YAML (default fp16) and in the node params
+/// `precision`: optional in the model YAML (default fp16) and in the node params
 /// (absent: the model's); fp16, bf16 and auto parse; anything else is a parse error naming the
 /// value.
 #[test]

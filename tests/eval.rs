@@ -1,6 +1,8 @@
 //! Evaluation metrics on hand-computed confusion matrices, latency percentiles, label maps,
 //! shard-state merging and the report's stable JSON keys.
 
+mod common;
+
 use sptr::eval::confusion::Confusion;
 use sptr::eval::labels::{GroundTruth, LabelMap};
 use sptr::eval::latency::{percentile, LatencySummary};
@@ -101,9 +103,7 @@ fn percentiles_are_nearest_rank() {
 
 #[test]
 fn semantickitti_label_map_file() {
-    let root = std::env::var_os("SPTR_ROOT")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let root = common::root();
     let m = LabelMap::load(&root.join("tests/data/semantickitti/label_map.yaml")).unwrap();
     // building 50 -> learning 13 -> class 12; vegetation 70 -> 15 -> 14; outlier 1 -> ignored.
     assert_eq!(m.resolve(50, 19), GroundTruth::Class(12));

@@ -1,4 +1,4 @@
-//! The FP16 range guard's reporting paths on the CPU (issue 22): a network whose activations
+//! The FP16 range guard's reporting paths on the CPU: a network whose activations
 //! leave the range is reported, never passed on as plausible labels. The CPU path (f32) flags
 //! NaN and inf; the weight of `unet.blocks.block0.conv_branch.2` set to -f32::MAX (finite: a
 //! NaN weight is refused at load) makes that conv's output -inf wherever its input (after a

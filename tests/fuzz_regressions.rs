@@ -3,10 +3,11 @@
 //! Each must now give the error named below (and never panic). The fuzzers also reuse these files
 //! as seeds.
 
+mod common;
+
 use sptr::sensors::cloud_files::parse_pcd;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::path::Path;
 
 /// The system allocator, noting the largest single allocation of each thread: a decoder must
 /// not reserve more than its input can back.
@@ -50,7 +51,7 @@ fn largest_allocation<T>(f: impl FnOnce() -> T) -> (usize, T) {
 }
 
 fn data(target: &str, name: &str) -> Vec<u8> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz").join(target).join(name);
+    let p = common::root().join("tests/data/fuzz").join(target).join(name);
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 

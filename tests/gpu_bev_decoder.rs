@@ -23,7 +23,6 @@ use sptr::models::bevfusion::config::BevConfig;
 use sptr::models::bevfusion::decoder::{BevDecoder, FpnUp};
 use sptr::models::bevfusion::bev_stack::{random_weights, BevStack};
 use sptr::models::bevfusion::bev_stack_cuda::CudaBevStack;
-use std::path::Path;
 
 fn fp16(v: f32) -> f32 {
     half::f16::from_f32(v).to_f32()
@@ -83,7 +82,7 @@ fn deconv_grid_sample_residual_sigmoid_match_cpu() {
 
     // grid_sample: the head's grid (128 -> 200 over ±50 m of ±51.2 m) and points outside the map,
     // both paddings, both align_corners
-    let cfg = BevConfig::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models/bevfusion_seg_fusion.yaml")).unwrap();
+    let cfg = BevConfig::load(&common::root().join("config/models/bevfusion_seg_fusion.yaml")).unwrap();
     let (hx, hy, head_grid) = sptr::models::bevfusion::head::bev_grid(&cfg.head);
     let x = random_map(&mut rng, 1, 128, 128, 24);
     let mut odd_grid: Vec<f32> = (0..7 * 9 * 2).map(|_| rng.uniform(-1.3, 1.3)).collect();
@@ -248,7 +247,7 @@ fn round_weights(stack: &mut BevStack) {
 
 fn full_model(dev: &CudaDevice, yaml: &str, seed: u64) {
     let blas = CudaBlas::new(dev.stream.clone()).unwrap();
-    let cfg = BevConfig::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models").join(yaml)).unwrap();
+    let cfg = BevConfig::load(&common::root().join("config/models").join(yaml)).unwrap();
     let mut stack = BevStack::from_weights(&cfg, random_weights(&cfg, seed).unwrap()).unwrap();
     round_weights(&mut stack);
     let mut rng = Rng(seed + 100);

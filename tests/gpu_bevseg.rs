@@ -1,4 +1,4 @@
-//! BEVFusion BEV map segmentation on CUDA against the CPU reference (issue 20), on the full
+//! BEVFusion BEV map segmentation on CUDA against the CPU reference, on the full
 //! configurations (config/models/bevfusion_seg_{camera,fusion}.yaml) with random weights and the
 //! nuScenes frame of tests/data/nuscenes: probabilities rel ≤ 2e-3, the 0.5 masks agreeing on
 //! ≥ 99.9 % of the cells, every stage printed; a repeated run and the JPEG path (the

@@ -1,4 +1,4 @@
-//! The FP16 range guard on the camera encoder's CUDA path (issue 22, item 4): every Swin-T and
+//! The FP16 range guard on the camera encoder's CUDA path: every Swin-T and
 //! FPN launch that computes and stores an FP16 activation (LayerNorms with the window padding,
 //! the qkv split, the window attention, proj + residual, the MLP epilogues, patch merging, the
 //! output norms, the neck's conv epilogues) flags values out of FP16's range under its upstream
@@ -19,14 +19,14 @@
 #![cfg(feature = "cuda")]
 
 mod common;
-#[path = "common/issue22.rs"]
-mod issue22;
+#[path = "common/overflow_weights.rs"]
+mod overflow_weights;
 #[path = "common/lss.rs"]
 mod lss_common;
 
 use common::{gpu, Rng};
 use half::f16;
-use issue22::normal;
+use overflow_weights::normal;
 use sptr::models::bevfusion::camera::encoder::{random_tensors, weight_specs, CameraEncoder, CameraEncoderConfig};
 use sptr::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
 use sptr::cli::camera_features::preprocess_files;

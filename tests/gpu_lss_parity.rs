@@ -14,6 +14,8 @@
 //! "torch_scatter_add_fp16_ms", "torch_quickcumsum_ms", "torch_upstream_path_ms", ...}`.
 #![cfg(feature = "cuda")]
 
+mod common;
+
 #[path = "common/lss.rs"]
 mod lss_common;
 

@@ -7,7 +7,7 @@
 //! Tolerance: the CUDA path keeps activations in FP16 between layers (as upstream under autocast)
 //! and accumulates in FP32; each layer adds about one FP16 rounding (4.9e-4 relative) to its
 //! output, and a U-Net of ~40 layers compounds that to a few 1e-3 on the logits. 1e-2 is the
-//! issue's FP16 bar; the arg-max may flip only where the top two logits are within that error.
+//! FP16 bar; the arg-max may flip only where the top two logits are within that error.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -84,7 +84,7 @@ fn cuda_logits_match_cpu_on_nuscenes() {
     let pts = nuscenes_sweep();
     let y = model_yaml("sphereformer_nuscenes.yaml");
     compare("nuscenes full config", &y, 5, &pts);
-    // the case: the nuScenes sample through the full SemanticKITTI configuration
+    // the nuScenes sample through the full SemanticKITTI configuration
     compare("nuscenes sweep, full semantickitti config", &model_yaml("sphereformer_semantickitti.yaml"), 4, &pts);
     // the U-Net alone (no attention levels): isolates the conv path
     let mut conv_only = y.clone();

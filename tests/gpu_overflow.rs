@@ -1,4 +1,4 @@
-//! The FP16 range guard on the GPU (issue 22): every kernel that stores FP16 activations flags a
+//! The FP16 range guard on the GPU: every kernel that stores FP16 activations flags a
 //! value out of FP16's range under its layer, and a forward reports the layers by name.
 //! Skips without a GPU unless SPTR_REQUIRE_GPU=1.
 //!
@@ -8,8 +8,8 @@
 //!   saturating post-activation, a NaN input, a NaN and saturated negatives that a fused ReLU
 //!   zeroes, and in range (no flag, and the same bits as the unguarded launch); the window attention (per-query and tiled kernels, the key-split merge,
 //!   contextual RPE on both window kinds, no RPE) with a saturating value table and a NaN value.
-//! - The network, full nuScenes configuration on the nuScenes sweep: with weights drawn as the
-//!   issue draws them (conv/linear N(0, 0.05), BN/LN weights U(0.5, 1.5), biases and running means
+//! - The network, full nuScenes configuration on the nuScenes sweep: with weights drawn to leave
+//!   FP16's range (conv/linear N(0, 0.05), BN/LN weights U(0.5, 1.5), biases and running means
 //!   N(0, 0.1), running variances U(0.5, 2); RPE tables N(0, 0.02), upstream's init scale) the
 //!   FP16 forward flags the frame and names layers, while the CPU (f32) forward is in range; one
 //!   tensor of in-range weights scaled at a time, the first flagged layer is that tensor's layer
@@ -19,11 +19,11 @@
 #![cfg(feature = "cuda")]
 
 mod common;
-#[path = "common/issue22.rs"]
-mod issue22;
+#[path = "common/overflow_weights.rs"]
+mod overflow_weights;
 
 use common::{gpu, nuscenes_sweep, Rng};
-use issue22::issue_weights;
+use overflow_weights::overflowing_weights;
 use half::f16;
 use sptr::ops::attention::cuda::{window_attention_cuda_guarded, window_attention_cuda_split, CudaContextual, CudaSphereWindows, CudaTerm, QkvView};
 use sptr::ops::attention::{HeadSlice, SphereLevel};
@@ -279,26 +279,26 @@ fn segment(y: &ModelYaml, tensors: NamedTensors, device: DeviceKind, pts: &Point
     Segmenter::on_device(y.clone(), w, device).unwrap().segment(&[pts]).unwrap()
 }
 
-/// The issue's case: FP16 leaves the range (the frame is flagged, layers named in execution
+/// Overflowing weights: FP16 leaves the range (the frame is flagged, layers named in execution
 /// order), f32 does not.
 #[test]
-fn issue_weights_are_flagged_in_fp16_and_not_in_f32() {
-    if gpu("issue_weights_are_flagged_in_fp16_and_not_in_f32").is_none() {
+fn overflowing_weights_are_flagged_in_fp16_and_not_in_f32() {
+    if gpu("overflowing_weights_are_flagged_in_fp16_and_not_in_f32").is_none() {
         return;
     }
     let y = model_yaml("sphereformer_nuscenes.yaml");
     let pts = nuscenes_sweep();
-    let cuda = segment(&y, issue_weights(&y, 22), DeviceKind::Cuda, &pts);
+    let cuda = segment(&y, overflowing_weights(&y, 22), DeviceKind::Cuda, &pts);
     let r = &cuda.range;
-    eprintln!("issue weights, CUDA FP16: {}", r.summary(12));
+    eprintln!("overflowing weights, CUDA FP16: {}", r.summary(12));
     assert!(!r.is_clean(), "the FP16 forward must flag the frame");
     assert!(r.layers.iter().all(|l| !l.name.is_empty() && !l.name.starts_with("layer #")), "{}", r.summary(100));
     let first = r.first().unwrap();
     assert!(first.saturated, "where the range is left a finite value saturates: {first}");
-    let cpu = segment(&y, issue_weights(&y, 22), DeviceKind::Cpu, &pts);
+    let cpu = segment(&y, overflowing_weights(&y, 22), DeviceKind::Cpu, &pts);
     assert!(cpu.range.is_clean(), "f32 holds these activations: {}", cpu.range.summary(5));
     let agree = cpu.labels.iter().zip(&cuda.labels).filter(|(a, b)| a == b).count() as f64 / cpu.labels.len() as f64;
-    eprintln!("issue weights: FP16 labels agree with f32 on {:.2} % of points (the guard's reason to exist)", 100.0 * agree);
+    eprintln!("overflowing weights: FP16 labels agree with f32 on {:.2} % of points (the guard's reason to exist)", 100.0 * agree);
 }
 
 /// One tensor of in-range random weights scaled, or the input's intensity raised: the first

@@ -1,4 +1,4 @@
-//! The node's two models beside each other on one GPU (issue 21): the SphereFormer LiDAR path on
+//! The node's two models beside each other on one GPU: the SphereFormer LiDAR path on
 //! this thread and the BEVFusion map model on another, each on its own device handle and stream,
 //! as `perception_node` runs a frame. The outputs of frames run together must be those of frames
 //! run one after the other: nothing the two share (the context, the memory pool, the kernel

@@ -1,4 +1,4 @@
-//! Precisions `bf16`, `fp32` and `auto` on the GPU (issue 22): BF16 storage keeps FP32's range on
+//! Precisions `bf16`, `fp32` and `auto` on the GPU: BF16 storage keeps FP32's range on
 //! the same tensor cores at 8 significant bits; FP32 storage (no tensor cores) keeps the CPU
 //! path's range and precision and is `auto`'s fallback. Skips without a GPU unless
 //! SPTR_REQUIRE_GPU=1.
@@ -11,7 +11,7 @@
 //!   FP16 flags, are in range; NaN is flagged). The window attention's BF16 build (per-query and
 //!   tiled kernels, the key-split merge, both window kinds) and its FP32 build (per-query kernels)
 //!   against its FP16 build on the same inputs (exactly representable in all three).
-//! - The network, full nuScenes configuration on the nuScenes sweep, with the issue's weights
+//! - The network, full nuScenes configuration on the nuScenes sweep, with overflowing weights
 //!   (activations of 1.3e6): `fp32` is never flagged and agrees with the CPU (f32) on >= 99.5 %
 //!   of points; `auto` flags its first FP16 frame, computes it again in FP32 (same bar), stays on
 //!   FP32 and is counted. `bf16` is never flagged; its agreement is bounded by BF16's own rounding
@@ -28,13 +28,13 @@
 #![cfg(feature = "cuda")]
 
 mod common;
-#[path = "common/issue22.rs"]
-mod issue22;
+#[path = "common/overflow_weights.rs"]
+mod overflow_weights;
 
 use common::{gpu, nuscenes_sweep, rel_err, Rng};
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
-use issue22::issue_weights;
+use overflow_weights::overflowing_weights;
 use sptr::ops::attention::cuda::{window_attention_cuda_guarded, CudaContextual, CudaSphereWindows, CudaTerm, QkvView};
 use sptr::ops::attention::{HeadSlice, SphereLevel};
 use sptr::device::DeviceKind;
@@ -282,20 +282,20 @@ fn agreement(a: &Segmentation, b: &Segmentation) -> f64 {
     a.labels.iter().zip(&b.labels).filter(|(x, y)| x == y).count() as f64 / a.labels.len() as f64
 }
 
-/// The issue's weights: `fp32` holds them (never flagged, >= 99.5 % of points as the CPU);
+/// Overflowing weights: `fp32` holds them (never flagged, >= 99.5 % of points as the CPU);
 /// `auto` flags its first FP16 frame, publishes that frame's FP32 recomputation (same bar), stays
 /// on FP32 and counts it. `bf16` holds their range (never flagged) at BF16's precision: the CPU
 /// forward with its weights and layer outputs rounded to BF16 agrees with the exact one on
-/// 98.9 % of points (issue 22's note), so BF16 cannot reach 99.5 % here whatever its kernels;
+/// 98.9 % of points (pipeline::precision), so BF16 cannot reach 99.5 % here whatever its kernels;
 /// its bar is 98.5 %, below the rounding's own loss by the GPU's extra roundings (P, qkv).
 #[test]
-fn fp32_and_auto_agree_with_the_cpu_on_issue_weights() {
-    if gpu("fp32_and_auto_agree_with_the_cpu_on_issue_weights").is_none() {
+fn fp32_and_auto_agree_with_the_cpu_on_overflowing_weights() {
+    if gpu("fp32_and_auto_agree_with_the_cpu_on_overflowing_weights").is_none() {
         return;
     }
     let y = model_yaml("sphereformer_nuscenes.yaml");
     let pts = nuscenes_sweep();
-    let w = || issue_weights(&y, 22);
+    let w = || overflowing_weights(&y, 22);
     let cpu = Segmenter::new(y.clone(), Weights::from_tensors("test weights", w()).unwrap()).unwrap().segment(&[&pts]).unwrap();
     assert!(cpu.range.is_clean() && cpu.storage.is_none(), "f32 holds these activations: {}", cpu.range.summary(5));
     let fp16 = segmenter(&y, w(), Precision::Fp16).segment(&[&pts]).unwrap();
@@ -326,7 +326,7 @@ fn fp32_and_auto_agree_with_the_cpu_on_issue_weights() {
     assert_eq!((status.precision, status.storage, status.recomputed_frames), (Precision::Auto, Storage::Fp32, 1));
     let a_second = agreement(&second, &cpu);
     eprintln!(
-        "issue weights vs CPU: fp16 {:.2} %, bf16 {:.3} %, fp32 {:.3} %, auto first frame {:.3} %, auto second frame {:.3} % \
+        "overflowing weights vs CPU: fp16 {:.2} %, bf16 {:.3} %, fp32 {:.3} %, auto first frame {:.3} %, auto second frame {:.3} % \
          (auto = fp32 on {:.4} % of points); FP16 flagged {}",
         100.0 * agreement(&fp16, &cpu),
         100.0 * a_bf,

@@ -1,7 +1,9 @@
 //! The LSS view transform on the CPU: the pool against a naive outer product + scatter, camera
 //! masking, the weights (names, shapes, the checkpoint's grid parameters), the downsample wiring,
-//! and every bad input named in the issue (zero / singular intrinsics, non-finite extrinsic, an
+//! and every bad input (zero / singular intrinsics, non-finite extrinsic, an
 //! image or feature size that does not match, a camera count that does not match).
+
+mod common;
 
 #[path = "common/lss.rs"]
 mod lss_common;

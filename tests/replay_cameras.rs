@@ -1,4 +1,4 @@
-//! `sptr replay` with the camera branch (issue 21), on the CPU: the committed nuScenes sample bag
+//! `sptr replay` with the camera branch, on the CPU: the committed nuScenes sample bag
 //! (six CompressedImages + CameraInfos, no /tf_static: the calibration file), a bag written here
 //! with /tf_static, a stale camera, a corrupt JPEG, a bad CameraInfo and a calibration change, and
 //! a bag without cameras. A small deterministic stand-in ([`CameraCountModel`]) checks the map's

@@ -3,7 +3,7 @@
 //! Each test starts the built node as a subprocess with `--ros-args --params-file <temp params,
 //! device cpu, the test model and its random weights> -r __ns:=/<unique namespace>`, runs one
 //! peer scenario, checks the node is still running, then sends SIGINT and checks it exits with
-//! status 0 within 3 s (README: a second; margin for a loaded machine) with its stop report as
+//! status 0 within 3 s (docs/node.md: a second; margin for a loaded machine) with its stop report as
 //! its last line. Other tests start the node with invalid parameters or weights and check
 //! it refuses to start with a message naming the parameter.
 //!
@@ -19,6 +19,8 @@
 //! [`colcon_installed_node_answers_the_peer`]).
 #![cfg(feature = "ros")]
 
+mod common;
+
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -33,7 +35,7 @@ const NUSCENES_POINTS: usize = 34688;
 const PEER_STEP_TIMEOUT_S: &str = "40";
 
 fn manifest() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    common::root()
 }
 
 fn tmp() -> PathBuf {
@@ -376,7 +378,7 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
         );
     }
 
-    // SIGINT (SIGTERM for the launch-style test, as launch escalates): README promises the
+    // SIGINT (SIGTERM for the launch-style test, as launch escalates): docs/node.md promises the
     // process is gone within a second of the signal; the limit here is three times that, for a
     // loaded 2-core CI machine (the node's stop was measured at 0.06-0.2 s idle, up to 1.2 s at a
     // load average of 10). And the node's own last line reports its orderly stop: nothing runs
@@ -636,7 +638,7 @@ fn run_cameras_with(ns: &str, calibration_file: Option<&Path>, calibration: &str
     )
 }
 
-/// The camera branch (issue 21): the node with the six nuScenes cameras and the sample
+/// The camera branch: the node with the six nuScenes cameras and the sample
 /// calibration file against the peer's `cameras` scenario: six CompressedImages + CameraInfos
 /// per cloud, all used; a stale camera masked, counted and named in a WARN; a truncated JPEG, a
 /// non-image and zero intrinsics logged, counted, masked, with the LiDAR outputs still coming;
@@ -670,7 +672,7 @@ fn camera_faults_are_masked_counted_and_the_next_frame_is_unaffected() {
     assert!(out.contains("RESULT camera_faults decode_errors=2 distorted=1"), "peer output:\n{out}");
 }
 
-/// TF (issue 21): no calibration file; the peer publishes the nuScenes rig on `/tf_static`
+/// TF: no calibration file; the peer publishes the nuScenes rig on `/tf_static`
 /// (`tf2_msgs/TFMessage`, transient local, `base_link` -> `lidar_top` and -> each camera's
 /// CameraInfo frame) with six CompressedImages, CameraInfos and a cloud. Every camera is used and
 /// calibrated from TF (chained camera -> base_link -> lidar_top), and the BEV map topics come with
@@ -969,11 +971,12 @@ fn malformed_yaml_fails_before_ros_starts() {
 /// take effect (on a machine without a GPU it must be refused with a clear message).
 #[test]
 fn device_override_takes_effect() {
-    // The node under test is built as README builds it (scripts/test_ros.sh: `ros,cuda`), so its
-    // default `device: cuda` is refused for want of a GPU here, never for want of CUDA support.
+    // The node under test is built as docs/ros2_build.md builds it (scripts/test_ros.sh:
+    // `ros,cuda`), so its default `device: cuda` is refused for want of a GPU here, never for want
+    // of CUDA support.
     assert!(
         cfg!(feature = "cuda"),
-        "build the node as README says, --features ros,cuda (scripts/test_ros.sh)"
+        "build the node as docs/ros2_build.md says, --features ros,cuda (scripts/test_ros.sh)"
     );
     if Path::new("/dev/nvidia0").exists() {
         eprintln!("skipped: a GPU is present, device cuda would start");

@@ -11,6 +11,8 @@
 //! `cargo test --features ros --test ros_smoke`.
 #![cfg(feature = "ros")]
 
+mod common;
+
 use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -108,7 +110,7 @@ fn pointcloud2_round_trip_through_rclpy_peer() {
 
     // --- the rclpy peer ---
     let (py, py_from) = python();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/ros/peer_echo.py");
+    let script = common::root().join("tests/ros/peer_echo.py");
     let log = tmp.join(format!("peer_echo_{tag}.log"));
     let log_file = File::create(&log).expect("create the peer's log file");
     let child = Command::new(&py)

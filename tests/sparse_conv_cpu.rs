@@ -652,7 +652,8 @@ fn bad_arguments_are_errors() {
 
 #[test]
 fn spconv_conv1x1_reads_weight_as_cin_cout() {
-    // spconv 2.3.8 computes x @ weight.view(Cin, Cout) for a k=1 SubMConv3d (its issue #450).
+    // spconv 2.3.8 computes x @ weight.view(Cin, Cout) for a k=1 SubMConv3d (upstream issue
+    // traveller59/spconv#450).
     let t = random_tensor(91, [0; 3], SHAPE, 0.3);
     let m = submanifold(&t, [1; 3], [1; 3]).unwrap();
     assert_eq!(spconv_weight_layout(&m), WeightLayout::Rsck);

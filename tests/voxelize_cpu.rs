@@ -83,11 +83,11 @@ fn random_cloud(rng: &mut SplitMix64, n: usize, lo: [f32; 3], hi: [f32; 3], vs: 
 }
 
 fn data_dir() -> PathBuf {
-    std::env::var_os("SPTR_ROOT").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))).join("tests/data")
+    common::root().join("tests/data")
 }
 
 fn model_params(name: &str) -> VoxelParams {
-    let path = std::env::var_os("SPTR_ROOT").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))).join("config/models").join(name);
+    let path = common::root().join("config/models").join(name);
     ModelConfig::load(&path).unwrap_or_else(|e| panic!("{e}")).voxel_params()
 }
 

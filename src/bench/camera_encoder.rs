@@ -1,9 +1,9 @@
 //! `sptr bench camera`: the CUDA camera encoder's latency (Swin-T alone, Swin-T + neck) beside its
 //! FLOP count and the tensor-core floor, as JSON lines; the backbone's paths (`swin_cuda`) side
 //! by side in the same run: the default (fused GEMMs, whole-window attention: `swin_t`,
-//! `stages`), the per-query attention kernel (`*_perquery_attn`) and session 10's path (unfused
-//! GEMMs and per-query attention: `*_session10`). Also used by the camera parity test to time
-//! ours in the same run as the PyTorch references.
+//! `stages`), the per-query attention kernel (`*_perquery_attn`) and both older steps (unfused
+//! GEMMs and per-query attention: `*_unfused_gemm_perquery_attn`). Also used by the camera
+//! parity test to time ours in the same run as the PyTorch references.
 
 use crate::models::bevfusion::camera::encoder::CameraEncoderConfig;
 use crate::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
@@ -153,7 +153,7 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
     )];
     // The backbone's paths in the same run (swin_cuda module docs): the default (fused GEMMs,
     // whole-window attention) first, then the per-query attention kernel alone, then both old
-    // steps (session 10's path). Each with its per-stage breakdown.
+    // steps (unfused GEMMs and per-query attention). Each with its per-stage breakdown.
     let (fused0, whole0) = (gpu.backbone.is_fused(), gpu.backbone.is_whole_window_attention());
     let mut variants = vec![(fused0, whole0)];
     for v in [(true, true), (true, false), (false, false)] {
@@ -192,12 +192,12 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
 }
 
 /// Row names of a backbone path: (Swin-T, Swin-T + neck, stage breakdown). The default path
-/// (fused GEMMs, whole-window attention) keeps the names earlier sessions reported.
+/// (fused GEMMs, whole-window attention) has the names without a suffix.
 fn variant_names(fused: bool, whole_window: bool) -> (&'static str, &'static str, &'static str) {
     match (fused, whole_window) {
         (true, true) => ("swin_t", "swin_t+fpn", "stages"),
         (true, false) => ("swin_t_perquery_attn", "swin_t+fpn_perquery_attn", "stages_perquery_attn"),
-        (false, false) => ("swin_t_session10", "swin_t+fpn_session10", "stages_session10"),
+        (false, false) => ("swin_t_unfused_gemm_perquery_attn", "swin_t+fpn_unfused_gemm_perquery_attn", "stages_unfused_gemm_perquery_attn"),
         (false, true) => ("swin_t_unfused_gemm", "swin_t+fpn_unfused_gemm", "stages_unfused_gemm"),
     }
 }

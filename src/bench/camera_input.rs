@@ -6,7 +6,7 @@
 //! - `decode_parallel_ms`: all images decoded at once on the rayon pool (`rayon_threads`);
 //! - `cpu_preprocess_ms`: the CPU reference preprocessing of the decoded images (parallel);
 //! - with CUDA, `cuda.frame_ms`: JPEG bytes on the host to the FP16 network input on the GPU
-//!   (decode into pinned memory, upload, kernel, synchronised) — the bar is 8 ms for six
+//!   (decode into pinned memory, upload, kernel, synchronised) — the bar is 8 ms for six
 //!   1600 × 900 images, the goal 3 ms; `cuda.decoded_frame_ms`: the same from decoded images
 //!   (copy into pinned memory instead of decoding there); `cuda.upload_ms` and `cuda.kernel_ms`
 //!   (CUDA events) and `cuda.upload_mb` (bytes uploaded); `cuda.decoders`: the frame with each

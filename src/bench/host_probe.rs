@@ -1,8 +1,8 @@
 //! Telling a slow frame of ours from a slow host, for the benchmarks.
 //!
 //! On some GPU hosts every stage of a frame, host-only ones too, slows down 3-8x every second or
-//! so while neither a sleeping probe thread nor the hypervisor's steal counter notices (README,
-//! the node bench). Two measures here say whose the slowdown is:
+//! so while neither a sleeping probe thread nor the hypervisor's steal counter notices
+//! (docs/node.md, the node bench). Two measures here say whose the slowdown is:
 //!
 //! - [`HostProbe`]: a thread that times a fixed CPU workload (integer mixing over a 64 KiB
 //!   buffer: core and L1/L2, no memory bandwidth, no allocation, no lock, no syscall) over and

@@ -353,7 +353,7 @@ struct MapSummary {
     cdr_bytes: usize,
 }
 
-/// Runs the bench; returns one JSON object (see README, `sptr bench pipeline --cameras`).
+/// Runs the bench; returns one JSON object (see docs/node.md, `sptr bench pipeline --cameras`).
 pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
     // The camera settings first: a params file without cameras fails before any model loads.
     let params_path = s.lidar.params;

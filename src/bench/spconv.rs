@@ -1,5 +1,5 @@
-//! `sptr bench spconv`: sparse-conv timings on real voxels, JSON rows. The workload follows the
-//! sparse-conv issue: SubM k3 at C = 32, 64, 128, 256 with the kernel map cached and with the map
+//! `sptr bench spconv`: sparse-conv timings on real voxels, JSON rows. The workload:
+//! SubM k3 at C = 32, 64, 128, 256 with the kernel map cached and with the map
 //! built in the call, and strided k2 s2 32->64, 64->128, 128->256, on a voxelized batch.
 
 use crate::device::cuda::{cuda_err, CudaDevice};

@@ -147,7 +147,7 @@ enum Cmd {
         #[arg(long)]
         allow_overflow: bool,
         /// CUDA activation storage: fp16, bf16, fp32 or auto (FP16, switching to FP32 for good when a
-        /// frame leaves FP16's range; README: precision). Default: the model YAML's `precision`.
+        /// frame leaves FP16's range; docs/fp16_range.md). Default: the model YAML's `precision`.
         #[arg(long, value_parser = precision_arg)]
         precision: Option<sptr::device::storage::Precision>,
     },
@@ -230,7 +230,7 @@ enum Cmd {
         /// Model YAML (`config/models/bevfusion_seg_camera.yaml` or `_fusion.yaml`).
         #[arg(long)]
         model: PathBuf,
-        /// safetensors weights with BEVFusion's state_dict names (README: from the upstream .pth).
+        /// safetensors weights with BEVFusion's state_dict names (docs/models.md: from the upstream .pth).
         #[arg(long, required_unless_present = "random_weights", conflicts_with = "random_weights")]
         weights: Option<PathBuf>,
         /// Untrained deterministic random weights with this seed instead (smoke runs, parity).
@@ -400,7 +400,7 @@ struct ReplayArgs {
     #[arg(long)]
     allow_overflow: bool,
     /// CUDA activation storage: fp16, bf16, fp32 or auto (FP16, switching to FP32 for good when a
-    /// frame leaves FP16's range; README: precision). Default: the model YAML's `precision`.
+    /// frame leaves FP16's range; docs/fp16_range.md). Default: the model YAML's `precision`.
     #[arg(long, value_parser = precision_arg)]
     precision: Option<sptr::device::storage::Precision>,
     /// BEV map model YAML instead of the params file's camera.model_config (needs --params with
@@ -412,7 +412,7 @@ struct ReplayArgs {
     #[arg(long)]
     camera_weights: Option<String>,
     /// Directory of BEV map ground-truth masks, <frame index, 6 digits>.npy, float32
-    /// [classes, nx, ny] (README "Replay with cameras"): per-class IoU and mIoU in the report.
+    /// [classes, nx, ny] (docs/cameras.md, "Map ground truth"): per-class IoU and mIoU in the report.
     #[arg(long)]
     map_ground_truth: Option<PathBuf>,
 }
@@ -437,7 +437,7 @@ impl std::error::Error for OutOfRange {}
 enum BenchCmd {
     /// The host probe alone (a fixed CPU workload timed over and over, nothing else of ours
     /// running): whether this machine's cores slow down now and then, to run beside a benchmark
-    /// before blaming the code for a tail (JSON; README, the node bench).
+    /// before blaming the code for a tail (JSON; docs/node.md, the node bench).
     Host {
         /// Seconds to probe.
         #[arg(long, default_value_t = 30.0, value_parser = duration_arg)]
@@ -466,7 +466,7 @@ enum BenchCmd {
         /// Untimed frames first (0 to 10,000).
         #[arg(long, default_value_t = 3, value_parser = int_in::<0, 10_000>)]
         warmup: usize,
-        /// Also the cameras and the BEV map (issue 21): per frame the --bag's camera messages
+        /// Also the cameras and the BEV map: per frame the --bag's camera messages
         /// (re-stamped to the cloud) through the node's camera branch, the BEV map model and the
         /// map messages' encoding; needs --params with input.cameras (JSON `pipeline_cameras`).
         #[arg(long)]
@@ -883,7 +883,7 @@ fn camera_features_cmd(
     if !range.is_clean() {
         print_out_of_range(&range);
         return Err(OutOfRange(format!(
-            "the features were written but cannot be trusted (README: FP16 range); {}",
+            "the features were written but cannot be trusted (docs/fp16_range.md); {}",
             range.summary(1)
         ))
         .into());
@@ -1386,7 +1386,7 @@ fn segment_cmd(
         print_out_of_range(&r.range);
         if !allow_overflow {
             return Err(OutOfRange(format!(
-                "the labels cannot be trusted, none written (README: FP16 range); {}; --allow-overflow to write them anyway",
+                "the labels cannot be trusted, none written (docs/fp16_range.md); {}; --allow-overflow to write them anyway",
                 r.range.summary(1)
             ))
             .into());

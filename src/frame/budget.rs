@@ -93,7 +93,7 @@ mod tests {
         b.frame_rejected();
     }
 
-    /// The case: two frames just over budget, then only rejected clouds. Idle time is not
+    /// Two frames just over budget, then only rejected clouds. Idle time is not
     /// over budget: never ERROR (the old rule said "over the budget for 2.8 s").
     #[test]
     fn frames_over_budget_then_only_rejects_is_not_an_error() {

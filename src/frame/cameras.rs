@@ -602,7 +602,7 @@ mod tests {
     use crate::msgs::cdr::{Header, Time, TransformStamped};
 
     fn root() -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+        crate::repo_root()
     }
 
     fn header(ns: i64, frame: &str) -> Header {

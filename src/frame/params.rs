@@ -161,7 +161,7 @@ pub struct CameraOverride {
     pub intrinsics: Option<IntrinsicsFrom>,
 }
 
-/// `camera:` the camera branch (issue 21).
+/// `camera:` the camera branch.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CameraParams {
@@ -187,8 +187,9 @@ pub struct CameraParams {
     /// as `distorted` (the model's geometry is a pinhole's; sptr does not undistort): feed
     /// rectified images (`image_rect`) with `intrinsics: P`, whose `d` is not read.
     pub max_distortion: f64,
-    /// Calibration file (README "Calibration file"): extrinsics where TF has none, intrinsics
-    /// until a CameraInfo arrives. Empty: TF and CameraInfo only. Relative to the params file.
+    /// Calibration file (docs/cameras.md, "Calibration file"): extrinsics where TF has none,
+    /// intrinsics until a CameraInfo arrives. Empty: TF and CameraInfo only. Relative to the
+    /// params file.
     pub calibration_file: String,
     /// Per class of the BEV model, the probability at or above which a cell is that class in the
     /// mono8 and rgb8 map images; empty: 0.5 for every class.
@@ -198,7 +199,7 @@ pub struct CameraParams {
     /// The node runs each camera frame (host part, BEV map model, map messages) on a thread
     /// beside the LiDAR path: on one GPU the two models overlap, the whole frame ends sooner
     /// (H100 node, p50: 16.8 ms instead of 23.0) but the LiDAR outputs come later (15.3 ms, where
-    /// the LiDAR stage alone takes 8.6; README "The node over DDS with cameras").
+    /// the LiDAR stage alone takes 8.6; docs/node.md, "The node over DDS with cameras").
     /// `false`: after the LiDAR outputs, on the processing thread.
     pub beside_lidar: bool,
 }

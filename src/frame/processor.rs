@@ -272,7 +272,7 @@ impl Processor {
             Self::check_cuda()?;
         }
         let w = Weights::from_file(weights).map_err(|e| {
-            format!("parameter `model.weights`: {e}; give the safetensors file exported from the upstream checkpoint (README: weights)")
+            format!("parameter `model.weights`: {e}; give the safetensors file exported from the upstream checkpoint (docs/cli.md: weights)")
         })?;
         Self::with_weights(device, model, w, bev).map_err(|e| {
             if e.starts_with("parameter `model.weights`") {

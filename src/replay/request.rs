@@ -278,11 +278,9 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
 mod tests {
     use super::*;
 
-    /// The repository: `$SPTR_ROOT` where test binaries run away from their build (a GPU host).
+    /// The repository ([`crate::repo_root`]: test binaries may run away from their build).
     fn root() -> std::path::PathBuf {
-        std::env::var_os("SPTR_ROOT")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf())
+        crate::repo_root()
     }
 
     fn model(name: &str) -> ModelYaml {
@@ -315,7 +313,7 @@ mod tests {
             bev_params(&kitti, Some((&file, &node))).unwrap(),
             (bev.clone(), frame.clone())
         );
-        // And what they are today (README documents them).
+        // And what they are today (docs/replay.md documents them).
         assert_eq!(bev.range, [-51.2, -51.2, 51.2, 51.2]);
         assert_eq!(bev.resolution, 0.4);
         assert_eq!(frame, "base_link");

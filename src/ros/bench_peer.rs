@@ -678,7 +678,7 @@ mod tests {
     #[test]
     fn the_sample_bag_gives_six_cameras_then_the_cloud() {
         let cfg = PeerConfig {
-            bag: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/bags/nuscenes_sample"),
+            bag: crate::repo_root().join("tests/data/bags/nuscenes_sample"),
             namespace: "/b".into(),
             node_name: "sptr".into(),
             map_classes: vec![],

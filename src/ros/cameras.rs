@@ -1,4 +1,4 @@
-//! The node's camera branch (issue 21): per camera an image subscription (`sensor_msgs/Image`, or
+//! The node's camera branch: per camera an image subscription (`sensor_msgs/Image`, or
 //! `CompressedImage` on `<image topic>/compressed`) and a CameraInfo subscription, sensor-data
 //! QoS keep last 1; `/tf` and `/tf_static` as raw CDR (decoded by [`crate::msgs::cdr::TfMessage`]);
 //! the subscription tasks only drop what arrives into an [`Inbox`] (newest image and CameraInfo

@@ -453,7 +453,8 @@ impl LidarOutputs {
         let cloud_msg = super::to_msg(cloud, msg.header.clone());
 
         // Counted before its outputs go out: a `/diagnostics` report made after a subscriber has
-        // the outputs must count the frame (issue 23: a report in between said "processed 0").
+        // the outputs must count the frame (counted after them, a report in between said
+        // "processed 0").
         {
             let mut c = self.counters.lock().unwrap_or_else(|p| p.into_inner());
             c.overflow.published(&range);
@@ -772,7 +773,7 @@ pub fn main() -> i32 {
         return fail(
             EXIT_PARAMS,
             "parameter `model.weights` is empty: the node needs SphereFormer weights (a safetensors file \
-             exported from the upstream checkpoint, see README); set it in the params file, pass \
+             exported from the upstream checkpoint, see docs/cli.md); set it in the params file, pass \
              `-p model.weights:=/path/model.safetensors`, or the launch argument weights:=/path/model.safetensors",
         );
     }

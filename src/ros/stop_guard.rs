@@ -1,10 +1,10 @@
 //! The node's stop deadline. On SIGINT/SIGTERM (or a CUDA error under `on_cuda_error: exit`)
 //! `node::run` stops in order: the frame in progress, the runtime's tasks, then the ROS node and
 //! its DDS participant. Each stage is bounded but the last one is DDS's own teardown, which on a
-//! loaded machine once took over 3 s (CI, two busy cores). README promises the process is gone
-//! within a second of the signal; this guard keeps that promise: a thread that ends the process
-//! when the orderly stop has not finished by [`STOP_DEADLINE`], with a last line that says so
-//! and names the stage still running (the other participants then notice we left by DDS's
+//! loaded machine once took over 3 s (CI, two busy cores). docs/node.md promises the process is
+//! gone within a second of the signal; this guard keeps that promise: a thread that ends the
+//! process when the orderly stop has not finished by [`STOP_DEADLINE`], with a last line that says
+//! so and names the stage still running (the other participants then notice we left by DDS's
 //! liveliness timeout, as after a SIGKILL, which they are built to survive).
 //!
 //! Exactly one last line is written: whichever of the orderly stop ([`StopGuard::finish`]) and

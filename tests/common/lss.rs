@@ -7,8 +7,9 @@ use sptr::sensors::calib::camera::{Calibration, NUSCENES_CAMERAS};
 use sptr::models::bevfusion::lss::LssConfig;
 use std::path::PathBuf;
 
+/// The repository root ([`crate::common::root`]).
 pub fn root() -> PathBuf {
-    std::env::var_os("SPTR_ROOT").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+    crate::common::root()
 }
 
 pub fn seg_yaml() -> String {
@@ -20,7 +21,7 @@ pub fn seg_config() -> LssConfig {
     LssConfig::parse(&seg_yaml(), "bevfusion_seg_camera.yaml").expect("seg config")
 }
 
-/// The detection geometry of the anchors: xbound / ybound [-54, 54, 0.3] (360 × 360),
+/// The detection geometry: xbound / ybound [-54, 54, 0.3] (360 × 360),
 /// the rest as the seg config.
 pub fn det_config() -> LssConfig {
     let text = seg_yaml()

@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-/// The repository root: `$SPTR_ROOT` when set (test binaries shipped to a GPU host run from
-/// another directory than they were built in), else the crate directory at build time.
+/// The repository root, for every fixture and config a test reads: `$SPTR_ROOT` when set, else
+/// the tree the test binary sits in (test binaries shipped to a GPU host run from another
+/// directory than they were built in), else the crate directory at build time
+/// ([`sptr::repo_root`], one rule for the tests and the library's own).
 pub fn root() -> PathBuf {
-    std::env::var_os("SPTR_ROOT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+    sptr::repo_root()
 }
 
 /// Path of a file under tests/data.

@@ -393,7 +393,7 @@ def main():
         report["ref_timing_note"] = ("eager PyTorch from the normalized images and the voxels on the GPU to the "
                                      "probabilities (voxelization not timed: upstream's is a CUDA op, ours is numpy "
                                      "here); pool by index_add_ (upstream: its bev_pool CUDA op); geometry per call")
-        # The issue's unit: host bytes in, masks on the host out. Upstream's test pipeline on the
+        # The timed unit: host bytes in, masks on the host out. Upstream's test pipeline on the
         # same frame: the six JPEG files' bytes decoded by Pillow (LoadMultiViewImageFromFiles),
         # ImageAug3D's resize + crop, ImageNormalize (torchvision on the CPU), the batch to the GPU,
         # the network, the probabilities back to the host. Voxelization stays untimed (above).

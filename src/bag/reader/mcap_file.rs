@@ -510,7 +510,7 @@ mod tests {
 
     fn files() -> Vec<(String, Vec<u8>)> {
         let mut files = Vec::new();
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/bags");
+        let dir = crate::repo_root().join("tests/data/bags");
         for bag in ["mcap_small", "mcap_zstd", "nuscenes_sample"] {
             let p = dir.join(bag).join(format!("{bag}.mcap"));
             files.push((bag.to_string(), std::fs::read(&p).expect("fixture bag")));

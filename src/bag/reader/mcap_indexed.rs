@@ -556,7 +556,7 @@ mod tests {
     use super::*;
 
     fn fixture(path: &str) -> (File, u64) {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        let p = crate::repo_root().join(path);
         let file = File::open(&p).expect("fixture");
         let len = file.metadata().expect("metadata").len();
         (file, len)
@@ -571,7 +571,7 @@ mod tests {
             let footer = read_footer(&file, len).expect("footer");
             let ours = read_summary(&file, footer.summary_start, len).expect("summary");
             let bytes =
-                std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(&path)).expect("read");
+                std::fs::read(crate::repo_root().join(&path)).expect("read");
             let crates = Summary::read(&bytes).expect("crate's summary").expect("a summary");
             assert!(!ours.chunk_indexes.is_empty(), "{bag}");
             assert_eq!(ours, crates, "{bag}");

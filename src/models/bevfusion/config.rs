@@ -608,7 +608,7 @@ mod tests {
     use super::*;
 
     fn repo_yaml(name: &str) -> BevConfig {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models").join(name);
+        let p = crate::repo_root().join("config/models").join(name);
         BevConfig::load(&p).unwrap()
     }
 

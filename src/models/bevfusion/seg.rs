@@ -641,7 +641,7 @@ mod tests {
     use super::*;
 
     fn root(p: &str) -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+        crate::repo_root().join(p)
     }
 
     #[test]

@@ -284,7 +284,7 @@ pub const PIPE_MAX_KV: usize = 27;
 
 impl ConvAlgo {
     /// The fastest kernel that supports these channel counts (`outputs`: the map's output rows).
-    /// Measured on an H100 (kernels/PERF.md, session 7): the tiled kernels from 128 output
+    /// Measured on an H100 (kernels/PERF.md): the tiled kernels from 128 output
     /// channels at any size and on large maps at any width; on small maps with fewer channels
     /// the 32-row pipelined kernel, whose grid fills the GPU better.
     pub fn best_for(cin: usize, cout: usize, outputs: usize) -> ConvAlgo {
@@ -389,7 +389,7 @@ fn pre_activate<S: Store>(
 /// Blocks an implicit-GEMM conv should have in flight before splitting its kernel offsets over
 /// more blocks pays (a few per SM of an H100's 132). Every implicit-GEMM kernel takes the same
 /// target: with half of it for the 256-thread tiles, the nuScenes frame's convs took 14 % longer
-/// (measured, session 5), though a single C128 conv of 22.7k outputs ran faster unsplit.
+/// (measured), though a single C128 conv of 22.7k outputs ran faster unsplit.
 const CONV_TARGET_BLOCKS: usize = 4 * 132;
 /// At most this many offset splits, each of at least this many offsets.
 const MAX_OFFSET_SPLITS: usize = 9;

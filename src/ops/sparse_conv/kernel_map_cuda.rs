@@ -88,7 +88,7 @@ pub struct MaskOrder {
 /// the low bits and the rare ones the high bits. Sorted by it, outputs are grouped first by the
 /// rare offsets, so a conv tile's rows share more of their offsets: on the dense cloud (×2, 0.05
 /// m, subm k3) a 32-row slice then computes 1.58× the useful pairs instead of 1.66×, and a 128-row
-/// tile walks 7 % fewer offsets (numpy count, session 8). Which offsets are common is a property
+/// tile walks 7 % fewer offsets (numpy count). Which offsets are common is a property
 /// of the scene; for LiDAR voxels it is those in the ground plane (z is up) and then the nearest,
 /// so offsets are ranked by (|dz|, |dx| + |dy| + |dz|, index) with d measured from the kernel's
 /// centre. Ranking by counted frequency did no better (1.57×).

@@ -406,7 +406,7 @@ mod tests {
 
     #[test]
     fn nuscenes_calib_json() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nuscenes/calib.json");
+        let path = crate::repo_root().join("tests/data/nuscenes/calib.json");
         let c = Calibration::load_nuscenes_json(&path, &NUSCENES_CAMERAS, 1600, 900).unwrap();
         assert_eq!(c.len(), 6);
         assert_eq!(c.cameras[0].name, "CAM_FRONT");

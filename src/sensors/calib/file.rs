@@ -106,8 +106,8 @@ mod tests {
     use super::*;
     use crate::sensors::calib::camera::{Calibration, NUSCENES_CAMERAS};
 
-    fn root() -> &'static Path {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
+    fn root() -> std::path::PathBuf {
+        crate::repo_root()
     }
 
     /// The committed file of the sample frame holds calib.json's extrinsics and intrinsics: the

@@ -367,7 +367,7 @@ mod tests {
     fn nuscenes_rig_from_tf_wins_over_the_file_and_falls_back_to_it() {
         use crate::sensors::calib::camera::NUSCENES_CAMERAS;
         use crate::sensors::calib::tf::mat4_mul;
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = crate::repo_root();
         let file = CalibrationFile::load(&root.join("config/calibration/nuscenes_sample.yaml")).unwrap();
         let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("tests/data/nuscenes/calib.json")).unwrap()).unwrap();
         let l2e: Mat4 = serde_json::from_value(json["lidar"]["lidar2ego"].clone()).unwrap();

@@ -18,7 +18,8 @@
 //! image against 5.0 ms for jpeg-decoder and 3.7 ms for Pillow's libjpeg-turbo 3.2 (SIMD); both
 //! Rust decoders differ from libjpeg-turbo's ISLOW IDCT in the last bits (zune-jpeg: max 4,
 //! mean 0.078 per channel in 0-255 units; jpeg-decoder: max 3, mean 0.060). It is image-rs's JPEG
-//! decoder today, pure Rust, and reads the header before it allocates. README "Camera images".
+//! decoder today, pure Rust, and reads the header before it allocates.
+//! docs/inputs.md, "Camera images".
 
 use crate::sensors::image::encodings::{check_size, DecodeLimits, ImageError, RgbImage};
 use crate::sensors::image::jpeg_scan::check_scan_data;
@@ -198,12 +199,12 @@ mod tests {
     use super::*;
 
     fn test_data(rel: &str) -> Vec<u8> {
-        std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(rel)).unwrap()
+        std::fs::read(crate::repo_root().join("tests/data").join(rel)).unwrap()
     }
 
     /// CAM_FRONT's JPEG cut to its first 78,718 bytes (60 %) and given an end-of-image marker.
     fn cut_front_jpeg() -> Vec<u8> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nuscenes");
+        let dir = crate::repo_root().join("tests/data/nuscenes");
         let front = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())

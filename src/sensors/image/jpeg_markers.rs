@@ -368,7 +368,7 @@ mod tests {
 
     #[test]
     fn pillows_fixtures_are_classified() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/camera");
+        let dir = crate::repo_root().join("tests/data/camera");
         let read = |n: &str| read_layout(&std::fs::read(dir.join(n)).unwrap()).unwrap();
         assert_eq!(read("progressive.jpg").gpu_eligibility(), GpuEligibility::Coding(0xC2));
         assert_eq!(read("gray.jpg").gpu_eligibility(), GpuEligibility::Components(1));
@@ -380,7 +380,7 @@ mod tests {
 
     #[test]
     fn the_checks_before_the_gpu_pass_whole_jpegs_and_name_what_is_wrong() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+        let dir = crate::repo_root().join("tests/data");
         let front = std::fs::read_dir(dir.join("nuscenes"))
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -411,7 +411,7 @@ mod tests {
 
     #[test]
     fn the_nuscenes_jpegs_are_eligible_baseline_420() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/nuscenes");
+        let dir = crate::repo_root().join("tests/data/nuscenes");
         let mut seen = 0;
         for e in std::fs::read_dir(&dir).unwrap() {
             let p = e.unwrap().path();

@@ -1201,10 +1201,10 @@ fn after_scan(data: &[u8], bits: BitReader) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::{Path, PathBuf};
+    use std::path::PathBuf;
 
     fn data_dir(sub: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(sub)
+        crate::repo_root().join("tests/data").join(sub)
     }
 
     fn nuscenes_jpegs() -> Vec<(String, Vec<u8>)> {

@@ -37,7 +37,7 @@
 //! query, every key row loaded from global memory / L1 by each of its window's 49 queries:
 //! stage 1's 76,440 padded tokens × 49 keys × 2 rows × 96 channels × 2 bytes ≈ 1.4 GB of L1/L2
 //! traffic a block, 7.8 GB over Swin-T, against 0.24 GB staged by the whole-window kernel).
-//! Expected: most of the attention's share of the 4.2 ms (not separately measured in session 10;
+//! Expected: most of the attention's share of the 4.2 ms (not separately measured;
 //! 7.8 GB at L2 rates of 10-20 TB/s is 0.4-0.8 ms). `SPTR_SWIN_ATTN=perquery`
 //! or `set_whole_window_attention(false)` selects the per-query kernel.
 //!

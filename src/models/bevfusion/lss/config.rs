@@ -317,7 +317,7 @@ mod tests {
     use super::*;
 
     fn seg() -> LssConfig {
-        LssConfig::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models/bevfusion_seg_camera.yaml")).unwrap()
+        LssConfig::load(&crate::repo_root().join("config/models/bevfusion_seg_camera.yaml")).unwrap()
     }
 
     #[test]
@@ -332,7 +332,7 @@ mod tests {
         assert_eq!(g.nx, [256, 256, 1]);
         assert_eq!(g.dx, [0.4, 0.4, 20.0]);
         assert_eq!(g.bx, [-51.0, -51.0, 0.0]);
-        // the detection grid of the issue: (54 - -54) / 0.3 = 360 in double
+        // the detection grid: (54 - -54) / 0.3 = 360 in double
         let det = BevGrid::from_bounds([-54.0, 54.0, 0.3], [-54.0, 54.0, 0.3], [-10.0, 10.0, 20.0]);
         assert_eq!(det.nx, [360, 360, 1]);
         assert_eq!(det.bx[0], -53.85f32);
@@ -374,7 +374,7 @@ mod tests {
 
     #[test]
     fn config_errors_name_the_key() {
-        let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/models/bevfusion_seg_camera.yaml")).unwrap();
+        let text = std::fs::read_to_string(crate::repo_root().join("config/models/bevfusion_seg_camera.yaml")).unwrap();
         let bad = |from: &str, to: &str| {
             assert!(text.contains(from), "{from}");
             LssConfig::parse(&text.replacen(from, to, 1), "m.yaml").unwrap_err().to_string()

@@ -256,10 +256,9 @@ mod tests {
     use super::*;
     use crate::sensors::calib::camera::{Mat4, NUSCENES_CAMERAS};
     use std::collections::BTreeMap;
-    use std::path::Path;
 
-    fn root() -> &'static Path {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
+    fn root() -> std::path::PathBuf {
+        crate::repo_root()
     }
 
     fn seg_params() -> LssParams {

@@ -1,5 +1,5 @@
-//! Issue 22's overflowing SphereFormer weights, drawn at test time (shared by
-//! tests/gpu_overflow.rs and tests/gpu_precision.rs; include with `#[path]`).
+//! SphereFormer weights that overflow FP16, drawn at test time (shared by tests/gpu_overflow.rs,
+//! tests/gpu_precision.rs and tests/gpu_camera_overflow.rs; include with `#[path]`).
 #![allow(dead_code)]
 
 use crate::common::Rng;
@@ -14,11 +14,11 @@ pub fn normal(rng: &mut Rng, std: f64) -> f32 {
     ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos() * std) as f32
 }
 
-/// Weights as the issue draws them: conv and linear weights N(0, 0.05), BN and LN weights
+/// Weights that leave FP16's range: conv and linear weights N(0, 0.05), BN and LN weights
 /// U(0.5, 1.5), biases and running means N(0, 0.1), running variances U(0.5, 2); the RPE
-/// tables, which the issue does not list, N(0, 0.02) (upstream's initialisation scale). Upstream's
+/// tables N(0, 0.02) (upstream's initialisation scale). Upstream's
 /// FP32 model reaches activations of 1.3e6 with them: past FP16's 65,504, far inside BF16's range.
-pub fn issue_weights(cfg: &ModelYaml, seed: u64) -> NamedTensors {
+pub fn overflowing_weights(cfg: &ModelYaml, seed: u64) -> NamedTensors {
     let mut rng = Rng(seed);
     weight_specs(cfg)
         .unwrap()
