@@ -18,11 +18,11 @@ pub struct KernelSource {
 }
 
 /// Shared definitions, prepended to every module.
-pub const PRELUDE: &str = include_str!("../../kernels/prelude.cuh");
+pub const PRELUDE: &str = include_str!("../../kernels/device/prelude.cuh");
 
 /// The activation storage type and its conversions (`store_t`, FP16, BF16 or FP32; see
 /// [`crate::device::storage`]), prepended after the prelude to [`STORAGE_MODULES`].
-pub const STORAGE: &str = include_str!("../../kernels/storage.cuh");
+pub const STORAGE: &str = include_str!("../../kernels/device/storage.cuh");
 
 /// The modules written against `store_t`: each has an FP16 build and BF16 and FP32 twins
 /// (compiled with `-DSPTR_STORAGE_BF16`, `-DSPTR_STORAGE_F32`). The others store FP16 only, or no
@@ -36,21 +36,21 @@ pub fn has_storage_twin(name: &str) -> bool {
 
 /// Every kernel module the crate uses.
 pub const ALL: &[KernelSource] = &[
-    KernelSource { name: "scan_sort", src: include_str!("../../kernels/scan_sort.cu"), fmad: false },
-    KernelSource { name: "voxelize", src: include_str!("../../kernels/voxelize.cu"), fmad: false },
-    KernelSource { name: "net_inputs", src: include_str!("../../kernels/net_inputs.cu"), fmad: false },
-    KernelSource { name: "bev_grid", src: include_str!("../../kernels/bev_grid.cu"), fmad: false },
-    KernelSource { name: "sparse_map", src: include_str!("../../kernels/sparse_map.cu"), fmad: false },
-    KernelSource { name: "sparse_conv", src: include_str!("../../kernels/sparse_conv.cu"), fmad: false },
-    KernelSource { name: "attention", src: include_str!("../../kernels/attention.cu"), fmad: false },
-    KernelSource { name: "attention_core", src: include_str!("../../kernels/attention_core.cu"), fmad: true },
-    KernelSource { name: "layers", src: include_str!("../../kernels/layers.cu"), fmad: true },
-    KernelSource { name: "dense", src: include_str!("../../kernels/dense.cu"), fmad: false },
-    KernelSource { name: "bev_dense", src: include_str!("../../kernels/bev_dense.cu"), fmad: false },
-    KernelSource { name: "swin", src: include_str!("../../kernels/swin.cu"), fmad: true },
-    KernelSource { name: "bev_pool", src: include_str!("../../kernels/bev_pool.cu"), fmad: false },
-    KernelSource { name: "lidar_encoder", src: include_str!("../../kernels/lidar_encoder.cu"), fmad: false },
-    KernelSource { name: "image_preprocess", src: include_str!("../../kernels/image_preprocess.cu"), fmad: false },
+    KernelSource { name: "scan_sort", src: include_str!("../../kernels/device/scan_sort.cu"), fmad: false },
+    KernelSource { name: "voxelize", src: include_str!("../../kernels/ops/voxelize.cu"), fmad: false },
+    KernelSource { name: "net_inputs", src: include_str!("../../kernels/models/sphereformer/net_inputs.cu"), fmad: false },
+    KernelSource { name: "bev_grid", src: include_str!("../../kernels/ops/label_grid.cu"), fmad: false },
+    KernelSource { name: "sparse_map", src: include_str!("../../kernels/ops/sparse_map.cu"), fmad: false },
+    KernelSource { name: "sparse_conv", src: include_str!("../../kernels/ops/sparse_conv.cu"), fmad: false },
+    KernelSource { name: "attention", src: include_str!("../../kernels/ops/attention.cu"), fmad: false },
+    KernelSource { name: "attention_core", src: include_str!("../../kernels/ops/attention_core.cu"), fmad: true },
+    KernelSource { name: "layers", src: include_str!("../../kernels/ops/rowwise.cu"), fmad: true },
+    KernelSource { name: "dense", src: include_str!("../../kernels/ops/dense.cu"), fmad: false },
+    KernelSource { name: "bev_dense", src: include_str!("../../kernels/ops/bev_dense.cu"), fmad: false },
+    KernelSource { name: "swin", src: include_str!("../../kernels/models/bevfusion/swin.cu"), fmad: true },
+    KernelSource { name: "bev_pool", src: include_str!("../../kernels/models/bevfusion/bev_pool.cu"), fmad: false },
+    KernelSource { name: "lidar_encoder", src: include_str!("../../kernels/models/bevfusion/lidar_encoder.cu"), fmad: false },
+    KernelSource { name: "image_preprocess", src: include_str!("../../kernels/ops/image_preprocess.cu"), fmad: false },
 ];
 
 /// The source of module `name`, if there is one.

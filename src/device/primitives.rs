@@ -1,4 +1,4 @@
-//! Device-wide building blocks on CUDA (kernels in `kernels/scan_sort.cu`): exclusive scan of
+//! Device-wide building blocks on CUDA (kernels in `kernels/device/scan_sort.cu`): exclusive scan of
 //! u32 and a stable LSD radix sort of (u64 key, u32 value) pairs over the low `bits` of the key:
 //! one launch for up to [`SMALL_SORT_CAPACITY`] pairs, else one launch counting every pass's
 //! digits and one "one sweep" launch per 8-bit pass (decoupled look-back, no host round trip).

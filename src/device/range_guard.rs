@@ -6,7 +6,7 @@
 //! whose activations grow past it saturates to ±inf; the next ReLU (`fmaxf`) turns the NaNs that
 //! follow into zeros, and the logits come out finite and wrong, with nothing to tell. Every kernel
 //! that stores FP16 activations therefore checks, in FP32 before the conversion, each value it
-//! stores (see `kernels/prelude.cuh`, `fp16_range_bits` / `range_flag`):
+//! stores (see `kernels/device/prelude.cuh`, `fp16_range_bits` / `range_flag`):
 //!
 //! - [`RANGE_SATURATED`]: `|v| >= 65504` (it rounds to the largest FP16 value or to inf);
 //! - [`RANGE_NON_FINITE`]: `v` is NaN or ±inf already in FP32 (an input was).
@@ -33,7 +33,7 @@
 //! 2. per forward, `RangeFlags::new(dev, &names)`; pass `flags.slot(id)?` to each launch, whose
 //!    kernel takes `u32* range_flags, u32 range_layer` and calls `range_flag(range_flags,
 //!    range_layer, bits)` once per thread with `bits |= fp16_range_bits(v)` over the values it
-//!    stores (the windowed attention and the layers of `kernels/layers.cu` already take a slot);
+//!    stores (the windowed attention and the layers of `kernels/ops/rowwise.cu` already take a slot);
 //! 3. after the last kernel, `readback.enqueue(dev, flags)` ([`crate::device::range::RangeReadback`],
 //!    one per model), and once the frame's outputs are on the host, `pending.finish(&names)`;
 //!    put the [`RangeReport`] into the frame's result, where `perception` and the node act on it.

@@ -10,7 +10,7 @@
 //!
 //! One kernel source serves all three: the modules that store activations
 //! ([`crate::device::kernels::STORAGE_MODULES`]) are written against `store_t` and its
-//! conversions (`kernels/storage.cuh`), and NVRTC compiles them again with `-DSPTR_STORAGE_BF16`
+//! conversions (`kernels/device/storage.cuh`), and NVRTC compiles them again with `-DSPTR_STORAGE_BF16`
 //! and `-DSPTR_STORAGE_F32` for the twins (without a define the compiled FP16 code is what it was
 //! before storage.cuh existed; the FP32 build leaves out the tensor-core kernels). On the host a
 //! buffer's Rust element type says what it holds: `CudaSlice<half::f16>`,
@@ -48,7 +48,7 @@ impl Storage {
         self != Storage::Fp32
     }
 
-    /// The preprocessor define that selects this format in `kernels/storage.cuh` (none: FP16).
+    /// The preprocessor define that selects this format in `kernels/device/storage.cuh` (none: FP16).
     pub fn define(self) -> Option<&'static str> {
         match self {
             Storage::Fp16 => None,
@@ -210,7 +210,7 @@ mod tests {
     #[test]
     fn saturation_limits_are_the_formats_largest_finite_values() {
         assert_eq!(Storage::Fp16.max_finite(), half::f16::MAX.to_f32());
-        // kernels/storage.cuh's STORE_MAX for BF16, 3.38953139e38f, is this value
+        // kernels/device/storage.cuh's STORE_MAX for BF16, 3.38953139e38f, is this value
         assert_eq!(Storage::Bf16.max_finite(), 3.389_531_4e38);
         assert_eq!(Storage::Bf16.max_finite().to_bits(), 0x7f7f_0000);
         assert_eq!(Storage::Fp16.define(), None);

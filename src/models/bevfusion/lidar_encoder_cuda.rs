@@ -2,7 +2,7 @@
 //! SparseEncoder's convs on the sparse-conv engine (FP16 features and weights, FP32
 //! accumulation; BatchNorm folded at load, bias + residual + ReLU in the conv's epilogue) and the
 //! flattening to the NHWC BEV map `[1, X, Y, C · Z]` (kernel `sparse_to_bev` in
-//! `kernels/lidar_encoder.cu`). Same function as [`LidarEncoder`](crate::models::bevfusion::lidar_encoder::LidarEncoder).
+//! `kernels/models/bevfusion/lidar_encoder.cu`). Same function as [`LidarEncoder`](crate::models::bevfusion::lidar_encoder::LidarEncoder).
 //!
 //! Kernel maps: one submanifold 3×3×3 map per stage (upstream's `subm1` and the basic blocks'
 //! convs, whose pairs are the same), one strided map per down conv and for `conv_out`.

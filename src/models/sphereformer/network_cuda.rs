@@ -12,7 +12,7 @@
 //! - attention: `attention::cuda` (windows built once per level, both window kinds);
 //! - Linear: cuBLAS GEMM (FP16 in, FP32 out) followed by `linear_epilogue` (bias, q scale, GELU,
 //!   residual, FP16 out); LayerNorm, BatchNorm + ReLU, concatenation and the next level's voxel
-//!   positions: `kernels/layers.cu`.
+//!   positions: `kernels/ops/rowwise.cu`.
 //!
 //! The head's logits are FP32 (GEMM output + bias), copied back for the arg-max.
 //!

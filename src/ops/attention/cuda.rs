@@ -1,5 +1,5 @@
-//! Window attention on CUDA (kernels in `kernels/attention.cu`, exact float steps, and
-//! `kernels/attention_core.cu`, the attention itself): the same functions as the CPU reference in
+//! Window attention on CUDA (kernels in `kernels/ops/attention.cu`, exact float steps, and
+//! `kernels/ops/attention_core.cu`, the attention itself): the same functions as the CPU reference in
 //! `cpu.rs`, `partition.rs` and `sphere.rs`, on FP16 q/k/v with FP32 accumulation.
 //!
 //! Partition: per-axis bounds → mixed-radix window key per voxel → stable radix sort of

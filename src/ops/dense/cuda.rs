@@ -1,4 +1,4 @@
-//! Dense NHWC maps on CUDA: FP16 storage, FP32 accumulation (kernels in `kernels/dense.cu`).
+//! Dense NHWC maps on CUDA: FP16 storage, FP32 accumulation (kernels in `kernels/ops/dense.cu`).
 //!
 //! A convolution is one cuBLAS GEMM (FP16 operands, FP32 accumulate and output) over pixels:
 //! 1×1 stride-1 unpadded convs multiply the map itself, every other conv multiplies an im2col

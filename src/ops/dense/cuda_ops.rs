@@ -1,5 +1,5 @@
 //! The BEV decoder's and map head's dense ops on CUDA beyond `cuda.rs` (kernels in
-//! `kernels/bev_dense.cu`): a kernel = stride transposed convolution (one cuBLAS GEMM and a
+//! `kernels/ops/bev_dense.cu`): a kernel = stride transposed convolution (one cuBLAS GEMM and a
 //! scatter), a conv with a residual added before its activation, `grid_sample`, and the head's
 //! bias + sigmoid to class-major FP32 maps.
 

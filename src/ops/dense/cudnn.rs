@@ -1,7 +1,7 @@
 //! 2-D convolutions through cuDNN (loaded at run time by cudarc: `libcudnn.so.9`), NHWC FP16 in
 //! and out with FP32 accumulation ("pseudo-half": compute type FLOAT), tensor-core math; the bias
 //! (a folded BatchNorm's shift), an optional residual and the activation follow in one FP16 pass
-//! (`bias_act_f16`, kernels/bev_dense.cu).
+//! (`bias_act_f16`, kernels/ops/bev_dense.cu).
 //!
 //! Layouts: the input and output are `CUDNN_TENSOR_NHWC` tensors described by their (n, c, h, w)
 //! sizes; the filter is `CUDNN_TENSOR_NHWC` too, which cuDNN reads as KRSC

@@ -1,6 +1,6 @@
 //! The camera preprocessing on the GPU: the same function as [`preprocess_cpu`](crate::ops::image_preprocess::cpu::preprocess_cpu)
 //! (resize, crop, normalize; module docs there), output in FP16 NHWC, one kernel for all cameras
-//! (`kernels/image_preprocess.cu`).
+//! (`kernels/ops/image_preprocess.cu`).
 //!
 //! Only RGB8 bytes cross the bus, and of each image only the rows its resize reads (for
 //! 1600 × 900 → 256 × 704 rows 364..900, 60 % of the image). Images are staged in one pinned host
@@ -30,7 +30,7 @@ use cudarc::driver::{CudaEvent, CudaSlice, DevicePtrMut, LaunchConfig, PinnedHos
 use half::f16;
 use rayon::prelude::*;
 
-/// Words per camera descriptor (`kernels/image_preprocess.cu`).
+/// Words per camera descriptor (`kernels/ops/image_preprocess.cu`).
 const DESC_WORDS: usize = 8;
 const BLOCK: (u32, u32) = (32, 8);
 

@@ -1,4 +1,4 @@
-//! CUDA BEV label grids (kernels in `kernels/bev_grid.cu`); same grids as `label_grid_cpu`.
+//! CUDA BEV label grids (kernels in `kernels/ops/label_grid.cu`); same grids as `label_grid_cpu`.
 
 use crate::ops::label_grid::cpu::{BevGridParams, BevGrids};
 use crate::device::cuda::{cuda_err, CudaDevice};

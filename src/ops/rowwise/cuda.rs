@@ -1,6 +1,6 @@
 //! Dense per-row layers on CUDA shared by the networks (SphereFormer, the camera encoder):
 //! uploads, `nn.Linear` as a cuBLAS GEMM (FP16 in, FP32 out) plus an epilogue kernel (bias,
-//! scale, GELU, residual, FP16 out), and `nn.LayerNorm` (kernels in `kernels/layers.cu`).
+//! scale, GELU, residual, FP16 out), and `nn.LayerNorm` (kernels in `kernels/ops/rowwise.cu`).
 //!
 //! Activations and weights are FP16 (`half::f16`) or, for a model in BF16 precision, BF16
 //! (`half::bf16`): the types and functions taking them are generic over

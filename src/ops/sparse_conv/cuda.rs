@@ -1,4 +1,4 @@
-//! Sparse convolution on CUDA (kernels in `kernels/sparse_conv.cu`): FP16 features and weights,
+//! Sparse convolution on CUDA (kernels in `kernels/ops/sparse_conv.cu`): FP16 features and weights,
 //! FP32 accumulation, over a `CudaKernelMap`'s neighbour table; the same function as
 //! `conv_cpu::conv_with` (bias, pre-activation on the gather, residual add).
 //!

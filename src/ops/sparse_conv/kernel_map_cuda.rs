@@ -1,4 +1,4 @@
-//! Kernel maps on the GPU (kernels in `kernels/sparse_map.cu`): the same maps as
+//! Kernel maps on the GPU (kernels in `kernels/ops/sparse_map.cu`): the same maps as
 //! `kernel_map.rs`, as neighbour tables `nbr[out * K + k]` (input row or -1), the form the conv
 //! kernels read. Input sites go into an open-addressing hash of packed `[b, x, y, z]` (64-bit
 //! keys, capacity a power of two at least twice the sites). Strided outputs are proposed by every

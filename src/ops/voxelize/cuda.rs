@@ -1,4 +1,4 @@
-//! CUDA voxelization (kernels in `kernels/voxelize.cu`), the same function as `voxelize_cpu`.
+//! CUDA voxelization (kernels in `kernels/ops/voxelize.cu`), the same function as `voxelize_cpu`.
 //!
 //! Algorithm, one pass each: per-sample minimum (origin `scan_min`) -> integer coordinates and
 //! their bounds -> mixed-radix keys over the occupied box -> stable radix sort of (key, point)

@@ -1,4 +1,4 @@
-//! Hard voxelization on CUDA (kernels in `kernels/lidar_encoder.cu`): the same function as
+//! Hard voxelization on CUDA (kernels in `kernels/models/bevfusion/lidar_encoder.cu`): the same function as
 //! [`hard_voxelize_cpu`](crate::ops::voxelize::hard::hard_voxelize_cpu), exactly (coordinates, order,
 //! counts, float32 means, stats).
 //!

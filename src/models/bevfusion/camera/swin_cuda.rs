@@ -2,7 +2,7 @@
 //! accumulation everywhere.
 //!
 //! What runs where, per block (tokens `[n, h, w, C]` FP16, NHWC):
-//! - norm1 + zero padding to the window grid: `swin_ln_pad` (kernels/swin.cu);
+//! - norm1 + zero padding to the window grid: `swin_ln_pad` (kernels/models/bevfusion/swin.cu);
 //! - qkv: cuBLAS GEMM (FP16 in, FP32 out) on the padded grid, then `swin_qkv_split` (bias, q
 //!   scale, FP16 q / k / v);
 //! - attention: the project's varlen window-attention kernel (`attention::cuda`, 2-D relative

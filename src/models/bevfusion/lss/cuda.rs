@@ -1,4 +1,4 @@
-//! The view transform on CUDA (kernels in `kernels/bev_pool.cu`): geometry per calibration built
+//! The view transform on CUDA (kernels in `kernels/models/bevfusion/bev_pool.cu`): geometry per calibration built
 //! on the GPU (a kernel computing every point's cell in f64 exactly as the CPU reference, the
 //! project's radix sort, cell offsets by binary search), the depth softmax of the depthnet's
 //! cuBLAS GEMM, and the fused pool (one warp per BEV cell, FP16 inputs, FP32 sums, no atomics:
@@ -173,7 +173,7 @@ pub struct CudaLifted {
     pub context: CudaSlice<f16>,
 }
 
-/// The pool on the GPU: `[1, nx, ny, nz · C]` FP16 (see `kernels/bev_pool.cu`).
+/// The pool on the GPU: `[1, nx, ny, nz · C]` FP16 (see `kernels/models/bevfusion/bev_pool.cu`).
 pub fn pool_cuda(
     dev: &CudaDevice,
     geom: &CudaLssGeometry,

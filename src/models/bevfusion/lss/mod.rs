@@ -5,7 +5,7 @@
 //! - `geometry`: the per-calibration point → BEV cell table (CPU) and its cache;
 //! - `transform`: weights, depthnet + depth softmax (lift), the pool, the downsample convs (CPU);
 //! - `cuda` (feature `cuda`): the same on the GPU, geometry built by a kernel + radix sort, a fused
-//!   lift + pool kernel that never forms the N·D·H·W·C frustum features (`kernels/bev_pool.cu`);
+//!   lift + pool kernel that never forms the N·D·H·W·C frustum features (`kernels/models/bevfusion/bev_pool.cu`);
 //! - `bench`: `sptr bench bevpool`.
 
 pub mod config;
