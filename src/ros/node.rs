@@ -46,7 +46,7 @@ use crate::ops::label_grid::cpu::{BevGridParams, BevGrids};
 use crate::frame::messages::{frame_mismatch, BevLayout, ImageLayout};
 use crate::frame::budget::BudgetState;
 use crate::msgs::cloud::PointField;
-use crate::frame::params::{CudaErrorPolicy, NodeParams, OverflowPolicy};
+use crate::frame::params::{CudaErrorPolicy, NodeParams, OverflowPolicy, TopicParams};
 use crate::models::sphereformer::config::ModelConfig;
 use crate::frame::frame_processor::{CameraPath, FrameProcessor};
 use crate::frame::processor::{bev_params, FrameOutput, OverflowStats, Processor, Reject, Rejected, STAGES};
@@ -794,48 +794,10 @@ pub fn main() -> i32 {
     };
     processor.set_on_overflow(params.on_overflow);
 
-    // 5. The camera branch: its calibration file and state, and the BEV map model (on the
-    // `device` of the LiDAR model) from `camera.model_config` / `camera.model_weights`.
-    let camera_branch = if params.input.cameras.is_empty() {
-        None
-    } else {
-        let file = match params::calibration_file_path(&params, &file_maps) {
-            Some(path) => match crate::sensors::calib::file::CalibrationFile::load(&path) {
-                Ok(f) => Some(f),
-                Err(e) => return fail(EXIT_PARAMS, format!("parameter `camera.calibration_file`: {e}")),
-            },
-            None => None,
-        };
-        match crate::frame::cameras::CameraBranch::new(super::cameras::branch_config(&params, file)) {
-            Ok(b) => Some(b),
-            Err(e) => return fail(EXIT_PARAMS, format!("camera parameters: {e}")),
-        }
-    };
-    let map_model = match (&camera_branch, params::camera_model_path(&params, &file_maps)) {
-        (Some(_), Some(config)) => {
-            use crate::frame::map_model::{SegMapModel, SegWeightsSource};
-            // `random:<seed>` as it is; a file relative to the params file that set it
-            let weights = match SegWeightsSource::parse(&params.camera.model_weights) {
-                Ok(SegWeightsSource::File(_)) => match params::camera_weights_path(&params, &file_maps) {
-                    Some(p) => SegWeightsSource::File(p),
-                    None => return fail(EXIT_PARAMS, "parameter `camera.model_weights` is empty"),
-                },
-                Ok(w) => w,
-                Err(e) => {
-                    return fail(
-                        EXIT_PARAMS,
-                        format!("parameter `camera.model_weights`: {e}; or set camera.model_config to \"\" for no BEV map (launch camera_weights:=)"),
-                    )
-                }
-            };
-            let cuda = params.device == crate::device::DeviceKind::Cuda;
-            match SegMapModel::open(&config, &weights, cuda) {
-                Ok(m) => Some(m),
-                Err(e) if cuda && e.to_string().contains("CUDA") => return fail(EXIT_DEVICE, format!("BEV map model on device cuda: {e}")),
-                Err(e) => return fail(EXIT_PARAMS, format!("parameter `camera.model_config` / `camera.model_weights`: {e}")),
-            }
-        }
-        _ => None,
+    // 5. The camera branch and the BEV map model.
+    let (camera_branch, map_model) = match open_cameras(&params, &file_maps) {
+        Ok(c) => c,
+        Err((code, e)) => return fail(code, e),
     };
     eprintln!(
         "perception_node: model {} with weights {} loaded on {} in {:.0} ms",
@@ -942,28 +904,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
             )
         }
     };
-    let pubs = (|| -> r2r::Result<(Publishers, r2r::Publisher<DiagnosticArray>)> {
-        let q = r2r::QosProfile::default();
-        let out = r2r::QosProfile::default().reliable().keep_last(1);
-        let mut stages = Vec::with_capacity(STAGES.len());
-        for s in STAGES {
-            stages.push(node.create_publisher(&format!("~/debug/stage_ms/{s}"), q.clone())?);
-        }
-        Ok((
-            Publishers {
-                points: node.create_publisher(&topics.output_points, out.clone())?,
-                bev_labels: node.create_publisher(&topics.bev_labels, out.clone())?,
-                bev_color: node.create_publisher(&topics.bev_labels_color, out.clone())?,
-                occupancy: node.create_publisher(&topics.bev_occupancy, out)?,
-                processing: node.create_publisher("~/debug/processing_time_ms", q.clone())?,
-                stages,
-                latency: node.create_publisher("~/debug/latency_ms", q.clone())?,
-                voxels: node.create_publisher("~/debug/voxels", q.clone())?,
-            },
-            node.create_publisher("/diagnostics", q)?,
-        ))
-    })();
-    let (pubs, diag_pub) = match pubs {
+    let (pubs, diag_pub) = match create_publishers(&mut node, topics) {
         Ok(p) => p,
         Err(e) => {
             return fail(
@@ -973,67 +914,15 @@ fn run(setup: Setup, fqn: String) -> i32 {
         }
     };
 
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return fail(EXIT_ROS, format!("cannot start the tokio runtime: {e}")),
-    };
-    // Signals first, so a SIGINT from here on is ours.
-    let signals = rt.block_on(async {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok::<_, std::io::Error>((
-            signal(SignalKind::interrupt())?,
-            signal(SignalKind::terminate())?,
-        ))
-    });
-    let (mut sigint, mut sigterm) = match signals {
-        Ok(s) => s,
-        Err(e) => {
-            return fail(
-                EXIT_ROS,
-                format!("cannot install the SIGINT/SIGTERM handlers: {e}"),
-            )
-        }
+    let (rt, mut sigint, mut sigterm) = match start_runtime() {
+        Ok(r) => r,
+        Err(e) => return fail(EXIT_ROS, e),
     };
 
-    // The camera branch's subscriptions (tasks on the runtime) and outputs; the branch and the
-    // BEV map model go to the frame processor's camera path.
-    let (mut cameras, camera_diag, camera_path) = match camera_branch {
-        None => (None, None, None),
-        Some(branch) => match super::cameras::start(&mut node, &rt, &params, &logger) {
-            Ok((w, d)) => {
-                let path = CameraPath { branch, model: None, style: None, bev_frame: params.bev.frame_id.clone() };
-                (Some(w), Some(d), Some(path))
-            }
-            Err(e) => {
-                return fail(
-                    EXIT_ROS,
-                    format!("cannot subscribe to the cameras (check input.cameras and camera.*): {e}"),
-                )
-            }
-        },
+    let (cameras, camera_diag, camera_path) = match start_cameras(&mut node, &rt, &params, camera_branch, map_model, &logger) {
+        Ok(c) => c,
+        Err((code, e)) => return fail(code, e),
     };
-    let mut camera_path = camera_path;
-    if let (Some(w), Some(path), Some(m)) = (cameras.as_mut(), camera_path.as_mut(), map_model) {
-        let classes = m.classes().to_vec();
-        let thresholds = match params.map_thresholds(classes.len()) {
-            Ok(t) => t,
-            Err(e) => return fail(EXIT_PARAMS, e),
-        };
-        let palette = classes.iter().map(|c| crate::models::bevfusion::map::class_colour(c)).collect();
-        let style = crate::frame::map_messages::MapStyle { thresholds, palette };
-        match super::cameras::MapPublishers::create(&mut node, &classes, &style) {
-            Ok(p) => {
-                w.set_map_publishers(p, m.description().to_string());
-                path.model = Some(Box::new(m));
-                path.style = Some(style);
-            }
-            Err(e) => return fail(EXIT_ROS, format!("cannot create the BEV map publishers: {e}")),
-        }
-    }
 
     let mailbox: Arc<Mailbox<Frame>> = Arc::new(Mailbox::new());
     let counters = Arc::new(Mutex::new(Counters::default()));
@@ -1041,7 +930,6 @@ fn run(setup: Setup, fqn: String) -> i32 {
     let (exit_tx, mut exit_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
 
     // Processing thread.
-    let vox = &model.yaml.voxelization;
     let device = processor.device_name().to_string();
     let bev_cells = (
         processor.bev_params().width(),
@@ -1077,27 +965,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
     };
 
     // Subscription -> mailbox.
-    {
-        let (mailbox, counters) = (mailbox.clone(), counters.clone());
-        let mut sub = sub;
-        rt.spawn(async move {
-            while let Some(msg) = sub.next().await {
-                let now = Instant::now();
-                let stamp = Duration::new(
-                    msg.header.stamp.sec.max(0) as u64,
-                    msg.header.stamp.nanosec.min(999_999_999),
-                );
-                let age = wall_now().as_secs_f64() - stamp.as_secs_f64();
-                {
-                    let mut c = counters.lock().unwrap_or_else(|p| p.into_inner());
-                    c.received += 1;
-                    c.last_receipt = Some(now);
-                    c.last_stamp_age_ms = Some(age * 1e3);
-                }
-                mailbox.put(Frame { msg, received: now });
-            }
-        });
-    }
+    spawn_subscription(&rt, sub, mailbox.clone(), counters.clone());
 
     // Diagnostics at 1 Hz.
     let info = DiagInfo {
@@ -1114,54 +982,10 @@ fn run(setup: Setup, fqn: String) -> i32 {
             model.yaml.precision.name().to_string()
         },
     };
-    {
-        let (mailbox, counters) = (mailbox.clone(), counters.clone());
-        rt.spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut seen = [0u64; N_REJECT];
-            let mut seen_overflows = 0u64;
-            let mut seen_recomputed = 0u64;
-            loop {
-                tick.tick().await;
-                let skipped = mailbox.skipped();
-                let msg = {
-                    let c = counters.lock().unwrap_or_else(|p| p.into_inner());
-                    let new = |r: Reject| c.rejected[r.index()] - seen[r.index()];
-                    let since = Since {
-                        device_errors: new(Reject::DeviceError),
-                        processing_errors: new(Reject::ProcessingError),
-                        rejected: Reject::ALL.iter().map(|&r| new(r)).sum(),
-                        overflows: c.overflow.frames - seen_overflows,
-                        recomputed_fp32: c.recomputed_fp32 - seen_recomputed,
-                    };
-                    let mut m = diagnostics(&info, &c, skipped, since);
-                    if let Some(d) = &camera_diag {
-                        super::cameras::extend_diagnostics(&mut m, &d.lock().unwrap_or_else(|p| p.into_inner()));
-                    }
-                    seen = c.rejected;
-                    seen_overflows = c.overflow.frames;
-                    seen_recomputed = c.recomputed_fp32;
-                    m
-                };
-                let _ = diag_pub.publish(&msg);
-            }
-        });
-    }
+    spawn_diagnostics(&rt, info, mailbox.clone(), counters.clone(), camera_diag, diag_pub);
 
     // Spinning thread: owns the node.
-    let spinner = {
-        let stop = stop.clone();
-        std::thread::Builder::new()
-            .name("sptr-spin".into())
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    node.spin_once(Duration::from_millis(50));
-                }
-                drop(node);
-            })
-    };
-    let spinner = match spinner {
+    let spinner = match spawn_spinner(node, stop.clone()) {
         Ok(h) => h,
         Err(e) => {
             mailbox.close();
@@ -1170,23 +994,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
         }
     };
 
-    let camera_line = match params.input.cameras.len() {
-        0 => String::new(),
-        n if params.camera.beside_lidar => format!("; {n} cameras, their frame beside the LiDAR path"),
-        n => format!("; {n} cameras, their frame after the LiDAR outputs (camera.beside_lidar: false)"),
-    };
-    r2r::log_info!(
-        &logger,
-        "ready: device {device}, model {} ({} voxels max, {} points max), BEV {} x {} cells of {} m, budget {} ms; input {}{camera_line}",
-        model.source.display(),
-        vox.max_voxels,
-        vox.max_points,
-        bev_cells.0,
-        bev_cells.1,
-        params.bev.resolution,
-        params.budget.processing_ms,
-        topics.input_points
-    );
+    r2r::log_info!(&logger, "{}", ready_line(&params, &model, &device, bev_cells));
 
     let (which, device_error) = rt.block_on(async {
         tokio::select! {
@@ -1196,6 +1004,261 @@ fn run(setup: Setup, fqn: String) -> i32 {
         }
     });
 
+    shutdown(Shutdown { which, device_error, rt, worker, spinner, stop, mailbox, counters, outputs_open })
+}
+
+/// The camera branch: its calibration file and state, and the BEV map model (on the `device` of
+/// the LiDAR model) from `camera.model_config` / `camera.model_weights`. `Err`: the exit code and
+/// why.
+#[allow(clippy::type_complexity)]
+fn open_cameras(
+    params: &NodeParams,
+    file_maps: &[(PathBuf, serde_yaml::Mapping)],
+) -> Result<(Option<crate::frame::cameras::CameraBranch>, Option<crate::frame::map_model::SegMapModel>), (i32, String)> {
+    let camera_branch = if params.input.cameras.is_empty() {
+        None
+    } else {
+        let file = match params::calibration_file_path(&params, &file_maps) {
+            Some(path) => match crate::sensors::calib::file::CalibrationFile::load(&path) {
+                Ok(f) => Some(f),
+                Err(e) => return Err((EXIT_PARAMS, format!("parameter `camera.calibration_file`: {e}"))),
+            },
+            None => None,
+        };
+        match crate::frame::cameras::CameraBranch::new(super::cameras::branch_config(&params, file)) {
+            Ok(b) => Some(b),
+            Err(e) => return Err((EXIT_PARAMS, format!("camera parameters: {e}"))),
+        }
+    };
+    let map_model = match (&camera_branch, params::camera_model_path(&params, &file_maps)) {
+        (Some(_), Some(config)) => {
+            use crate::frame::map_model::{SegMapModel, SegWeightsSource};
+            // `random:<seed>` as it is; a file relative to the params file that set it
+            let weights = match SegWeightsSource::parse(&params.camera.model_weights) {
+                Ok(SegWeightsSource::File(_)) => match params::camera_weights_path(&params, &file_maps) {
+                    Some(p) => SegWeightsSource::File(p),
+                    None => return Err((EXIT_PARAMS, "parameter `camera.model_weights` is empty".into())),
+                },
+                Ok(w) => w,
+                Err(e) => {
+                    return Err((EXIT_PARAMS, format!("parameter `camera.model_weights`: {e}; or set camera.model_config to \"\" for no BEV map (launch camera_weights:=)")))
+                }
+            };
+            let cuda = params.device == crate::device::DeviceKind::Cuda;
+            match SegMapModel::open(&config, &weights, cuda) {
+                Ok(m) => Some(m),
+                Err(e) if cuda && e.to_string().contains("CUDA") => return Err((EXIT_DEVICE, format!("BEV map model on device cuda: {e}"))),
+                Err(e) => return Err((EXIT_PARAMS, format!("parameter `camera.model_config` / `camera.model_weights`: {e}"))),
+            }
+        }
+        _ => None,
+    };
+    Ok((camera_branch, map_model))
+}
+
+/// The tokio runtime of the subscription and diagnostics tasks, with the SIGINT and SIGTERM
+/// handlers installed first (so a SIGINT from then on is ours).
+fn start_runtime() -> Result<(tokio::runtime::Runtime, tokio::signal::unix::Signal, tokio::signal::unix::Signal), String> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the tokio runtime: {e}"))?;
+    let signals = rt.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok::<_, std::io::Error>((signal(SignalKind::interrupt())?, signal(SignalKind::terminate())?))
+    });
+    let (sigint, sigterm) = signals.map_err(|e| format!("cannot install the SIGINT/SIGTERM handlers: {e}"))?;
+    Ok((rt, sigint, sigterm))
+}
+
+/// The spinning thread: it owns the node, spins until `stop`, then drops it (its publishers,
+/// subscriptions and DDS participant).
+fn spawn_spinner(node: r2r::Node, stop: Arc<AtomicBool>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let mut node = node;
+    std::thread::Builder::new().name("sptr-spin".into()).spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            node.spin_once(Duration::from_millis(50));
+        }
+        drop(node);
+    })
+}
+
+/// The node's "ready" log line: device, model, BEV grid, budget, inputs.
+fn ready_line(params: &NodeParams, model: &ModelConfig, device: &str, bev_cells: (usize, usize)) -> String {
+    let vox = &model.yaml.voxelization;
+    let camera_line = match params.input.cameras.len() {
+        0 => String::new(),
+        n if params.camera.beside_lidar => format!("; {n} cameras, their frame beside the LiDAR path"),
+        n => format!("; {n} cameras, their frame after the LiDAR outputs (camera.beside_lidar: false)"),
+    };
+    format!(
+        "ready: device {device}, model {} ({} voxels max, {} points max), BEV {} x {} cells of {} m, budget {} ms; input {}{camera_line}",
+        model.source.display(),
+        vox.max_voxels,
+        vox.max_points,
+        bev_cells.0,
+        bev_cells.1,
+        params.bev.resolution,
+        params.budget.processing_ms,
+        params.topics.input_points
+    )
+}
+
+/// The LiDAR outputs' and the debug topics' publishers, and `/diagnostics`'.
+fn create_publishers(node: &mut r2r::Node, topics: &TopicParams) -> r2r::Result<(Publishers, r2r::Publisher<DiagnosticArray>)> {
+    let q = r2r::QosProfile::default();
+    let out = r2r::QosProfile::default().reliable().keep_last(1);
+    let mut stages = Vec::with_capacity(STAGES.len());
+    for s in STAGES {
+        stages.push(node.create_publisher(&format!("~/debug/stage_ms/{s}"), q.clone())?);
+    }
+    Ok((
+        Publishers {
+            points: node.create_publisher(&topics.output_points, out.clone())?,
+            bev_labels: node.create_publisher(&topics.bev_labels, out.clone())?,
+            bev_color: node.create_publisher(&topics.bev_labels_color, out.clone())?,
+            occupancy: node.create_publisher(&topics.bev_occupancy, out)?,
+            processing: node.create_publisher("~/debug/processing_time_ms", q.clone())?,
+            stages,
+            latency: node.create_publisher("~/debug/latency_ms", q.clone())?,
+            voxels: node.create_publisher("~/debug/voxels", q.clone())?,
+        },
+        node.create_publisher("/diagnostics", q)?,
+    ))
+}
+
+/// The camera branch's subscriptions (tasks on the runtime), diagnostics and map publishers;
+/// the branch and the BEV map model go to the frame processor's camera path. `Err`: the exit
+/// code and why.
+#[allow(clippy::type_complexity)]
+fn start_cameras(
+    node: &mut r2r::Node,
+    rt: &tokio::runtime::Runtime,
+    params: &NodeParams,
+    camera_branch: Option<crate::frame::cameras::CameraBranch>,
+    map_model: Option<crate::frame::map_model::SegMapModel>,
+    logger: &str,
+) -> Result<(Option<super::cameras::CameraWorker>, Option<Arc<Mutex<super::cameras::CameraDiag>>>, Option<CameraPath>), (i32, String)> {
+    // The camera branch's subscriptions (tasks on the runtime) and outputs; the branch and the
+    // BEV map model go to the frame processor's camera path.
+    let (mut cameras, camera_diag, camera_path) = match camera_branch {
+        None => (None, None, None),
+        Some(branch) => match super::cameras::start(node, rt, params, logger) {
+            Ok((w, d)) => {
+                let path = CameraPath { branch, model: None, style: None, bev_frame: params.bev.frame_id.clone() };
+                (Some(w), Some(d), Some(path))
+            }
+            Err(e) => {
+                return Err((EXIT_ROS, format!("cannot subscribe to the cameras (check input.cameras and camera.*): {e}")))
+            }
+        },
+    };
+    let mut camera_path = camera_path;
+    if let (Some(w), Some(path), Some(m)) = (cameras.as_mut(), camera_path.as_mut(), map_model) {
+        let classes = m.classes().to_vec();
+        let thresholds = match params.map_thresholds(classes.len()) {
+            Ok(t) => t,
+            Err(e) => return Err((EXIT_PARAMS, e)),
+        };
+        let palette = classes.iter().map(|c| crate::models::bevfusion::map::class_colour(c)).collect();
+        let style = crate::frame::map_messages::MapStyle { thresholds, palette };
+        match super::cameras::MapPublishers::create(node, &classes, &style) {
+            Ok(p) => {
+                w.set_map_publishers(p, m.description().to_string());
+                path.model = Some(Box::new(m));
+                path.style = Some(style);
+            }
+            Err(e) => return Err((EXIT_ROS, format!("cannot create the BEV map publishers: {e}"))),
+        }
+    }
+    Ok((cameras, camera_diag, camera_path))
+}
+
+/// The cloud subscription's task: every message into the mailbox (the newest wins), counted.
+fn spawn_subscription(
+    rt: &tokio::runtime::Runtime,
+    mut sub: impl futures::Stream<Item = PointCloud2> + Unpin + Send + 'static,
+    mailbox: Arc<Mailbox<Frame>>,
+    counters: Arc<Mutex<Counters>>,
+) {
+    rt.spawn(async move {
+        while let Some(msg) = sub.next().await {
+            let now = Instant::now();
+            let stamp = Duration::new(
+                msg.header.stamp.sec.max(0) as u64,
+                msg.header.stamp.nanosec.min(999_999_999),
+            );
+            let age = wall_now().as_secs_f64() - stamp.as_secs_f64();
+            {
+                let mut c = counters.lock().unwrap_or_else(|p| p.into_inner());
+                c.received += 1;
+                c.last_receipt = Some(now);
+                c.last_stamp_age_ms = Some(age * 1e3);
+            }
+            mailbox.put(Frame { msg, received: now });
+        }
+    });
+}
+
+/// The `/diagnostics` task: one report a second, the counts since the last one.
+fn spawn_diagnostics(
+    rt: &tokio::runtime::Runtime,
+    info: DiagInfo,
+    mailbox: Arc<Mailbox<Frame>>,
+    counters: Arc<Mutex<Counters>>,
+    camera_diag: Option<Arc<Mutex<super::cameras::CameraDiag>>>,
+    diag_pub: r2r::Publisher<DiagnosticArray>,
+) {
+    rt.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut seen = [0u64; N_REJECT];
+        let mut seen_overflows = 0u64;
+        let mut seen_recomputed = 0u64;
+        loop {
+            tick.tick().await;
+            let skipped = mailbox.skipped();
+            let msg = {
+                let c = counters.lock().unwrap_or_else(|p| p.into_inner());
+                let new = |r: Reject| c.rejected[r.index()] - seen[r.index()];
+                let since = Since {
+                    device_errors: new(Reject::DeviceError),
+                    processing_errors: new(Reject::ProcessingError),
+                    rejected: Reject::ALL.iter().map(|&r| new(r)).sum(),
+                    overflows: c.overflow.frames - seen_overflows,
+                    recomputed_fp32: c.recomputed_fp32 - seen_recomputed,
+                };
+                let mut m = diagnostics(&info, &c, skipped, since);
+                if let Some(d) = &camera_diag {
+                    super::cameras::extend_diagnostics(&mut m, &d.lock().unwrap_or_else(|p| p.into_inner()));
+                }
+                seen = c.rejected;
+                seen_overflows = c.overflow.frames;
+                seen_recomputed = c.recomputed_fp32;
+                m
+            };
+            let _ = diag_pub.publish(&msg);
+        }
+    });
+}
+
+/// What the node's shutdown stops, in order.
+struct Shutdown {
+    /// The signal (or the CUDA error) that ends the node.
+    which: &'static str,
+    device_error: Option<String>,
+    rt: tokio::runtime::Runtime,
+    worker: std::thread::JoinHandle<()>,
+    spinner: std::thread::JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+    mailbox: Arc<Mailbox<Frame>>,
+    counters: Arc<Mutex<Counters>>,
+    outputs_open: Arc<RwLock<bool>>,
+}
+
+fn shutdown(sd: Shutdown) -> i32 {
+    let Shutdown { which, device_error, rt, worker, spinner, stop, mailbox, counters, outputs_open } = sd;
     // Shutdown within a second: stop taking frames, let the worker finish the frame it has
     // (waiting at most SHUTDOWN_WAIT: a big cloud on the CPU takes longer and is abandoned; the
     // process exit ends it). No publisher may be in use when the node goes: close the outputs
