@@ -143,24 +143,8 @@ pub fn replay_with(
         .find(|x| x.name == lidar)
         .map_or(0, |x| x.count);
     check_bev_png_frames(opts, expected)?;
-    std::fs::create_dir_all(&opts.out).map_err(|source| ReplayError::Io {
-        path: opts.out.clone(),
-        source,
-    })?;
-    remove_stale_outputs(&opts.out)?;
     let bev_dir = opts.out.join("bev");
-    if !opts.bev_png_frames.is_empty() {
-        std::fs::create_dir_all(&bev_dir).map_err(|source| ReplayError::Io {
-            path: bev_dir.clone(),
-            source,
-        })?;
-    }
-    let mut writer = BagWriter::create(&opts.out.join("bag"))?;
-    let t = &opts.topics;
-    writer.add_topic(&t.points, POINTCLOUD2)?;
-    writer.add_topic(&t.bev_labels, "sensor_msgs/msg/Image")?;
-    writer.add_topic(&t.bev_color, "sensor_msgs/msg/Image")?;
-    writer.add_topic(&t.bev_occupancy, "nav_msgs/msg/OccupancyGrid")?;
+    let mut writer = open_outputs(opts, &bev_dir)?;
     let map_classes: Option<Vec<String>> = match (&cams, &opts.cameras) {
         (Some(_), Some(c)) if bev_model.is_some() => {
             let style = c.map_style.as_ref().ok_or_else(|| ReplayError::Setup("a BEV map model needs the map style (thresholds, palette)".into()))?;
@@ -279,6 +263,54 @@ pub fn replay_with(
     let processing_s = loop_start.elapsed().as_secs_f64();
     progress.finish();
     writer.finish()?;
+    let replayed = Replayed { lidar, frames, frames_in_bag: index, confusion, processing_s, damage };
+    finish(opts, cfg, replayed, cams, bev_model.is_some(), &bev_dir)
+}
+
+/// The output directory (stale outputs of an earlier replay removed), the BEV PNG directory when
+/// PNGs are asked for, and the output bag with the LiDAR outputs' topics.
+fn open_outputs(opts: &ReplayOptions, bev_dir: &Path) -> Result<BagWriter, ReplayError> {
+    std::fs::create_dir_all(&opts.out).map_err(|source| ReplayError::Io {
+        path: opts.out.clone(),
+        source,
+    })?;
+    remove_stale_outputs(&opts.out)?;
+    if !opts.bev_png_frames.is_empty() {
+        std::fs::create_dir_all(bev_dir).map_err(|source| ReplayError::Io {
+            path: bev_dir.to_path_buf(),
+            source,
+        })?;
+    }
+    let mut writer = BagWriter::create(&opts.out.join("bag"))?;
+    let t = &opts.topics;
+    writer.add_topic(&t.points, POINTCLOUD2)?;
+    writer.add_topic(&t.bev_labels, "sensor_msgs/msg/Image")?;
+    writer.add_topic(&t.bev_color, "sensor_msgs/msg/Image")?;
+    writer.add_topic(&t.bev_occupancy, "nav_msgs/msg/OccupancyGrid")?;
+    Ok(writer)
+}
+
+/// What the frame loop of a replay gathered.
+struct Replayed {
+    lidar: String,
+    frames: Vec<FrameRecord>,
+    frames_in_bag: u64,
+    confusion: Confusion,
+    processing_s: f64,
+    damage: Option<Damage>,
+}
+
+/// The replay's state file and reports (with the cameras' and the map evaluation's sections),
+/// and its outcome.
+fn finish(
+    opts: &ReplayOptions,
+    cfg: &ModelYaml,
+    replayed: Replayed,
+    cams: Option<CameraReplay>,
+    model_ran: bool,
+    bev_dir: &Path,
+) -> Result<ReplayOutcome, ReplayError> {
+    let Replayed { lidar, frames, frames_in_bag: index, confusion, processing_s, damage } = replayed;
     if let Some(c) = &cams {
         c.write_summary(&opts.out)?;
     }
@@ -305,7 +337,6 @@ pub fn replay_with(
     };
     state.save(&opts.out.join(STATE_FILE))?;
     let report = write_reports(&state, &opts.out)?;
-    let model_ran = bev_model.is_some();
     if let Some(c) = &cams {
         cameras_into_reports(c, model_ran, &opts.out)?;
     }
