@@ -281,6 +281,33 @@ impl Report {
 
     pub fn to_markdown(&self) -> String {
         let mut m = String::new();
+        self.summary_markdown(&mut m);
+        self.segmentation_markdown(&mut m);
+        self.latency_markdown(&mut m);
+        if !self.out_of_range.is_empty() {
+            m.push_str(
+                "\n## Frames out of the FP16 range\n\nThe network's activations left the FP16 range (65,504; NaN/inf on the CPU): \
+                 `skipped` frames were dropped as the node drops them (`on_overflow: drop`), the others replayed with \
+                 probability 0. Layers in execution order, the first is where the range was left.\n\n\
+                 | frame | timestamp (ns) | status | layers |\n| ---: | ---: | --- | --- |\n",
+            );
+            flagged_frames_rows(&mut m, &self.out_of_range);
+        }
+        if !self.recomputed_in_fp32.is_empty() {
+            m.push_str(
+                "\n## Frames computed again in FP32\n\n`precision: auto`: the FP16 pass of these frames left the FP16 range, \
+                 so each was computed again with FP32 storage and its FP32 labels were kept; the model \
+                 stays on FP32 after the first. Layers are the FP16 pass's flagged ones, in execution order.\n\n\
+                 | frame | timestamp (ns) | status | FP16 layers |\n| ---: | ---: | --- | --- |\n",
+            );
+            flagged_frames_rows(&mut m, &self.recomputed_in_fp32);
+        }
+        self.skipped_markdown(&mut m);
+        m
+    }
+
+    /// The run in a list: bag, model, ground truth, frame counts, and what needs a look.
+    fn summary_markdown(&self, m: &mut String) {
         let r = &self.run;
         m.push_str("# sptr replay report\n\n");
         m.push_str(&format!(
@@ -332,6 +359,10 @@ impl Report {
             ));
         }
         m.push('\n');
+    }
+
+    /// mIoU, accuracy and the per-class table (with ground truth).
+    fn segmentation_markdown(&self, m: &mut String) {
         if let Some(x) = &self.metrics {
             m.push_str("## Segmentation\n\n");
             m.push_str(&format!(
@@ -358,6 +389,10 @@ impl Report {
             }
             m.push('\n');
         }
+    }
+
+    /// Per-stage latency percentiles and the throughput.
+    fn latency_markdown(&self, m: &mut String) {
         m.push_str("## Latency (ms)\n\n| stage | frames | p50 | p90 | p99 | max | mean |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
         let row = |name: &str, s: &LatencySummary| {
             format!(
@@ -380,46 +415,10 @@ impl Report {
             t.frames_per_s.map_or("-".into(), |v| format!("{v:.2}")),
             t.points_per_s.map_or("-".into(), |v| format!("{v:.0}"))
         ));
-        if !self.out_of_range.is_empty() {
-            m.push_str(
-                "\n## Frames out of the FP16 range\n\nThe network's activations left the FP16 range (65,504; NaN/inf on the CPU): \
-                 `skipped` frames were dropped as the node drops them (`on_overflow: drop`), the others replayed with \
-                 probability 0. Layers in execution order, the first is where the range was left.\n\n\
-                 | frame | timestamp (ns) | status | layers |\n| ---: | ---: | --- | --- |\n",
-            );
-            for f in &self.out_of_range {
-                let shown: Vec<&str> = f.layers.iter().take(8).map(String::as_str).collect();
-                let more = f.layers.len().saturating_sub(shown.len());
-                let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
-                m.push_str(&format!(
-                    "| {} | {} | {:?} | {}{tail} |\n",
-                    f.frame,
-                    f.timestamp_ns,
-                    f.status,
-                    shown.join(", ").replace('|', "\\|")
-                ));
-            }
-        }
-        if !self.recomputed_in_fp32.is_empty() {
-            m.push_str(
-                "\n## Frames computed again in FP32\n\n`precision: auto`: the FP16 pass of these frames left the FP16 range, \
-                 so each was computed again with FP32 storage and its FP32 labels were kept; the model \
-                 stays on FP32 after the first. Layers are the FP16 pass's flagged ones, in execution order.\n\n\
-                 | frame | timestamp (ns) | status | FP16 layers |\n| ---: | ---: | --- | --- |\n",
-            );
-            for f in &self.recomputed_in_fp32 {
-                let shown: Vec<&str> = f.layers.iter().take(8).map(String::as_str).collect();
-                let more = f.layers.len().saturating_sub(shown.len());
-                let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
-                m.push_str(&format!(
-                    "| {} | {} | {:?} | {}{tail} |\n",
-                    f.frame,
-                    f.timestamp_ns,
-                    f.status,
-                    shown.join(", ").replace('|', "\\|")
-                ));
-            }
-        }
+    }
+
+    /// The frames not evaluated and why.
+    fn skipped_markdown(&self, m: &mut String) {
         if !self.skipped.is_empty() {
             m.push_str("\n## Frames not evaluated\n\n| frame | timestamp (ns) | status | reason |\n| ---: | ---: | --- | --- |\n");
             for s in &self.skipped {
@@ -432,7 +431,22 @@ impl Report {
                 ));
             }
         }
-        m
+    }
+}
+
+/// The rows of a table of frames with flagged layers: the first 8 layers, then a count.
+fn flagged_frames_rows(m: &mut String, frames: &[OutOfRangeFrame]) {
+    for f in frames {
+        let shown: Vec<&str> = f.layers.iter().take(8).map(String::as_str).collect();
+        let more = f.layers.len().saturating_sub(shown.len());
+        let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
+        m.push_str(&format!(
+            "| {} | {} | {:?} | {}{tail} |\n",
+            f.frame,
+            f.timestamp_ns,
+            f.status,
+            shown.join(", ").replace('|', "\\|")
+        ));
     }
 }
 
