@@ -422,10 +422,10 @@ pub fn conv_cuda_split<S: Store>(
     conv_cuda_guarded(dev, x, map, w, pre, residual, algo, offset_splits, post, ConvRange::default())
 }
 
-/// [`conv_cuda_split`] with the FP16 range guard reporting into `range` — the one entry with
-/// every option, for the model's wrappers, tests and benchmarks.
+/// The arguments of [`conv_cuda_guarded`] checked before any launch: the algorithm against the
+/// storage, the weights and the map; every buffer against the sizes the kernels read.
 #[allow(clippy::too_many_arguments)]
-pub fn conv_cuda_guarded<S: Store>(
+fn check_conv_args<S: Store>(
     dev: &CudaDevice,
     x: &CudaSlice<S>,
     map: &CudaKernelMap,
@@ -433,10 +433,8 @@ pub fn conv_cuda_guarded<S: Store>(
     pre: Option<&CudaPreActivation<'_>>,
     residual: Option<&CudaSlice<S>>,
     algo: ConvAlgo,
-    offset_splits: Option<usize>,
     post: Option<&CudaPreActivation<'_>>,
-    range: ConvRange<'_>,
-) -> Result<CudaSlice<S>, Error> {
+) -> Result<(), Error> {
     let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmTiled { .. } | ConvAlgo::Wgmma { .. });
     if pipelined && w.kv > PIPE_MAX_KV {
         return Err(Error::InvalidInput(format!("the pipelined conv takes kernel volumes up to {PIPE_MAX_KV}, got {}", w.kv)));
@@ -490,6 +488,26 @@ pub fn conv_cuda_guarded<S: Store>(
             return Err(Error::InvalidInput("conv post-activation needs Cout scales and shifts".into()));
         }
     }
+    Ok(())
+}
+
+/// [`conv_cuda_split`] with the FP16 range guard reporting into `range` — the one entry with
+/// every option, for the model's wrappers, tests and benchmarks.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_cuda_guarded<S: Store>(
+    dev: &CudaDevice,
+    x: &CudaSlice<S>,
+    map: &CudaKernelMap,
+    w: &CudaConvWeights<S>,
+    pre: Option<&CudaPreActivation<'_>>,
+    residual: Option<&CudaSlice<S>>,
+    algo: ConvAlgo,
+    offset_splits: Option<usize>,
+    post: Option<&CudaPreActivation<'_>>,
+    range: ConvRange<'_>,
+) -> Result<CudaSlice<S>, Error> {
+    check_conv_args(dev, x, map, w, pre, residual, algo, post)?;
+    let pipelined = matches!(algo, ConvAlgo::ImplicitGemmPipe | ConvAlgo::ImplicitGemmPipe32 | ConvAlgo::ImplicitGemmTiled { .. } | ConvAlgo::Wgmma { .. });
     let s = &dev.stream;
     if let (ConvAlgo::Direct, Some(p)) = (algo, post) {
         // conv_direct has no post-activation in its epilogue: a separate pass, guarded as the
