@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# A/B benchmarks of two builds in one GPU run: gpu-stage/bin/sptr-before (the CLI of an older
+# commit, built by hand: a worktree at that commit, `cargo build --release --features cuda --bin
+# sptr`, the binary copied in) and gpu-stage/bin/sptr, in alternating rounds, so host noise falls
+# on both alike. Rows: SphereFormer (nuScenes sweep, dense cloud), the two BEVFusion map models,
+# and the node's whole frame with six cameras (`bench pipeline --cameras`).
+#   scripts/gpu_ab.sh OUT_DIR [ROUNDS]
+# Writes OUT_DIR/ab.jsonl (one line per run: {"ab", "round", "case", "line": <the bench's JSON>})
+# and OUT_DIR/ab_summary.json (per case and build: the median of the rounds' medians, their
+# spread, and after/before as a ratio), and the host probe beside them (OUT_DIR/host.json).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: scripts/gpu_ab.sh OUT_DIR [ROUNDS]}
+rounds=${2:-3}
+stage=gpu-stage
+mkdir -p "$out"
+export SPTR_ROOT="$PWD"
+for b in sptr-before sptr; do
+    [ -x "$stage/bin/$b" ] || { echo "gpu_ab: $stage/bin/$b is missing" >&2; exit 2; }
+done
+nus=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)
+cloud=$stage/benchmark-pc.bin
+[ -f "$cloud" ] || cloud=$nus
+
+run_case() { # build round case args...
+    local b=$1 r=$2 c=$3
+    shift 3
+    local line
+    if line=$("$stage/bin/$b" "$@" 2>> "$out/ab.log" | tail -n 1); then
+        printf '{"ab": "%s", "round": %d, "case": "%s", "line": %s}\n' "$b" "$r" "$c" "$line" >> "$out/ab.jsonl"
+    else
+        echo "gpu_ab: $b $c failed (see ab.log)" >&2
+        return 1
+    fi
+}
+
+failed=0
+"$stage/bin/sptr" bench host > "$out/host.json" 2>> "$out/ab.log" || true
+for r in $(seq 1 "$rounds"); do
+    for b in sptr-before sptr; do
+        run_case "$b" "$r" sphereformer_nuscenes bench model "$nus" --model config/models/sphereformer_nuscenes.yaml \
+            --case nuscenes --iters 20 || failed=1
+        run_case "$b" "$r" sphereformer_dense bench model "$cloud" --format xyz \
+            --model config/models/sphereformer_semantickitti.yaml --case dense --iters 20 || failed=1
+        for m in camera fusion; do
+            run_case "$b" "$r" "bevseg_$m" bench bevseg --model "config/models/bevfusion_seg_$m.yaml" --iters 30 || failed=1
+        done
+        run_case "$b" "$r" pipeline_cameras bench pipeline "$nus" --cameras --params config/perception_nuscenes_cameras.yaml \
+            --camera-weights random:0 --device cuda --frames 100 || failed=1
+    done
+done
+python3 scripts/ab_summary.py "$out/ab.jsonl" > "$out/ab_summary.json" || failed=1
+cat "$out/ab_summary.json"
+exit $failed
