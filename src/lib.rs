@@ -1,8 +1,11 @@
 //! sptr: LiDAR/camera perception on sparse tensors, CPU reference and CUDA FP16 backends.
 //!
-//! Module map (see README.md and the design notes): `cloud` decodes/encodes PointCloud2 buffers,
-//! `points` holds decoded clouds, `config` parses the YAML configs, `device` owns the backends and
-//! the NVRTC kernel pipeline, `sparse` builds sparse tensors (voxelization first).
+//! The modules are layers, lowest first (ARCHITECTURE.md; `scripts/check_layers.py` checks that
+//! imports only point down): `error`, `device` (backends, NVRTC, storage types), `msgs` (ROS
+//! messages without ROS, the PointCloud2 codec), `sensors` (images, calibration, cloud files),
+//! `nn` (weights), `ops` (one folder per op family), `models` (SphereFormer, BEVFusion), `frame`
+//! (the frame processor the node, replay and the benches share), then the shells: `eval` and
+//! `bag`, `replay`, `bench`, `ros` (feature `ros`), `cli`.
 
 pub mod bag;
 pub mod bench;

@@ -1,4 +1,6 @@
-//! bench
+//! The benchmark harnesses behind `sptr bench`: each prints machine-readable JSON; the one
+//! percentile type (`percentiles`) and the host probe (`host_probe`) that tells a slow frame of ours
+//! from a slow host.
 
 #[cfg(feature = "cuda")]
 pub mod attention;

@@ -563,7 +563,7 @@ enum BenchCmd {
         iters: usize,
     },
     /// Camera input per frame: JPEG decode (all images in parallel), upload, resize + crop +
-    /// normalize on the GPU (and the CPU reference), JSON (`camera::bench`).
+    /// normalize on the GPU (and the CPU reference), JSON (`bench::camera_input`).
     CameraInput {
         /// JPEG files, one per camera (e.g. the six tests/data/nuscenes/*.jpg).
         #[arg(required = true)]

@@ -64,7 +64,7 @@ pub fn preprocess_files(paths: &[PathBuf], model: &Path) -> Result<(Vec<f32>, us
     Ok((batch.data, batch.n, batch.h, batch.w))
 }
 
-/// Like [`preprocess_files`], on CUDA with the JPEG decoder `choice` (`camera::preprocess_cuda`;
+/// Like [`preprocess_files`], on CUDA with the JPEG decoder `choice` (`ops::image_preprocess::cuda`;
 /// JPEG files only): the FP16 network input widened to f32, NHWC `(data, n, h, w)`, and the
 /// decoder used in words.
 #[cfg(feature = "cuda")]

@@ -1,4 +1,5 @@
-//! cli
+//! The `sptr` command line's subcommands, one file per subcommand (the binary in `src/bin/sptr.rs`
+//! parses and dispatches).
 
 pub mod bevseg;
 pub mod camera_features;

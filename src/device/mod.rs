@@ -1,10 +1,11 @@
 //! Backends. Every op has a CPU reference (f32, rayon) and, with feature `cuda`, a CUDA
-//! implementation (FP16 storage, FP32 accumulation) whose kernels come from `kernels/*.cu`.
+//! implementation (FP16 storage, FP32 accumulation) whose kernels come from `kernels/`.
 //!
 //! `kernels` (the embedded sources) is always compiled so tools can list them; `nvrtc` (compile
 //! and on-disk cache), `cuda` (context, stream, loaded modules) and `range` (the FP16 range
-//! guard's device buffers, see `model::range`) need feature `cuda`. `storage`: FP16, BF16 or
-//! FP32 activations and the `precision` setting.
+//! guard's device buffers; `range_guard` is its host side: which layers left the FP16 range) need
+//! feature `cuda`. `storage`: FP16, BF16 or FP32 activations and the `precision` setting.
+//! `clock`: stage times on the host and on the GPU. `memory`: host and device memory in use.
 
 #[cfg(feature = "cuda")]
 pub mod cuda;

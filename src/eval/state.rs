@@ -49,7 +49,7 @@ pub struct FrameRecord {
     /// (deserialize through write). Nanoseconds.
     pub stages_ns: Vec<(String, u64)>,
     /// The network's activations left the FP16 range (NaN/inf on the CPU): the flagged layers
-    /// in execution order (`name (overflow)`), see `model::range`. The frame is then skipped
+    /// in execution order (`name (overflow)`), see `device::range_guard`. The frame is then skipped
     /// (`on_overflow: drop`, the default) or replayed with probability 0.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub out_of_range: Vec<String>,

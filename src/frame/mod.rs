@@ -1,4 +1,8 @@
-//! frame
+//! One frame of the node: the frame processor (`frame_processor`: the cloud decoded once, the
+//! LiDAR path and the camera path beside each other or one after the other), the LiDAR processor
+//! (`processor`), the camera branch (`cameras`, with `sync` and `sweeps`), the BEV map model's
+//! adapter (`map_model`), the node's parameters (`params`), the output messages' layouts
+//! (`messages`, `map_messages`, `outputs`) and the latency budget (`budget`).
 
 pub mod budget;
 pub mod cameras;

@@ -53,7 +53,7 @@ pub enum CudaErrorPolicy {
 }
 
 /// `on_overflow`: what a frame gives whose activations left FP16's range on the GPU (or were
-/// NaN/inf on the CPU; see `model::range`). Either way the frame is an ERROR in diagnostics.
+/// NaN/inf on the CPU; see `device::range_guard`). Either way the frame is an ERROR in diagnostics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OverflowPolicy {

@@ -121,7 +121,7 @@ pub const STAGES: [&str; 6] = [
 /// What one frame gives.
 #[derive(Debug, Clone)]
 pub struct FrameOutput {
-    /// The labeled cloud's body (see [`cloud::encode_labeled`]): one point per finite input point.
+    /// The labeled cloud's body (see [`crate::msgs::cloud::encode_labeled`]): one point per finite input point.
     pub cloud: CloudBuf,
     pub grids: BevGrids,
     /// Voxels the network ran on.
@@ -258,7 +258,7 @@ impl Processor {
     /// The device choice, in one place:
     /// - `cpu`: the network and the BEV grids on the CPU.
     /// - `cuda`: the network (`Segmenter::into_device`) and the BEV grids
-    ///   (`bev::label_grid_cuda`) on GPU 0. A GPU that cannot be used fails here with a
+    ///   (`ops::label_grid::cuda`) on GPU 0. A GPU that cannot be used fails here with a
     ///   message rather than silently running on the CPU (a latency budget sized for the GPU
     ///   would be missed by a factor of a hundred).
     pub fn open(

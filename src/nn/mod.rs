@@ -1,8 +1,7 @@
-//! Networks and their weights: SphereFormer's `Semantic` segmentation network (`sphereformer`),
-//! the layers it is built from (`layers`), safetensors weights with the upstream `state_dict`
-//! names (`weights`), deterministic random weights for tests (`random`) and the upstream
-//! inference preprocessing that turns points into the network's inputs (`preprocess`), and the
-//! FP16 range guard that reports layers whose activations left FP16's range (`range`).
+//! What the models share that is not compute: safetensors weights keyed by the upstream
+//! `state_dict` names (`weights`), their errors ([`ModelError`]: a file, a mismatch with the
+//! architecture, non-finite values), deterministic random weights for tests and benchmarks
+//! (`random`) and float32 `.npy` files (`npy`).
 
 pub mod npy;
 pub mod random;

@@ -60,13 +60,13 @@ pub fn cloud_view<'a>(msg: &'a PointCloud2, fields: &'a [PointField]) -> CloudVi
     }
 }
 
-/// Decodes a message's points (see [`cloud::decode`] for what layouts are accepted).
+/// Decodes a message's points (see [`crate::msgs::cloud::decode`] for what layouts are accepted).
 pub fn decode(msg: &PointCloud2) -> Result<(Points, DecodeReport), CloudError> {
     let fields = fields(msg);
     cloud::decode(&cloud_view(msg, &fields))
 }
 
-/// A message from an encoded body (e.g. [`cloud::encode_labeled`]) and a header; the data
+/// A message from an encoded body (e.g. [`crate::msgs::cloud::encode_labeled`]) and a header; the data
 /// buffer is moved, not copied.
 pub fn to_msg(buf: CloudBuf, header: Header) -> PointCloud2 {
     PointCloud2 {

@@ -193,7 +193,7 @@ struct Publishers {
 
 /// The three BEV messages of `grids` (mono8 class image, rgb8 palette image, occupancy grid)
 /// for the cloud with header `cloud`: [`BevLayout`]'s fields and the grids' data, field for
-/// field, as `outputs::bev_messages` makes them for replay's bags.
+/// field, as `frame::outputs::bev_messages` makes them for replay's bags.
 pub fn bev_messages(
     grids: &BevGrids,
     bev: &BevGridParams,

@@ -78,7 +78,7 @@ pub struct VoxelizeYaml {
     /// `[train, test]` or one number for both.
     pub max_voxels: MaxVoxels,
     /// sptr's: round the points through FP16 first, as upstream's FP16 evaluation does
-    /// (see `sparse::hard_voxelize`). Default false.
+    /// (see `ops::voxelize::hard`). Default false.
     #[serde(default)]
     pub round_points_to_fp16: bool,
     /// sptr's: apply upstream's test-pipeline `PointsRangeFilter` (strict `min < p < max` with this

@@ -1,4 +1,4 @@
-//! The LiDAR encoder on CUDA: hard voxelization (`sparse::hard_voxelize_cuda`), the
+//! The LiDAR encoder on CUDA: hard voxelization (`ops::voxelize::hard_cuda`), the
 //! SparseEncoder's convs on the sparse-conv engine (FP16 features and weights, FP32
 //! accumulation; BatchNorm folded at load, bias + residual + ReLU in the conv's epilogue) and the
 //! flattening to the NHWC BEV map `[1, X, Y, C · Z]` (kernel `sparse_to_bev` in

@@ -1,4 +1,7 @@
-//! models::bevfusion
+//! BEVFusion's BEV map segmentation models (mit-han-lab/bevfusion at db75150), camera-only and
+//! camera + LiDAR: the YAML read once (`config`), the camera encoder (`camera`: Swin-T and the
+//! FPN neck), the view transform (`lss`, with bev_pool), the LiDAR encoder, the fuser, the BEV
+//! decoder and head (`bev_stack`), the whole model (`seg`, `seg_cuda`) and its map (`map`).
 
 pub mod bev_stack;
 #[cfg(feature = "cuda")]

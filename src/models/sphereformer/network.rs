@@ -21,7 +21,7 @@
 //! ReLU, SubMConv3d 3(2), BN(3), ReLU, SubMConv3d 3(5); output = conv_branch(x) + i_branch(x).
 //! VGGBlock: `conv_layers` = BN(0), ReLU, SubMConv3d 3(2). BatchNorm eps 1e-4, folded at load and
 //! applied on the conv's input gather. The attention (heads = C / 16, half on cubic windows, half on
-//! spherical ones, contextual RPE) is `attention::sphere_attention_cpu`; its windows are built once
+//! spherical ones, contextual RPE) is `ops::attention::sphere_attention_cpu`; its windows are built once
 //! per level, as upstream caches them per `indice_key`.
 
 use crate::ops::rowwise::cpu::{gelu_inplace, BatchNorm, LayerNorm, Linear};

@@ -5,11 +5,11 @@
 //! stay FP16 in both (the voxelization stores them); the input pad converts them.
 //!
 //! What runs where:
-//! - kernel maps: `sparse::kernel_map_cuda` (submanifold 3×3×3 per level, the 1×1 one of
+//! - kernel maps: `ops::sparse_conv::kernel_map_cuda` (submanifold 3×3×3 per level, the 1×1 one of
 //!   `blocks_tail.block0`, the k2 s2 down map and its inverse), built once per forward;
-//! - convolutions: `sparse::conv_cuda` with the folded BatchNorm + ReLU applied on the gather and
+//! - convolutions: `ops::sparse_conv::cuda` with the folded BatchNorm + ReLU applied on the gather and
 //!   the residual added in the epilogue, exactly as the CPU path's `conv_with` options;
-//! - attention: `attention::cuda` (windows built once per level, both window kinds);
+//! - attention: `ops::attention::cuda` (windows built once per level, both window kinds);
 //! - Linear: cuBLAS GEMM (FP16 in, FP32 out) followed by `linear_epilogue` (bias, q scale, GELU,
 //!   residual, FP16 out); LayerNorm, BatchNorm + ReLU, concatenation and the next level's voxel
 //!   positions: `kernels/ops/rowwise.cu`.

@@ -214,7 +214,7 @@ fn coord_max(dev: &CudaDevice, coords: &CudaSlice<i32>, m: usize) -> Result<[i32
 }
 
 /// Voxel logits `[len, classes]` on the GPU → every point's class (arg-max, first on ties) and
-/// softmax probability, as `pipeline::argmax_softmax` + the CPU devoxelize; points without a
+/// softmax probability, as `models::sphereformer::segmenter::argmax_softmax` + the CPU devoxelize; points without a
 /// voxel get `unlabeled` and 0. Only the per-point results are copied back.
 pub fn labels_to_points_cuda(
     dev: &CudaDevice,

@@ -36,7 +36,7 @@ pub struct Segmentation {
     /// Voxels the network ran on.
     pub voxels: usize,
     pub voxel_stats: VoxelStats,
-    /// Voxels whose coordinate collided and was resolved (see `model::preprocess`).
+    /// Voxels whose coordinate collided and was resolved (see `models::sphereformer::preprocess`).
     pub coord_fixups: usize,
     /// `voxelize`, the network's stages (`input_conv`, `l<k>.blocks`, `l<k>.attention`,
     /// `l<k>.down`, `l<k>.up`, `l<k>.tail`, `head`), `devoxelize`. On CUDA the kernel-map builds

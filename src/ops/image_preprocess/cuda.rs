@@ -8,11 +8,11 @@
 //! into that buffer (no copy on the host). The tap tables and per-camera descriptors are built once
 //! per set of image sizes and stay on the device while the sizes do.
 //!
-//! JPEGs on nvJPEG ([`CameraPreprocessCuda::with_decoder`], `camera::nvjpeg`): the JPEG bytes are
+//! JPEGs on nvJPEG ([`CameraPreprocessCuda::with_decoder`], `sensors::image::nvjpeg`): the JPEG bytes are
 //! copied into pinned memory, decoded by nvJPEG straight into a device buffer that holds every
 //! camera's whole image (RGB8 interleaved), and the same kernel reads them there: no pixel
 //! crosses the bus. A JPEG nvJPEG does not take (progressive, grey, CMYK, ...:
-//! `camera::jpeg_markers`, refused by the library, or called corrupt by it) is decoded by
+//! `sensors::image::jpeg_markers`, refused by the library, or called corrupt by it) is decoded by
 //! zune-jpeg on the host and its rows uploaded into its place in that buffer, so zune-jpeg's strict
 //! mode judges corrupt data on both paths; [`CameraPreprocessCuda::jpeg_stats`] counts them.
 //! A truncated JPEG is refused before nvJPEG sees it (`jpeg_markers::check_before_gpu`: no

@@ -1,4 +1,5 @@
-//! ops::label_grid
+//! Labeled points to BEV grids (class per cell, its colour, occupancy): `cpu`, the reference, and
+//! `cuda`.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]

@@ -1,4 +1,6 @@
-//! ops::sparse_conv
+//! Sparse convolution: the CPU sparse tensor (`tensor`), kernel maps (spconv's indice pairs:
+//! `kernel_map`, `kernel_map_cuda`), and `SubMConv3d` / `SparseConv3d` / inverse convolution
+//! (`cpu`, the reference; `cuda`, FP16 storage with FP32 accumulation).
 
 pub mod cpu;
 #[cfg(feature = "cuda")]

@@ -43,7 +43,7 @@ pub struct CudaVoxels {
     /// Mean voxel-space positions, metres, `len * 3`.
     pub xyz: CudaSlice<f32>,
     /// Mean of `float32(position - sample origin)`, metres, `len * 3`: SphereFormer's
-    /// `coord_norm` mean (`model::preprocess`), summed in input order in float32.
+    /// `coord_norm` mean (`models::sphereformer::preprocess`), summed in input order in float32.
     pub xyz_norm: CudaSlice<f32>,
     pub counts: CudaSlice<u32>,
     /// Per input point: its voxel or -1; `stats.points_in` entries.

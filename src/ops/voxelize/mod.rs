@@ -1,4 +1,6 @@
-//! ops::voxelize
+//! Voxelization: points to voxels with batch-first int32 coordinates `[b, x, y, z]` (`cpu`, the
+//! reference; `cuda`), and BEVFusion's hard voxelization with its per-voxel point cap (`hard`,
+//! `hard_cuda`).
 
 pub mod cpu;
 #[cfg(feature = "cuda")]

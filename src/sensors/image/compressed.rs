@@ -37,7 +37,7 @@ pub enum Codec {
 const JPEG_SIGNATURE: &[u8] = &[0xFF, 0xD8, 0xFF];
 const PNG_SIGNATURE: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
 
-/// Which JPEG decoder the CUDA camera input uses (`camera::preprocess_cuda`; the CPU path always
+/// Which JPEG decoder the CUDA camera input uses (`ops::image_preprocess::cuda`; the CPU path always
 /// uses zune-jpeg). `auto`: nvJPEG when the library loads and a backend starts, else zune-jpeg
 /// (and the preprocessor says why); `nvjpeg`: nvJPEG or an error; `cpu`: zune-jpeg.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,5 +1,5 @@
 //! A JPEG's marker segments read up to its first scan: what the GPU decoder needs to know before
-//! it is handed the bytes (`camera::nvjpeg`).
+//! it is handed the bytes (`sensors::image::nvjpeg`).
 //!
 //! nvJPEG is given only what it decodes the way the CPU decoder (zune-jpeg) would: 8-bit
 //! sequential Huffman JPEGs (SOF0 / SOF1) with three YCbCr components whose chroma is sampled
@@ -8,7 +8,7 @@
 //! samplings — goes to zune-jpeg, image by image ([`GpuEligibility`]).
 //!
 //! Truncation: the scan data must be followed by an end-of-image marker (`FF D9`), and every scan
-//! must hold all its MCUs (`camera::jpeg_scan`): a file cut short and given an end-of-image
+//! must hold all its MCUs (`sensors::image::jpeg_scan`): a file cut short and given an end-of-image
 //! marker again decodes without an error, partly flat, on zune-jpeg and on nvJPEG alike.
 //! [`check_before_gpu`] makes every check a JPEG passes before nvJPEG is handed it, for the camera
 //! branch and the CUDA preprocessor both; zune-jpeg's own path walks the scans in

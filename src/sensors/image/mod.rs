@@ -1,4 +1,6 @@
-//! sensors::image
+//! Camera images as the sensors send them: raw encodings (`encodings`), JPEG and PNG decoding
+//! (`compressed`), the JPEG checks done before any decoder sees the bytes (`jpeg_markers`,
+//! `jpeg_scan`), and nvJPEG (`nvjpeg`).
 
 pub mod compressed;
 pub mod encodings;

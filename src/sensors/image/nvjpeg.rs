@@ -2,7 +2,7 @@
 //!
 //! Like the rest of CUDA here the library is opened with `dlopen` (libloading), never linked: a
 //! machine without it builds and runs, and the camera input falls back to zune-jpeg and says so
-//! (`camera::preprocess_cuda`). The declarations below are written from NVIDIA's nvJPEG
+//! (`ops::image_preprocess::cuda`). The declarations below are written from NVIDIA's nvJPEG
 //! documentation (`nvjpeg.h`): every enum is a C `int`, `nvjpegImage_t` is four channel pointers
 //! followed by four `size_t` pitches, handles are opaque pointers, `cudaStream_t` is the driver's
 //! `CUstream`.

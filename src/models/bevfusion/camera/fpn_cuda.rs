@@ -1,4 +1,4 @@
-//! The neck on CUDA: `fpn.rs`'s GeneralizedLSSFPN with `dense::cuda`'s ops (bilinear resize,
+//! The neck on CUDA: `fpn.rs`'s GeneralizedLSSFPN with `ops::dense::cuda`'s ops (bilinear resize,
 //! channel concat, conv as cuBLAS GEMM with the folded BatchNorm and ReLU in its epilogue).
 //! FP16 range guard: each conv's epilogue, under `encoders.camera.neck.{lateral,fpn}_convs.{i}.conv`
 //! (the resize and concatenation only mix or copy guarded values).

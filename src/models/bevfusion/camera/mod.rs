@@ -1,4 +1,6 @@
-//! models::bevfusion::camera
+//! BEVFusion's camera encoder: its configuration (`config`), the Swin-T backbone (`swin`,
+//! `swin_cuda`), the GeneralizedLSSFPN neck (`fpn`, `fpn_cuda`), and the two together
+//! (`encoder`, `encoder_cuda`).
 
 pub mod config;
 pub mod encoder;

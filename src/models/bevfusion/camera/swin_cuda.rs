@@ -5,7 +5,7 @@
 //! - norm1 + zero padding to the window grid: `swin_ln_pad` (kernels/models/bevfusion/swin.cu);
 //! - qkv: cuBLAS GEMM (FP16 in, FP32 out) on the padded grid, then `swin_qkv_split` (bias, q
 //!   scale, FP16 q / k / v);
-//! - attention: the project's varlen window-attention kernel (`attention::cuda`, 2-D relative
+//! - attention: the project's varlen window-attention kernel (`ops::attention::cuda`, 2-D relative
 //!   bias mode) over the stage's partitions ([`SwinPlan`]: built once per image size on the host,
 //!   the shift and its -100 mask expressed as smaller windows as on the CPU, so no roll);
 //! - proj: GEMM on the padded grid, then `swin_crop_residual` (crop, bias, residual);
@@ -17,7 +17,7 @@
 //!
 //! Two GEMM paths, both kept so they can be timed side by side ([`CudaSwin::set_fused`]):
 //! - fused (default): cuBLASLt GEMMs write FP16 with the bias added in their epilogue, fc2's
-//!   residual added through the GEMM's C matrix (`model::gpu_lt`); what is left after a GEMM
+//!   residual added through the GEMM's C matrix (`ops::rowwise::lt`); what is left after a GEMM
 //!   reads FP16 (`swin_qkv_split_h`, `swin_crop_residual_h`, `swin_gelu_h`). Per value of a
 //!   Linear's output this moves 2 bytes (+ 2 + 2 for a following elementwise pass) where the
 //!   unfused path moves 4 (FP32 write) + 4 (read) + 2 (FP16 write): 4 bytes less a value for

@@ -2,7 +2,7 @@
 //! on the GPU (a kernel computing every point's cell in f64 exactly as the CPU reference, the
 //! project's radix sort, cell offsets by binary search), the depth softmax of the depthnet's
 //! cuBLAS GEMM, and the fused pool (one warp per BEV cell, FP16 inputs, FP32 sums, no atomics:
-//! deterministic), then the downsample convs (`dense::cuda`).
+//! deterministic), then the downsample convs (`ops::dense::cuda`).
 //!
 //! Pool memory traffic per frame (the DRAM floor `sptr bench bevpool` reports): depth
 //! N·H·W·D halves, context N·H·W·C halves, the table (kept + 2·cells + 1 u32), the output

@@ -84,7 +84,7 @@ fn grid_tensors(params: &LssParams) -> [(&'static str, Vec<f32>); 4] {
 
 /// Deterministic random weights with the upstream names (tests, benchmarks, parity): conv
 /// weights and the depthnet bias uniform ±1/sqrt(fan_in) (PyTorch's default bound), BatchNorm
-/// as `model::random` (weight 1 ± 0.1, bias ± 0.1, mean ± 0.1, var in [0.5, 1.5]); the grid
+/// as `nn::random` (weight 1 ± 0.1, bias ± 0.1, mean ± 0.1, var in [0.5, 1.5]); the grid
 /// parameters are the YAML's.
 pub fn random_tensors(cfg: &LssConfig, prefix: &str, seed: u64) -> NamedTensors {
     let params = LssParams::from_config(cfg);
