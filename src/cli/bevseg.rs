@@ -79,9 +79,11 @@ impl std::fmt::Display for SizeMismatch {
     }
 }
 
-/// The model's cameras (nuScenes order) from `path`: a calibration YAML (`.yaml` / `.yml`, the
-/// node's `calibration_file` layout, with `intrinsics` and `image_size` for every camera), or
-/// else a nuScenes `calib.json` whose intrinsics are for `image_size` (default 1600 × 900).
+/// The rig's cameras from `path`: a calibration YAML (`.yaml` / `.yml`, the node's
+/// `calibration_file` layout, with `intrinsics` and `image_size` for every camera: any names,
+/// any count, any image size; nuScenes' six in nuScenes order, others in name order), or else a
+/// nuScenes `calib.json` (its six cameras) whose intrinsics are for `image_size` (default
+/// 1600 × 900).
 pub fn load_calibration(path: &Path, image_size: Option<(usize, usize)>) -> Result<Calibration, Error> {
     let yaml = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
     if !yaml {
@@ -95,9 +97,17 @@ pub fn load_calibration(path: &Path, image_size: Option<(usize, usize)>) -> Resu
         )));
     }
     let file = CalibrationFile::load(path)?;
-    let mut cams = Vec::with_capacity(NUSCENES_CAMERAS.len());
-    for name in NUSCENES_CAMERAS {
-        let c = file.camera(name).ok_or_else(|| Error::InvalidInput(format!("calibration file {source}: no camera `{name}` (the model's cameras are {})", NUSCENES_CAMERAS.join(", "))))?;
+    if file.cameras.is_empty() {
+        return Err(Error::InvalidInput(format!("calibration file {source}: no camera: list the rig's cameras under `cameras:`")));
+    }
+    let names: Vec<&str> = if file.cameras.len() == NUSCENES_CAMERAS.len() && NUSCENES_CAMERAS.iter().all(|n| file.cameras.contains_key(*n)) {
+        NUSCENES_CAMERAS.to_vec()
+    } else {
+        file.cameras.keys().map(String::as_str).collect()
+    };
+    let mut cams = Vec::with_capacity(names.len());
+    for name in names {
+        let c = file.camera(name).expect("a name of the file");
         let (k, w, h) = c.intrinsics.ok_or_else(|| {
             Error::InvalidInput(format!("calibration file {source}: camera `{name}` has no `intrinsics` and `image_size`: bevseg has no CameraInfo to take them from, so give both"))
         })?;
@@ -121,8 +131,8 @@ pub fn points5(p: &Points) -> Vec<Point5> {
     (0..p.len()).map(|i| [p.x[i], p.y[i], p.z[i], p.intensity[i], p.time.as_ref().map_or(0.0, |t| t[i])]).collect()
 }
 
-/// Decodes the images and orders them as the calibration's cameras (the nuScenes camera order
-/// of the model); checks that every image names a camera and that no camera has two. An image
+/// Decodes the images and orders them as the calibration's cameras; checks that every image
+/// names a camera of the calibration and that no camera has two. An image
 /// of another size than its camera's calibration is left out (its slot None: masked) and
 /// returned in the mismatches.
 pub fn load_frame(job: &BevSegJob) -> Result<(Calibration, Vec<Option<RgbImage>>, Vec<SizeMismatch>), Error> {
@@ -131,12 +141,13 @@ pub fn load_frame(job: &BevSegJob) -> Result<(Calibration, Vec<Option<RgbImage>>
     }
     let calib = load_calibration(&job.calib, job.image_size)?;
     let limits = DecodeLimits::default();
-    let mut slots: Vec<Option<RgbImage>> = vec![None; NUSCENES_CAMERAS.len()];
-    let mut given = vec![false; NUSCENES_CAMERAS.len()];
+    let mut slots: Vec<Option<RgbImage>> = vec![None; calib.len()];
+    let mut given = vec![false; calib.len()];
     let mut mismatches = Vec::new();
     for (cam, file) in &job.images {
-        let i = NUSCENES_CAMERAS.iter().position(|c| c == cam).ok_or_else(|| {
-            Error::InvalidInput(format!("--images {cam}={}: unknown camera; the model's cameras are {}", file.display(), NUSCENES_CAMERAS.join(", ")))
+        let i = calib.cameras.iter().position(|c| &c.name == cam).ok_or_else(|| {
+            let names: Vec<&str> = calib.cameras.iter().map(|c| c.name.as_str()).collect();
+            Error::InvalidInput(format!("--images {cam}={}: unknown camera; the calibration's cameras are {}", file.display(), names.join(", ")))
         })?;
         if given[i] {
             return Err(Error::InvalidInput(format!("--images: camera {cam} is given twice")));
@@ -303,6 +314,55 @@ fn run_cuda(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A calibration YAML of `names`, each 1920 x 1080 with a pinhole looking along its own yaw.
+    fn rig_yaml(names: &[&str]) -> String {
+        let mut y = String::from("cameras:\n");
+        for (i, n) in names.iter().enumerate() {
+            let a = i as f64 * std::f64::consts::TAU / names.len() as f64;
+            let (c, s) = (a.cos(), a.sin());
+            // camera z (optical axis) along (c, s, 0) of the LiDAR, camera x to its right, y down
+            y.push_str(&format!(
+                "  {n}:\n    camera_to_lidar: [[{}, 0, {c}, 0], [{}, 0, {s}, 0], [0, -1, 0, 1.5], [0, 0, 0, 1]]\n    \
+                 intrinsics: [[1200, 0, 960], [0, 1200, 540], [0, 0, 1]]\n    image_size: [1920, 1080]\n",
+                s, -c
+            ));
+        }
+        y
+    }
+
+    #[test]
+    fn any_rig_of_a_calibration_file_is_the_models_cameras() {
+        let dir = std::env::temp_dir().join(format!("sptr-bevseg-rig-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rig5.yaml");
+        std::fs::write(&path, rig_yaml(&["rear_right", "front", "front_left", "front_right", "rear_left"])).unwrap();
+        let calib = load_calibration(&path, None).unwrap();
+        let names: Vec<&str> = calib.cameras.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["front", "front_left", "front_right", "rear_left", "rear_right"]);
+        assert!(calib.cameras.iter().all(|c| (c.image_width, c.image_height) == (1920, 1080)));
+        // an image of a camera the file does not have is refused, naming the file's cameras
+        let job = BevSegJob {
+            model: PathBuf::new(),
+            weights: SegWeights::Random { seed: 0, save: None },
+            calib: path.clone(),
+            image_size: None,
+            images: vec![("CAM_FRONT".into(), dir.join("x.jpg"))],
+            cloud: None,
+            out: dir.clone(),
+            cuda: false,
+            dump_stages: false,
+            threshold: 0.5,
+        };
+        let e = load_frame(&job).unwrap_err().to_string();
+        assert!(e.contains("unknown camera") && e.contains("front, front_left, front_right, rear_left, rear_right"), "{e}");
+        // nuScenes' six keep nuScenes' order
+        std::fs::write(&path, rig_yaml(&NUSCENES_CAMERAS)).unwrap();
+        let calib = load_calibration(&path, None).unwrap();
+        let names: Vec<&str> = calib.cameras.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, NUSCENES_CAMERAS);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn camera_image_args() {
