@@ -5,7 +5,8 @@ mod common;
 
 use sptr::eval::confusion::Confusion;
 use sptr::eval::labels::{GroundTruth, LabelMap};
-use sptr::eval::latency::{percentile, LatencySummary};
+use sptr::device::percentile::percentile;
+use sptr::eval::latency::LatencySummary;
 use sptr::eval::report::{Report, END_TO_END};
 use sptr::eval::state::{EvalState, FrameRecord, FrameStatus, STATE_FORMAT};
 

@@ -22,13 +22,16 @@ use crate::ops::attention::cpu::HeadSlice;
 use crate::ops::attention::cuda::{sphere_attention_cuda, window_attention_cuda, window_attention_cuda_split, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView, TILED_MIN_WINDOW};
 use crate::ops::attention::sphere::{cubic_heads, SphereLevel, SPHEREFORMER_HEAD_DIM};
 use crate::device::cuda::{cuda_err, free_device_bytes, CudaDevice};
+use crate::bench::json::{fixed, fixed_opt, line, Tagged};
 use crate::bench::spconv::values;
 use crate::Error;
 use cudarc::driver::CudaSlice;
 use half::f16;
+use serde::Serialize;
 
-/// One timed case.
-#[derive(Debug, Clone)]
+/// One timed case. As JSON: `{"bench":"attention", ...}`, the fields in this order, `ms` to
+/// 0.0001 and `extra_mb` to 0.1.
+#[derive(Debug, Clone, Serialize)]
 pub struct AttnBenchRow {
     pub case: String,
     pub n: usize,
@@ -41,19 +44,16 @@ pub struct AttnBenchRow {
     pub n_max_sphere: usize,
     pub pairs_sphere: u64,
     /// Median, CUDA events.
+    #[serde(serialize_with = "fixed::<4, _>")]
     pub ms: f64,
     /// Extra device memory of the case (stage cases only).
+    #[serde(serialize_with = "fixed_opt::<1, _>")]
     pub extra_mb: Option<f64>,
 }
 
 impl AttnBenchRow {
     pub fn json(&self) -> String {
-        let mem = self.extra_mb.map(|m| format!("{m:.1}")).unwrap_or_else(|| "null".into());
-        format!(
-            "{{\"bench\":\"attention\",\"case\":\"{}\",\"n\":{},\"channels\":{},\"heads\":{},\"windows_cubic\":{},\"n_max_cubic\":{},\"pairs_cubic\":{},\"windows_sphere\":{},\"n_max_sphere\":{},\"pairs_sphere\":{},\"ms\":{:.4},\"extra_mb\":{}}}",
-            self.case, self.n, self.channels, self.heads, self.windows_cubic, self.n_max_cubic, self.pairs_cubic,
-            self.windows_sphere, self.n_max_sphere, self.pairs_sphere, self.ms, mem
-        )
+        line(&Tagged { bench: "attention", row: self })
     }
 }
 
@@ -174,4 +174,36 @@ pub fn bench_attention(
         rows.push(row("stage", ms, Some(extra as f64 / 1e6)));
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One row parses back with its keys in the order the line has always had them.
+    #[test]
+    fn the_row_is_json_with_its_keys_in_order() {
+        let row = AttnBenchRow {
+            case: "nuscenes/level1/stage".into(),
+            n: 1000,
+            channels: 32,
+            heads: 2,
+            windows_cubic: 10,
+            n_max_cubic: 64,
+            pairs_cubic: 40000,
+            windows_sphere: 12,
+            n_max_sphere: 80,
+            pairs_sphere: 50000,
+            ms: 0.123456,
+            extra_mb: Some(3.26),
+        };
+        let keys = [
+            "bench", "case", "n", "channels", "heads", "windows_cubic", "n_max_cubic", "pairs_cubic", "windows_sphere",
+            "n_max_sphere", "pairs_sphere", "ms", "extra_mb",
+        ];
+        let v = crate::bench::json::parse_row(&row.json(), &keys);
+        assert_eq!((v["bench"].as_str(), v["ms"].as_f64(), v["extra_mb"].as_f64()), (Some("attention"), Some(0.1235), Some(3.3)));
+        let v: serde_json::Value = serde_json::from_str(&AttnBenchRow { extra_mb: None, ..row }.json()).unwrap();
+        assert!(v["extra_mb"].is_null());
+    }
 }

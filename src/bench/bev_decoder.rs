@@ -1,6 +1,6 @@
 //! `sptr bench bev-decoder`: the CUDA fuser, BEV decoder and map head of each BEVFusion seg
 //! model (random weights, random BEV maps of the full size) on both dense-conv backends — cuDNN
-//! and im2col + cuBLAS — side by side, as JSON lines: per part the median, p90 and minimum GPU
+//! and im2col + cuBLAS — side by side, as JSON lines: per part the median, p90 (nearest rank) and minimum GPU
 //! time (CUDA events) over repeated runs. A backend that cannot load (cuDNN missing) gives one
 //! line saying so instead of numbers.
 
@@ -8,6 +8,8 @@ use crate::models::bevfusion::config::BevConfig;
 use crate::models::bevfusion::bev_stack::{part_gflop, random_weights, BevStack};
 use crate::models::bevfusion::bev_stack_cuda::CudaBevStack;
 use crate::bench::camera_encoder::event_times;
+use crate::bench::json::{line, Fixed};
+use crate::bench::percentiles::Percentiles;
 use crate::ops::dense::conv_engine::ConvBackend;
 use crate::ops::dense::cuda::CudaFeatureMap;
 use crate::ops::dense::FeatureMap;
@@ -15,6 +17,7 @@ use crate::device::cuda::CudaDevice;
 use crate::nn::random::SplitMix;
 use crate::Error;
 use cudarc::cublas::CudaBlas;
+use serde::Serialize;
 use std::path::PathBuf;
 
 /// What `sptr bench bev-decoder` runs.
@@ -30,21 +33,67 @@ pub struct BevDecoderBenchArgs {
     pub bev: usize,
 }
 
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+/// What every line names: the bench, the GPU, the model and the backend.
+#[derive(Serialize)]
+struct Head<'a> {
+    bench: &'static str,
+    gpu: &'a str,
+    model: &'a str,
+    backend: &'a str,
+}
+
+impl<'a> Head<'a> {
+    fn new(gpu: &'a str, model: &'a str, backend: &'a str) -> Head<'a> {
+        Head { bench: "bev_decoder", gpu, model, backend }
+    }
+}
+
+/// A timed part: median, p90 (nearest rank) and minimum GPU ms.
+#[derive(Serialize)]
+struct PartRow<'a> {
+    #[serde(flatten)]
+    head: Head<'a>,
+    cudnn_version: Option<usize>,
+    part: &'a str,
+    median_ms: Fixed<4>,
+    p90_ms: Fixed<4>,
+    min_ms: Fixed<4>,
+    iters: usize,
+    gflop: Fixed<2>,
+    tflops_achieved: Fixed<1>,
+}
+
+/// A backend that gave no times: the error, or why it was skipped.
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Untimed {
+    Error(String),
+    Skipped(&'static str),
+}
+
+#[derive(Serialize)]
+struct UntimedRow<'a> {
+    #[serde(flatten)]
+    head: Head<'a>,
+    #[serde(flatten)]
+    why: Untimed,
 }
 
 #[allow(clippy::too_many_arguments)]
 fn row(gpu: &str, model: &str, backend: &str, cudnn: Option<usize>, part: &str, ts: &[f64], gflop: f64) -> String {
-    let cudnn = cudnn.map_or("null".to_string(), |v| v.to_string());
-    let median = quantile(ts, 0.5);
-    format!(
-        "{{\"bench\": \"bev_decoder\", \"gpu\": \"{gpu}\", \"model\": \"{model}\", \"backend\": \"{backend}\", \"cudnn_version\": {cudnn}, \"part\": \"{part}\", \"median_ms\": {median:.4}, \"p90_ms\": {:.4}, \"min_ms\": {:.4}, \"iters\": {}, \"gflop\": {gflop:.2}, \"tflops_achieved\": {:.1}}}",
-        quantile(ts, 0.9),
-        ts[0],
-        ts.len(),
-        gflop / median // GFLOP per ms = TFLOP/s
-    )
+    let p = Percentiles::of(ts);
+    let median = p.as_ref().map_or(f64::NAN, |p| p.p50);
+    line(&PartRow {
+        head: Head::new(gpu, model, backend),
+        cudnn_version: cudnn,
+        part,
+        median_ms: Fixed(median),
+        p90_ms: Fixed(p.as_ref().map_or(f64::NAN, |p| p.p90)),
+        min_ms: Fixed(ts.iter().copied().fold(f64::INFINITY, f64::min)),
+        iters: ts.len(),
+        gflop: Fixed(gflop),
+        tflops_achieved: Fixed(gflop / median), // GFLOP per ms = TFLOP/s
+    })
 }
 
 /// JSON lines for every model × backend × part (fuser, decoder, head, all).
@@ -74,12 +123,7 @@ pub fn run_bench(a: &BevDecoderBenchArgs) -> Result<Vec<String>, Error> {
             // a backend that fails (a cuDNN error) gives a line saying so; the other still runs
             match bench_backend(&dev, &blas, &stack, &refs, &model, backend, warmup, a.iters, part_gflop(&stack, a.bev)) {
                 Ok(mut l) => lines.append(&mut l),
-                Err(e) => lines.push(format!(
-                    "{{\"bench\": \"bev_decoder\", \"gpu\": \"{}\", \"model\": \"{model}\", \"backend\": \"{}\", \"error\": {:?}}}",
-                    dev.name,
-                    backend.name(),
-                    e.to_string()
-                )),
+                Err(e) => lines.push(line(&UntimedRow { head: Head::new(&dev.name, &model, backend.name()), why: Untimed::Error(e.to_string()) })),
             }
         }
     }
@@ -101,11 +145,8 @@ fn bench_backend(
 ) -> Result<Vec<String>, Error> {
     let g = CudaBevStack::upload(dev, stack, backend)?;
     if g.backend() != backend {
-        return Ok(vec![format!(
-            "{{\"bench\": \"bev_decoder\", \"gpu\": \"{}\", \"model\": \"{model}\", \"backend\": \"{}\", \"skipped\": \"cuDNN could not be loaded (see the log line on stderr)\"}}",
-            dev.name,
-            backend.name()
-        )]);
+        let why = Untimed::Skipped("cuDNN could not be loaded (see the log line on stderr)");
+        return Ok(vec![line(&UntimedRow { head: Head::new(&dev.name, model, backend.name()), why })]);
     }
     let cudnn = g.decoder.cudnn_version();
     let name = backend.name();
@@ -124,4 +165,29 @@ fn bench_backend(
     let ts = event_times(dev, warmup, iters, || g.forward(dev, blas, refs).map(drop))?;
     lines.push(row(&dev.name, model, name, cudnn, "all", &ts, gflop.iter().sum()));
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::json::parse_row;
+
+    /// Each kind of line parses back with its keys in the order the lines have always had them.
+    #[test]
+    fn the_rows_are_json_with_their_keys_in_order() {
+        let head = ["bench", "gpu", "model", "backend"];
+        let text = row("H100", "bevfusion_seg_fusion", "cudnn", Some(90100), "decoder", &[1.0, 2.0, 3.0, 4.0], 12.3456);
+        let keys = [&head[..], &["cudnn_version", "part", "median_ms", "p90_ms", "min_ms", "iters", "gflop", "tflops_achieved"]].concat();
+        let v = parse_row(&text, &keys);
+        assert_eq!((v["bench"].as_str(), v["cudnn_version"].as_u64(), v["iters"].as_u64()), (Some("bev_decoder"), Some(90100), Some(4)));
+        assert_eq!((v["median_ms"].as_f64(), v["p90_ms"].as_f64(), v["min_ms"].as_f64()), (Some(2.0), Some(4.0), Some(1.0)));
+        assert_eq!((v["gflop"].as_f64(), v["tflops_achieved"].as_f64()), (Some(12.35), Some(6.2)));
+        let v = parse_row(&row("H100", "m", "im2col", None, "all", &[1.0], 1.0), &keys);
+        assert!(v["cudnn_version"].is_null());
+        let text = line(&UntimedRow { head: Head::new("H100", "m", "cudnn"), why: Untimed::Error("no \"cudnn\"".into()) });
+        let v = parse_row(&text, &[&head[..], &["error"]].concat());
+        assert_eq!(v["error"], "no \"cudnn\"");
+        let text = line(&UntimedRow { head: Head::new("H100", "m", "cudnn"), why: Untimed::Skipped("cuDNN could not be loaded") });
+        parse_row(&text, &[&head[..], &["skipped"]].concat());
+    }
 }

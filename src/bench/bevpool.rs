@@ -23,6 +23,9 @@ use crate::nn::random::SplitMix;
 use crate::nn::Weights;
 use crate::Error;
 use half::f16;
+use serde::Serialize;
+
+use crate::bench::json::{line, Fixed};
 
 /// Options of the benchmark.
 #[derive(Debug, Clone)]
@@ -59,6 +62,44 @@ fn pool_bytes(g: &LssGeometry, channels: usize) -> usize {
     pixels * g.depth_bins * 2 + pixels * channels * 2 + g.kept() * 4 + (cells + 1) * 4 + cells * 4 + cells * channels * 2
 }
 
+/// The JSON line of a pool case, keys in this order.
+#[derive(Serialize)]
+struct PoolRow<'a> {
+    bench: &'static str,
+    case: &'a str,
+    device: &'a str,
+    cameras: usize,
+    depth_bins: usize,
+    /// Feature map height and width.
+    feature: [usize; 2],
+    channels: usize,
+    grid: [usize; 3],
+    points: usize,
+    kept: usize,
+    intervals: usize,
+    max_interval: u32,
+    geometry_ms: Fixed<4>,
+    geometry_cpu_ms: Fixed<2>,
+    pool_ms: Fixed<4>,
+    pool_bytes: usize,
+    dram_gbps: f64,
+    dram_floor_ms: Fixed<4>,
+    ratio_to_floor: Fixed<2>,
+    bar_ms: f64,
+    goal_ms: f64,
+}
+
+/// The JSON line of the whole view transform.
+#[derive(Serialize)]
+struct TransformRow<'a> {
+    bench: &'static str,
+    case: &'static str,
+    device: &'a str,
+    lift_ms: Fixed<4>,
+    vtransform_ms: Fixed<4>,
+    note: &'static str,
+}
+
 /// One case: JSON line.
 fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt: &BevPoolBench) -> Result<String, Error> {
     let params = LssParams::from_config(cfg);
@@ -80,24 +121,29 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
     let iv = cpu.intervals();
     let max_len = iv.iter().map(|i| i.len).max().unwrap_or(0);
     let BevGrid { nx, .. } = params.grid;
-    Ok(format!(
-        "{{\"bench\":\"bevpool\",\"case\":\"{name}\",\"device\":\"{}\",\"cameras\":{},\"depth_bins\":{d},\"feature\":[{},{}],\"channels\":{c},\
-         \"grid\":[{},{},{}],\"points\":{},\"kept\":{},\"intervals\":{},\"max_interval\":{max_len},\"geometry_ms\":{geom_ms:.4},\
-         \"geometry_cpu_ms\":{cpu_ms:.2},\"pool_ms\":{pool_ms:.4},\"pool_bytes\":{bytes},\"dram_gbps\":{},\"dram_floor_ms\":{floor_ms:.4},\
-         \"ratio_to_floor\":{:.2},\"bar_ms\":0.17,\"goal_ms\":0.116}}",
-        dev.name,
-        cpu.cameras,
-        cpu.height,
-        cpu.width,
-        nx[0],
-        nx[1],
-        nx[2],
-        geom.points,
-        cpu.kept(),
-        iv.len(),
-        opt.dram_gbps,
-        pool_ms / floor_ms
-    ))
+    Ok(line(&PoolRow {
+        bench: "bevpool",
+        case: name,
+        device: &dev.name,
+        cameras: cpu.cameras,
+        depth_bins: d,
+        feature: [cpu.height, cpu.width],
+        channels: c,
+        grid: nx,
+        points: geom.points,
+        kept: cpu.kept(),
+        intervals: iv.len(),
+        max_interval: max_len,
+        geometry_ms: Fixed(geom_ms),
+        geometry_cpu_ms: Fixed(cpu_ms),
+        pool_ms: Fixed(pool_ms),
+        pool_bytes: bytes,
+        dram_gbps: opt.dram_gbps,
+        dram_floor_ms: Fixed(floor_ms),
+        ratio_to_floor: Fixed(pool_ms / floor_ms),
+        bar_ms: 0.17,
+        goal_ms: 0.116,
+    }))
 }
 
 /// The whole view transform (depthnet GEMM, softmax, pool, downsample) on random weights and
@@ -116,11 +162,14 @@ fn transform_case(dev: &CudaDevice, cfg: &LssConfig, calib: &Calibration, iters:
     gt.ensure_geometry(dev, calib)?;
     let lift_ms = dev.time_median_ms(3, iters, || gt.lift(dev, &blas, &gx).map(|_| ()))?;
     let all_ms = dev.time_median_ms(3, iters, || gt.forward(dev, &blas, calib, &gx, CameraMask::ALL).map(|_| ()))?;
-    Ok(format!(
-        "{{\"bench\":\"bevpool\",\"case\":\"seg_vtransform\",\"device\":\"{}\",\"lift_ms\":{lift_ms:.4},\"vtransform_ms\":{all_ms:.4},\
-         \"note\":\"depthnet GEMM + softmax; then pool and the three downsample convs, geometry cached\"}}",
-        dev.name
-    ))
+    Ok(line(&TransformRow {
+        bench: "bevpool",
+        case: "seg_vtransform",
+        device: &dev.name,
+        lift_ms: Fixed(lift_ms),
+        vtransform_ms: Fixed(all_ms),
+        note: "depthnet GEMM + softmax; then pool and the three downsample convs, geometry cached",
+    }))
 }
 
 /// Every case, one JSON line each.
@@ -130,4 +179,48 @@ pub fn bench_bevpool(dev: &CudaDevice, seg: &LssConfig, calib: &Calibration, opt
         case(dev, "det", &detection_config(seg), calib, opt)?,
         transform_case(dev, seg, calib, opt.iters.clamp(1, 50))?,
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::json::parse_row;
+
+    /// Both kinds of line parse back with their keys in the order the lines have always had them.
+    #[test]
+    fn the_rows_are_json_with_their_keys_in_order() {
+        let row = PoolRow {
+            bench: "bevpool",
+            case: "seg",
+            device: "H100",
+            cameras: 6,
+            depth_bins: 118,
+            feature: [32, 88],
+            channels: 80,
+            grid: [256, 256, 1],
+            points: 1_993_728,
+            kept: 1_000_000,
+            intervals: 50_000,
+            max_interval: 90,
+            geometry_ms: Fixed(0.05),
+            geometry_cpu_ms: Fixed(120.0),
+            pool_ms: Fixed(0.123456),
+            pool_bytes: 6_700_000,
+            dram_gbps: 3350.0,
+            dram_floor_ms: Fixed(0.002),
+            ratio_to_floor: Fixed(61.7284),
+            bar_ms: 0.17,
+            goal_ms: 0.116,
+        };
+        let keys = [
+            "bench", "case", "device", "cameras", "depth_bins", "feature", "channels", "grid", "points", "kept", "intervals",
+            "max_interval", "geometry_ms", "geometry_cpu_ms", "pool_ms", "pool_bytes", "dram_gbps", "dram_floor_ms",
+            "ratio_to_floor", "bar_ms", "goal_ms",
+        ];
+        let v = parse_row(&line(&row), &keys);
+        assert_eq!((v["pool_ms"].as_f64(), v["ratio_to_floor"].as_f64(), v["goal_ms"].as_f64()), (Some(0.1235), Some(61.73), Some(0.116)));
+        assert_eq!(v["feature"][1], 88);
+        let t = TransformRow { bench: "bevpool", case: "seg_vtransform", device: "H100", lift_ms: Fixed(0.5), vtransform_ms: Fixed(1.0), note: "n" };
+        parse_row(&line(&t), &["bench", "case", "device", "lift_ms", "vtransform_ms", "note"]);
+    }
 }

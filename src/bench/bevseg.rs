@@ -4,6 +4,7 @@
 //! memory the process holds at its peak (weights, plans, the frame's high-water mark), as one
 //! JSON line per model.
 
+use crate::bench::percentiles::Percentiles;
 use crate::models::bevfusion::seg::{random_tensors, BevSegConfig, BevSegModel, Point5};
 use crate::models::bevfusion::seg_cuda::CudaBevSeg;
 use crate::sensors::calib::camera::{Calibration, NUSCENES_CAMERAS};
@@ -33,16 +34,9 @@ pub struct BevSegBenchArgs {
     pub iters: usize,
 }
 
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
-fn median_p90(mut v: Vec<f64>) -> (f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (quantile(&v, 0.5), quantile(&v, 0.9))
+/// Median and 90th percentile of `v` (nearest rank; `NaN`, `null` in the JSON, when empty).
+fn median_p90(v: &[f64]) -> (f64, f64) {
+    Percentiles::of(v).map_or((f64::NAN, f64::NAN), |p| (p.p50, p.p90))
 }
 
 /// Runs the benchmark; returns the JSON line.
@@ -91,11 +85,11 @@ pub fn run_bench(a: &BevSegBenchArgs) -> Result<String, Error> {
     }
     dev.synchronize()?;
     let peak_mb = free0.saturating_sub(free_device_bytes()?) as f64 / 1e6;
-    let (ms, p90) = median_p90(totals);
+    let (ms, p90) = median_p90(&totals);
     let mut stage_ms = serde_json::Map::new();
     let mut stage_p90 = serde_json::Map::new();
     for name in &order {
-        let (m, p) = median_p90(stages.remove(name).unwrap_or_default());
+        let (m, p) = median_p90(&stages.remove(name).unwrap_or_default());
         stage_ms.insert(name.clone(), serde_json::json!((m * 1e4).round() / 1e4));
         stage_p90.insert(name.clone(), serde_json::json!((p * 1e4).round() / 1e4));
     }

@@ -10,8 +10,11 @@ use crate::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
 use crate::models::bevfusion::camera::swin_cuda::SwinPlan;
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::Error;
+use crate::bench::json::{line, Fixed, InOrder};
+use crate::bench::percentiles::Percentiles;
 use cudarc::driver::CudaSlice;
 use half::f16;
+use serde::Serialize;
 
 /// Dense FP16 tensor-core peak of an H100 SXM (989.4 TFLOP/s without sparsity) used for the
 /// floor: the time the FLOPs would take at that peak, a bound no implementation beats.
@@ -35,21 +38,105 @@ impl EncoderTiming {
         self.gflop * 1e9 / (H100_SXM_FP16_TFLOPS * 1e12) * 1e3
     }
 
+    /// The case's JSON line (`"bench": "camera_encoder"`), times to 0.0001 ms.
     pub fn json(&self, gpu: &str) -> String {
-        format!(
-            "{{\"bench\": \"camera_encoder\", \"case\": \"{}\", \"gpu\": \"{gpu}\", \"n\": {}, \"h\": {}, \"w\": {}, \"median_ms\": {:.4}, \"p90_ms\": {:.4}, \"iters\": {}, \"gflop\": {:.2}, \"tflops_achieved\": {:.1}, \"tc_peak_tflops\": {H100_SXM_FP16_TFLOPS}, \"tc_floor_ms\": {:.4}}}",
-            self.case,
-            self.n,
-            self.h,
-            self.w,
-            self.median_ms,
-            self.p90_ms,
-            self.iters,
-            self.gflop,
-            self.gflop / self.median_ms, // GFLOP per ms = TFLOP/s
-            self.floor_ms()
-        )
+        line(&TimingRow {
+            bench: BENCH,
+            case: self.case,
+            gpu,
+            n: self.n,
+            h: self.h,
+            w: self.w,
+            median_ms: Fixed(self.median_ms),
+            p90_ms: Fixed(self.p90_ms),
+            iters: self.iters,
+            gflop: Fixed(self.gflop),
+            tflops_achieved: Fixed(self.gflop / self.median_ms), // GFLOP per ms = TFLOP/s
+            tc_peak_tflops: H100_SXM_FP16_TFLOPS,
+            tc_floor_ms: Fixed(self.floor_ms()),
+        })
     }
+
+    /// A case timed `ts` (ms): its median and p90 (nearest rank).
+    fn of(case: &'static str, plan: &SwinPlan, ts: &[f64], gflop: f64) -> EncoderTiming {
+        let p = Percentiles::of(ts);
+        EncoderTiming {
+            case,
+            n: plan.n,
+            h: plan.h,
+            w: plan.w,
+            median_ms: p.as_ref().map_or(f64::NAN, |p| p.p50),
+            p90_ms: p.as_ref().map_or(f64::NAN, |p| p.p90),
+            iters: ts.len(),
+            gflop,
+        }
+    }
+}
+
+/// The `bench` of every line.
+const BENCH: &str = "camera_encoder";
+
+/// The JSON of an [`EncoderTiming`], keys in this order.
+#[derive(Serialize)]
+struct TimingRow<'a> {
+    bench: &'static str,
+    case: &'a str,
+    gpu: &'a str,
+    n: usize,
+    h: usize,
+    w: usize,
+    median_ms: Fixed<4>,
+    p90_ms: Fixed<4>,
+    iters: usize,
+    gflop: Fixed<2>,
+    tflops_achieved: Fixed<1>,
+    tc_peak_tflops: f64,
+    tc_floor_ms: Fixed<4>,
+}
+
+/// The plan's build time on the host.
+#[derive(Serialize)]
+struct PlanRow<'a> {
+    bench: &'static str,
+    case: &'static str,
+    gpu: &'a str,
+    n: usize,
+    h: usize,
+    w: usize,
+    host_ms: Fixed<3>,
+    note: &'static str,
+}
+
+/// A case that gave no times: `error` (a stage breakdown) or `graph_error` (a CUDA graph).
+#[derive(Serialize)]
+struct FailedRow<'a> {
+    bench: &'static str,
+    case: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu: Option<&'a str>,
+    #[serde(flatten)]
+    why: Failure,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Failure {
+    Error(String),
+    GraphError(String),
+}
+
+/// The median GPU time of each stage of the encoder ([`stage_medians`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct StageRow {
+    pub bench: &'static str,
+    /// `stages`, or a backbone path's name for it.
+    pub case: String,
+    pub gpu: String,
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    /// Per stage in the order they ran, ms to 0.0001.
+    pub median_ms: InOrder<String, Fixed<4>>,
 }
 
 /// GPU times (CUDA events on the stream) of `iters` calls of `f` after `warmup`, in ms, sorted.
@@ -69,10 +156,6 @@ pub fn event_times(dev: &CudaDevice, warmup: usize, iters: usize, mut f: impl Fn
     Ok(ts)
 }
 
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
 /// Times the backbone alone and backbone + neck on `images` (NHWC FP16 on the device, the plan's
 /// size).
 pub fn bench_encoder(
@@ -87,17 +170,7 @@ pub fn bench_encoder(
     let flops = cfg.flops(plan.n, plan.h, plan.w);
     let swin = event_times(dev, warmup, iters, || enc.backbone(dev, plan, images).map(drop))?;
     let full = event_times(dev, warmup, iters, || enc.forward(dev, plan, images).map(drop))?;
-    let row = |case, ts: &[f64], gflop: f64| EncoderTiming {
-        case,
-        n: plan.n,
-        h: plan.h,
-        w: plan.w,
-        median_ms: quantile(ts, 0.5),
-        p90_ms: quantile(ts, 0.9),
-        iters: ts.len(),
-        gflop,
-    };
-    Ok(vec![row("swin_t", &swin, flops.backbone / 1e9), row("swin_t+fpn", &full, (flops.backbone + flops.neck) / 1e9)])
+    Ok(vec![EncoderTiming::of("swin_t", plan, &swin, flops.backbone / 1e9), EncoderTiming::of("swin_t+fpn", plan, &full, (flops.backbone + flops.neck) / 1e9)])
 }
 
 /// Smooth, image-like normalized RGB, NHWC `[n, h, w, 3]` (deterministic): the benchmark's input
@@ -147,10 +220,16 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
     let plan_ms = t.elapsed().as_secs_f64() * 1e3;
     let h16: Vec<f16> = images.iter().map(|&v| f16::from_f32(v)).collect();
     let x = dev.stream.clone_htod(&h16).map_err(cuda_err("uploading images"))?;
-    let mut lines = vec![format!(
-        "{{\"bench\": \"camera_encoder\", \"case\": \"plan\", \"gpu\": \"{}\", \"n\": {n}, \"h\": {h}, \"w\": {w}, \"host_ms\": {plan_ms:.3}, \"note\": \"window partitions of every stage, built once per image size\"}}",
-        dev.name
-    )];
+    let mut lines = vec![line(&PlanRow {
+        bench: BENCH,
+        case: "plan",
+        gpu: &dev.name,
+        n,
+        h,
+        w,
+        host_ms: Fixed(plan_ms),
+        note: "window partitions of every stage, built once per image size",
+    })];
     // The backbone's paths in the same run (swin_cuda module docs): the default (fused GEMMs,
     // whole-window attention) first, then the per-query attention kernel alone, then both old
     // steps (unfused GEMMs and per-query attention). Each with its per-stage breakdown.
@@ -169,8 +248,10 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
             row.case = if row.case == "swin_t" { swin } else { full };
             lines.push(row.json(&dev.name));
         }
-        let line = stage_breakdown(&dev, &gpu, &plan, &x, a.iters).map(|l| l.replacen("\"case\": \"stages\"", &format!("\"case\": \"{stages}\""), 1));
-        lines.push(line.unwrap_or_else(|e| format!("{{\"bench\": \"camera_encoder\", \"case\": \"{stages}\", \"error\": {:?}}}", e.to_string())));
+        lines.push(match stage_medians(&dev, &gpu, &plan, &x, a.iters) {
+            Ok(row) => line(&StageRow { case: stages.to_string(), ..row }),
+            Err(e) => line(&FailedRow { bench: BENCH, case: stages, gpu: None, why: Failure::Error(e.to_string()) }),
+        });
     }
     gpu.set_swin_fused(&dev, fused0)?;
     gpu.set_swin_whole_window_attention(whole0);
@@ -186,7 +267,7 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
     })();
     match graph_lines {
         Ok(l) => lines.extend(l),
-        Err(e) => lines.push(format!("{{\"bench\": \"camera_encoder\", \"case\": \"swin_t_graph\", \"graph_error\": {:?}}}", e.to_string())),
+        Err(e) => lines.push(line(&FailedRow { bench: BENCH, case: "swin_t_graph", gpu: None, why: Failure::GraphError(e.to_string()) })),
     }
     Ok(lines)
 }
@@ -203,8 +284,13 @@ fn variant_names(fused: bool, whole_window: bool) -> (&'static str, &'static str
 }
 
 /// Median GPU time of each stage of the encoder (`patch_embed`, `stage{i}` with its output norm,
-/// `merge{i}`, `neck`) over `iters` frames, as a JSON line: where the time goes.
+/// `merge{i}`, `neck`) over `iters` frames, as a JSON line (`"case": "stages"`): where the time goes.
 pub fn stage_breakdown(dev: &CudaDevice, enc: &CudaCameraEncoder, plan: &SwinPlan, images: &CudaSlice<f16>, iters: usize) -> Result<String, Error> {
+    stage_medians(dev, enc, plan, images, iters).map(|row| line(&row))
+}
+
+/// The median (nearest rank) GPU time of each stage of the encoder over `iters` frames.
+pub fn stage_medians(dev: &CudaDevice, enc: &CudaCameraEncoder, plan: &SwinPlan, images: &CudaSlice<f16>, iters: usize) -> Result<StageRow, Error> {
     use crate::device::clock::GpuClock;
     use crate::models::sphereformer::network::StageTimes;
     let mut per: Vec<(String, Vec<f64>)> = Vec::new();
@@ -220,21 +306,15 @@ pub fn stage_breakdown(dev: &CudaDevice, enc: &CudaCameraEncoder, plan: &SwinPla
             per[k].1.push(d.as_secs_f64() * 1e3);
         }
     }
-    let fields: Vec<String> = per
-        .into_iter()
-        .map(|(name, mut v)| {
-            v.sort_by(f64::total_cmp);
-            format!("\"{name}\": {:.4}", quantile(&v, 0.5))
-        })
-        .collect();
-    Ok(format!(
-        "{{\"bench\": \"camera_encoder\", \"case\": \"stages\", \"gpu\": \"{}\", \"n\": {}, \"h\": {}, \"w\": {}, \"median_ms\": {{{}}}}}",
-        dev.name,
-        plan.n,
-        plan.h,
-        plan.w,
-        fields.join(", ")
-    ))
+    Ok(StageRow {
+        bench: BENCH,
+        case: "stages".into(),
+        gpu: dev.name.clone(),
+        n: plan.n,
+        h: plan.h,
+        w: plan.w,
+        median_ms: per.into_iter().map(|(name, v)| (name, Fixed(Percentiles::median(&v)))).collect(),
+    })
 }
 
 /// The encoder captured once into a CUDA graph (after the warm-up of [`bench_encoder`]) and
@@ -271,14 +351,45 @@ pub fn bench_encoder_graph(
             Ok(graph)
         })();
         let line = match captured.and_then(|g| event_times(dev, warmup, iters, || g.launch().map_err(cuda_err("graph launch"))).map_err(|e| e.to_string())) {
-            Ok(ts) => EncoderTiming { case, n: plan.n, h: plan.h, w: plan.w, median_ms: quantile(&ts, 0.5), p90_ms: quantile(&ts, 0.9), iters: ts.len(), gflop }.json(&dev.name),
-            Err(e) => format!(
-                "{{\"bench\": \"camera_encoder\", \"case\": \"{case}\", \"gpu\": \"{}\", \"graph_error\": {:?}}}",
-                dev.name,
-                e
-            ),
+            Ok(ts) => EncoderTiming::of(case, plan, &ts, gflop).json(&dev.name),
+            Err(e) => line(&FailedRow { bench: BENCH, case, gpu: Some(&dev.name), why: Failure::GraphError(e) }),
         };
         lines.push(line);
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::json::parse_row;
+
+    /// Each kind of line parses back with its keys in the order the lines have always had them.
+    #[test]
+    fn the_rows_are_json_with_their_keys_in_order() {
+        let t = EncoderTiming { case: "swin_t", n: 6, h: 256, w: 704, median_ms: 4.56789, p90_ms: 5.0, iters: 50, gflop: 123.456 };
+        let keys = ["bench", "case", "gpu", "n", "h", "w", "median_ms", "p90_ms", "iters", "gflop", "tflops_achieved", "tc_peak_tflops", "tc_floor_ms"];
+        let v = parse_row(&t.json("H100"), &keys);
+        assert_eq!((v["bench"].as_str(), v["median_ms"].as_f64(), v["gflop"].as_f64()), (Some("camera_encoder"), Some(4.5679), Some(123.46)));
+        assert_eq!((v["tflops_achieved"].as_f64(), v["tc_peak_tflops"].as_f64()), (Some(27.0), Some(989.4)));
+        let plan = line(&PlanRow { bench: BENCH, case: "plan", gpu: "H100", n: 6, h: 256, w: 704, host_ms: Fixed(1.23456), note: "n" });
+        let v = parse_row(&plan, &["bench", "case", "gpu", "n", "h", "w", "host_ms", "note"]);
+        assert_eq!(v["host_ms"].as_f64(), Some(1.235));
+        let stages = StageRow {
+            bench: BENCH,
+            case: "stages".into(),
+            gpu: "H100".into(),
+            n: 6,
+            h: 256,
+            w: 704,
+            median_ms: [("patch_embed".to_string(), Fixed(0.1)), ("stage0".to_string(), Fixed(1.0))].into_iter().collect(),
+        };
+        let text = line(&stages);
+        parse_row(&text, &["bench", "case", "gpu", "n", "h", "w", "median_ms"]);
+        assert!(text.ends_with(r#""median_ms":{"patch_embed":0.1,"stage0":1.0}}"#), "stages in the order they ran: {text}");
+        let failed = line(&FailedRow { bench: BENCH, case: "stages", gpu: None, why: Failure::Error("out of memory".into()) });
+        assert_eq!(parse_row(&failed, &["bench", "case", "error"])["error"], "out of memory");
+        let failed = line(&FailedRow { bench: BENCH, case: "swin_t_graph", gpu: Some("H100"), why: Failure::GraphError("capture".into()) });
+        parse_row(&failed, &["bench", "case", "gpu", "graph_error"]);
+    }
 }

@@ -1,7 +1,7 @@
 //! `sptr bench camera-input`: the camera input stage per frame — JPEG decode (all cameras in
 //! parallel), upload, resize + crop + normalize — as one JSON object.
 //!
-//! Reported (milliseconds, median of `iters` after `warmup`):
+//! Reported (milliseconds, median (nearest rank) of `iters` after `warmup`):
 //! - `decode_single_ms`: each image decoded alone on one thread;
 //! - `decode_parallel_ms`: all images decoded at once on the rayon pool (`rayon_threads`);
 //! - `cpu_preprocess_ms`: the CPU reference preprocessing of the decoded images (parallel);
@@ -13,6 +13,7 @@
 //!   JPEG decoder side by side (zune-jpeg on the host, nvJPEG on the device), medians of
 //!   alternating rounds, and how many images each decoded on the GPU / CPU.
 
+use crate::bench::percentiles::Percentiles;
 use crate::sensors::image::compressed::decode_jpeg;
 use crate::sensors::image::encodings::{DecodeLimits, RgbImage};
 use crate::ops::image_preprocess::cpu::{preprocess_cpu, ImagePreprocess};
@@ -20,14 +21,6 @@ use crate::Error;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use std::time::Instant;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 /// Median wall time of `f` in milliseconds over `iters` runs after `warmup` runs.
 fn time_ms(warmup: usize, iters: usize, mut f: impl FnMut() -> Result<(), Error>) -> Result<f64, Error> {
@@ -40,7 +33,7 @@ fn time_ms(warmup: usize, iters: usize, mut f: impl FnMut() -> Result<(), Error>
         f()?;
         t.push(s.elapsed().as_secs_f64() * 1e3);
     }
-    Ok(median(t))
+    Ok(Percentiles::median(&t))
 }
 
 /// Times the CPU part of the camera input stage on `jpegs` (one frame = all of them).
@@ -125,7 +118,7 @@ pub fn camera_input_bench_cuda(
             "choice": choice.to_string(),
             "decoder": pre.jpeg_decoder(),
             "nvjpeg": pre.uses_nvjpeg(),
-            "frame_ms": median(r.clone()),
+            "frame_ms": Percentiles::median(r),
             "frame_ms_rounds": r,
             "gpu_decoded": st.gpu.len(),
             "cpu_decoded": if pre.uses_nvjpeg() { st.cpu_fallback.len() } else { jpegs.len() },

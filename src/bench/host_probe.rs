@@ -17,6 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
+
+use crate::bench::json::{line, Fixed, Whole};
 use crate::bench::percentiles::Percentiles;
 
 /// One run of the probe's workload: when it started and how long it took, ms.
@@ -99,7 +102,7 @@ fn run_end(&(t, d): &Sample) -> Instant {
 
 impl ProbeLog {
     fn new(samples: Vec<Sample>) -> ProbeLog {
-        let median_ms = p50(samples.iter().map(|s| s.1).collect());
+        let median_ms = Percentiles::of(&samples.iter().map(|s| s.1).collect::<Vec<_>>()).map(|p| p.p50);
         ProbeLog { samples, median_ms }
     }
 
@@ -118,15 +121,15 @@ impl ProbeLog {
         self.samples.get(first..last)?.iter().map(|(_, d)| d / median).max_by(f64::total_cmp)
     }
 
-    /// The host's slowdowns as JSON: runs, the median run, how many runs were over 3x and 10x
-    /// the median, the episodes (slow runs grouped when under 200 ms apart) with when each
-    /// started (s from the first run), how long it lasted (first slow run's start to the last
-    /// one's end, ms) and its slowest run's ratio, and the median gap and length of episodes.
-    /// On a quiet host there are none or a few short ones; on the noisy hosts of the node bench
-    /// they came every ~1.5 s.
-    pub fn slowdowns_json(&self) -> String {
+    /// The host's slowdowns: runs, the median run, how many runs were over 3x and 10x the
+    /// median, the episodes (slow runs grouped when under 200 ms apart) with when each started
+    /// (s from the first run), how long it lasted (first slow run's start to the last one's end,
+    /// ms) and its slowest run's ratio, and the median gap and length of episodes. On a quiet
+    /// host there are none or a few short ones; on the noisy hosts of the node bench they came
+    /// every ~1.5 s.
+    pub fn slowdowns(&self) -> Slowdowns {
         let Some(typical) = self.median_ms else {
-            return "{\"runs\":0}".into();
+            return Slowdowns { runs: self.samples.len(), figures: None };
         };
         let t0 = self.samples.first().map_or_else(Instant::now, |s| s.0);
         // (start, end, slowest ratio)
@@ -143,22 +146,52 @@ impl ProbeLog {
         }
         let length_ms = |e: &(Instant, Instant, f64)| e.1.duration_since(e.0).as_secs_f64() * 1e3;
         let gaps: Vec<f64> = episodes.windows(2).map(|w| w[1].0.duration_since(w[0].0).as_secs_f64()).collect();
+        let lengths: Vec<f64> = episodes.iter().map(length_ms).collect();
         let count_over = |k: f64| self.samples.iter().filter(|s| s.1 > k * typical).count();
-        format!(
-            "{{\"runs\":{},\"probe_median_ms\":{typical:.4},\"runs_over_3x\":{},\"runs_over_10x\":{},\"episodes\":{},\"episode_gap_s_p50\":{},\"episode_ms_p50\":{},\"episode_list\":[{}]}}",
-            self.samples.len(),
-            count_over(SLOW_RUN_OVER_MEDIAN),
-            count_over(10.0),
-            episodes.len(),
-            p50(gaps).map_or_else(|| "null".into(), |g| format!("{g:.2}")),
-            p50(episodes.iter().map(length_ms).collect()).map_or_else(|| "null".into(), |l| format!("{l:.1}")),
-            episodes
-                .iter()
-                .map(|e| format!("[{:.3},{:.1},{:.1}]", e.0.duration_since(t0).as_secs_f64(), length_ms(e), e.2))
-                .collect::<Vec<_>>()
-                .join(","),
-        )
+        Slowdowns {
+            runs: self.samples.len(),
+            figures: Some(SlowdownFigures {
+                probe_median_ms: Fixed(typical),
+                runs_over_3x: count_over(SLOW_RUN_OVER_MEDIAN),
+                runs_over_10x: count_over(10.0),
+                episodes: episodes.len(),
+                episode_gap_s_p50: Percentiles::of(&gaps).map(|p| Fixed(p.p50)),
+                episode_ms_p50: Percentiles::of(&lengths).map(|p| Fixed(p.p50)),
+                episode_list: episodes.iter().map(|e| (Fixed(e.0.duration_since(t0).as_secs_f64()), Fixed(length_ms(e)), Fixed(e.2))).collect(),
+            }),
+        }
     }
+}
+
+/// The probe's slowdowns ([`ProbeLog::slowdowns`]); `{"runs":0}` alone without runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Slowdowns {
+    pub runs: usize,
+    #[serde(flatten)]
+    pub figures: Option<SlowdownFigures>,
+}
+
+/// The figures of [`Slowdowns`] (medians nearest rank, as the benchmarks' `p50`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SlowdownFigures {
+    pub probe_median_ms: Fixed<4>,
+    pub runs_over_3x: usize,
+    pub runs_over_10x: usize,
+    pub episodes: usize,
+    /// `null` with fewer than two episodes.
+    pub episode_gap_s_p50: Option<Fixed<2>>,
+    pub episode_ms_p50: Option<Fixed<1>>,
+    /// Per episode: `[start s, length ms, slowest run / median]`.
+    pub episode_list: Vec<(Fixed<3>, Fixed<1>, Fixed<1>)>,
+}
+
+/// The JSON of `sptr bench host`.
+#[derive(Serialize)]
+struct HostBench {
+    bench: &'static str,
+    duration_s: Fixed<1>,
+    steal_ms: Whole,
+    probe: Slowdowns,
 }
 
 /// `sptr bench host`: the probe alone for `duration`, nothing else of ours running: does this
@@ -169,11 +202,7 @@ pub fn bench_alone(duration: Duration) -> String {
     std::thread::sleep(duration);
     let log = probe.stop();
     let steal = ProcCounters::now().host_steal_ms - steal0;
-    format!(
-        "{{\"bench\":\"host\",\"duration_s\":{:.1},\"steal_ms\":{steal:.0},\"probe\":{}}}",
-        duration.as_secs_f64(),
-        log.slowdowns_json()
-    )
+    line(&HostBench { bench: "host", duration_s: Fixed(duration.as_secs_f64()), steal_ms: Whole(steal), probe: log.slowdowns() })
 }
 
 /// Counters from `/proc` at one moment (Linux; zeros elsewhere).
@@ -246,81 +275,109 @@ pub struct FrameHost {
     pub counts: ProcCounters,
 }
 
-/// The median of `v` as the benchmarks' `p50` reports it (nearest rank); `None` when empty.
-fn p50(v: Vec<f64>) -> Option<f64> {
-    Percentiles::of(&v).map(|p| p.p50)
-}
-
-/// The median of a group for the JSON, 0 for an empty group (its `frames` says 0).
-fn median(v: Vec<f64>) -> f64 {
-    p50(v).unwrap_or(0.0)
+/// The median of a group for the JSON (nearest rank, as the benchmarks' `p50`), 0 for an empty
+/// group (its `frames` says 0).
+fn group_median(v: &[f64]) -> f64 {
+    Percentiles::of(v).map_or(0.0, |p| p.p50)
 }
 
 /// A frame is slow when it took over this multiple of the median frame.
 const SLOW_OVER_MEDIAN: f64 = 1.5;
 
-/// The host measures as JSON: the probe's median, per frame the probe ratio, faults and CPU
-/// times, and a comparison of the slow frames (over 1.5x the median frame) with the others:
-/// the median probe ratio, faults, own CPU and other processes' CPU of each group; and the
-/// probe's slowdowns over the whole run ([`ProbeLog::slowdowns_json`]).
-pub fn frames_json(probe: Option<&ProbeLog>, frames: &[FrameHost]) -> String {
-    let typical = median(frames.iter().map(|f| f.ms).collect());
-    let group = |slow: bool| -> String {
-        let g: Vec<&FrameHost> = frames.iter().filter(|f| (f.ms > SLOW_OVER_MEDIAN * typical) == slow).collect();
-        let others = |f: &FrameHost| (f.counts.host_busy_ms - f.counts.self_cpu_ms).max(0.0);
-        format!(
-            "{{\"frames\":{},\"probe_ratio_p50\":{:.2},\"minor_faults_p50\":{:.0},\"self_cpu_ms_p50\":{:.1},\"other_cpu_ms_p50\":{:.1},\"steal_ms_p50\":{:.1}}}",
-            g.len(),
-            median(g.iter().filter_map(|f| f.probe_ratio).collect()),
-            median(g.iter().map(|f| f.counts.minor_faults as f64).collect()),
-            median(g.iter().map(|f| f.counts.self_cpu_ms).collect()),
-            median(g.iter().map(|f| others(f)).collect()),
-            median(g.iter().map(|f| f.counts.host_steal_ms).collect()),
-        )
-    };
-    let list = |v: Vec<String>| v.join(",");
-    format!(
-        "{{\"probe_median_ms\":{},\"slow_frames\":{},\"other_frames\":{},\"slowdowns\":{},\"probe_ratio\":[{}],\"minor_faults\":[{}],\"major_faults\":[{}],\"self_cpu_ms\":[{}],\"host_busy_ms\":[{}],\"steal_ms\":[{}]}}",
-        median_json(probe.and_then(|p| p.median_ms)),
-        group(true),
-        group(false),
-        probe.map_or_else(|| "null".into(), ProbeLog::slowdowns_json),
-        list(frames.iter().map(|f| ratio_json(f.probe_ratio)).collect()),
-        list(frames.iter().map(|f| f.counts.minor_faults.to_string()).collect()),
-        list(frames.iter().map(|f| f.counts.major_faults.to_string()).collect()),
-        list(frames.iter().map(|f| format!("{:.0}", f.counts.self_cpu_ms)).collect()),
-        list(frames.iter().map(|f| format!("{:.0}", f.counts.host_busy_ms)).collect()),
-        list(frames.iter().map(|f| format!("{:.0}", f.counts.host_steal_ms)).collect()),
-    )
+/// The host measures of a bench's frames: the probe's median, per frame the probe ratio, faults
+/// and CPU times, and a comparison of the slow frames (over 1.5x the median frame) with the
+/// others: the median probe ratio, faults, own CPU and other processes' CPU of each group; and
+/// the probe's slowdowns over the whole run ([`ProbeLog::slowdowns`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HostFrames {
+    pub probe_median_ms: Option<Fixed<4>>,
+    pub slow_frames: FrameGroup,
+    pub other_frames: FrameGroup,
+    pub slowdowns: Option<Slowdowns>,
+    pub probe_ratio: Vec<Option<Fixed<2>>>,
+    pub minor_faults: Vec<u64>,
+    pub major_faults: Vec<u64>,
+    pub self_cpu_ms: Vec<Whole>,
+    pub host_busy_ms: Vec<Whole>,
+    pub steal_ms: Vec<Whole>,
+}
+
+/// The slow or the other frames of [`HostFrames`]: how many, and their medians.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FrameGroup {
+    pub frames: usize,
+    pub probe_ratio_p50: Fixed<2>,
+    pub minor_faults_p50: Whole,
+    pub self_cpu_ms_p50: Fixed<1>,
+    pub other_cpu_ms_p50: Fixed<1>,
+    pub steal_ms_p50: Fixed<1>,
+}
+
+impl HostFrames {
+    pub fn of(probe: Option<&ProbeLog>, frames: &[FrameHost]) -> HostFrames {
+        let typical = group_median(&frames.iter().map(|f| f.ms).collect::<Vec<_>>());
+        let group = |slow: bool| -> FrameGroup {
+            let g: Vec<&FrameHost> = frames.iter().filter(|f| (f.ms > SLOW_OVER_MEDIAN * typical) == slow).collect();
+            let median = |v: &dyn Fn(&FrameHost) -> Option<f64>| group_median(&g.iter().filter_map(|f| v(f)).collect::<Vec<_>>());
+            FrameGroup {
+                frames: g.len(),
+                probe_ratio_p50: Fixed(median(&|f| f.probe_ratio)),
+                minor_faults_p50: Whole(median(&|f| Some(f.counts.minor_faults as f64))),
+                self_cpu_ms_p50: Fixed(median(&|f| Some(f.counts.self_cpu_ms))),
+                other_cpu_ms_p50: Fixed(median(&|f| Some((f.counts.host_busy_ms - f.counts.self_cpu_ms).max(0.0)))),
+                steal_ms_p50: Fixed(median(&|f| Some(f.counts.host_steal_ms))),
+            }
+        };
+        HostFrames {
+            probe_median_ms: probe.and_then(|p| p.median_ms).map(Fixed),
+            slow_frames: group(true),
+            other_frames: group(false),
+            slowdowns: probe.map(ProbeLog::slowdowns),
+            probe_ratio: frames.iter().map(|f| f.probe_ratio.map(Fixed)).collect(),
+            minor_faults: frames.iter().map(|f| f.counts.minor_faults).collect(),
+            major_faults: frames.iter().map(|f| f.counts.major_faults).collect(),
+            self_cpu_ms: frames.iter().map(|f| Whole(f.counts.self_cpu_ms)).collect(),
+            host_busy_ms: frames.iter().map(|f| Whole(f.counts.host_busy_ms)).collect(),
+            steal_ms: frames.iter().map(|f| Whole(f.counts.host_steal_ms)).collect(),
+        }
+    }
 }
 
 /// The probe alone, for frames timed in another process (the node bench's peer times the
-/// node's frames; `/proc/self` there would be the peer's, so only the probe is reported): per
-/// frame `(latency ms, probe ratio)`, `None` for a frame that never completed. JSON: the
+/// node's frames; `/proc/self` there would be the peer's, so only the probe is reported): the
 /// probe's median run, the slow frames' (over 1.5x the median latency) median probe ratio
 /// against the other complete frames', and each frame's ratio.
-pub fn probe_json(probe_median_ms: Option<f64>, frames: &[(Option<f64>, Option<f64>)]) -> String {
-    let typical = median(frames.iter().filter_map(|f| f.0).collect());
-    let group = |slow: bool| -> String {
-        let g: Vec<Option<f64>> =
-            frames.iter().filter(|f| f.0.is_some_and(|ms| (ms > SLOW_OVER_MEDIAN * typical) == slow)).map(|f| f.1).collect();
-        format!("{{\"frames\":{},\"probe_ratio_p50\":{:.2}}}", g.len(), median(g.into_iter().flatten().collect()))
-    };
-    format!(
-        "{{\"probe_median_ms\":{},\"slow_frames\":{},\"other_frames\":{},\"probe_ratio\":[{}]}}",
-        median_json(probe_median_ms),
-        group(true),
-        group(false),
-        frames.iter().map(|f| ratio_json(f.1)).collect::<Vec<_>>().join(","),
-    )
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProbeFrames {
+    pub probe_median_ms: Option<Fixed<4>>,
+    pub slow_frames: ProbeGroup,
+    pub other_frames: ProbeGroup,
+    pub probe_ratio: Vec<Option<Fixed<2>>>,
 }
 
-fn median_json(ms: Option<f64>) -> String {
-    ms.map_or_else(|| "null".into(), |m| format!("{m:.4}"))
+/// The slow or the other complete frames of [`ProbeFrames`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProbeGroup {
+    pub frames: usize,
+    pub probe_ratio_p50: Fixed<2>,
 }
 
-fn ratio_json(r: Option<f64>) -> String {
-    r.map_or_else(|| "null".into(), |r| format!("{r:.2}"))
+impl ProbeFrames {
+    /// Per frame `(latency ms, probe ratio)`, `None` for a frame that never completed.
+    pub fn of(probe_median_ms: Option<f64>, frames: &[(Option<f64>, Option<f64>)]) -> ProbeFrames {
+        let typical = group_median(&frames.iter().filter_map(|f| f.0).collect::<Vec<_>>());
+        let group = |slow: bool| -> ProbeGroup {
+            let g: Vec<Option<f64>> =
+                frames.iter().filter(|f| f.0.is_some_and(|ms| (ms > SLOW_OVER_MEDIAN * typical) == slow)).map(|f| f.1).collect();
+            ProbeGroup { frames: g.len(), probe_ratio_p50: Fixed(group_median(&g.into_iter().flatten().collect::<Vec<_>>())) }
+        };
+        ProbeFrames {
+            probe_median_ms: probe_median_ms.map(Fixed),
+            slow_frames: group(true),
+            other_frames: group(false),
+            probe_ratio: frames.iter().map(|f| f.1.map(Fixed)).collect(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -382,20 +439,26 @@ mod tests {
         samples[21].1 = 12.0;
         samples[22].1 = 5.0;
         samples[95].1 = 3.5;
-        let j = ProbeLog::new(samples).slowdowns_json();
+        let j = line(&ProbeLog::new(samples).slowdowns());
         // medians are nearest-rank, as the benchmarks' p50: of two episodes, the shorter
         assert_eq!(
             j,
-            "{\"runs\":100,\"probe_median_ms\":1.0000,\"runs_over_3x\":4,\"runs_over_10x\":1,\"episodes\":2,\
-             \"episode_gap_s_p50\":1.50,\"episode_ms_p50\":3.5,\"episode_list\":[[0.400,45.0,12.0],[1.900,3.5,3.5]]}"
+            "{\"runs\":100,\"probe_median_ms\":1.0,\"runs_over_3x\":4,\"runs_over_10x\":1,\"episodes\":2,\
+             \"episode_gap_s_p50\":1.5,\"episode_ms_p50\":3.5,\"episode_list\":[[0.4,45.0,12.0],[1.9,3.5,3.5]]}"
         );
-        assert_eq!(ProbeLog::new(Vec::new()).slowdowns_json(), "{\"runs\":0}");
+        assert_eq!(line(&ProbeLog::new(Vec::new()).slowdowns()), "{\"runs\":0}");
+        // one run: a median, no episode
+        let one = line(&ProbeLog::new(vec![(t0, 0.25)]).slowdowns());
+        assert_eq!(one, "{\"runs\":1,\"probe_median_ms\":0.25,\"runs_over_3x\":0,\"runs_over_10x\":0,\"episodes\":0,\"episode_gap_s_p50\":null,\"episode_ms_p50\":null,\"episode_list\":[]}");
     }
 
     #[test]
     fn the_probe_alone_reports_its_runs() {
-        let j: serde_json::Value = serde_json::from_str(&bench_alone(Duration::from_millis(50))).unwrap();
+        let text = bench_alone(Duration::from_millis(50));
+        let j = crate::bench::json::parse_row(&text, &["bench", "duration_s", "steal_ms", "probe"]);
         assert_eq!(j["bench"], "host");
+        assert_eq!(j["duration_s"].as_f64(), Some(0.1), "0.05 s to 0.1 s, as ever");
+        assert!(j["steal_ms"].is_i64(), "whole ms: {text}");
         // the probe thread may get no run in on a loaded machine: then it says so
         assert!(j["probe"]["runs"].as_u64().is_some(), "{j}");
     }
@@ -420,22 +483,33 @@ mod tests {
         };
         let frames = [f(10.0, 1.0, 5), f(11.0, 1.1, 5), f(10.0, 1.0, 6), f(40.0, 3.0, 500)];
         let probe = ProbeLog::new(vec![(Instant::now(), 0.2)]);
-        let j = frames_json(Some(&probe), &frames);
-        assert!(j.contains("\"probe_median_ms\":0.2000,"), "{j}");
+        let j = line(&HostFrames::of(Some(&probe), &frames));
+        let keys = [
+            "probe_median_ms", "slow_frames", "other_frames", "slowdowns", "probe_ratio", "minor_faults", "major_faults",
+            "self_cpu_ms", "host_busy_ms", "steal_ms",
+        ];
+        let v = crate::bench::json::parse_row(&j, &keys);
+        assert!(j.contains("\"probe_median_ms\":0.2,"), "{j}");
         assert!(j.contains("\"slowdowns\":{\"runs\":1,"), "{j}");
-        assert!(j.contains("\"slow_frames\":{\"frames\":1,\"probe_ratio_p50\":3.00,\"minor_faults_p50\":500"), "{j}");
-        assert!(j.contains("\"other_frames\":{\"frames\":3,\"probe_ratio_p50\":1.00,\"minor_faults_p50\":5,\"self_cpu_ms_p50\":20.0,\"other_cpu_ms_p50\":10.0"), "{j}");
+        assert!(j.contains("\"slow_frames\":{\"frames\":1,\"probe_ratio_p50\":3.0,\"minor_faults_p50\":500,"), "{j}");
+        assert!(j.contains("\"other_frames\":{\"frames\":3,\"probe_ratio_p50\":1.0,\"minor_faults_p50\":5,\"self_cpu_ms_p50\":20.0,\"other_cpu_ms_p50\":10.0,\"steal_ms_p50\":0.0}"), "{j}");
+        assert!(j.contains("\"probe_ratio\":[1.0,1.1,1.0,3.0],\"minor_faults\":[5,5,6,500],\"major_faults\":[0,0,0,0],\"self_cpu_ms\":[20,20,20,20]"), "{j}");
+        assert_eq!(v["host_busy_ms"][0], 30);
+        // without a probe: no median, no slowdowns
+        let v: serde_json::Value = serde_json::from_str(&line(&HostFrames::of(None, &frames))).unwrap();
+        assert!(v["probe_median_ms"].is_null() && v["slowdowns"].is_null(), "{v}");
     }
 
     #[test]
     fn probe_alone_compares_slow_complete_frames_and_skips_incomplete_ones() {
         let frames = [(Some(10.0), Some(1.0)), (Some(11.0), Some(1.2)), (None, Some(9.0)), (Some(10.0), None), (Some(40.0), Some(3.5))];
-        let j = probe_json(Some(0.4), &frames);
+        let j = line(&ProbeFrames::of(Some(0.4), &frames));
         // the other complete frames' ratios are 1.0 and 1.2 (one has none): nearest rank gives 1.0
         assert_eq!(
             j,
-            "{\"probe_median_ms\":0.4000,\"slow_frames\":{\"frames\":1,\"probe_ratio_p50\":3.50},\
-             \"other_frames\":{\"frames\":3,\"probe_ratio_p50\":1.00},\"probe_ratio\":[1.00,1.20,9.00,null,3.50]}"
+            "{\"probe_median_ms\":0.4,\"slow_frames\":{\"frames\":1,\"probe_ratio_p50\":3.5},\
+             \"other_frames\":{\"frames\":3,\"probe_ratio_p50\":1.0},\"probe_ratio\":[1.0,1.2,9.0,null,3.5]}"
         );
+        crate::bench::json::parse_row(&j, &["probe_median_ms", "slow_frames", "other_frames", "probe_ratio"]);
     }
 }

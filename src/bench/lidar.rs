@@ -4,20 +4,48 @@
 use std::path::Path;
 use std::time::Instant;
 
+use serde::Serialize;
+
+use crate::bench::json::{line, Fixed, InOrder};
 use crate::bench::percentiles::Percentiles;
 use crate::frame::processor::{bev_params, ms, Processor, Rejected, STAGES};
 use crate::device::DeviceKind;
 use crate::msgs::cloud::{self, CloudBuf};
 
+/// The JSON row of `sptr bench pipeline` (`"bench":"pipeline"`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineRow {
+    pub bench: &'static str,
+    pub device: String,
+    pub points: usize,
+    pub voxels: usize,
+    pub warmup: usize,
+    /// The whole frame's latency (`null` without frames).
+    pub latency: Option<Percentiles>,
+    /// The median of each of [`STAGES`], ms to 0.001, in that order.
+    pub stage_p50_ms: InOrder<&'static str, Fixed<3>>,
+    /// What ran: the model file, the weights and the cloud (from [`bench_pipeline`]).
+    #[serde(flatten)]
+    pub inputs: Option<PipelineInputs>,
+}
+
+/// The files `sptr bench pipeline` ran on.
+#[derive(Debug, Clone, Serialize)]
+pub struct PipelineInputs {
+    pub model: String,
+    pub weights: String,
+    pub cloud: String,
+}
+
 /// `sptr bench pipeline`: the node's frame processing without ROS, `frames` times on one cloud
-/// body (after `warmup` untimed frames). Returns one JSON object: the device, points, voxels,
-/// latency percentiles of the whole frame, and the median of each stage.
+/// body (after `warmup` untimed frames). Returns the row: the device, points, voxels, latency
+/// percentiles of the whole frame, and the median of each stage.
 pub fn bench(
     proc_: &mut Processor,
     body: &CloudBuf,
     warmup: usize,
     frames: usize,
-) -> Result<String, Rejected> {
+) -> Result<PipelineRow, Rejected> {
     let view = body.view();
     for _ in 0..warmup {
         proc_.process(&view)?;
@@ -35,17 +63,16 @@ pub fn bench(
         last = Some((out.points_kept, out.voxels));
     }
     let (points, voxels) = last.unwrap_or((0, 0));
-    let stages: Vec<String> = STAGES
-        .iter()
-        .zip(&per_stage)
-        .map(|(n, v)| format!("\"{n}\":{:.3}", Percentiles::of(v).map_or(0.0, |p| p.p50)))
-        .collect();
-    let lat = Percentiles::of(&total).map_or_else(|| "null".into(), |p| p.json());
-    Ok(format!(
-        "{{\"bench\":\"pipeline\",\"device\":{},\"points\":{points},\"voxels\":{voxels},\"warmup\":{warmup},\"latency\":{lat},\"stage_p50_ms\":{{{}}}}}",
-        json_str(proc_.device_name()),
-        stages.join(",")
-    ))
+    Ok(PipelineRow {
+        bench: "pipeline",
+        device: proc_.device_name().to_string(),
+        points,
+        voxels,
+        warmup,
+        latency: Percentiles::of(&total),
+        stage_p50_ms: STAGES.iter().zip(&per_stage).map(|(n, v)| (*n, Fixed(Percentiles::of(v).map_or(0.0, |p| p.p50)))).collect(),
+        inputs: None,
+    })
 }
 
 /// What `sptr bench pipeline` runs on.
@@ -117,42 +144,49 @@ pub fn open_bench(b: &BenchSetup) -> Result<BenchLidar, String> {
     Ok(BenchLidar { processor, body, model_path, weights, params: node })
 }
 
-/// `sptr bench pipeline`: [`open_bench`], then [`bench`].
+/// `sptr bench pipeline`: [`open_bench`], then [`bench`]; the row as one JSON line.
 pub fn bench_pipeline(b: &BenchSetup) -> Result<String, String> {
     let mut l = open_bench(b)?;
-    let json = bench(&mut l.processor, &l.body, b.warmup, b.frames)
+    let mut row = bench(&mut l.processor, &l.body, b.warmup, b.frames)
         .map_err(|e| format!("the cloud was rejected: {e}"))?;
-    Ok(format!(
-        "{},\"model\":{},\"weights\":{},\"cloud\":{}}}",
-        &json[..json.len() - 1],
-        json_str(&l.model_path.display().to_string()),
-        json_str(&l.weights),
-        json_str(&b.cloud.display().to_string())
-    ))
-}
-
-/// `s` as a JSON string literal.
-pub fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    row.inputs = Some(PipelineInputs {
+        model: l.model_path.display().to_string(),
+        weights: l.weights,
+        cloud: b.cloud.display().to_string(),
+    });
+    Ok(line(&row))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::json::parse_row;
 
+    /// The row's keys, in the order the line has always had them; names with quotes escaped.
     #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(json_str("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    fn the_row_is_json_with_its_keys_in_order() {
+        let mut row = PipelineRow {
+            bench: "pipeline",
+            device: "cpu".into(),
+            points: 100,
+            voxels: 40,
+            warmup: 2,
+            latency: Percentiles::of(&[10.0, 12.0, 11.0]),
+            stage_p50_ms: STAGES.iter().map(|n| (*n, Fixed(1.23456))).collect(),
+            inputs: None,
+        };
+        let v = parse_row(&line(&row), &["bench", "device", "points", "voxels", "warmup", "latency", "stage_p50_ms"]);
+        assert_eq!(v["bench"], "pipeline");
+        assert_eq!(v["latency"]["p50_ms"].as_f64(), Some(11.0));
+        assert_eq!(v["stage_p50_ms"][STAGES[0]].as_f64(), Some(1.235));
+        row.inputs = Some(PipelineInputs { model: "m.yaml".into(), weights: "random (seed 1)".into(), cloud: "a\"b.bin".into() });
+        let text = line(&row);
+        let v = parse_row(&text, &["bench", "device", "points", "voxels", "warmup", "latency", "stage_p50_ms", "model", "weights", "cloud"]);
+        assert!(text.starts_with(r#"{"bench":"pipeline","device":"cpu","points":100,"voxels":40,"warmup":2,"latency":{"n":3,"#), "{text}");
+        assert!(text.ends_with(r#","model":"m.yaml","weights":"random (seed 1)","cloud":"a\"b.bin"}"#), "{text}");
+        let stages = text.find("stage_p50_ms").unwrap();
+        let order: Vec<usize> = STAGES.iter().map(|n| text[stages..].find(&format!("\"{n}\"")).unwrap()).collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "stages in their order: {text}");
+        assert_eq!(v["cloud"], "a\"b.bin");
     }
 }

@@ -15,7 +15,10 @@ pub mod camera_encoder;
 pub mod camera_input;
 pub mod faults;
 pub mod host_probe;
+pub mod json;
 pub mod lidar;
+#[cfg(feature = "cuda")]
+pub mod lidar_encoder;
 pub mod model;
 pub mod percentiles;
 pub mod pipeline;

@@ -16,14 +16,17 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
+
 use crate::msgs::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, Time};
 use crate::bag::Bag;
 use crate::frame::cameras::{CameraBranch, CameraImage};
 use crate::frame::frame_processor::{CameraOutput, CameraPath, FrameProcessor};
 use crate::frame::params::ImageTransport;
-use crate::bench::host_probe::{frames_json, FrameHost, HostProbe, ProcCounters};
+use crate::bench::host_probe::{FrameHost, HostFrames, HostProbe, ProcCounters};
+use crate::bench::json::{line, Fixed, InOrder, MemorySamples};
 use crate::device::memory::{device_used_mb, host_rss_mb};
-use crate::bench::lidar::{json_str, open_bench, BenchSetup};
+use crate::bench::lidar::{open_bench, BenchSetup};
 use crate::bench::percentiles::Percentiles;
 use crate::frame::processor::STAGES;
 use crate::bench::faults::{big_cloud, patched_jpeg, Fault, FaultSchedule, FrameFaults, BIG_CLOUDS, BIG_CLOUD_POINTS};
@@ -255,7 +258,7 @@ impl FaultTally {
     }
 
     /// JSON `faults`: what was injected, what the branch counted, the good frames.
-    fn json(&self, every_s: f64, branch: &CameraBranch) -> String {
+    fn json(&self, every_s: f64, branch: &CameraBranch) -> serde_json::Value {
         use crate::frame::cameras::CameraStatus;
         let stats = branch.stats();
         let first = stats.first().map(|s| s.count(CameraStatus::DecodeError)).unwrap_or(0);
@@ -291,7 +294,6 @@ impl FaultTally {
             "unexpected": self.unexpected,
             "all_counted": all_counted,
         })
-        .to_string()
     }
 }
 
@@ -307,45 +309,82 @@ impl StageTimes {
         }
     }
 
-    fn p50_json(&self) -> String {
-        let items: Vec<String> =
-            self.0.iter().map(|(n, v)| format!("{}:{:.3}", json_str(n), Percentiles::of(v).map_or(0.0, |p| p.p50))).collect();
-        format!("{{{}}}", items.join(","))
+    /// Each stage's percentile `pick` takes, ms to 0.001 (0 for a stage without times), in
+    /// first-seen order.
+    fn percentile_ms(&self, pick: fn(&Percentiles) -> f64) -> InOrder<String, Fixed<3>> {
+        self.0.iter().map(|(n, v)| (n.clone(), Fixed(Percentiles::of(v).map_or(0.0, |p| pick(&p))))).collect()
     }
 
-    fn p99_json(&self) -> String {
-        let items: Vec<String> =
-            self.0.iter().map(|(n, v)| format!("{}:{:.3}", json_str(n), Percentiles::of(v).map_or(0.0, |p| p.p99))).collect();
-        format!("{{{}}}", items.join(","))
+    /// The times of `names`, frame by frame, ms to 0.01, after the frames' `total` (a tail's
+    /// pattern over time: bursts, a period).
+    fn series(&self, total: &[f64], names: &[&str]) -> InOrder<String, Vec<Fixed<2>>> {
+        let list = |v: &[f64]| v.iter().map(|&x| Fixed(x)).collect();
+        std::iter::once(("total".to_string(), list(total)))
+            .chain(self.0.iter().filter(|(n, _)| names.contains(&n.as_str())).map(|(n, v)| (n.clone(), list(v))))
+            .collect()
     }
 
-    /// The times of `names`, frame by frame (a tail's pattern over time: bursts, a period).
-    fn series_json(&self, total: &[f64], names: &[&str]) -> String {
-        let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(",");
-        let mut items = vec![format!("\"total\":[{}]", list(total))];
-        for (n, v) in self.0.iter().filter(|(n, _)| names.contains(&n.as_str())) {
-            items.push(format!("{}:[{}]", json_str(n), list(v)));
-        }
-        format!("{{{}}}", items.join(","))
-    }
-
-    /// Every stage's time in timed frame `i` (a stage a frame did not have is left out).
-    fn frame_json(&self, i: usize) -> String {
-        let items: Vec<String> = self.0.iter().filter_map(|(n, v)| v.get(i).map(|x| format!("{}:{:.3}", json_str(n), x))).collect();
-        format!("{{{}}}", items.join(","))
+    /// Every stage's time in timed frame `i`, ms to 0.001 (a stage a frame did not have is left
+    /// out).
+    fn frame(&self, i: usize) -> InOrder<String, Fixed<3>> {
+        self.0.iter().filter_map(|(n, v)| v.get(i).map(|&x| (n.clone(), Fixed(x)))).collect()
     }
 }
 
 /// The slowest timed frame: its index, time and stages, so that a long tail can be traced to a
-/// stage (`null` without frames).
-fn slowest_json(total: &[f64], stages: &StageTimes) -> String {
-    match total.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)) {
-        Some((i, t)) => format!("{{\"frame\":{i},\"ms\":{t:.3},\"stages\":{}}}", stages.frame_json(i)),
-        None => "null".into(),
-    }
+/// stage.
+#[derive(Serialize)]
+struct SlowestFrame {
+    frame: usize,
+    ms: Fixed<3>,
+    stages: InOrder<String, Fixed<3>>,
+}
+
+/// The slowest timed frame (`None`, `null` in the JSON, without frames).
+fn slowest(total: &[f64], stages: &StageTimes) -> Option<SlowestFrame> {
+    let (i, &t) = total.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1))?;
+    Some(SlowestFrame { frame: i, ms: Fixed(t), stages: stages.frame(i) })
+}
+
+/// How the frames were paced (`null` when unpaced).
+#[derive(Serialize)]
+struct Pace {
+    rate_hz: f64,
+    duration_s: f64,
+    period_ms: Fixed<3>,
+}
+
+/// The JSON row of `sptr bench pipeline --cameras`, keys in this order (README).
+#[derive(Serialize)]
+struct CamerasRow<'a> {
+    bench: &'static str,
+    faults: Option<serde_json::Value>,
+    device: &'a str,
+    frames: usize,
+    warmup: usize,
+    pace: Option<Pace>,
+    frames_over_period: usize,
+    overlap: bool,
+    latency: Option<Percentiles>,
+    stage_p50_ms: InOrder<String, Fixed<3>>,
+    stage_p99_ms: InOrder<String, Fixed<3>>,
+    slowest_frame: Option<SlowestFrame>,
+    per_frame_ms: InOrder<String, Vec<Fixed<2>>>,
+    cameras: usize,
+    camera_status: Vec<&'static str>,
+    map: Option<MapSummary>,
+    host_rss_mb: Option<MemorySamples<usize>>,
+    device_used_mb: Option<MemorySamples<usize>>,
+    host: HostFrames,
+    model: String,
+    weights: &'a str,
+    camera_model: &'a str,
+    cloud: String,
+    bag: String,
 }
 
 /// What the last frame's map messages were.
+#[derive(Serialize)]
 struct MapSummary {
     classes: usize,
     width: u32,
@@ -539,43 +578,33 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         .into_iter()
         .map(|(from, to, f)| FrameHost { probe_ratio: probe.as_ref().and_then(|p| p.max_ratio_in(from, to)), ..f })
         .collect();
-    let host_json = frames_json(probe.as_ref(), &frame_host);
-    let lat = Percentiles::of(&total).map_or_else(|| "null".into(), |p| p.json());
-    let map = last_map.map_or_else(
-        || "null".into(),
-        |m| format!("{{\"classes\":{},\"width\":{},\"height\":{},\"cdr_bytes\":{}}}", m.classes, m.width, m.height, m.cdr_bytes),
-    );
-    let pace = match s.pace {
-        Some((hz, secs)) => format!("{{\"rate_hz\":{hz},\"duration_s\":{secs},\"period_ms\":{:.3}}}", ms(period)),
-        None => "null".into(),
+    let row = CamerasRow {
+        bench: "pipeline_cameras",
+        faults: s.faults_every_s.map(|every| tally.json(every, &frames_in.cameras.as_ref().expect("the bench has cameras").branch)),
+        device: &device_name,
+        frames: total.len(),
+        warmup: s.lidar.warmup,
+        pace: s.pace.map(|(rate_hz, duration_s)| Pace { rate_hz, duration_s, period_ms: Fixed(ms(period)) }),
+        frames_over_period: over_period,
+        overlap: !s.serial,
+        latency: Percentiles::of(&total),
+        stage_p50_ms: stages.percentile_ms(|p| p.p50),
+        stage_p99_ms: stages.percentile_ms(|p| p.p99),
+        slowest_frame: slowest(&total, &stages),
+        per_frame_ms: stages.series(&total, &["lidar", "lidar/network", "cameras", "bev_map", "map_encode"]),
+        cameras: cams.len(),
+        camera_status,
+        map: last_map,
+        host_rss_mb: MemorySamples::of(&host),
+        device_used_mb: MemorySamples::of(&device),
+        host: HostFrames::of(probe.as_ref(), &frame_host),
+        model: lidar.model_path.display().to_string(),
+        weights: &lidar.weights,
+        camera_model: &description,
+        cloud: s.lidar.cloud.display().to_string(),
+        bag: s.bag.display().to_string(),
     };
-    let status: Vec<String> = camera_status.iter().map(|n| json_str(n)).collect();
-    let faults = match s.faults_every_s {
-        Some(every) => tally.json(every, &frames_in.cameras.as_ref().expect("the bench has cameras").branch),
-        None => "null".into(),
-    };
-    Ok(format!(
-        "{{\"bench\":\"pipeline_cameras\",\"faults\":{faults},\"device\":{},\"frames\":{},\"warmup\":{},\"pace\":{pace},\"frames_over_period\":{over_period},\"overlap\":{},\
-         \"latency\":{lat},\"stage_p50_ms\":{},\"stage_p99_ms\":{},\"slowest_frame\":{},\"per_frame_ms\":{},\"cameras\":{},\"camera_status\":[{}],\"map\":{map},\"host_rss_mb\":{},\"device_used_mb\":{},\
-         \"host\":{host_json},\"model\":{},\"weights\":{},\"camera_model\":{},\"cloud\":{},\"bag\":{}}}",
-        json_str(&device_name),
-        total.len(),
-        s.lidar.warmup,
-        !s.serial,
-        stages.p50_json(),
-        stages.p99_json(),
-        slowest_json(&total, &stages),
-        stages.series_json(&total, &["lidar", "lidar/network", "cameras", "bev_map", "map_encode"]),
-        cams.len(),
-        status.join(","),
-        crate::device::memory::samples_json(&host),
-        crate::device::memory::samples_json(&device),
-        json_str(&lidar.model_path.display().to_string()),
-        json_str(&lidar.weights),
-        json_str(&description),
-        json_str(&s.lidar.cloud.display().to_string()),
-        json_str(&s.bag.display().to_string()),
-    ))
+    Ok(line(&row))
 }
 
 fn ms(d: Duration) -> f64 {
@@ -645,6 +674,61 @@ mod tests {
             s.add("b", v);
             s.add("a", v * 10.0);
         }
-        assert_eq!(s.p50_json(), "{\"b\":2.000,\"a\":20.000}");
+        assert_eq!(line(&s.percentile_ms(|p| p.p50)), r#"{"b":2.0,"a":20.0}"#);
+        assert_eq!(line(&s.percentile_ms(|p| p.p99)), r#"{"b":3.0,"a":30.0}"#);
+        assert_eq!(line(&s.series(&[5.0, 6.0, 7.0], &["a"])), r#"{"total":[5.0,6.0,7.0],"a":[30.0,10.0,20.0]}"#);
+        assert_eq!(line(&slowest(&[5.0, 7.0, 6.0], &s)), r#"{"frame":1,"ms":7.0,"stages":{"b":1.0,"a":10.0}}"#);
+        assert_eq!(line(&slowest(&[], &s)), "null");
+    }
+
+    /// The row parses back with its keys in the order the line has always had them.
+    #[test]
+    fn the_cameras_row_is_json_with_its_keys_in_order() {
+        let mut stages = StageTimes::default();
+        stages.add("lidar", 8.0);
+        stages.add("cameras", 9.0);
+        let total = [12.3456];
+        let row = CamerasRow {
+            bench: "pipeline_cameras",
+            faults: None,
+            device: "cuda:0",
+            frames: 1,
+            warmup: 0,
+            pace: Some(Pace { rate_hz: 10.0, duration_s: 1.0, period_ms: Fixed(100.0) }),
+            frames_over_period: 0,
+            overlap: true,
+            latency: Percentiles::of(&total),
+            stage_p50_ms: stages.percentile_ms(|p| p.p50),
+            stage_p99_ms: stages.percentile_ms(|p| p.p99),
+            slowest_frame: slowest(&total, &stages),
+            per_frame_ms: stages.series(&total, &["lidar"]),
+            cameras: 6,
+            camera_status: vec!["used"; 6],
+            map: Some(MapSummary { classes: 6, width: 200, height: 200, cdr_bytes: 1234 }),
+            host_rss_mb: MemorySamples::of(&[(0, 100.0)]),
+            device_used_mb: None,
+            host: HostFrames::of(None, &[]),
+            model: "m.yaml".into(),
+            weights: "random (seed 1)",
+            camera_model: "fusion",
+            cloud: "c.bin".into(),
+            bag: "bag".into(),
+        };
+        let text = line(&row);
+        let keys = [
+            "bench", "faults", "device", "frames", "warmup", "pace", "frames_over_period", "overlap", "latency", "stage_p50_ms",
+            "stage_p99_ms", "slowest_frame", "per_frame_ms", "cameras", "camera_status", "map", "host_rss_mb", "device_used_mb",
+            "host", "model", "weights", "camera_model", "cloud", "bag",
+        ];
+        let v = crate::bench::json::parse_row(&text, &keys);
+        assert_eq!(v["bench"], "pipeline_cameras");
+        assert!(v["faults"].is_null() && v["device_used_mb"].is_null(), "{text}");
+        assert_eq!(v["pace"]["rate_hz"].as_f64(), Some(10.0));
+        assert_eq!(v["latency"]["p99_ms"].as_f64(), Some(12.346));
+        assert_eq!(v["per_frame_ms"]["total"][0].as_f64(), Some(12.35));
+        assert_eq!(v["slowest_frame"]["frame"], 0);
+        assert_eq!(v["map"]["cdr_bytes"], 1234);
+        assert_eq!(v["host_rss_mb"]["last"].as_f64(), Some(100.0));
+        assert_eq!(v["host"]["slow_frames"]["frames"], 0);
     }
 }

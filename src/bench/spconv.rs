@@ -2,6 +2,7 @@
 //! SubM k3 at C = 32, 64, 128, 256 with the kernel map cached and with the map
 //! built in the call, and strided k2 s2 32->64, 64->128, 128->256, on a voxelized batch.
 
+use crate::bench::json::{fixed, line};
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::ops::sparse_conv::cpu::WeightLayout;
 use crate::ops::sparse_conv::cuda::{conv_cuda, conv_cuda_split, ConvAlgo, CudaConvWeights, TILED_VARIANTS, WGMMA_VARIANTS};
@@ -10,9 +11,12 @@ use crate::ops::sparse_conv::kernel_map_cuda::{strided_cuda, submanifold_cuda, C
 use crate::ops::sparse_conv::tensor::SparseTensor;
 use crate::Error;
 use half::f16;
+use serde::Serialize;
 
-/// One timed case.
-#[derive(Debug, Clone)]
+/// One timed case. As JSON: the fields in this order (no `bench` key: `scripts/gpu_parity.sh`
+/// picks the rows out of a log as the lines that start with `{"case"`), `ms` to 0.0001 and
+/// `useful_tflops` to 0.01.
+#[derive(Debug, Clone, Serialize)]
 pub struct BenchRow {
     pub case: String,
     pub sites_in: usize,
@@ -20,17 +24,16 @@ pub struct BenchRow {
     pub cin: usize,
     pub cout: usize,
     /// Median, CUDA events, ms.
+    #[serde(serialize_with = "fixed::<4, _>")]
     pub ms: f64,
     /// Multiply-adds over the map's real pairs, over `ms`: useful TFLOP/s.
+    #[serde(rename = "useful_tflops", serialize_with = "fixed::<2, _>")]
     pub tflops: f64,
 }
 
 impl BenchRow {
     pub fn json(&self) -> String {
-        format!(
-            "{{\"case\":\"{}\",\"sites_in\":{},\"sites_out\":{},\"cin\":{},\"cout\":{},\"ms\":{:.4},\"useful_tflops\":{:.2}}}",
-            self.case, self.sites_in, self.sites_out, self.cin, self.cout, self.ms, self.tflops
-        )
+        line(self)
     }
 }
 
@@ -107,4 +110,19 @@ pub fn bench_spconv(dev: &CudaDevice, name: &str, coords: Vec<[i32; 4]>, shape: 
         rows.push(BenchRow { case: format!("{name}/strided_k2s2_map_in_call"), sites_in: n, sites_out: down.out_count, cin, cout, ms, tflops: flops / ms / 1e9 });
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One row parses back with its keys in the order the line has always had them, `case` first.
+    #[test]
+    fn the_row_is_json_with_its_keys_in_order() {
+        let row = BenchRow { case: "dense/subm_k3_map_cached".into(), sites_in: 100, sites_out: 100, cin: 32, cout: 32, ms: 0.0123456, tflops: 12.3456 };
+        let text = row.json();
+        assert!(text.starts_with(r#"{"case":"dense/subm_k3_map_cached","#), "{text}");
+        let v = crate::bench::json::parse_row(&text, &["case", "sites_in", "sites_out", "cin", "cout", "ms", "useful_tflops"]);
+        assert_eq!((v["ms"].as_f64(), v["useful_tflops"].as_f64()), (Some(0.0123), Some(12.35)));
+    }
 }

@@ -930,7 +930,7 @@ fn bench_lidar_encoder_cmd(cloud: &Path, model: &Path, sweeps: usize, seed: u64,
     let points = synthetic_sweeps(&point_rows(&Points::read_bin(cloud, 5)?, 0.0), sweeps);
     let dev = sptr::device::cuda::CudaDevice::new(0)?;
     let gpu = cuda::CudaLidarEncoder::upload(&dev, &enc)?;
-    println!("{}", cuda::bench(&dev, &gpu, &points, warmup, iters)?);
+    println!("{}", sptr::bench::lidar_encoder::bench(&dev, &gpu, &points, warmup, iters)?);
     Ok(())
 }
 #[cfg(not(feature = "cuda"))]
@@ -1070,14 +1070,6 @@ fn kernels_cmd(_: &[String]) -> Result<()> {
     anyhow::bail!("this build has no CUDA support: rebuild with `--features cuda`")
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v[v.len() / 2]
-}
-
 fn bench_voxelize(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>, iters: usize, batch2: bool) -> Result<()> {
     let m = load_model(model)?;
     let mut params = m.voxel_params();
@@ -1091,6 +1083,25 @@ fn bench_voxelize(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>,
         cases.push(("batch2_rotated", vec![&pts, &rot]));
     }
     let iters = iters.max(1);
+    // the JSON line: keys in this order, cpu_ms to 0.001, cuda_ms to 0.0001, speedup to 0.1
+    use sptr::bench::json::{line, Fixed};
+    use sptr::bench::percentiles::Percentiles;
+    #[derive(serde::Serialize)]
+    struct Row<'a> {
+        case: &'a str,
+        points: usize,
+        voxels: usize,
+        cpu_ms: Fixed<3>,
+        cuda_ms: Option<Fixed<4>>,
+        speedup: Option<Fixed<1>>,
+    }
+    #[derive(serde::Serialize)]
+    struct Bench<'a> {
+        bench: &'static str,
+        voxel_size: [f64; 3],
+        iters: usize,
+        results: Vec<Row<'a>>,
+    }
     let mut rows = Vec::new();
     for (name, batch) in &cases {
         let cpu = voxelize_cpu(batch, &params)?;
@@ -1101,16 +1112,17 @@ fn bench_voxelize(cloud: &Path, stride: usize, model: &Path, voxel: Option<f64>,
             t_cpu.push(t.elapsed().as_secs_f64() * 1e3);
         }
         let cuda_ms = bench_voxelize_cuda(batch, &params, iters)?;
-        rows.push(format!(
-            "{{\"case\":\"{name}\",\"points\":{},\"voxels\":{},\"cpu_ms\":{:.3},\"cuda_ms\":{},\"speedup\":{}}}",
-            cpu.stats.points_in,
-            cpu.len(),
-            median(t_cpu.clone()),
-            cuda_ms.map(|v| format!("{v:.4}")).unwrap_or("null".into()),
-            cuda_ms.map(|v| format!("{:.1}", median(t_cpu.clone()) / v)).unwrap_or("null".into()),
-        ));
+        let cpu_ms = Percentiles::median(&t_cpu);
+        rows.push(Row {
+            case: name,
+            points: cpu.stats.points_in,
+            voxels: cpu.len(),
+            cpu_ms: Fixed(cpu_ms),
+            cuda_ms: cuda_ms.map(Fixed),
+            speedup: cuda_ms.map(|v| Fixed(cpu_ms / v)),
+        });
     }
-    println!("{{\"bench\":\"voxelize\",\"voxel_size\":{:?},\"iters\":{iters},\"results\":[{}]}}", params.voxel_size, rows.join(","));
+    println!("{}", line(&Bench { bench: "voxelize", voxel_size: params.voxel_size, iters, results: rows }));
     Ok(())
 }
 
@@ -1156,7 +1168,7 @@ fn bench_voxelize_cuda(batch: &[&Points], params: &VoxelParams, iters: usize) ->
         t.push(t0.elapsed().as_secs_f64() * 1e3);
         drop(v);
     }
-    Ok(Some(median(t)))
+    Ok(Some(sptr::bench::percentiles::Percentiles::median(&t)))
 }
 #[cfg(not(feature = "cuda"))]
 fn bench_voxelize_cuda(_: &[&Points], _: &VoxelParams, _: usize) -> Result<Option<f64>> {

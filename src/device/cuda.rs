@@ -243,6 +243,6 @@ impl CudaDevice {
             times.push(start.elapsed_ms(&stop).map_err(cuda_err("reading an event time"))? as f64);
         }
         times.sort_by(|a, b| a.total_cmp(b));
-        Ok(times[times.len() / 2])
+        Ok(crate::device::percentile::percentile(&times, 50.0).unwrap_or(f64::NAN))
     }
 }

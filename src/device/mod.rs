@@ -14,6 +14,7 @@ pub mod kernels;
 pub mod memory;
 #[cfg(feature = "cuda")]
 pub mod nvrtc;
+pub mod percentile;
 #[cfg(feature = "cuda")]
 pub mod primitives;
 #[cfg(feature = "cuda")]

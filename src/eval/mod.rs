@@ -18,7 +18,7 @@ pub mod state;
 
 pub use confusion::Confusion;
 pub use labels::{GroundTruth, LabelMap};
-pub use latency::{percentile, LatencySummary};
+pub use latency::LatencySummary;
 pub use report::Report;
 pub use state::{EvalState, FrameRecord, FrameStatus};
 

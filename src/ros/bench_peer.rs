@@ -26,7 +26,11 @@ use futures::StreamExt;
 use r2r::diagnostic_msgs::msg::DiagnosticArray;
 use r2r::QosProfile;
 
+use serde::Serialize;
+
 use crate::bag::Bag;
+use crate::bench::host_probe::ProbeFrames;
+use crate::bench::json::{line, Fixed, MemorySamples, Whole};
 use crate::bench::percentiles::Percentiles;
 
 /// What the peer runs against.
@@ -274,52 +278,78 @@ pub struct PeerReport {
     pub probe_ratio: Vec<Option<f64>>,
 }
 
-fn pct_json(p: &Option<Percentiles>) -> String {
-    p.as_ref().map_or_else(|| "null".into(), Percentiles::json)
+/// The JSON of a [`PeerReport`], keys in this order.
+#[derive(Serialize)]
+struct ReportJson<'a> {
+    bench: &'static str,
+    rate_hz: f64,
+    duration_s: f64,
+    start_s: Fixed<2>,
+    inputs: &'a [String],
+    outputs: &'a [String],
+    frames: FrameCounts,
+    latency: &'a Option<Percentiles>,
+    lidar_latency: &'a Option<Percentiles>,
+    frames_over_period: usize,
+    publish_late: &'a Option<Percentiles>,
+    missing_by_output: BTreeMap<&'a str, usize>,
+    host_rss_mb: Option<MemorySamples<f64>>,
+    device_used_mb: Option<MemorySamples<f64>>,
+    node: &'a BTreeMap<String, String>,
+    host_stalls: HostStalls,
+    steal_ms: Option<Whole>,
+    host_probe: ProbeFrames,
+    frame_latency_ms: Vec<Option<Fixed<2>>>,
+}
+
+/// What became of the timed frames.
+#[derive(Serialize)]
+struct FrameCounts {
+    published: usize,
+    complete: usize,
+    partial: usize,
+    dropped: usize,
+}
+
+/// Host stalls: how many, the longest (ms late), and each as `[timed frame, ms late]`.
+#[derive(Serialize)]
+struct HostStalls {
+    count: usize,
+    max_ms: Fixed<2>,
+    at: Vec<(usize, Fixed<2>)>,
 }
 
 impl PeerReport {
     /// One JSON object (`"bench":"node_dds"`).
     pub fn json(&self) -> String {
-        let strings = |v: &[String]| serde_json::to_string(v).unwrap_or_default();
-        let missing: BTreeMap<&str, usize> =
-            self.missing_by_output.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        format!(
-            "{{\"bench\":\"node_dds\",\"rate_hz\":{},\"duration_s\":{},\"start_s\":{:.2},\"inputs\":{},\"outputs\":{},\
-             \"frames\":{{\"published\":{},\"complete\":{},\"partial\":{},\"dropped\":{}}},\
-             \"latency\":{},\"lidar_latency\":{},\"frames_over_period\":{},\"publish_late\":{},\
-             \"missing_by_output\":{},\"host_rss_mb\":{},\"device_used_mb\":{},\"node\":{},\"host_stalls\":{{\"count\":{},\"max_ms\":{:.2},\"at\":[{}]}},\"steal_ms\":{},\"host_probe\":{},\"frame_latency_ms\":[{}]}}",
-            self.rate_hz,
-            self.duration_s,
-            self.start_s,
-            strings(&self.inputs),
-            strings(&self.outputs),
-            self.published,
-            self.complete,
-            self.partial,
-            self.dropped,
-            pct_json(&self.latency),
-            pct_json(&self.lidar_latency),
-            self.frames_over_period,
-            pct_json(&self.publish_late),
-            serde_json::to_string(&missing).unwrap_or_default(),
-            crate::device::memory::samples_json(&self.host_rss_mb),
-            crate::device::memory::samples_json(&self.device_used_mb),
-            serde_json::to_string(&self.node).unwrap_or_default(),
-            self.host_stalls.len(),
-            self.host_stalls.iter().map(|s| s.1).fold(0.0, f64::max),
-            self.host_stalls.iter().map(|(f, ms)| format!("[{f},{ms:.2}]")).collect::<Vec<_>>().join(","),
-            self.steal_ms.map_or_else(|| "null".to_string(), |s| format!("{s:.0}")),
-            crate::bench::host_probe::probe_json(
+        line(&ReportJson {
+            bench: "node_dds",
+            rate_hz: self.rate_hz,
+            duration_s: self.duration_s,
+            start_s: Fixed(self.start_s),
+            inputs: &self.inputs,
+            outputs: &self.outputs,
+            frames: FrameCounts { published: self.published, complete: self.complete, partial: self.partial, dropped: self.dropped },
+            latency: &self.latency,
+            lidar_latency: &self.lidar_latency,
+            frames_over_period: self.frames_over_period,
+            publish_late: &self.publish_late,
+            missing_by_output: self.missing_by_output.iter().map(|(k, v)| (k.as_str(), *v)).collect(),
+            host_rss_mb: MemorySamples::of(&self.host_rss_mb),
+            device_used_mb: MemorySamples::of(&self.device_used_mb),
+            node: &self.node,
+            host_stalls: HostStalls {
+                count: self.host_stalls.len(),
+                max_ms: Fixed(self.host_stalls.iter().map(|s| s.1).fold(0.0, f64::max)),
+                at: self.host_stalls.iter().map(|&(f, ms)| (f, Fixed(ms))).collect(),
+            },
+            steal_ms: self.steal_ms.map(Whole),
+            host_probe: ProbeFrames::of(
                 self.probe_median_ms,
-                &self.frame_latency_ms.iter().copied().zip(self.probe_ratio.iter().copied()).collect::<Vec<_>>()
+                &self.frame_latency_ms.iter().copied().zip(self.probe_ratio.iter().copied()).collect::<Vec<_>>(),
             ),
-            self.frame_latency_ms
-                .iter()
-                .map(|l| l.map_or_else(|| "null".to_string(), |l| format!("{l:.2}")))
-                .collect::<Vec<_>>()
-                .join(","),
-        )
+            frame_latency_ms: self.frame_latency_ms.iter().map(|l| l.map(Fixed)).collect(),
+        })
     }
 }
 
@@ -673,6 +703,53 @@ mod tests {
         assert!(!counts_frame(&report("none"), frame), "nothing processed yet");
         assert!(!counts_frame(&report("1700000000"), frame), "no nanoseconds");
         assert!(!counts_frame(&BTreeMap::new(), frame), "a node without the key");
+    }
+
+    /// The report parses back with its keys in the order the line has always had them.
+    #[test]
+    fn the_report_is_json_with_its_keys_in_order() {
+        let report = PeerReport {
+            rate_hz: 10.0,
+            duration_s: 60.0,
+            outputs: vec!["/sptr/output/points".into(), "/sptr/output/bev/labels".into()],
+            inputs: vec!["/sptr/input/points".into()],
+            start_s: 3.14159,
+            published: 3,
+            complete: 2,
+            partial: 0,
+            dropped: 1,
+            latency: Percentiles::of(&[20.0, 30.0]),
+            frame_latency_ms: vec![Some(20.0), Some(30.0), None],
+            lidar_latency: Percentiles::of(&[10.0, 11.0]),
+            frames_over_period: 0,
+            publish_late: None,
+            missing_by_output: vec![("/sptr/output/points".into(), 1), ("/sptr/output/bev/labels".into(), 1)],
+            host_rss_mb: vec![(0.3, 1394.0), (1.3, 1427.6)],
+            device_used_mb: vec![],
+            node: BTreeMap::from([("processed".to_string(), "12".to_string())]),
+            host_stalls: vec![(1, 6.256)],
+            steal_ms: Some(12.4),
+            probe_median_ms: Some(0.2),
+            probe_ratio: vec![Some(1.0), Some(1.26), None],
+        };
+        let text = report.json();
+        let keys = [
+            "bench", "rate_hz", "duration_s", "start_s", "inputs", "outputs", "frames", "latency", "lidar_latency",
+            "frames_over_period", "publish_late", "missing_by_output", "host_rss_mb", "device_used_mb", "node", "host_stalls",
+            "steal_ms", "host_probe", "frame_latency_ms",
+        ];
+        let j = crate::bench::json::parse_row(&text, &keys);
+        assert_eq!(j["bench"], "node_dds");
+        assert_eq!(j["start_s"].as_f64(), Some(3.14));
+        assert_eq!(j["frames"]["dropped"], 1);
+        assert_eq!(j["latency"]["n"], 2);
+        assert!(j["publish_late"].is_null() && j["device_used_mb"].is_null(), "{text}");
+        assert_eq!(j["missing_by_output"].as_object().map(|m| m.len()), Some(2));
+        assert_eq!(j["host_rss_mb"]["last"].as_f64(), Some(1427.6));
+        assert_eq!(j["host_stalls"]["at"][0][1].as_f64(), Some(6.26));
+        assert_eq!(j["steal_ms"], 12, "whole ms");
+        assert_eq!(j["host_probe"]["probe_ratio"][1].as_f64(), Some(1.26));
+        assert!(j["frame_latency_ms"][0].is_f64() && j["frame_latency_ms"][2].is_null(), "{text}");
     }
 
     #[test]

@@ -84,18 +84,27 @@ impl NetworkInputs {
         for (name, bytes) in files {
             std::fs::write(dir.join(name), bytes).map_err(|e| io(name, e))?;
         }
-        let batch_size = self.batch.iter().copied().max().map_or(0, |b| b + 1);
-        let s = self.spatial_shape;
-        let meta = format!(
-            "{{\"n\": {}, \"input_c\": {input_c}, \"batch_size\": {batch_size}, \"spatial_shape\": [{}, {}, {}], \"coord_fixups\": {}, \"source\": {:?}, \"made_by\": \"sptr prepare\"}}\n",
-            self.len(),
-            s[0],
-            s[1],
-            s[2],
-            self.coord_fixups,
-            source
-        );
-        std::fs::write(dir.join("inputs.json"), meta).map_err(|e| io("inputs.json", e))
+        #[derive(serde::Serialize)]
+        struct Meta<'a> {
+            n: usize,
+            input_c: usize,
+            batch_size: i32,
+            spatial_shape: [i32; 3],
+            coord_fixups: usize,
+            source: &'a str,
+            made_by: &'static str,
+        }
+        let meta = Meta {
+            n: self.len(),
+            input_c,
+            batch_size: self.batch.iter().copied().max().map_or(0, |b| b + 1),
+            spatial_shape: self.spatial_shape,
+            coord_fixups: self.coord_fixups,
+            source,
+            made_by: "sptr prepare",
+        };
+        let text = serde_json::to_string(&meta).map_err(|e| Error::InvalidInput(format!("{}: inputs.json: {e}", dir.display())))?;
+        std::fs::write(dir.join("inputs.json"), text + "\n").map_err(|e| io("inputs.json", e))
     }
 }
 
