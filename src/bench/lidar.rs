@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::bench::percentiles::Percentiles;
 use crate::frame::processor::{bev_params, ms, Processor, Rejected, STAGES};
-use crate::device::DeviceKind;
+use crate::device::Device;
 use crate::msgs::cloud::{self, CloudBuf};
 
 /// `sptr bench pipeline`: the node's frame processing without ROS, `frames` times on one cloud
@@ -58,7 +58,7 @@ pub struct BenchSetup<'a> {
     /// The node's params file, for the BEV grid (`bev.range`, `bev.resolution`,
     /// `bev.obstacle_classes`).
     pub params: &'a Path,
-    pub device: DeviceKind,
+    pub device: Device,
     pub warmup: usize,
     pub frames: usize,
 }

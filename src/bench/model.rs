@@ -1,7 +1,7 @@
 //! `sptr bench model`: end-to-end segmentation latency (points on the host → preprocessing →
 //! network → labels of every point on the host) and device memory, as JSON lines.
 
-use crate::device::DeviceKind;
+use crate::device::Device;
 use crate::models::sphereformer::segmenter::Segmenter;
 use crate::{Error, Points};
 use std::collections::BTreeMap;
@@ -11,7 +11,7 @@ use std::time::Instant;
 #[derive(Debug, Clone)]
 pub struct ModelBenchRow {
     pub case: String,
-    pub device: DeviceKind,
+    pub device: Device,
     pub points: usize,
     pub voxels: usize,
     pub iters: usize,

@@ -763,12 +763,8 @@ fn run(cli: Cli) -> Result<()> {
                 (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for an untrained smoke run)"),
             };
             let cloud = cloud.map(|c| read_cloud_arg(&c, format.as_deref())).transpose()?;
-            let cuda = match device {
-                DeviceArg::Cpu => false,
-                DeviceArg::Cuda => true,
-                DeviceArg::Auto => cuda_usable(),
-            };
-            let job = BevSegJob { model, weights, calib, image_size, images, cloud, out, cuda, dump_stages, threshold: threshold as f32 };
+            let device = resolved(device)?;
+            let job = BevSegJob { model, weights, calib, image_size, images, cloud, out, device, dump_stages, threshold: threshold as f32 };
             println!("{}", run(&job)?);
             Ok(())
         }
@@ -803,10 +799,11 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Bench { what: BenchCmd::Pipeline { cloud, model, weights, params, device, frames, warmup, cameras, bag, camera_model, camera_weights, rate_hz, duration_s, serial, faults_every_s } } => {
             let device = match device.as_str() {
-                "cpu" => sptr::device::DeviceKind::Cpu,
-                "cuda" => sptr::device::DeviceKind::Cuda,
+                "cpu" => sptr::device::DeviceChoice::Cpu,
+                "cuda" => sptr::device::DeviceChoice::Cuda,
                 other => anyhow::bail!("--device {other}: use cpu or cuda"),
             };
+            let device = sptr::device::resolve(device).map_err(|e| anyhow::anyhow!("--device {device}: {e} ({CPU_INSTEAD})"))?.device;
             let setup = sptr::bench::lidar::BenchSetup { cloud: &cloud, model: model.as_deref(), weights: weights.as_deref(), params: &params, device, warmup, frames };
             if cameras {
                 let pace = rate_hz.zip(duration_s);
@@ -872,12 +869,8 @@ fn camera_features_cmd(
         (None, JpegDecoderChoice::Cpu) => preprocess_files(&images, &model)?,
         (None, choice) => camera_input_cuda(&images, &model, choice)?,
     };
-    let cuda = match device {
-        DeviceArg::Cpu => false,
-        DeviceArg::Cuda => true,
-        DeviceArg::Auto => cuda_usable(),
-    };
-    let job = FeaturesJob { model, weights, images, n, h, w, cuda, stages, save_input, out };
+    let device = resolved(device)?;
+    let job = FeaturesJob { model, weights, images, n, h, w, device, stages, save_input, out };
     let (summary, range) = run_checked(&job)?;
     println!("{summary}");
     if !range.is_clean() {
@@ -894,8 +887,8 @@ fn camera_features_cmd(
 /// `camera-features --jpeg-decoder nvjpeg|auto`: the CUDA preprocessing of the JPEGs.
 #[cfg(feature = "cuda")]
 fn camera_input_cuda(images: &[PathBuf], model: &Path, choice: sptr::sensors::image::compressed::JpegDecoderChoice) -> Result<(Vec<f32>, usize, usize, usize)> {
-    if !cuda_usable() {
-        anyhow::bail!("--jpeg-decoder {choice} preprocesses on CUDA, and no CUDA device is usable here");
+    if let Some(why) = sptr::device::cuda_unavailable() {
+        anyhow::bail!("--jpeg-decoder {choice} preprocesses on CUDA, and {why}");
     }
     let (data, n, h, w, decoder) = sptr::cli::camera_features::preprocess_files_cuda(images, model, choice)?;
     eprintln!("camera input decoded by {decoder}");
@@ -998,11 +991,7 @@ fn voxelize_cmd(cloud: &Path, model: &Path, stride: usize, device: DeviceArg) ->
     let m = load_model(model)?;
     let pts = Points::read_bin(cloud, stride)?;
     let params = m.voxel_params();
-    let use_cuda = match device {
-        DeviceArg::Cpu => false,
-        DeviceArg::Cuda => true,
-        DeviceArg::Auto => cuda_usable(),
-    };
+    let use_cuda = resolved(device)? == sptr::device::Device::Cuda;
     println!("cloud             {}", cloud.display());
     println!("model             {}", model.display());
     if use_cuda {
@@ -1014,13 +1003,24 @@ fn voxelize_cmd(cloud: &Path, model: &Path, stride: usize, device: DeviceArg) ->
     Ok(())
 }
 
-#[cfg(feature = "cuda")]
-fn cuda_usable() -> bool {
-    sptr::device::cuda::driver_available() && sptr::device::cuda::CudaDevice::new(0).is_ok()
+/// `--device` resolved ([`sptr::device::resolve`]), its error naming the argument.
+fn resolved(device: DeviceArg) -> Result<sptr::device::Device> {
+    let choice = match device {
+        DeviceArg::Auto => sptr::device::DeviceChoice::Auto,
+        DeviceArg::Cpu => sptr::device::DeviceChoice::Cpu,
+        DeviceArg::Cuda => sptr::device::DeviceChoice::Cuda,
+    };
+    let r = sptr::device::resolve(choice).map_err(|e| anyhow::anyhow!("--device {choice}: {e} ({CPU_INSTEAD})"))?;
+    Ok(r.device)
 }
-#[cfg(not(feature = "cuda"))]
-fn cuda_usable() -> bool {
-    false
+
+/// How a command-line user runs on the CPU instead of a GPU that cannot be had.
+const CPU_INSTEAD: &str = "pass --device cpu, or --device auto to fall back to the CPU";
+
+/// Whether `auto` resolves to CUDA here (the benches that time CUDA where they can).
+#[cfg(feature = "cuda")]
+fn auto_is_cuda() -> Result<bool> {
+    Ok(sptr::device::resolve(sptr::device::DeviceChoice::Auto)?.is_cuda())
 }
 
 #[cfg(feature = "cuda")]
@@ -1129,7 +1129,7 @@ fn bench_camera_input_cmd(
     #[allow(unused_mut)]
     let mut out = sptr::bench::camera_input::camera_input_bench(&jpegs, &cfg, &limits, warmup, iters)?;
     #[cfg(feature = "cuda")]
-    if cuda_usable() {
+    if auto_is_cuda()? {
         let dev = sptr::device::cuda::CudaDevice::new(0)?;
         out["cuda"] = sptr::bench::camera_input::camera_input_bench_cuda(&dev, &jpegs, &cfg, &limits, warmup, iters, decoders, rounds)?;
     }
@@ -1140,7 +1140,7 @@ fn bench_camera_input_cmd(
 /// Median wall time of a warm CUDA voxelization (upload + all kernels + readbacks), ms.
 #[cfg(feature = "cuda")]
 fn bench_voxelize_cuda(batch: &[&Points], params: &VoxelParams, iters: usize) -> Result<Option<f64>> {
-    if !cuda_usable() {
+    if !auto_is_cuda()? {
         return Ok(None);
     }
     let dev = sptr::device::cuda::CudaDevice::new(0)?;
@@ -1274,24 +1274,14 @@ fn read_cloud_arg(cloud: &Path, format: Option<&str>) -> Result<Points> {
 
 /// A segmenter on the chosen device (`auto`: CUDA when usable, else the CPU).
 fn segmenter_on(cfg: sptr::models::sphereformer::config::ModelYaml, weights: sptr::nn::Weights, device: DeviceArg) -> Result<sptr::models::sphereformer::segmenter::Segmenter> {
-    let kind = device_kind(device);
+    let kind = resolved(device)?;
     sptr::models::sphereformer::segmenter::Segmenter::on_device(cfg, weights, kind).with_context(|| format!("building the model on {kind:?}"))
 }
 
 /// A CPU segmenter moved to the chosen device (`auto`: CUDA when usable, else the CPU).
 fn segmenter_device(seg: sptr::models::sphereformer::segmenter::Segmenter, device: DeviceArg) -> Result<sptr::models::sphereformer::segmenter::Segmenter> {
-    let kind = device_kind(device);
+    let kind = resolved(device)?;
     seg.into_device(kind).with_context(|| format!("building the model on {kind:?}"))
-}
-
-fn device_kind(device: DeviceArg) -> sptr::device::DeviceKind {
-    use sptr::device::DeviceKind;
-    match device {
-        DeviceArg::Cpu => DeviceKind::Cpu,
-        DeviceArg::Cuda => DeviceKind::Cuda,
-        DeviceArg::Auto if cuda_usable() => DeviceKind::Cuda,
-        DeviceArg::Auto => DeviceKind::Cpu,
-    }
 }
 
 /// `--precision`'s values.
@@ -1366,7 +1356,7 @@ fn segment_cmd(
     let source = weights.map_or_else(|| format!("random weights, seed {}", random_seed.unwrap_or(0)), |p| p.display().to_string());
     println!("model loaded on {:?} in {:.1} ms ({source})", seg.device(), t0.elapsed().as_secs_f64() * 1e3);
     // The CPU takes minutes on a few hundred thousand voxels: say where it is, stage by stage.
-    let stages = (seg.device() == sptr::device::DeviceKind::Cpu).then(|| {
+    let stages = (seg.device() == sptr::device::Device::Cpu).then(|| {
         let p = sptr::cli::segment_progress::StageProgress::new(progress, sptr::models::sphereformer::network::cpu_stage_names(seg.config()));
         seg.set_stage_hook(Some(p.hook()));
         p
@@ -1448,7 +1438,8 @@ fn progress_mode(s: &str) -> sptr::replay::ProgressMode {
 /// `sptr replay`: the library does the work; this prints where the results are.
 fn replay_cmd(a: ReplayArgs) -> Result<()> {
     let allow_overflow = a.allow_overflow;
-    use sptr::replay::{Device, LabelSource, ProgressMode, ReplayRequest, WeightsSource};
+    use sptr::device::DeviceChoice;
+    use sptr::replay::{LabelSource, ProgressMode, ReplayRequest, WeightsSource};
     let weights = match (a.weights, a.random_weights) {
         (Some(w), _) => WeightsSource::File(w),
         (None, Some(seed)) => WeightsSource::Random(seed),
@@ -1459,9 +1450,9 @@ fn replay_cmd(a: ReplayArgs) -> Result<()> {
         model: a.model,
         weights,
         device: match a.device {
-            DeviceArg::Auto => Device::Auto,
-            DeviceArg::Cpu => Device::Cpu,
-            DeviceArg::Cuda => Device::Cuda,
+            DeviceArg::Auto => DeviceChoice::Auto,
+            DeviceArg::Cpu => DeviceChoice::Cpu,
+            DeviceArg::Cuda => DeviceChoice::Cuda,
         },
         lidar_topic: a.lidar_topic,
         labels: a.labels_topic.map(LabelSource::Topic).or(a.labels_dir.map(LabelSource::Dir)),

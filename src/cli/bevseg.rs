@@ -9,6 +9,7 @@
 //! node and replay mask it: intrinsics are only valid for the image size they were calibrated
 //! at), with a warning; the camera-only model with no usable image is an error.
 
+use crate::device::Device;
 use crate::models::bevfusion::seg::{BevSegConfig, BevSegKind, BevSegModel, BevSegStages, Point5};
 use crate::sensors::calib::camera::{CameraCalib, Calibration, NUSCENES_CAMERAS};
 use crate::sensors::calib::file::CalibrationFile;
@@ -43,7 +44,8 @@ pub struct BevSegJob {
     pub images: Vec<(String, PathBuf)>,
     pub cloud: Option<Points>,
     pub out: PathBuf,
-    pub cuda: bool,
+    /// Where the model runs (resolved from `--device`).
+    pub device: Device,
     /// Write each stage's tensor into `out/stages/`.
     pub dump_stages: bool,
     /// Threshold of the PNG's classes.
@@ -207,7 +209,7 @@ pub fn run(job: &BevSegJob) -> Result<String, Error> {
     }
     let refs: Vec<Option<&RgbImage>> = images.iter().map(Option::as_ref).collect();
     let start = std::time::Instant::now();
-    let out = if job.cuda {
+    let out = if job.device == Device::Cuda {
         run_cuda(&cfg, weights, &calib, &refs, cloud.as_deref(), job.dump_stages)?
     } else {
         let mut model = BevSegModel::from_weights(&cfg, weights)?;
@@ -220,14 +222,14 @@ pub fn run(job: &BevSegJob) -> Result<String, Error> {
     let mut lines = vec![format!(
         "{} model on {} in {took:.0} ms (load and first-frame setup included): {} classes x {} x {} cells at {} m",
         cfg.kind.name(),
-        if job.cuda { "cuda" } else { "cpu" },
+        job.device,
         out.map.classes.len(),
         out.map.nx,
         out.map.ny,
         out.map.resolution
     )];
     let stage_line: Vec<String> = out.times.0.iter().map(|(n, ms)| format!("{n} {ms:.1}")).collect();
-    lines.push(format!("stages (ms{}): {}", if job.cuda { ", GPU time" } else { "" }, stage_line.join(", ")));
+    lines.push(format!("stages (ms{}): {}", if job.device == Device::Cuda { ", GPU time" } else { "" }, stage_line.join(", ")));
     if !out.map.masked_cameras.is_empty() {
         let (sized, absent): (Vec<&String>, Vec<&String>) = out.map.masked_cameras.iter().partition(|c| mismatches.iter().any(|m| &m.camera == *c));
         let mut why = Vec::new();

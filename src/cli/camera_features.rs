@@ -4,6 +4,7 @@
 //! harness, which also takes the weights and the input tensor from here.
 
 use crate::device::range_guard::RangeReport;
+use crate::device::Device;
 use crate::models::bevfusion::camera::encoder::{random_tensors, CameraEncoder, CameraEncoderConfig, EncoderOutput, BACKBONE_PREFIX, NECK_PREFIX};
 use crate::nn::npy;
 use crate::ops::dense::FeatureMap;
@@ -31,7 +32,8 @@ pub struct FeaturesJob {
     pub n: usize,
     pub h: usize,
     pub w: usize,
-    pub cuda: bool,
+    /// Where the encoder runs (resolved from `--device`).
+    pub device: Device,
     /// Also write each backbone output.
     pub stages: bool,
     /// Write the input tensor the encoder consumed (NCHW `.npy`; FP16-rounded on CUDA).
@@ -122,9 +124,9 @@ pub fn run_checked(job: &FeaturesJob) -> Result<(String, RangeReport), Error> {
     std::fs::create_dir_all(&job.out).map_err(|e| Error::Io(format!("{}: cannot create: {e}", job.out.display())))?;
     let start = std::time::Instant::now();
     let (out, used, range): (EncoderOutput, Vec<f32>, RangeReport) =
-        if job.cuda { run_cuda(&enc, job)? } else { (enc.forward_cpu(&job.images, job.n, job.h, job.w)?, job.images.clone(), RangeReport::default()) };
+        if job.device == Device::Cuda { run_cuda(&enc, job)? } else { (enc.forward_cpu(&job.images, job.n, job.h, job.w)?, job.images.clone(), RangeReport::default()) };
     let took = start.elapsed().as_secs_f64() * 1e3;
-    let mut lines = vec![format!("{} images {} x {} on {} in {took:.1} ms (upload and plan included)", job.n, job.h, job.w, if job.cuda { "cuda" } else { "cpu" })];
+    let mut lines = vec![format!("{} images {} x {} on {} in {took:.1} ms (upload and plan included)", job.n, job.h, job.w, job.device)];
     lines.extend(weights_line);
     if let Some(p) = &job.save_input {
         let m = FeatureMap::new(job.n, job.h, job.w, 3, used)?;
