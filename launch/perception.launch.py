@@ -4,7 +4,7 @@
         input_points:=/sensing/lidar/concatenated/pointcloud
 
 Arguments: params_file (default: the installed config/perception.yaml), weights (safetensors;
-required unless the params file sets model.weights), device (cuda | cpu), namespace,
+required unless the params file sets model.weights), device (cuda | cpu | auto), namespace,
 use_sim_time, input_points (remap of ~/input/points); for the camera branch camera_model (BEV
 map model YAML), camera_weights (its safetensors, or random:<seed> for untrained weights) and cameras (camera names, e.g.
 "[CAM_FRONT, CAM_BACK]"); an empty value keeps the params file's. The six-camera nuScenes rig:
@@ -66,7 +66,7 @@ def generate_launch_description():
                               description="ROS 2 params file of the node"),
         DeclareLaunchArgument("weights", default_value="",
                               description="safetensors weights; empty keeps the params file's value"),
-        DeclareLaunchArgument("device", default_value="cuda", description="cuda or cpu"),
+        DeclareLaunchArgument("device", default_value="cuda", description="cuda, cpu or auto"),
         DeclareLaunchArgument("namespace", default_value="", description="node namespace"),
         DeclareLaunchArgument("use_sim_time", default_value="false"),
         DeclareLaunchArgument("input_points", default_value="~/input/points",

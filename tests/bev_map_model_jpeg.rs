@@ -42,7 +42,7 @@ fn corrupt_back(i: usize, data: &mut Vec<u8>) {
 #[test]
 fn deferred_jpegs_give_the_decoded_frames_map_and_a_bad_one_is_masked_and_reported() {
     let yaml = common::data("bevseg/fusion_small.yaml");
-    let mut model = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), false).unwrap();
+    let mut model = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), sptr::device::Device::Cpu).unwrap();
     assert!(!model.decodes_jpeg(), "the CPU backend decodes on the host");
 
     // Deferred or decoded by the branch: the same map (the same host decoder either way).

@@ -135,6 +135,42 @@ fn valid_numbers_still_run() {
     refused(&["voxelize", &cloud, "--stride", "3", "--device", "cpu"], &["wrong --stride?"]);
 }
 
+/// `--device` is one word for every command: `gpu` is `cuda`, an unknown word is refused with the
+/// library's one message (status 2), and `auto` without a GPU runs on the CPU while `cuda` is
+/// an error saying how to run on the CPU.
+#[test]
+fn device_argument_is_the_same_everywhere() {
+    let cloud = nuscenes_bin();
+    let c = cloud.as_str();
+    let unknown = "tpu".parse::<sptr::device::DeviceChoice>().unwrap_err().to_string();
+    let commands: &[&[&str]] = &[
+        &["voxelize", c],
+        &["segment", c, "--model", "m.yaml", "--random-weights", "0"],
+        &["bench", "model", c],
+        &["bench", "pipeline", c],
+        &["replay", "bag", "--model", "m.yaml", "--random-weights", "0"],
+        &["bevseg", "--model", "m.yaml", "--calib", "c.json", "--images", "CAM_FRONT=f.jpg", "--out", "o"],
+        &["camera-features", "--input", "x.npy", "--out", "o"],
+    ];
+    for cmd in commands {
+        let mut args = cmd.to_vec();
+        args.push("--device=tpu");
+        let out = sptr(&args);
+        assert_eq!(out.status.code(), Some(2), "sptr {args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--device") && err.contains(&unknown), "sptr {args:?}:\n{err}");
+    }
+    if sptr::device::cuda_unavailable().is_none() {
+        eprintln!("SKIPPED the no-GPU half of device_argument_is_the_same_everywhere: a GPU can be used here");
+        return;
+    }
+    let text = ok(&["voxelize", c, "--device", "auto"]);
+    assert!(text.contains("device            cpu"), "{text}");
+    for word in ["cuda", "gpu"] {
+        refused(&["voxelize", c, "--device", word], &["--device cuda", "--device cpu", "--device auto"]);
+    }
+}
+
 /// A temporary directory of this test process.
 fn temp_dir(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("sptr-cli-{}-{name}", std::process::id()));

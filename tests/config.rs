@@ -8,7 +8,8 @@
 mod common;
 
 use sptr::error::ConfigError;
-use sptr::frame::params::{DeviceKind, NodeParams};
+use sptr::device::DeviceChoice;
+use sptr::frame::params::NodeParams;
 use sptr::ops::voxelize::cpu::{KeyPrecision, OutOfRange, VoxelOrigin};
 use sptr::models::sphereformer::config::ModelConfig;
 use std::path::PathBuf;
@@ -129,7 +130,7 @@ fn parse_agrees_with_load() {
 #[test]
 fn perception_yaml_loads_and_names_a_loadable_model() {
     let p = NodeParams::load(&path(NODE)).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(p.device, DeviceKind::Cuda);
+    assert_eq!(p.device, DeviceChoice::Cuda);
     assert!(!p.model.config.is_empty());
     assert!((1..=100).contains(&p.input.qos_depth));
     assert!(p.bev.resolution > 0.0);

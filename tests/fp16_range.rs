@@ -22,7 +22,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sptr::msgs::cloud::{decode, encode_points, field_values, Layout};
-use sptr::frame::params::{DeviceKind, NodeParams, OverflowPolicy};
+use sptr::device::Device;
+use sptr::frame::params::{NodeParams, OverflowPolicy};
 use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::models::sphereformer::random::random_tensors;
 use sptr::nn::random::{save_tensors, NamedTensors};
@@ -104,7 +105,7 @@ fn node_processor_drops_or_zeroes_frames_out_of_range() {
     let bev = sptr::frame::processor::bev_params(&yaml, node.bev.range, node.bev.resolution, &node.bev.obstacle_classes);
     let body = encode_points(&sweep(), Layout::XyzI32).unwrap();
 
-    let mut p = Processor::with_weights(DeviceKind::Cpu, &yaml, weights(&yaml, true), bev.clone()).unwrap();
+    let mut p = Processor::with_weights(Device::Cpu, &yaml, weights(&yaml, true), bev.clone()).unwrap();
     assert_eq!(p.on_overflow(), OverflowPolicy::Drop);
     let r = p.process(&body.view()).expect_err("dropped");
     assert_eq!(r.why, Reject::Overflow);
@@ -122,7 +123,7 @@ fn node_processor_drops_or_zeroes_frames_out_of_range() {
     assert_eq!(g.labels.len(), bev.width() * bev.height());
 
     // a clean frame after a bad one: nothing carried over
-    let mut ok = Processor::with_weights(DeviceKind::Cpu, &yaml, weights(&yaml, false), bev).unwrap();
+    let mut ok = Processor::with_weights(Device::Cpu, &yaml, weights(&yaml, false), bev).unwrap();
     let out = ok.process(&body.view()).expect("in range");
     assert!(out.range.is_clean() && ok.last_range().is_clean());
     let probs = field_values(&out.cloud.view(), &["probability"]).unwrap().unwrap();

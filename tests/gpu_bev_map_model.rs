@@ -15,6 +15,7 @@ use common::{gpu, rel_err};
 use sptr::msgs::cdr::{CompressedImage, Header, Time};
 use sptr::frame::cameras::{BevFrameInputs, BevMapModel, CameraImage};
 use sptr::sensors::calib::camera::NUSCENES_CAMERAS;
+use sptr::device::Device;
 use sptr::frame::map_model::{SegMapModel, SegWeightsSource};
 
 const MS: i64 = 1_000_000;
@@ -44,8 +45,8 @@ fn frame_with(with: &[&str], defer: bool, edit: impl Fn(usize, &mut Vec<u8>)) ->
 /// The reduced fusion model with the same random weights on the CPU and on CUDA.
 fn cpu_and_cuda_models() -> (SegMapModel, SegMapModel) {
     let yaml = common::data("bevseg/fusion_small.yaml");
-    let open = |cuda: bool| SegMapModel::open(&yaml, &SegWeightsSource::Random(5), cuda).unwrap();
-    (open(false), open(true))
+    let open = |device: Device| SegMapModel::open(&yaml, &SegWeightsSource::Random(5), device).unwrap();
+    (open(Device::Cpu), open(Device::Cuda))
 }
 
 #[test]

@@ -13,7 +13,7 @@
 mod common;
 
 use common::{gpu, nuscenes_sweep, rel_err};
-use sptr::device::DeviceKind;
+use sptr::device::Device;
 use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::models::sphereformer::preprocess::prepare_inputs;
 use sptr::models::sphereformer::random::random_weights;
@@ -32,7 +32,7 @@ fn kitti_sample() -> Points {
 
 fn both(y: &ModelYaml, seed: u64) -> (Segmenter, Segmenter) {
     let cpu = Segmenter::new(y.clone(), random_weights(y, seed).expect("weights")).expect("cpu model");
-    let cuda = Segmenter::on_device(y.clone(), random_weights(y, seed).expect("weights"), DeviceKind::Cuda).expect("cuda model");
+    let cuda = Segmenter::on_device(y.clone(), random_weights(y, seed).expect("weights"), Device::Cuda).expect("cuda model");
     (cpu, cuda)
 }
 
@@ -114,7 +114,7 @@ fn cuda_segmenter_labels_points_like_the_cpu() {
     }
     let y = model_yaml("sphereformer_nuscenes.yaml");
     let (cpu, cuda) = both(&y, 9);
-    assert_eq!(cuda.device(), DeviceKind::Cuda);
+    assert_eq!(cuda.device(), Device::Cuda);
     let mut pts = nuscenes_sweep();
     // a point without a voxel (NaN) and a far but real return (the nuScenes config does not clip)
     pts.x[10] = f32::NAN;

@@ -16,7 +16,7 @@
 mod common;
 
 use common::rel_err;
-use sptr::device::DeviceKind;
+use sptr::device::Device;
 use sptr::models::sphereformer::config::ModelConfig;
 use sptr::bench::model::bench_segment;
 use sptr::models::sphereformer::network::StageTimes;
@@ -95,7 +95,7 @@ fn sphereformer_matches_upstream() {
         let cfg = ModelConfig::load(&model).expect("model yaml").yaml;
         let k = cfg.classes;
         let weights = || Weights::from_file(&dir.join("weights.safetensors")).expect("weights");
-        let seg = Segmenter::on_device(cfg.clone(), weights(), DeviceKind::Cuda).expect("cuda model");
+        let seg = Segmenter::on_device(cfg.clone(), weights(), Device::Cuda).expect("cuda model");
         let inputs = load_inputs(&dir.join("inputs"), cfg.input_c);
         let (ours, range) = seg.run_network_checked(&inputs, &mut StageTimes::default()).expect("cuda forward");
         // the parity weights are in range: the FP16 range guard raises no false alarm

@@ -27,7 +27,7 @@ use overflow_weights::overflowing_weights;
 use half::f16;
 use sptr::ops::attention::cuda::{window_attention_cuda_guarded, window_attention_cuda_split, CudaContextual, CudaSphereWindows, CudaTerm, QkvView};
 use sptr::ops::attention::{HeadSlice, SphereLevel};
-use sptr::device::DeviceKind;
+use sptr::device::Device;
 use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::device::cuda::CudaDevice;
 use sptr::device::range::RangeFlags;
@@ -274,7 +274,7 @@ fn attention_kernels_flag_outputs_out_of_fp16_range() {
     }
 }
 
-fn segment(y: &ModelYaml, tensors: NamedTensors, device: DeviceKind, pts: &Points) -> Segmentation {
+fn segment(y: &ModelYaml, tensors: NamedTensors, device: Device, pts: &Points) -> Segmentation {
     let w = Weights::from_tensors("test weights", tensors).unwrap();
     Segmenter::on_device(y.clone(), w, device).unwrap().segment(&[pts]).unwrap()
 }
@@ -288,14 +288,14 @@ fn overflowing_weights_are_flagged_in_fp16_and_not_in_f32() {
     }
     let y = model_yaml("sphereformer_nuscenes.yaml");
     let pts = nuscenes_sweep();
-    let cuda = segment(&y, overflowing_weights(&y, 22), DeviceKind::Cuda, &pts);
+    let cuda = segment(&y, overflowing_weights(&y, 22), Device::Cuda, &pts);
     let r = &cuda.range;
     eprintln!("overflowing weights, CUDA FP16: {}", r.summary(12));
     assert!(!r.is_clean(), "the FP16 forward must flag the frame");
     assert!(r.layers.iter().all(|l| !l.name.is_empty() && !l.name.starts_with("layer #")), "{}", r.summary(100));
     let first = r.first().unwrap();
     assert!(first.saturated, "where the range is left a finite value saturates: {first}");
-    let cpu = segment(&y, overflowing_weights(&y, 22), DeviceKind::Cpu, &pts);
+    let cpu = segment(&y, overflowing_weights(&y, 22), Device::Cpu, &pts);
     assert!(cpu.range.is_clean(), "f32 holds these activations: {}", cpu.range.summary(5));
     let agree = cpu.labels.iter().zip(&cuda.labels).filter(|(a, b)| a == b).count() as f64 / cpu.labels.len() as f64;
     eprintln!("overflowing weights: FP16 labels agree with f32 on {:.2} % of points (the guard's reason to exist)", 100.0 * agree);
@@ -317,12 +317,12 @@ fn the_first_flagged_layer_is_the_one_that_left_the_range() {
         e.2.iter_mut().for_each(|v| *v *= by);
         t
     };
-    let clean = segment(&y, base.clone(), DeviceKind::Cuda, &pts);
+    let clean = segment(&y, base.clone(), Device::Cuda, &pts);
     assert!(clean.range.is_clean(), "{}", clean.range.summary(5));
     // intensities of 1e5: the FP16 input features are inf
     let mut hot = pts.clone();
     hot.intensity.iter_mut().for_each(|v| *v = 1e5);
-    let r = segment(&y, base.clone(), DeviceKind::Cuda, &hot).range;
+    let r = segment(&y, base.clone(), Device::Cuda, &hot).range;
     assert_eq!(r.first().map(|l| l.name.as_str()), Some("input"), "{}", r.summary(5));
     for (tensor, by, layer) in [
         ("input_conv.0.weight", 1e4, "input_conv.0"),
@@ -334,7 +334,7 @@ fn the_first_flagged_layer_is_the_one_that_left_the_range() {
         ("unet.u.u.u.u.blocks.block0.conv_branch.2.weight", 1e6, "unet.u.u.u.u.blocks.block0.conv_branch.2"),
         ("output_layer.0.weight", 1e6, "output_layer.0"),
     ] {
-        let r = segment(&y, scaled(tensor, by), DeviceKind::Cuda, &pts).range;
+        let r = segment(&y, scaled(tensor, by), Device::Cuda, &pts).range;
         eprintln!("{tensor} x {by:e}: {}", r.summary(3));
         assert_eq!(r.first().map(|l| l.name.as_str()), Some(layer), "{tensor} x {by:e}: {}", r.summary(10));
         assert!(r.layers[0].saturated, "{tensor}: {}", r.layers[0]);
@@ -365,7 +365,7 @@ fn in_range_weights_are_never_flagged() {
         ("semantickitti vgg blocks", &vgg, 8, &kitti),
     ] {
         let w = random_weights(y, seed).unwrap();
-        let r = Segmenter::on_device(y.clone(), w, DeviceKind::Cuda).unwrap().segment(&[pts]).unwrap();
+        let r = Segmenter::on_device(y.clone(), w, Device::Cuda).unwrap().segment(&[pts]).unwrap();
         assert!(r.range.is_clean(), "{case}: {}", r.range.summary(10));
         eprintln!("{case}: in range, {} voxels", r.voxels);
     }

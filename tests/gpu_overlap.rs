@@ -20,7 +20,7 @@ use common::{gpu, rel_err};
 use sptr::msgs::cdr::{CompressedImage, Header, Time};
 use sptr::frame::cameras::{BevFrameInputs, BevMapModel, CameraImage};
 use sptr::sensors::calib::camera::NUSCENES_CAMERAS;
-use sptr::device::DeviceKind;
+use sptr::device::Device;
 use sptr::models::sphereformer::config::ModelConfig;
 use sptr::frame::map_model::{SegMapModel, SegWeightsSource};
 use sptr::models::sphereformer::preprocess::prepare_inputs;
@@ -64,8 +64,8 @@ fn lidar_and_map_models_overlapped_give_the_serial_outputs() {
     let Some(dev) = gpu("gpu_overlap") else { return };
     drop(dev); // each model opens GPU 0 itself, as in the node
     let y = ModelConfig::load(&common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap().yaml;
-    let lidar = Segmenter::on_device(y.clone(), random_weights(&y, 3).unwrap(), DeviceKind::Cuda).expect("CUDA SphereFormer");
-    let mut map_model = SegMapModel::open(&seg::full("fusion"), &SegWeightsSource::Random(5), true).expect("CUDA map model");
+    let lidar = Segmenter::on_device(y.clone(), random_weights(&y, 3).unwrap(), Device::Cuda).expect("CUDA SphereFormer");
+    let mut map_model = SegMapModel::open(&seg::full("fusion"), &SegWeightsSource::Random(5), Device::Cuda).expect("CUDA map model");
     let sweep = common::nuscenes_sweep();
     let lidar_in = prepare_inputs(&[&sweep], &y).unwrap();
     let cam_in = camera_frame();

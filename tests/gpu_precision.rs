@@ -37,7 +37,7 @@ use half::{bf16, f16};
 use overflow_weights::overflowing_weights;
 use sptr::ops::attention::cuda::{window_attention_cuda_guarded, CudaContextual, CudaSphereWindows, CudaTerm, QkvView};
 use sptr::ops::attention::{HeadSlice, SphereLevel};
-use sptr::device::DeviceKind;
+use sptr::device::Device;
 use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::device::cuda::CudaDevice;
 use sptr::device::range::RangeFlags;
@@ -274,7 +274,7 @@ fn segmenter(y: &ModelYaml, tensors: NamedTensors, precision: Precision) -> Segm
     let mut y = y.clone();
     y.precision = precision;
     let w = Weights::from_tensors("test weights", tensors).unwrap();
-    Segmenter::on_device(y, w, DeviceKind::Cuda).unwrap()
+    Segmenter::on_device(y, w, Device::Cuda).unwrap()
 }
 
 fn agreement(a: &Segmentation, b: &Segmentation) -> f64 {

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use sptr::msgs::cdr::{CdrMessage, Header, Image, OccupancyGrid, PointCloud2, Time};
 use sptr::bag::{Bag, BagWriter};
 use sptr::msgs::cloud::{datatype, decode, encode_points, CloudBuf, Layout, PointField};
-use sptr::frame::params::{DeviceKind, NodeParams};
+use sptr::device::Device;
+use sptr::frame::params::NodeParams;
 use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::eval::state::FrameStatus;
 use sptr::eval::LabelMap;
@@ -76,7 +77,7 @@ impl Model {
         });
         let (bev, _) = bev_params(&yaml, params.as_ref().map(|(p, n)| (p.as_path(), n))).unwrap();
         let processor = Processor::with_weights(
-            DeviceKind::Cpu,
+            Device::Cpu,
             &yaml,
             random_weights(&yaml, 7).unwrap(),
             bev,
@@ -763,13 +764,8 @@ fn occupancy_grid_cdr_matches_rosbags() {
     assert_eq!(OccupancyGrid::from_cdr(&bytes).unwrap(), g);
 }
 
-#[cfg(feature = "cuda")]
 fn cuda_usable() -> bool {
-    sptr::device::cuda::CudaDevice::new(0).is_ok()
-}
-#[cfg(not(feature = "cuda"))]
-fn cuda_usable() -> bool {
-    false
+    sptr::device::cuda_unavailable().is_none()
 }
 
 /// The CLI: `bag info` lists the sample bag's topics; `--device cuda` runs on a usable GPU and is

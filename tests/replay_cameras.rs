@@ -313,7 +313,7 @@ fn sample_bag_with_the_seg_model_writes_and_evaluates_the_map() {
     let (yaml, mut p) = processor(&dir);
     let bag = common::data("bags/nuscenes_sample");
     let small = common::data("bevseg/fusion_small.yaml");
-    let mut seg = SegMapModel::open(&small, &SegWeightsSource::Random(3), false).unwrap();
+    let mut seg = SegMapModel::open(&small, &SegWeightsSource::Random(3), sptr::device::Device::Cpu).unwrap();
     let gt = dir.join("gt");
     std::fs::create_dir_all(&gt).unwrap();
     let mut maps = Vec::new();
@@ -388,17 +388,17 @@ fn no_usable_camera_is_lidar_only_for_fusion_and_an_error_for_camera_only() {
     let pts = sptr::Points { x: vec![5.0, 10.0], y: vec![1.0, -2.0], z: vec![0.5, 0.0], intensity: vec![3.0, 9.0], has_intensity: true, ring: None, time: None };
     let inputs = b.frame(1_000_000_000, "lidar_top", &pts);
     assert_eq!(inputs.used(), 0);
-    let mut fusion = SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::Random(1), false).unwrap();
+    let mut fusion = SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::Random(1), sptr::device::Device::Cpu).unwrap();
     let m = fusion.forward(&inputs).unwrap();
     assert_eq!(m.masked_cameras.len(), 6);
     assert_eq!(m.lidar.as_ref().map(|l| l.points_in), Some(2));
     assert!(m.probabilities.iter().all(|p| p.is_finite() && (0.0..=1.0).contains(p)));
-    let mut camera = SegMapModel::open(&common::data("bevseg/camera_small.yaml"), &SegWeightsSource::Random(1), false).unwrap();
+    let mut camera = SegMapModel::open(&common::data("bevseg/camera_small.yaml"), &SegWeightsSource::Random(1), sptr::device::Device::Cpu).unwrap();
     let e = camera.forward(&inputs).unwrap_err().to_string();
     assert!(e.contains("no camera image"), "{e}");
     // weights parameter values
     assert_eq!(SegWeightsSource::parse("random:7").unwrap(), SegWeightsSource::Random(7));
     assert!(SegWeightsSource::parse("random:x").is_err());
     assert!(SegWeightsSource::parse("").is_err());
-    assert!(SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::File("/nonexistent.safetensors".into()), false).is_err());
+    assert!(SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::File("/nonexistent.safetensors".into()), sptr::device::Device::Cpu).is_err());
 }

@@ -239,7 +239,7 @@ fn hostile_camera_and_cloud_inputs_are_counted_and_the_good_frames_are_unaffecte
     let dir = temp_dir("replay");
     let sample = sample_frame();
     let (yaml, mut p) = processor(&dir);
-    let real = SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::Random(3), false).unwrap();
+    let real = SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::Random(3), sptr::device::Device::Cpu).unwrap();
     let mut seg = PixelSumModel { real };
     let mut outs = Vec::new();
     for faults in [true, false] {
@@ -311,7 +311,7 @@ fn hostile_camera_and_cloud_inputs_are_counted_and_the_good_frames_are_unaffecte
 #[test]
 fn the_real_model_makes_the_map_without_a_camera_it_cannot_take() {
     let sample = sample_frame();
-    let mut model = SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::Random(3), false).unwrap();
+    let mut model = SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::Random(3), sptr::device::Device::Cpu).unwrap();
     let mut maps = Vec::new();
     for (case, want) in [("raw 1280 x 720", "unsupported_size"), ("the 1600 x 900 JPEG", "size_mismatch"), ("no image", "missing")] {
         let mut branch = sptr::frame::cameras::CameraBranch::new(cams_options().branch).unwrap();

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::bench::json::{line, Fixed, InOrder};
 use crate::bench::percentiles::Percentiles;
 use crate::frame::processor::{bev_params, ms, Processor, Rejected, STAGES};
-use crate::device::DeviceKind;
+use crate::device::Device;
 use crate::msgs::cloud::{self, CloudBuf};
 
 /// The JSON row of `sptr bench pipeline` (`"bench":"pipeline"`).
@@ -85,7 +85,7 @@ pub struct BenchSetup<'a> {
     /// The node's params file, for the BEV grid (`bev.range`, `bev.resolution`,
     /// `bev.obstacle_classes`).
     pub params: &'a Path,
-    pub device: DeviceKind,
+    pub device: Device,
     pub warmup: usize,
     pub frames: usize,
 }

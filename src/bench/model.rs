@@ -3,7 +3,7 @@
 
 use crate::bench::json::{fixed, fixed_opt, line, Fixed};
 use crate::bench::percentiles::Percentiles;
-use crate::device::DeviceKind;
+use crate::device::Device;
 use crate::models::sphereformer::segmenter::Segmenter;
 use crate::{Error, Points};
 use serde::Serialize;
@@ -14,7 +14,7 @@ use std::time::Instant;
 #[derive(Debug, Clone)]
 pub struct ModelBenchRow {
     pub case: String,
-    pub device: DeviceKind,
+    pub device: Device,
     pub points: usize,
     pub voxels: usize,
     pub iters: usize,
@@ -147,7 +147,7 @@ mod tests {
     fn the_row_is_json_with_its_keys_in_order() {
         let row = ModelBenchRow {
             case: "nuscenes".into(),
-            device: DeviceKind::Cuda,
+            device: Device::Cuda,
             points: 34688,
             voxels: 20000,
             iters: 20,
@@ -169,7 +169,7 @@ mod tests {
         assert_eq!(v["ms"].as_f64(), Some(12.3457));
         assert_eq!(v["frame_peak_mb"].as_f64(), Some(250.1));
         assert!(text.contains(r#""stage_ms":{"devoxelize":0.25,"voxelize":0.5}"#), "{text}");
-        let cpu = ModelBenchRow { device: DeviceKind::Cpu, frame_peak_mb: None, precision: None, storage: None, ..row };
+        let cpu = ModelBenchRow { device: Device::Cpu, frame_peak_mb: None, precision: None, storage: None, ..row };
         let v: serde_json::Value = serde_json::from_str(&cpu.json()).unwrap();
         assert!(v["frame_peak_mb"].is_null() && v["precision"].is_null() && v["storage"].is_null(), "{v}");
         assert_eq!(v["device"], "Cpu");

@@ -407,7 +407,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         })?;
     let lidar = open_bench(&s.lidar)?;
     let cuda = lidar.processor.device_name().starts_with("cuda");
-    let model = open_map_model_with(s.camera_model, s.camera_weights, params_path, &lidar.params, cuda)
+    let model = open_map_model_with(s.camera_model, s.camera_weights, params_path, &lidar.params, s.lidar.device)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {
             format!(

@@ -9,6 +9,7 @@
 //! node and replay mask it: intrinsics are only valid for the image size they were calibrated
 //! at), with a warning; the camera-only model with no usable image is an error.
 
+use crate::device::Device;
 use crate::models::bevfusion::seg::{BevSegConfig, BevSegKind, BevSegModel, BevSegStages, Point5};
 use crate::sensors::calib::camera::{CameraCalib, Calibration, NUSCENES_CAMERAS};
 use crate::sensors::calib::file::CalibrationFile;
@@ -43,7 +44,8 @@ pub struct BevSegJob {
     pub images: Vec<(String, PathBuf)>,
     pub cloud: Option<Points>,
     pub out: PathBuf,
-    pub cuda: bool,
+    /// Where the model runs (resolved from `--device`).
+    pub device: Device,
     /// Write each stage's tensor into `out/stages/`.
     pub dump_stages: bool,
     /// Threshold of the PNG's classes.
@@ -218,7 +220,7 @@ pub fn run(job: &BevSegJob) -> Result<String, Error> {
     }
     let refs: Vec<Option<&RgbImage>> = images.iter().map(Option::as_ref).collect();
     let start = std::time::Instant::now();
-    let out = if job.cuda {
+    let out = if job.device == Device::Cuda {
         run_cuda(&cfg, weights, &calib, &refs, cloud.as_deref(), job.dump_stages)?
     } else {
         let mut model = BevSegModel::from_weights(&cfg, weights)?;
@@ -231,14 +233,14 @@ pub fn run(job: &BevSegJob) -> Result<String, Error> {
     let mut lines = vec![format!(
         "{} model on {} in {took:.0} ms (load and first-frame setup included): {} classes x {} x {} cells at {} m",
         cfg.kind.name(),
-        if job.cuda { "cuda" } else { "cpu" },
+        job.device,
         out.map.classes.len(),
         out.map.nx,
         out.map.ny,
         out.map.resolution
     )];
     let stage_line: Vec<String> = out.times.0.iter().map(|(n, ms)| format!("{n} {ms:.1}")).collect();
-    lines.push(format!("stages (ms{}): {}", if job.cuda { ", GPU time" } else { "" }, stage_line.join(", ")));
+    lines.push(format!("stages (ms{}): {}", if job.device == Device::Cuda { ", GPU time" } else { "" }, stage_line.join(", ")));
     if !out.map.masked_cameras.is_empty() {
         let (sized, absent): (Vec<&String>, Vec<&String>) = out.map.masked_cameras.iter().partition(|c| mismatches.iter().any(|m| &m.camera == *c));
         let mut why = Vec::new();
@@ -311,6 +313,79 @@ fn run_cuda(
     Err(Error::InvalidInput("this build has no CUDA backend: rebuild with `--features cuda` or use --device cpu".into()))
 }
 
+/// `sptr bevseg`'s arguments.
+#[derive(clap::Args)]
+pub struct BevsegArgs {
+    /// Model YAML (`config/models/bevfusion_seg_camera.yaml` or `_fusion.yaml`).
+    #[arg(long)]
+    model: PathBuf,
+    /// safetensors weights with BEVFusion's state_dict names (docs/models.md, from the upstream .pth).
+    #[arg(long, required_unless_present = "random_weights", conflicts_with = "random_weights")]
+    weights: Option<PathBuf>,
+    /// Untrained deterministic random weights with this seed instead (smoke runs, parity).
+    #[arg(long, value_name = "SEED")]
+    random_weights: Option<u64>,
+    /// Also write the random weights as safetensors (for the PyTorch parity reference).
+    #[arg(long, requires = "random_weights")]
+    save_weights: Option<PathBuf>,
+    /// nuScenes-style calib.json (cameras' `cam2img`, `lidar2cam`; intrinsics for
+    /// --image-size), or a calibration YAML (.yaml/.yml: `intrinsics` and `image_size` per
+    /// camera, as config/calibration/nuscenes_sample.yaml).
+    #[arg(long)]
+    calib: PathBuf,
+    /// The raw image size (WIDTHxHEIGHT) a calib.json's intrinsics are for; default 1600x900
+    /// (nuScenes). An image of another size is masked (size_mismatch) with a warning.
+    #[arg(long, value_name = "WxH", value_parser = super::args::image_size_arg)]
+    image_size: Option<(usize, usize)>,
+    /// Camera images as CAMERA=FILE (JPEG or PNG), e.g. CAM_FRONT=front.jpg; cameras without
+    /// an image, or with one of another size than calibrated, are masked (and reported).
+    #[arg(long, required = true, num_args = 1.., value_parser = parse_camera_image)]
+    images: Vec<(String, PathBuf)>,
+    /// LiDAR cloud (the fusion model needs one): nuScenes `.pcd.bin`, KITTI `.bin` or `.pcd`.
+    #[arg(long)]
+    cloud: Option<PathBuf>,
+    /// Cloud layout as for `segment` (kitti, nuscenes, xyz, pcd); default from the name.
+    #[arg(long)]
+    format: Option<String>,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    #[command(flatten)]
+    device: super::device::DeviceArg,
+    /// Probability at or above which the PNG draws a class.
+    #[arg(long, default_value_t = 0.5, value_parser = super::args::fraction_arg)]
+    threshold: f64,
+    /// Also write each stage's tensor (input, camera_bev, lidar_bev, fused, decoder, head) as
+    /// NCHW float32 .npy into OUT/stages (the parity harness reads them).
+    #[arg(long)]
+    dump_stages: bool,
+}
+
+/// `sptr bevseg`: the job from the arguments, run, its summary printed.
+pub fn command(a: BevsegArgs) -> anyhow::Result<()> {
+    let weights = match (a.weights, a.random_weights) {
+        (Some(w), _) => SegWeights::File(w),
+        (None, Some(seed)) => SegWeights::Random { seed, save: a.save_weights },
+        (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for an untrained smoke run)"),
+    };
+    let cloud = a.cloud.map(|c| super::inputs::read_cloud_arg(&c, a.format.as_deref())).transpose()?;
+    let device = a.device.resolve()?.device;
+    let job = BevSegJob {
+        model: a.model,
+        weights,
+        calib: a.calib,
+        image_size: a.image_size,
+        images: a.images,
+        cloud,
+        out: a.out,
+        device,
+        dump_stages: a.dump_stages,
+        threshold: a.threshold as f32,
+    };
+    println!("{}", run(&job)?);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,7 +425,7 @@ mod tests {
             images: vec![("CAM_FRONT".into(), dir.join("x.jpg"))],
             cloud: None,
             out: dir.clone(),
-            cuda: false,
+            device: crate::device::Device::Cpu,
             dump_stages: false,
             threshold: 0.5,
         };

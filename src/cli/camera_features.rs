@@ -4,11 +4,13 @@
 //! harness, which also takes the weights and the input tensor from here.
 
 use crate::device::range_guard::RangeReport;
+use crate::device::Device;
 use crate::models::bevfusion::camera::encoder::{random_tensors, CameraEncoder, CameraEncoderConfig, EncoderOutput, BACKBONE_PREFIX, NECK_PREFIX};
 use crate::nn::npy;
 use crate::ops::dense::FeatureMap;
 use crate::nn::random::save_tensors;
 use crate::nn::{ModelError, Weights};
+use crate::sensors::image::compressed::JpegDecoderChoice;
 use crate::Error;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -31,7 +33,8 @@ pub struct FeaturesJob {
     pub n: usize,
     pub h: usize,
     pub w: usize,
-    pub cuda: bool,
+    /// Where the encoder runs (resolved from `--device`).
+    pub device: Device,
     /// Also write each backbone output.
     pub stages: bool,
     /// Write the input tensor the encoder consumed (NCHW `.npy`; FP16-rounded on CUDA).
@@ -122,9 +125,9 @@ pub fn run_checked(job: &FeaturesJob) -> Result<(String, RangeReport), Error> {
     std::fs::create_dir_all(&job.out).map_err(|e| Error::Io(format!("{}: cannot create: {e}", job.out.display())))?;
     let start = std::time::Instant::now();
     let (out, used, range): (EncoderOutput, Vec<f32>, RangeReport) =
-        if job.cuda { run_cuda(&enc, job)? } else { (enc.forward_cpu(&job.images, job.n, job.h, job.w)?, job.images.clone(), RangeReport::default()) };
+        if job.device == Device::Cuda { run_cuda(&enc, job)? } else { (enc.forward_cpu(&job.images, job.n, job.h, job.w)?, job.images.clone(), RangeReport::default()) };
     let took = start.elapsed().as_secs_f64() * 1e3;
-    let mut lines = vec![format!("{} images {} x {} on {} in {took:.1} ms (upload and plan included)", job.n, job.h, job.w, if job.cuda { "cuda" } else { "cpu" })];
+    let mut lines = vec![format!("{} images {} x {} on {} in {took:.1} ms (upload and plan included)", job.n, job.h, job.w, job.device)];
     lines.extend(weights_line);
     if let Some(p) = &job.save_input {
         let m = FeatureMap::new(job.n, job.h, job.w, 3, used)?;
@@ -219,6 +222,92 @@ fn run_cuda(enc: &CameraEncoder, job: &FeaturesJob) -> Result<(EncoderOutput, Ve
 #[cfg(not(feature = "cuda"))]
 fn run_cuda(_: &CameraEncoder, _: &FeaturesJob) -> Result<(EncoderOutput, Vec<f32>, RangeReport), Error> {
     Err(Error::InvalidInput("this build has no CUDA backend: rebuild with `--features cuda` or use --device cpu".into()))
+}
+
+/// `sptr camera-features`'s arguments.
+#[derive(clap::Args)]
+pub struct CameraFeaturesArgs {
+    /// Camera images (JPEG or PNG), one batch in this order; decoded and preprocessed as the
+    /// model YAML says (resize, crop, normalize).
+    #[arg(required_unless_present = "input")]
+    images: Vec<PathBuf>,
+    /// Instead of images: normalized images, float32 NCHW `.npy` `[n, 3, h, w]`.
+    #[arg(long, conflicts_with = "images")]
+    input: Option<PathBuf>,
+    /// Model YAML (reads `model.encoders.camera.backbone` and `.neck`).
+    #[arg(long, default_value = "config/models/bevfusion_seg_camera.yaml")]
+    model: PathBuf,
+    /// safetensors weights with BEVFusion's names: the camera encoder's tensors
+    /// (`encoders.camera.backbone.*`, `.neck.*`), alone or in a whole seg checkpoint (the
+    /// other tensors are ignored and counted).
+    #[arg(long, conflicts_with = "random_weights")]
+    weights: Option<PathBuf>,
+    /// Deterministic random weights with this seed instead (smoke runs, parity).
+    #[arg(long)]
+    random_weights: Option<u64>,
+    /// Write the random weights as safetensors (for the PyTorch parity reference).
+    #[arg(long, requires = "random_weights")]
+    save_weights: Option<PathBuf>,
+    /// Write the input tensor the encoder consumed (NCHW .npy; FP16-rounded on CUDA).
+    #[arg(long)]
+    save_input: Option<PathBuf>,
+    /// JPEG decoder: cpu (zune-jpeg, CPU preprocessing, the default) or nvjpeg / auto (the
+    /// CUDA preprocessing with nvJPEG; JPEG files only; needs the CUDA backend).
+    #[arg(long, default_value = "cpu")]
+    jpeg_decoder: JpegDecoderChoice,
+    /// Also write each backbone output.
+    #[arg(long)]
+    stages: bool,
+    #[command(flatten)]
+    device: super::device::DeviceArg,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// `sptr camera-features`: the job from the arguments, run; exit status 4 when the features left
+/// the FP16 range.
+pub fn command(a: CameraFeaturesArgs) -> anyhow::Result<()> {
+    use crate::ops::image_preprocess::cpu::read_input_npy;
+    use super::status::{print_out_of_range, OutOfRange};
+    let weights = match (a.weights, a.random_weights) {
+        (Some(w), _) => WeightsArg::File(w),
+        (None, Some(seed)) => WeightsArg::Random { seed, save: a.save_weights },
+        (None, None) => anyhow::bail!("pass --weights FILE (or --random-weights SEED for an untrained smoke run)"),
+    };
+    let (images, n, h, w) = match (a.input, a.jpeg_decoder) {
+        (Some(p), _) => read_input_npy(&p)?,
+        (None, JpegDecoderChoice::Cpu) => preprocess_files(&a.images, &a.model)?,
+        (None, choice) => camera_input_cuda(&a.images, &a.model, choice)?,
+    };
+    let device = a.device.resolve()?.device;
+    let job = FeaturesJob { model: a.model, weights, images, n, h, w, device, stages: a.stages, save_input: a.save_input, out: a.out };
+    let (summary, range) = run_checked(&job)?;
+    println!("{summary}");
+    if !range.is_clean() {
+        print_out_of_range(&range);
+        return Err(OutOfRange(format!(
+            "the features were written but cannot be trusted (docs/precision.md); {}",
+            range.summary(1)
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// `--jpeg-decoder nvjpeg|auto`: the CUDA preprocessing of the JPEGs.
+#[cfg(feature = "cuda")]
+fn camera_input_cuda(images: &[PathBuf], model: &Path, choice: JpegDecoderChoice) -> anyhow::Result<(Vec<f32>, usize, usize, usize)> {
+    if let Some(why) = crate::device::cuda_unavailable() {
+        anyhow::bail!("--jpeg-decoder {choice} preprocesses on CUDA, and {why}");
+    }
+    let (data, n, h, w, decoder) = preprocess_files_cuda(images, model, choice)?;
+    eprintln!("camera input decoded by {decoder}");
+    Ok((data, n, h, w))
+}
+#[cfg(not(feature = "cuda"))]
+fn camera_input_cuda(_: &[PathBuf], _: &Path, choice: JpegDecoderChoice) -> anyhow::Result<(Vec<f32>, usize, usize, usize)> {
+    anyhow::bail!("--jpeg-decoder {choice} needs the CUDA backend: rebuild with `--features cuda`")
 }
 
 #[cfg(test)]

@@ -103,7 +103,7 @@ impl CudaDevice {
     fn open(ordinal: usize, high_priority: bool) -> Result<CudaDevice, Error> {
         if !driver_available() {
             return Err(Error::Cuda(
-                "no CUDA driver (libcuda.so) on this machine: install the NVIDIA driver, or run with device `cpu`".into(),
+                "no CUDA driver (libcuda.so) on this machine: install the NVIDIA driver".into(),
             ));
         }
         let count = CudaContext::device_count().map_err(cuda_err("counting GPUs"))?;

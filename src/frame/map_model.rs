@@ -90,8 +90,9 @@ pub struct SegMapModel {
 }
 
 impl SegMapModel {
-    /// Loads the model YAML `config` with `weights` on the CPU, or uploads it to GPU 0 (`cuda`).
-    pub fn open(config: &Path, weights: &SegWeightsSource, cuda: bool) -> Result<Self, Error> {
+    /// Loads the model YAML `config` with `weights` on the CPU, or uploads it to GPU 0 (`Cuda`).
+    pub fn open(config: &Path, weights: &SegWeightsSource, device: crate::device::Device) -> Result<Self, Error> {
+        let cuda = device == crate::device::Device::Cuda;
         let cfg = BevSegConfig::load(config).map_err(|e| Error::InvalidInput(format!("BEV map model {}: {e}", config.display())))?;
         let w = weights.load(&cfg)?;
         let model = BevSegModel::from_weights(&cfg, w)?;

@@ -7,14 +7,14 @@ use std::path::Path;
 
 use crate::error::{value_err, ConfigError};
 
-pub use crate::device::DeviceKind;
+pub use crate::device::DeviceChoice;
 
 
 /// `sptr: ros__parameters:` of `config/perception.yaml`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeParams {
-    pub device: DeviceKind,
+    pub device: DeviceChoice,
     pub model: ModelParams,
     pub input: InputParams,
     pub bev: BevParams,

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use crate::ops::label_grid::cpu::{label_grid_cpu, BevGridParams, BevGrids};
 use crate::msgs::cloud;
 use crate::msgs::cloud::{CloudBuf, CloudView, DecodeReport};
-use crate::frame::params::{DeviceKind, OverflowPolicy};
+use crate::device::Device;
+use crate::frame::params::OverflowPolicy;
 use crate::models::sphereformer::config::ModelYaml;
 use crate::device::range_guard::RangeReport;
 use crate::nn::weights::Weights;
@@ -262,12 +263,12 @@ impl Processor {
     ///   message rather than silently running on the CPU (a latency budget sized for the GPU
     ///   would be missed by a factor of a hundred).
     pub fn open(
-        device: DeviceKind,
+        device: Device,
         model: &ModelYaml,
         weights: &Path,
         bev: BevGridParams,
     ) -> Result<Processor, String> {
-        if device == DeviceKind::Cuda {
+        if device == Device::Cuda {
             // The device first: a missing GPU is the message a user needs, not the weights'.
             Self::check_cuda()?;
         }
@@ -285,7 +286,7 @@ impl Processor {
 
     /// [`open`](Self::open) with weights already loaded (e.g. random ones for a benchmark).
     pub fn with_weights(
-        device: DeviceKind,
+        device: Device,
         model: &ModelYaml,
         weights: Weights,
         bev: BevGridParams,
@@ -302,14 +303,14 @@ impl Processor {
             })
         };
         let (model_rt, bev_backend, device_name) = match device {
-            DeviceKind::Cpu => (Model::Net(load()?), Bev::Cpu, "cpu".to_string()),
+            Device::Cpu => (Model::Net(load()?), Bev::Cpu, "cpu".to_string()),
             #[cfg(feature = "cuda")]
-            DeviceKind::Cuda => {
+            Device::Cuda => {
                 let (bev, name) = open_cuda()?;
                 (cuda_model(load)?, bev, name)
             }
             #[cfg(not(feature = "cuda"))]
-            DeviceKind::Cuda => return Err(cuda_unavailable()),
+            Device::Cuda => return Err(cuda_unavailable()),
         };
         Ok(Processor {
             model: model_rt,
@@ -539,7 +540,7 @@ fn open_cuda() -> Result<(Bev, String), String> {
 /// The network on CUDA: the segmenter loaded on the CPU (weights checked there), then uploaded.
 #[cfg(feature = "cuda")]
 fn cuda_model(cpu: impl FnOnce() -> Result<Segmenter, String>) -> Result<Model, String> {
-    let seg = cpu()?.into_device(DeviceKind::Cuda).map_err(|e| {
+    let seg = cpu()?.into_device(Device::Cuda).map_err(|e| {
         format!("parameter `device` is `cuda` but the network cannot run on the GPU: {e}; set `device: cpu` (launch argument device:=cpu) to run on the CPU")
     })?;
     Ok(Model::Net(seg))

@@ -51,7 +51,7 @@ use crate::frame::processor::{FrameOutput, Processor, Rejected, NO_CLASS, STAGES
 
 pub use crate::eval::bev_png::{bev_view, write_bev_png, BevLegend};
 pub use cameras::{CameraOutcome, CameraReplay, CameraReplayOptions};
-pub use device::{open_processor, Device, WeightsSource};
+pub use device::{open_processor, WeightsSource};
 pub use error::ReplayError;
 pub use options::{ReplayOptions, Shard};
 pub use ground_truth::LabelSource;

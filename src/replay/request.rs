@@ -4,9 +4,10 @@
 use std::path::{Path, PathBuf};
 
 use super::{
-    open_processor, replay, replay_with, Device, LabelSource, ProgressMode, ReplayError, ReplayOptions,
+    open_processor, replay, replay_with, LabelSource, ProgressMode, ReplayError, ReplayOptions,
     ReplayOutcome, Shard, WeightsSource,
 };
+use crate::device::{Device, DeviceChoice};
 use crate::ops::label_grid::cpu::BevGridParams;
 use crate::models::sphereformer::config::{ModelConfig, ModelYaml};
 use crate::frame::params::{NodeParams, DEFAULT_NODE_PARAMS_FILE};
@@ -138,7 +139,7 @@ pub struct ReplayRequest {
     pub bag: PathBuf,
     pub model: PathBuf,
     pub weights: WeightsSource,
-    pub device: Device,
+    pub device: DeviceChoice,
     pub lidar_topic: Option<String>,
     pub labels: Option<LabelSource>,
     pub label_map: Option<PathBuf>,
@@ -162,9 +163,9 @@ pub struct ReplayRequest {
 
 /// The BEV map model of a replay: `camera.model_config` / `camera.model_weights` of the params
 /// file `path` (relative to it; weights may be `random:<seed>`), each overridden by the request;
-/// `None` without a model config. On the GPU when the frame processor is (`cuda`).
-pub fn open_map_model(req: &ReplayRequest, path: &Path, p: &NodeParams, cuda: bool) -> Result<Option<SegMapModel>, ReplayError> {
-    open_map_model_with(req.camera_model.as_deref(), req.camera_weights.as_deref(), path, p, cuda)
+/// `None` without a model config. On `device`, the frame processor's.
+pub fn open_map_model(req: &ReplayRequest, path: &Path, p: &NodeParams, device: Device) -> Result<Option<SegMapModel>, ReplayError> {
+    open_map_model_with(req.camera_model.as_deref(), req.camera_weights.as_deref(), path, p, device)
 }
 
 /// [`open_map_model`] with the overrides given one by one (`sptr bench pipeline --cameras`).
@@ -173,7 +174,7 @@ pub fn open_map_model_with(
     camera_weights: Option<&str>,
     path: &Path,
     p: &NodeParams,
-    cuda: bool,
+    device: Device,
 ) -> Result<Option<SegMapModel>, ReplayError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let config = match (camera_model, p.camera.model_config.as_str()) {
@@ -187,7 +188,7 @@ pub fn open_map_model_with(
         Ok(w) => w,
         Err(e) => return Err(ReplayError::Setup(format!("{e} (or pass --camera-weights FILE|random:SEED)"))),
     };
-    SegMapModel::open(&config, &weights, cuda).map(Some).map_err(|e| ReplayError::Setup(format!("BEV map model: {e}")))
+    SegMapModel::open(&config, &weights, device).map(Some).map_err(|e| ReplayError::Setup(format!("BEV map model: {e}")))
 }
 
 /// Loads the model, label map and BEV settings of `req` and replays.
@@ -227,14 +228,13 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
             "--camera-model/--camera-weights/--map-ground-truth need the camera branch: give --params with input.cameras set (e.g. config/perception_nuscenes_cameras.yaml)".into(),
         ));
     }
-    let (mut processor, device_name) =
+    let (mut processor, device, device_name) =
         open_processor(req.device, &model, &req.model, &req.weights, &bev)?;
     // as the node: `on_overflow` of the params file (default `drop`)
     processor.set_on_overflow(params.as_ref().map(|(_, p)| p.on_overflow).unwrap_or_default());
     let mut map_model = match (&params, &mut cameras) {
         (Some((path, p)), Some(c)) => {
-            let cuda = device_name.starts_with("cuda");
-            let m = open_map_model(req, path, p, cuda)?;
+            let m = open_map_model(req, path, p, device)?;
             if let Some(m) = &m {
                 if m.classes() != c.map_classes.as_slice() {
                     // the map classes of an overriding YAML

@@ -698,6 +698,19 @@ struct Setup {
     map_model: Option<crate::frame::map_model::SegMapModel>,
 }
 
+/// Parameter `device` resolved as every entry point resolves it ([`crate::device::resolve`]):
+/// `auto` on the CPU is said on stderr with the reason; `cuda` that cannot be had is the message
+/// to exit with.
+fn resolve_device(choice: crate::device::DeviceChoice) -> Result<crate::device::ResolvedDevice, String> {
+    let device = crate::device::resolve(choice).map_err(|e| {
+        format!("parameter `device` is `{choice}`: {e}; set `device: cpu` (launch argument device:=cpu) to run on the CPU, or `device: auto` to fall back to it")
+    })?;
+    if let Some(why) = &device.fallback {
+        eprintln!("perception_node: device auto: running on the CPU: {why}");
+    }
+    Ok(device)
+}
+
 fn fail(code: i32, msg: impl std::fmt::Display) -> i32 {
     eprintln!("perception_node: {msg}");
     code
@@ -786,8 +799,12 @@ pub fn main() -> i32 {
         params.bev.resolution,
         &params.bev.obstacle_classes,
     );
+    let device = match resolve_device(params.device) {
+        Ok(d) => d,
+        Err(e) => return fail(EXIT_DEVICE, e),
+    };
     let t = Instant::now();
-    let mut processor = match Processor::open(params.device, &model.yaml, &weights, bev) {
+    let mut processor = match Processor::open(device.device, &model.yaml, &weights, bev) {
         Ok(p) => p,
         Err(e) if e.starts_with("parameter `device`") => return fail(EXIT_DEVICE, e),
         Err(e) => return fail(EXIT_PARAMS, e),
@@ -795,7 +812,7 @@ pub fn main() -> i32 {
     processor.set_on_overflow(params.on_overflow);
 
     // 5. The camera branch and the BEV map model.
-    let (camera_branch, map_model) = match open_cameras(&params, &file_maps) {
+    let (camera_branch, map_model) = match open_cameras(&params, &file_maps, &device) {
         Ok(c) => c,
         Err((code, e)) => return fail(code, e),
     };
@@ -1014,6 +1031,7 @@ fn run(setup: Setup, fqn: String) -> i32 {
 fn open_cameras(
     params: &NodeParams,
     file_maps: &[(PathBuf, serde_yaml::Mapping)],
+    device: &crate::device::ResolvedDevice,
 ) -> Result<(Option<crate::frame::cameras::CameraBranch>, Option<crate::frame::map_model::SegMapModel>), (i32, String)> {
     let camera_branch = if params.input.cameras.is_empty() {
         None
@@ -1044,8 +1062,8 @@ fn open_cameras(
                     return Err((EXIT_PARAMS, format!("parameter `camera.model_weights`: {e}; or set camera.model_config to \"\" for no BEV map (launch camera_weights:=)")))
                 }
             };
-            let cuda = params.device == crate::device::DeviceKind::Cuda;
-            match SegMapModel::open(&config, &weights, cuda) {
+            let cuda = device.is_cuda();
+            match SegMapModel::open(&config, &weights, device.device) {
                 Ok(m) => Some(m),
                 Err(e) if cuda && e.to_string().contains("CUDA") => return Err((EXIT_DEVICE, format!("BEV map model on device cuda: {e}"))),
                 Err(e) => return Err((EXIT_PARAMS, format!("parameter `camera.model_config` / `camera.model_weights`: {e}"))),

@@ -421,7 +421,7 @@ mod tests {
         std::fs::write(&over, "/**:\n  ros__parameters:\n    device: cpu\n    model.weights: w.safetensors\n    use_sim_time: false\n").unwrap();
         let maps = validate_params_files(&[full.clone(), over.clone()], "sptr", "/").unwrap();
         let p = merged(&maps, &[], "t").unwrap();
-        assert_eq!(p.device, crate::device::DeviceKind::Cpu);
+        assert_eq!(p.device, crate::device::DeviceChoice::Cpu);
         assert_eq!(p.model.weights, "w.safetensors");
         // The overrides file alone is incomplete: not an error before ROS (`-p` may complete it).
         assert!(validate_params_files(std::slice::from_ref(&over), "sptr", "/").is_ok());
@@ -450,7 +450,7 @@ mod tests {
             "t",
         )
         .unwrap();
-        assert_eq!(p.device, crate::device::DeviceKind::Cpu);
+        assert_eq!(p.device, crate::device::DeviceChoice::Cpu);
         assert_eq!(p.input.cameras, Vec::<String>::new());
         let p = merged(
             &files,

@@ -4,7 +4,8 @@
 
 use std::path::Path;
 
-use sptr::frame::params::{DeviceKind, NodeParams};
+use sptr::device::Device;
+use sptr::frame::params::NodeParams;
 use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
 use sptr::eval::LabelMap;
 use sptr::models::sphereformer::random::random_weights;
@@ -30,7 +31,7 @@ pub fn processor(dir: &Path) -> (ModelYaml, Processor) {
     let params_path = crate::common::root().join(CAMS_PARAMS);
     let node = NodeParams::load(&params_path).unwrap();
     let (bev, _) = bev_params(&yaml, Some((&params_path, &node))).unwrap();
-    let p = Processor::with_weights(DeviceKind::Cpu, &yaml, random_weights(&yaml, 7).unwrap(), bev).unwrap();
+    let p = Processor::with_weights(Device::Cpu, &yaml, random_weights(&yaml, 7).unwrap(), bev).unwrap();
     (yaml, p)
 }
 

@@ -10,7 +10,7 @@
 
 #[cfg(feature = "cuda")]
 use super::precision;
-use crate::device::DeviceKind;
+use crate::device::Device;
 use crate::models::sphereformer::config::ModelYaml;
 use crate::models::sphereformer::preprocess::{prepare_inputs, NetworkInputs};
 use crate::device::range_guard::RangeReport;
@@ -121,15 +121,15 @@ impl Segmenter {
     /// [`Segmenter::new`] on `device`: `Cuda` uploads the network to GPU 0 in the config's
     /// `precision` and fails with the reason when there is no usable GPU (no driver, no device,
     /// no NVRTC or cuBLAS) or when this build has no CUDA support.
-    pub fn on_device(cfg: ModelYaml, weights: Weights, device: DeviceKind) -> Result<Self, Error> {
+    pub fn on_device(cfg: ModelYaml, weights: Weights, device: Device) -> Result<Self, Error> {
         Self::new(cfg, weights)?.into_device(device)
     }
 
     /// This CPU segmenter moved to `device` (`Cuda`: uploaded to GPU 0; see [`Segmenter::on_device`]).
-    pub fn into_device(self, device: DeviceKind) -> Result<Self, Error> {
+    pub fn into_device(self, device: Device) -> Result<Self, Error> {
         match device {
-            DeviceKind::Cpu => Ok(self),
-            DeviceKind::Cuda => self.to_cuda(),
+            Device::Cpu => Ok(self),
+            Device::Cuda => self.to_cuda(),
         }
     }
 
@@ -162,12 +162,12 @@ impl Segmenter {
     }
 
     /// Where the network runs.
-    pub fn device(&self) -> DeviceKind {
+    pub fn device(&self) -> Device {
         #[cfg(feature = "cuda")]
         if self.cuda.is_some() {
-            return DeviceKind::Cuda;
+            return Device::Cuda;
         }
-        DeviceKind::Cpu
+        Device::Cpu
     }
 
     /// Loads a model YAML and a safetensors file.
@@ -184,7 +184,7 @@ impl Segmenter {
     /// [`Segmenter::into_device`] uploads in, overriding the model YAML's. An error on a
     /// segmenter already on CUDA (its networks are uploaded: make a new one).
     pub fn set_precision(&mut self, precision: crate::device::storage::Precision) -> Result<(), Error> {
-        if self.device() == DeviceKind::Cuda {
+        if self.device() == Device::Cuda {
             return Err(Error::InvalidInput("set the precision before moving the model to CUDA".into()));
         }
         self.cfg.precision = precision;
