@@ -200,7 +200,7 @@ fn the_five_camera_rig_reaches_the_map_model_calibrated_as_its_calibration_file_
     let cams = camera_options(&params, &node).unwrap().expect("the rig's params file has cameras");
     let file = cams.branch.calibration_file.clone().expect("the rig's params file names its calibration file");
     assert!(file.source.ends_with("tests/data/rig5/calibration.yaml"), "{}", file.source);
-    let mut seg = SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::Random(3), false).unwrap();
+    let mut seg = SegMapModel::open(&common::data("bevseg/fusion_small.yaml"), &SegWeightsSource::Random(3), sptr::device::Device::Cpu).unwrap();
     let mut rig = RigInputs { inner: &mut seg, file, maps: Vec::new() };
     let out = dir.join("out");
     let o = replay_with(&mut p, &yaml, &replay_setup::options(&common::data(RIG_BAG), &out, Some(cams)), Some(&mut rig)).unwrap();
