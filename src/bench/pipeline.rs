@@ -521,7 +521,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         let t0 = Instant::now();
         // The node's frame: the camera messages into the branch, then the frame processor (the
         // cloud decoded once; the LiDAR path here, the camera path beside it or after it).
-        let branch = &mut frames_in.cameras.as_mut().expect("the bench has cameras").branch;
+        let branch = &mut frames_in.cameras.as_mut().ok_or("the bench's frame processor has no camera path")?.branch;
         feed_cameras(branch, &bytes, &opts.inputs)?;
         let feed_ms = ms(t0.elapsed());
         let mut lidar_ms = 0.0;
@@ -578,9 +578,10 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         .into_iter()
         .map(|(from, to, f)| FrameHost { probe_ratio: probe.as_ref().and_then(|p| p.max_ratio_in(from, to)), ..f })
         .collect();
+    let camera_branch = &frames_in.cameras.as_ref().ok_or("the bench's frame processor has no camera path")?.branch;
     let row = CamerasRow {
         bench: "pipeline_cameras",
-        faults: s.faults_every_s.map(|every| tally.json(every, &frames_in.cameras.as_ref().expect("the bench has cameras").branch)),
+        faults: s.faults_every_s.map(|every| tally.json(every, camera_branch)),
         device: &device_name,
         frames: total.len(),
         warmup: s.lidar.warmup,

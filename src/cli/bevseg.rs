@@ -109,7 +109,7 @@ pub fn load_calibration(path: &Path, image_size: Option<(usize, usize)>) -> Resu
     };
     let mut cams = Vec::with_capacity(names.len());
     for name in names {
-        let c = file.camera(name).expect("a name of the file");
+        let c = file.camera(name).ok_or_else(|| Error::InvalidInput(format!("calibration file {source}: no camera `{name}`")))?;
         let (k, w, h) = c.intrinsics.ok_or_else(|| {
             Error::InvalidInput(format!("calibration file {source}: camera `{name}` has no `intrinsics` and `image_size`: bevseg has no CameraInfo to take them from, so give both"))
         })?;
