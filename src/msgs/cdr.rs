@@ -26,7 +26,7 @@
 //! # Use
 //!
 //! ```
-//! use sptr::bag::cdr::{CdrMessage, Image};
+//! use sptr::msgs::cdr::{CdrMessage, Image};
 //! # let bytes = Image::default().to_cdr(true)?;
 //! let img = Image::from_cdr(&bytes)?;                    // rosbag2 message data
 //! assert_eq!(img.header.frame_id, "");

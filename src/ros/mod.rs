@@ -45,7 +45,7 @@ pub fn fields_into(msg: &PointCloud2, out: &mut Vec<PointField>) {
 ///
 /// ```ignore
 /// let fields = sptr::ros::fields(&msg);
-/// let (points, report) = sptr::cloud::decode(&sptr::ros::cloud_view(&msg, &fields))?;
+/// let (points, report) = sptr::msgs::cloud::decode(&sptr::ros::cloud_view(&msg, &fields))?;
 /// ```
 pub fn cloud_view<'a>(msg: &'a PointCloud2, fields: &'a [PointField]) -> CloudView<'a> {
     CloudView {
