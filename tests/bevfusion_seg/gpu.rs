@@ -37,7 +37,7 @@ fn compare(case: &str, cpu: &BevSegOutput, cuda: &BevSegOutput) {
 }
 
 fn check(kind: &str, seed: u64) {
-    let Some(dev) = gpu(&format!("gpu_bevseg {kind}")) else { return };
+    let Some(dev) = gpu(&format!("{kind}_cuda_matches_cpu")) else { return };
     let cfg = config(&full(kind));
     let w = Weights::from_tensors("random", random_tensors(&cfg, seed).unwrap()).unwrap();
     let mut model = BevSegModel::from_weights(&cfg, w).unwrap();
@@ -62,7 +62,7 @@ fn check(kind: &str, seed: u64) {
     let j = g.forward_jpeg(&dev, &calib, &jrefs, pts.as_deref()).unwrap();
     // With nvJPEG the JPEG path decodes differently from the host decoder that made `imgs`
     // (IDCT and chroma upsampling: ~1e-2 rel at the network input, bounded in
-    // tests/gpu_camera_preprocess.rs); through the network that measured 3.4e-5 (camera) and
+    // tests/ops_image_preprocess.rs); through the network that measured 3.4e-5 (camera) and
     // 1.7e-5 (fusion) on the H100. The bound leaves 30x room; the 0.5 masks must still agree.
     let decoder = g.jpeg_decoder();
     let jpeg_tol = if decoder.contains("nvJPEG") { 1e-3 } else { 1e-6 };

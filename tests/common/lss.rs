@@ -1,6 +1,7 @@
-//! Shared set-up of the LSS view-transform tests (tests/lss_cpu.rs, gpu_lss.rs, gpu_lss_parity.rs):
+//! Shared set-up of the LSS view-transform tests (tests/bevfusion_lss/: cpu.rs, gpu.rs, parity.rs):
 //! the model YAML, a reduced copy of it for fast CPU runs, the nuScenes calibration, random
-//! inputs. Included with `#[path = "common/lss.rs"] mod lss_common;`.
+//! inputs. Included with `#[path = "../common/lss.rs"] mod lss_common;`
+//! by the main.rs of tests/bevfusion_lss and tests/fp16_range.
 #![allow(dead_code)]
 
 use sptr::sensors::calib::camera::{Calibration, NUSCENES_CAMERAS};

@@ -15,7 +15,7 @@
 //!   tensor of in-range weights scaled at a time, the first flagged layer is that tensor's layer
 //!   (the input features, a conv epilogue, a BN pass, LayerNorm, the qkv and fc1 epilogues, the
 //!   attention output, the head's BN, a 256-channel conv of the deepest level); the existing
-//!   in-range random weights are never flagged (the configurations of tests/gpu_model.rs).
+//!   in-range random weights are never flagged (the configurations of tests/sphereformer/gpu.rs).
 #![cfg(feature = "cuda")]
 
 use crate::common;
@@ -338,7 +338,8 @@ fn the_first_flagged_layer_is_the_one_that_left_the_range() {
     }
 }
 
-/// No false alarms: the in-range random weights of tests/gpu_model.rs's cases are never flagged.
+/// No false alarms: the in-range random weights of tests/sphereformer/gpu.rs's cases are never
+/// flagged.
 #[test]
 fn in_range_weights_are_never_flagged() {
     if gpu("in_range_weights_are_never_flagged").is_none() {

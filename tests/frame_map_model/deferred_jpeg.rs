@@ -3,7 +3,7 @@
 //! them on the host, and a JPEG whose markers are whole but whose data is bad is masked for that
 //! frame and reported (`take_decode_failures`, through `CameraBranch::run_model`), never a failed frame or a silent hole. Here on
 //! the CPU backend (reduced fusion model, random weights), which takes the host path always; the
-//! GPU half is in tests/gpu_bev_map_model.rs.
+//! GPU half is in `gpu` (tests/frame_map_model/gpu.rs).
 
 use crate::common;
 use crate::seg;
@@ -98,7 +98,7 @@ fn a_stray_marker_in_the_scan_data_is_caught_by_the_branch() {
     assert!(inputs.images[2].is_none());
 }
 
-/// The damage tests/gpu_bev_map_model.rs gives CAM_BACK (components renamed R, G, B so that
+/// The damage tests/frame_map_model/gpu.rs gives CAM_BACK (components renamed R, G, B so that
 /// nvJPEG is not given it, luma on a missing quantization table): the branch hands it over, the
 /// host decoder refuses it, and the renaming alone still decodes.
 #[test]

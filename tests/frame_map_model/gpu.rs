@@ -3,8 +3,8 @@
 //! calibration file, the sweep): all cameras; CAM_BACK masked (no image); no camera at all (the
 //! fusion model LiDAR-only: every camera masked, nothing pooled — the CUDA path's empty mask).
 //! The reduced fusion YAML with random weights: probabilities rel ≤ 2e-3, the 0.5 masks agreeing
-//! on ≥ 99.9 % of the cells (gpu_bevseg's bars for the FP16 path), the same masked cameras and
-//! LiDAR counts. Skips without a GPU unless SPTR_REQUIRE_GPU=1.
+//! on ≥ 99.9 % of the cells (the bars of tests/bevfusion_seg/gpu.rs for the FP16 path), the same
+//! masked cameras and LiDAR counts. Skips without a GPU unless SPTR_REQUIRE_GPU=1.
 #![cfg(feature = "cuda")]
 
 use crate::common;
@@ -49,7 +49,7 @@ fn cpu_and_cuda_models() -> (SegMapModel, SegMapModel) {
 
 #[test]
 fn cuda_map_model_agrees_with_the_cpu() {
-    let Some(dev) = gpu("gpu_bev_map_model") else { return };
+    let Some(dev) = gpu("cuda_map_model_agrees_with_the_cpu") else { return };
     drop(dev); // SegMapModel opens GPU 0 itself
     let (mut cpu, mut cuda) = cpu_and_cuda_models();
     let all: Vec<&str> = NUSCENES_CAMERAS.to_vec();
@@ -74,8 +74,9 @@ fn cuda_map_model_agrees_with_the_cpu() {
 }
 
 /// The node's CUDA path: the branch leaves the JPEGs to the model (nvJPEG decodes them in its
-/// first stage), against the CPU on the host-decoded frame, with gpu_bevseg's bars for the
-/// FP16 path (nvJPEG's decode differs from zune-jpeg's by ~3e-5 at the output, well inside).
+/// first stage), against the CPU on the host-decoded frame, with the bars of
+/// tests/bevfusion_seg/gpu.rs for the FP16 path (nvJPEG's decode differs from zune-jpeg's by
+/// ~3e-5 at the output, well inside).
 /// With CAM_BACK missing the batch still goes to nvJPEG (a stand-in in CAM_BACK's slot, masked).
 /// Then CAM_BACK with data no decoder takes (its luma on a quantization table it lacks; its
 /// components renamed R, G, B so that zune-jpeg, not nvJPEG, judges it): the model masks it and
@@ -84,7 +85,7 @@ fn cuda_map_model_agrees_with_the_cpu() {
 /// it; a decode would be a silent wrong image).
 #[test]
 fn cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one() {
-    let Some(dev) = gpu("gpu_bev_map_model") else { return };
+    let Some(dev) = gpu("cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one") else { return };
     drop(dev);
     let (mut cpu, mut cuda) = cpu_and_cuda_models();
     let nvjpeg = cuda.decodes_jpeg();
@@ -150,7 +151,7 @@ fn cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one() {
 #[test]
 fn cuda_map_model_masks_hostile_cameras_and_the_next_frame_is_unaffected() {
     use sptr::frame::cameras::{CameraBranch, CameraStatus};
-    let Some(dev) = gpu("gpu_bev_map_model") else { return };
+    let Some(dev) = gpu("cuda_map_model_masks_hostile_cameras_and_the_next_frame_is_unaffected") else { return };
     drop(dev);
     let (mut cpu, mut cuda) = cpu_and_cuda_models();
     let nvjpeg = cuda.decodes_jpeg();

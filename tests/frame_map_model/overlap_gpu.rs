@@ -59,7 +59,7 @@ fn masks(p: &[f32]) -> Vec<bool> {
 
 #[test]
 fn lidar_and_map_models_overlapped_give_the_serial_outputs() {
-    let Some(dev) = gpu("gpu_overlap") else { return };
+    let Some(dev) = gpu("lidar_and_map_models_overlapped_give_the_serial_outputs") else { return };
     drop(dev); // each model opens GPU 0 itself, as in the node
     let y = ModelConfig::load(&common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap().yaml;
     let lidar = Segmenter::on_device(y.clone(), random_weights(&y, 3).unwrap(), Device::Cuda).expect("CUDA SphereFormer");

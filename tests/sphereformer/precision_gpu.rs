@@ -340,7 +340,8 @@ fn fp32_and_auto_agree_with_the_cpu_on_overflowing_weights() {
 }
 
 /// In-range weights: `auto` is the FP16 path (same labels, never flagged, nothing recomputed),
-/// `bf16` and `fp32` are never flagged (the configurations of tests/gpu_overflow.rs's no-false-alarm test).
+/// `bf16` and `fp32` are never flagged (the configurations of the no-false-alarm test of
+/// tests/fp16_range/gpu.rs).
 #[test]
 fn in_range_weights_stay_fp16_under_auto_and_are_never_flagged() {
     if gpu("in_range_weights_stay_fp16_under_auto_and_are_never_flagged").is_none() {
