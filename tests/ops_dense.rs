@@ -7,18 +7,10 @@
 
 mod common;
 
-use common::{gpu, rel_err, Rng};
+use common::{fp16, gpu, random_fp16_map, rel_err, Rng};
 use cudarc::cublas::CudaBlas;
 use sptr::ops::dense::cuda::{bilinear_resize_cuda, concat_channels_cuda, CudaConv2d, CudaFeatureMap};
 use sptr::ops::dense::{batch_norm_2d, bilinear_resize, concat_channels, Activation, Conv2d, FeatureMap};
-
-fn fp16(v: f32) -> f32 {
-    half::f16::from_f32(v).to_f32()
-}
-
-fn random_map(rng: &mut Rng, n: usize, h: usize, w: usize, c: usize) -> FeatureMap {
-    FeatureMap::new(n, h, w, c, (0..n * h * w * c).map(|_| fp16(rng.sym())).collect()).unwrap()
-}
 
 #[test]
 fn cuda_conv_matches_cpu() {
@@ -52,7 +44,7 @@ fn cuda_conv_matches_cpu() {
             // the GPU sees FP16 weights: give the CPU the same ones
             conv.weight.iter_mut().for_each(|x| *x = fp16(*x));
         }
-        let x = random_map(&mut rng, n, h, w, cin);
+        let x = random_fp16_map(&mut rng, n, h, w, cin);
         let gconv = CudaConv2d::upload(&dev, &conv).unwrap();
         let gx = CudaFeatureMap::upload(&dev, &x).unwrap();
         for act in [Activation::None, Activation::Relu] {
@@ -80,7 +72,7 @@ fn cuda_resize_and_concat_match_cpu() {
     // align_corners True, a downsample and odd sizes.
     let cases = [((2, 16, 44, 256), (32, 88)), ((1, 8, 22, 40), (16, 44)), ((1, 9, 7, 3), (4, 13)), ((1, 5, 6, 8), (1, 1))];
     for ((n, h, w, c), (oh, ow)) in cases {
-        let x = random_map(&mut rng, n, h, w, c);
+        let x = random_fp16_map(&mut rng, n, h, w, c);
         let gx = CudaFeatureMap::upload(&dev, &x).unwrap();
         for ac in [false, true] {
             let want = bilinear_resize(&x, oh, ow, ac);
@@ -91,13 +83,13 @@ fn cuda_resize_and_concat_match_cpu() {
             assert!(e <= 1e-3, "{h}x{w}->{oh}x{ow} {ac}: rel err {e}");
         }
     }
-    let a = random_map(&mut rng, 2, 5, 7, 12);
-    let b = random_map(&mut rng, 2, 5, 7, 5);
+    let a = random_fp16_map(&mut rng, 2, 5, 7, 12);
+    let b = random_fp16_map(&mut rng, 2, 5, 7, 5);
     let want = concat_channels(&a, &b).unwrap();
     let (ga, gb) = (CudaFeatureMap::upload(&dev, &a).unwrap(), CudaFeatureMap::upload(&dev, &b).unwrap());
     let got = concat_channels_cuda(&dev, &ga, &gb).unwrap().download(&dev).unwrap();
     // a copy: bit-identical
     assert_eq!(got, want);
-    let wrong = CudaFeatureMap::upload(&dev, &random_map(&mut rng, 2, 5, 6, 1)).unwrap();
+    let wrong = CudaFeatureMap::upload(&dev, &random_fp16_map(&mut rng, 2, 5, 6, 1)).unwrap();
     assert!(concat_channels_cuda(&dev, &ga, &wrong).is_err());
 }

@@ -11,7 +11,7 @@
 #![cfg(feature = "cuda")]
 
 use crate::common;
-use crate::common::{gpu, gpu_required, rel_err, Rng};
+use crate::common::{fp16, gpu, gpu_required, random_fp16_map, rel_err, Rng};
 use cudarc::cublas::CudaBlas;
 use sptr::ops::dense::conv_engine::{ConvBackend, ConvEngine, GpuConv};
 use sptr::ops::dense::cuda::{CudaConv2d, CudaFeatureMap};
@@ -22,14 +22,6 @@ use sptr::models::bevfusion::config::BevConfig;
 use sptr::models::bevfusion::decoder::{BevDecoder, FpnUp};
 use sptr::models::bevfusion::bev_stack::{random_weights, BevStack};
 use sptr::models::bevfusion::bev_stack_cuda::CudaBevStack;
-
-fn fp16(v: f32) -> f32 {
-    half::f16::from_f32(v).to_f32()
-}
-
-fn random_map(rng: &mut Rng, n: usize, h: usize, w: usize, c: usize) -> FeatureMap {
-    FeatureMap::new(n, h, w, c, (0..n * h * w * c).map(|_| fp16(rng.sym())).collect()).unwrap()
-}
 
 fn max_abs_err(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
@@ -63,7 +55,7 @@ fn deconv_grid_sample_residual_sigmoid_match_cpu() {
         let v: Vec<f32> = (0..cout).map(|_| rng.uniform(0.5, 1.5)).collect();
         d.fold_bn(&batch_norm_2d_eps(&g, &b, &m, &v, 1e-3).unwrap()).unwrap();
         d.weight.iter_mut().for_each(|x| *x = fp16(*x));
-        let x = random_map(&mut rng, n, h, w, cin);
+        let x = random_fp16_map(&mut rng, n, h, w, cin);
         let gd = CudaConvTranspose2d::upload(&dev, &d).unwrap();
         let gx = CudaFeatureMap::upload(&dev, &x).unwrap();
         for act in [Activation::None, Activation::Relu] {
@@ -83,7 +75,7 @@ fn deconv_grid_sample_residual_sigmoid_match_cpu() {
     // both paddings, both align_corners
     let cfg = BevConfig::load(&common::root().join("config/models/bevfusion_seg_fusion.yaml")).unwrap();
     let (hx, hy, head_grid) = sptr::models::bevfusion::head::bev_grid(&cfg.head);
-    let x = random_map(&mut rng, 1, 128, 128, 24);
+    let x = random_fp16_map(&mut rng, 1, 128, 128, 24);
     let mut odd_grid: Vec<f32> = (0..7 * 9 * 2).map(|_| rng.uniform(-1.3, 1.3)).collect();
     odd_grid[0] = f32::NAN;
     odd_grid[5] = 1.0;
@@ -109,8 +101,8 @@ fn deconv_grid_sample_residual_sigmoid_match_cpu() {
     let weight: Vec<f32> = (0..cout * cin * 9).map(|_| fp16(rng.sym() / (9.0 * cin as f32).sqrt())).collect();
     let bias: Vec<f32> = (0..cout).map(|_| 0.1 * rng.sym()).collect();
     let conv = Conv2d::new(cin, cout, 3, 3, [1, 1], [1, 1], weight, Some(bias)).unwrap();
-    let x = random_map(&mut rng, 1, 20, 18, cin);
-    let r = random_map(&mut rng, 1, 20, 18, cout);
+    let x = random_fp16_map(&mut rng, 1, 20, 18, cin);
+    let r = random_fp16_map(&mut rng, 1, 20, 18, cout);
     let mut want = conv.forward(&x, Activation::None).unwrap();
     want.data.iter_mut().zip(&r.data).for_each(|(a, b)| *a = (*a + b).max(0.0));
     let (gx, gr) = (CudaFeatureMap::upload(&dev, &x).unwrap(), CudaFeatureMap::upload(&dev, &r).unwrap());
@@ -119,7 +111,7 @@ fn deconv_grid_sample_residual_sigmoid_match_cpu() {
     let e = rel_err(&got.data, &want.data);
     eprintln!("conv + residual: rel err {e:.2e}");
     assert!(e <= 1e-3, "conv + residual: rel err {e}");
-    assert!(conv_residual_cuda(&dev, &blas, &gc, &gx, &CudaFeatureMap::upload(&dev, &random_map(&mut rng, 1, 20, 17, cout)).unwrap(), Activation::Relu).is_err());
+    assert!(conv_residual_cuda(&dev, &blas, &gc, &gx, &CudaFeatureMap::upload(&dev, &random_fp16_map(&mut rng, 1, 20, 17, cout)).unwrap(), Activation::Relu).is_err());
     for backend in [ConvBackend::Im2col, ConvBackend::Cudnn] {
         let engine = if backend == ConvBackend::Cudnn {
             match cudnn_engine(&dev, "conv + residual on cuDNN") {
@@ -176,7 +168,7 @@ fn cudnn_convs_match_cpu() {
         let weight: Vec<f32> = (0..cout * cin * k * k).map(|_| fp16(rng.sym() / ((cin * k * k) as f32).sqrt())).collect();
         let bias = (i % 2 == 0).then(|| (0..cout).map(|_| 0.1 * rng.sym()).collect::<Vec<f32>>());
         let conv = Conv2d::new(cin, cout, k, k, [s, s], [p, p], weight, bias).unwrap();
-        let x = random_map(&mut rng, n, h, w, cin);
+        let x = random_fp16_map(&mut rng, n, h, w, cin);
         let g = GpuConv::upload(&dev, &engine, &conv).unwrap();
         let gx = CudaFeatureMap::upload(&dev, &x).unwrap();
         for act in [Activation::None, Activation::Relu] {
@@ -252,8 +244,8 @@ fn full_model(dev: &CudaDevice, yaml: &str, seed: u64) {
     let mut rng = Rng(seed + 100);
     // the camera BEV [1, 128, 128, 80] (lss output), the LiDAR BEV [1, 128, 128, 256]
     let inputs: Vec<FeatureMap> = match &cfg.fuser {
-        Some(f) => f.in_channels.iter().map(|&c| random_map(&mut rng, 1, 128, 128, c)).collect(),
-        None => vec![random_map(&mut rng, 1, 128, 128, cfg.decoder.in_channels())],
+        Some(f) => f.in_channels.iter().map(|&c| random_fp16_map(&mut rng, 1, 128, 128, c)).collect(),
+        None => vec![random_fp16_map(&mut rng, 1, 128, 128, cfg.decoder.in_channels())],
     };
     let refs: Vec<&FeatureMap> = inputs.iter().collect();
     let t = std::time::Instant::now();
@@ -293,7 +285,7 @@ fn full_model(dev: &CudaDevice, yaml: &str, seed: u64) {
         // the masks are not trivially all one value
         assert!(positive > 0.01 && positive < 0.99, "{yaml}: {positive} positive");
         // wrong inputs are errors
-        let bad = CudaFeatureMap::upload(dev, &random_map(&mut rng, 1, 128, 128, 16)).unwrap();
+        let bad = CudaFeatureMap::upload(dev, &random_fp16_map(&mut rng, 1, 128, 128, 16)).unwrap();
         assert!(g.forward(dev, &blas, &[&bad]).is_err());
         assert!(g.decoder.forward(dev, &blas, &bad).is_err());
         assert!(g.head.forward(dev, &blas, &bad).is_err());

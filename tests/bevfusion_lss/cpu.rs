@@ -3,6 +3,7 @@
 //! and every bad input (zero / singular intrinsics, non-finite extrinsic, an
 //! image or feature size that does not match, a camera count that does not match).
 
+use crate::common::Rng;
 use crate::lss_common::*;
 use sptr::sensors::calib::camera::{CameraCalib, Calibration};
 use sptr::models::bevfusion::lss::geometry::{depth_index, point_cells};
@@ -73,7 +74,7 @@ fn small_transform(seed: u64) -> (LssTransform, LssGeometry) {
 }
 
 fn random_features(seed: u64, n: usize, h: usize, w: usize, c: usize) -> FeatureMap {
-    let mut s = Stream(seed);
+    let mut s = Rng(seed);
     FeatureMap::new(n, h, w, c, (0..n * h * w * c).map(|_| s.sym()).collect()).unwrap()
 }
 

@@ -5,7 +5,7 @@
 //! Skips without a GPU unless SPTR_REQUIRE_GPU=1.
 #![cfg(feature = "cuda")]
 
-use crate::common::{gpu, rel_err};
+use crate::common::{fp16, gpu, rel_err, Rng};
 use cudarc::cublas::CudaBlas;
 use half::f16;
 use crate::lss_common::*;
@@ -147,7 +147,7 @@ fn transform(cfg: &LssConfig, seed: u64) -> LssTransform {
 }
 
 fn random_features(seed: u64, n: usize, h: usize, w: usize, c: usize) -> FeatureMap {
-    let mut s = Stream(seed);
+    let mut s = Rng(seed);
     FeatureMap::new(n, h, w, c, (0..n * h * w * c).map(|_| fp16(s.sym())).collect()).unwrap()
 }
 

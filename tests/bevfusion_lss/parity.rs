@@ -14,6 +14,7 @@
 //! "torch_scatter_add_fp16_ms", "torch_quickcumsum_ms", "torch_upstream_path_ms", ...}`.
 #![cfg(feature = "cuda")]
 
+use crate::common::{read_f32_le, read_i32_le};
 use half::f16;
 use crate::lss_common::*;
 use serde::Deserialize;
@@ -52,16 +53,6 @@ struct Case {
     torch_scatter_add_fp16_ms: f64,
 }
 
-fn read_f32(p: &Path) -> Vec<f32> {
-    let b = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
-
-fn read_i32(p: &Path) -> Vec<i32> {
-    let b = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
-
 fn rel_err(a: &[f32], b: &[f32]) -> f64 {
     let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum();
     let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
@@ -78,7 +69,7 @@ fn run_case(dev: &CudaDevice, dir: &Path, c: &Case, cfg: &LssConfig) {
         "{}: sizes",
         c.case
     );
-    let frustum = read_f32(&d.join("frustum.f32"));
+    let frustum = read_f32_le(&d.join("frustum.f32"));
     assert_eq!(frustum.len(), params.frustum.data.len());
     let (max_diff, differ) = frustum.iter().zip(&params.frustum.data).fold((0f32, 0usize), |(m, n), (a, b)| ((a - b).abs().max(m), n + (a != b) as usize));
     eprintln!("{}: reference frustum vs ours: {differ} entries differ, max {max_diff:e}", c.case);
@@ -89,7 +80,7 @@ fn run_case(dev: &CudaDevice, dir: &Path, c: &Case, cfg: &LssConfig) {
     let calib = nuscenes_calib();
     let cams = params.cameras(&calib).unwrap();
     let ours = point_cells(&params, &cams);
-    let want = read_i32(&d.join("cells.i32"));
+    let want = read_i32_le(&d.join("cells.i32"));
     assert_eq!((ours.len(), want.len()), (c.points, c.points), "{}: point count", c.case);
     let mismatched: Vec<usize> = (0..want.len()).filter(|&i| ours[i].map_or(-1, |v| v as i32) != want[i]).collect();
     if let Some(&i) = mismatched.first() {
@@ -100,7 +91,7 @@ fn run_case(dev: &CudaDevice, dir: &Path, c: &Case, cfg: &LssConfig) {
     // intervals (cell, length) as bev_pool's sorted ranks give them
     let iv: Vec<i32> = cpu.intervals().iter().flat_map(|i| [i.cell as i32, i.len as i32]).collect();
     assert_eq!(iv.len() / 2, c.intervals);
-    assert_eq!(iv, read_i32(&d.join("intervals.i32")), "{}: intervals", c.case);
+    assert_eq!(iv, read_i32_le(&d.join("intervals.i32")), "{}: intervals", c.case);
     // the CUDA table is the CPU one
     let gfr = upload_frustum(dev, &params).unwrap();
     let geom = build_geometry_cuda(dev, &params, &gfr, &calib).unwrap();
@@ -108,8 +99,8 @@ fn run_case(dev: &CudaDevice, dir: &Path, c: &Case, cfg: &LssConfig) {
 
     // inputs: depth [N, D, H, W] -> ours [N, H, W, D]; feats [N, C, H, W] -> [N, H, W, C]
     let (n, dn, [h, w], ch) = (c.cameras, c.depth_bins, c.feature, c.channels);
-    let depth_ndhw = read_f32(&d.join("depth.f32"));
-    let feats_nchw = read_f32(&d.join("feats.f32"));
+    let depth_ndhw = read_f32_le(&d.join("depth.f32"));
+    let feats_nchw = read_f32_le(&d.join("feats.f32"));
     let mut depth = vec![0f32; n * dn * h * w];
     for i in 0..depth.len() {
         depth[depth_index(i, dn, h, w)] = depth_ndhw[i];
@@ -118,7 +109,7 @@ fn run_case(dev: &CudaDevice, dir: &Path, c: &Case, cfg: &LssConfig) {
     let up = |v: &[f32]| dev.stream.clone_htod(&v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<f16>>()).unwrap();
     let (gd, gc) = (up(&depth), up(&context));
     let got = pool_cuda(dev, &geom, &gd, &gc, ch, CameraMask::ALL).unwrap().download(dev).unwrap();
-    let want_pool = read_f32(&d.join("pooled.f32"));
+    let want_pool = read_f32_le(&d.join("pooled.f32"));
     let e = rel_err(&got.data, &want_pool);
     assert!(got.data.iter().all(|v| v.is_finite()));
     assert!(e <= 1e-3, "{}: pooled rel err {e}", c.case);

@@ -20,7 +20,7 @@
 
 use crate::common;
 use crate::lss_common;
-use crate::common::{gpu, Rng};
+use crate::common::{fp16, gpu, Rng};
 use half::f16;
 use crate::overflow_weights::normal;
 use sptr::models::bevfusion::camera::encoder::{random_tensors, weight_specs, CameraEncoder, CameraEncoderConfig};
@@ -211,8 +211,8 @@ fn lss_view_transform_flags_its_layers() {
     let blas = cudarc::cublas::CudaBlas::new(dev.stream.clone()).unwrap();
     let cfg = lss_common::seg_config();
     let calib = lss_common::nuscenes_calib();
-    let mut s = lss_common::Stream(9);
-    let x = FeatureMap::new(6, 32, 88, 256, (0..6 * 32 * 88 * 256).map(|_| lss_common::fp16(s.sym())).collect()).unwrap();
+    let mut s = Rng(9);
+    let x = FeatureMap::new(6, 32, 88, 256, (0..6 * 32 * 88 * 256).map(|_| fp16(s.sym())).collect()).unwrap();
     let gx = CudaFeatureMap::upload(&dev, &x).unwrap();
     let base = lss_tensors(&cfg, PREFIX, 5);
     let run = |tensors: NamedTensors| -> (RangeReport, Vec<f32>, Vec<f32>) {

@@ -43,15 +43,7 @@ fn temp_dir(name: &str) -> PathBuf {
 
 /// The nuScenes model YAML cut down (see the module doc), written to `dir`.
 fn small_model(dir: &Path) -> (PathBuf, ModelYaml) {
-    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap();
-    let text = text
-        .replace("voxel_size: [0.1, 0.1, 0.1]", "voxel_size: [0.2, 0.2, 0.2]")
-        .replace("\nm: 32\n", "\nm: 16\n")
-        .replace("block_reps: 2", "block_reps: 1")
-        .replace("layers: [32, 64, 128, 256, 256]", "layers: [16, 32, 48]")
-        .replace("sphere_layers: [1, 2, 3, 4, 5]", "sphere_layers: [1, 2]");
-    let path = dir.join("small_nuscenes.yaml");
-    std::fs::write(&path, text).unwrap();
+    let path = PathBuf::from(common::small_nuscenes_model(dir));
     let yaml = ModelConfig::load(&path).unwrap().yaml;
     assert_eq!((yaml.m, yaml.layers.as_slice(), yaml.voxel_size), (16, &[16, 32, 48][..], [0.2; 3]), "the YAML edits applied");
     (path, yaml)

@@ -19,7 +19,7 @@
 #![cfg(feature = "cuda")]
 
 use crate::common;
-use crate::common::{gpu, nuscenes_sweep, Rng};
+use crate::common::{gpu, nuscenes_sweep, sphereformer_yaml, Rng};
 use crate::overflow_weights::overflowing_weights;
 use half::f16;
 use sptr::ops::attention::cuda::{window_attention_cuda_guarded, window_attention_cuda_split, CudaContextual, CudaSphereWindows, CudaTerm, QkvView};
@@ -38,10 +38,6 @@ use sptr::ops::sparse_conv::cuda::{conv_cuda_guarded, conv_cuda_split, ConvAlgo,
 use sptr::ops::sparse_conv::kernel_map_cuda::{submanifold_cuda_sites, CudaKernelMap, CudaSites};
 use sptr::ops::voxelize::cpu::voxelize_cpu;
 use sptr::Points;
-
-fn model_yaml(name: &str) -> ModelYaml {
-    ModelConfig::load(&common::root().join("config/models").join(name)).expect("model yaml").yaml
-}
 
 fn up16(dev: &CudaDevice, v: &[f32]) -> cudarc::driver::CudaSlice<f16> {
     dev.stream.clone_htod(&v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()).unwrap()
@@ -283,7 +279,7 @@ fn overflowing_weights_are_flagged_in_fp16_and_not_in_f32() {
     if gpu("overflowing_weights_are_flagged_in_fp16_and_not_in_f32").is_none() {
         return;
     }
-    let y = model_yaml("sphereformer_nuscenes.yaml");
+    let y = sphereformer_yaml("sphereformer_nuscenes.yaml");
     let pts = nuscenes_sweep();
     let cuda = segment(&y, overflowing_weights(&y, 22), Device::Cuda, &pts);
     let r = &cuda.range;
@@ -305,7 +301,7 @@ fn the_first_flagged_layer_is_the_one_that_left_the_range() {
     if gpu("the_first_flagged_layer_is_the_one_that_left_the_range").is_none() {
         return;
     }
-    let y = model_yaml("sphereformer_nuscenes.yaml");
+    let y = sphereformer_yaml("sphereformer_nuscenes.yaml");
     let pts = nuscenes_sweep();
     let base = random_tensors(&y, 5).unwrap();
     let scaled = |tensor: &str, by: f32| {
@@ -347,8 +343,8 @@ fn in_range_weights_are_never_flagged() {
     }
     let nus = nuscenes_sweep();
     let kitti = Points::read_bin(&common::data("semantickitti/000000.bin"), 4).unwrap();
-    let n = model_yaml("sphereformer_nuscenes.yaml");
-    let k = model_yaml("sphereformer_semantickitti.yaml");
+    let n = sphereformer_yaml("sphereformer_nuscenes.yaml");
+    let k = sphereformer_yaml("sphereformer_semantickitti.yaml");
     let mut conv_only = n.clone();
     conv_only.sphere_layers.clear();
     let mut vgg = k.clone();

@@ -2,8 +2,8 @@
 //! preprocessing, and the network end to end on the committed samples with a small config.
 
 use crate::common;
-use crate::common::{rel_err, Rng};
-use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
+use crate::common::{rel_err, semantickitti_sample, sphereformer_yaml, Rng};
+use sptr::models::sphereformer::config::ModelYaml;
 use sptr::models::sphereformer::preprocess::prepare_inputs;
 use sptr::models::sphereformer::random::{random_tensors, random_weights};
 use sptr::nn::random::{safetensors_bytes, save_tensors};
@@ -14,16 +14,11 @@ use sptr::Points;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-fn model_yaml(name: &str) -> ModelYaml {
-    let path = common::root().join("config/models").join(name);
-    ModelConfig::load(&path).expect("model yaml loads").yaml
-}
-
 /// A small configuration of the same architecture: 3 levels (16, 32, 48 channels), one block
 /// per stage, attention on levels 1 and 2 (level 1: one spherical head; level 2: one cubic and
 /// one spherical head), so both branches, the down/up path and the 2C→C tail all run.
 fn small(base: &str) -> ModelYaml {
-    let mut y = model_yaml(base);
+    let mut y = sphereformer_yaml(base);
     y.m = 16;
     y.layers = vec![16, 32, 48];
     y.block_reps = 1;
@@ -41,10 +36,6 @@ fn spec_map(y: &ModelYaml) -> HashMap<String, Vec<usize>> {
     weight_specs(y).expect("specs").into_iter().map(|s| (s.name, s.shape)).collect()
 }
 
-fn kitti_sample() -> Points {
-    Points::read_bin(&common::data("semantickitti/000000.bin"), 4).expect("kitti sample reads")
-}
-
 /// Every 4th point of the nuScenes sweep: the same scene at a quarter of the cost (debug CI).
 fn nuscenes_quarter() -> Points {
     let p = common::nuscenes_sweep();
@@ -58,7 +49,7 @@ fn nuscenes_quarter() -> Points {
 
 #[test]
 fn weight_specs_semantickitti_match_upstream_names() {
-    let y = model_yaml("sphereformer_semantickitti.yaml");
+    let y = sphereformer_yaml("sphereformer_semantickitti.yaml");
     let specs = weight_specs(&y).expect("specs");
     let map: HashMap<String, Vec<usize>> = specs.iter().map(|s| (s.name.clone(), s.shape.clone())).collect();
     assert_eq!(map.len(), specs.len(), "names are unique");
@@ -123,7 +114,7 @@ fn weight_specs_semantickitti_match_upstream_names() {
 #[test]
 fn nuscenes_sphere_tables_follow_its_window() {
     // nuScenes: voxel 0.1 -> cubic window 0.6, quant 0.025, L = 24; sphere [2, 2, 120], L = 24.
-    let map = spec_map(&model_yaml("sphereformer_nuscenes.yaml"));
+    let map = spec_map(&sphereformer_yaml("sphereformer_nuscenes.yaml"));
     assert_eq!(map["unet.transformer_block.attn.relative_pos_query_table"], vec![47, 3, 1, 16]);
     assert_eq!(map["unet.transformer_block.attn.relative_pos_query_table_sphere"], vec![48, 3, 1, 16]);
     assert_eq!(map["linear.weight"], vec![16, 32]);
@@ -318,8 +309,8 @@ fn truncated_or_corrupt_files_are_errors() {
 /// (float64 clip and key with a float32 voxel size, float32 means), compared voxel by voxel.
 #[test]
 fn kitti_preprocessing_follows_upstream_arithmetic() {
-    let y = model_yaml("sphereformer_semantickitti.yaml");
-    let mut pts = kitti_sample();
+    let y = sphereformer_yaml("sphereformer_semantickitti.yaml");
+    let mut pts = semantickitti_sample();
     // Push a few points past the range so the clip matters (x = 60 m clips to 51.2).
     for i in 0..3 {
         pts.x[i] = 60.0 + i as f32;
@@ -369,7 +360,7 @@ fn segmenter(y: &ModelYaml, seed: u64) -> Segmenter {
 
 #[test]
 fn kitti_sample_end_to_end_residual_and_vgg() {
-    let pts = kitti_sample();
+    let pts = semantickitti_sample();
     for residual in [true, false] {
         let mut y = small("sphereformer_semantickitti.yaml");
         y.block_residual = residual;
@@ -471,7 +462,7 @@ fn empty_and_all_invalid_inputs() {
 fn batch_of_two_labels_each_sample() {
     let y = small("sphereformer_semantickitti.yaml");
     let s = segmenter(&y, 4);
-    let a = kitti_sample();
+    let a = semantickitti_sample();
     let b = common::rotated_z(&a, 90.0);
     let r = s.segment(&[&a, &b]).expect("batch");
     assert_eq!(r.offsets, vec![0, a.len(), a.len() + b.len()]);
@@ -524,7 +515,7 @@ fn label_file_has_one_uint32_per_point() {
 
 #[test]
 fn colliding_recomputed_coordinates_go_back_to_their_keys() {
-    let y = model_yaml("sphereformer_semantickitti.yaml");
+    let y = sphereformer_yaml("sphereformer_semantickitti.yaml");
     let (pts, k) = common::coordinate_collision_cloud();
     let inputs = prepare_inputs(&[&pts], &y).expect("inputs");
     assert_eq!(inputs.len(), 3, "O, B and C are three voxels");
@@ -545,7 +536,7 @@ fn colliding_recomputed_coordinates_go_back_to_their_keys() {
 fn stage_hook_sees_every_cpu_stage_in_order() {
     use sptr::models::sphereformer::network::cpu_stage_names;
     use std::sync::{Arc, Mutex};
-    let pts = kitti_sample();
+    let pts = semantickitti_sample();
     let mut y = small("sphereformer_semantickitti.yaml");
     for sphere_layers in [vec![1, 2], vec![2, 3], vec![]] {
         y.sphere_layers = sphere_layers.clone();
@@ -559,7 +550,7 @@ fn stage_hook_sees_every_cpu_stage_in_order() {
         let recorded: Vec<&str> = r.times.stages.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(recorded, names.iter().map(|n| n.as_str()).collect::<Vec<_>>());
     }
-    let full = model_yaml("sphereformer_nuscenes.yaml");
+    let full = sphereformer_yaml("sphereformer_nuscenes.yaml");
     let names = cpu_stage_names(&full);
     assert_eq!(names.len(), 2 + 2 + 5 + 5 + 4 + 2 * 4, "{names:?}");
     assert_eq!(names[..4], ["voxelize", "input_conv", "l1.blocks", "l1.attention"]);

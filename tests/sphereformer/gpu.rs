@@ -10,10 +10,9 @@
 //! FP16 bar; the arg-max may flip only where the top two logits are within that error.
 #![cfg(feature = "cuda")]
 
-use crate::common;
-use crate::common::{gpu, nuscenes_sweep, rel_err};
+use crate::common::{argmax, gpu, nuscenes_sweep, rel_err, semantickitti_sample, sphereformer_yaml};
 use sptr::device::Device;
-use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
+use sptr::models::sphereformer::config::ModelYaml;
 use sptr::models::sphereformer::preprocess::prepare_inputs;
 use sptr::models::sphereformer::random::random_weights;
 use sptr::models::sphereformer::network::StageTimes;
@@ -21,28 +20,10 @@ use sptr::models::sphereformer::segmenter::{Segmenter, UNLABELED};
 use sptr::Points;
 use std::time::Instant;
 
-fn model_yaml(name: &str) -> ModelYaml {
-    ModelConfig::load(&common::root().join("config/models").join(name)).expect("model yaml").yaml
-}
-
-fn kitti_sample() -> Points {
-    Points::read_bin(&common::data("semantickitti/000000.bin"), 4).expect("kitti sample reads")
-}
-
 fn both(y: &ModelYaml, seed: u64) -> (Segmenter, Segmenter) {
     let cpu = Segmenter::new(y.clone(), random_weights(y, seed).expect("weights")).expect("cpu model");
     let cuda = Segmenter::on_device(y.clone(), random_weights(y, seed).expect("weights"), Device::Cuda).expect("cuda model");
     (cpu, cuda)
-}
-
-fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 /// Runs both backends on `pts` and checks logits and arg-max; returns the CUDA forward's time.
@@ -81,10 +62,10 @@ fn cuda_logits_match_cpu_on_nuscenes() {
         return;
     }
     let pts = nuscenes_sweep();
-    let y = model_yaml("sphereformer_nuscenes.yaml");
+    let y = sphereformer_yaml("sphereformer_nuscenes.yaml");
     compare("nuscenes full config", &y, 5, &pts);
     // the nuScenes sample through the full SemanticKITTI configuration
-    compare("nuscenes sweep, full semantickitti config", &model_yaml("sphereformer_semantickitti.yaml"), 4, &pts);
+    compare("nuscenes sweep, full semantickitti config", &sphereformer_yaml("sphereformer_semantickitti.yaml"), 4, &pts);
     // the U-Net alone (no attention levels): isolates the conv path
     let mut conv_only = y.clone();
     conv_only.sphere_layers.clear();
@@ -96,8 +77,8 @@ fn cuda_logits_match_cpu_on_semantickitti() {
     if gpu("cuda_logits_match_cpu_on_semantickitti").is_none() {
         return;
     }
-    let pts = kitti_sample();
-    let y = model_yaml("sphereformer_semantickitti.yaml");
+    let pts = semantickitti_sample();
+    let y = sphereformer_yaml("sphereformer_semantickitti.yaml");
     compare("semantickitti full config", &y, 7, &pts);
     let mut vgg = y.clone();
     vgg.block_residual = false;
@@ -111,7 +92,7 @@ fn cuda_segmenter_labels_points_like_the_cpu() {
     if gpu("cuda_segmenter_labels_points_like_the_cpu").is_none() {
         return;
     }
-    let y = model_yaml("sphereformer_nuscenes.yaml");
+    let y = sphereformer_yaml("sphereformer_nuscenes.yaml");
     let (cpu, cuda) = both(&y, 9);
     assert_eq!(cuda.device(), Device::Cuda);
     let mut pts = nuscenes_sweep();

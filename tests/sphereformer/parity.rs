@@ -14,7 +14,7 @@
 #![cfg(feature = "cuda")]
 
 use crate::common;
-use crate::common::rel_err;
+use crate::common::{argmax, read_f32_le, read_i32_le, rel_err};
 use sptr::device::Device;
 use sptr::models::sphereformer::config::ModelConfig;
 use sptr::bench::model::bench_segment;
@@ -26,29 +26,9 @@ use sptr::models::sphereformer::segmenter::Segmenter;
 use std::collections::HashSet;
 use std::path::Path;
 
-fn read_f32(p: &Path) -> Vec<f32> {
-    let b = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
-
-fn read_i32(p: &Path) -> Vec<i32> {
-    let b = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
-
 /// JSON files read with serde_yaml (JSON is YAML).
 fn json(p: &Path) -> serde_yaml::Value {
     serde_yaml::from_str(&std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).expect("json")
-}
-
-fn argmax(row: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 fn agreement(a: &[f32], b: &[f32], k: usize) -> f64 {
@@ -62,10 +42,10 @@ fn max_abs(a: &[f32], b: &[f32]) -> f64 {
 
 /// Upstream's voxel inputs as our `NetworkInputs`.
 fn load_inputs(dir: &Path, input_c: usize) -> NetworkInputs {
-    let coords: Vec<[i32; 4]> = read_i32(&dir.join("coords.i32")).chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect();
-    let feats = read_f32(&dir.join("feats.f32"));
-    let xyz: Vec<[f32; 3]> = read_f32(&dir.join("xyz.f32")).chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
-    let batch = read_i32(&dir.join("batch.i32"));
+    let coords: Vec<[i32; 4]> = read_i32_le(&dir.join("coords.i32")).chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect();
+    let feats = read_f32_le(&dir.join("feats.f32"));
+    let xyz: Vec<[f32; 3]> = read_f32_le(&dir.join("xyz.f32")).chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
+    let batch = read_i32_le(&dir.join("batch.i32"));
     let meta = json(&dir.join("inputs.json"));
     let shape: Vec<i32> = meta["spatial_shape"].as_sequence().expect("spatial_shape").iter().map(|v| v.as_i64().expect("int") as i32).collect();
     assert_eq!(feats.len(), coords.len() * input_c);
@@ -101,8 +81,8 @@ fn sphereformer_matches_upstream() {
         if !range.is_clean() {
             failures.push(format!("{name}: FP16 range guard flagged in-range weights: {}", range.summary(5)));
         }
-        let r32 = read_f32(&dir.join("ref/logits_fp32.f32"));
-        let r16 = read_f32(&dir.join("ref/logits_fp16.f32"));
+        let r32 = read_f32_le(&dir.join("ref/logits_fp32.f32"));
+        let r16 = read_f32_le(&dir.join("ref/logits_fp16.f32"));
         let (e32, a32, m32) = (rel_err(&ours, &r32), agreement(&ours, &r32, k), max_abs(&ours, &r32));
         let (e16, a16) = (rel_err(&ours, &r16), agreement(&ours, &r16, k));
         let (up_e, up_a) = (rel_err(&r16, &r32), agreement(&r16, &r32, k));

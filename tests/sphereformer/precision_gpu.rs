@@ -28,7 +28,7 @@
 #![cfg(feature = "cuda")]
 
 use crate::common;
-use crate::common::{gpu, nuscenes_sweep, rel_err, Rng};
+use crate::common::{gpu, nuscenes_sweep, rel_err, sphereformer_yaml, Rng};
 use cudarc::driver::CudaSlice;
 use half::{bf16, f16};
 use crate::overflow_weights::overflowing_weights;
@@ -50,10 +50,6 @@ use sptr::ops::sparse_conv::kernel_map_cuda::{submanifold_cuda, CudaSites};
 use sptr::ops::sparse_conv::tensor::SparseTensor;
 use sptr::ops::voxelize::cpu::voxelize_cpu;
 use sptr::Points;
-
-fn model_yaml(name: &str) -> ModelYaml {
-    ModelConfig::load(&common::root().join("config/models").join(name)).expect("model yaml").yaml
-}
 
 fn round_bf16(v: &[f32]) -> Vec<f32> {
     v.iter().map(|&x| bf16::from_f32(x).to_f32()).collect()
@@ -290,7 +286,7 @@ fn fp32_and_auto_agree_with_the_cpu_on_overflowing_weights() {
     if gpu("fp32_and_auto_agree_with_the_cpu_on_overflowing_weights").is_none() {
         return;
     }
-    let y = model_yaml("sphereformer_nuscenes.yaml");
+    let y = sphereformer_yaml("sphereformer_nuscenes.yaml");
     let pts = nuscenes_sweep();
     let w = || overflowing_weights(&y, 22);
     let cpu = Segmenter::new(y.clone(), Weights::from_tensors("test weights", w()).unwrap()).unwrap().segment(&[&pts]).unwrap();
@@ -349,8 +345,8 @@ fn in_range_weights_stay_fp16_under_auto_and_are_never_flagged() {
     }
     let nus = nuscenes_sweep();
     let kitti = Points::read_bin(&common::data("semantickitti/000000.bin"), 4).unwrap();
-    let n = model_yaml("sphereformer_nuscenes.yaml");
-    let k = model_yaml("sphereformer_semantickitti.yaml");
+    let n = sphereformer_yaml("sphereformer_nuscenes.yaml");
+    let k = sphereformer_yaml("sphereformer_semantickitti.yaml");
     for (case, y, seed, pts) in [("nuscenes full config", &n, 5, &nus), ("semantickitti full config", &k, 7, &kitti)] {
         let t = || sptr::models::sphereformer::random::random_tensors(y, seed).unwrap();
         let fp16 = segmenter(y, t(), Precision::Fp16).segment(&[pts]).unwrap();

@@ -8,9 +8,9 @@
 #![cfg(feature = "cuda")]
 
 use crate::common;
-use crate::common::{coordinate_collision_cloud, gpu, nuscenes_sweep, rotated_z, Rng};
+use crate::common::{coordinate_collision_cloud, gpu, nuscenes_sweep, rotated_z, sphereformer_yaml, Rng};
 use half::f16;
-use sptr::models::sphereformer::config::{ModelConfig, ModelYaml};
+use sptr::models::sphereformer::config::ModelYaml;
 use sptr::ops::voxelize::cpu::VoxelOrigin;
 use sptr::device::cuda::CudaDevice;
 use sptr::models::sphereformer::preprocess::cuda::{labels_to_points_cuda, prepare_inputs_cuda};
@@ -18,10 +18,6 @@ use sptr::models::sphereformer::preprocess::prepare_inputs;
 use sptr::models::sphereformer::segmenter::{argmax_softmax, UNLABELED};
 use sptr::Points;
 use std::path::PathBuf;
-
-fn model_yaml(name: &str) -> ModelYaml {
-    ModelConfig::load(&common::root().join("config/models").join(name)).expect("model yaml").yaml
-}
 
 /// The dense benchmark cloud (shipped in gpu-stage/, or beside the repository), xyz float32.
 fn dense_cloud() -> Option<Points> {
@@ -57,8 +53,8 @@ fn same_inputs(dev: &CudaDevice, case: &str, clouds: &[&Points], y: &ModelYaml) 
 #[test]
 fn gpu_network_inputs_equal_the_cpu_reference() {
     let Some(dev) = gpu("gpu_network_inputs_equal_the_cpu_reference") else { return };
-    let nus = model_yaml("sphereformer_nuscenes.yaml");
-    let kitti = model_yaml("sphereformer_semantickitti.yaml");
+    let nus = sphereformer_yaml("sphereformer_nuscenes.yaml");
+    let kitti = sphereformer_yaml("sphereformer_semantickitti.yaml");
     let sweep = nuscenes_sweep();
     same_inputs(&dev, "nuScenes sweep, nuScenes config (float32 keys, xyz_norm)", &[&sweep], &nus);
     same_inputs(&dev, "nuScenes sweep, SemanticKITTI config (float64 keys, clip)", &[&sweep], &kitti);
@@ -105,7 +101,7 @@ fn gpu_network_inputs_equal_the_cpu_reference() {
 #[test]
 fn gpu_point_labels_equal_the_cpu_arg_max() {
     let Some(dev) = gpu("gpu_point_labels_equal_the_cpu_arg_max") else { return };
-    let y = model_yaml("sphereformer_nuscenes.yaml");
+    let y = sphereformer_yaml("sphereformer_nuscenes.yaml");
     let mut sweep = nuscenes_sweep();
     sweep.x[5] = f32::NAN; // a point without a voxel
     let inputs = prepare_inputs_cuda(&dev, &[&sweep], &y).expect("inputs");
