@@ -8,7 +8,9 @@
 # (scripts/parity_wheels.sh for spconv, scripts/parity_sptr.sh for sptr) beside it. spconv comes
 # as packed wheels; sptr 1.1.1 (a PyPI sdist) is built there with the host's PyTorch
 # (TORCH_CUDA_ARCH_LIST=9.0, a minute or two). Each Python harness writes a reference directory,
-# then the matching Rust test (gpu-stage/bin/test-gpu_*_parity) checks and times ours beside it.
+# then the parity module of the matching Rust test target (gpu-stage/bin/test-<target> parity::,
+# e.g. test-ops_sparse_conv: the libtest name filter runs that module's tests alone) checks and
+# times ours beside it.
 # Logs and JSON lines land in OUT_DIR; the exit status is non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +28,7 @@ for w in $what; do
     spconv)
         python3 -c 'import tarfile; tarfile.open(".parity-wheels/site.tar.xz").extractall("/tmp/site")' || { rc=1; continue; }
         PYTHONPATH=/tmp/site python3 tests/parity/spconv_parity.py --out /tmp/parity > "$out/spconv_py.log" 2>&1 || rc=1
-        SPTR_PARITY_DIR=/tmp/parity gpu-stage/bin/test-gpu_spconv_parity --test-threads=1 --nocapture > "$out/spconv_rust.log" 2>&1 || rc=1
+        SPTR_PARITY_DIR=/tmp/parity gpu-stage/bin/test-ops_sparse_conv parity:: --test-threads=1 --nocapture > "$out/spconv_rust.log" 2>&1 || rc=1
         # -o: the first case prints on the line of the test name (libtest), so not at a line start
         grep -o '{"case".*' "$out/spconv_rust.log" > "$out/spconv_parity.jsonl"
         ;;
@@ -38,14 +40,14 @@ for w in $what; do
         fi
         PYTHONPATH=/tmp/sptr-site python3 tests/parity/sptr_parity.py --out /tmp/sptr-parity > "$out/sptr_py.log" 2>&1 || rc=1
         cp /tmp/sptr-parity/manifest.json "$out/sptr_manifest.json" 2>/dev/null
-        SPTR_ATTN_PARITY_DIR=/tmp/sptr-parity gpu-stage/bin/test-gpu_attention_parity --test-threads=1 --nocapture \
+        SPTR_ATTN_PARITY_DIR=/tmp/sptr-parity gpu-stage/bin/test-ops_attention parity:: --test-threads=1 --nocapture \
             > "$out/attention_rust.log" 2>&1 || rc=1
         grep -o '{"case".*' "$out/attention_rust.log" > "$out/attention_parity.jsonl"
         ;;
     model)
         # SphereFormer end to end: upstream's network in PyTorch (spconv; sptr's ops when built by the
         # attention part, else the harness's plain-torch attention) from random weights and upstream's
-        # own preprocessing, then ours from the same weights and inputs (tests/gpu_model_parity.rs).
+        # own preprocessing, then ours from the same weights and inputs (tests/sphereformer/parity.rs).
         [ -d /tmp/site/spconv ] || python3 -c 'import tarfile; tarfile.open(".parity-wheels/site.tar.xz").extractall("/tmp/site")' \
             || { rc=1; continue; }
         pp=/tmp/site; [ -d /tmp/sptr-site ] && pp=/tmp/site:/tmp/sptr-site
@@ -68,19 +70,19 @@ for w in $what; do
                     --inputs "$d/inputs" --out "$d/ref" --bench --iters 20
             } >> "$out/model_py.log" 2>&1 || rc=1
         done
-        SPTR_MODEL_PARITY_DIR=/tmp/model-parity gpu-stage/bin/test-gpu_model_parity --test-threads=1 --nocapture \
+        SPTR_MODEL_PARITY_DIR=/tmp/model-parity gpu-stage/bin/test-sphereformer parity:: --test-threads=1 --nocapture \
             > "$out/model_rust.log" 2>&1 || rc=1
         grep -o '{"case".*' "$out/model_rust.log" > "$out/model_parity.jsonl"
         ;;
     lss)
         # Lift-splat geometry + bev_pool: upstream's get_geometry and bev_pool in plain
         # PyTorch (tests/parity/lss_ref.py, nothing to install), then ours from the same
-        # calibration and FP16 inputs (tests/gpu_lss_parity.rs): identical cells and intervals,
+        # calibration and FP16 inputs (tests/bevfusion_lss/parity.rs): identical cells and intervals,
         # pooled rel <= 1e-3, our pool's time beside PyTorch's scatter-add and upstream's path
         rm -rf /tmp/lss-parity
         python3 tests/parity/lss_ref.py --out /tmp/lss-parity --iters 50 > "$out/lss_py.log" 2>&1 || rc=1
         cp /tmp/lss-parity/ref.json "$out/lss_ref.json" 2>/dev/null
-        SPTR_LSS_PARITY_DIR=/tmp/lss-parity gpu-stage/bin/test-gpu_lss_parity --test-threads=1 --nocapture \
+        SPTR_LSS_PARITY_DIR=/tmp/lss-parity gpu-stage/bin/test-bevfusion_lss parity:: --test-threads=1 --nocapture \
             > "$out/lss_rust.log" 2>&1 || rc=1
         grep -o '{"case".*' "$out/lss_rust.log" > "$out/lss_parity.jsonl"
         ;;
@@ -88,7 +90,7 @@ for w in $what; do
         # BEVFusion's camera encoder (Swin-T + GeneralizedLSSFPN): the six nuScenes images through our
         # preprocessing and random weights (sptr camera-features writes both), the PyTorch reference of
         # the upstream modules on them (timm's Swin-T timed beside it), then ours compared per stage
-        # and timed in the same run (tests/gpu_camera_parity.rs). Needs torch; timm for its timing.
+        # and timed in the same run (tests/bevfusion_camera_encoder/parity.rs). Needs torch; timm for its timing.
         d=/tmp/camera-parity
         m=config/models/bevfusion_seg_camera.yaml
         rm -rf "$d" && mkdir -p "$d" && echo "$m" > "$d/model.txt"
@@ -98,7 +100,7 @@ for w in $what; do
             python3 tests/parity/bevfusion_camera_ref.py --model "$m" --weights "$d/weights.safetensors" \
                 --input "$d/input.npy" --out "$d/ref" --bench --timm
         } > "$out/camera_py.log" 2>&1 || rc=1
-        SPTR_CAMERA_PARITY_DIR=$d gpu-stage/bin/test-gpu_camera_parity --test-threads=1 --nocapture \
+        SPTR_CAMERA_PARITY_DIR=$d gpu-stage/bin/test-bevfusion_camera_encoder parity:: --test-threads=1 --nocapture \
             > "$out/camera_rust.log" 2>&1 || rc=1
         grep -o '{"case".*\|{"bench".*' "$out/camera_rust.log" > "$out/camera_parity.jsonl"
         ;;
@@ -106,7 +108,7 @@ for w in $what; do
         # BEVFusion's LiDAR branch: hard voxelization + SparseEncoder written from upstream on
         # spconv 2.x (tests/parity/lidar_encoder_ref.py) with random weights it saves in the released
         # checkpoints' spconv 1.x layout, on ten synthetic sweeps of the nuScenes cloud; then ours from
-        # the same weights and points, per stage and timed (tests/gpu_lidar_encoder_parity.rs)
+        # the same weights and points, per stage and timed (tests/bevfusion_lidar_encoder/parity.rs)
         [ -d /tmp/site/spconv ] || python3 -c 'import tarfile; tarfile.open(".parity-wheels/site.tar.xz").extractall("/tmp/site")' \
             || { rc=1; continue; }
         d=/tmp/lidarenc-parity
@@ -119,7 +121,7 @@ for w in $what; do
                 --cloud "$nus" --sweeps 10 --out "$d/ref" --bench --iters 20
         } > "$out/lidarenc_py.log" 2>&1 || rc=1
         cp "$d/ref/ref.json" "$out/lidarenc_ref.json" 2>/dev/null
-        SPTR_LIDAR_PARITY_DIR=$d gpu-stage/bin/test-gpu_lidar_encoder_parity --test-threads=1 --nocapture \
+        SPTR_LIDAR_PARITY_DIR=$d gpu-stage/bin/test-bevfusion_lidar_encoder parity:: --test-threads=1 --nocapture \
             > "$out/lidarenc_rust.log" 2>&1 || rc=1
         grep -o '{"case".*\|{"bench".*' "$out/lidarenc_rust.log" > "$out/lidarenc_parity.jsonl"
         ;;
@@ -160,11 +162,11 @@ for w in $what; do
         # upstream modules (tests/parity/bev_decoder_ref.py, torch + numpy + PyYAML) writes random
         # weights with the upstream names, FP16-exact BEV inputs and each stage's float32 output;
         # ours loads those weights through the checked loader and is compared per module and end
-        # to end, on cuDNN and on im2col + cuBLAS (tests/gpu_bev_decoder_parity.rs)
+        # to end, on cuDNN and on im2col + cuBLAS (tests/bevfusion_decoder/parity.rs)
         rm -rf /tmp/bev-decoder-parity
         python3 tests/parity/bev_decoder_ref.py --out /tmp/bev-decoder-parity --bench --iters 50 \
             > "$out/bevdecoder_py.log" 2>&1 || rc=1
-        SPTR_BEV_DECODER_PARITY_DIR=/tmp/bev-decoder-parity gpu-stage/bin/test-gpu_bev_decoder_parity --test-threads=1 --nocapture \
+        SPTR_BEV_DECODER_PARITY_DIR=/tmp/bev-decoder-parity gpu-stage/bin/test-bevfusion_decoder parity:: --test-threads=1 --nocapture \
             > "$out/bevdecoder_rust.log" 2>&1 || rc=1
         grep -o '{"case".*' "$out/bevdecoder_rust.log" > "$out/bevdecoder_parity.jsonl"
         ;;

@@ -12,32 +12,14 @@ fn sptr(args: &[&str]) -> Output {
     Command::new(common::sptr_exe()).current_dir(common::root()).args(args).output().expect("run sptr")
 }
 
-fn nuscenes_bin() -> String {
-    std::fs::read_dir(common::data("nuscenes"))
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.to_string_lossy().ends_with(".pcd.bin"))
-        .expect("the nuScenes sweep")
-        .display()
-        .to_string()
-}
-
-/// The nuScenes SphereFormer narrowed (as tests/cli.rs does): a fast network for a debug build.
+/// A fresh temporary directory with the narrowed nuScenes SphereFormer in it (a fast network for a
+/// debug build), and the model's path.
 fn small_lidar_model(name: &str) -> (std::path::PathBuf, String) {
     let dir = std::env::temp_dir().join(format!("sptr-pipebench-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap();
-    let small = text
-        .replace("voxel_size: [0.1, 0.1, 0.1]", "voxel_size: [0.2, 0.2, 0.2]")
-        .replace("\nm: 32\n", "\nm: 16\n")
-        .replace("block_reps: 2", "block_reps: 1")
-        .replace("layers: [32, 64, 128, 256, 256]", "layers: [16, 32, 48]")
-        .replace("sphere_layers: [1, 2, 3, 4, 5]", "sphere_layers: [1, 2]");
-    assert_ne!(small, text, "the nuScenes model YAML changed: update this test");
-    let path = dir.join("small_nuscenes.yaml");
-    std::fs::write(&path, small).unwrap();
-    (dir, path.display().to_string())
+    let model = common::small_nuscenes_model(&dir);
+    (dir, model)
 }
 
 /// `args` fails cleanly (non-zero, no panic) and stderr says every string of `expect`.
@@ -63,7 +45,7 @@ fn cameras_bench_reports_every_stage_and_the_map() {
 
 fn cameras_bench_run(serial: bool) {
     let (dir, model) = small_lidar_model(if serial { "serial" } else { "run" });
-    let cloud = nuscenes_bin();
+    let cloud = common::nuscenes_sweep_arg();
     let mut args = vec![
         "bench", "pipeline", &cloud, "--model", &model, "--params", "config/perception_nuscenes_cameras.yaml", "--cameras",
         "--camera-model", "tests/data/bevseg/fusion_small.yaml", "--camera-weights", "random:0", "--frames", "1", "--warmup", "1",
@@ -137,7 +119,7 @@ fn cameras_bench_run(serial: bool) {
 
 #[test]
 fn cameras_bench_bad_inputs_are_clear_errors() {
-    let cloud = nuscenes_bin();
+    let cloud = common::nuscenes_sweep_arg();
     let c = cloud.as_str();
     // a params file without cameras: said before any model loads
     refused(

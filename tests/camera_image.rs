@@ -556,8 +556,8 @@ fn preprocess_equals_the_naive_path_on_random_sizes() {
 
 #[test]
 fn preprocess_of_a_nuscenes_image() {
-    // One real camera end to end (all six are compared with the GPU in gpu_camera_preprocess);
-    // twice in a batch, so the batch layout is checked too.
+    // One real camera end to end (all six are compared with the GPU in
+    // tests/ops_image_preprocess.rs); twice in a batch, so the batch layout is checked too.
     let cfg = ImagePreprocess::bevfusion_nuscenes();
     let img = decode_jpeg(&nuscenes_jpeg("CAM_FRONT"), &limits()).expect("jpeg");
     let batch = preprocess_cpu(&[&img, &img], &cfg).expect("preprocess");

@@ -48,32 +48,6 @@ fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The nuScenes SphereFormer narrowed (as tests/cli.rs does): a fast LiDAR network for a debug
-/// build; the LiDAR half is not what these tests are about.
-fn small_lidar_model(dir: &Path) -> String {
-    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap();
-    let small = text
-        .replace("voxel_size: [0.1, 0.1, 0.1]", "voxel_size: [0.2, 0.2, 0.2]")
-        .replace("\nm: 32\n", "\nm: 16\n")
-        .replace("block_reps: 2", "block_reps: 1")
-        .replace("layers: [32, 64, 128, 256, 256]", "layers: [16, 32, 48]")
-        .replace("sphere_layers: [1, 2, 3, 4, 5]", "sphere_layers: [1, 2]");
-    assert_ne!(small, text, "the nuScenes model YAML changed: update this test");
-    let path = dir.join("small_nuscenes.yaml");
-    std::fs::write(&path, small).unwrap();
-    path.display().to_string()
-}
-
-fn nuscenes_bin() -> String {
-    std::fs::read_dir(common::data("nuscenes"))
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.to_string_lossy().ends_with(".pcd.bin"))
-        .expect("the nuScenes sweep")
-        .display()
-        .to_string()
-}
-
 fn bag_messages(bag: &Path, topic: &str) -> Vec<(i64, Vec<u8>)> {
     let b = Bag::open(bag).unwrap();
     b.messages(&[topic]).map(|m| m.unwrap()).map(|m| (m.timestamp_ns, m.data)).collect()
@@ -86,7 +60,7 @@ fn bag_messages(bag: &Path, topic: &str) -> Vec<(i64, Vec<u8>)> {
 #[test]
 fn a_five_camera_1920x1080_rig_replays_with_every_camera_used() {
     let dir = temp_dir("replay-cli");
-    let model = small_lidar_model(&dir);
+    let model = common::small_nuscenes_model(&dir);
     let out = dir.join("out");
     let outs = out.display().to_string();
     let bag = common::data(RIG_BAG).display().to_string();
@@ -228,8 +202,8 @@ fn the_five_camera_rig_reaches_the_map_model_calibrated_as_its_calibration_file_
 #[test]
 fn the_pipeline_bench_runs_the_five_camera_1920x1080_rig_with_every_camera_used() {
     let dir = temp_dir("bench");
-    let model = small_lidar_model(&dir);
-    let cloud = nuscenes_bin();
+    let model = common::small_nuscenes_model(&dir);
+    let cloud = common::nuscenes_sweep_arg();
     let bag = common::data(RIG_BAG).display().to_string();
     let args = [
         "bench", "pipeline", &cloud, "--model", &model, "--params", RIG_PARAMS, "--cameras", "--bag", &bag, "--camera-model",

@@ -14,17 +14,6 @@ fn sptr(args: &[&str]) -> Output {
         .expect("run sptr")
 }
 
-fn nuscenes_bin() -> String {
-    let dir = common::data("nuscenes");
-    std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.to_string_lossy().ends_with(".pcd.bin"))
-        .expect("the nuScenes sweep")
-        .display()
-        .to_string()
-}
-
 /// `args` fails cleanly: non-zero status, no panic, and stderr names every string of `expect`.
 fn refused(args: &[&str], expect: &[&str]) {
     let out = sptr(args);
@@ -39,7 +28,7 @@ fn refused(args: &[&str], expect: &[&str]) {
 
 #[test]
 fn every_numeric_argument_is_checked() {
-    let cloud = nuscenes_bin();
+    let cloud = common::nuscenes_sweep_arg();
     let c = cloud.as_str();
     let huge = "18446744073709551615";
     let over = "99999999999999999999999";
@@ -94,7 +83,7 @@ fn every_numeric_argument_is_checked() {
 /// before any GPU is needed.
 #[test]
 fn attention_level_beyond_the_models_levels_is_refused() {
-    let cloud = nuscenes_bin();
+    let cloud = common::nuscenes_sweep_arg();
     refused(
         &["bench", "attention", &cloud, "--level", "6", "--model", "config/models/sphereformer_semantickitti.yaml"],
         &["levels 1 to 5", "not 6"],
@@ -123,7 +112,7 @@ fn bench_host_reports_the_probe_alone() {
 /// The values the commands document still work (zero warm-up, the smallest stride).
 #[test]
 fn valid_numbers_still_run() {
-    let cloud = nuscenes_bin();
+    let cloud = common::nuscenes_sweep_arg();
     let out = sptr(&["voxelize", &cloud, "--stride", "5", "--device", "cpu"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -140,7 +129,7 @@ fn valid_numbers_still_run() {
 /// an error saying how to run on the CPU.
 #[test]
 fn device_argument_is_the_same_everywhere() {
-    let cloud = nuscenes_bin();
+    let cloud = common::nuscenes_sweep_arg();
     let c = cloud.as_str();
     let unknown = "tpu".parse::<sptr::device::DeviceChoice>().unwrap_err().to_string();
     let commands: &[&[&str]] = &[
@@ -179,22 +168,6 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     d
 }
 
-/// The nuScenes model narrowed (m 16, three levels, one block, 0.2 m voxels) in `dir`: a fast
-/// network for a debug build.
-fn small_nuscenes_model(dir: &std::path::Path) -> String {
-    let text = std::fs::read_to_string(common::root().join("config/models/sphereformer_nuscenes.yaml")).unwrap();
-    let small = text
-        .replace("voxel_size: [0.1, 0.1, 0.1]", "voxel_size: [0.2, 0.2, 0.2]")
-        .replace("\nm: 32\n", "\nm: 16\n")
-        .replace("block_reps: 2", "block_reps: 1")
-        .replace("layers: [32, 64, 128, 256, 256]", "layers: [16, 32, 48]")
-        .replace("sphere_layers: [1, 2, 3, 4, 5]", "sphere_layers: [1, 2]");
-    assert_ne!(small, text, "the nuScenes model YAML changed: update this test");
-    let path = dir.join("small_nuscenes.yaml");
-    std::fs::write(&path, small).unwrap();
-    path.display().to_string()
-}
-
 fn ok(args: &[&str]) -> String {
     let out = sptr(args);
     assert!(out.status.success(), "sptr {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
@@ -207,7 +180,7 @@ fn ok(args: &[&str]) -> String {
 #[test]
 fn random_weights_are_deterministic_and_load() {
     let dir = temp_dir("random-weights");
-    let model = small_nuscenes_model(&dir);
+    let model = common::small_nuscenes_model(&dir);
     let file = |name: &str| dir.join(name).display().to_string();
     let (a, b, c) = (file("a.safetensors"), file("b.safetensors"), file("c.safetensors"));
     let text = ok(&["random-weights", "--model", &model, "--seed", "3", "--out", &a]);
@@ -222,11 +195,11 @@ fn random_weights_are_deterministic_and_load() {
     let w = sptr::nn::Weights::from_file(std::path::Path::new(&a)).expect("the written file loads");
     sptr::models::sphereformer::segmenter::Segmenter::new(cfg, w).expect("the weights fit the model YAML");
     // and not another model (the full nuScenes model): a clear error listing the tensors
-    let out = sptr(&["segment", &nuscenes_bin(), "--model", "config/models/sphereformer_nuscenes.yaml", "--weights", &a, "--device", "cpu"]);
+    let out = sptr(&["segment", &common::nuscenes_sweep_arg(), "--model", "config/models/sphereformer_nuscenes.yaml", "--weights", &a, "--device", "cpu"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && !err.contains("panicked") && err.contains("mis-shaped"), "{err}");
 
-    let cloud = nuscenes_bin();
+    let cloud = common::nuscenes_sweep_arg();
     let (la, lb) = (file("a.label"), file("b.label"));
     let text = ok(&["segment", &cloud, "--model", &model, "--weights", &a, "--device", "cpu", "--out", &la]);
     assert!(text.contains("34688 points, ") && text.contains(" voxels ("), "{text}");
@@ -317,8 +290,8 @@ fn every_argument_has_help_text() {
 #[test]
 fn a_missing_file_is_named_once() {
     let dir = temp_dir("missing");
-    let small = small_nuscenes_model(&dir);
-    let cloud = nuscenes_bin();
+    let small = common::small_nuscenes_model(&dir);
+    let cloud = common::nuscenes_sweep_arg();
     let m = "/nonexistent-sptr-test/missing";
     let (bin, yaml, st) = (format!("{m}.bin"), format!("{m}.yaml"), format!("{m}.safetensors"));
     let out = dir.join("out").display().to_string();
@@ -446,7 +419,7 @@ fn bev_png_frames_beyond_the_bag_or_shard_are_errors() {
 fn sample_bag_with_the_nuscenes_params_runs_without_a_frame_warning() {
     use sptr::msgs::cdr::{CdrMessage, Image};
     let dir = temp_dir("sample");
-    let model = small_nuscenes_model(&dir);
+    let model = common::small_nuscenes_model(&dir);
     let out = dir.join("out");
     let bag = common::data("bags/nuscenes_sample").display().to_string();
     let o = sptr(&[
@@ -472,8 +445,8 @@ fn sample_bag_with_the_nuscenes_params_runs_without_a_frame_warning() {
 #[test]
 fn precision_option_is_checked_and_the_cpu_ignores_it() {
     let dir = temp_dir("precision");
-    let model = small_nuscenes_model(&dir);
-    let cloud = nuscenes_bin();
+    let model = common::small_nuscenes_model(&dir);
+    let cloud = common::nuscenes_sweep_arg();
     for cmd in [&["segment", &cloud, "--model", &model, "--random-weights", "3"][..], &["replay", "tests/data/bags/nuscenes_sample", "--model", &model, "--random-weights", "3"], &["bench", "model", &cloud, "--model", &model]] {
         let mut args = cmd.to_vec();
         args.extend(["--device", "cpu", "--precision", "tf32"]);
@@ -496,7 +469,7 @@ fn precision_option_is_checked_and_the_cpu_ignores_it() {
 #[test]
 fn replay_with_the_bev_map_model_and_ground_truth() {
     let dir = temp_dir("bevmap");
-    let model = small_nuscenes_model(&dir);
+    let model = common::small_nuscenes_model(&dir);
     let out = dir.join("out").display().to_string();
     let bag = common::data("bags/nuscenes_sample").display().to_string();
     let small = common::data("bevseg/fusion_small.yaml").display().to_string();
@@ -538,7 +511,7 @@ fn replay_with_the_bev_map_model_and_ground_truth() {
 #[test]
 fn weights_with_nan_or_inf_are_refused() {
     let dir = temp_dir("non-finite");
-    let model = small_nuscenes_model(&dir);
+    let model = common::small_nuscenes_model(&dir);
     let good = dir.join("good.safetensors");
     ok(&["random-weights", "--model", &model, "--seed", "2", "--out", &good.display().to_string()]);
     // a BatchNorm weight in front of a ReLU: a NaN there is mostly clipped away downstream
@@ -546,7 +519,7 @@ fn weights_with_nan_or_inf_are_refused() {
     common::with_value(&good, &bad, "output_layer.0.weight", 3, f32::NAN);
     let out = dir.join("x.label").display().to_string();
     refused(
-        &["segment", &nuscenes_bin(), "--model", &model, "--weights", &bad.display().to_string(), "--device", "cpu", "--out", &out],
+        &["segment", &common::nuscenes_sweep_arg(), "--model", &model, "--weights", &bad.display().to_string(), "--device", "cpu", "--out", &out],
         &["output_layer.0.weight", "1 NaN", "first at index 3", "nan.safetensors"],
     );
     assert!(!std::path::Path::new(&out).exists(), "labels were written");
@@ -611,7 +584,7 @@ fn camera_features_take_the_encoder_of_a_whole_checkpoint() {
     assert_eq!(neck_whole, neck_alone, "the same encoder tensors gave other features");
 
     // SphereFormer weights: no camera encoder in them
-    let model = small_nuscenes_model(&dir);
+    let model = common::small_nuscenes_model(&dir);
     let sf = dir.join("sf.safetensors").display().to_string();
     ok(&["random-weights", "--model", &model, "--out", &sf]);
     refused(

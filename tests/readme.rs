@@ -271,14 +271,23 @@ fn doc_links_resolve() {
     assert!(links >= 50, "the docs lost their links ({links})");
 }
 
-/// Files the docs name under scripts/, config/, launch/, kernels/ and tests/data/ exist (paths
-/// with a pattern or placeholder in them are not checked).
+/// The docs and the READMEs of tests/: the doc pages, ARCHITECTURE.md, tests/parity/README.md
+/// and tests/data/README.md.
+fn pages_naming_files() -> Vec<String> {
+    let mut pages = doc_pages();
+    pages.extend(["ARCHITECTURE.md", "tests/parity/README.md", "tests/data/README.md"].map(String::from));
+    pages
+}
+
+/// Files the docs name under scripts/, config/, launch/, kernels/ and tests/ exist (paths with a
+/// pattern or placeholder in them are not checked): a moved test file or fixture takes its
+/// mentions along.
 #[test]
 fn doc_paths_exist() {
     let root = common::root();
-    for page in doc_pages() {
+    for page in pages_naming_files() {
         let text = read(&page);
-        for prefix in ["scripts/", "config/", "launch/", "kernels/", "tests/data/"] {
+        for prefix in ["scripts/", "config/", "launch/", "kernels/", "tests/"] {
             for (k, _) in text.match_indices(prefix) {
                 if text[..k].ends_with(|c: char| c.is_alphanumeric() || "/._-~$".contains(c)) {
                     continue; // part of a longer path (e.g. share/sptr/config/...)
@@ -293,6 +302,74 @@ fn doc_paths_exist() {
             }
         }
     }
+}
+
+/// Whether `name` is an integration test target: `tests/NAME.rs` or `tests/NAME/main.rs`.
+fn is_test_target(root: &Path, name: &str) -> bool {
+    root.join("tests").join(format!("{name}.rs")).is_file() || root.join("tests").join(name).join("main.rs").is_file()
+}
+
+/// The test targets the docs and the scripts run (`cargo test --test NAME`, a staged
+/// `gpu-stage/bin/test-NAME`, `` `test-NAME` `` in prose) exist: a parity run on the GPU host must
+/// not find out there that a binary was renamed.
+#[test]
+fn test_targets_named_exist() {
+    let root = common::root();
+    let mut files = pages_naming_files();
+    let mut scripts: Vec<String> = std::fs::read_dir(root.join("scripts"))
+        .expect("scripts/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "sh"))
+        .map(|p| format!("scripts/{}", p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    scripts.sort();
+    files.extend(scripts);
+    let mut named = 0;
+    for file in files {
+        let text = read(&file);
+        for marker in ["--test ", "bin/test-", "`test-"] {
+            for (k, _) in text.match_indices(marker) {
+                let name: String = text[k + marker.len()..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_lowercase()) || text[k + marker.len() + name.len()..].starts_with('*') {
+                    continue; // a variable, a placeholder or a pattern (`test-$t`, `test-<target>`, `test-*.log`)
+                }
+                // gpu_suite.sh stages the library's unit tests as test-sptr-lib
+                if name == "sptr" && text[k + marker.len() + name.len()..].starts_with("-lib") {
+                    continue;
+                }
+                assert!(is_test_target(&root, &name), "{file} runs the test target `{name}`, which does not exist (tests/{name}.rs or tests/{name}/main.rs)");
+                named += 1;
+            }
+        }
+    }
+    assert!(named >= 10, "the docs and scripts name fewer test targets than expected ({named})");
+}
+
+/// The layout ARCHITECTURE.md gives the tests: each directory target's `main.rs` declares the
+/// shared helpers and every module file beside it (cargo compiles only what main.rs declares: an
+/// undeclared file's tests would silently never run).
+#[test]
+fn test_directories_declare_every_module() {
+    let root = common::root();
+    let mut targets = 0;
+    for dir in std::fs::read_dir(root.join("tests")).expect("tests/").filter_map(|e| e.ok().map(|e| e.path())) {
+        let main = dir.join("main.rs");
+        if !main.is_file() {
+            continue;
+        }
+        targets += 1;
+        let text = std::fs::read_to_string(&main).unwrap();
+        let what = dir.strip_prefix(&root).unwrap_or(&dir).display().to_string();
+        assert!(text.contains("#[path = \"../common/mod.rs\"]\nmod common;"), "{what}/main.rs does not declare tests/common");
+        assert!(text.starts_with("//!"), "{what}/main.rs does not say what the target covers");
+        for f in std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok().map(|e| e.path())) {
+            let stem = f.file_stem().unwrap().to_string_lossy().into_owned();
+            if f.extension().is_some_and(|x| x == "rs") && stem != "main" {
+                assert!(text.lines().any(|l| l.trim() == format!("mod {stem};")), "{what}/main.rs does not declare `mod {stem};`: its tests never run");
+            }
+        }
+    }
+    assert!(targets >= 10, "tests/ has fewer directory targets than ARCHITECTURE.md describes ({targets})");
 }
 
 /// `sptr --help` (or a subcommand's) output, cached.

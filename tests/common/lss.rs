@@ -1,8 +1,10 @@
-//! Shared set-up of the LSS view-transform tests (tests/lss_cpu.rs, gpu_lss.rs, gpu_lss_parity.rs):
+//! Shared set-up of the LSS view-transform tests (tests/bevfusion_lss/: cpu.rs, gpu.rs, parity.rs):
 //! the model YAML, a reduced copy of it for fast CPU runs, the nuScenes calibration, random
-//! inputs. Included with `#[path = "common/lss.rs"] mod lss_common;`.
+//! inputs. Included with `#[path = "../common/lss.rs"] mod lss_common;`
+//! by the main.rs of tests/bevfusion_lss and tests/fp16_range.
 #![allow(dead_code)]
 
+use crate::common::{fp16, Rng};
 use sptr::sensors::calib::camera::{Calibration, NUSCENES_CAMERAS};
 use sptr::models::bevfusion::lss::LssConfig;
 use std::path::PathBuf;
@@ -50,31 +52,11 @@ pub fn nuscenes_calib() -> Calibration {
     Calibration::load_nuscenes_json(&root().join("tests/data/nuscenes/calib.json"), &NUSCENES_CAMERAS, 1600, 900).expect("calib.json")
 }
 
-/// splitmix64 stream (same generator as common::Rng).
-pub struct Stream(pub u64);
-impl Stream {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [-1, 1).
-    pub fn sym(&mut self) -> f32 {
-        (((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0) as f32
-    }
-}
-
-pub fn fp16(v: f32) -> f32 {
-    half::f16::from_f32(v).to_f32()
-}
-
 /// Random depth distributions `[pixels, d]` (a softmax of logits in ±3, rounded to FP16) and
 /// context `[pixels, c]` in ±1 (FP16): what the pool reads on the GPU, so CPU and GPU see the
 /// same values.
 pub fn random_lifted(seed: u64, pixels: usize, d: usize, c: usize) -> (Vec<f32>, Vec<f32>) {
-    let mut s = Stream(seed);
+    let mut s = Rng(seed);
     let mut depth = vec![0f32; pixels * d];
     for row in depth.chunks_mut(d) {
         let logits: Vec<f32> = (0..d).map(|_| 3.0 * s.sym()).collect();

@@ -16,15 +16,51 @@ pub fn data(rel: &str) -> PathBuf {
     root().join("tests/data").join(rel)
 }
 
-/// The nuScenes LiDAR sweep committed under tests/data/nuscenes.
-pub fn nuscenes_sweep() -> sptr::Points {
-    let dir = data("nuscenes");
-    let file = std::fs::read_dir(&dir)
+/// The path of the nuScenes LiDAR sweep committed under tests/data/nuscenes (`.pcd.bin`, five
+/// float columns).
+pub fn nuscenes_sweep_path() -> PathBuf {
+    std::fs::read_dir(data("nuscenes"))
         .expect("tests/data/nuscenes exists")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| p.to_string_lossy().ends_with(".pcd.bin"))
-        .expect("a .pcd.bin sweep in tests/data/nuscenes");
-    sptr::Points::read_bin(&file, 5).expect("nuScenes sweep reads")
+        .expect("a .pcd.bin sweep in tests/data/nuscenes")
+}
+
+/// [`nuscenes_sweep_path`] as a command-line argument.
+pub fn nuscenes_sweep_arg() -> String {
+    nuscenes_sweep_path().display().to_string()
+}
+
+/// The nuScenes LiDAR sweep committed under tests/data/nuscenes.
+pub fn nuscenes_sweep() -> sptr::Points {
+    sptr::Points::read_bin(&nuscenes_sweep_path(), 5).expect("nuScenes sweep reads")
+}
+
+/// The SemanticKITTI scan committed under tests/data/semantickitti (x, y, z, remission).
+pub fn semantickitti_sample() -> sptr::Points {
+    sptr::Points::read_bin(&data("semantickitti/000000.bin"), 4).expect("kitti sample reads")
+}
+
+/// The SphereFormer model YAML `config/models/NAME`.
+pub fn sphereformer_yaml(name: &str) -> sptr::models::sphereformer::config::ModelYaml {
+    sptr::models::sphereformer::config::ModelConfig::load(&root().join("config/models").join(name)).expect("model yaml").yaml
+}
+
+/// The nuScenes SphereFormer narrowed to a fast network for a debug build (m 16, three levels of
+/// 16 / 32 / 48 channels, one block, 0.2 m voxels), written to `dir/small_nuscenes.yaml`; its
+/// path, as the CLI takes it.
+pub fn small_nuscenes_model(dir: &Path) -> String {
+    let text = std::fs::read_to_string(root().join("config/models/sphereformer_nuscenes.yaml")).unwrap();
+    let small = text
+        .replace("voxel_size: [0.1, 0.1, 0.1]", "voxel_size: [0.2, 0.2, 0.2]")
+        .replace("\nm: 32\n", "\nm: 16\n")
+        .replace("block_reps: 2", "block_reps: 1")
+        .replace("layers: [32, 64, 128, 256, 256]", "layers: [16, 32, 48]")
+        .replace("sphere_layers: [1, 2, 3, 4, 5]", "sphere_layers: [1, 2]");
+    assert_ne!(small, text, "the nuScenes model YAML changed: update small_nuscenes_model");
+    let path = dir.join("small_nuscenes.yaml");
+    std::fs::write(&path, small).unwrap();
+    path.display().to_string()
 }
 
 /// Deterministic splitmix64 generator: fixed seeds, no dependency.
@@ -74,6 +110,40 @@ pub fn rotated_z(p: &sptr::Points, deg: f32) -> sptr::Points {
         q.y[i] = s * p.x[i] + c * p.y[i];
     }
     q
+}
+
+/// A value rounded to FP16 and back (what the GPU stores).
+pub fn fp16(v: f32) -> f32 {
+    half::f16::from_f32(v).to_f32()
+}
+
+/// A random `n x h x w x c` feature map, values in [-1, 1) rounded to FP16: what the GPU and the
+/// CPU reference both read exactly.
+pub fn random_fp16_map(rng: &mut Rng, n: usize, h: usize, w: usize, c: usize) -> sptr::ops::dense::FeatureMap {
+    sptr::ops::dense::FeatureMap::new(n, h, w, c, (0..n * h * w * c).map(|_| fp16(rng.sym())).collect()).unwrap()
+}
+
+/// Index of the largest value of `row` (the first of equal ones).
+pub fn argmax(row: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in row.iter().enumerate() {
+        if v > row[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// A file of little-endian float32 values (the parity references' raw arrays).
+pub fn read_f32_le(p: &Path) -> Vec<f32> {
+    let b = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// A file of little-endian int32 values (the parity references' raw arrays).
+pub fn read_i32_le(p: &Path) -> Vec<i32> {
+    let b = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 /// Whether GPU tests must run (`SPTR_REQUIRE_GPU=1`): then a missing GPU fails instead of skipping.

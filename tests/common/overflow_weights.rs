@@ -1,5 +1,6 @@
-//! SphereFormer weights that overflow FP16, drawn at test time (shared by tests/gpu_overflow.rs,
-//! tests/gpu_precision.rs and tests/gpu_camera_overflow.rs; include with `#[path]`).
+//! SphereFormer weights that overflow FP16, drawn at test time (shared by tests/fp16_range/gpu.rs,
+//! tests/fp16_range/camera_encoder_gpu.rs and tests/sphereformer/precision_gpu.rs; declared with
+//! `#[path]` by those targets' main.rs).
 #![allow(dead_code)]
 
 use crate::common::Rng;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch reference of BEVFusion's fuser, BEV decoders and map head, for
-tests/gpu_bev_decoder_parity.rs.
+tests/bevfusion_decoder/parity.rs.
 
 Written for this project from a reading of mit-han-lab/bevfusion at db75150
 (mmdet3d/models/fusers/conv.py ConvFuser; backbones/second.py SECOND; necks/second.py SECONDFPN;

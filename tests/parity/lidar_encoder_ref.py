@@ -15,7 +15,8 @@ the way in and out. Runs on the GPU host (spconv from .parity-wheels, see README
     python3 tests/parity/lidar_encoder_ref.py --model M.yaml --weights W.safetensors \
         --cloud tests/data/nuscenes/X.pcd.bin --sweeps 10 --out DIR [--bench --iters 20]
     python3 tests/parity/lidar_encoder_ref.py --model M.yaml --voxels-only --cloud X.pcd.bin --out DIR
-        (numpy only: the cloud and its voxels, for tests/gpu_lidar_encoder_parity.rs's CPU check)
+        (numpy only: the cloud and its voxels, for the CPU check of
+        tests/bevfusion_lidar_encoder/parity.rs)
 
 Inputs: the nuScenes sweep (float32 x 5: x, y, z, intensity, ring); the key frame's column 4 (time lag)
 is set to 0 as upstream's LoadPointsFromMultiSweeps does, and `--sweeps K` appends K - 1 copies rotated by

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference of BEVFusion's LSS geometry and bev_pool, for tests/gpu_lss_parity.rs.
+"""PyTorch reference of BEVFusion's LSS geometry and bev_pool, for tests/bevfusion_lss/parity.rs.
 
 Written for this project from a reading of mit-han-lab/bevfusion at db75150
 (mmdet3d/models/vtransforms/base.py: gen_dx_bx, create_frustum, get_geometry, bev_pool;

@@ -5,7 +5,7 @@ For every cloud (the nuScenes sweep under tests/data/nuscenes, and the dense ben
 copy rotated 90 degrees about z as batch 1 when gpu-stage/benchmark-pc.bin exists) this builds
 spconv modules with fixed-seed weights, runs them in FP16 (module.half(), half features; no
 autocast: spconv 2.3.8 under autocast fails with "can't find suitable algorithm"), and writes what
-tests/gpu_spconv_parity.rs needs into --out:
+tests/ops_sparse_conv/parity.rs needs into --out:
 
     manifest.json           clouds, cases, shapes, file names, kernel/stride/padding, timings (ms)
     <cloud>.coords.bin      int32 [N, 4]  ([b, x, y, z], the order every input row uses)

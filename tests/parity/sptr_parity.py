@@ -3,7 +3,8 @@
 
 For every case this builds SphereFormer's attention core (sptr_ops.sphere_attention: half the heads on
 cubic windows, half on spherical windows, contextual RPE on q, k and v) on sptr's CUDA ops with
-fixed-seed inputs, and writes what tests/gpu_attention_parity.rs needs into --out (raw little-endian):
+fixed-seed inputs, and writes what tests/ops_attention/parity.rs needs into --out (raw
+little-endian):
 
     manifest.json                      cases, parameters, partitions, file names, checks, timings
     <case>.xyz.f32                     [N, 3]  voxel positions (metres, float32)

@@ -10,8 +10,8 @@
 //! device memory three times over (FP16 and FP32).
 //!
 //! Why FP32 and not BF16 for the fallback: BF16 keeps FP32's range but only 8 significant bits.
-//! On weights that overflow FP16 (FP32 activations of 1.3e6: tests/gpu_precision.rs) the BF16
-//! network agrees with the CPU on 98.9 % of points, and the same
+//! On weights that overflow FP16 (FP32 activations of 1.3e6: tests/sphereformer/precision_gpu.rs)
+//! the BF16 network agrees with the CPU on 98.9 % of points, and the same
 //! CPU forward with only its layer outputs and weights rounded to BF16 agrees on 98.9 % too: the
 //! loss is BF16's rounding itself, not the kernels. FP32 storage (no tensor cores) agrees on all
 //! but the near-ties. `bf16` stays a setting of its own: the same speed as FP16 and its range,

@@ -242,8 +242,8 @@ impl SwinBlock {
     /// exp(l_masked - 100 - max) / Σ; here masked pairs are simply not in one window (weight 0).
     /// The two agree to f32 resolution (relative 2^-24) unless a masked logit exceeds the row's
     /// largest unmasked logit by more than ~83, which needs |q · k| far beyond what LayerNormed
-    /// tokens and trained weights produce (tests/camera_encoder_cpu.rs checks the literal masked
-    /// attention on random weights).
+    /// tokens and trained weights produce (tests/bevfusion_camera_encoder/cpu.rs checks the literal
+    /// masked attention on random weights).
     pub fn attention(&self, x: &[f32], n: usize, h: usize, w: usize, windows: &StageWindows) -> Result<Vec<f32>, Error> {
         let c = self.channels;
         let [hp, wp] = windows.padded;

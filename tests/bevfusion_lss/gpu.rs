@@ -1,0 +1,222 @@
+//! The LSS view transform on CUDA against the CPU reference: geometry tables identical entry for
+//! entry (seg and detection grids, nuScenes calibration), the pool within rel 1e-3 on FP16 inputs,
+//! the same bits on repeated runs, a masked camera equal to a camera with zero depth, the whole
+//! transform (depthnet, softmax, pool, downsample) on random weights, and the geometry cache.
+//! Skips without a GPU unless SPTR_REQUIRE_GPU=1.
+#![cfg(feature = "cuda")]
+
+use crate::common::{fp16, gpu, rel_err, Rng};
+use cudarc::cublas::CudaBlas;
+use half::f16;
+use crate::lss_common::*;
+use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, upload_frustum, CudaLssTransform};
+use sptr::models::bevfusion::lss::transform::random_tensors;
+use sptr::models::bevfusion::lss::{pool, CameraMask, LssConfig, LssGeometry, LssParams, LssTransform, PREFIX};
+use sptr::ops::dense::cuda::CudaFeatureMap;
+use sptr::ops::dense::FeatureMap;
+use sptr::device::cuda::CudaDevice;
+use sptr::nn::Weights;
+
+fn upload_f16(dev: &CudaDevice, v: &[f32]) -> cudarc::driver::CudaSlice<f16> {
+    let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+    dev.stream.clone_htod(&h).unwrap()
+}
+
+fn check_geometry(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &sptr::sensors::calib::camera::Calibration) {
+    let params = LssParams::from_config(cfg);
+    let cpu = LssGeometry::build(&params, calib).unwrap();
+    let frustum = upload_frustum(dev, &params).unwrap();
+    let t = std::time::Instant::now();
+    let g = build_geometry_cuda(dev, &params, &frustum, calib).unwrap();
+    dev.synchronize().unwrap();
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let got = g.download(dev).unwrap();
+    eprintln!("{name}: {} points, {} kept, {} intervals; cuda {ms:.3} ms (first build, incl. kernel load)", g.points, cpu.kept(), cpu.intervals().len());
+    assert_eq!(got.cell_start.len(), cpu.cell_start.len(), "{name}");
+    if let Some(c) = (0..cpu.cell_start.len()).find(|&c| got.cell_start[c] != cpu.cell_start[c]) {
+        panic!("{name}: cell offsets differ first at cell {c}: cuda {} cpu {}", got.cell_start[c], cpu.cell_start[c]);
+    }
+    if let Some(i) = (0..cpu.order.len()).find(|&i| got.order[i] != cpu.order[i]) {
+        panic!("{name}: point order differs first at {i}: cuda {} cpu {}", got.order[i], cpu.order[i]);
+    }
+    assert_eq!(got, cpu, "{name}");
+    // the pool's launch order: every cell once, by descending point count, ties by cell
+    let perm = dev.stream.clone_dtoh(&g.cell_order).unwrap();
+    let len = |c: u32| cpu.cell_start[c as usize + 1] - cpu.cell_start[c as usize];
+    let mut seen = vec![false; cpu.grid.cells()];
+    for w in 0..perm.len() {
+        assert!(!std::mem::replace(&mut seen[perm[w] as usize], true), "{name}: cell {} twice", perm[w]);
+        if w > 0 {
+            let (a, b) = (perm[w - 1], perm[w]);
+            assert!(len(a) > len(b) || (len(a) == len(b) && a < b), "{name}: launch order at {w}: cell {a} ({}) before {b} ({})", len(a), len(b));
+        }
+    }
+    assert_eq!(perm.len(), cpu.grid.cells());
+}
+
+#[test]
+fn cuda_geometry_identical_to_cpu() {
+    let Some(dev) = gpu("cuda_geometry_identical_to_cpu") else { return };
+    let calib = nuscenes_calib();
+    check_geometry(&dev, "seg geometry", &seg_config(), &calib);
+    check_geometry(&dev, "det geometry", &det_config(), &calib);
+    check_geometry(&dev, "small geometry", &small_config(), &calib);
+    // another calibration: every camera moved and turned a little
+    let mut moved = calib.clone();
+    for (i, c) in moved.cameras.iter_mut().enumerate() {
+        let (s, co) = (0.01 * i as f64).sin_cos();
+        let t = c.camera_to_lidar;
+        for (col, (a, b)) in t[0].iter().zip(&t[1]).enumerate() {
+            c.camera_to_lidar[0][col] = co * a - s * b;
+            c.camera_to_lidar[1][col] = s * a + co * b;
+        }
+        c.camera_to_lidar[2][3] += 0.05 * i as f64;
+    }
+    check_geometry(&dev, "seg geometry, moved cameras", &seg_config(), &moved);
+}
+
+#[test]
+fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
+    let Some(dev) = gpu("cuda_pool_matches_cpu_is_deterministic_and_masks") else { return };
+    for (name, cfg) in [("seg", seg_config()), ("det", det_config())] {
+        let params = LssParams::from_config(&cfg);
+        let calib = nuscenes_calib();
+        let cpu_geom = LssGeometry::build(&params, &calib).unwrap();
+        let frustum = upload_frustum(&dev, &params).unwrap();
+        let geom = build_geometry_cuda(&dev, &params, &frustum, &calib).unwrap();
+        let (d, c) = (cpu_geom.depth_bins, cfg.channels());
+        let pixels = cpu_geom.cameras * cpu_geom.pixels_per_camera();
+        let (depth, context) = random_lifted(11, pixels, d, c);
+        let (gd, gc) = (upload_f16(&dev, &depth), upload_f16(&dev, &context));
+        let want = pool(&cpu_geom, &depth, &context, c, CameraMask::ALL).unwrap();
+        let got = pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL).unwrap().download(&dev).unwrap();
+        assert_eq!((got.h, got.w, got.c), (want.h, want.w, want.c));
+        let e = rel_err(&got.data, &want.data);
+        eprintln!("{name} pool: rel err {e:.2e} vs CPU");
+        // the inputs are the same FP16 values; what differs is the FP32 summation order and the
+        // FP16 rounding of the output (<= 2^-11 relative)
+        assert!(e <= 1e-3, "{name}: rel err {e}");
+        // empty cells are zero
+        for cell in 0..cpu_geom.grid.cells() {
+            if cpu_geom.cell_start[cell] == cpu_geom.cell_start[cell + 1] {
+                assert!(got.data[cell * c..(cell + 1) * c].iter().all(|v| *v == 0.0), "{name}: empty cell {cell}");
+            }
+        }
+        // the same bits every run
+        let bits = |m: &FeatureMap| m.data.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        for _ in 0..3 {
+            let again = pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL).unwrap().download(&dev).unwrap();
+            assert_eq!(bits(&again), bits(&got), "{name}: pool output changed between runs");
+        }
+        // a masked camera equals a camera with zero depth, bit for bit
+        let per_cam = cpu_geom.pixels_per_camera() * d;
+        for cam in [0usize, 4] {
+            let mut zeroed = depth.clone();
+            zeroed[cam * per_cam..(cam + 1) * per_cam].iter_mut().for_each(|v| *v = 0.0);
+            let gz = upload_f16(&dev, &zeroed);
+            let masked = pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL.without(cam)).unwrap().download(&dev).unwrap();
+            let zero = pool_cuda(&dev, &geom, &gz, &gc, c, CameraMask::ALL).unwrap().download(&dev).unwrap();
+            assert_eq!(bits(&masked), bits(&zero), "{name}: camera {cam} masked != zero depth");
+            assert_ne!(bits(&masked), bits(&got), "{name}: camera {cam} contributes");
+            let cpu_masked = pool(&cpu_geom, &depth, &context, c, CameraMask::ALL.without(cam)).unwrap();
+            assert!(rel_err(&masked.data, &cpu_masked.data) <= 1e-3);
+        }
+        // timing for the log (the benchmark is `sptr bench bevpool`)
+        let ms = dev.time_median_ms(3, 20, || pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL).map(|_| ())).unwrap();
+        eprintln!("{name} pool: cuda {ms:.4} ms ({} kept points, {} cells)", cpu_geom.kept(), cpu_geom.grid.cells());
+        // bad sizes
+        assert!(pool_cuda(&dev, &geom, &gd, &gc, 12, CameraMask::ALL).is_err());
+        assert!(pool_cuda(&dev, &geom, &upload_f16(&dev, &depth[..10]), &gc, c, CameraMask::ALL).is_err());
+    }
+}
+
+fn fp16_round(v: &mut [f32]) {
+    v.iter_mut().for_each(|x| *x = fp16(*x));
+}
+
+/// Random seg-config weights, with the conv weights the GPU sees (FP16, after BN folding) given
+/// to the CPU too.
+fn transform(cfg: &LssConfig, seed: u64) -> LssTransform {
+    let w = Weights::from_tensors("random", random_tensors(cfg, PREFIX, seed)).unwrap();
+    let mut t = LssTransform::from_weights_exact(cfg, w, PREFIX).unwrap();
+    fp16_round(&mut t.depthnet.weight);
+    for k in &mut t.downsample {
+        fp16_round(&mut k.weight);
+    }
+    t
+}
+
+fn random_features(seed: u64, n: usize, h: usize, w: usize, c: usize) -> FeatureMap {
+    let mut s = Rng(seed);
+    FeatureMap::new(n, h, w, c, (0..n * h * w * c).map(|_| fp16(s.sym())).collect()).unwrap()
+}
+
+#[test]
+fn cuda_transform_matches_cpu_and_caches_geometry() {
+    let Some(dev) = gpu("cuda_transform_matches_cpu_and_caches_geometry") else { return };
+    let blas = CudaBlas::new(dev.stream.clone()).unwrap();
+    let cfg = seg_config();
+    let t = transform(&cfg, 5);
+    let calib = nuscenes_calib();
+    let geom = LssGeometry::build(&t.params, &calib).unwrap();
+    let x = random_features(9, 6, 32, 88, 256);
+    let gx = CudaFeatureMap::upload(&dev, &x).unwrap();
+    let mut gt = CudaLssTransform::upload(&dev, &t).unwrap();
+
+    // the lift and the pool of the GPU's own lift
+    gt.ensure_geometry(&dev, &calib).unwrap();
+    let lifted = gt.lift(&dev, &blas, &gx).unwrap();
+    let cpu_lifted = t.lift(&x).unwrap();
+    let down = |s: &cudarc::driver::CudaSlice<f16>| -> Vec<f32> { dev.stream.clone_dtoh(s).unwrap().iter().map(|v| v.to_f32()).collect() };
+    let ed = rel_err(&down(&lifted.depth), &cpu_lifted.depth);
+    let ec = rel_err(&down(&lifted.context), &cpu_lifted.context);
+    eprintln!("lift: depth rel err {ed:.2e}, context rel err {ec:.2e}");
+    // FP16 GEMM inputs are the CPU's (rounded above); FP32 accumulation order and FP16 outputs
+    assert!(ed <= 1e-3 && ec <= 1e-3);
+    let gpu_bev = pool_cuda(&dev, gt.geometry().unwrap(), &lifted.depth, &lifted.context, 80, CameraMask::ALL).unwrap().download(&dev).unwrap();
+    let cpu_bev = pool(&geom, &cpu_lifted.depth, &cpu_lifted.context, 80, CameraMask::ALL).unwrap();
+    let ep = rel_err(&gpu_bev.data, &cpu_bev.data);
+    eprintln!("lift + pool: rel err {ep:.2e}");
+    assert!(ep <= 1e-3, "lift + pool rel err {ep}");
+
+    // the whole transform
+    let want = t.forward(&geom, &x, CameraMask::ALL).unwrap();
+    let got = gt.forward(&dev, &blas, &calib, &gx, CameraMask::ALL).unwrap().download(&dev).unwrap();
+    assert_eq!((got.n, got.h, got.w, got.c), (1, 128, 128, 80));
+    let e = rel_err(&got.data, &want.data);
+    eprintln!("view transform (depthnet, softmax, pool, 3 convs): rel err {e:.2e}");
+    // six FP16 roundings of intermediate tensors (depth, context, pooled map, three conv
+    // outputs), each ~2.8e-4 rms relative, add in quadrature to ~7e-4
+    assert!(e <= 2e-3, "view transform rel err {e}");
+    assert!(got.data.iter().all(|v| v.is_finite()));
+    let ms = dev.time_median_ms(2, 10, || gt.forward(&dev, &blas, &calib, &gx, CameraMask::ALL).map(|_| ())).unwrap();
+    eprintln!("view transform: cuda {ms:.3} ms (geometry cached)");
+
+    // the geometry is built once per calibration
+    assert_eq!(gt.builds(), 1);
+    let mut moved = calib.clone();
+    moved.cameras[0].camera_to_lidar[1][3] += 1.0;
+    let other = gt.forward(&dev, &blas, &moved, &gx, CameraMask::ALL).unwrap().download(&dev).unwrap();
+    assert_eq!(gt.builds(), 2);
+    assert_ne!(other.data, got.data, "moving CAM_FRONT by 1 m changes the map");
+    let back = gt.forward(&dev, &blas, &calib, &gx, CameraMask::ALL).unwrap().download(&dev).unwrap();
+    assert_eq!(gt.builds(), 3);
+    assert_eq!(back.data, got.data, "the same calibration gives the same bits");
+    gt.forward(&dev, &blas, &calib, &gx, CameraMask::ALL).unwrap();
+    assert_eq!(gt.builds(), 3);
+
+    // bad inputs: a camera count or a feature size the calibration / YAML do not give
+    let five = CudaFeatureMap::upload(&dev, &random_features(1, 5, 32, 88, 256)).unwrap();
+    let e = gt.forward(&dev, &blas, &calib, &five, CameraMask::ALL).err().unwrap().to_string();
+    assert!(e.contains("5 camera feature maps"), "{e}");
+    let big = CudaFeatureMap::upload(&dev, &random_features(1, 6, 16, 44, 256)).unwrap();
+    let e = gt.forward(&dev, &blas, &calib, &big, CameraMask::ALL).err().unwrap().to_string();
+    assert!(e.contains("feature_size 32x88"), "{e}");
+    let mut bad = calib.clone();
+    bad.cameras[1].intrinsics[1][1] = 0.0;
+    assert!(gt.forward(&dev, &blas, &bad, &gx, CameraMask::ALL).is_err());
+    // the failed build kept the last geometry
+    assert_eq!(gt.builds(), 3);
+    gt.forward(&dev, &blas, &calib, &gx, CameraMask::ALL).unwrap();
+    assert_eq!(gt.builds(), 3);
+}
