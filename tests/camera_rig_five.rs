@@ -352,3 +352,52 @@ fn bench_bevseg_takes_the_five_camera_rig() {
         assert!(row["ms"].as_f64().is_some_and(|ms| ms > 0.0), "{row}");
     }
 }
+
+/// The rig's bag with a second PointCloud2 topic (`/lidar/points_raw`, a copy of its clouds).
+fn rig_bag_with_two_clouds(dir: &Path) -> PathBuf {
+    let src = Bag::open(&common::data(RIG_BAG)).unwrap();
+    let path = dir.join("two_clouds");
+    let mut w = sptr::bag::BagWriter::create(&path).unwrap();
+    for t in src.topics() {
+        w.add_topic(&t.name, &t.type_name).unwrap();
+    }
+    w.add_topic("/lidar/points_raw", "sensor_msgs/msg/PointCloud2").unwrap();
+    let names: Vec<&str> = src.topics().iter().map(|t| t.name.as_str()).collect();
+    for m in src.messages(&names) {
+        let m = m.unwrap();
+        w.write(&m.topic, m.timestamp_ns, &m.data).unwrap();
+        if m.topic == "/lidar/points" {
+            w.write("/lidar/points_raw", m.timestamp_ns + 1, &m.data).unwrap();
+        }
+    }
+    w.finish().unwrap();
+    path
+}
+
+/// `sptr replay --params` reads the clouds from the params file's `topics.input_points` (the
+/// rig's `lidar/points`), as the node would subscribe, when the bag has several PointCloud2
+/// topics; `--lidar-topic` still overrides it.
+#[test]
+fn replay_takes_the_lidar_topic_of_the_params_file() {
+    let dir = temp_dir("two-clouds");
+    let bag = rig_bag_with_two_clouds(&dir).display().to_string();
+    let model = small_lidar_model(&dir);
+    let small = common::data("bevseg/camera_small.yaml").display().to_string();
+    for (extra, topic) in [(None, "/lidar/points"), (Some("/lidar/points_raw"), "/lidar/points_raw")] {
+        let out = dir.join(format!("out{}", extra.is_some() as u8));
+        let outs = out.display().to_string();
+        let mut args = vec![
+            "replay", &bag, "--model", &model, "--random-weights", "0", "--device", "cpu", "--progress", "quiet", "--out", &outs, "--params", RIG_PARAMS,
+            "--camera-model", &small, "--camera-weights", "random:0",
+        ];
+        if let Some(t) = extra {
+            args.extend(["--lidar-topic", t]);
+        }
+        let o = sptr(&args);
+        assert!(o.status.success(), "sptr {args:?} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        let report = json(&out.join("report.json"));
+        assert_eq!(report["run"]["lidar_topic"], topic, "{report}");
+        assert_eq!(report["frames"]["total"].as_u64(), Some(RIG_FRAMES as u64), "{report}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
