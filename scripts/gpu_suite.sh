@@ -186,6 +186,11 @@ run() {
     "$STAGE/bin/sptr" bench pipeline "$nus" --cameras --params config/perception_nuscenes_cameras.yaml \
         --camera-weights random:0 --device cuda --rate-hz 10 --duration-s 60 \
         > "$out/bench_pipeline_cameras.json" 2>> "$out/bench.log" || failed=1
+    # ... and the five-camera 1920 x 1080 rig (tests/data/rig5: its own camera names, intrinsics
+    # and extrinsics, calibrated from its file) through the full fusion map model, unpaced
+    "$STAGE/bin/sptr" bench pipeline "$nus" --cameras --params tests/data/rig5/perception_rig5.yaml \
+        --bag tests/data/bags/rig5_1920x1080 --camera-weights random:0 --device cuda --frames 100 \
+        > "$out/bench_pipeline_rig5.json" 2>> "$out/bench.log" || failed=1
     # Replay the sample bag on the GPU and on the CPU: the same labels (>= 99.5 %), report latency
     for dev in cuda cpu; do
         "$STAGE/bin/sptr" replay tests/data/bags/nuscenes_sample --model config/models/sphereformer_nuscenes.yaml \

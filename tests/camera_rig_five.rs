@@ -226,3 +226,152 @@ fn the_pipeline_bench_runs_the_five_camera_1920x1080_rig_with_every_camera_used(
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The rig's calibration file (intrinsics and image size for every camera).
+const RIG_CALIBRATION: &str = "tests/data/rig5/calibration.yaml";
+
+/// `CAM=FILE` for the rig's cameras (all, or all but `skip`).
+fn rig_image_args(skip: Option<&str>) -> Vec<String> {
+    RIG_CAMERAS
+        .iter()
+        .filter(|c| Some(**c) != skip)
+        .map(|c| format!("{c}={}", common::data(&format!("rig5/{c}.jpg")).display()))
+        .collect()
+}
+
+fn sptr_strings(args: &[String]) -> Output {
+    Command::new(common::sptr_exe()).current_dir(common::root()).args(args).output().expect("run sptr")
+}
+
+/// `sptr bevseg` on the rig from its calibration file alone: the five 1920 × 1080 images matched
+/// by camera name, none masked, the map written for every class; a camera left out is masked and
+/// named.
+#[test]
+fn bevseg_maps_the_five_camera_rig_from_its_calibration_file() {
+    let dir = temp_dir("bevseg");
+    for (skip, summary, masked) in [
+        (None, None, vec![]),
+        (Some("rear_right"), Some("masked cameras: 1 of 5 (no image: rear_right)"), vec!["rear_right"]),
+    ] {
+        let out = dir.join(skip.unwrap_or("all"));
+        let mut args: Vec<String> = ["bevseg", "--model", "tests/data/bevseg/camera_small.yaml", "--calib", RIG_CALIBRATION, "--device", "cpu", "--random-weights", "3", "--out"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        args.push(out.display().to_string());
+        args.push("--images".into());
+        args.extend(rig_image_args(skip));
+        let o = sptr_strings(&args);
+        let (text, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "sptr {args:?} failed:\n{err}");
+        match summary {
+            Some(line) => assert!(text.contains(line), "{text}"),
+            None => assert!(!text.contains("masked cameras") && text.contains("6 classes x 50 x 50"), "{text}"),
+        }
+        assert!(!err.contains("size_mismatch"), "the rig's images are its calibrated size:\n{err}");
+        let h = json(&out.join("bev_probabilities.json"));
+        assert_eq!(h["masked_cameras"], serde_json::json!(masked), "{h}");
+        assert_eq!(h["classes"].as_array().map(Vec::len), Some(NUSCENES_MAP_CLASSES.len()), "{h}");
+        assert!(std::fs::metadata(out.join("bev_map.png")).unwrap().len() > 1000);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `sptr bench bevseg` takes the rig from its calibration file, its images matched by camera
+/// name (or given in the calibration's order); it times whole frames, so an unknown, repeated or
+/// missing camera is an error naming the rig's cameras, before any GPU work. With a GPU it runs
+/// the full camera-only model on the five 1920 × 1080 images.
+#[test]
+fn bench_bevseg_takes_the_five_camera_rig() {
+    let base: Vec<String> = ["bench", "bevseg", "--model", "config/models/bevfusion_seg_camera.yaml", "--calib", RIG_CALIBRATION, "--warmup", "1", "--iters", "2", "--images"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let refused = |images: Vec<String>, expect: &[&str]| {
+        let mut args = base.clone();
+        args.extend(images);
+        let o = sptr_strings(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "sptr {args:?} succeeded");
+        assert!(o.status.code().is_some() && !err.contains("panicked"), "sptr {args:?} crashed:\n{err}");
+        for e in expect {
+            assert!(err.contains(e), "sptr {args:?}: the error does not say `{e}`:\n{err}");
+        }
+    };
+    let all = rig_image_args(None);
+    let mut unknown = all.clone();
+    unknown[0] = unknown[0].replacen("front=", "CAM_FRONT=", 1);
+    refused(unknown, &["unknown camera", "front, front_left, front_right, rear_left, rear_right"]);
+    let mut twice = all.clone();
+    twice[1] = twice[0].clone();
+    refused(twice, &["camera front is given twice"]);
+    refused(rig_image_args(Some("rear_left")), &["no image for rear_left", "whole frames"]);
+    let plain: Vec<String> = all.iter().take(4).map(|a| a.split_once('=').unwrap().1.to_string()).collect();
+    refused(plain.clone(), &["4 images for the calibration's 5 cameras", "front, front_left"]);
+    let mut mixed = plain;
+    mixed.push(all[4].clone());
+    refused(mixed, &["CAM=FILE"]);
+
+    #[cfg(feature = "cuda")]
+    if common::gpu("bench_bevseg_takes_the_five_camera_rig").is_some() {
+        let mut args = base.clone();
+        args.extend(all);
+        let o = sptr_strings(&args);
+        let (text, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "sptr {args:?} failed:\n{err}");
+        let row: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(row["cameras"], serde_json::json!(RIG_CAMERAS), "{row}");
+        assert_eq!(row["images"], 5, "{row}");
+        assert_eq!(row["image_size"], serde_json::json!([1920, 1080]), "{row}");
+        assert!(row["ms"].as_f64().is_some_and(|ms| ms > 0.0), "{row}");
+    }
+}
+
+/// The rig's bag with a second PointCloud2 topic (`/lidar/points_raw`, a copy of its clouds).
+fn rig_bag_with_two_clouds(dir: &Path) -> PathBuf {
+    let src = Bag::open(&common::data(RIG_BAG)).unwrap();
+    let path = dir.join("two_clouds");
+    let mut w = sptr::bag::BagWriter::create(&path).unwrap();
+    for t in src.topics() {
+        w.add_topic(&t.name, &t.type_name).unwrap();
+    }
+    w.add_topic("/lidar/points_raw", "sensor_msgs/msg/PointCloud2").unwrap();
+    let names: Vec<&str> = src.topics().iter().map(|t| t.name.as_str()).collect();
+    for m in src.messages(&names) {
+        let m = m.unwrap();
+        w.write(&m.topic, m.timestamp_ns, &m.data).unwrap();
+        if m.topic == "/lidar/points" {
+            w.write("/lidar/points_raw", m.timestamp_ns + 1, &m.data).unwrap();
+        }
+    }
+    w.finish().unwrap();
+    path
+}
+
+/// `sptr replay --params` reads the clouds from the params file's `topics.input_points` (the
+/// rig's `lidar/points`), as the node would subscribe, when the bag has several PointCloud2
+/// topics; `--lidar-topic` still overrides it.
+#[test]
+fn replay_takes_the_lidar_topic_of_the_params_file() {
+    let dir = temp_dir("two-clouds");
+    let bag = rig_bag_with_two_clouds(&dir).display().to_string();
+    let model = small_lidar_model(&dir);
+    let small = common::data("bevseg/camera_small.yaml").display().to_string();
+    for (extra, topic) in [(None, "/lidar/points"), (Some("/lidar/points_raw"), "/lidar/points_raw")] {
+        let out = dir.join(format!("out{}", extra.is_some() as u8));
+        let outs = out.display().to_string();
+        let mut args = vec![
+            "replay", &bag, "--model", &model, "--random-weights", "0", "--device", "cpu", "--progress", "quiet", "--out", &outs, "--params", RIG_PARAMS,
+            "--camera-model", &small, "--camera-weights", "random:0",
+        ];
+        if let Some(t) = extra {
+            args.extend(["--lidar-topic", t]);
+        }
+        let o = sptr(&args);
+        assert!(o.status.success(), "sptr {args:?} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        let report = json(&out.join("report.json"));
+        assert_eq!(report["run"]["lidar_topic"], topic, "{report}");
+        assert_eq!(report["frames"]["total"].as_u64(), Some(RIG_FRAMES as u64), "{report}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -312,7 +312,7 @@ fn run_scenario(scenario: &str, node_extra: &[&str], peer_extra: &[&str]) -> Str
 /// The peer's whole run; each of its steps has its own limit (PEER_STEP_TIMEOUT_S).
 fn peer_timeout(scenario: &str) -> Duration {
     Duration::from_secs(match scenario {
-        "robust" | "cameras" => 400,
+        "robust" | "cameras" | "rig" => 400,
         _ => 150,
     })
 }
@@ -686,6 +686,72 @@ fn cameras_calibrated_from_tf_static_and_recalibrated_live() {
     let out = run_cameras(&ns, None, "tf", false);
     assert!(out.contains("RESULT tf_calibration cameras_used=6 bev_map=50x50 topics=8"), "peer output:\n{out}");
     assert!(out.contains("RESULT tf_change calibration_changes="), "peer output:\n{out}");
+}
+
+/// The five-camera 1920 × 1080 rig (tests/data/rig5: its own camera names, count, image size,
+/// intrinsics and extrinsics; the LiDAR on `lidar/points` in frame `lidar`) over DDS: the node
+/// with the rig's cameras and calibration file and the reduced fusion map model (CPU) against
+/// the peer's `rig` scenario, one CompressedImage and CameraInfo per camera (K from the rig's
+/// calibration file) with each cloud. Every camera is used and calibrated from the file, and the
+/// BEV map topics come with the cloud's stamp.
+#[test]
+fn five_camera_rig_over_dds_is_used_calibrated_and_mapped() {
+    let ns = unique("rig5");
+    let rig_dir = manifest().join("tests/data/rig5");
+    let calib_path = rig_dir.join("calibration.yaml");
+    let calib = sptr::sensors::calib::file::CalibrationFile::load(&calib_path).expect("the rig's calibration file");
+    let cameras: Vec<serde_json::Value> = calib
+        .cameras
+        .iter()
+        .map(|(name, c)| {
+            let (k, w, h) = c.intrinsics.expect("the rig's file gives every camera's intrinsics");
+            let k: Vec<f64> = k.iter().flatten().copied().collect();
+            serde_json::json!({"name": name, "jpeg": rig_dir.join(format!("{name}.jpg")), "k": k, "width": w, "height": h})
+        })
+        .collect();
+    assert_eq!(cameras.len(), 5, "the rig has five cameras");
+    let rig_json = tmp().join(format!("{ns}_rig.json"));
+    std::fs::write(&rig_json, serde_json::json!({ "cameras": cameras }).to_string()).expect("write the rig's JSON");
+    let names: Vec<&str> = calib.cameras.keys().map(String::as_str).collect();
+    let params = params_file(&ns, "cpu", |t| {
+        let from_cams = "cameras: []                 # camera names";
+        let from_calib = "calibration_file: \"\"";
+        let (from_model, from_weights) = ("model_config: \"\"", "model_weights: \"\"");
+        let from_input = "input_points: ~/input/points";
+        assert!(
+            [from_cams, from_calib, from_model, from_weights, from_input].iter().all(|f| t.contains(f)),
+            "config/perception.yaml changed: update this test\n{t}"
+        );
+        let small = manifest().join("tests/data/bevseg/fusion_small.yaml");
+        t.replacen(from_model, &format!("model_config: {}", small.display()), 1)
+            .replacen(from_weights, "model_weights: \"random:0\"", 1)
+            .replace(from_cams, &format!("cameras: [{}]   # camera names", names.join(", ")))
+            .replace(from_calib, &format!("calibration_file: {}", calib_path.display()))
+            .replace(from_input, "input_points: lidar/points")
+    });
+    // TF remapped into the test's namespace, as for the other camera tests: nothing is published
+    // there, so every extrinsic comes from the rig's file
+    let (tf, tf_static) = (format!("/{ns}/tf"), format!("/{ns}/tf_static"));
+    let node = node_cmd(&params, &ns, &["-p", "budget.processing_ms:=60000.0", "-r", &format!("/tf:={tf}"), "-r", &format!("/tf_static:={tf_static}")]);
+    let out = run_node_and_peer(
+        "rig",
+        &ns,
+        node,
+        &[
+            "--rig",
+            &rig_json.display().to_string(),
+            "--input",
+            &format!("/{ns}/lidar/points"),
+            // five 1920 x 1080 JPEG decodes a frame: seconds in a debug build on a loaded machine
+            "--timeout",
+            "90",
+            "--map-cells",
+            "50",
+            "--map-resolution",
+            "2.0",
+        ],
+    );
+    assert!(out.contains("RESULT rig cameras_used=5 bev_map=50x50 topics=8"), "peer output:\n{out}");
 }
 
 #[test]

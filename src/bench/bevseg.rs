@@ -7,7 +7,7 @@
 use crate::bench::percentiles::Percentiles;
 use crate::models::bevfusion::seg::{random_tensors, BevSegConfig, BevSegModel, Point5};
 use crate::models::bevfusion::seg_cuda::CudaBevSeg;
-use crate::sensors::calib::camera::{Calibration, NUSCENES_CAMERAS};
+use crate::sensors::calib::camera::Calibration;
 use crate::sensors::image::compressed::jpeg_size;
 use crate::sensors::image::encodings::DecodeLimits;
 use crate::ops::dense::conv_engine::ConvBackend;
@@ -25,8 +25,9 @@ pub struct BevSegBenchArgs {
     /// None: deterministic random weights (`seed`).
     pub weights: Option<PathBuf>,
     pub seed: u64,
-    pub calib: PathBuf,
-    /// One JPEG per nuScenes camera, in `NUSCENES_CAMERAS` order.
+    /// The rig's cameras.
+    pub calib: Calibration,
+    /// One JPEG per camera, in the calibration's order, each of its camera's calibrated size.
     pub images: Vec<PathBuf>,
     /// The fusion model's points.
     pub cloud: Option<Vec<Point5>>,
@@ -39,15 +40,37 @@ fn median_p90(v: &[f64]) -> (f64, f64) {
     Percentiles::of(v).map_or((f64::NAN, f64::NAN), |p| (p.p50, p.p90))
 }
 
+/// The JPEGs of `images`, one per camera of `calib` in its order, each checked to be its
+/// camera's calibrated size (the bench runs on valid frames only: a masked camera would time
+/// less work).
+fn read_rig_jpegs(calib: &Calibration, images: &[PathBuf]) -> Result<Vec<Vec<u8>>, Error> {
+    if images.len() != calib.len() {
+        return Err(Error::InvalidInput(format!("{} images for the calibration's {} cameras: give one per camera", images.len(), calib.len())));
+    }
+    let mut jpegs = Vec::with_capacity(images.len());
+    for (path, cam) in images.iter().zip(&calib.cameras) {
+        let bytes = std::fs::read(path).map_err(|e| Error::Io(format!("{}: cannot read: {e}", path.display())))?;
+        let (w, h) = jpeg_size(&bytes, &DecodeLimits::default()).map_err(|e| Error::InvalidInput(format!("{}: {e}", path.display())))?;
+        if (w, h) != (cam.image_width, cam.image_height) {
+            return Err(Error::InvalidInput(format!(
+                "{}: {w} x {h}, but camera {} is calibrated for {} x {}: give images of the calibrated size",
+                path.display(),
+                cam.name,
+                cam.image_width,
+                cam.image_height
+            )));
+        }
+        jpegs.push(bytes);
+    }
+    Ok(jpegs)
+}
+
 /// Runs the benchmark; returns the JSON line.
 pub fn run_bench(a: &BevSegBenchArgs) -> Result<String, Error> {
     let cfg = BevSegConfig::load(&a.model)?;
-    if a.images.len() != NUSCENES_CAMERAS.len() {
-        return Err(Error::InvalidInput(format!("{} images: give the six nuScenes cameras' JPEGs in the order {}", a.images.len(), NUSCENES_CAMERAS.join(", "))));
-    }
-    let jpegs: Vec<Vec<u8>> = a.images.iter().map(|p| std::fs::read(p).map_err(|e| Error::Io(format!("{}: cannot read: {e}", p.display())))).collect::<Result<_, _>>()?;
-    let (w, h) = jpeg_size(&jpegs[0], &DecodeLimits::default()).map_err(|e| Error::InvalidInput(format!("{}: {e}", a.images[0].display())))?;
-    let calib = Calibration::load_nuscenes_json(&a.calib, &NUSCENES_CAMERAS, w, h)?;
+    let calib = &a.calib;
+    let jpegs = read_rig_jpegs(calib, &a.images)?;
+    let (w, h) = (calib.cameras[0].image_width, calib.cameras[0].image_height);
     let weights = match &a.weights {
         Some(p) => Weights::from_file(p)?,
         None => Weights::from_tensors(&format!("random BEVFusion seg weights (seed {})", a.seed), random_tensors(&cfg, a.seed)?)?,
@@ -61,7 +84,7 @@ pub fn run_bench(a: &BevSegBenchArgs) -> Result<String, Error> {
     let refs: Vec<&[u8]> = jpegs.iter().map(Vec::as_slice).collect();
     let cloud = a.cloud.as_deref();
     for _ in 0..a.warmup {
-        gpu.forward_jpeg(&dev, &calib, &refs, cloud)?;
+        gpu.forward_jpeg(&dev, calib, &refs, cloud)?;
     }
     let mut totals = Vec::with_capacity(a.iters);
     let mut stages: BTreeMap<String, Vec<f64>> = BTreeMap::new();
@@ -70,7 +93,7 @@ pub fn run_bench(a: &BevSegBenchArgs) -> Result<String, Error> {
     let mut lidar = None;
     for _ in 0..a.iters.max(1) {
         let t = Instant::now();
-        let out = gpu.forward_jpeg(&dev, &calib, &refs, cloud)?;
+        let out = gpu.forward_jpeg(&dev, calib, &refs, cloud)?;
         // the masks on the host are the unit of work (upstream's evaluation thresholds at 0.5 too)
         let masks = out.map.masks(0.5);
         totals.push(t.elapsed().as_secs_f64() * 1e3);
@@ -99,6 +122,7 @@ pub fn run_bench(a: &BevSegBenchArgs) -> Result<String, Error> {
         "kind": cfg.kind.name(),
         "gpu": dev.name.clone(),
         "images": a.images.len(),
+        "cameras": calib.cameras.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
         "image_size": [w, h],
         "points": a.cloud.as_ref().map(Vec::len),
         "voxels": lidar.as_ref().map(|l| l.voxels),

@@ -13,7 +13,7 @@
 //! cloud). Host RSS and (CUDA) device memory in use are sampled every [`MEMORY_EVERY`] frames so
 //! a leak shows as growth from first to last.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -22,8 +22,9 @@ use crate::msgs::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, Time};
 use crate::bag::Bag;
 use crate::frame::cameras::{CameraBranch, CameraImage};
 use crate::frame::frame_processor::{CameraOutput, CameraPath, FrameProcessor};
-use crate::frame::params::ImageTransport;
-use crate::bench::host_probe::{FrameHost, HostFrames, HostProbe, ProcCounters};
+use crate::frame::params::{CameraInput, ImageTransport};
+use crate::msgs::cloud::CloudBuf;
+use crate::bench::host_probe::{FrameHost, HostFrames, HostProbe, ProbeLog, ProcCounters};
 use crate::bench::json::{line, Fixed, InOrder, MemorySamples};
 use crate::device::memory::{device_used_mb, host_rss_mb};
 use crate::bench::lidar::{open_bench, BenchSetup};
@@ -76,7 +77,7 @@ type FrameBytes = Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>;
 
 /// The camera messages of a frame into the branch, decoded from CDR as the node's subscriptions
 /// and worker do (the frame processor then reads them).
-fn feed_cameras(branch: &mut CameraBranch, bytes: &FrameBytes, inputs: &[crate::frame::params::CameraInput]) -> Result<(), String> {
+fn feed_cameras(branch: &mut CameraBranch, bytes: &FrameBytes, inputs: &[CameraInput]) -> Result<(), String> {
     for (cam, ((image, info), c)) in bytes.iter().zip(inputs).enumerate() {
         if let Some(image) = image {
             let img = match c.transport {
@@ -392,9 +393,25 @@ struct MapSummary {
     cdr_bytes: usize,
 }
 
-/// Runs the bench; returns one JSON object (see docs/node.md, `sptr bench pipeline --cameras`).
-pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
-    // The camera settings first: a params file without cameras fails before any model loads.
+/// The bench's inputs, read once before the frames: the node's frame processor with its camera
+/// path, each camera's messages, the cloud, and what the JSON row names.
+struct CameraBench {
+    frames_in: FrameProcessor,
+    cams: Vec<CameraMessages>,
+    inputs: Vec<CameraInput>,
+    /// The bag's cloud frame (empty without a cloud in the bag).
+    cloud_frame: String,
+    body: CloudBuf,
+    cuda: bool,
+    device_name: String,
+    camera_model: String,
+    model_path: PathBuf,
+    weights: String,
+}
+
+/// The params' camera settings, the LiDAR setup, the map model and the camera messages. The
+/// camera settings come first: a params file without cameras fails before any model loads.
+fn open_camera_bench(s: &CameraBenchSetup) -> Result<CameraBench, String> {
     let params_path = s.lidar.params;
     let node = crate::frame::params::NodeParams::load(params_path).map_err(|e| format!("--params: {e}"))?;
     let opts = camera_options(params_path, &node)
@@ -443,89 +460,164 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
             .map_err(|e| format!("{}: {points_topic}: {e}", s.bag.display()))?,
         false => String::new(),
     };
-    let bev_frame = lidar.params.bev.frame_id.clone();
-    let description = model.description().to_string();
+    let camera_model = model.description().to_string();
     let device_name = lidar.processor.device_name().to_string();
-    let body = &lidar.body;
-    let path = CameraPath { branch, model: Some(Box::new(model)), style: Some(style), bev_frame };
-    // The node's frame processor, its schedule from `--serial` (camera path after the LiDAR's).
-    let mut frames_in = FrameProcessor::new(lidar.processor, Some(path), !s.serial);
+    let path = CameraPath { branch, model: Some(Box::new(model)), style: Some(style), bev_frame: lidar.params.bev.frame_id.clone() };
+    Ok(CameraBench {
+        // The node's frame processor, its schedule from `--serial` (camera path after the LiDAR's).
+        frames_in: FrameProcessor::new(lidar.processor, Some(path), !s.serial),
+        cams,
+        inputs: opts.inputs,
+        cloud_frame,
+        body: lidar.body,
+        cuda,
+        device_name,
+        camera_model,
+        model_path: lidar.model_path,
+        weights: lidar.weights,
+    })
+}
 
-    let (period, frames) = match s.pace {
-        Some((hz, secs)) if !(hz.is_finite() && (0.1..=1000.0).contains(&hz) && secs.is_finite() && (0.1..=86_400.0).contains(&secs)) => {
-            return Err(format!("pace {hz} Hz for {secs} s: use 0.1 to 1000 Hz for 0.1 to 86400 s"));
+/// How the frames run: their period (the stamps' spacing; the ticks' when paced) and count, and
+/// the faults' schedule.
+struct Pacing {
+    period: Duration,
+    frames: usize,
+    schedule: Option<FaultSchedule>,
+}
+
+impl Pacing {
+    fn of(s: &CameraBenchSetup) -> Result<Pacing, String> {
+        let (period, frames) = match s.pace {
+            Some((hz, secs)) if !(hz.is_finite() && (0.1..=1000.0).contains(&hz) && secs.is_finite() && (0.1..=86_400.0).contains(&secs)) => {
+                return Err(format!("pace {hz} Hz for {secs} s: use 0.1 to 1000 Hz for 0.1 to 86400 s"));
+            }
+            Some((hz, secs)) => (Duration::from_secs_f64(1.0 / hz), ((hz * secs).round() as usize).max(1)),
+            None => (Duration::from_millis(100), s.lidar.frames),
+        };
+        let schedule = match (s.faults_every_s, s.pace) {
+            (None, _) => None,
+            (Some(every), Some((hz, _))) => Some(FaultSchedule::new(every, hz)?),
+            (Some(_), None) => return Err("--faults-every-s needs --rate-hz and --duration-s (faults are scheduled in time)".into()),
+        };
+        Ok(Pacing { period, frames, schedule })
+    }
+
+    /// Frame `k`'s cloud stamp: `k` periods after the first.
+    fn stamp(&self, k: usize) -> Time {
+        let stamp_ns = BASE_STAMP_NS + k as i64 * self.period.as_nanos() as i64;
+        Time { sec: (stamp_ns / 1_000_000_000) as i32, nanosec: (stamp_ns % 1_000_000_000) as u32 }
+    }
+}
+
+/// The burst's cloud (faults only), encoded once (untimed), as the node would receive it.
+fn burst_cloud(pacing: &Pacing, body: &CloudBuf) -> Result<Option<CloudBuf>, String> {
+    if pacing.schedule.is_none() {
+        return Ok(None);
+    }
+    let (pts, _) = crate::msgs::cloud::decode(&body.view()).map_err(|e| format!("the cloud: {e}"))?;
+    crate::msgs::cloud::encode_points(&big_cloud(&pts, BIG_CLOUD_POINTS), crate::msgs::cloud::Layout::XyzI32)
+        .map(Some)
+        .map_err(|e| format!("the big cloud: {e}"))
+}
+
+/// What the timed frames left: their times, stages, memory samples, the last frame's cameras and
+/// map, the faults' tally and the host's view of each frame.
+#[derive(Default)]
+struct FrameLog {
+    total: Vec<f64>,
+    stages: StageTimes,
+    over_period: usize,
+    host_rss: Vec<(usize, f64)>,
+    device_used: Vec<(usize, f64)>,
+    camera_status: Vec<&'static str>,
+    last_map: Option<MapSummary>,
+    tally: FaultTally,
+    frame_host: Vec<(Instant, Instant, FrameHost)>,
+}
+
+impl FrameLog {
+    /// Timed frame `i` of `frames`: its total, the LiDAR path's stages, the camera half's, and
+    /// memory every [`MEMORY_EVERY`] frames and on the last.
+    fn record(&mut self, i: usize, frames: usize, frame_ms: f64, lidar_ms: f64, lidar_stages: impl IntoIterator<Item = f64>, cam: CameraFrameOut, cuda: bool) {
+        self.total.push(frame_ms);
+        self.stages.add("lidar", lidar_ms);
+        for (n, v) in STAGES.iter().zip(lidar_stages) {
+            self.stages.add(&format!("lidar/{n}"), v);
         }
-        Some((hz, secs)) => (Duration::from_secs_f64(1.0 / hz), ((hz * secs).round() as usize).max(1)),
-        None => (Duration::from_millis(100), s.lidar.frames),
-    };
-    let period_ns = period.as_nanos() as i64;
-    let schedule = match (s.faults_every_s, s.pace) {
-        (None, _) => None,
-        (Some(every), Some((hz, _))) => Some(FaultSchedule::new(every, hz)?),
-        (Some(_), None) => return Err("--faults-every-s needs --rate-hz and --duration-s (faults are scheduled in time)".into()),
-    };
-    // The burst's cloud, encoded once (untimed), as the node would receive it.
-    let big_body = match schedule {
-        Some(_) => {
-            let (pts, _) = crate::msgs::cloud::decode(&body.view()).map_err(|e| format!("the cloud: {e}"))?;
-            Some(crate::msgs::cloud::encode_points(&big_cloud(&pts, BIG_CLOUD_POINTS), crate::msgs::cloud::Layout::XyzI32).map_err(|e| format!("the big cloud: {e}"))?)
+        self.stages.add("cameras", cam.camera_ms);
+        for (n, v) in cam.branch_stages {
+            self.stages.add(&format!("cameras/{n}"), v);
         }
-        None => None,
-    };
-    let mut tally = FaultTally::default();
+        self.stages.add("bev_map", cam.map_ms);
+        for (n, v) in cam.model_stages {
+            self.stages.add(&format!("bev_map/{n}"), v);
+        }
+        self.stages.add("map_encode", cam.encode_ms);
+        if i % MEMORY_EVERY == 0 || i + 1 == frames {
+            if let Some(v) = host_rss_mb() {
+                self.host_rss.push((i, v));
+            }
+            if let Some(v) = device_used_mb(cuda) {
+                self.device_used.push((i, v));
+            }
+        }
+        self.camera_status = cam.statuses;
+        self.last_map = Some(cam.map);
+    }
+}
+
+/// Paced: the first timed frame starts the schedule; each later one waits for its tick (a tick
+/// already past, after a late frame, starts it at once: the schedule never slips).
+fn wait_for_tick(next_tick: &mut Option<Instant>) {
+    match *next_tick {
+        None => *next_tick = Some(Instant::now()),
+        Some(tick) => {
+            let now = Instant::now();
+            if tick > now {
+                std::thread::sleep(tick - now);
+            }
+        }
+    }
+}
+
+/// The warm-up and timed frames, each as the node runs it: the camera messages into the branch,
+/// then the frame processor (the cloud decoded once; the LiDAR path here, the camera path beside
+/// it or after it).
+fn run_frames(s: &CameraBenchSetup, bench: &mut CameraBench, pacing: &Pacing, burst: Option<&CloudBuf>) -> Result<(FrameLog, Option<ProbeLog>), String> {
+    let mut log = FrameLog::default();
     let mut prev_stamp = Time::default();
-    let mut total = Vec::with_capacity(frames);
-    let mut stages = StageTimes::default();
-    let mut over_period = 0usize;
-    let mut host = Vec::new();
-    let mut device = Vec::new();
-    let mut last_map = None;
-    let mut camera_status = Vec::new();
     let mut next_tick: Option<Instant> = None;
     // Whose is a slow frame: the probe and /proc per frame (crate::bench::host_probe).
     let mut probe = None;
-    let mut frame_host: Vec<(Instant, Instant, FrameHost)> = Vec::with_capacity(frames);
-    for k in 0..s.lidar.warmup + frames {
+    for k in 0..s.lidar.warmup + pacing.frames {
         let timed = k >= s.lidar.warmup;
         let i = k.saturating_sub(s.lidar.warmup);
-        let stamp_ns = BASE_STAMP_NS + k as i64 * period_ns;
-        let stamp = Time { sec: (stamp_ns / 1_000_000_000) as i32, nanosec: (stamp_ns % 1_000_000_000) as u32 };
+        let stamp = pacing.stamp(k);
         // untimed: the bytes the subscriptions would hold when the cloud arrives
-        let faults = match (&schedule, timed) {
+        let faults = match (&pacing.schedule, timed) {
             (Some(sch), true) => sch.at(i),
             _ => FrameFaults::default(),
         };
-        let bytes = frame_bytes(&mut cams, stamp, prev_stamp, &faults)?;
+        let bytes = frame_bytes(&mut bench.cams, stamp, prev_stamp, &faults)?;
         prev_stamp = stamp;
-        let cloud_body = match (&big_body, faults.big_cloud) {
+        let cloud_body = match (burst, faults.big_cloud) {
             (Some(b), true) => b,
-            _ => body,
+            _ => &bench.body,
         };
-        // Paced: the first timed frame starts the schedule; each later one waits for its tick
-        // (a tick already past, after a late frame, starts it at once: the schedule never slips).
         if timed && s.pace.is_some() {
-            match next_tick {
-                None => next_tick = Some(Instant::now()),
-                Some(tick) => {
-                    let now = Instant::now();
-                    if tick > now {
-                        std::thread::sleep(tick - now);
-                    }
-                }
-            }
+            wait_for_tick(&mut next_tick);
         }
         if timed && probe.is_none() {
             probe = Some(HostProbe::start());
         }
         let counts_before = ProcCounters::now();
         let t0 = Instant::now();
-        // The node's frame: the camera messages into the branch, then the frame processor (the
-        // cloud decoded once; the LiDAR path here, the camera path beside it or after it).
-        let branch = &mut frames_in.cameras.as_mut().ok_or("the bench's frame processor has no camera path")?.branch;
-        feed_cameras(branch, &bytes, &opts.inputs)?;
+        let branch = &mut bench.frames_in.cameras.as_mut().ok_or("the bench's frame processor has no camera path")?.branch;
+        feed_cameras(branch, &bytes, &bench.inputs)?;
         let feed_ms = ms(t0.elapsed());
         let mut lidar_ms = 0.0;
-        let result = frames_in.process(&cloud_body.view(), stamp, &cloud_frame, |out| {
+        let result = bench.frames_in.process(&cloud_body.view(), stamp, &bench.cloud_frame, |out| {
             lidar_ms = ms(t0.elapsed());
             out
         });
@@ -537,71 +629,57 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
             continue;
         }
         let counts = ProcCounters::now().since(&counts_before);
-        frame_host.push((t0, t_end, FrameHost { ms: frame_ms, probe_ratio: None, counts }));
+        log.frame_host.push((t0, t_end, FrameHost { ms: frame_ms, probe_ratio: None, counts }));
         if let Some(tick) = next_tick {
-            let deadline = tick + period;
+            let deadline = tick + pacing.period;
             if Instant::now() > deadline {
-                over_period += 1;
+                log.over_period += 1;
             }
             next_tick = Some(deadline);
         }
-        total.push(frame_ms);
-        if let Some(sch) = &schedule {
-            tally.frame(i, sch.starting_at(i), &faults, &cam.statuses, out.points_kept, frame_ms);
+        if let Some(sch) = &pacing.schedule {
+            log.tally.frame(i, sch.starting_at(i), &faults, &cam.statuses, out.points_kept, frame_ms);
         }
-        stages.add("lidar", lidar_ms);
-        for (n, v) in STAGES.iter().zip(out.stages) {
-            stages.add(&format!("lidar/{n}"), v);
-        }
-        stages.add("cameras", cam.camera_ms);
-        for (n, v) in cam.branch_stages {
-            stages.add(&format!("cameras/{n}"), v);
-        }
-        stages.add("bev_map", cam.map_ms);
-        for (n, v) in cam.model_stages {
-            stages.add(&format!("bev_map/{n}"), v);
-        }
-        stages.add("map_encode", cam.encode_ms);
-        if i % MEMORY_EVERY == 0 || i + 1 == frames {
-            if let Some(v) = host_rss_mb() {
-                host.push((i, v));
-            }
-            if let Some(v) = device_used_mb(cuda) {
-                device.push((i, v));
-            }
-        }
-        camera_status = cam.statuses;
-        last_map = Some(cam.map);
+        log.record(i, pacing.frames, frame_ms, lidar_ms, out.stages, cam, bench.cuda);
     }
-    let probe = probe.map(HostProbe::stop);
-    let frame_host: Vec<FrameHost> = frame_host
+    Ok((log, probe.map(HostProbe::stop)))
+}
+
+/// Runs the bench; returns one JSON object (see docs/node.md, `sptr bench pipeline --cameras`).
+pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
+    let mut bench = open_camera_bench(s)?;
+    let pacing = Pacing::of(s)?;
+    let burst = burst_cloud(&pacing, &bench.body)?;
+    let (log, probe) = run_frames(s, &mut bench, &pacing, burst.as_ref())?;
+    let frame_host: Vec<FrameHost> = log
+        .frame_host
         .into_iter()
         .map(|(from, to, f)| FrameHost { probe_ratio: probe.as_ref().and_then(|p| p.max_ratio_in(from, to)), ..f })
         .collect();
-    let camera_branch = &frames_in.cameras.as_ref().ok_or("the bench's frame processor has no camera path")?.branch;
+    let camera_branch = &bench.frames_in.cameras.as_ref().ok_or("the bench's frame processor has no camera path")?.branch;
     let row = CamerasRow {
         bench: "pipeline_cameras",
-        faults: s.faults_every_s.map(|every| tally.json(every, camera_branch)),
-        device: &device_name,
-        frames: total.len(),
+        faults: s.faults_every_s.map(|every| log.tally.json(every, camera_branch)),
+        device: &bench.device_name,
+        frames: log.total.len(),
         warmup: s.lidar.warmup,
-        pace: s.pace.map(|(rate_hz, duration_s)| Pace { rate_hz, duration_s, period_ms: Fixed(ms(period)) }),
-        frames_over_period: over_period,
+        pace: s.pace.map(|(rate_hz, duration_s)| Pace { rate_hz, duration_s, period_ms: Fixed(ms(pacing.period)) }),
+        frames_over_period: log.over_period,
         overlap: !s.serial,
-        latency: Percentiles::of(&total),
-        stage_p50_ms: stages.percentile_ms(|p| p.p50),
-        stage_p99_ms: stages.percentile_ms(|p| p.p99),
-        slowest_frame: slowest(&total, &stages),
-        per_frame_ms: stages.series(&total, &["lidar", "lidar/network", "cameras", "bev_map", "map_encode"]),
-        cameras: cams.len(),
-        camera_status,
-        map: last_map,
-        host_rss_mb: MemorySamples::of(&host),
-        device_used_mb: MemorySamples::of(&device),
+        latency: Percentiles::of(&log.total),
+        stage_p50_ms: log.stages.percentile_ms(|p| p.p50),
+        stage_p99_ms: log.stages.percentile_ms(|p| p.p99),
+        slowest_frame: slowest(&log.total, &log.stages),
+        per_frame_ms: log.stages.series(&log.total, &["lidar", "lidar/network", "cameras", "bev_map", "map_encode"]),
+        cameras: bench.cams.len(),
+        camera_status: log.camera_status,
+        map: log.last_map,
+        host_rss_mb: MemorySamples::of(&log.host_rss),
+        device_used_mb: MemorySamples::of(&log.device_used),
         host: HostFrames::of(probe.as_ref(), &frame_host),
-        model: lidar.model_path.display().to_string(),
-        weights: &lidar.weights,
-        camera_model: &description,
+        model: bench.model_path.display().to_string(),
+        weights: &bench.weights,
+        camera_model: &bench.camera_model,
         cloud: s.lidar.cloud.display().to_string(),
         bag: s.bag.display().to_string(),
     };

@@ -11,8 +11,9 @@
 
 use crate::device::Device;
 use crate::models::bevfusion::seg::{BevSegConfig, BevSegKind, BevSegModel, BevSegStages, Point5};
-use crate::sensors::calib::camera::{CameraCalib, Calibration, NUSCENES_CAMERAS};
-use crate::sensors::calib::file::CalibrationFile;
+use crate::sensors::calib::camera::Calibration;
+use crate::sensors::calib::file::{calibration_from_file, is_calibration_yaml};
+use crate::sensors::calib::file::NUSCENES_IMAGE_SIZE;
 use crate::sensors::image::compressed::decode_compressed;
 use crate::sensors::image::encodings::{DecodeLimits, RgbImage};
 use crate::nn::npy;
@@ -52,9 +53,6 @@ pub struct BevSegJob {
     pub threshold: f32,
 }
 
-/// nuScenes' raw camera image size, what its calib.json's `cam2img` is for.
-pub const NUSCENES_IMAGE_SIZE: (usize, usize) = (1600, 900);
-
 /// A camera whose image is not the size its calibration is for: masked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SizeMismatch {
@@ -81,41 +79,17 @@ impl std::fmt::Display for SizeMismatch {
     }
 }
 
-/// The rig's cameras from `path`: a calibration YAML (`.yaml` / `.yml`, the node's
-/// `calibration_file` layout, with `intrinsics` and `image_size` for every camera: any names,
-/// any count, any image size; nuScenes' six in nuScenes order, others in name order), or else a
-/// nuScenes `calib.json` (its six cameras) whose intrinsics are for `image_size` (default
-/// 1600 × 900).
+/// The rig's cameras from `path` ([`calibration_from_file`]); `image_size` says what a
+/// calib.json's intrinsics are for (default [`NUSCENES_IMAGE_SIZE`]) and is refused with a
+/// calibration YAML, which gives each camera's own.
 pub fn load_calibration(path: &Path, image_size: Option<(usize, usize)>) -> Result<Calibration, Error> {
-    let yaml = path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
-    if !yaml {
-        let (w, h) = image_size.unwrap_or(NUSCENES_IMAGE_SIZE);
-        return Calibration::load_nuscenes_json(path, &NUSCENES_CAMERAS, w, h);
-    }
-    let source = path.display().to_string();
-    if let Some((w, h)) = image_size {
+    if let (true, Some((w, h))) = (is_calibration_yaml(path), image_size) {
         return Err(Error::InvalidInput(format!(
-            "--image-size {w}x{h}: {source} is a calibration YAML, which gives each camera's image_size; --image-size is for a calib.json"
+            "--image-size {w}x{h}: {} is a calibration YAML, which gives each camera's image_size; --image-size is for a calib.json",
+            path.display()
         )));
     }
-    let file = CalibrationFile::load(path)?;
-    if file.cameras.is_empty() {
-        return Err(Error::InvalidInput(format!("calibration file {source}: no camera: list the rig's cameras under `cameras:`")));
-    }
-    let names: Vec<&str> = if file.cameras.len() == NUSCENES_CAMERAS.len() && NUSCENES_CAMERAS.iter().all(|n| file.cameras.contains_key(*n)) {
-        NUSCENES_CAMERAS.to_vec()
-    } else {
-        file.cameras.keys().map(String::as_str).collect()
-    };
-    let mut cams = Vec::with_capacity(names.len());
-    for name in names {
-        let c = file.camera(name).ok_or_else(|| Error::InvalidInput(format!("calibration file {source}: no camera `{name}`")))?;
-        let (k, w, h) = c.intrinsics.ok_or_else(|| {
-            Error::InvalidInput(format!("calibration file {source}: camera `{name}` has no `intrinsics` and `image_size`: bevseg has no CameraInfo to take them from, so give both"))
-        })?;
-        cams.push(CameraCalib::new(name, k, c.camera_to_lidar, w, h).map_err(|e| Error::InvalidInput(format!("calibration file {source}: {e}")))?);
-    }
-    Calibration::new(cams)
+    calibration_from_file(path, image_size.unwrap_or(NUSCENES_IMAGE_SIZE))
 }
 
 /// Parses `CAM=FILE`.
@@ -389,6 +363,7 @@ pub fn command(a: BevsegArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sensors::calib::camera::NUSCENES_CAMERAS;
 
     /// A calibration YAML of `names`, each 1920 x 1080 with a pinhole looking along its own yaw.
     fn rig_yaml(names: &[&str]) -> String {

@@ -28,7 +28,8 @@ pub struct ReplayArgs {
     random_weights: Option<u64>,
     #[command(flatten)]
     device: DeviceArg,
-    /// LiDAR PointCloud2 topic (default: /sptr/input/points, else the bag's only PointCloud2 topic).
+    /// LiDAR PointCloud2 topic (default: the --params file's topics.input_points when it is not
+    /// the node's default; else /sptr/input/points, else the bag's only PointCloud2 topic).
     #[arg(long)]
     lidar_topic: Option<String>,
     /// Ground truth: a PointCloud2 topic with a `label` (or `class_id`) field, point by point

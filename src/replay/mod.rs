@@ -116,47 +116,9 @@ pub fn replay_with(
     opts: &ReplayOptions,
     mut bev_model: Option<&mut (dyn BevMapModel + Send)>,
 ) -> Result<ReplayOutcome, ReplayError> {
-    let bag = Bag::open(&opts.bag)?;
-    let lidar = resolve_topics(&bag, opts)?;
-    let mut cams = match &opts.cameras {
-        Some(c) => Some(CameraReplay::new(c, &bag)?),
-        None => None,
-    };
-    if let (Some(cr), Some(m)) = (cams.as_mut(), bev_model.as_deref()) {
-        cr.set_defer_jpeg(m.decodes_jpeg());
-    }
+    let ReplaySetup { bag, lidar, mut cams, gt, expected, bev_dir, mut writer, map_classes } =
+        open_replay(processor, model, opts, bev_model.as_deref())?;
     let cfg = model;
-    if processor.bev_params().classes != cfg.classes {
-        return Err(ReplayError::Setup(format!(
-            "the frame processor's BEV grid has {} classes, the model {}",
-            processor.bev_params().classes,
-            cfg.classes
-        )));
-    }
-    let gt = match &opts.labels {
-        Some(src) => Some(GroundTruthSource::open(&bag, src).map_err(ReplayError::Setup)?),
-        None => None,
-    };
-    let expected = bag
-        .topics()
-        .iter()
-        .find(|x| x.name == lidar)
-        .map_or(0, |x| x.count);
-    check_bev_png_frames(opts, expected)?;
-    let bev_dir = opts.out.join("bev");
-    let mut writer = open_outputs(opts, &bev_dir)?;
-    let map_classes: Option<Vec<String>> = match (&cams, &opts.cameras) {
-        (Some(_), Some(c)) if bev_model.is_some() => {
-            let style = c.map_style.as_ref().ok_or_else(|| ReplayError::Setup("a BEV map model needs the map style (thresholds, palette)".into()))?;
-            style.check(c.map_classes.len()).map_err(|e| ReplayError::Setup(format!("BEV map: {e}")))?;
-            cameras::add_map_topics(&mut writer, &c.map_classes)?;
-            if let Some(cr) = cams.as_mut() {
-                cr.start_evaluation()?;
-            }
-            Some(c.map_classes.clone())
-        }
-        _ => None,
-    };
 
     let shard_frames = expected / opts.shard.count as u64
         + u64::from(expected % opts.shard.count as u64 > opts.shard.index as u64);
@@ -265,6 +227,72 @@ pub fn replay_with(
     writer.finish()?;
     let replayed = Replayed { lidar, frames, frames_in_bag: index, confusion, processing_s, damage };
     finish(opts, cfg, replayed, cams, bev_model.is_some(), &bev_dir)
+}
+
+/// What a replay reads and writes, opened before its first frame.
+struct ReplaySetup {
+    bag: Bag,
+    /// The LiDAR topic.
+    lidar: String,
+    cams: Option<CameraReplay>,
+    gt: Option<GroundTruthSource>,
+    /// The LiDAR messages in the bag.
+    expected: u64,
+    bev_dir: PathBuf,
+    writer: BagWriter,
+    /// The map's classes when a BEV map model makes maps (their topics are in the output bag).
+    map_classes: Option<Vec<String>>,
+}
+
+/// The bag, its topics, the camera replay, the ground truth and the outputs, each checked against
+/// the options and the model before any frame runs.
+fn open_replay(
+    processor: &Processor,
+    cfg: &ModelYaml,
+    opts: &ReplayOptions,
+    bev_model: Option<&(dyn BevMapModel + Send)>,
+) -> Result<ReplaySetup, ReplayError> {
+    let bag = Bag::open(&opts.bag)?;
+    let lidar = resolve_topics(&bag, opts)?;
+    let mut cams = match &opts.cameras {
+        Some(c) => Some(CameraReplay::new(c, &bag)?),
+        None => None,
+    };
+    if let (Some(cr), Some(m)) = (cams.as_mut(), bev_model) {
+        cr.set_defer_jpeg(m.decodes_jpeg());
+    }
+    if processor.bev_params().classes != cfg.classes {
+        return Err(ReplayError::Setup(format!(
+            "the frame processor's BEV grid has {} classes, the model {}",
+            processor.bev_params().classes,
+            cfg.classes
+        )));
+    }
+    let gt = match &opts.labels {
+        Some(src) => Some(GroundTruthSource::open(&bag, src).map_err(ReplayError::Setup)?),
+        None => None,
+    };
+    let expected = bag
+        .topics()
+        .iter()
+        .find(|x| x.name == lidar)
+        .map_or(0, |x| x.count);
+    check_bev_png_frames(opts, expected)?;
+    let bev_dir = opts.out.join("bev");
+    let mut writer = open_outputs(opts, &bev_dir)?;
+    let map_classes: Option<Vec<String>> = match (&cams, &opts.cameras) {
+        (Some(_), Some(c)) if bev_model.is_some() => {
+            let style = c.map_style.as_ref().ok_or_else(|| ReplayError::Setup("a BEV map model needs the map style (thresholds, palette)".into()))?;
+            style.check(c.map_classes.len()).map_err(|e| ReplayError::Setup(format!("BEV map: {e}")))?;
+            cameras::add_map_topics(&mut writer, &c.map_classes)?;
+            if let Some(cr) = cams.as_mut() {
+                cr.start_evaluation()?;
+            }
+            Some(c.map_classes.clone())
+        }
+        _ => None,
+    };
+    Ok(ReplaySetup { bag, lidar, cams, gt, expected, bev_dir, writer, map_classes })
 }
 
 /// The output directory (stale outputs of an earlier replay removed), the BEV PNG directory when

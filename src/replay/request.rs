@@ -191,6 +191,17 @@ pub fn open_map_model_with(
     SegMapModel::open(&config, &weights, device).map(Some).map_err(|e| ReplayError::Setup(format!("BEV map model: {e}")))
 }
 
+/// The LiDAR topic to replay: `--lidar-topic`, else the params file's `topics.input_points`
+/// when it names another topic than the node's default (the node would subscribe there), else
+/// `None` (the default topic if the bag has it, else the bag's only PointCloud2 topic).
+fn lidar_topic(req: &ReplayRequest, params: Option<&NodeParams>) -> Option<String> {
+    if let Some(t) = &req.lidar_topic {
+        return Some(t.clone());
+    }
+    let from_params = absolute_topic(&params?.topics.input_points);
+    (from_params != super::DEFAULT_LIDAR_TOPIC).then_some(from_params)
+}
+
 /// Loads the model, label map and BEV settings of `req` and replays.
 pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
     let mut label_map = match &req.label_map {
@@ -254,7 +265,7 @@ pub fn run(req: &ReplayRequest) -> Result<ReplayOutcome, ReplayError> {
     };
     let opts = ReplayOptions {
         bag: req.bag.clone(),
-        lidar_topic: req.lidar_topic.clone(),
+        lidar_topic: lidar_topic(req, params.as_ref().map(|(_, p)| p)),
         labels: req.labels.clone(),
         label_map,
         out: req.out.clone(),

@@ -448,6 +448,34 @@ pub fn run(cfg: &PeerConfig) -> Result<PeerReport, String> {
 /// Each timed frame's span, from the cloud's publication to its last output (`None`: incomplete).
 type FrameWindows = Vec<Option<(Instant, Instant)>>;
 
+/// The frames the peer published and the outputs matched to them so far.
+#[derive(Default)]
+struct Frames {
+    list: Vec<FrameRecord>,
+    by_stamp: HashMap<(i32, u32), usize>,
+    /// The stamp of the last frame published.
+    last_stamp: Option<(i32, u32)>,
+}
+
+impl Frames {
+    /// An output received: counted for the frame of its stamp (the first arrival per output).
+    fn arrived(&mut self, a: Arrival) {
+        if let Some(&i) = self.by_stamp.get(&a.stamp) {
+            self.list[i].arrivals[a.output].get_or_insert(a.at);
+        }
+    }
+}
+
+/// How the publishing loop went: when it started, the first frame with all its outputs, the
+/// first timed frame, and the hypervisor's steal counter at the timed frames' start and end.
+struct Phases {
+    t0: Instant,
+    first_complete: Option<(usize, Instant)>,
+    timed_start: (usize, Instant),
+    steal_at_start: Option<f64>,
+    steal_at_end: Option<f64>,
+}
+
 /// The publishing loop and the report (see [`run`]), with the timed frames' spans.
 fn drive(
     cfg: &PeerConfig,
@@ -458,25 +486,31 @@ fn drive(
     diag: &DiagLog,
     stalls: &StallLog,
 ) -> Result<(PeerReport, FrameWindows), String> {
+    let mut frames = Frames::default();
+    let phases = publish_frames(cfg, inputs, publishers, outputs, rx, &mut frames)?;
+    wait_for_last_frame(cfg, rx, diag, &mut frames);
+    Ok(report(cfg, inputs, outputs, &frames.list, &phases, diag, stalls))
+}
+
+/// One frame per tick until the timed frames are out: the start (until a frame gets all its
+/// outputs, at most `start_timeout_s`), the warm-up, the timed frames; outputs matched between
+/// ticks.
+fn publish_frames(
+    cfg: &PeerConfig,
+    inputs: &mut [Input],
+    publishers: &[r2r::PublisherUntyped],
+    outputs: &[OutputTopic],
+    rx: &mpsc::Receiver<Arrival>,
+    frames: &mut Frames,
+) -> Result<Phases, String> {
     let period = Duration::from_secs_f64(1.0 / cfg.rate_hz);
     let timed_frames = (cfg.rate_hz * cfg.duration_s).round().max(1.0) as usize;
     let warmup_frames = (cfg.rate_hz * cfg.warmup_s).round() as usize;
-    let mut frames: Vec<FrameRecord> = Vec::new();
-    let mut by_stamp: HashMap<(i32, u32), usize> = HashMap::new();
-    let mut last_stamp: Option<(i32, u32)> = None;
-    let record = |frames: &mut Vec<FrameRecord>, by_stamp: &HashMap<(i32, u32), usize>, a: Arrival| {
-        if let Some(&i) = by_stamp.get(&a.stamp) {
-            frames[i].arrivals[a.output].get_or_insert(a.at);
-        }
-    };
-
     let t0 = Instant::now();
     let mut first_complete: Option<(usize, Instant)> = None;
     let mut timed_start: Option<(usize, Instant)> = None;
     let mut tick = 0u32;
     let mut steal_at_start = None;
-    // the hypervisor's steal counter when the last timed frame was published (set by the break)
-    let steal_at_end;
     loop {
         let deadline = t0 + period * tick;
         // Take outputs until this frame's tick.
@@ -486,91 +520,119 @@ fn drive(
                 break;
             }
             match rx.recv_timeout(deadline - now) {
-                Ok(a) => record(&mut frames, &by_stamp, a),
+                Ok(a) => frames.arrived(a),
                 Err(mpsc::RecvTimeoutError::Timeout) => break,
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Err("the subscriptions ended".into()),
             }
         }
         while let Ok(a) = rx.try_recv() {
-            record(&mut frames, &by_stamp, a);
+            frames.arrived(a);
         }
         if first_complete.is_none() {
-            if frames.iter().any(FrameRecord::complete) {
-                first_complete = Some((frames.len(), Instant::now()));
+            if frames.list.iter().any(FrameRecord::complete) {
+                first_complete = Some((frames.list.len(), Instant::now()));
             } else if t0.elapsed().as_secs_f64() > cfg.start_timeout_s {
-                let got: Vec<&str> = outputs
-                    .iter()
-                    .enumerate()
-                    .filter(|(k, _)| frames.iter().any(|f| f.arrivals[*k].is_some()))
-                    .map(|(_, o)| o.name.as_str())
-                    .collect();
-                return Err(format!(
-                    "no frame got all its outputs within {} s ({} frames published; outputs seen at all: {got:?}): \
-                     is the node running, in namespace `{}`, with the map model the peer expects?",
-                    cfg.start_timeout_s,
-                    frames.len(),
-                    cfg.namespace
-                ));
+                return Err(no_complete_frame(cfg, outputs, &frames.list));
             }
         }
         if let Some((after, _)) = first_complete {
-            if timed_start.is_none() && frames.len() >= after + warmup_frames {
-                timed_start = Some((frames.len(), Instant::now()));
+            if timed_start.is_none() && frames.list.len() >= after + warmup_frames {
+                timed_start = Some((frames.list.len(), Instant::now()));
                 steal_at_start = steal_ms();
             }
         }
-        if let Some((start, _)) = timed_start {
-            if frames.len() >= start + timed_frames {
-                steal_at_end = steal_ms();
-                break;
+        if let Some(start) = timed_start {
+            if frames.list.len() >= start.0 + timed_frames {
+                // the steal counter when the last timed frame was out
+                return Ok(Phases { t0, first_complete, timed_start: start, steal_at_start, steal_at_end: steal_ms() });
             }
         }
-
-        let stamp = wall_stamp();
-        let n = inputs.len();
-        for (i, (input, p)) in inputs.iter_mut().zip(publishers).enumerate() {
-            set_stamp(&mut input.data, stamp)?;
-            let published = Instant::now();
-            p.publish_raw(&input.data).map_err(|e| format!("publish {}: {e}", input.topic))?;
-            if i + 1 == n {
-                by_stamp.insert(stamp, frames.len());
-                last_stamp = Some(stamp);
-                frames.push(FrameRecord {
-                    published,
-                    late_ms: published.saturating_duration_since(deadline).as_secs_f64() * 1e3,
-                    arrivals: vec![None; outputs.len()],
-                });
-            }
-        }
+        publish_frame(inputs, publishers, outputs.len(), deadline, frames)?;
         tick += 1;
     }
+}
 
-    // The last frame's outputs (the node works in order: the frames before it are done by then,
-    // or were skipped).
+/// The error when no frame got all its outputs in `start_timeout_s`: which outputs came at all.
+fn no_complete_frame(cfg: &PeerConfig, outputs: &[OutputTopic], frames: &[FrameRecord]) -> String {
+    let got: Vec<&str> = outputs
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| frames.iter().any(|f| f.arrivals[*k].is_some()))
+        .map(|(_, o)| o.name.as_str())
+        .collect();
+    format!(
+        "no frame got all its outputs within {} s ({} frames published; outputs seen at all: {got:?}): \
+         is the node running, in namespace `{}`, with the map model the peer expects?",
+        cfg.start_timeout_s,
+        frames.len(),
+        cfg.namespace
+    )
+}
+
+/// One frame: every input stamped with the wall clock and published, the cloud last; the frame
+/// is recorded when its cloud went out.
+fn publish_frame(inputs: &mut [Input], publishers: &[r2r::PublisherUntyped], outputs: usize, deadline: Instant, frames: &mut Frames) -> Result<(), String> {
+    let stamp = wall_stamp();
+    let n = inputs.len();
+    for (i, (input, p)) in inputs.iter_mut().zip(publishers).enumerate() {
+        set_stamp(&mut input.data, stamp)?;
+        let published = Instant::now();
+        p.publish_raw(&input.data).map_err(|e| format!("publish {}: {e}", input.topic))?;
+        if i + 1 == n {
+            frames.by_stamp.insert(stamp, frames.list.len());
+            frames.last_stamp = Some(stamp);
+            frames.list.push(FrameRecord {
+                published,
+                late_ms: published.saturating_duration_since(deadline).as_secs_f64() * 1e3,
+                arrivals: vec![None; outputs],
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The last frame's outputs (the node works in order: the frames before it are done by then, or
+/// were skipped), then a `/diagnostics` report that counts it (they come at 1 Hz; a busy node's
+/// may be late), each for at most the grace time.
+fn wait_for_last_frame(cfg: &PeerConfig, rx: &mpsc::Receiver<Arrival>, diag: &DiagLog, frames: &mut Frames) {
     let grace_end = Instant::now() + Duration::from_secs_f64(cfg.grace_s);
-    while frames.last().is_some_and(|f| !f.complete()) {
+    while frames.list.last().is_some_and(|f| !f.complete()) {
         let now = Instant::now();
         if now >= grace_end {
             break;
         }
         match rx.recv_timeout(grace_end - now) {
-            Ok(a) => record(&mut frames, &by_stamp, a),
+            Ok(a) => frames.arrived(a),
             Err(_) => break,
         }
     }
-    // A /diagnostics report that counts the last frame (they come at 1 Hz; a busy node's may be
-    // late). Judged by the stamp the report names, not by when it came: a report made just
-    // before the node counted the frame can arrive after the frame's outputs.
+    // Judged by the stamp the report names, not by when it came: a report made just before the
+    // node counted the frame can arrive after the frame's outputs.
+    let Some(last) = frames.last_stamp else {
+        return;
+    };
     let wait_end = Instant::now() + Duration::from_secs_f64(cfg.grace_s.max(3.0));
-    while let Some(last) = last_stamp {
+    loop {
         let counted = diag.lock().unwrap_or_else(|p| p.into_inner()).last().is_some_and(|d| counts_frame(&d.1, last));
         if counted || Instant::now() >= wait_end {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
 
-    let (timed_from, timed_at) = timed_start.ok_or("the loop ended before the timed frames")?;
+/// The report of the timed frames, with their spans for the host probe.
+fn report(
+    cfg: &PeerConfig,
+    inputs: &[Input],
+    outputs: &[OutputTopic],
+    frames: &[FrameRecord],
+    phases: &Phases,
+    diag: &DiagLog,
+    stalls: &StallLog,
+) -> (PeerReport, FrameWindows) {
+    let period = Duration::from_secs_f64(1.0 / cfg.rate_hz);
+    let (timed_from, timed_at) = phases.timed_start;
     let timed = &frames[timed_from..];
     let latencies: Vec<f64> = timed.iter().filter_map(FrameRecord::latency_ms).collect();
     let lidar: Vec<f64> = timed
@@ -595,7 +657,7 @@ fn drive(
         duration_s: cfg.duration_s,
         outputs: outputs.iter().map(|o| o.name.clone()).collect(),
         inputs: inputs.iter().map(|i| i.topic.clone()).collect(),
-        start_s: first_complete.map_or(0.0, |(_, t)| t.duration_since(t0).as_secs_f64()),
+        start_s: phases.first_complete.map_or(0.0, |(_, t)| t.duration_since(phases.t0).as_secs_f64()),
         published: timed.len(),
         complete: timed.iter().filter(|f| f.complete()).count(),
         partial: timed.iter().filter(|f| !f.complete() && f.arrivals.iter().any(Option::is_some)).count(),
@@ -621,11 +683,11 @@ fn drive(
                 .map(|(t, ms)| ((t.duration_since(timed_at).as_secs_f64() / period.as_secs_f64()) as usize, *ms))
                 .collect()
         },
-        steal_ms: steal_at_start.zip(steal_at_end).map(|(a, b)| b - a),
+        steal_ms: phases.steal_at_start.zip(phases.steal_at_end).map(|(a, b)| b - a),
         probe_median_ms: None,
         probe_ratio: Vec::new(),
     };
-    Ok((report, windows))
+    (report, windows)
 }
 
 #[cfg(test)]

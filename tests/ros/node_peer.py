@@ -39,6 +39,11 @@ The node runs in namespace --ns (so its private topics are <ns>/sptr/...). Scena
              /diagnostics count the calibration change.
              With --faults: a stamp collision, a patched JPEG and a distorted CameraInfo, each
              followed by good frames whose map must be the first good frame's (camera_faults).
+  rig        a rig other than nuScenes' (--rig: a JSON of its cameras, each with its JPEG, K and
+             image size; the node runs with the rig's cameras and calibration file): one
+             CompressedImage and CameraInfo per camera stamped like each cloud, the cloud on
+             --input in frame `lidar`; every camera used and calibrated from the file, and the
+             BEV map topics with the cloud's stamp.
   bench      publish the cloud --frames times, one at a time (the next once the previous one's
              labeled cloud is back), and print receipt-to-publication latency percentiles from
              the node's ~/debug/latency_ms, and the round trip seen by the peer, as JSON.
@@ -820,10 +825,75 @@ def cameras_from_tf(p, args, tf_pub, frame, all_good, infos, maps, map_topics):
           f"map_cells_changed={differ}", flush=True)
 
 
+def scenario_rig(p, args, xyzi):
+    # a slice of the cloud, as in scenario_cameras: the LiDAR half is not under test here
+    xyzi = np.ascontiguousarray(xyzi[:2000])
+    with open(args.rig) as f:
+        rig = json.load(f)
+    cams = {}
+    for c in rig["cameras"]:
+        with open(c["jpeg"], "rb") as f:
+            data = f.read()
+        k = [float(v) for v in c["k"]]
+        info = CameraInfo()
+        info.header.frame_id = c["name"]
+        info.width, info.height = c["width"], c["height"]
+        info.distortion_model = "plumb_bob"
+        info.d = [0.0] * 5
+        info.k = k
+        info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+        info.p = [k[0], 0.0, k[2], 0.0, 0.0, k[4], k[5], 0.0, 0.0, 0.0, 1.0, 0.0]
+        cams[c["name"]] = (data, info)
+    qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+    img_pub = {c: p.create_publisher(CompressedImage, f"{p.base}/input/cameras/{c}/image/compressed", qos) for c in cams}
+    info_pub = {c: p.create_publisher(CameraInfo, f"{p.base}/input/cameras/{c}/camera_info", qos) for c in cams}
+    maps = {}
+    map_topics = [f"map/{c}" for c in MAP_CLASSES] + ["map_bits", "map_color"]
+    for t in map_topics:
+        kind = OccupancyGrid if t.startswith("map/") else Image
+        p.create_subscription(kind, f"{p.base}/output/bev/{t}",
+                              lambda m, t=t: maps.setdefault(stamp_of(m), {}).__setitem__(t, m), 10)
+    for c in cams:
+        p.spin_until(lambda c=c: img_pub[c].get_subscription_count() > 0 and info_pub[c].get_subscription_count() > 0,
+                     f"the node's subscriptions of {c}")
+
+    def frame(what):
+        """Every camera's image (10 ms before the cloud) and CameraInfo, then the cloud until its
+        LiDAR outputs are back; returns the cloud's stamp."""
+        good = cloud(fields_xyzi(), 16, xyzi.shape[0], xyzi.astype("<f4").tobytes(), frame="lidar")
+        t = good.header.stamp.sec + good.header.stamp.nanosec * 1e-9 - 0.01
+        for c, (data, info) in cams.items():
+            m = CompressedImage()
+            m.header.stamp.sec = int(t)
+            m.header.stamp.nanosec = int(round((t - int(t)) * 1e9)) % 1_000_000_000
+            m.header.frame_id = c
+            m.format = "jpeg"
+            m.data = array.array("B", data)
+            img_pub[c].publish(m)
+            info_pub[c].publish(info)
+        end = time.monotonic() + 0.5  # let them arrive before the cloud
+        while time.monotonic() < end:
+            rclpy.spin_once(p, timeout_sec=0.02)
+        p.outputs_of(good, what)
+        return stamp_of(good)
+
+    # a warm-up frame first (see scenario_cameras: samples sent before discovery settles are lost)
+    frame(f"a warm-up cloud with the rig's {len(cams)} cameras")
+    key = frame(f"a cloud with the rig's {len(cams)} cameras")
+    p.spin_until(lambda: p.diag is not None and all(p.diag.get(f"camera {c} last frame") == "used" for c in cams),
+                 f"/diagnostics reporting every camera of the rig used ({', '.join(cams)})")
+    d = p.diag
+    for c in cams:
+        if not d[f"camera {c} calibration"].startswith("extrinsic from file"):
+            fail(f"{c}: calibration {d[f'camera {c} calibration']!r}, expected from the rig's calibration file")
+    check_maps(p, args, maps, map_topics, key, "the rig's cloud")
+    print(f"RESULT rig cameras_used={len(cams)} bev_map={args.map_cells}x{args.map_cells} topics={len(map_topics)}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", required=True)
-    ap.add_argument("--scenario", required=True, choices=["valid", "robust", "burst", "bench", "cameras"])
+    ap.add_argument("--scenario", required=True, choices=["valid", "robust", "burst", "bench", "cameras", "rig"])
     ap.add_argument("--cloud", required=True)
     ap.add_argument("--expect-voxels", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=20.0)
@@ -848,6 +918,8 @@ def main():
     ap.add_argument("--map-cells", type=int, default=0,
                     help="cameras: expect the BEV map topics, this many cells a side (0: no model)")
     ap.add_argument("--map-resolution", type=float, default=0.5, help="cameras: the BEV map's cell size")
+    ap.add_argument("--rig", default=None,
+                    help="rig: a JSON of the cameras ({\"cameras\": [{\"name\", \"jpeg\", \"k\": 9 values, \"width\", \"height\"}]})")
     ap.add_argument("--calibration", choices=["file", "tf"], default="file",
                     help="cameras: extrinsics from the node's calibration file, or published on /tf_static")
     ap.add_argument("--faults", action="store_true",
@@ -863,7 +935,7 @@ def main():
     try:
         p.wait_connected()
         {"valid": scenario_valid, "robust": scenario_robust, "burst": scenario_burst,
-         "bench": scenario_bench, "cameras": scenario_cameras}[args.scenario](p, args, xyzi)
+         "bench": scenario_bench, "cameras": scenario_cameras, "rig": scenario_rig}[args.scenario](p, args, xyzi)
         print("node_peer: OK", flush=True)
     finally:
         p.destroy_node()

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::cli::args::{bandwidth_arg, int_in};
+use crate::sensors::calib::camera::Calibration;
 use crate::sensors::image::compressed::JpegDecoderChoice;
 
 #[derive(clap::Args)]
@@ -178,13 +179,15 @@ pub struct BevsegArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// nuScenes-style calib.json.
+    /// The rig: a calibration YAML (any cameras, each with intrinsics and image_size) or a
+    /// nuScenes calib.json (its six cameras, intrinsics for the images' size).
     #[arg(long, default_value = "tests/data/nuscenes/calib.json")]
     calib: PathBuf,
-    /// Six JPEGs in nuScenes camera order (CAM_FRONT, CAM_FRONT_RIGHT, CAM_FRONT_LEFT,
-    /// CAM_BACK, CAM_BACK_LEFT, CAM_BACK_RIGHT); default: the sample in tests/data/nuscenes.
-    #[arg(long, num_args = 6)]
-    images: Vec<PathBuf>,
+    /// One JPEG per camera of --calib: CAM=FILE (matched by name), or plain files in the
+    /// calibration's camera order (a calib.json: CAM_FRONT, CAM_FRONT_RIGHT, CAM_FRONT_LEFT,
+    /// CAM_BACK, CAM_BACK_LEFT, CAM_BACK_RIGHT); default: the six of tests/data/nuscenes.
+    #[arg(long, num_args = 1..)]
+    images: Vec<String>,
     /// LiDAR cloud for the fusion model (default: the sample sweep in tests/data/nuscenes).
     #[arg(long)]
     cloud: Option<PathBuf>,
@@ -212,16 +215,70 @@ fn nuscenes_sample(part: &str) -> Result<PathBuf> {
     hits.into_iter().next().with_context(|| format!("no file with `{part}` in {}", dir.display()))
 }
 
-/// The images (default: the nuScenes sample's six) and, for the fusion model, the cloud as
+/// The bench's rig: the calibration (a calibration YAML: any cameras; a calib.json: nuScenes'
+/// six, its intrinsics for the images' size) and one JPEG per camera in the calibration's
+/// order, from `CAM=FILE` matched by name or plain files in that order (none: the nuScenes
+/// sample's six). The bench times whole frames: every camera needs its image.
+fn bench_rig(calib_path: &Path, images: &[String]) -> Result<(Calibration, Vec<PathBuf>)> {
+    use crate::sensors::calib::file::{calibration_from_file, is_calibration_yaml, NUSCENES_IMAGE_SIZE};
+    let named = images.iter().filter(|s| s.contains('=')).count();
+    if named != 0 && named != images.len() {
+        anyhow::bail!("--images: give every image as CAM=FILE, or none (plain files in the calibration's camera order)");
+    }
+    let files: Vec<(Option<String>, PathBuf)> = if images.is_empty() {
+        crate::sensors::calib::camera::NUSCENES_CAMERAS
+            .iter()
+            .map(|c| Ok((None, nuscenes_sample(&format!("__{c}__"))?)))
+            .collect::<Result<_>>()?
+    } else if named > 0 {
+        images
+            .iter()
+            .map(|s| crate::cli::bevseg::parse_camera_image(s).map(|(c, f)| (Some(c), f)).map_err(|e| anyhow::anyhow!("--images {e}")))
+            .collect::<Result<_>>()?
+    } else {
+        images.iter().map(|s| (None, PathBuf::from(s))).collect()
+    };
+    // the cameras and their order (a calib.json's intrinsics are scaled below, once the images' size is known)
+    let calib = calibration_from_file(calib_path, NUSCENES_IMAGE_SIZE)?;
+    let names: Vec<&str> = calib.cameras.iter().map(|c| c.name.as_str()).collect();
+    let ordered: Vec<PathBuf> = if named > 0 {
+        let mut slots: Vec<Option<PathBuf>> = vec![None; calib.len()];
+        for (cam, file) in files {
+            let cam = cam.unwrap_or_default();
+            let i = names.iter().position(|n| *n == cam).with_context(|| {
+                format!("--images {cam}={}: unknown camera; the calibration's cameras are {}", file.display(), names.join(", "))
+            })?;
+            if slots[i].replace(file).is_some() {
+                anyhow::bail!("--images: camera {cam} is given twice");
+            }
+        }
+        let missing: Vec<&str> = names.iter().zip(&slots).filter(|(_, f)| f.is_none()).map(|(n, _)| *n).collect();
+        if !missing.is_empty() {
+            anyhow::bail!("--images: no image for {}: the bench times whole frames, give every camera of the calibration ({})", missing.join(", "), names.join(", "));
+        }
+        slots.into_iter().flatten().collect()
+    } else {
+        if files.len() != calib.len() {
+            anyhow::bail!("--images: {} images for the calibration's {} cameras: give one per camera in the order {} (or CAM=FILE)", files.len(), calib.len(), names.join(", "));
+        }
+        files.into_iter().map(|(_, f)| f).collect()
+    };
+    if is_calibration_yaml(calib_path) {
+        return Ok((calib, ordered));
+    }
+    let first = &ordered[0];
+    let bytes = std::fs::read(first).with_context(|| format!("{}: cannot read", first.display()))?;
+    let size = crate::sensors::image::compressed::jpeg_size(&bytes, &crate::sensors::image::encodings::DecodeLimits::default())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", first.display()))?;
+    Ok((calibration_from_file(calib_path, size)?, ordered))
+}
+
+/// The rig (default: the nuScenes sample's six images) and, for the fusion model, the cloud as
 /// `--sweeps` synthetic sweeps; then the bench.
 pub fn bevseg(a: BevsegArgs) -> Result<()> {
     use crate::models::bevfusion::seg::{BevSegConfig, BevSegKind};
     let cfg = BevSegConfig::load(&a.model)?;
-    let images = if a.images.is_empty() {
-        crate::sensors::calib::camera::NUSCENES_CAMERAS.iter().map(|c| nuscenes_sample(&format!("__{c}__"))).collect::<Result<Vec<_>>>()?
-    } else {
-        a.images
-    };
+    let (calib, images) = bench_rig(&a.calib, &a.images)?;
     let cloud = match (cfg.kind, a.cloud) {
         (BevSegKind::Camera, None) if a.sweeps > 1 => anyhow::bail!("{} is the camera-only model: --sweeps is for the fusion model", a.model.display()),
         (BevSegKind::Camera, None) => None,
@@ -235,19 +292,19 @@ pub fn bevseg(a: BevsegArgs) -> Result<()> {
             Some(crate::ops::voxelize::hard::synthetic_sweeps(&rows, a.sweeps))
         }
     };
-    run_bevseg_bench(a.model, a.weights, a.seed, a.calib, images, cloud, a.warmup, a.iters)
+    run_bevseg_bench(a.model, a.weights, a.seed, calib, images, cloud, a.warmup, a.iters)
 }
 
 #[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
-fn run_bevseg_bench(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: PathBuf, images: Vec<PathBuf>, cloud: Option<Vec<[f32; 5]>>, warmup: usize, iters: usize) -> Result<()> {
+fn run_bevseg_bench(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: Calibration, images: Vec<PathBuf>, cloud: Option<Vec<[f32; 5]>>, warmup: usize, iters: usize) -> Result<()> {
     let args = crate::bench::bevseg::BevSegBenchArgs { model, weights, seed, calib, images, cloud, warmup, iters };
     println!("{}", crate::bench::bevseg::run_bench(&args)?);
     Ok(())
 }
 #[cfg(not(feature = "cuda"))]
 #[allow(clippy::too_many_arguments)]
-fn run_bevseg_bench(_: PathBuf, _: Option<PathBuf>, _: u64, _: PathBuf, _: Vec<PathBuf>, _: Option<Vec<[f32; 5]>>, _: usize, _: usize) -> Result<()> {
+fn run_bevseg_bench(_: PathBuf, _: Option<PathBuf>, _: u64, _: Calibration, _: Vec<PathBuf>, _: Option<Vec<[f32; 5]>>, _: usize, _: usize) -> Result<()> {
     anyhow::bail!("`bench bevseg` needs the CUDA backend: rebuild with `--features cuda`")
 }
 

@@ -22,7 +22,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::sensors::calib::camera::{intrinsics_from_k, mat4_inverse_affine, CameraCalib, Mat3, Mat4};
+use crate::sensors::calib::camera::{intrinsics_from_k, mat4_inverse_affine, CameraCalib, Calibration, Mat3, Mat4, NUSCENES_CAMERAS};
 use crate::Error;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -88,6 +88,47 @@ impl CalibrationFile {
     pub fn camera(&self, name: &str) -> Option<&FileCamera> {
         self.cameras.get(name)
     }
+}
+
+/// nuScenes' raw camera image size, what its calib.json's `cam2img` is for.
+pub const NUSCENES_IMAGE_SIZE: (usize, usize) = (1600, 900);
+
+/// Whether `path` names a calibration YAML (`.yaml` / `.yml`) rather than a nuScenes calib.json.
+pub fn is_calibration_yaml(path: &Path) -> bool {
+    path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"))
+}
+
+/// A rig's calibration from a file alone, for the commands that have no CameraInfo and no TF
+/// (`sptr bevseg`, `sptr bench bevseg`): a calibration YAML with `intrinsics` and `image_size`
+/// for every camera (any names, any count, any image size; nuScenes' six in nuScenes order,
+/// others in name order), or else a nuScenes `calib.json` (its six cameras) whose intrinsics are
+/// for `json_image_size`.
+pub fn calibration_from_file(path: &Path, json_image_size: (usize, usize)) -> Result<Calibration, Error> {
+    if !is_calibration_yaml(path) {
+        let (w, h) = json_image_size;
+        return Calibration::load_nuscenes_json(path, &NUSCENES_CAMERAS, w, h);
+    }
+    let source = path.display().to_string();
+    let file = CalibrationFile::load(path)?;
+    if file.cameras.is_empty() {
+        return Err(Error::InvalidInput(format!("calibration file {source}: no camera: list the rig's cameras under `cameras:`")));
+    }
+    let names: Vec<&str> = if file.cameras.len() == NUSCENES_CAMERAS.len() && NUSCENES_CAMERAS.iter().all(|n| file.cameras.contains_key(*n)) {
+        NUSCENES_CAMERAS.to_vec()
+    } else {
+        file.cameras.keys().map(String::as_str).collect()
+    };
+    let mut cams = Vec::with_capacity(names.len());
+    for name in names {
+        let c = file.camera(name).ok_or_else(|| Error::InvalidInput(format!("calibration file {source}: no camera `{name}`")))?;
+        let (k, w, h) = c.intrinsics.ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "calibration file {source}: camera `{name}` has no `intrinsics` and `image_size`: without CameraInfo messages they come from the file alone, so give both"
+            ))
+        })?;
+        cams.push(CameraCalib::new(name, k, c.camera_to_lidar, w, h).map_err(|e| Error::InvalidInput(format!("calibration file {source}: {e}")))?);
+    }
+    Calibration::new(cams)
 }
 
 /// `K` from a CameraInfo: its `k`, or its projection `p` for a rectified image
