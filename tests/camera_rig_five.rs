@@ -240,7 +240,7 @@ fn rig_image_args(skip: Option<&str>) -> Vec<String> {
 }
 
 fn sptr_strings(args: &[String]) -> Output {
-    Command::new(common::sptr_exe()).current_dir(common::root()).args(args).output().expect("run sptr")
+    sptr(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 /// `sptr bevseg` on the rig from its calibration file alone: the five 1920 × 1080 images matched
@@ -355,7 +355,7 @@ fn rig_bag_with_two_clouds(dir: &Path) -> PathBuf {
 fn replay_takes_the_lidar_topic_of_the_params_file() {
     let dir = temp_dir("two-clouds");
     let bag = rig_bag_with_two_clouds(&dir).display().to_string();
-    let model = small_lidar_model(&dir);
+    let model = common::small_nuscenes_model(&dir);
     let small = common::data("bevseg/camera_small.yaml").display().to_string();
     for (extra, topic) in [(None, "/lidar/points"), (Some("/lidar/points_raw"), "/lidar/points_raw")] {
         let out = dir.join(format!("out{}", extra.is_some() as u8));
