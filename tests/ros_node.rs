@@ -565,6 +565,13 @@ fn over_budget_gives_warn_then_error() {
 /// Params for the camera scenarios: the six nuScenes cameras, the reduced fusion map model with
 /// `random:0` weights (CPU), and `calibration_file` when given (else none: extrinsics from TF).
 fn camera_params(ns: &str, calibration_file: Option<&Path>) -> PathBuf {
+    let nuscenes = ["CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_FRONT_LEFT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_BACK_RIGHT"];
+    rig_params(ns, &nuscenes, calibration_file, |t| t)
+}
+
+/// Params with the cameras `cameras`, the reduced fusion map model with `random:0` weights (CPU),
+/// and `calibration_file` when given; `edit` rewrites the rest.
+fn rig_params(ns: &str, cameras: &[&str], calibration_file: Option<&Path>, edit: impl Fn(String) -> String) -> PathBuf {
     params_file(ns, "cpu", |t| {
         let from_cams = "cameras: []                 # camera names";
         let from_calib = "calibration_file: \"\"";
@@ -577,14 +584,11 @@ fn camera_params(ns: &str, calibration_file: Option<&Path>) -> PathBuf {
         let t = t
             .replacen(from_model, &format!("model_config: {}", small.display()), 1)
             .replacen(from_weights, "model_weights: \"random:0\"", 1)
-            .replace(
-                from_cams,
-                "cameras: [CAM_FRONT, CAM_FRONT_RIGHT, CAM_FRONT_LEFT, CAM_BACK, CAM_BACK_LEFT, CAM_BACK_RIGHT]   # camera names",
-            );
-        match calibration_file {
+            .replace(from_cams, &format!("cameras: [{}]   # camera names", cameras.join(", ")));
+        edit(match calibration_file {
             Some(f) => t.replace(from_calib, &format!("calibration_file: {}", f.display())),
             None => t,
-        }
+        })
     })
 }
 
@@ -713,21 +717,10 @@ fn five_camera_rig_over_dds_is_used_calibrated_and_mapped() {
     let rig_json = tmp().join(format!("{ns}_rig.json"));
     std::fs::write(&rig_json, serde_json::json!({ "cameras": cameras }).to_string()).expect("write the rig's JSON");
     let names: Vec<&str> = calib.cameras.keys().map(String::as_str).collect();
-    let params = params_file(&ns, "cpu", |t| {
-        let from_cams = "cameras: []                 # camera names";
-        let from_calib = "calibration_file: \"\"";
-        let (from_model, from_weights) = ("model_config: \"\"", "model_weights: \"\"");
+    let params = rig_params(&ns, &names, Some(&calib_path), |t| {
         let from_input = "input_points: ~/input/points";
-        assert!(
-            [from_cams, from_calib, from_model, from_weights, from_input].iter().all(|f| t.contains(f)),
-            "config/perception.yaml changed: update this test\n{t}"
-        );
-        let small = manifest().join("tests/data/bevseg/fusion_small.yaml");
-        t.replacen(from_model, &format!("model_config: {}", small.display()), 1)
-            .replacen(from_weights, "model_weights: \"random:0\"", 1)
-            .replace(from_cams, &format!("cameras: [{}]   # camera names", names.join(", ")))
-            .replace(from_calib, &format!("calibration_file: {}", calib_path.display()))
-            .replace(from_input, "input_points: lidar/points")
+        assert!(t.contains(from_input), "config/perception.yaml changed: update this test\n{t}");
+        t.replace(from_input, "input_points: lidar/points")
     });
     // TF remapped into the test's namespace, as for the other camera tests: nothing is published
     // there, so every extrinsic comes from the rig's file

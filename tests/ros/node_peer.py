@@ -556,6 +556,17 @@ def rig_tf(camera_dir, turn_front=False):
     return msg
 
 
+def subscribe_maps(p, maps):
+    """Subscribes to every BEV map topic; each message lands in maps[its stamp][topic]. Returns
+    the topics (relative to ~/output/bev)."""
+    map_topics = [f"map/{c}" for c in MAP_CLASSES] + ["map_bits", "map_color"]
+    for t in map_topics:
+        kind = OccupancyGrid if t.startswith("map/") else Image
+        p.create_subscription(kind, f"{p.base}/output/bev/{t}",
+                              lambda m, t=t: maps.setdefault(stamp_of(m), {}).__setitem__(t, m), 10)
+    return map_topics
+
+
 def scenario_cameras(p, args, xyzi):
     # 2,000 points of the cloud: the LiDAR half is not under test here, and a debug build of the
     # node runs it in seconds instead of minutes.
@@ -568,12 +579,7 @@ def scenario_cameras(p, args, xyzi):
     p.create_subscription(Float64, f"{p.base}/debug/stage_ms/camera_decode", lambda m: decode_ms.append(m.data), 100)
     # the BEV map outputs, by the stamp of the cloud they answer: {stamp: {topic: msg}}
     maps = {}
-    map_topics = [f"map/{c}" for c in MAP_CLASSES] + ["map_bits", "map_color"]
-    if args.map_cells:
-        for t in map_topics:
-            kind = OccupancyGrid if t.startswith("map/") else Image
-            p.create_subscription(kind, f"{p.base}/output/bev/{t}",
-                                  lambda m, t=t: maps.setdefault(stamp_of(m), {}).__setitem__(t, m), 10)
+    map_topics = subscribe_maps(p, maps) if args.map_cells else [f"map/{c}" for c in MAP_CLASSES] + ["map_bits", "map_color"]
     for c in cams:
         p.spin_until(lambda c=c: img_pub[c].get_subscription_count() > 0 and info_pub[c].get_subscription_count() > 0,
                      f"the node's subscriptions of {c}")
@@ -848,11 +854,7 @@ def scenario_rig(p, args, xyzi):
     img_pub = {c: p.create_publisher(CompressedImage, f"{p.base}/input/cameras/{c}/image/compressed", qos) for c in cams}
     info_pub = {c: p.create_publisher(CameraInfo, f"{p.base}/input/cameras/{c}/camera_info", qos) for c in cams}
     maps = {}
-    map_topics = [f"map/{c}" for c in MAP_CLASSES] + ["map_bits", "map_color"]
-    for t in map_topics:
-        kind = OccupancyGrid if t.startswith("map/") else Image
-        p.create_subscription(kind, f"{p.base}/output/bev/{t}",
-                              lambda m, t=t: maps.setdefault(stamp_of(m), {}).__setitem__(t, m), 10)
+    map_topics = subscribe_maps(p, maps)
     for c in cams:
         p.spin_until(lambda c=c: img_pub[c].get_subscription_count() > 0 and info_pub[c].get_subscription_count() > 0,
                      f"the node's subscriptions of {c}")
