@@ -13,6 +13,9 @@ pub fn command() -> Result<()> {
             Ok(v) => println!("NVRTC {}.{}; kernel cache {}", v.0, v.1, nvrtc::cache_dir().display()),
             Err(e) => println!("NVRTC: {e}"),
         }
+        if let Ok(archs) = nvrtc::supported_archs() {
+            println!("NVRTC compiles for: {}", archs.iter().map(|a| a.sm()).collect::<Vec<_>>().join(", "));
+        }
         match cuda::CudaDevice::new(0) {
             Ok(d) => println!("GPU 0: {} ({})", d.name, d.arch.sm()),
             Err(e) => println!("GPU: {e}"),

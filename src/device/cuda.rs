@@ -122,6 +122,9 @@ impl CudaDevice {
         unsafe { ctx.disable_event_tracking() };
         let (major, minor) = ctx.compute_capability().map_err(cuda_err("reading the compute capability"))?;
         let name = ctx.name().map_err(cuda_err("reading the device name"))?;
+        let arch = Arch { major: major as u32, minor: minor as u32 };
+        // A GPU this NVRTC cannot compile for is refused here, at start, not at its first kernel.
+        nvrtc::check_arch(arch).map_err(|e| Error::Cuda(format!("GPU {ordinal} ({name}, {}) cannot be used: {e}", arch.sm())))?;
         let stream = if high_priority {
             // (least, greatest): lower numbers are higher priorities, 0 is the default
             let (_, greatest) = cudarc::driver::result::stream::get_priority_range().map_err(cuda_err("reading the stream priorities"))?;
@@ -134,7 +137,7 @@ impl CudaDevice {
         Ok(CudaDevice {
             ctx,
             stream,
-            arch: Arch { major: major as u32, minor: minor as u32 },
+            arch,
             name,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),

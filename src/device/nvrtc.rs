@@ -160,10 +160,51 @@ fn check_storage(k: &KernelSource, storage: Storage) -> Result<(), Error> {
     }
 }
 
+/// The architectures this NVRTC compiles for (`nvrtcGetSupportedArchs`), lowest first: each
+/// release knows the GPUs up to its own (12.6 stops at sm_90; 12.8 added sm_100 and sm_120) and
+/// drops old ones (13.0 starts at sm_75). Read once per process.
+pub fn supported_archs() -> Result<Vec<Arch>, Error> {
+    static ARCHS: std::sync::OnceLock<Vec<Arch>> = std::sync::OnceLock::new();
+    if let Some(a) = ARCHS.get() {
+        return Ok(a.clone());
+    }
+    require_nvrtc()?;
+    let mut n = 0;
+    // SAFETY: valid out-pointers; the array has the length NVRTC reported.
+    let mut codes = unsafe {
+        check(sys::nvrtcGetNumSupportedArchs(&mut n), "nvrtcGetNumSupportedArchs")?;
+        let mut v = vec![0i32; n.max(0) as usize];
+        check(sys::nvrtcGetSupportedArchs(v.as_mut_ptr()), "nvrtcGetSupportedArchs")?;
+        v
+    };
+    codes.sort_unstable();
+    let archs: Vec<Arch> = codes.into_iter().filter(|&c| c > 0).map(|c| Arch { major: c as u32 / 10, minor: c as u32 % 10 }).collect();
+    Ok(ARCHS.get_or_init(|| archs).clone())
+}
+
+/// An error naming the NVRTC and what it knows unless it compiles for `arch`: a GPU newer (or,
+/// for CUDA 13, older) than this NVRTC is refused before any compile, not mis-compiled.
+pub fn check_arch(arch: Arch) -> Result<(), Error> {
+    let known = supported_archs()?;
+    if known.contains(&arch) {
+        return Ok(());
+    }
+    let (major, minor) = nvrtc_version()?;
+    let list: Vec<String> = known.iter().map(Arch::sm).collect();
+    let newer = known.last().is_some_and(|last| (arch.major, arch.minor) > (last.major, last.minor));
+    let what = if newer {
+        "this GPU is newer than this NVRTC: put the NVRTC of a CUDA release that knows it first on LD_LIBRARY_PATH (sm_100 and sm_120 need CUDA 12.8 or later)"
+    } else {
+        "this NVRTC no longer compiles for this GPU: put an older NVRTC (CUDA 12) first on LD_LIBRARY_PATH"
+    };
+    Err(Error::KernelCompile(format!("NVRTC {major}.{minor} cannot compile for {} (it knows {}): {what}", arch.sm(), list.join(", "))))
+}
+
 /// [`compile`] of `k`'s build for `storage`.
 pub fn compile_storage(k: &KernelSource, arch: Arch, storage: Storage) -> Result<Compiled, Error> {
     check_storage(k, storage)?;
     require_nvrtc()?;
+    check_arch(arch)?;
     let includes = include_dirs();
     let src = CString::new(kernels::full_source(k))
         .map_err(|_| Error::KernelCompile(format!("{}: source contains a NUL byte", k.name)))?;
