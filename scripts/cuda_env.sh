@@ -1,14 +1,48 @@
 #!/usr/bin/env bash
 # NVRTC + CUDA headers from PyPI wheels, for compiling kernels on a machine without CUDA
 # (CI, laptops). Pinned to the 13.0 series: the GPU hosts' driver is CUDA 13.0 and a newer
-# NVRTC emits PTX that driver cannot load.
+# NVRTC emits PTX that driver cannot load. SPTR_CUDA_MAJOR=12 gives NVRTC 12.6 instead (Jetson
+# Orin's JetPack 6 release) in a venv of its own, for the compile test of every kernel with it.
 #
 #   source scripts/cuda_env.sh          # creates/reuses the venv, exports SPTR_CUDA_INCLUDE and LD_LIBRARY_PATH
 #   scripts/cuda_env.sh --print         # prints the export lines
+#   SPTR_CUDA_MAJOR=12 source scripts/cuda_env.sh
+#                                       # NVRTC 12.6: LD_LIBRARY_PATH is set to its library
+#                                       # alone (cudarc takes a libnvrtc.so.13 anywhere on the
+#                                       # path before a .so.12), the CUDA 12.6 headers
 #
-# Idempotent and cached outside the clone: ${SPTR_CACHE:-$HOME/.cache/sptr}/cuda-venv.
-# On a machine with a CUDA toolkit (CUDA_HOME or /usr/local/cuda with include/cuda_fp16.h) the
-# toolkit is used instead and nothing is installed.
+# Idempotent and cached outside the clone: ${SPTR_CACHE:-$HOME/.cache/sptr}/cuda-venv (and
+# cuda12-venv). On a machine with a CUDA toolkit (CUDA_HOME or /usr/local/cuda with
+# include/cuda_fp16.h) the toolkit is used instead and nothing is installed (13 only).
+
+_sptr_cuda12_setup() (
+    set -euo pipefail
+    local cache="${SPTR_CACHE:-$HOME/.cache/sptr}"
+    local venv="$cache/cuda12-venv"
+    local stamp="$venv/.sptr-cuda-12.6.85"
+    if [ -f "$stamp" ]; then
+        exit 0
+    fi
+    echo "[cuda_env] creating $venv (NVRTC 12.6 + CUDA 12.6 runtime headers, ~85 MB)" >&2
+    mkdir -p "$cache"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check \
+        nvidia-cuda-nvrtc-cu12==12.6.85 nvidia-cuda-runtime-cu12==12.6.77 >&2
+    touch "$stamp"
+)
+
+_sptr_cuda12_exports() {
+    local venv="${SPTR_CACHE:-$HOME/.cache/sptr}/cuda12-venv"
+    local base
+    base=$(ls -d "$venv"/lib/python3*/site-packages/nvidia 2>/dev/null | head -1)
+    if [ -z "$base" ] || [ ! -f "$base/cuda_nvrtc/lib/libnvrtc.so.12" ]; then
+        echo "echo '[cuda_env] NVRTC 12.6 wheels not found under $venv' >&2; false"
+        return 1
+    fi
+    echo "export SPTR_CUDA_INCLUDE=$base/cuda_runtime/include"
+    echo "export LD_LIBRARY_PATH=$base/cuda_nvrtc/lib"
+}
 
 _sptr_cuda_setup() (
     set -euo pipefail
@@ -46,6 +80,11 @@ _sptr_cuda_exports() {
 }
 
 _sptr_cuda_main() {
+    if [ "${SPTR_CUDA_MAJOR:-13}" = 12 ]; then
+        _sptr_cuda12_setup || return 1
+        _sptr_cuda12_exports
+        return
+    fi
     local system_cuda="${CUDA_HOME:-/usr/local/cuda}"
     if [ ! -f "$system_cuda/include/cuda_fp16.h" ]; then
         _sptr_cuda_setup || return 1

@@ -1,7 +1,11 @@
-//! Every kernel compiles with NVRTC for Hopper (sm_90), Jetson Orin (sm_87) and Ampere (sm_86),
-//! the modules that store activations in all three storage builds (FP16, BF16, FP32).
-//! Needs libnvrtc (the PyPI wheel on CI, see scripts/cuda_env.sh), no GPU. Without NVRTC the
-//! tests skip, unless SPTR_REQUIRE_NVRTC=1 (README's test command sets it).
+//! Every kernel compiles with NVRTC for every GPU a vehicle carries that this NVRTC knows:
+//! Ampere (sm_86), Jetson Orin (sm_87), Ada (sm_89), Hopper (sm_90), Blackwell (sm_100, sm_120);
+//! the modules that store activations in all three storage builds (FP16, BF16, FP32). A GPU this
+//! NVRTC does not know is refused with an error naming it, before any compile. CI runs this
+//! binary twice: with NVRTC 13.0 and with NVRTC 12.6 (JetPack 6's; `SPTR_EXPECT_NVRTC=12.6`
+//! makes sure that is the one loaded). Needs libnvrtc (the PyPI wheels on CI, see
+//! scripts/cuda_env.sh), no GPU. Without NVRTC the tests skip, unless SPTR_REQUIRE_NVRTC=1
+//! (README's test command sets it).
 #![cfg(feature = "cuda")]
 
 use sptr::device::kernels;
@@ -19,35 +23,132 @@ fn nvrtc_here(test: &str) -> bool {
     false
 }
 
+/// The GPUs of vehicles and fleets (see docs/platforms.md), oldest first.
+const VEHICLE_ARCHS: [&str; 6] = ["sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_120"];
+
+/// Which of [`VEHICLE_ARCHS`] an NVRTC release must know: 12.6 ends at sm_90, 12.8 added the
+/// Blackwell GPUs, 13.0 keeps all six.
+fn must_know(version: (i32, i32), arch: Arch) -> bool {
+    arch.major < 10 || version >= (12, 8)
+}
+
 #[test]
-fn every_kernel_compiles_for_sm90_sm87_sm86() {
-    if !nvrtc_here("every_kernel_compiles_for_sm90_sm87_sm86") {
+fn the_nvrtc_loaded_is_the_one_expected() {
+    let Ok(want) = std::env::var("SPTR_EXPECT_NVRTC") else {
+        eprintln!("SKIPPED the_nvrtc_loaded_is_the_one_expected: SPTR_EXPECT_NVRTC not set");
         return;
+    };
+    assert!(nvrtc_here("the_nvrtc_loaded_is_the_one_expected"), "SPTR_EXPECT_NVRTC={want} but no libnvrtc");
+    let (major, minor) = nvrtc::nvrtc_version().unwrap();
+    assert_eq!(format!("{major}.{minor}"), want, "LD_LIBRARY_PATH loads another NVRTC than the one this run is for");
+}
+
+/// Every kernel module, in each of its storage builds, for `arch` when this NVRTC knows it (a
+/// CUBIN, no warning, the storage builds differing); else refused with a message, and this
+/// NVRTC must be one that is allowed not to know it. Returns whether it compiled.
+fn every_kernel_for(arch: &str) -> bool {
+    let test = format!("every_kernel_compiles_for_{arch}");
+    if !nvrtc_here(&test) {
+        return false;
     }
     assert!(!kernels::ALL.is_empty());
-    let mut builds = 0;
-    for arch in ["sm_90", "sm_87", "sm_86"] {
-        let arch: Arch = arch.parse().unwrap();
+    let version = nvrtc::nvrtc_version().unwrap();
+    let known = nvrtc::supported_archs().unwrap();
+    let arch: Arch = arch.parse().unwrap();
+    if !known.contains(&arch) {
+        assert!(!must_know(version, arch), "NVRTC {version:?} must know {} (it lists {known:?})", arch.sm());
+        // refused with a message naming the GPU and the NVRTC, for every module
+        let v = format!("NVRTC {}.{}", version.0, version.1);
         for k in kernels::ALL {
-            let mut cubins = Vec::new();
-            for storage in Storage::ALL {
-                if storage != Storage::Fp16 && !kernels::has_storage_twin(k.name) {
-                    continue;
-                }
-                let c = nvrtc::compile_storage(k, arch, storage).unwrap_or_else(|e| panic!("{} ({storage}) for {}: {e}", k.name, arch.sm()));
-                // A CUBIN is an ELF file.
-                assert_eq!(&c.cubin[..4], b"\x7fELF", "{} ({storage}) for {}: not an ELF cubin", k.name, arch.sm());
-                assert!(!c.log.contains("warning"), "{} ({storage}) for {}: compiler warnings:\n{}", k.name, arch.sm(), c.log);
-                cubins.push(c.cubin);
-                builds += 1;
+            let e = nvrtc::compile(k, arch).err().unwrap_or_else(|| panic!("{} compiled for {}, which {v} does not list", k.name, arch.sm())).to_string();
+            assert!(e.contains(&v) && e.contains(&format!("cannot compile for {}", arch.sm())) && e.contains("newer than this NVRTC"), "{e}");
+        }
+        eprintln!("{v}: {} refused, as it should be", arch.sm());
+        return false;
+    }
+    let mut builds = 0;
+    for k in kernels::ALL {
+        let mut cubins = Vec::new();
+        for storage in Storage::ALL {
+            if storage != Storage::Fp16 && !kernels::has_storage_twin(k.name) {
+                continue;
             }
-            if cubins.len() == 3 {
-                assert_ne!(cubins[0], cubins[1], "{} for {}: the BF16 build must differ from the FP16 one", k.name, arch.sm());
-                assert_ne!(cubins[0], cubins[2], "{} for {}: the FP32 build must differ from the FP16 one", k.name, arch.sm());
-            }
+            let c = nvrtc::compile_storage(k, arch, storage).unwrap_or_else(|e| panic!("{} ({storage}) for {}: {e}", k.name, arch.sm()));
+            // A CUBIN is an ELF file.
+            assert_eq!(&c.cubin[..4], b"\x7fELF", "{} ({storage}) for {}: not an ELF cubin", k.name, arch.sm());
+            assert!(!c.log.contains("warning"), "{} ({storage}) for {}: compiler warnings:\n{}", k.name, arch.sm(), c.log);
+            cubins.push(c.cubin);
+            builds += 1;
+        }
+        if cubins.len() == 3 {
+            assert_ne!(cubins[0], cubins[1], "{} for {}: the BF16 build must differ from the FP16 one", k.name, arch.sm());
+            assert_ne!(cubins[0], cubins[2], "{} for {}: the FP32 build must differ from the FP16 one", k.name, arch.sm());
         }
     }
-    assert_eq!(builds, 3 * (kernels::ALL.len() + 2 * kernels::STORAGE_MODULES.len()));
+    assert_eq!(builds, kernels::ALL.len() + 2 * kernels::STORAGE_MODULES.len());
+    eprintln!("NVRTC {}.{}: every kernel compiled for {}", version.0, version.1, arch.sm());
+    true
+}
+
+// One test per GPU, so that the compiles run on every core.
+#[test]
+fn every_kernel_compiles_for_sm_86() {
+    every_kernel_for("sm_86");
+}
+#[test]
+fn every_kernel_compiles_for_sm_87() {
+    every_kernel_for("sm_87");
+}
+#[test]
+fn every_kernel_compiles_for_sm_89() {
+    every_kernel_for("sm_89");
+}
+#[test]
+fn every_kernel_compiles_for_sm_90() {
+    every_kernel_for("sm_90");
+}
+#[test]
+fn every_kernel_compiles_for_sm_100() {
+    every_kernel_for("sm_100");
+}
+#[test]
+fn every_kernel_compiles_for_sm_120() {
+    every_kernel_for("sm_120");
+}
+
+/// Each GPU of [`VEHICLE_ARCHS`] has its test above, and any NVRTC the project supports knows at
+/// least the four before Blackwell.
+#[test]
+fn the_vehicle_gpus_are_each_tested() {
+    let src = include_str!("nvrtc_compile.rs");
+    for arch in VEHICLE_ARCHS {
+        assert!(src.contains(&format!("fn every_kernel_compiles_for_{arch}()")), "no compile test for {arch}");
+    }
+    if !nvrtc_here("the_vehicle_gpus_are_each_tested") {
+        return;
+    }
+    let known = nvrtc::supported_archs().unwrap();
+    let version = nvrtc::nvrtc_version().unwrap();
+    let knows: Vec<&str> = VEHICLE_ARCHS.iter().copied().filter(|a| known.contains(&a.parse().unwrap())).collect();
+    assert!(knows.len() >= 4, "NVRTC {version:?} knows only {knows:?} of the vehicle GPUs");
+}
+
+/// A GPU older than this NVRTC supports, and one newer than any, are refused naming the GPU,
+/// the NVRTC and what it knows.
+#[test]
+fn unknown_gpus_are_refused_with_what_this_nvrtc_knows() {
+    if !nvrtc_here("unknown_gpus_are_refused_with_what_this_nvrtc_knows") {
+        return;
+    }
+    let known = nvrtc::supported_archs().unwrap();
+    assert!(!known.is_empty() && known.windows(2).all(|w| (w[0].major, w[0].minor) < (w[1].major, w[1].minor)), "{known:?}");
+    let k = kernels::find("scan_sort").unwrap();
+    let future = Arch { major: 99, minor: 0 };
+    let e = nvrtc::compile(k, future).err().expect("sm_990 is refused").to_string();
+    assert!(e.contains("cannot compile for sm_990") && e.contains("newer than this NVRTC") && e.contains(&known.last().unwrap().sm()), "{e}");
+    let ancient = Arch { major: 2, minor: 0 };
+    let e = nvrtc::compile(k, ancient).err().expect("sm_20 is refused").to_string();
+    assert!(e.contains("cannot compile for sm_20") && e.contains("no longer compiles"), "{e}");
 }
 
 /// The storage twins: every listed module exists, FP16-only modules refuse a BF16 build with an
