@@ -80,7 +80,7 @@ pub struct BevGrids {
     pub occupancy: Vec<i8>,
 }
 
-/// Cell of (x, y) or None: the same float arithmetic as `bev_cell` in bev_grid.cu.
+/// Cell of (x, y) or None: the same float arithmetic as `bev_cell` in kernels/ops/label_grid.cu.
 pub(crate) fn cell_of(xmin: f32, ymin: f32, res: f32, w: usize, h: usize, x: f32, y: f32) -> Option<usize> {
     if !(x.is_finite() && y.is_finite()) {
         return None;

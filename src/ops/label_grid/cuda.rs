@@ -6,7 +6,7 @@ use crate::device::primitives::grid_1d;
 use crate::Error;
 use cudarc::driver::{CudaSlice, DeviceRepr, PushKernelArg};
 
-/// Mirror of `struct BevGridParams` in bev_grid.cu.
+/// Mirror of `struct BevGridParams` in kernels/ops/label_grid.cu.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 struct BevGridParamsC {
@@ -56,7 +56,7 @@ pub fn label_grid_cuda(
     let mut occ = s.alloc_zeros::<i8>(cells).map_err(cuda_err("BEV: allocating occupancy"))?;
     let f_vote = dev.function("bev_grid", "bev_vote")?;
     let f_fin = dev.function("bev_grid", "bev_finalize")?;
-    // SAFETY: argument lists match bev_grid.cu; buffers hold n points / cells (* k, * 3) entries.
+    // SAFETY: argument lists match kernels/ops/label_grid.cu; buffers hold n points / cells (* k, * 3) entries.
     unsafe {
         if n32 > 0 {
             s.launch_builder(&f_vote)
