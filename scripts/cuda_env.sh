@@ -15,22 +15,28 @@
 # cuda12-venv). On a machine with a CUDA toolkit (CUDA_HOME or /usr/local/cuda with
 # include/cuda_fp16.h) the toolkit is used instead and nothing is installed (13 only).
 
-_sptr_cuda12_setup() (
+# A venv under the cache holding the wheels PKG...: VENV_NAME, STAMP (the pinned version: a new
+# pin makes a new venv), WHAT (for the message).
+_sptr_cuda_venv() (
     set -euo pipefail
     local cache="${SPTR_CACHE:-$HOME/.cache/sptr}"
-    local venv="$cache/cuda12-venv"
-    local stamp="$venv/.sptr-cuda-12.6.85"
+    local venv="$cache/$1" stamp="$cache/$1/.sptr-cuda-$2" what=$3
+    shift 3
     if [ -f "$stamp" ]; then
         exit 0
     fi
-    echo "[cuda_env] creating $venv (NVRTC 12.6 + CUDA 12.6 runtime headers, ~85 MB)" >&2
+    echo "[cuda_env] creating $venv ($what)" >&2
     mkdir -p "$cache"
     rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check \
-        nvidia-cuda-nvrtc-cu12==12.6.85 nvidia-cuda-runtime-cu12==12.6.77 >&2
+    "$venv/bin/pip" install -q --disable-pip-version-check "$@" >&2
     touch "$stamp"
 )
+
+_sptr_cuda12_setup() {
+    _sptr_cuda_venv cuda12-venv 12.6.85 "NVRTC 12.6 + CUDA 12.6 runtime headers, ~85 MB" \
+        nvidia-cuda-nvrtc-cu12==12.6.85 nvidia-cuda-runtime-cu12==12.6.77
+}
 
 _sptr_cuda12_exports() {
     local venv="${SPTR_CACHE:-$HOME/.cache/sptr}/cuda12-venv"
@@ -44,22 +50,10 @@ _sptr_cuda12_exports() {
     echo "export LD_LIBRARY_PATH=$base/cuda_nvrtc/lib"
 }
 
-_sptr_cuda_setup() (
-    set -euo pipefail
-    local cache="${SPTR_CACHE:-$HOME/.cache/sptr}"
-    local venv="$cache/cuda-venv"
-    local stamp="$venv/.sptr-cuda-13.0.88"
-    if [ -f "$stamp" ]; then
-        exit 0
-    fi
-    echo "[cuda_env] creating $venv (NVRTC 13.0 + CUDA runtime headers, ~225 MB)" >&2
-    mkdir -p "$cache"
-    rm -rf "$venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check \
-        nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 >&2
-    touch "$stamp"
-)
+_sptr_cuda_setup() {
+    _sptr_cuda_venv cuda-venv 13.0.88 "NVRTC 13.0 + CUDA runtime headers, ~225 MB" \
+        nvidia-cuda-nvrtc==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88
+}
 
 _sptr_cuda_exports() {
     local cache="${SPTR_CACHE:-$HOME/.cache/sptr}"
