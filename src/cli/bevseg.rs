@@ -107,6 +107,23 @@ pub fn points5(p: &Points) -> Vec<Point5> {
     (0..p.len()).map(|i| [p.x[i], p.y[i], p.z[i], p.intensity[i], p.time.as_ref().map_or(0.0, |t| t[i])]).collect()
 }
 
+/// `--images CAM=FILE` in the calibration's camera order: each camera's file, `None` for a
+/// camera without one; an unknown camera or one given twice is an error naming the
+/// calibration's cameras.
+pub fn images_by_camera<'a>(calib: &Calibration, images: &'a [(String, PathBuf)]) -> Result<Vec<Option<&'a PathBuf>>, Error> {
+    let mut slots = vec![None; calib.len()];
+    for (cam, file) in images {
+        let i = calib.cameras.iter().position(|c| &c.name == cam).ok_or_else(|| {
+            let names: Vec<&str> = calib.cameras.iter().map(|c| c.name.as_str()).collect();
+            Error::InvalidInput(format!("--images {cam}={}: unknown camera; the calibration's cameras are {}", file.display(), names.join(", ")))
+        })?;
+        if slots[i].replace(file).is_some() {
+            return Err(Error::InvalidInput(format!("--images: camera {cam} is given twice")));
+        }
+    }
+    Ok(slots)
+}
+
 /// Decodes the images and orders them as the calibration's cameras; checks that every image
 /// names a camera of the calibration and that no camera has two. An image
 /// of another size than its camera's calibration is left out (its slot None: masked) and
@@ -118,22 +135,14 @@ pub fn load_frame(job: &BevSegJob) -> Result<(Calibration, Vec<Option<RgbImage>>
     let calib = load_calibration(&job.calib, job.image_size)?;
     let limits = DecodeLimits::default();
     let mut slots: Vec<Option<RgbImage>> = vec![None; calib.len()];
-    let mut given = vec![false; calib.len()];
     let mut mismatches = Vec::new();
-    for (cam, file) in &job.images {
-        let i = calib.cameras.iter().position(|c| &c.name == cam).ok_or_else(|| {
-            let names: Vec<&str> = calib.cameras.iter().map(|c| c.name.as_str()).collect();
-            Error::InvalidInput(format!("--images {cam}={}: unknown camera; the calibration's cameras are {}", file.display(), names.join(", ")))
-        })?;
-        if given[i] {
-            return Err(Error::InvalidInput(format!("--images: camera {cam} is given twice")));
-        }
-        given[i] = true;
+    for (i, file) in images_by_camera(&calib, &job.images)?.into_iter().enumerate() {
+        let Some(file) = file else { continue };
         let bytes = std::fs::read(file).map_err(|e| Error::Io(format!("{}: cannot read: {e}", file.display())))?;
         let img = decode_compressed("", &bytes, &limits).map_err(|e| Error::InvalidInput(format!("{}: {e}", file.display())))?;
         let c = &calib.cameras[i];
         if (img.width, img.height) != (c.image_width, c.image_height) {
-            mismatches.push(SizeMismatch { camera: cam.clone(), file: file.clone(), image: (img.width, img.height), calibrated: (c.image_width, c.image_height) });
+            mismatches.push(SizeMismatch { camera: c.name.clone(), file: file.clone(), image: (img.width, img.height), calibrated: (c.image_width, c.image_height) });
         } else {
             slots[i] = Some(img);
         }

@@ -220,57 +220,45 @@ fn nuscenes_sample(part: &str) -> Result<PathBuf> {
 /// order, from `CAM=FILE` matched by name or plain files in that order (none: the nuScenes
 /// sample's six). The bench times whole frames: every camera needs its image.
 fn bench_rig(calib_path: &Path, images: &[String]) -> Result<(Calibration, Vec<PathBuf>)> {
+    use crate::cli::bevseg::{images_by_camera, parse_camera_image};
     use crate::sensors::calib::file::{calibration_from_file, is_calibration_yaml, NUSCENES_IMAGE_SIZE};
     let named = images.iter().filter(|s| s.contains('=')).count();
     if named != 0 && named != images.len() {
         anyhow::bail!("--images: give every image as CAM=FILE, or none (plain files in the calibration's camera order)");
     }
-    let files: Vec<(Option<String>, PathBuf)> = if images.is_empty() {
-        crate::sensors::calib::camera::NUSCENES_CAMERAS
-            .iter()
-            .map(|c| Ok((None, nuscenes_sample(&format!("__{c}__"))?)))
-            .collect::<Result<_>>()?
-    } else if named > 0 {
-        images
-            .iter()
-            .map(|s| crate::cli::bevseg::parse_camera_image(s).map(|(c, f)| (Some(c), f)).map_err(|e| anyhow::anyhow!("--images {e}")))
-            .collect::<Result<_>>()?
-    } else {
-        images.iter().map(|s| (None, PathBuf::from(s))).collect()
+    let plain: Vec<PathBuf> = match images.is_empty() {
+        true => crate::sensors::calib::camera::NUSCENES_CAMERAS.iter().map(|c| nuscenes_sample(&format!("__{c}__"))).collect::<Result<_>>()?,
+        false if named == 0 => images.iter().map(PathBuf::from).collect(),
+        false => Vec::new(),
     };
-    // the cameras and their order (a calib.json's intrinsics are scaled below, once the images' size is known)
-    let calib = calibration_from_file(calib_path, NUSCENES_IMAGE_SIZE)?;
+    let pairs: Vec<(String, PathBuf)> = images[..named].iter().map(|s| parse_camera_image(s).map_err(|e| anyhow::anyhow!("--images {e}"))).collect::<Result<_>>()?;
+    // a calib.json's intrinsics are for the images' size: the first image's (the bench checks
+    // every image against its camera's calibrated size)
+    let json_size = match is_calibration_yaml(calib_path) {
+        true => NUSCENES_IMAGE_SIZE,
+        false => {
+            let first = pairs.first().map_or_else(|| &plain[0], |(_, f)| f);
+            let bytes = std::fs::read(first).with_context(|| format!("--images {}: cannot read", first.display()))?;
+            crate::sensors::image::compressed::jpeg_size(&bytes, &crate::sensors::image::encodings::DecodeLimits::default())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", first.display()))?
+        }
+    };
+    let calib = calibration_from_file(calib_path, json_size)?;
     let names: Vec<&str> = calib.cameras.iter().map(|c| c.name.as_str()).collect();
     let ordered: Vec<PathBuf> = if named > 0 {
-        let mut slots: Vec<Option<PathBuf>> = vec![None; calib.len()];
-        for (cam, file) in files {
-            let cam = cam.unwrap_or_default();
-            let i = names.iter().position(|n| *n == cam).with_context(|| {
-                format!("--images {cam}={}: unknown camera; the calibration's cameras are {}", file.display(), names.join(", "))
-            })?;
-            if slots[i].replace(file).is_some() {
-                anyhow::bail!("--images: camera {cam} is given twice");
-            }
-        }
+        let slots = images_by_camera(&calib, &pairs)?;
         let missing: Vec<&str> = names.iter().zip(&slots).filter(|(_, f)| f.is_none()).map(|(n, _)| *n).collect();
         if !missing.is_empty() {
             anyhow::bail!("--images: no image for {}: the bench times whole frames, give every camera of the calibration ({})", missing.join(", "), names.join(", "));
         }
-        slots.into_iter().flatten().collect()
+        slots.into_iter().flatten().cloned().collect()
     } else {
-        if files.len() != calib.len() {
-            anyhow::bail!("--images: {} images for the calibration's {} cameras: give one per camera in the order {} (or CAM=FILE)", files.len(), calib.len(), names.join(", "));
+        if plain.len() != calib.len() {
+            anyhow::bail!("--images: {} images for the calibration's {} cameras: give one per camera in the order {} (or CAM=FILE)", plain.len(), calib.len(), names.join(", "));
         }
-        files.into_iter().map(|(_, f)| f).collect()
+        plain
     };
-    if is_calibration_yaml(calib_path) {
-        return Ok((calib, ordered));
-    }
-    let first = &ordered[0];
-    let bytes = std::fs::read(first).with_context(|| format!("{}: cannot read", first.display()))?;
-    let size = crate::sensors::image::compressed::jpeg_size(&bytes, &crate::sensors::image::encodings::DecodeLimits::default())
-        .map_err(|e| anyhow::anyhow!("{}: {e}", first.display()))?;
-    Ok((calibration_from_file(calib_path, size)?, ordered))
+    Ok((calib, ordered))
 }
 
 /// The rig (default: the nuScenes sample's six images) and, for the fusion model, the cloud as
