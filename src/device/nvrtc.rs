@@ -163,10 +163,10 @@ fn check_storage(k: &KernelSource, storage: Storage) -> Result<(), Error> {
 /// The architectures this NVRTC compiles for (`nvrtcGetSupportedArchs`), lowest first: each
 /// release knows the GPUs up to its own (12.6 stops at sm_90; 12.8 added sm_100 and sm_120) and
 /// drops old ones (13.0 starts at sm_75). Read once per process.
-pub fn supported_archs() -> Result<Vec<Arch>, Error> {
+pub fn supported_archs() -> Result<&'static [Arch], Error> {
     static ARCHS: std::sync::OnceLock<Vec<Arch>> = std::sync::OnceLock::new();
     if let Some(a) = ARCHS.get() {
-        return Ok(a.clone());
+        return Ok(a);
     }
     require_nvrtc()?;
     let mut n = 0;
@@ -178,8 +178,8 @@ pub fn supported_archs() -> Result<Vec<Arch>, Error> {
         v
     };
     codes.sort_unstable();
-    let archs: Vec<Arch> = codes.into_iter().filter(|&c| c > 0).map(|c| Arch { major: c as u32 / 10, minor: c as u32 % 10 }).collect();
-    Ok(ARCHS.get_or_init(|| archs).clone())
+    let archs = codes.into_iter().filter(|&c| c > 0).map(|c| Arch { major: c as u32 / 10, minor: c as u32 % 10 }).collect();
+    Ok(ARCHS.get_or_init(|| archs))
 }
 
 /// An error naming the NVRTC and what it knows unless it compiles for `arch`: a GPU newer (or,
