@@ -56,5 +56,7 @@ fi
 echo "test_ros.sh: cargo test --release --features $features --lib ros:: budget:: (the node's unit tests)" >&2
 cargo test --release --features "$features" --lib -- ros:: budget::
 
-echo "test_ros.sh: cargo test ${tests[*]} $*" >&2
-cargo test "${tests[@]}" "$@"
+# One test at a time: each starts a node and a peer that use both cores (the camera tests run the
+# fusion model on the CPU), and two side by side starve each other's DDS threads.
+echo "test_ros.sh: RUST_TEST_THREADS=${RUST_TEST_THREADS:-1} cargo test ${tests[*]} $*" >&2
+RUST_TEST_THREADS="${RUST_TEST_THREADS:-1}" cargo test "${tests[@]}" "$@"

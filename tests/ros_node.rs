@@ -178,7 +178,22 @@ fn params_file_for(
     path
 }
 
-fn ros_env(cmd: &mut Command) -> &mut Command {
+/// The DDS domain of the test whose names start with `ns`: its node and peer share it, and no
+/// other test does (unless two of the hundred collide). Tests running side by side, and a node a
+/// failed test left behind, then never discover each other, and no test reuses the shared-memory
+/// ports of another's participants, where a killed process can leave its port in a state that
+/// loses the next user's samples.
+fn dds_domain(ns: &str) -> u32 {
+    // FNV-1a: stable across runs and platforms
+    let h = ns.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+    // 1..=100: inside ROS 2's safe range (0..=101 on Linux), clear of the default 0
+    1 + (h % 100) as u32
+}
+
+fn ros_env<'a>(cmd: &'a mut Command, ns: &str) -> &'a mut Command {
+    if std::env::var_os("ROS_DOMAIN_ID").is_none() {
+        cmd.env("ROS_DOMAIN_ID", dds_domain(ns).to_string());
+    }
     if std::env::var_os("ROS_LOG_DIR").is_none() {
         cmd.env("ROS_LOG_DIR", tmp().join("ros-log"));
     }
@@ -205,9 +220,10 @@ struct Proc {
 }
 
 impl Proc {
-    fn spawn(mut cmd: Command, log: PathBuf, what: &str) -> Proc {
+    /// Starts `cmd` for the test whose names start with `ns` (its DDS domain: [`ros_env`]).
+    fn spawn(ns: &str, mut cmd: Command, log: PathBuf, what: &str) -> Proc {
         let f = File::create(&log).expect("create a log file");
-        let child = ros_env(&mut cmd)
+        let child = ros_env(&mut cmd, ns)
             .stdin(Stdio::null())
             .stdout(f.try_clone().unwrap())
             .stderr(f)
@@ -320,6 +336,7 @@ fn peer_timeout(scenario: &str) -> Duration {
 fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[&str]) -> String {
     let _cleanup = Cleanup(ns.to_string());
     let mut node = Proc::spawn(
+        ns,
         node_cmd,
         tmp().join(format!("{ns}_node.log")),
         "perception_node",
@@ -339,6 +356,7 @@ fn run_node_and_peer(scenario: &str, ns: &str, node_cmd: Command, peer_extra: &[
         ])
         .args(peer_extra);
     let mut peer = Proc::spawn(
+        ns,
         peer_cmd,
         tmp().join(format!("{ns}_peer.log")),
         "the rclpy peer",
@@ -966,7 +984,7 @@ fn colcon_installed_node_answers_the_peer() {
 /// Starts the node expecting it to refuse; returns its output.
 fn refused(tag: &str, ns: &str, cmd: Command, expect_in_message: &[&str]) -> String {
     let _cleanup = Cleanup(ns.to_string());
-    let mut node = Proc::spawn(cmd, tmp().join(format!("{ns}_node.log")), "perception_node");
+    let mut node = Proc::spawn(ns, cmd, tmp().join(format!("{ns}_node.log")), "perception_node");
     let status = node.wait_for(Duration::from_secs(20));
     let out = node.log_text();
     match status {
@@ -1034,7 +1052,7 @@ fn device_override_takes_effect() {
     // `ros,cuda`), so its default `device: cuda` is refused for want of a GPU here, never for want
     // of CUDA support.
     assert!(
-        cfg!(feature = "cuda"),
+        cfg!(feature = "cuda-core"),
         "build the node as docs/ros2_build.md says, --features ros,cuda (scripts/test_ros.sh)"
     );
     if Path::new("/dev/nvidia0").exists() {
@@ -1137,6 +1155,7 @@ fn bench_node_receipt_to_publication() {
         )
     });
     let mut node = Proc::spawn(
+        &ns,
         node_cmd(&params, &ns, &["-p", "budget.processing_ms:=600000.0"]),
         tmp().join(format!("{ns}_node.log")),
         "perception_node",
@@ -1153,6 +1172,7 @@ fn bench_node_receipt_to_publication() {
             if full { "120" } else { "40" },
         ]);
     let mut peer = Proc::spawn(
+        &ns,
         peer_cmd,
         tmp().join(format!("{ns}_peer.log")),
         "the rclpy peer",
@@ -1207,6 +1227,7 @@ fn node_bench_peer_drives_the_node_and_accounts_for_every_frame() {
     let params = camera_params(&ns, Some(&calib));
     let remaps = ["-p", "budget.processing_ms:=60000.0", "-r", &format!("/tf:=/{ns}/tf"), "-r", &format!("/tf_static:=/{ns}/tf_static")];
     let mut node = Proc::spawn(
+        &ns,
         node_cmd(&params, &ns, &remaps),
         tmp().join(format!("{ns}_node.log")),
         "perception_node",
@@ -1222,7 +1243,7 @@ fn node_bench_peer_drives_the_node_and_accounts_for_every_frame() {
         .args(["--rate-hz", "1", "--duration-s", "4", "--warmup-s", "0", "--start-timeout-s", "200", "--grace-s", "90"])
         .arg("--out")
         .arg(&out_json);
-    let mut peer = Proc::spawn(peer_cmd, tmp().join(format!("{ns}_peer.log")), "node_bench_peer");
+    let mut peer = Proc::spawn(&ns, peer_cmd, tmp().join(format!("{ns}_peer.log")), "node_bench_peer");
     let status = peer.wait_for(Duration::from_secs(400));
     let log = peer.log_text();
     assert!(
