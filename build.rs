@@ -7,7 +7,29 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    cuda_major();
     ros_link_args();
+}
+
+/// The CUDA major the build binds (`cuda`: 13, `cuda12`: 12), exported to the code as
+/// `SPTR_CUDA_MAJOR`. The two features select different cudarc API tables, which cannot live in
+/// one build: asking for both, or for the shared `cuda-core` alone, stops here with what to do.
+fn cuda_major() {
+    let on = |f: &str| env::var_os(format!("CARGO_FEATURE_{f}")).is_some();
+    let major = match (on("CUDA"), on("CUDA12"), on("CUDA_CORE")) {
+        (true, true, _) => panic!(
+            "features `cuda` (CUDA 13) and `cuda12` (CUDA 12.6) exclude each other: build with one of them \
+             (e.g. `--features cuda12` alone, or `--features ros,cuda12` for the node)"
+        ),
+        (true, false, _) => "13",
+        (false, true, _) => "12",
+        (false, false, true) => panic!(
+            "feature `cuda-core` is the part both CUDA majors share: build with `--features cuda` (CUDA 13) \
+             or `--features cuda12` (CUDA 12.6) instead"
+        ),
+        (false, false, false) => return,
+    };
+    println!("cargo:rustc-env=SPTR_CUDA_MAJOR={major}");
 }
 
 /// Feature `ros` built against a ROS 2 venv made from PyPI wheels (`scripts/ros_env.sh` exports

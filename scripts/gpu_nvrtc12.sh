@@ -57,7 +57,7 @@ run() {
     } | tee "$summary"
     local info12
     info12=$("${env12[@]}" gpu-stage/bin/sptr info 2>&1 || true)
-    if ! grep -q "^NVRTC 12.6" <<< "$info12"; then
+    if ! grep -Eq "^ +NVRTC +12\.6 " <<< "$info12"; then
         echo "gpu_nvrtc12.sh: the NVRTC 12.6 half did not load NVRTC 12.6" | tee -a "$summary"
         return 1
     fi

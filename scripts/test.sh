@@ -4,9 +4,11 @@
 #      block of ARCHITECTURE.md), no file cycles (scripts/check_layers.py; Python, no build)
 #   2. NVRTC + CUDA headers from PyPI wheels (scripts/cuda_env.sh; cached)
 #   3. cargo test --features cuda: CPU unit/property tests, the NVRTC 13.0 compile test of every
-#      kernel for every vehicle GPU (sm_86, sm_87, sm_89, sm_90, sm_100, sm_120), GPU tests
-#      (skipped without a GPU); then the same compile test with NVRTC 12.6 (JetPack 6's), which
-#      knows sm_86 ... sm_90 and must refuse the Blackwell GPUs with a message
+#      kernel for every vehicle GPU (sm_86, sm_87, sm_89, sm_90, sm_100, sm_120), the CUDA library
+#      checks (stand-in libraries of the wrong version), GPU tests (skipped without a GPU); then
+#      the CUDA 12 build (--features cuda12): the library's tests, the library checks, and the
+#      compile test with NVRTC 12.6 (JetPack 6's), which knows sm_86 ... sm_90 and must refuse
+#      the Blackwell GPUs with a message
 #   4. a short fuzz pass of every decoder of outside bytes (scripts/fuzz.sh, fuzz/)
 #   5. the ROS 2 tests: r2r <-> rclpy smoke test, the node against an rclpy peer, colcon install
 #      (scripts/test_ros.sh; the ROS 2
@@ -32,13 +34,14 @@ export SPTR_REQUIRE_NVRTC=1
 step "cargo test --features cuda (CPU tests, NVRTC compile of every kernel, GPU tests if a GPU is present)"
 cargo test --features cuda 2>&1
 
-step "NVRTC 12.6: every kernel for the GPUs it knows, the newer ones refused (tests/nvrtc_compile.rs again)"
+step "the CUDA 12 build (--features cuda12): the library's tests, the CUDA library checks, every kernel with NVRTC 12.6"
 (
     # LD_LIBRARY_PATH holds NVRTC 12.6 alone; SPTR_EXPECT_NVRTC fails the run if another loads.
+    # NVRTC 12.6 compiles for the GPUs it knows and must refuse the newer ones with a message.
     export SPTR_CUDA_MAJOR=12
     # shellcheck source=scripts/cuda_env.sh
     source scripts/cuda_env.sh
-    SPTR_EXPECT_NVRTC=12.6 cargo test --features cuda --test nvrtc_compile 2>&1
+    SPTR_EXPECT_NVRTC=12.6 cargo test --features cuda12 --lib --test cuda_libraries --test nvrtc_compile 2>&1
 )
 
 step "short fuzz pass (every decoder of outside bytes, a fixed number of inputs from the committed seeds)"

@@ -312,7 +312,7 @@ fn bench_bevseg_takes_the_five_camera_rig() {
     mixed.push(all[4].clone());
     refused(mixed, &["CAM=FILE"]);
 
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     if common::gpu("bench_bevseg_takes_the_five_camera_rig").is_some() {
         let mut args = base.clone();
         args.extend(all);

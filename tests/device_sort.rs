@@ -1,7 +1,7 @@
 //! The GPU radix sort (`radix_sort_pairs`: one launch up to `SMALL_SORT_CAPACITY` pairs, the
 //! multi-pass path above) against a stable CPU sort: same keys, same value order among equal
 //! keys. Skips without a GPU unless SPTR_REQUIRE_GPU=1.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 mod common;
 

@@ -1,12 +1,12 @@
 //! Every kernel compiles with NVRTC for every GPU a vehicle carries that this NVRTC knows:
 //! Ampere (sm_86), Jetson Orin (sm_87), Ada (sm_89), Hopper (sm_90), Blackwell (sm_100, sm_120);
 //! the modules that store activations in all three storage builds (FP16, BF16, FP32). A GPU this
-//! NVRTC does not know is refused with an error naming it, before any compile. CI runs this
-//! binary twice: with NVRTC 13.0 and with NVRTC 12.6 (JetPack 6's; `SPTR_EXPECT_NVRTC=12.6`
-//! makes sure that is the one loaded). Needs libnvrtc (the PyPI wheels on CI, see
+//! NVRTC does not know is refused with an error naming it, before any compile. CI runs it
+//! twice: the CUDA 13 build with NVRTC 13.0, and the CUDA 12 build (`--features cuda12`) with
+//! NVRTC 12.6 (JetPack 6's; `SPTR_EXPECT_NVRTC=12.6` makes sure that is the one loaded). Needs libnvrtc (the PyPI wheels on CI, see
 //! scripts/cuda_env.sh), no GPU. Without NVRTC the tests skip, unless SPTR_REQUIRE_NVRTC=1
 //! (README's test command sets it).
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use sptr::device::kernels;
 use sptr::device::nvrtc::{self, Arch, Origin};

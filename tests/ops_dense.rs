@@ -3,7 +3,7 @@
 //! ReLU, bilinear resizing both ways, concatenation. Inputs and weights are rounded to FP16 before
 //! the CPU runs, so the only difference left is FP16 output rounding and FP32 summation order:
 //! rel ≤ 1e-3. Skips without a GPU unless SPTR_REQUIRE_GPU=1.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 mod common;
 

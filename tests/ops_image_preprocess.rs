@@ -10,7 +10,7 @@
 //! largest normalized value). The test asserts equal FP16 bits and prints the max abs difference
 //! from the float32 reference. Skips without a GPU unless SPTR_REQUIRE_GPU=1; the nvJPEG test
 //! (last) also needs libnvjpeg, or fails when SPTR_REQUIRE_NVJPEG=1.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 mod common;
 

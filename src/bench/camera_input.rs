@@ -74,7 +74,7 @@ pub fn camera_input_bench(jpegs: &[Vec<u8>], cfg: &ImagePreprocess, limits: &Dec
 /// the device (`nvjpeg`; with `auto`, whichever loads). The frame is timed in `rounds` rounds
 /// that alternate the decoders (so drifting clocks hit both alike), each the median of `iters`
 /// frames; reported per decoder: every round's median and their median.
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 #[allow(clippy::too_many_arguments)]
 pub fn camera_input_bench_cuda(
     dev: &crate::device::cuda::CudaDevice,

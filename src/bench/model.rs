@@ -82,7 +82,7 @@ pub fn bench_segment(seg: &Segmenter, case: &str, clouds: &[&Points], warmup: us
     for _ in 0..warmup {
         seg.segment(clouds)?;
     }
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     let before = match seg.cuda_device() {
         Some(dev) => {
             dev.trim_pool()?;
@@ -104,7 +104,7 @@ pub fn bench_segment(seg: &Segmenter, case: &str, clouds: &[&Points], warmup: us
             stages.entry(name.clone()).or_default().push(d.as_secs_f64() * 1e3);
         }
     }
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     let frame_peak_mb = match (before, seg.cuda_device()) {
         (Some(b), Some(dev)) => {
             dev.synchronize()?;
@@ -112,13 +112,13 @@ pub fn bench_segment(seg: &Segmenter, case: &str, clouds: &[&Points], warmup: us
         }
         _ => None,
     };
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(feature = "cuda-core"))]
     let frame_peak_mb = None;
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     let status = seg.precision_status();
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     let (precision, recomputed_frames) = (status.map(|s| s.precision), status.map_or(0, |s| s.recomputed_frames));
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(feature = "cuda-core"))]
     let (precision, recomputed_frames) = (None, 0);
     let total = Percentiles::of(&totals);
     let stage_ms = stages.into_iter().map(|(k, v)| (k, Percentiles::median(&v))).collect();

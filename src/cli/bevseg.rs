@@ -269,7 +269,7 @@ fn calibrated_sizes(calib: &Calibration) -> String {
     }
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 fn run_cuda(
     cfg: &BevSegConfig,
     weights: Weights,
@@ -284,7 +284,7 @@ fn run_cuda(
     gpu.forward_images(&dev, calib, images, cloud, stages)
 }
 
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 fn run_cuda(
     _: &BevSegConfig,
     _: Weights,

@@ -70,7 +70,7 @@ pub fn preprocess_files(paths: &[PathBuf], model: &Path) -> Result<(Vec<f32>, us
 /// Like [`preprocess_files`], on CUDA with the JPEG decoder `choice` (`ops::image_preprocess::cuda`;
 /// JPEG files only): the FP16 network input widened to f32, NHWC `(data, n, h, w)`, and the
 /// decoder used in words.
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub fn preprocess_files_cuda(
     paths: &[PathBuf],
     model: &Path,
@@ -208,7 +208,7 @@ fn list_some(names: &[&str]) -> String {
     s
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 fn run_cuda(enc: &CameraEncoder, job: &FeaturesJob) -> Result<(EncoderOutput, Vec<f32>, RangeReport), Error> {
     use crate::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
     let dev = crate::device::cuda::CudaDevice::new(0)?;
@@ -219,7 +219,7 @@ fn run_cuda(enc: &CameraEncoder, job: &FeaturesJob) -> Result<(EncoderOutput, Ve
     Ok((out, used, range))
 }
 
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 fn run_cuda(_: &CameraEncoder, _: &FeaturesJob) -> Result<(EncoderOutput, Vec<f32>, RangeReport), Error> {
     Err(Error::InvalidInput("this build has no CUDA backend: rebuild with `--features cuda` or use --device cpu".into()))
 }
@@ -296,7 +296,7 @@ pub fn command(a: CameraFeaturesArgs) -> anyhow::Result<()> {
 }
 
 /// `--jpeg-decoder nvjpeg|auto`: the CUDA preprocessing of the JPEGs.
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 fn camera_input_cuda(images: &[PathBuf], model: &Path, choice: JpegDecoderChoice) -> anyhow::Result<(Vec<f32>, usize, usize, usize)> {
     if let Some(why) = crate::device::cuda_unavailable() {
         anyhow::bail!("--jpeg-decoder {choice} preprocesses on CUDA, and {why}");
@@ -305,7 +305,7 @@ fn camera_input_cuda(images: &[PathBuf], model: &Path, choice: JpegDecoderChoice
     eprintln!("camera input decoded by {decoder}");
     Ok((data, n, h, w))
 }
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 fn camera_input_cuda(_: &[PathBuf], _: &Path, choice: JpegDecoderChoice) -> anyhow::Result<(Vec<f32>, usize, usize, usize)> {
     anyhow::bail!("--jpeg-decoder {choice} needs the CUDA backend: rebuild with `--features cuda`")
 }

@@ -9,7 +9,7 @@ pub struct KernelsArgs {
     arch: Vec<String>,
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub fn command(a: KernelsArgs) -> Result<()> {
     use crate::device::kernels::{has_storage_twin, ALL};
     use crate::device::nvrtc;
@@ -35,7 +35,7 @@ pub fn command(a: KernelsArgs) -> Result<()> {
     }
     Ok(())
 }
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 pub fn command(_: KernelsArgs) -> Result<()> {
     anyhow::bail!("this build has no CUDA support: rebuild with `--features cuda`")
 }

@@ -68,7 +68,7 @@ fn summarize(v: &Voxels, took_ms: f64, device: &str) {
     println!("time              {took_ms:.2} ms");
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 fn voxelize_cuda(pts: &Points, params: &VoxelParams) -> Result<()> {
     let dev = crate::device::cuda::CudaDevice::new(0)?;
     // First call compiles or loads the kernels; time the second.
@@ -81,7 +81,7 @@ fn voxelize_cuda(pts: &Points, params: &VoxelParams) -> Result<()> {
     summarize(&v.to_host(&dev)?, ms, &format!("cuda ({}, {})", dev.name, dev.arch.sm()));
     Ok(())
 }
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 fn voxelize_cuda(_: &Points, _: &VoxelParams) -> Result<()> {
     anyhow::bail!("this build has no CUDA support: rebuild with `--features cuda`, or pass --device cpu")
 }

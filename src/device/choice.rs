@@ -152,7 +152,7 @@ impl std::fmt::Display for CudaUnavailable {
 /// Why CUDA cannot be had here, or `None` when GPU 0 opens (this build's `cuda` feature, then the
 /// driver, the device and NVRTC, as [`crate::device::cuda::CudaDevice::new`] checks them).
 pub fn cuda_unavailable() -> Option<CudaUnavailable> {
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     {
         match crate::device::cuda::CudaDevice::new(0) {
             Ok(_) => None,
@@ -160,7 +160,7 @@ pub fn cuda_unavailable() -> Option<CudaUnavailable> {
             Err(e) => Some(CudaUnavailable::NotUsable(e.to_string())),
         }
     }
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(feature = "cuda-core"))]
     {
         Some(CudaUnavailable::NotBuilt)
     }
@@ -279,17 +279,17 @@ mod tests {
             eprintln!("SKIPPED without_a_gpu_auto_is_the_cpu_and_cuda_an_error: a GPU can be used here");
             return;
         };
-        if !cfg!(feature = "cuda") {
+        if !cfg!(feature = "cuda-core") {
             assert_eq!(why, CudaUnavailable::NotBuilt);
         }
         let r = resolve(DeviceChoice::Auto).unwrap();
         assert_eq!(r.device, Device::Cpu);
         assert_eq!(r.fallback, Some(why.to_string()));
-        assert_eq!(resolve(DeviceChoice::Cuda).unwrap_err().to_string().contains("rebuild with"), !cfg!(feature = "cuda"));
+        assert_eq!(resolve(DeviceChoice::Cuda).unwrap_err().to_string().contains("rebuild with"), !cfg!(feature = "cuda-core"));
     }
 
     /// With a GPU, `auto` and `cuda` are GPU 0; skipped without one (SPTR_REQUIRE_GPU=1: fails).
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     #[test]
     fn with_a_gpu_auto_and_cuda_are_the_gpu() {
         if let Some(why) = cuda_unavailable() {

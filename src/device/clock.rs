@@ -45,10 +45,10 @@ impl StageTimes {
     }
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub use gpu::GpuClock;
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 mod gpu {
     use super::StageTimes;
     use crate::device::cuda::{cuda_err, CudaDevice};

@@ -4,6 +4,7 @@
 //! absent) and turns every failure into an error that says what is missing.
 
 use crate::device::kernels;
+use crate::device::libraries::{self, Lib};
 use crate::device::nvrtc::{self, Arch, Origin};
 use crate::device::storage::Storage;
 use crate::Error;
@@ -87,7 +88,8 @@ impl CudaDevice {
     /// in one process (the node's LiDAR path and its BEV map model) overlaps on the GPU, where
     /// the legacy default stream would serialise them, and the stream can be captured into a
     /// CUDA graph (capture is refused on the legacy stream: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).
-    /// Errors (never panics) when there is no driver, no GPU or no NVRTC.
+    /// Errors (never panics) when there is no driver, no GPU or no NVRTC, or when the driver or
+    /// NVRTC does not fit this build's CUDA major ([`libraries`]).
     pub fn new(ordinal: usize) -> Result<CudaDevice, Error> {
         Self::open(ordinal, false)
     }
@@ -101,19 +103,14 @@ impl CudaDevice {
     }
 
     fn open(ordinal: usize, high_priority: bool) -> Result<CudaDevice, Error> {
-        if !driver_available() {
-            return Err(Error::Cuda(
-                "no CUDA driver (libcuda.so) on this machine: install the NVIDIA driver".into(),
-            ));
+        // The driver and NVRTC this build binds, checked before cudarc opens them: a missing one
+        // or one of another CUDA major is an error naming it, never a panic or a failed launch.
+        if let [driver, nvrtc] = libraries::require(&[Lib::Driver, Lib::Nvrtc])?.as_slice() {
+            libraries::check_nvrtc_against_driver(nvrtc, driver)?;
         }
         let count = CudaContext::device_count().map_err(cuda_err("counting GPUs"))?;
         if count <= 0 || ordinal >= count as usize {
             return Err(Error::Cuda(format!("GPU {ordinal} requested but the driver sees {count} GPU(s)")));
-        }
-        if !nvrtc::nvrtc_available() {
-            return Err(Error::Cuda(
-                "the CUDA driver is here but libnvrtc is not: install CUDA's NVRTC (13.x) or set LD_LIBRARY_PATH to it".into(),
-            ));
         }
         let ctx = CudaContext::new(ordinal).map_err(cuda_err("creating the CUDA context"))?;
         // One stream per pipeline branch, synchronised explicitly: cudarc's per-buffer event

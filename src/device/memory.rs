@@ -15,11 +15,11 @@ pub fn device_used_mb(cuda: bool) -> Option<f64> {
     if !cuda {
         return None;
     }
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     {
         cudarc::driver::result::mem_get_info().ok().map(|(free, total)| (total - free) as f64 / 1e6)
     }
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(feature = "cuda-core"))]
     {
         None
     }

@@ -6,26 +6,30 @@
 //! guard's device buffers; `range_guard` is its host side: which layers left the FP16 range) need
 //! feature `cuda`. `storage`: FP16, BF16 or FP32 activations and the `precision` setting.
 //! `clock`: stage times on the host and on the GPU. `memory`: host and device memory in use.
+//! `libraries`: the CUDA libraries opened at run time, found as they will be
+//! opened and checked against the CUDA major the build binds (`cuda`: 13, `cuda12`: 12.6).
 //! `choice`: the device a user names (`auto`, `cpu`, `cuda`) and [`resolve`], the one place it
 //! becomes the [`Device`] the work runs on.
 
 pub mod choice;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod cuda;
 pub mod clock;
 pub mod kernels;
+#[cfg(feature = "cuda-core")]
+pub mod libraries;
 pub mod memory;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod nvrtc;
 pub mod percentile;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod primitives;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod range;
 pub mod range_guard;
 pub mod storage;
 
 /// Whether this build has the CUDA backend compiled in.
-pub const CUDA_COMPILED: bool = cfg!(feature = "cuda");
+pub const CUDA_COMPILED: bool = cfg!(feature = "cuda-core");
 
 pub use choice::{cuda_unavailable, resolve, CudaUnavailable, Device, DeviceChoice, ResolvedDevice, UnknownDevice};

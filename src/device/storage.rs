@@ -134,7 +134,7 @@ impl std::str::FromStr for Precision {
 
 /// An element type of device activations and weights: `half::f16` or `half::bf16` (2 bytes,
 /// tensor cores), or `f32` (the wide fallback, no tensor cores).
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub trait Store:
     cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + Copy + Default + std::fmt::Debug + Send + Sync + Unpin + 'static
 {
@@ -147,7 +147,7 @@ pub trait Store:
     fn blas_type() -> cudarc::cublas::sys::cudaDataType_t;
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 impl Store for half::f16 {
     const STORAGE: Storage = Storage::Fp16;
     fn from_f32(v: f32) -> Self {
@@ -161,7 +161,7 @@ impl Store for half::f16 {
     }
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 impl Store for half::bf16 {
     const STORAGE: Storage = Storage::Bf16;
     fn from_f32(v: f32) -> Self {
@@ -175,7 +175,7 @@ impl Store for half::bf16 {
     }
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 impl Store for f32 {
     const STORAGE: Storage = Storage::Fp32;
     fn from_f32(v: f32) -> Self {

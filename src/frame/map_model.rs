@@ -69,7 +69,7 @@ impl SegWeightsSource {
 
 enum Backend {
     Cpu(Box<BevSegModel>),
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     Cuda { dev: crate::device::cuda::CudaDevice, model: Box<crate::models::bevfusion::seg_cuda::CudaBevSeg> },
 }
 
@@ -113,14 +113,14 @@ impl SegMapModel {
         })
     }
 
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     fn cuda(model: BevSegModel) -> Result<Backend, Error> {
         let dev = crate::device::cuda::CudaDevice::new(0)?;
         let gpu = crate::models::bevfusion::seg_cuda::CudaBevSeg::upload(&dev, &model, crate::ops::dense::conv_engine::ConvBackend::Cudnn)?;
         Ok(Backend::Cuda { dev, model: Box::new(gpu) })
     }
 
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(feature = "cuda-core"))]
     fn cuda(_: BevSegModel) -> Result<Backend, Error> {
         Err(Error::InvalidInput("this build has no CUDA backend for the BEV map model: rebuild with `--features cuda` or use device cpu".into()))
     }
@@ -151,7 +151,7 @@ impl SegMapModel {
     /// nowhere). `None` when the frame does not qualify (a raw or PNG image, no camera at all,
     /// the CPU backend, nvJPEG not loaded) or when a JPEG's data turned out bad: the caller then
     /// decodes on the host, which names the camera.
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     fn forward_all_jpeg(&mut self, inputs: &BevFrameInputs, cloud: Option<&[Point5]>) -> Option<Result<BevSegOutput, Error>> {
         let Backend::Cuda { dev, model } = &mut self.backend else { return None };
         if !model.decodes_jpeg_on_gpu() {
@@ -174,7 +174,7 @@ impl SegMapModel {
         }
     }
 
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(feature = "cuda-core"))]
     fn forward_all_jpeg(&mut self, _: &BevFrameInputs, _: Option<&[Point5]>) -> Option<Result<BevSegOutput, Error>> {
         None
     }
@@ -185,7 +185,7 @@ impl BevMapModel for SegMapModel {
         self.decode_failures.clear();
         // The node and the pipeline bench run the model on a thread of its own (beside the LiDAR
         // path): the library calls (cuDNN, cuBLASLt, nvJPEG) need the context current there.
-        #[cfg(feature = "cuda")]
+        #[cfg(feature = "cuda-core")]
         if let Backend::Cuda { dev, .. } = &self.backend {
             dev.ctx.bind_to_thread().map_err(|e| Error::Cuda(format!("binding the CUDA context for the BEV map model: {e:?}")))?;
         }
@@ -223,7 +223,7 @@ impl BevMapModel for SegMapModel {
         let images: Vec<Option<&RgbImage>> = rgb.iter().map(|i| i.as_deref()).collect();
         let out: BevSegOutput = match &mut self.backend {
             Backend::Cpu(m) => m.forward(&inputs.calibration, &images, cloud.as_deref(), false)?,
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "cuda-core")]
             Backend::Cuda { dev, model } => model.forward_images(dev, &inputs.calibration, &images, cloud.as_deref(), false)?,
         };
         self.last_stages = out.times.0;
@@ -237,7 +237,7 @@ impl BevMapModel for SegMapModel {
     fn decodes_jpeg(&self) -> bool {
         match &self.backend {
             Backend::Cpu(_) => false,
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "cuda-core")]
             Backend::Cuda { model, .. } => model.decodes_jpeg_on_gpu(),
         }
     }

@@ -211,7 +211,7 @@ enum Model {
 /// Where the BEV grids are computed.
 enum Bev {
     Cpu,
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     Cuda(crate::device::cuda::CudaDevice),
 }
 
@@ -304,12 +304,12 @@ impl Processor {
         };
         let (model_rt, bev_backend, device_name) = match device {
             Device::Cpu => (Model::Net(load()?), Bev::Cpu, "cpu".to_string()),
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "cuda-core")]
             Device::Cuda => {
                 let (bev, name) = open_cuda()?;
                 (cuda_model(load)?, bev, name)
             }
-            #[cfg(not(feature = "cuda"))]
+            #[cfg(not(feature = "cuda-core"))]
             Device::Cuda => return Err(cuda_unavailable()),
         };
         Ok(Processor {
@@ -325,11 +325,11 @@ impl Processor {
         })
     }
 
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     fn check_cuda() -> Result<(), String> {
         open_cuda().map(|_| ())
     }
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(feature = "cuda-core"))]
     fn check_cuda() -> Result<(), String> {
         Err(cuda_unavailable())
     }
@@ -496,7 +496,7 @@ impl Processor {
     fn grids(&self, p: &Points, probs: &[f32]) -> Result<BevGrids, Error> {
         match &self.bev_backend {
             Bev::Cpu => label_grid_cpu(&p.x, &p.y, &self.class_id, probs, &self.bev),
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "cuda-core")]
             Bev::Cuda(dev) => {
                 use crate::device::cuda::cuda_err;
                 let s = &dev.stream;
@@ -524,7 +524,7 @@ impl Processor {
 
 /// The GPU for the BEV grids (device 0), on a stream of the greatest priority as the LiDAR
 /// network's (the LiDAR path goes first where the BEV map model runs beside it).
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 fn open_cuda() -> Result<(Bev, String), String> {
     use crate::device::cuda::{driver_available, CudaDevice};
     if !driver_available() {
@@ -538,7 +538,7 @@ fn open_cuda() -> Result<(Bev, String), String> {
 }
 
 /// The network on CUDA: the segmenter loaded on the CPU (weights checked there), then uploaded.
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 fn cuda_model(cpu: impl FnOnce() -> Result<Segmenter, String>) -> Result<Model, String> {
     let seg = cpu()?.into_device(Device::Cuda).map_err(|e| {
         format!("parameter `device` is `cuda` but the network cannot run on the GPU: {e}; set `device: cpu` (launch argument device:=cpu) to run on the CPU")
@@ -547,7 +547,7 @@ fn cuda_model(cpu: impl FnOnce() -> Result<Segmenter, String>) -> Result<Model, 
 }
 
 /// The message for `device: cuda` in a build without CUDA support (see [`Processor::open`]).
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 fn cuda_unavailable() -> String {
     "parameter `device` is `cuda` but this build has no CUDA support (cargo feature `cuda`); rebuild with it, \
      or set `device: cpu` (launch argument device:=cpu, or `-p device:=cpu`) to run on the CPU"

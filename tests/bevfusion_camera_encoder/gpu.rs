@@ -3,7 +3,7 @@
 //! and the full BEVFusion configuration (Swin-T + GeneralizedLSSFPN, random weights) on the six
 //! nuScenes camera images preprocessed to 256 × 704: ‖out − ref‖ / ‖ref‖ ≤ 2e-3 per stage and at the neck, no NaN.
 //! Skipped without a GPU; SPTR_REQUIRE_GPU=1 makes a missing GPU a failure.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::common::{gpu, rel_err, Rng};

@@ -8,7 +8,7 @@
 //! `input.npy` (written by `sptr camera-features --save-input`), `model.txt` (the model YAML's path)
 //! and `ref/` (`stage{i}.npy`, `neck{k}.npy`, `*_fp16.npy`, `ref.json`). Without it the test prints
 //! SKIPPED and passes (also under SPTR_REQUIRE_GPU=1, so the GPU suite is unaffected).
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::common::rel_err;

@@ -8,7 +8,7 @@
 //!
 //! Skips without a GPU unless SPTR_REQUIRE_GPU=1; with it, cuDNN must load too (the GPU host has
 //! cuDNN 9), otherwise the cuDNN cases report themselves skipped.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::common::{fp16, gpu, gpu_required, random_fp16_map, rel_err, Rng};

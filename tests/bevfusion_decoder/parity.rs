@@ -12,7 +12,7 @@
 //! Our CUDA path on both conv backends (cuDNN when it loads, im2col + cuBLAS): per module and end
 //! to end rel ≤ 2e-3 (FP16 weights and activations against float32), thresholded masks (0.5)
 //! agreeing on ≥ 99.9 % of cells. One JSON line per case and backend.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common::{gpu, rel_err, root};
 use cudarc::cublas::CudaBlas;

@@ -4,7 +4,7 @@
 //! and features, and the BEV map, within rel 2e-3 (FP16 storage, FP32 accumulation, ~20 layers:
 //! each FP16 rounding is 2^-11 ≈ 4.9e-4 relative), no NaN. Skips without a GPU unless
 //! SPTR_REQUIRE_GPU=1.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::common::{gpu, rel_err};

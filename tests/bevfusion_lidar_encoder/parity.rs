@@ -11,7 +11,7 @@
 //!
 //! `scripts/gpu_parity.sh OUT lidarenc` prepares `SPTR_LIDAR_PARITY_DIR` (weights.safetensors and
 //! ref/ with points.bin, *.npy, ref.json). Without it the test prints SKIPPED and passes.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::common::rel_err;

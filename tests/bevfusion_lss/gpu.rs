@@ -3,7 +3,7 @@
 //! the same bits on repeated runs, a masked camera equal to a camera with zero depth, the whole
 //! transform (depthnet, softmax, pool, downsample) on random weights, and the geometry cache.
 //! Skips without a GPU unless SPTR_REQUIRE_GPU=1.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common::{fp16, gpu, rel_err, Rng};
 use cudarc::cublas::CudaBlas;

@@ -12,7 +12,7 @@
 //! depth and features is within rel 1e-3 of the float64 scatter-add. One JSON line per case:
 //! `{"case", "kept", "intervals", "rel_err", "sptr_pool_ms", "torch_scatter_add_ms",
 //! "torch_scatter_add_fp16_ms", "torch_quickcumsum_ms", "torch_upstream_path_ms", ...}`.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common::{read_f32_le, read_i32_le};
 use half::f16;

@@ -4,7 +4,7 @@
 //! ≥ 99.9 % of the cells, every stage printed; a repeated run and the JPEG path (the
 //! bench's) equal to the decoded-image path (to 1e-6); a masked camera against the CPU's. Skips without a
 //! GPU unless SPTR_REQUIRE_GPU=1.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common::{gpu, rel_err};
 use crate::seg::*;

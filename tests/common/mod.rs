@@ -155,7 +155,7 @@ pub fn gpu_required() -> bool {
 
 /// The GPU for a CUDA test, or None (the test then reports itself skipped); with
 /// SPTR_REQUIRE_GPU=1 a missing GPU panics instead.
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub fn gpu(test: &str) -> Option<sptr::device::cuda::CudaDevice> {
     match sptr::device::cuda::CudaDevice::new(0) {
         Ok(d) => Some(d),

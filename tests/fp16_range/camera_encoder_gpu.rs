@@ -16,7 +16,7 @@
 //! - The LSS view transform (seg config, nuScenes calibration): the lift (depth softmax and
 //!   context), the pool and the downsample convs flag under `encoders.camera.vtransform.*`;
 //!   random weights are in range (and the guarded output is the unguarded one, bit for bit).
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::lss_common;

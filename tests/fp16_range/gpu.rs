@@ -16,7 +16,7 @@
 //!   (the input features, a conv epilogue, a BN pass, LayerNorm, the qkv and fc1 epilogues, the
 //!   attention output, the head's BN, a 256-channel conv of the deepest level); the existing
 //!   in-range random weights are never flagged (the configurations of tests/sphereformer/gpu.rs).
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::common::{gpu, nuscenes_sweep, sphereformer_yaml, Rng};

@@ -12,10 +12,10 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 #[path = "../common/lss.rs"]
 mod lss_common;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 #[path = "../common/overflow_weights.rs"]
 mod overflow_weights;
 

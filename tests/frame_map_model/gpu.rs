@@ -5,7 +5,7 @@
 //! The reduced fusion YAML with random weights: probabilities rel ≤ 2e-3, the 0.5 masks agreeing
 //! on ≥ 99.9 % of the cells (the bars of tests/bevfusion_seg/gpu.rs for the FP16 path), the same
 //! masked cameras and LiDAR counts. Skips without a GPU unless SPTR_REQUIRE_GPU=1.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::seg;

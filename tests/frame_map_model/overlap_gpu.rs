@@ -10,7 +10,7 @@
 //! roundings; then overlapped outputs may differ from the serial ones by as much (rel ≤ 1e-3,
 //! a tenth of the FP16 bar against the CPU) and the masks and labels must agree on ≥ 99.99 %.
 //! Skips without a GPU unless SPTR_REQUIRE_GPU=1.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::seg;

@@ -7,7 +7,7 @@
 //! Tolerance: q/k/v are FP16 on both sides (the CPU reads the same rounded values); the kernel
 //! accumulates in FP32 and writes FP16, so the output carries one FP16 rounding (2^-11 ≈ 4.9e-4
 //! relative) plus FP32 summation error over ≤ a few hundred keys: 2e-3 leaves margin.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::common::{gpu, nuscenes_sweep, rel_err, Rng};

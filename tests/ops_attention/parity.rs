@@ -11,7 +11,7 @@
 //! and no NaN; the same without RPE. sptr's FP16 output is compared with the f64 reference too and
 //! printed (its kernels accumulate in FP16). Timing: CUDA events, median; one JSON line per case
 //! and mode with sptr's times (FP16 and FP32 builds of its ops), ours, and ratio = sptr FP16 / ours.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common::rel_err;
 use half::f16;

@@ -1,6 +1,6 @@
 //! CUDA BEV label grids equal the CPU reference exactly (integer votes), on the real nuScenes
 //! sweep with pseudo-labels and on random points. Skips without a GPU unless SPTR_REQUIRE_GPU=1.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common::{gpu, nuscenes_sweep, Rng};
 use sptr::ops::label_grid::cpu::{label_grid_cpu, BevGridParams};

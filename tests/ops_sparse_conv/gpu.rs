@@ -1,7 +1,7 @@
 //! CUDA kernel maps and sparse convolution against the CPU reference: maps exactly equal,
 //! conv outputs within FP16 tolerance (‖out−ref‖/‖ref‖ ≤ 2e-3, no NaN), on random sites and on
 //! real voxels of the nuScenes sweep. Skips without a GPU unless SPTR_REQUIRE_GPU=1.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::common::{gpu, rel_err, nuscenes_sweep, Rng};

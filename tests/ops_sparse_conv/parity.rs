@@ -27,7 +27,7 @@
 //! the conv run. One JSON line per (case, mode) on stdout:
 //! `{"case":..,"mode":..,"n":..,"spconv_ms":..,"sptr_ms":..,"ratio":..}`, ratio = spconv / sptr
 //! (> 1: we are faster).
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use half::f16;
 use serde::Deserialize;

@@ -8,7 +8,7 @@
 //! and accumulates in FP32; each layer adds about one FP16 rounding (4.9e-4 relative) to its
 //! output, and a U-Net of ~40 layers compounds that to a few 1e-3 on the logits. 1e-2 is the
 //! FP16 bar; the arg-max may flip only where the top two logits are within that error.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common::{argmax, gpu, nuscenes_sweep, rel_err, semantickitti_sample, sphereformer_yaml};
 use sptr::device::Device;

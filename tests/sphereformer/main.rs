@@ -14,7 +14,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 #[path = "../common/overflow_weights.rs"]
 mod overflow_weights;
 

@@ -11,7 +11,7 @@
 //! reported: upstream's own FP16 autocast vs its FP32 (the scale of FP16 drift), our preprocessing
 //! vs upstream's (voxel count, coordinates as sets), and end-to-end latency and memory beside
 //! upstream's forward. Skips when the variable is not set.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::common::{argmax, read_f32_le, read_i32_le, rel_err};

@@ -25,7 +25,7 @@
 //! outputs differ from FP16's by their own rounding and P's (2^-9 against 2^-12): 1e-2. FP32
 //! conv against the f32 CPU conv: only the summation order differs (27 x 128 terms, ~1e-6
 //! relative): 1e-5. FP32 attention against FP16: FP16's output and P rounding (2^-12): 2e-3.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::common::{gpu, nuscenes_sweep, rel_err, sphereformer_yaml, Rng};

@@ -5,7 +5,7 @@
 //! applies on either path. Point labels from voxel logits: the same arg-max, probabilities within
 //! 2 float32 ulps (the GPU's double `exp` may differ from the host's in the last bits of a double,
 //! far below float32 resolution). Skips without a GPU unless SPTR_REQUIRE_GPU=1.
-#![cfg(feature = "cuda")]
+#![cfg(feature = "cuda-core")]
 
 use crate::common;
 use crate::common::{coordinate_collision_cloud, gpu, nuscenes_sweep, rotated_z, sphereformer_yaml, Rng};

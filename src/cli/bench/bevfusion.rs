@@ -38,7 +38,7 @@ pub fn camera_input(a: CameraInputArgs) -> Result<()> {
     let jpegs = a.images.iter().map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display()))).collect::<Result<Vec<_>>>()?;
     #[allow(unused_mut)]
     let mut out = crate::bench::camera_input::camera_input_bench(&jpegs, &cfg, &limits, a.warmup, a.iters)?;
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     if crate::device::resolve(crate::device::DeviceChoice::Auto)?.is_cuda() {
         let dev = crate::device::cuda::CudaDevice::new(0)?;
         out["cuda"] = crate::bench::camera_input::camera_input_bench_cuda(&dev, &jpegs, &cfg, &limits, a.warmup, a.iters, &a.decoder, a.rounds)?;
@@ -68,7 +68,7 @@ pub struct LidarEncoderArgs {
     iters: usize,
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub fn lidar_encoder(a: LidarEncoderArgs) -> Result<()> {
     use crate::models::bevfusion::lidar_encoder::{cuda, random_weights, LidarEncoder, LidarEncoderConfig};
     use crate::ops::voxelize::hard::{point_rows, synthetic_sweeps};
@@ -80,7 +80,7 @@ pub fn lidar_encoder(a: LidarEncoderArgs) -> Result<()> {
     println!("{}", crate::bench::lidar_encoder::bench(&dev, &gpu, &points, a.warmup, a.iters)?);
     Ok(())
 }
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 pub fn lidar_encoder(a: LidarEncoderArgs) -> Result<()> {
     let _ = crate::models::bevfusion::lidar_encoder::LidarEncoderConfig::load(&a.model)?;
     anyhow::bail!("`bench lidar-encoder` needs the CUDA backend: rebuild with `--features cuda`")
@@ -105,7 +105,7 @@ pub struct BevDecoderArgs {
     iters: usize,
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub fn bev_decoder(a: BevDecoderArgs) -> Result<()> {
     let args = crate::bench::bev_decoder::BevDecoderBenchArgs { models: a.models, seed: a.seed, warmup: a.warmup, iters: a.iters, bev: a.bev };
     for line in crate::bench::bev_decoder::run_bench(&args)? {
@@ -113,7 +113,7 @@ pub fn bev_decoder(a: BevDecoderArgs) -> Result<()> {
     }
     Ok(())
 }
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 pub fn bev_decoder(_: BevDecoderArgs) -> Result<()> {
     anyhow::bail!("`bench bev-decoder` needs the CUDA backend: rebuild with `--features cuda`")
 }
@@ -146,7 +146,7 @@ pub struct CameraArgs {
     iters: usize,
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub fn camera(a: CameraArgs) -> Result<()> {
     let args = crate::bench::camera_encoder::CameraBenchArgs {
         model: a.model,
@@ -163,7 +163,7 @@ pub fn camera(a: CameraArgs) -> Result<()> {
     }
     Ok(())
 }
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 pub fn camera(_: CameraArgs) -> Result<()> {
     anyhow::bail!("`bench camera` needs the CUDA backend: rebuild with `--features cuda`")
 }
@@ -283,14 +283,14 @@ pub fn bevseg(a: BevsegArgs) -> Result<()> {
     run_bevseg_bench(a.model, a.weights, a.seed, calib, images, cloud, a.warmup, a.iters)
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 #[allow(clippy::too_many_arguments)]
 fn run_bevseg_bench(model: PathBuf, weights: Option<PathBuf>, seed: u64, calib: Calibration, images: Vec<PathBuf>, cloud: Option<Vec<[f32; 5]>>, warmup: usize, iters: usize) -> Result<()> {
     let args = crate::bench::bevseg::BevSegBenchArgs { model, weights, seed, calib, images, cloud, warmup, iters };
     println!("{}", crate::bench::bevseg::run_bench(&args)?);
     Ok(())
 }
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 #[allow(clippy::too_many_arguments)]
 fn run_bevseg_bench(_: PathBuf, _: Option<PathBuf>, _: u64, _: Calibration, _: Vec<PathBuf>, _: Option<Vec<[f32; 5]>>, _: usize, _: usize) -> Result<()> {
     anyhow::bail!("`bench bevseg` needs the CUDA backend: rebuild with `--features cuda`")
@@ -312,7 +312,7 @@ pub struct BevpoolArgs {
     dram_gbps: f64,
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub fn bevpool(a: BevpoolArgs) -> Result<()> {
     use crate::sensors::calib::camera::{Calibration, NUSCENES_CAMERAS};
     let cfg = crate::models::bevfusion::lss::LssConfig::load(&a.model)?;
@@ -324,7 +324,7 @@ pub fn bevpool(a: BevpoolArgs) -> Result<()> {
     }
     Ok(())
 }
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 pub fn bevpool(a: BevpoolArgs) -> Result<()> {
     let _ = crate::models::bevfusion::lss::LssConfig::load(&a.model)?;
     anyhow::bail!("`bench bevpool` needs the CUDA backend: rebuild with `--features cuda`")

@@ -92,7 +92,7 @@ pub fn voxelize(a: VoxelizeArgs) -> Result<()> {
 
 /// Median wall time of a warm CUDA voxelization (upload + all kernels + readbacks), ms; `None`
 /// where `auto` resolves to the CPU.
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 fn voxelize_cuda_ms(batch: &[&Points], params: &VoxelParams, iters: usize) -> Result<Option<f64>> {
     if !crate::device::resolve(crate::device::DeviceChoice::Auto)?.is_cuda() {
         return Ok(None);
@@ -112,7 +112,7 @@ fn voxelize_cuda_ms(batch: &[&Points], params: &VoxelParams, iters: usize) -> Re
     }
     Ok(Some(crate::bench::percentiles::Percentiles::median(&t)))
 }
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 fn voxelize_cuda_ms(_: &[&Points], _: &VoxelParams, _: usize) -> Result<Option<f64>> {
     Ok(None)
 }
@@ -157,7 +157,7 @@ fn bench_sites(cloud: &Path, stride: usize, model: &Path, voxel: f64, batch2: bo
 }
 
 /// The case name of a cloud in the JSON (`+rot90` with the rotated copy).
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 fn case_name(cloud: &Path, batch2: bool) -> String {
     let name = cloud.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     if batch2 {
@@ -167,7 +167,7 @@ fn case_name(cloud: &Path, batch2: bool) -> String {
     }
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub fn spconv(a: SpconvArgs) -> Result<()> {
     let (coords, shape) = bench_sites(&a.cloud, a.stride, &a.model, a.voxel_size, a.batch2)?;
     let dev = crate::device::cuda::CudaDevice::new(0)?;
@@ -177,7 +177,7 @@ pub fn spconv(a: SpconvArgs) -> Result<()> {
     }
     Ok(())
 }
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 pub fn spconv(a: SpconvArgs) -> Result<()> {
     let _ = bench_sites(&a.cloud, a.stride, &a.model, a.voxel_size, a.batch2)?;
     anyhow::bail!("`bench spconv` needs the CUDA backend: rebuild with `--features cuda`")
@@ -222,7 +222,7 @@ fn bench_voxel_positions(cloud: &Path, stride: usize, model: &ModelConfig, voxel
     Ok((v.xyz, b))
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub fn attention(a: AttentionArgs) -> Result<()> {
     let cfg = load_model(&a.model)?;
     let mut m = cfg.yaml.clone();
@@ -238,7 +238,7 @@ pub fn attention(a: AttentionArgs) -> Result<()> {
     }
     Ok(())
 }
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-core"))]
 pub fn attention(a: AttentionArgs) -> Result<()> {
     let cfg = load_model(&a.model)?;
     crate::ops::attention::SphereLevel::from_model(&cfg.yaml, a.level)?;

@@ -41,7 +41,7 @@ use crate::Error;
 use serde::Deserialize;
 use std::path::Path;
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 #[path = "lidar_encoder_cuda.rs"]
 pub mod cuda;
 

@@ -4,22 +4,22 @@
 //! decoder and head (`bev_stack`), the whole model (`seg`, `seg_cuda`) and its map (`map`).
 
 pub mod bev_stack;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod bev_stack_cuda;
 pub mod camera;
 pub mod config;
 pub mod decoder;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod decoder_cuda;
 pub mod fuser;
 pub mod head;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod head_cuda;
 pub mod lidar_encoder;
 pub(crate) mod load;
 pub mod lss;
 pub mod map;
 pub mod seg;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod seg_cuda;
 

@@ -28,6 +28,7 @@ use crate::models::bevfusion::bev_stack_cuda::CudaBevStack;
 use crate::models::bevfusion::lidar_encoder::cuda::CudaLidarEncoder;
 use crate::device::clock::GpuClock;
 use crate::models::sphereformer::network::StageTimes;
+use crate::device::libraries::{self, Lib};
 use crate::Error;
 use cudarc::cublas::CudaBlas;
 use std::time::Instant;
@@ -56,6 +57,8 @@ impl CudaBevSeg {
     /// Uploads a loaded model (weights FP16, biases f32); the BEV decoder's convolutions on
     /// `backend` (cuDNN falls back to im2col + cuBLAS where it has no algorithm).
     pub fn upload(dev: &CudaDevice, m: &BevSegModel, backend: ConvBackend) -> Result<Self, Error> {
+        // cuBLAS and cuBLASLt of this build's CUDA major, or an error naming what was found
+        libraries::require(&[Lib::Cublas, Lib::CublasLt])?;
         let blas = CudaBlas::new(dev.stream.clone()).map_err(|e| Error::Cuda(format!("cuBLAS is not usable ({e:?}): the CUDA seg model needs libcublas")))?;
         let lidar = match &m.lidar {
             Some(l) => Some(CudaLidarEncoder::upload(dev, l)?),

@@ -5,7 +5,7 @@
 
 pub mod config;
 pub mod network;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod precision;
 pub mod preprocess;
 pub mod random;

@@ -38,7 +38,7 @@ use crate::ops::sparse_conv::tensor::SparseTensor;
 use crate::Error;
 use std::time::Instant;
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 #[path = "network_cuda.rs"]
 pub mod cuda;
 

@@ -32,7 +32,7 @@ use crate::ops::voxelize::cpu::{sample_origin, voxel_position, voxelize_cpu, Key
 use crate::{Error, Points};
 use std::collections::HashMap;
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 #[path = "preprocess_cuda.rs"]
 pub mod cuda;
 

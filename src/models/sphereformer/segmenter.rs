@@ -8,7 +8,7 @@
 //! probability 0. A batch whose points all lack a voxel, zero points included, is not an error:
 //! every point (possibly none) is `UNLABELED` and the network does not run.
 
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 use super::precision;
 use crate::device::Device;
 use crate::models::sphereformer::config::ModelYaml;
@@ -87,12 +87,12 @@ pub struct Segmenter {
     model: SphereFormer,
     /// Told of each stage as it ends (see [`Segmenter::set_stage_hook`]).
     stage_hook: Option<StageHook>,
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     cuda: Option<std::sync::Arc<CudaBackend>>,
 }
 
 /// The network uploaded to a device, in the model's precision.
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 struct CudaBackend {
     dev: crate::device::cuda::CudaDevice,
     nets: precision::PrecisionNets,
@@ -113,7 +113,7 @@ impl Segmenter {
             cfg,
             model,
             stage_hook: None,
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "cuda-core")]
             cuda: None,
         })
     }
@@ -135,7 +135,7 @@ impl Segmenter {
 
     /// On a stream of the greatest priority: where the node's BEV map model runs beside it, the
     /// GPU starts the LiDAR network's work first.
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     fn to_cuda(mut self) -> Result<Self, Error> {
         let dev = crate::device::cuda::CudaDevice::new_high_priority(0)?;
         let nets = precision::PrecisionNets::upload(&dev, &self.model, self.cfg.precision)?;
@@ -145,25 +145,25 @@ impl Segmenter {
 
     /// Where the CUDA network's precision stands (`None` on the CPU): the setting, what the next
     /// frame is computed in, and how many frames `auto` computed again in FP32.
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     pub fn precision_status(&self) -> Option<precision::PrecisionStatus> {
         self.cuda.as_ref().map(|c| c.nets.status())
     }
 
-    #[cfg(not(feature = "cuda"))]
+    #[cfg(not(feature = "cuda-core"))]
     fn to_cuda(self) -> Result<Self, Error> {
         Err(Error::Cuda("this build has no CUDA support: rebuild with `--features cuda`, or use the CPU".into()))
     }
 
     /// The GPU the network runs on, if it does.
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     pub fn cuda_device(&self) -> Option<&crate::device::cuda::CudaDevice> {
         self.cuda.as_ref().map(|c| &c.dev)
     }
 
     /// Where the network runs.
     pub fn device(&self) -> Device {
-        #[cfg(feature = "cuda")]
+        #[cfg(feature = "cuda-core")]
         if self.cuda.is_some() {
             return Device::Cuda;
         }
@@ -203,7 +203,7 @@ impl Segmenter {
 
     /// Segments a batch of clouds (see the module docs for points without a voxel).
     pub fn segment(&self, clouds: &[&Points]) -> Result<Segmentation, Error> {
-        #[cfg(feature = "cuda")]
+        #[cfg(feature = "cuda-core")]
         if let Some(c) = &self.cuda {
             return self.segment_cuda(c, clouds);
         }
@@ -226,7 +226,7 @@ impl Segmenter {
 
     /// [`Segmenter::segment`] with every step on the GPU, in the model's precision (`auto`: a
     /// frame whose FP16 pass is flagged is computed again in FP32, see [`precision`]).
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     fn segment_cuda(&self, c: &CudaBackend, clouds: &[&Points]) -> Result<Segmentation, Error> {
         use crate::device::storage::Storage;
         let run = |storage: Storage| match storage {
@@ -254,7 +254,7 @@ impl Segmenter {
     }
 
     /// One forward of the GPU path on `net` (FP16, BF16 or FP32).
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cuda-core")]
     fn segment_cuda_in<S: crate::device::storage::Store>(
         &self,
         dev: &crate::device::cuda::CudaDevice,
@@ -293,7 +293,7 @@ impl Segmenter {
 
     /// [`Segmenter::run_network`] and the FP16 range guard's report of the forward.
     pub fn run_network_checked(&self, inputs: &NetworkInputs, times: &mut StageTimes) -> Result<(Vec<f32>, RangeReport), Error> {
-        #[cfg(feature = "cuda")]
+        #[cfg(feature = "cuda-core")]
         if let Some(c) = &self.cuda {
             use crate::device::storage::Storage;
             let run = |storage: Storage, times: &mut StageTimes| {

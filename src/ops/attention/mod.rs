@@ -7,7 +7,7 @@
 //! stored: RPE table rows are computed from positions inside the op.
 
 pub mod cpu;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod cuda;
 pub mod partition;
 pub mod rpe;

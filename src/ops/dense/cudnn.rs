@@ -23,6 +23,7 @@ use crate::ops::dense::cuda::CudaFeatureMap;
 use crate::ops::dense::cuda_ops::bias_act_f16;
 use crate::ops::dense::{Activation, Conv2d};
 use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::device::libraries::{self, Lib};
 use crate::Error;
 use cudarc::cudnn::{result as cr, sys as cs};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
@@ -65,10 +66,9 @@ impl CudnnContext {
     /// Loads cuDNN and makes a handle on `dev`'s stream. The error is a sentence for a log line
     /// (the library is missing, is not cuDNN 9, or the handle cannot be made).
     pub fn new(dev: &CudaDevice) -> Result<Self, String> {
-        // SAFETY: only tries to open the shared library (no symbol is called).
-        if !unsafe { cs::is_culib_present() } {
-            return Err("the cuDNN library (libcudnn.so.9) was not found on the library path".into());
-        }
+        // Found where cudarc will find it, cuDNN 9 for this build's CUDA major: another is refused
+        // here (the caller falls back), never called through the wrong API table.
+        libraries::require(&[Lib::Cudnn]).map_err(|e| e.to_string())?;
         let version = cr::get_version();
         if version / 10000 != 9 {
             return Err(format!("cuDNN {version} was found; sptr uses the cuDNN 9 API"));

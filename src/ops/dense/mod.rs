@@ -12,14 +12,14 @@
 //! count); CUDA in `cuda` (FP16 storage, FP32 accumulation, cuBLAS GEMMs).
 
 pub(crate) mod conv;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod conv_engine;
 pub(crate) mod conv_transpose;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod cuda;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod cuda_ops;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod cudnn;
 pub(crate) mod grid_sample;
 pub(crate) mod resize;

@@ -3,6 +3,6 @@
 //! (`cuda`).
 
 pub mod cpu;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod cuda;
 

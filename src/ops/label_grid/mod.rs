@@ -2,6 +2,6 @@
 //! `cuda`.
 
 pub mod cpu;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod cuda;
 

@@ -13,6 +13,7 @@
 //! recommendation for Hopper), so a call allocates nothing (CUDA-graph capture safe).
 
 use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::device::libraries::{self, Lib};
 use crate::Error;
 use cudarc::cublaslt::{result as lt, sys};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
@@ -51,10 +52,8 @@ fn lt_err(what: &str) -> impl Fn(lt::CublasError) -> Error + '_ {
 impl LtGemm {
     /// A handle, or an error when libcublasLt cannot be loaded.
     pub fn new(dev: &CudaDevice) -> Result<LtGemm, Error> {
-        // SAFETY: only tries to dlopen the library.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(Error::Cuda("libcublasLt is not loadable".into()));
-        }
+        // Found where cudarc will find it and of this build's CUDA major, or an error saying so.
+        libraries::require(&[Lib::CublasLt])?;
         let handle = lt::create_handle().map_err(lt_err("create"))?;
         // SAFETY: the workspace is scratch for cuBLASLt only, never read by us.
         let workspace = unsafe { dev.stream.alloc::<u8>(WORKSPACE_BYTES) }.map_err(cuda_err("allocating the cuBLASLt workspace"))?;

@@ -3,8 +3,8 @@
 //! epilogue (`lt`).
 
 pub mod cpu;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod cuda;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod lt;
 

@@ -3,10 +3,10 @@
 //! (`cpu`, the reference; `cuda`, FP16 storage with FP32 accumulation).
 
 pub mod cpu;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod cuda;
 pub mod kernel_map;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod kernel_map_cuda;
 pub mod tensor;
 

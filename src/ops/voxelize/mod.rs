@@ -3,9 +3,9 @@
 //! `hard_cuda`).
 
 pub mod cpu;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod cuda;
 pub mod hard;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod hard_cuda;
 

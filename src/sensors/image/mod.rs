@@ -6,6 +6,6 @@ pub mod compressed;
 pub mod encodings;
 pub mod jpeg_markers;
 pub mod jpeg_scan;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod nvjpeg;
 

@@ -23,6 +23,7 @@
 //! refuses the flag is used without it, and [`NvjpegDecoder::interpolated_chroma`] says which.
 
 use crate::device::cuda::{cuda_err, CudaDevice};
+use crate::device::libraries::{self, Lib};
 use crate::Error;
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -62,8 +63,6 @@ struct NvjpegImage {
     pitch: [usize; 4],
 }
 
-/// The library names tried, newest first (the ABI of the calls used is the same in 11 – 13).
-const LIBRARY_NAMES: [&str; 4] = ["libnvjpeg.so.13", "libnvjpeg.so.12", "libnvjpeg.so.11", "libnvjpeg.so"];
 
 fn status_name(s: Status) -> &'static str {
     match s {
@@ -407,11 +406,13 @@ impl Drop for NvjpegDecoder {
 
 /// Opens the first nvJPEG library found and reads its version; the error lists every name tried.
 fn open_library() -> Result<(libloading::Library, Api, [c_int; 3]), Error> {
+    // One of this build's CUDA major, found where the probe finds it (the same names in order).
+    libraries::require(&[Lib::Nvjpeg])?;
     let mut tried = Vec::new();
     let mut lib = None;
-    for name in LIBRARY_NAMES {
+    for name in Lib::Nvjpeg.candidates() {
         // SAFETY: loading NVIDIA's library runs its initialisers, which only set up its own state.
-        match unsafe { libloading::Library::new(name) } {
+        match unsafe { libloading::Library::new(&name) } {
             Ok(l) => {
                 lib = Some(l);
                 break;
@@ -484,7 +485,8 @@ mod tests {
             Ok(v) => assert!(v.split('.').count() == 3, "{v}"),
             Err(e) => {
                 let m = e.to_string();
-                assert!(m.contains("nvJPEG library not found") && m.contains("libnvjpeg.so.13"), "{m}");
+                let first = format!("libnvjpeg.so.{}", libraries::BUILD_MAJOR);
+                assert!(m.contains("nvJPEG (needed for JPEG decoding on the GPU") && m.contains(&first), "{m}");
             }
         }
     }

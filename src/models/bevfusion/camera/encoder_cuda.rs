@@ -11,6 +11,7 @@ use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::range::{PendingRange, RangeFlags, RangeReadback};
 use crate::device::range_guard::{LayerNames, RangeReport};
 use crate::device::clock::GpuClock;
+use crate::device::libraries::{self, Lib};
 use crate::Error;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::CudaSlice;
@@ -45,6 +46,7 @@ pub struct CudaCameraEncoder {
 impl CudaCameraEncoder {
     /// Uploads a loaded encoder (weights FP16, norms and biases f32).
     pub fn upload(dev: &CudaDevice, enc: &CameraEncoder) -> Result<Self, Error> {
+        libraries::require(&[Lib::Cublas, Lib::CublasLt])?;
         let blas = CudaBlas::new(dev.stream.clone())
             .map_err(|e| Error::Cuda(format!("cuBLAS is not usable ({e:?}): the CUDA camera encoder needs libcublas from the CUDA toolkit")))?;
         let mut names = LayerNames::new();

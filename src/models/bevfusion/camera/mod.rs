@@ -4,12 +4,12 @@
 
 pub mod config;
 pub mod encoder;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod encoder_cuda;
 pub mod fpn;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod fpn_cuda;
 pub mod swin;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod swin_cuda;
 

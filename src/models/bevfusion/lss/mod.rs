@@ -9,7 +9,7 @@
 //! - `bench`: `sptr bench bevpool`.
 
 pub mod config;
-#[cfg(feature = "cuda")]
+#[cfg(feature = "cuda-core")]
 pub mod cuda;
 pub mod geometry;
 pub mod transform;
