@@ -1,5 +1,6 @@
 //! `sptr info`: what this build and machine offer: the CUDA major the build binds, each CUDA
-//! library as it will be opened (file, version, whether it fits), and the GPU.
+//! library as it will be opened (file, version, whether it fits), the GPU and which kernels
+//! each op takes on it.
 
 use anyhow::Result;
 
@@ -49,9 +50,16 @@ fn cuda_report() {
             println!("NVRTC compiles for: {}", archs.iter().map(|a| a.sm()).collect::<Vec<_>>().join(", "));
         }
     }
+    match nvrtc::kernel_paths() {
+        Ok(p) => println!("kernel paths: {p:?} (SPTR_KERNEL_PATHS)"),
+        Err(e) => println!("kernel paths: {e}"),
+    }
     match cuda::CudaDevice::new(0) {
         Ok(d) => {
             println!("GPU 0: {}, compute capability {}.{} ({})", d.name, d.arch.major, d.arch.minor, d.arch.sm());
+            for (op, path) in nvrtc::op_paths(d.arch) {
+                println!("  {op}: {path}");
+            }
         }
         Err(e) => println!("GPU: {e}"),
     }

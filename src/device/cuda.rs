@@ -108,6 +108,7 @@ impl CudaDevice {
         if let [driver, nvrtc] = libraries::require(&[Lib::Driver, Lib::Nvrtc])?.as_slice() {
             libraries::check_nvrtc_against_driver(nvrtc, driver)?;
         }
+        nvrtc::kernel_paths().map_err(Error::Cuda)?;
         let count = CudaContext::device_count().map_err(cuda_err("counting GPUs"))?;
         if count <= 0 || ordinal >= count as usize {
             return Err(Error::Cuda(format!("GPU {ordinal} requested but the driver sees {count} GPU(s)")));

@@ -29,10 +29,11 @@ impl Arch {
         format!("sm_{}{}", self.major, self.minor)
     }
 
-    /// Whether the architecture has Hopper's warpgroup MMA (`wgmma`): compute capability 9.0
-    /// exactly (H100, H200; not its successors, whose tensor-core instructions differ).
+    /// Whether the kernels use Hopper's warpgroup MMA (`wgmma`) here: compute capability 9.0
+    /// exactly (H100, H200; not its successors, whose tensor-core instructions differ), unless
+    /// this process takes the portable paths ([`kernel_paths`]).
     pub fn has_wgmma(&self) -> bool {
-        (self.major, self.minor) == (9, 0)
+        (self.major, self.minor) == (9, 0) && kernel_paths() == Ok(KernelPaths::Native)
     }
 
     /// NVRTC's target: `sm_90a` on 9.0, whose architecture-specific features (`wgmma`) the sparse
@@ -60,6 +61,51 @@ impl std::str::FromStr for Arch {
         };
         Ok(Arch { major: maj.parse().map_err(|_| bad())?, minor: min.parse().map_err(|_| bad())? })
     }
+}
+
+/// Which kernels this process takes where a GPU offers more than every supported GPU has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelPaths {
+    /// The fastest the GPU has (the default): Hopper's `wgmma` kernels, compiled for `sm_90a`.
+    Native,
+    /// Exactly the kernels an sm_8x GPU (Ampere, Orin, Ada) runs: no `wgmma`, no `sm_90a` target.
+    /// `SPTR_KERNEL_PATHS=portable` measures those paths on an H100.
+    Portable,
+}
+
+/// The kernel paths of this process, from `SPTR_KERNEL_PATHS` (`native`, the default, or
+/// `portable`), read once. Any other value is an error, which [`crate::device::cuda::CudaDevice`]
+/// reports when it opens the GPU.
+pub fn kernel_paths() -> Result<KernelPaths, String> {
+    static PATHS: std::sync::OnceLock<Result<KernelPaths, String>> = std::sync::OnceLock::new();
+    PATHS.get_or_init(|| parse_kernel_paths(std::env::var("SPTR_KERNEL_PATHS").ok().as_deref())).clone()
+}
+
+fn parse_kernel_paths(value: Option<&str>) -> Result<KernelPaths, String> {
+    match value.map(str::trim) {
+        None | Some("") | Some("native") => Ok(KernelPaths::Native),
+        Some("portable") => Ok(KernelPaths::Portable),
+        Some(other) => Err(format!(
+            "SPTR_KERNEL_PATHS is `{other}`: write `native` (the default: the fastest kernels of the GPU) or `portable` (the kernels an sm_8x GPU takes)"
+        )),
+    }
+}
+
+/// Which kernels each op family takes on `arch` in this process, for `sptr info`.
+pub fn op_paths(arch: Arch) -> Vec<(&'static str, String)> {
+    let conv = if arch.has_wgmma() {
+        "wgmma pipelined kernels (sm_90a) where Cin and Cout are multiples of 64; mma.sync tiled kernels otherwise".to_string()
+    } else {
+        let why = if (arch.major, arch.minor) == (9, 0) { " (SPTR_KERNEL_PATHS=portable)" } else { "" };
+        format!("mma.sync tiled kernels (tensor cores){why}")
+    };
+    vec![
+        ("compiled for", arch.target()),
+        ("sparse conv", conv),
+        ("window attention", "mma.sync m16n8k16 tensor-core kernels".to_string()),
+        ("Swin-T, FPN, BEV decoder", "cuBLAS / cuBLASLt GEMMs; cuDNN convolutions (im2col + cuBLAS where cuDNN has none)".to_string()),
+        ("voxelize, bev_pool, label grids, image preprocessing, norms", "CUDA-core kernels".to_string()),
+    ]
 }
 
 /// Whether libnvrtc can be loaded (cudarc panics on first use when it cannot).
@@ -327,4 +373,32 @@ pub fn cubin_cached_storage(k: &KernelSource, arch: Arch, storage: Storage) -> R
         }
     }
     Ok((c.cubin, Origin::Compiled))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_paths_are_native_unless_portable_is_asked_and_other_words_are_refused() {
+        assert_eq!(parse_kernel_paths(None), Ok(KernelPaths::Native));
+        assert_eq!(parse_kernel_paths(Some("native")), Ok(KernelPaths::Native));
+        assert_eq!(parse_kernel_paths(Some("portable")), Ok(KernelPaths::Portable));
+        let e = parse_kernel_paths(Some("sm80")).unwrap_err();
+        assert!(e.contains("`sm80`") && e.contains("native") && e.contains("portable"), "{e}");
+    }
+
+    #[test]
+    fn only_compute_capability_9_0_targets_sm_90a() {
+        let hopper = Arch { major: 9, minor: 0 };
+        let orin = Arch { major: 8, minor: 7 };
+        assert_eq!(orin.target(), "sm_87");
+        assert!(!orin.has_wgmma());
+        // this test process does not set SPTR_KERNEL_PATHS: the native paths
+        if kernel_paths() == Ok(KernelPaths::Native) {
+            assert_eq!(hopper.target(), "sm_90a");
+            assert!(op_paths(hopper)[1].1.starts_with("wgmma"));
+        }
+        assert!(op_paths(orin)[1].1.starts_with("mma.sync"));
+    }
 }
