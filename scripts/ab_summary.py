@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Summary of scripts/gpu_ab.sh's rows: per case and build, the median of the rounds' figures
 (each round's figure is the bench's own median: `ms` of `bench model` and `bench bevseg`, the
-latency p50 of `bench pipeline`), their spread (min-max over rounds), and after/before."""
+latency p50 of `bench pipeline`), their spread (min-max over rounds), and after/before (builds: sptr over sptr-before; kernel paths:
+portable over native)."""
 import json
 import statistics
 import sys
@@ -38,6 +39,8 @@ def main(path):
             }
         if "sptr" in entry and "sptr-before" in entry:
             entry["after_over_before"] = round(entry["sptr"]["median_ms"] / entry["sptr-before"]["median_ms"], 4)
+        if "portable" in entry and "native" in entry:
+            entry["portable_over_native"] = round(entry["portable"]["median_ms"] / entry["native"]["median_ms"], 4)
         out[case] = entry
     json.dump(out, sys.stdout, indent=1)
     print()

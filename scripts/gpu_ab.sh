@@ -5,6 +5,10 @@
 # on both alike. Rows: SphereFormer (nuScenes sweep, dense cloud), the two BEVFusion map models,
 # and the node's whole frame with six cameras (`bench pipeline --cameras`).
 #   scripts/gpu_ab.sh OUT_DIR [ROUNDS]
+#   SPTR_AB=paths scripts/gpu_ab.sh OUT_DIR [ROUNDS]
+#                     the two sides are gpu-stage/bin/sptr with SPTR_KERNEL_PATHS=native (the
+#                     Hopper kernels) and =portable (exactly what an sm_8x GPU runs: Ampere, Ada,
+#                     Orin), for the cost of the non-Hopper paths on the same GPU in one run
 # Writes OUT_DIR/ab.jsonl (one line per run: {"ab", "round", "case", "line": <the bench's JSON>})
 # and OUT_DIR/ab_summary.json (per case and build: the median of the rounds' medians, their
 # spread, and after/before as a ratio), and the host probe beside them (OUT_DIR/host.json).
@@ -15,18 +19,26 @@ rounds=${2:-3}
 stage=gpu-stage
 mkdir -p "$out"
 export SPTR_ROOT="$PWD"
+mode=${SPTR_AB:-builds}
+case $mode in
+    builds) sides=(sptr-before sptr) ;;
+    paths) sides=(native portable) ;;
+    *) echo "gpu_ab: SPTR_AB is \`$mode\`: write builds (the default) or paths" >&2; exit 2 ;;
+esac
 for b in sptr-before sptr; do
+    [ "$mode" = paths ] && [ "$b" = sptr-before ] && continue
     [ -x "$stage/bin/$b" ] || { echo "gpu_ab: $stage/bin/$b is missing" >&2; exit 2; }
 done
 nus=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)
 cloud=$stage/benchmark-pc.bin
 [ -f "$cloud" ] || cloud=$nus
 
-run_case() { # build round case args...
+run_case() { # side round case args...
     local b=$1 r=$2 c=$3
     shift 3
-    local line
-    if line=$("$stage/bin/$b" "$@" 2>> "$out/ab.log" | tail -n 1); then
+    local line run=("$stage/bin/$b")
+    [ "$mode" = paths ] && run=(env "SPTR_KERNEL_PATHS=$b" "$stage/bin/sptr")
+    if line=$("${run[@]}" "$@" 2>> "$out/ab.log" | tail -n 1); then
         printf '{"ab": "%s", "round": %d, "case": "%s", "line": %s}\n' "$b" "$r" "$c" "$line" >> "$out/ab.jsonl"
     else
         echo "gpu_ab: $b $c failed (see ab.log)" >&2
@@ -37,7 +49,7 @@ run_case() { # build round case args...
 failed=0
 "$stage/bin/sptr" bench host > "$out/host.json" 2>> "$out/ab.log" || true
 for r in $(seq 1 "$rounds"); do
-    for b in sptr-before sptr; do
+    for b in "${sides[@]}"; do
         run_case "$b" "$r" sphereformer_nuscenes bench model "$nus" --model config/models/sphereformer_nuscenes.yaml \
             --case nuscenes --iters 20 || failed=1
         run_case "$b" "$r" sphereformer_dense bench model "$cloud" --format xyz \
