@@ -2,8 +2,15 @@
 # Coverage-guided fuzzing (libFuzzer via cargo-fuzz) of every decoder that reads outside bytes.
 #
 #   scripts/fuzz.sh [CPU_SECONDS_PER_TARGET] [TARGET...] # default: 60, every target in fuzz/
-#   SPTR_FUZZ_RUNS=5000 scripts/fuzz.sh                    # CI: a fixed number of inputs per target
+#   SPTR_FUZZ_RUNS=5000 scripts/fuzz.sh                    # a fixed number of inputs per target
 #                                                          # from the seeds alone, fixed random seed
+#
+# Each target, fuzz/fuzz_targets/<target>.rs, runs the check in fuzz/checks/<target>.rs. CI does
+# not run this script: `cargo test` replays the same checks (tests/fuzz_replay.rs) on the seeds
+# that seed() below builds (the test builds them the same way: change both together), on the
+# findings in tests/data/fuzz/<target>/ and on a fixed set of deterministic mutations of each,
+# without the nightly toolchain or cargo-fuzz. This script is for the coverage-guided runs, which
+# find new inputs.
 #
 # A long run's budget is CPU time, not wall time: on a busy machine libFuzzer's wall-clock limit
 # would give a target less than asked, so a target runs in rounds (each continuing from the
@@ -21,7 +28,8 @@
 # executions per second, CPU seconds, coverage, corpus size, outcome); the file is appended to,
 # so runs on several occasions add up. Exit status 1 if any target failed.
 # A found input is fixed in the code and kept as a regression test under tests/data/fuzz/ (run
-# by tests/fuzz_regressions.rs in the normal suite).
+# by tests/fuzz_regressions.rs, and replayed with its mutations by tests/fuzz_replay.rs, in the
+# normal suite).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SECS=${1:-60}

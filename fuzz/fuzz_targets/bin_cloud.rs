@@ -1,14 +1,9 @@
-//! A KITTI / nuScenes `.bin` cloud (rows of little-endian float32); the first byte picks the
-//! stride the user would pass with `--stride`.
+//! The libFuzzer target of `checks/bin_cloud.rs` (what it checks is said there; `tests/fuzz_replay.rs`
+//! replays the same check in `cargo test`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::msgs::points::Points;
 
-fuzz_target!(|data: &[u8]| {
-    let Some((&stride, body)) = data.split_first() else {
-        return;
-    };
-    if let Ok(points) = Points::parse_bin(body, stride as usize, "fuzz.bin") {
-        assert_eq!(points.x.len() * stride as usize * 4, body.len());
-    }
-});
+#[path = "../checks/bin_cloud.rs"]
+mod check;
+
+fuzz_target!(|data: &[u8]| check::check(data));

@@ -1,15 +1,9 @@
-//! A `sensor_msgs/CameraInfo` CDR body and the intrinsics taken from its K and P.
+//! The libFuzzer target of `checks/camera_info_cdr.rs` (what it checks is said there; `tests/fuzz_replay.rs`
+//! replays the same check in `cargo test`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::msgs::cdr::{decode_message, Message};
-use sptr::sensors::calib::camera::{intrinsics_from_k, intrinsics_from_projection};
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(Message::CameraInfo(msg)) = decode_message("sensor_msgs/msg/CameraInfo", data) else {
-        return;
-    };
-    for k in [intrinsics_from_k(&msg.k), intrinsics_from_projection(&msg.p)].into_iter().flatten() {
-        // Accepted intrinsics are finite (the geometry divides by them).
-        assert!(k.iter().flatten().all(|v| v.is_finite()), "{k:?}");
-    }
-});
+#[path = "../checks/camera_info_cdr.rs"]
+mod check;
+
+fuzz_target!(|data: &[u8]| check::check(data));

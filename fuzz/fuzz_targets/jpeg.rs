@@ -1,23 +1,9 @@
-//! JPEG bytes (a CompressedImage's data) decoded to RGB, and the checks the camera branch makes
-//! before it hands a JPEG to nvJPEG (marker layout, stray markers in the scan data).
+//! The libFuzzer target of `checks/jpeg.rs` (what it checks is said there; `tests/fuzz_replay.rs`
+//! replays the same check in `cargo test`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::sensors::image::compressed::{decode_jpeg, jpeg_size};
-use sptr::sensors::image::encodings::DecodeLimits;
-use sptr::sensors::image::jpeg_markers::{read_layout, stray_marker};
 
-fuzz_target!(|data: &[u8]| {
-    let limits = DecodeLimits { max_pixels: 1 << 20 };
-    let size = jpeg_size(data, &limits);
-    if let Ok(img) = decode_jpeg(data, &limits) {
-        assert_eq!(size.ok(), Some((img.width, img.height)));
-        assert_eq!(img.data.len(), img.width * img.height * 3);
-    }
-    if let Ok(layout) = read_layout(data) {
-        assert!(layout.scan_data <= data.len());
-        if let Some((at, code)) = stray_marker(data, layout.scan_data) {
-            assert!(at >= layout.scan_data && at + 1 < data.len() && data[at] == 0xFF && data[at + 1] == code);
-        }
-        let _ = layout.gpu_eligibility();
-    }
-});
+#[path = "../checks/jpeg.rs"]
+mod check;
+
+fuzz_target!(|data: &[u8]| check::check(data));

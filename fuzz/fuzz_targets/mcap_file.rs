@@ -1,28 +1,9 @@
-//! A single `.mcap` file given to `sptr replay` / `sptr bag info`: opened, every message read and
-//! every supported message decoded, as replay does.
+//! The libFuzzer target of `checks/mcap_file.rs` (what it checks is said there; `tests/fuzz_replay.rs`
+//! replays the same check in `cargo test`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::msgs::cdr::{decode_message, is_supported_type};
-use sptr::bag::reader::Bag;
 
-fuzz_target!(|data: &[u8]| {
-    let dir = std::env::temp_dir().join(format!("sptr-fuzz-mcap-{}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    let file = dir.join("fuzz.mcap");
-    if std::fs::write(&file, data).is_err() {
-        return;
-    }
-    let Ok(bag) = Bag::open(&file) else {
-        return;
-    };
-    for msg in bag.messages(&[]) {
-        let Ok(msg) = msg else {
-            break;
-        };
-        // A message's payload comes out of the file: it cannot be larger than the file.
-        assert!(msg.data.len() <= data.len());
-        if is_supported_type(&msg.type_name) {
-            let _ = decode_message(&msg.type_name, &msg.data);
-        }
-    }
-});
+#[path = "../checks/mcap_file.rs"]
+mod check;
+
+fuzz_target!(|data: &[u8]| check::check(data));

@@ -1,13 +1,9 @@
-//! A model YAML (`--model`), parsed and validated as every model reader of sptr reads one.
+//! The libFuzzer target of `checks/model_yaml.rs` (what it checks is said there; `tests/fuzz_replay.rs`
+//! replays the same check in `cargo test`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::models::bevfusion::camera::encoder::CameraEncoderConfig;
-use sptr::models::sphereformer::config::ModelConfig;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let _ = ModelConfig::parse(text, "fuzz.yaml");
-    let _ = CameraEncoderConfig::parse(text, "fuzz.yaml");
-});
+#[path = "../checks/model_yaml.rs"]
+mod check;
+
+fuzz_target!(|data: &[u8]| check::check(data));

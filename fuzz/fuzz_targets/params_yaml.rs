@@ -1,11 +1,9 @@
-//! A node parameters file (`--params-file` / `config/perception.yaml`).
+//! The libFuzzer target of `checks/params_yaml.rs` (what it checks is said there; `tests/fuzz_replay.rs`
+//! replays the same check in `cargo test`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::frame::params::NodeParams;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let _ = NodeParams::parse(text, "fuzz.yaml");
-});
+#[path = "../checks/params_yaml.rs"]
+mod check;
+
+fuzz_target!(|data: &[u8]| check::check(data));

@@ -1,13 +1,9 @@
-//! A PCD file (`sptr segment cloud.pcd`).
+//! The libFuzzer target of `checks/pcd.rs` (what it checks is said there; `tests/fuzz_replay.rs`
+//! replays the same check in `cargo test`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use sptr::sensors::cloud_files::parse_pcd;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(points) = parse_pcd(data) {
-        let n = points.x.len();
-        assert!(points.y.len() == n && points.z.len() == n && points.intensity.len() == n);
-        // Every point takes at least one byte of the file (binary) or more (ASCII).
-        assert!(n <= data.len(), "{n} points from {} bytes", data.len());
-    }
-});
+#[path = "../checks/pcd.rs"]
+mod check;
+
+fuzz_target!(|data: &[u8]| check::check(data));
