@@ -7,7 +7,9 @@ Arguments: params_file (default: the installed config/perception.yaml), weights 
 required unless the params file sets model.weights), device (cuda | cpu | auto), namespace,
 use_sim_time, input_points (remap of ~/input/points); for the camera branch camera_model (BEV
 map model YAML), camera_weights (its safetensors, or random:<seed> for untrained weights) and cameras (camera names, e.g.
-"[CAM_FRONT, CAM_BACK]"); an empty value keeps the params file's. The six-camera nuScenes rig:
+"[CAM_FRONT, CAM_BACK]"); an empty value keeps the params file's; rviz (default false): true also
+starts rviz2 with the installed config/rviz/sptr.rviz, whose topics are the default node name and
+namespace's (/sptr/output/...). The six-camera nuScenes rig:
 
     ros2 launch sptr perception.launch.py \
         params_file:=$(ros2 pkg prefix sptr)/share/sptr/config/perception_nuscenes_cameras.yaml \
@@ -18,6 +20,8 @@ The executable gets:
     perception_node --ros-args -r __node:=sptr [-r __ns:=<namespace>] \
         --params-file <params_file> --params-file <temporary file of the overrides> \
         -r ~/input/points:=<input_points>
+
+and with rviz:=true, beside it: rviz2 -d <share>/config/rviz/sptr.rviz
 """
 
 import os
@@ -25,8 +29,10 @@ import os
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.conditions import IfCondition
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
+from launch_ros.parameter_descriptions import ParameterValue
 
 
 def _node(context):
@@ -60,7 +66,8 @@ def _node(context):
 
 
 def generate_launch_description():
-    default_params = os.path.join(get_package_share_directory("sptr"), "config", "perception.yaml")
+    share = get_package_share_directory("sptr")
+    default_params = os.path.join(share, "config", "perception.yaml")
     args = [
         DeclareLaunchArgument("params_file", default_value=default_params,
                               description="ROS 2 params file of the node"),
@@ -77,5 +84,18 @@ def generate_launch_description():
                               description="BEV map model safetensors, or random:<seed>; empty keeps the params file's"),
         DeclareLaunchArgument("cameras", default_value="",
                               description="camera names, e.g. [CAM_FRONT, CAM_BACK]; empty keeps the params file's"),
+        DeclareLaunchArgument("rviz", default_value="false",
+                              description="true: also start rviz2 with config/rviz/sptr.rviz"),
     ]
-    return LaunchDescription(args + [OpaqueFunction(function=_node)])
+    # The config names the default launch's topics (/sptr/output/...): with a namespace, the
+    # displays' topics need it too (docs/node.md, "Seeing the outputs").
+    rviz = Node(
+        package="rviz2",
+        executable="rviz2",
+        name="rviz2",
+        output="screen",
+        arguments=["-d", os.path.join(share, "config", "rviz", "sptr.rviz")],
+        parameters=[{"use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool)}],
+        condition=IfCondition(LaunchConfiguration("rviz")),
+    )
+    return LaunchDescription(args + [OpaqueFunction(function=_node), rviz])

@@ -3,6 +3,8 @@
 //! pages of docs/ and BENCHMARKS.md, and the file or program they describe.
 
 mod common;
+#[path = "common/viz_layouts.rs"]
+mod viz_layouts;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -464,4 +466,63 @@ fn doc_commands_exist() {
         checked += 1;
     }
     assert!(checked >= 40, "the docs show fewer sptr commands than expected ({checked})");
+}
+
+/// The viewer layouts docs/node.md points to (rviz2's `config/rviz/sptr.rviz`, the Foxglove
+/// layout `config/foxglove/sptr.json`) parse as their viewers read them and show the same
+/// topics: exactly the node's outputs under the default launch (the labeled cloud, the three BEV
+/// grids, each BEV map class and the map's colour image), each in a display of its message type.
+/// The labeled cloud is coloured by `class_id` over the model's fixed id range, every rviz2
+/// subscription is volatile (a transient-local one would not match the node's writers), and the
+/// launch file's `rviz:=true` opens the installed rviz2 file. `tests/ros_node.rs` checks over DDS
+/// that the node publishes each of these topics.
+#[test]
+fn viewer_layouts_show_the_node_outputs() {
+    use viz_layouts::*;
+    let root = common::root();
+    let rviz = rviz_topics(&root);
+    let foxglove = foxglove_topics(&root);
+    let rviz_names: std::collections::BTreeSet<String> = rviz.keys().cloned().collect();
+    assert_eq!(rviz_names, foxglove, "{RVIZ} and {FOXGLOVE} show different topics");
+    let classes = map_classes(&root);
+    assert_eq!(classes.len(), 6, "BEVFusion's six nuScenes map classes: {classes:?}");
+    let expected = expected_topics(&root, &classes);
+    assert_eq!(rviz, expected, "{RVIZ}: not the node's outputs under the default launch (topic -> type)");
+    for t in ["/sptr/output/points", "/sptr/output/bev/labels_color", "/sptr/output/bev/map/drivable_area"] {
+        assert!(expected.contains_key(t), "{t} missing from the expected topics: {expected:?}");
+    }
+
+    let params = sptr::frame::params::NodeParams::load(&root.join("config/perception.yaml")).expect("config/perception.yaml");
+    let model = root.join("config").join(&params.model.config);
+    let classes = sptr::models::sphereformer::config::ModelConfig::load(&model).expect("the params file's model").yaml.classes;
+    let top_id = (classes - 1) as f64;
+    let displays = rviz_displays(&root);
+    let num = |v: &serde_yaml::Value, k: &str| v.get(k).and_then(|x| x.as_f64()).unwrap_or_else(|| panic!("{RVIZ}: no number {k}"));
+    let text = |v: &serde_yaml::Value, k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or_else(|| panic!("{RVIZ}: no {k}")).to_string();
+    let cloud = displays.iter().find(|d| class_of(d) == "rviz_default_plugins/PointCloud2").expect("a PointCloud2 display");
+    assert_eq!(text(cloud, "Color Transformer"), "Intensity");
+    assert_eq!(text(cloud, "Channel Name"), "class_id");
+    assert_eq!(cloud.get("Autocompute Intensity Bounds").and_then(|b| b.as_bool()), Some(false), "class colours must not follow the frame");
+    assert_eq!((num(cloud, "Min Intensity"), num(cloud, "Max Intensity")), (0.0, top_id), "the model's class ids");
+    for d in &displays {
+        if let Some(t) = d.get("Topic").filter(|t| t.is_mapping()) {
+            assert_eq!(text(t, "Durability Policy"), "Volatile", "{RVIZ}: {:?}", topic_of(d));
+            assert_eq!(text(t, "Reliability Policy"), "Reliable", "{RVIZ}: {:?}", topic_of(d));
+        }
+    }
+    let doc: serde_yaml::Value = serde_yaml::from_str(&read(RVIZ)).unwrap();
+    assert_eq!(doc["Visualization Manager"]["Global Options"]["Fixed Frame"].as_str(), Some(params.bev.frame_id.as_str()), "{RVIZ}: the BEV grids' frame");
+
+    let fox = foxglove_layout(&root);
+    let (id, panel) = fox["configById"].as_object().unwrap().iter().find(|(id, _)| id.starts_with("3D!")).expect("a 3D panel");
+    let points = &panel["topics"]["/sptr/output/points"];
+    assert_eq!(points["colorField"], "class_id", "{FOXGLOVE}: {id}");
+    assert_eq!(points["colorMode"], "colormap", "{FOXGLOVE}: {id}");
+    assert_eq!((points["minValue"].as_f64(), points["maxValue"].as_f64()), (Some(0.0), Some(top_id)), "{FOXGLOVE}: {id}");
+    assert_eq!(panel["followTf"].as_str(), Some(params.bev.frame_id.as_str()), "{FOXGLOVE}: {id}");
+
+    let launch = read("launch/perception.launch.py");
+    for needle in ["DeclareLaunchArgument(\"rviz\", default_value=\"false\"", "package=\"rviz2\"", "IfCondition(", "\"config\", \"rviz\", \"sptr.rviz\""] {
+        assert!(launch.contains(needle), "launch/perception.launch.py: no `{needle}`");
+    }
 }

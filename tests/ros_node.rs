@@ -20,6 +20,8 @@
 #![cfg(feature = "ros")]
 
 mod common;
+#[path = "common/viz_layouts.rs"]
+mod viz_layouts;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -328,7 +330,7 @@ fn run_scenario(scenario: &str, node_extra: &[&str], peer_extra: &[&str]) -> Str
 /// The peer's whole run; each of its steps has its own limit (PEER_STEP_TIMEOUT_S).
 fn peer_timeout(scenario: &str) -> Duration {
     Duration::from_secs(match scenario {
-        "robust" | "cameras" | "rig" => 400,
+        "robust" | "cameras" | "rig" | "topics" => 400,
         _ => 150,
     })
 }
@@ -710,6 +712,68 @@ fn cameras_calibrated_from_tf_static_and_recalibrated_live() {
     assert!(out.contains("RESULT tf_change calibration_changes="), "peer output:\n{out}");
 }
 
+/// The viewer layouts (`config/rviz/sptr.rviz`, `config/foxglove/sptr.json`) name topics the node
+/// publishes: every topic either file names, read from the file and moved from the default
+/// launch's `/sptr/...` into this test's namespace, delivers a message of the type the rviz2
+/// display takes, from the node with the six nuScenes cameras and the reduced fusion map model
+/// (the BEV map topics exist only with cameras and a map model). A topic the node does not
+/// publish, or publishes with another type, never delivers and fails the peer's step.
+#[test]
+fn viewer_layout_topics_are_published_by_the_node() {
+    use viz_layouts::*;
+    let root = manifest();
+    let rviz = rviz_topics(&root);
+    let foxglove = foxglove_topics(&root);
+    assert!(!rviz.is_empty(), "{RVIZ} names no topic");
+    // The types come from the rviz2 displays (a Foxglove layout does not record them): a topic
+    // only the Foxglove layout names fails here (tests/readme.rs checks the two name the same).
+    let topics = rviz;
+    for t in &foxglove {
+        assert!(topics.contains_key(t), "{FOXGLOVE} shows {t}, which {RVIZ} does not: its type is unknown here");
+    }
+    // The test model's map classes are the shipped model's: the same topics.
+    let small = std::fs::read_to_string(manifest().join("tests/data/bevseg/fusion_small.yaml")).unwrap();
+    let small = sptr::models::bevfusion::seg::parse_seg_yaml(&small, "fusion_small.yaml").unwrap().classes;
+    assert_eq!(small, map_classes(&root), "the test's map model has other classes than the shipped one");
+    for c in &small {
+        let t = format!("/sptr/output/bev/map/{}", sptr::frame::map_messages::class_topic_token(c));
+        assert!(topics.contains_key(&t), "the layouts do not show {t}");
+    }
+    for t in ["/sptr/output/points", "/sptr/output/bev/labels", "/sptr/output/bev/labels_color", "/sptr/output/bev/occupancy", "/sptr/output/bev/map_color"] {
+        assert!(topics.contains_key(t), "the layouts do not show {t}");
+    }
+
+    let ns = unique("layout_topics");
+    let list: Vec<serde_json::Value> = topics
+        .iter()
+        .map(|(t, ty)| serde_json::json!({"topic": in_namespace(t, &ns), "type": ty}))
+        .collect();
+    let n = list.len();
+    let topics_file = tmp().join(format!("{ns}_topics.json"));
+    std::fs::write(&topics_file, serde_json::Value::Array(list).to_string()).expect("write the topic list");
+    let calib = manifest().join("config/calibration/nuscenes_sample.yaml");
+    let params = camera_params(&ns, Some(&calib));
+    // TF remapped into the test's namespace, as in the other camera tests: every extrinsic comes
+    // from the calibration file
+    let (tf, tf_static) = (format!("/{ns}/tf"), format!("/{ns}/tf_static"));
+    let node = node_cmd(&params, &ns, &["-p", "budget.processing_ms:=60000.0", "-r", &format!("/tf:={tf}"), "-r", &format!("/tf_static:={tf_static}")]);
+    let out = run_node_and_peer(
+        "topics",
+        &ns,
+        node,
+        &[
+            "--topics-file",
+            &topics_file.display().to_string(),
+            "--camera-dir",
+            &manifest().join("tests/data/nuscenes").display().to_string(),
+            // six JPEG decodes a frame: seconds in a debug build on a loaded machine
+            "--timeout",
+            "90",
+        ],
+    );
+    assert!(out.contains(&format!("RESULT topics_seen={n}/{n}")), "peer output:\n{out}");
+}
+
 /// The five-camera 1920 × 1080 rig (tests/data/rig5: its own camera names, count, image size,
 /// intrinsics and extrinsics; the LiDAR on `lidar/points` in frame `lidar`) over DDS: the node
 /// with the rig's cameras and calibration file and the reduced fusion map model (CPU) against
@@ -944,6 +1008,8 @@ fn colcon_installed_node_answers_the_peer() {
         exe.clone(),
         share.join("launch/perception.launch.py"),
         share.join("config/perception.yaml"),
+        share.join("config/rviz/sptr.rviz"),
+        share.join("config/foxglove/sptr.json"),
         share.join("package.xml"),
     ] {
         assert!(f.is_file(), "colcon did not install {}", f.display());
@@ -961,6 +1027,7 @@ fn colcon_installed_node_answers_the_peer() {
         "namespace",
         "use_sim_time",
         "input_points",
+        "rviz",
     ] {
         assert!(
             launch.contains(&format!("DeclareLaunchArgument(\"{arg}\"")),

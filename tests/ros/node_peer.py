@@ -44,6 +44,12 @@ The node runs in namespace --ns (so its private topics are <ns>/sptr/...). Scena
              CompressedImage and CameraInfo per camera stamped like each cloud, the cloud on
              --input in frame `lidar`; every camera used and calibrated from the file, and the
              BEV map topics with the cloud's stamp.
+  topics     the outputs a viewer layout shows (--topics-file: a JSON list of {"topic", "type"},
+             type sensor_msgs/msg/PointCloud2, sensor_msgs/msg/Image or nav_msgs/msg/OccupancyGrid):
+             one subscription per topic with its type; frames as in `cameras` (the six nuScenes
+             cameras with --camera-dir, a slice of the cloud) until every topic has delivered a
+             message, at most three frames. A topic the node does not publish, or publishes with
+             another type (the subscription never matches), fails the step's --timeout.
   bench      publish the cloud --frames times, one at a time (the next once the previous one's
              labeled cloud is back), and print receipt-to-publication latency percentiles from
              the node's ~/debug/latency_ms, and the round trip seen by the peer, as JSON.
@@ -892,10 +898,71 @@ def scenario_rig(p, args, xyzi):
     print(f"RESULT rig cameras_used={len(cams)} bev_map={args.map_cells}x{args.map_cells} topics={len(map_topics)}", flush=True)
 
 
+TOPIC_TYPES = {"sensor_msgs/msg/PointCloud2": PointCloud2, "sensor_msgs/msg/Image": Image,
+               "nav_msgs/msg/OccupancyGrid": OccupancyGrid}
+
+
+def scenario_topics(p, args, xyzi):
+    if not args.topics_file or not args.camera_dir:
+        fail("topics needs --topics-file and --camera-dir")
+    with open(args.topics_file) as f:
+        wanted = json.load(f)
+    if not wanted:
+        fail(f"{args.topics_file} lists no topics")
+    got = {}
+    for w in wanted:
+        topic, typ = w["topic"], w["type"]
+        if typ not in TOPIC_TYPES:
+            fail(f"{topic}: type {typ} is none of {sorted(TOPIC_TYPES)}")
+        qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+        p.create_subscription(TOPIC_TYPES[typ], topic, lambda m, t=topic: got.setdefault(t, stamp_of(m)), qos)
+    # a slice of the cloud, as in scenario_cameras: the LiDAR half is not under test here
+    xyzi = np.ascontiguousarray(xyzi[:2000])
+    cams = camera_messages(args.camera_dir)
+    qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+    img_pub = {c: p.create_publisher(CompressedImage, f"{p.base}/input/cameras/{c}/image/compressed", qos) for c in cams}
+    info_pub = {c: p.create_publisher(CameraInfo, f"{p.base}/input/cameras/{c}/camera_info", qos) for c in cams}
+    for c in cams:
+        p.spin_until(lambda c=c: img_pub[c].get_subscription_count() > 0 and info_pub[c].get_subscription_count() > 0,
+                     f"the node's subscriptions of {c}")
+    missing = []
+    # Best-effort camera samples sent before the node's readers have matched are lost (see
+    # scenario_cameras), and a frame's map goes out after its LiDAR outputs: up to three frames.
+    for attempt in range(3):
+        good = xyzi_cloud(xyzi)
+        sec, nsec = stamp_of(good)
+        t = sec + nsec * 1e-9 - 0.01
+        for c, (data, info) in cams.items():
+            m = CompressedImage()
+            m.header.stamp.sec = int(t)
+            m.header.stamp.nanosec = int(round((t - int(t)) * 1e9)) % 1_000_000_000
+            m.header.frame_id = c.lower()
+            m.format = "jpeg"
+            m.data = array.array("B", data)
+            img_pub[c].publish(m)
+            info_pub[c].publish(info)
+        end = time.monotonic() + 0.5  # let them arrive before the cloud
+        while time.monotonic() < end:
+            rclpy.spin_once(p, timeout_sec=0.02)
+        p.outputs_of(good, f"frame {attempt + 1} for the layout's topics")
+        deadline = time.monotonic() + p.timeout
+        while time.monotonic() < deadline and len(got) < len(wanted):
+            rclpy.spin_once(p, timeout_sec=0.05)
+        missing = [w["topic"] for w in wanted if w["topic"] not in got]
+        if not missing:
+            break
+        print(f"node_peer: after frame {attempt + 1}, nothing yet on {missing}", flush=True)
+    if missing:
+        fail(f"no message on {missing} (of {len(wanted)} topics) after three frames")
+    for w in wanted:
+        print(f"RESULT topic {w['topic']} {w['type']} stamp={got[w['topic']][0]}.{got[w['topic']][1]:09d}", flush=True)
+    print(f"RESULT topics_seen={len(got)}/{len(wanted)}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", required=True)
-    ap.add_argument("--scenario", required=True, choices=["valid", "robust", "burst", "bench", "cameras", "rig"])
+    ap.add_argument("--scenario", required=True, choices=["valid", "robust", "burst", "bench", "cameras", "rig", "topics"])
     ap.add_argument("--cloud", required=True)
     ap.add_argument("--expect-voxels", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=20.0)
@@ -926,6 +993,8 @@ def main():
                     help="cameras: extrinsics from the node's calibration file, or published on /tf_static")
     ap.add_argument("--faults", action="store_true",
                     help="cameras: the camera fault sequence (camera_faults) instead of the stale/bad steps")
+    ap.add_argument("--topics-file", default=None,
+                    help="topics: a JSON list of {\"topic\", \"type\"} that must each deliver a message")
     ap.add_argument("--tf-static-topic", default="/tf_static",
                     help="cameras: where the node reads /tf_static (the tests remap it per namespace)")
     args = ap.parse_args()
@@ -937,7 +1006,8 @@ def main():
     try:
         p.wait_connected()
         {"valid": scenario_valid, "robust": scenario_robust, "burst": scenario_burst,
-         "bench": scenario_bench, "cameras": scenario_cameras, "rig": scenario_rig}[args.scenario](p, args, xyzi)
+         "bench": scenario_bench, "cameras": scenario_cameras, "rig": scenario_rig,
+         "topics": scenario_topics}[args.scenario](p, args, xyzi)
         print("node_peer: OK", flush=True)
     finally:
         p.destroy_node()
