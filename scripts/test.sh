@@ -9,7 +9,11 @@
 #      the CUDA 12 build (--features cuda12): the library's tests, the library checks, and the
 #      compile test with NVRTC 12.6 (JetPack 6's), which knows sm_86 ... sm_90 and must refuse
 #      the Blackwell GPUs with a message
-#   4. a short fuzz pass of every decoder of outside bytes (scripts/fuzz.sh, fuzz/)
+#      (the fuzz targets' checks replayed over their seeds, findings and fixed mutations are part
+#      of it: tests/fuzz_replay.rs; coverage-guided runs are scripts/fuzz.sh)
+#   4. the container image (scripts/image.sh all: hadolint, the image built with buildah, replay,
+#      the node's start-up and the sharded replay in it); the aarch64 cross build and its tests
+#      under qemu-user (scripts/aarch64.sh)
 #   5. the ROS 2 tests: r2r <-> rclpy smoke test, the node against an rclpy peer, colcon install
 #      (scripts/test_ros.sh; the ROS 2
 #      venv from PyPI wheels is created and cached by scripts/ros_env.sh)
@@ -44,10 +48,12 @@ step "the CUDA 12 build (--features cuda12): the library's tests, the CUDA libra
     SPTR_EXPECT_NVRTC=12.6 cargo test --features cuda12 --lib --test cuda_libraries --test nvrtc_compile 2>&1
 )
 
-step "short fuzz pass (every decoder of outside bytes, a fixed number of inputs from the committed seeds)"
-# scripts/fuzz.sh installs the nightly toolchain and cargo-fuzz when missing; the long runs are
-# `scripts/fuzz.sh SECONDS` (docs/fuzzing.md).
-SPTR_FUZZ_RUNS="${SPTR_FUZZ_RUNS:-4000}" scripts/fuzz.sh 2>&1
+step "container image: hadolint, the image built with buildah on a local Debian 12 base, replay, the node's start-up and the sharded fleet path in it"
+rm -rf "$SPTR_CACHE/image-test"
+scripts/image.sh all "$SPTR_CACHE/image-test" 2>&1
+
+step "aarch64: the library and sptr cross-built (CUDA 12 build), the library's tests and sptr under qemu"
+scripts/aarch64.sh 2>&1
 
 step "ROS 2 tests (r2r <-> rclpy smoke test, the node against an rclpy peer, colcon install)"
 scripts/test_ros.sh 2>&1
