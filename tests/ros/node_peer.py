@@ -837,6 +837,40 @@ def cameras_from_tf(p, args, tf_pub, frame, all_good, infos, maps, map_topics):
           f"map_cells_changed={differ}", flush=True)
 
 
+def camera_publishers(p, cams):
+    """A CompressedImage and a CameraInfo publisher per camera of `cams` (reliable, keep last 1),
+    returned once the node's subscriptions of each have matched."""
+    qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
+    img_pub = {c: p.create_publisher(CompressedImage, f"{p.base}/input/cameras/{c}/image/compressed", qos) for c in cams}
+    info_pub = {c: p.create_publisher(CameraInfo, f"{p.base}/input/cameras/{c}/camera_info", qos) for c in cams}
+    for c in cams:
+        p.spin_until(lambda c=c: img_pub[c].get_subscription_count() > 0 and info_pub[c].get_subscription_count() > 0,
+                     f"the node's subscriptions of {c}")
+    return img_pub, info_pub
+
+
+def send_cameras_then_cloud(p, cams, pubs, good, what, frame_id=lambda c: c):
+    """Every camera's JPEG stamped 10 ms before the cloud `good` and its CameraInfo ({name: (jpeg
+    bytes, CameraInfo)}), half a second for them to arrive, then the cloud until its LiDAR outputs
+    are back."""
+    img_pub, info_pub = pubs
+    sec, nsec = stamp_of(good)
+    t = sec + nsec * 1e-9 - 0.01
+    for c, (data, info) in cams.items():
+        m = CompressedImage()
+        m.header.stamp.sec = int(t)
+        m.header.stamp.nanosec = int(round((t - int(t)) * 1e9)) % 1_000_000_000
+        m.header.frame_id = frame_id(c)
+        m.format = "jpeg"
+        m.data = array.array("B", data)
+        img_pub[c].publish(m)
+        info_pub[c].publish(info)
+    end = time.monotonic() + 0.5  # let them arrive before the cloud
+    while time.monotonic() < end:
+        rclpy.spin_once(p, timeout_sec=0.02)
+    p.outputs_of(good, what)
+
+
 def scenario_rig(p, args, xyzi):
     # a slice of the cloud, as in scenario_cameras: the LiDAR half is not under test here
     xyzi = np.ascontiguousarray(xyzi[:2000])
@@ -856,33 +890,14 @@ def scenario_rig(p, args, xyzi):
         info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
         info.p = [k[0], 0.0, k[2], 0.0, 0.0, k[4], k[5], 0.0, 0.0, 0.0, 1.0, 0.0]
         cams[c["name"]] = (data, info)
-    qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-    img_pub = {c: p.create_publisher(CompressedImage, f"{p.base}/input/cameras/{c}/image/compressed", qos) for c in cams}
-    info_pub = {c: p.create_publisher(CameraInfo, f"{p.base}/input/cameras/{c}/camera_info", qos) for c in cams}
     maps = {}
     map_topics = subscribe_maps(p, maps)
-    for c in cams:
-        p.spin_until(lambda c=c: img_pub[c].get_subscription_count() > 0 and info_pub[c].get_subscription_count() > 0,
-                     f"the node's subscriptions of {c}")
+    pubs = camera_publishers(p, cams)
 
     def frame(what):
-        """Every camera's image (10 ms before the cloud) and CameraInfo, then the cloud until its
-        LiDAR outputs are back; returns the cloud's stamp."""
+        """The cameras and then the cloud (in frame `lidar`); returns the cloud's stamp."""
         good = cloud(fields_xyzi(), 16, xyzi.shape[0], xyzi.astype("<f4").tobytes(), frame="lidar")
-        t = good.header.stamp.sec + good.header.stamp.nanosec * 1e-9 - 0.01
-        for c, (data, info) in cams.items():
-            m = CompressedImage()
-            m.header.stamp.sec = int(t)
-            m.header.stamp.nanosec = int(round((t - int(t)) * 1e9)) % 1_000_000_000
-            m.header.frame_id = c
-            m.format = "jpeg"
-            m.data = array.array("B", data)
-            img_pub[c].publish(m)
-            info_pub[c].publish(info)
-        end = time.monotonic() + 0.5  # let them arrive before the cloud
-        while time.monotonic() < end:
-            rclpy.spin_once(p, timeout_sec=0.02)
-        p.outputs_of(good, what)
+        send_cameras_then_cloud(p, cams, pubs, good, what)
         return stamp_of(good)
 
     # a warm-up frame first (see scenario_cameras: samples sent before discovery settles are lost)
@@ -919,32 +934,13 @@ def scenario_topics(p, args, xyzi):
     # a slice of the cloud, as in scenario_cameras: the LiDAR half is not under test here
     xyzi = np.ascontiguousarray(xyzi[:2000])
     cams = camera_messages(args.camera_dir)
-    qos = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, history=HistoryPolicy.KEEP_LAST)
-    img_pub = {c: p.create_publisher(CompressedImage, f"{p.base}/input/cameras/{c}/image/compressed", qos) for c in cams}
-    info_pub = {c: p.create_publisher(CameraInfo, f"{p.base}/input/cameras/{c}/camera_info", qos) for c in cams}
-    for c in cams:
-        p.spin_until(lambda c=c: img_pub[c].get_subscription_count() > 0 and info_pub[c].get_subscription_count() > 0,
-                     f"the node's subscriptions of {c}")
+    pubs = camera_publishers(p, cams)
     missing = []
     # Best-effort camera samples sent before the node's readers have matched are lost (see
     # scenario_cameras), and a frame's map goes out after its LiDAR outputs: up to three frames.
     for attempt in range(3):
         good = xyzi_cloud(xyzi)
-        sec, nsec = stamp_of(good)
-        t = sec + nsec * 1e-9 - 0.01
-        for c, (data, info) in cams.items():
-            m = CompressedImage()
-            m.header.stamp.sec = int(t)
-            m.header.stamp.nanosec = int(round((t - int(t)) * 1e9)) % 1_000_000_000
-            m.header.frame_id = c.lower()
-            m.format = "jpeg"
-            m.data = array.array("B", data)
-            img_pub[c].publish(m)
-            info_pub[c].publish(info)
-        end = time.monotonic() + 0.5  # let them arrive before the cloud
-        while time.monotonic() < end:
-            rclpy.spin_once(p, timeout_sec=0.02)
-        p.outputs_of(good, f"frame {attempt + 1} for the layout's topics")
+        send_cameras_then_cloud(p, cams, pubs, good, f"frame {attempt + 1} for the layout's topics", frame_id=str.lower)
         deadline = time.monotonic() + p.timeout
         while time.monotonic() < deadline and len(got) < len(wanted):
             rclpy.spin_once(p, timeout_sec=0.05)
