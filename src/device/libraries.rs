@@ -22,6 +22,7 @@
 use crate::Error;
 use std::ffi::{c_int, c_void, CStr};
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 /// The CUDA major this build binds (set by build.rs from the `cuda` / `cuda12` feature).
 pub const BUILD_MAJOR: u32 = match env!("SPTR_CUDA_MAJOR").as_bytes() {
@@ -136,8 +137,15 @@ impl Found {
 }
 
 /// Opens `lib` as the code that uses it would, and reads its version; touches no GPU.
-/// `Err` when no candidate opens (the message lists them) or the version query fails.
+/// `Err` when no candidate opens (the message lists them) or the version query fails. Read once
+/// per process (the loader's search path is fixed at start), so every later check is a lookup.
 pub fn probe(lib: Lib) -> Result<Found, String> {
+    static FOUND: [OnceLock<Result<Found, String>>; Lib::ALL.len()] = [const { OnceLock::new() }; Lib::ALL.len()];
+    // `Lib::ALL` lists the variants in declaration order, so a variant's number is its slot
+    FOUND[lib as usize].get_or_init(|| probe_now(lib)).clone()
+}
+
+fn probe_now(lib: Lib) -> Result<Found, String> {
     let names = lib.candidates();
     let mut opened = None;
     for name in &names {
@@ -338,6 +346,13 @@ mod tests {
         assert_eq!(judge(Lib::Cudnn, "9.10.2 for CUDA 13.0", BUILD_MAJOR), None);
         assert!(judge(Lib::Cudnn, "8.9.7 for CUDA 13.0", BUILD_MAJOR).is_some_and(|w| w.contains("cuDNN 9 API")));
         assert!(judge(Lib::Cudnn, "9.10.2 for CUDA 11.8", 11).is_some_and(|w| w.contains("belongs to CUDA 11")));
+    }
+
+    #[test]
+    fn each_library_has_its_own_probe_slot() {
+        for (i, lib) in Lib::ALL.iter().enumerate() {
+            assert_eq!(*lib as usize, i, "{lib:?}");
+        }
     }
 
     #[test]

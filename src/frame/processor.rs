@@ -526,10 +526,7 @@ impl Processor {
 /// network's (the LiDAR path goes first where the BEV map model runs beside it).
 #[cfg(feature = "cuda-core")]
 fn open_cuda() -> Result<(Bev, String), String> {
-    use crate::device::cuda::{driver_available, CudaDevice};
-    if !driver_available() {
-        return Err("parameter `device` is `cuda` but no CUDA driver (libcuda) was found on this machine; set `device: cpu` (launch argument device:=cpu) to run on the CPU".into());
-    }
+    use crate::device::cuda::CudaDevice;
     let d = CudaDevice::new_high_priority(0).map_err(|e| {
         format!("parameter `device` is `cuda` but the GPU cannot be used: {e}; set `device: cpu` (launch argument device:=cpu) to run on the CPU")
     })?;

@@ -404,23 +404,13 @@ impl Drop for NvjpegDecoder {
     }
 }
 
-/// Opens the first nvJPEG library found and reads its version; the error lists every name tried.
+/// Opens the nvJPEG library the probe found and checked (this build's CUDA major; the error of a
+/// missing one lists every name tried) and reads its version.
 fn open_library() -> Result<(libloading::Library, Api, [c_int; 3]), Error> {
-    // One of this build's CUDA major, found where the probe finds it (the same names in order).
-    libraries::require(&[Lib::Nvjpeg])?;
-    let mut tried = Vec::new();
-    let mut lib = None;
-    for name in Lib::Nvjpeg.candidates() {
-        // SAFETY: loading NVIDIA's library runs its initialisers, which only set up its own state.
-        match unsafe { libloading::Library::new(&name) } {
-            Ok(l) => {
-                lib = Some(l);
-                break;
-            }
-            Err(e) => tried.push(format!("{name}: {e}")),
-        }
-    }
-    let lib = lib.ok_or_else(|| Error::Cuda(format!("nvJPEG library not found ({})", tried.join("; "))))?;
+    let found = libraries::require(&[Lib::Nvjpeg])?;
+    let name = &found[0].name;
+    // SAFETY: loading NVIDIA's library runs its initialisers, which only set up its own state.
+    let lib = unsafe { libloading::Library::new(name) }.map_err(|e| Error::Cuda(format!("nvJPEG ({name}): {e}")))?;
     let api = load_api(&lib)?;
     let mut version = [0; 3];
     for (v, p) in version.iter_mut().zip(PROPERTIES) {
