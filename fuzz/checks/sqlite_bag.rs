@@ -1,7 +1,7 @@
 //! A rosbag2 sqlite3 storage file (`.db3`) under a fixed, valid `metadata.yaml`: opened, every
 //! message read and decoded, as replay does.
-use sptr::msgs::cdr::{decode_message, is_supported_type};
-use sptr::bag::reader::Bag;
+#[path = "bag_messages.rs"]
+mod bag_messages;
 
 /// The bag directory's `metadata.yaml` beside the input (`fuzz.db3`).
 pub const METADATA: &str = "rosbag2_bagfile_information:
@@ -27,16 +27,5 @@ pub fn check(data: &[u8]) {
     if std::fs::write(dir.join("metadata.yaml"), METADATA).is_err() || std::fs::write(dir.join("fuzz.db3"), data).is_err() {
         return;
     }
-    let Ok(bag) = Bag::open(&dir) else {
-        return;
-    };
-    for msg in bag.messages(&[]) {
-        let Ok(msg) = msg else {
-            break;
-        };
-        assert!(msg.data.len() <= data.len());
-        if is_supported_type(&msg.type_name) {
-            let _ = decode_message(&msg.type_name, &msg.data);
-        }
-    }
+    bag_messages::read_all(&dir, data);
 }
