@@ -9,7 +9,7 @@
 #![cfg(feature = "cuda-core")]
 
 use sptr::device::kernels;
-use sptr::device::nvrtc::{self, Arch, Origin};
+use sptr::device::nvrtc::{self, Arch, KernelPaths, Origin};
 use sptr::device::storage::Storage;
 
 fn nvrtc_here(test: &str) -> bool {
@@ -179,6 +179,8 @@ fn storage_twins_are_listed_refused_elsewhere_and_cached_apart() {
 
 /// The Hopper warpgroup-MMA conv kernels are built for 9.0 (compiled as sm_90a) and only there:
 /// the host picks them by `Arch::has_wgmma`, so a module without them elsewhere is correct.
+/// Under `SPTR_KERNEL_PATHS=portable` 9.0 is compiled as plain sm_90, exactly like an sm_8x GPU:
+/// no wgmma kernel may be built or picked then.
 #[test]
 fn wgmma_kernels_exist_exactly_on_sm90() {
     if !nvrtc_here("wgmma_kernels_exist_exactly_on_sm90") {
@@ -186,7 +188,8 @@ fn wgmma_kernels_exist_exactly_on_sm90() {
     }
     let k = kernels::find("sparse_conv").unwrap();
     let has = |cubin: &[u8], name: &str| cubin.windows(name.len()).any(|w| w == name.as_bytes());
-    for (arch, want) in [("sm_90", true), ("sm_87", false), ("sm_86", false)] {
+    let native = nvrtc::kernel_paths().expect("SPTR_KERNEL_PATHS") == KernelPaths::Native;
+    for (arch, want) in [("sm_90", native), ("sm_87", false), ("sm_86", false)] {
         let arch: Arch = arch.parse().unwrap();
         assert_eq!(arch.has_wgmma(), want, "{}", arch.sm());
         for storage in Storage::ALL {
@@ -200,7 +203,7 @@ fn wgmma_kernels_exist_exactly_on_sm90() {
             assert!(has(&c.cubin, "conv_direct"), "the direct kernel is built everywhere ({storage})");
         }
     }
-    assert_eq!("sm_90".parse::<Arch>().unwrap().target(), "sm_90a");
+    assert_eq!("sm_90".parse::<Arch>().unwrap().target(), if native { "sm_90a" } else { "sm_90" });
     assert_eq!("8.7".parse::<Arch>().unwrap().target(), "sm_87");
 }
 
