@@ -11,6 +11,8 @@
 #                                           # beside it: the staged test binaries TEST (default:
 #                                           # all of gpu-stage/tests.txt) with SPTR_REQUIRE_GPU=1,
 #                                           # then the A/B; summary in OUT/nvrtc12.txt
+#                                           # (SPTR_NVRTC12_TESTS_ONLY=1: the tests alone, e.g.
+#                                           # beside other test runs, where a timing means nothing)
 #
 # cudarc opens `libnvrtc.so` before `libnvrtc.so.13`, so a directory holding `libnvrtc.so` ->
 # 12.6's library, first on LD_LIBRARY_PATH, makes every process load 12.6; `sptr info` in the
@@ -74,6 +76,10 @@ run() {
             grep -E "panicked|FAILED" "$out/logs/$t.log" | head -10 | tee -a "$summary" || true
         fi
     done
+    if [ "${SPTR_NVRTC12_TESTS_ONLY:-0}" = 1 ]; then
+        [ "$failed" = 0 ] && echo "NVRTC 12.6 GPU TESTS: ALL PASSED" | tee -a "$summary" || echo "NVRTC 12.6 GPU TESTS: FAILURES" | tee -a "$summary"
+        return "$failed"
+    fi
     # SphereFormer's FP16 forward on the nuScenes sweep with each NVRTC's kernels, 3 alternating rounds
     local nus
     nus=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)

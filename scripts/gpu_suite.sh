@@ -7,7 +7,9 @@
 #   scripts/gpu_suite.sh run OUT_DIR      # on the GPU host, from the repo root with gpu-stage/
 #                                         # beside it: runs every test binary with
 #                                         # SPTR_REQUIRE_GPU=1 and the benchmarks; logs in OUT_DIR
-#                                         # (SPTR_SUITE_TESTS_ONLY=1: the tests alone)
+#                                         # (SPTR_SUITE_TESTS_ONLY=1: the tests alone;
+#                                         # SPTR_SUITE_BENCH_ONLY=1: the benchmarks and replays alone,
+#                                         # e.g. after the tests ran beside other GPU work)
 #
 # gpu-stage/ is git-ignored and self-contained (binaries, a manifest, the benchmark cloud), so it
 # can be shipped to a GPU host as it is (e.g. carried by the device tool, or rsync'ed); build also
@@ -92,6 +94,7 @@ run() {
     } | tee "$summary"
     while read -r t; do
         [ -n "$t" ] || continue
+        [ "${SPTR_SUITE_BENCH_ONLY:-0}" = 1 ] && break
         if "$STAGE/bin/$t" --test-threads=1 --nocapture > "$out/$t.log" 2>&1; then
             echo "PASS $t $(grep -E '^test result' "$out/$t.log" | tail -1)" | tee -a "$summary"
         else
