@@ -1,6 +1,7 @@
 //! The LSS view transform on CUDA against the CPU reference: geometry tables identical entry for
 //! entry (seg and detection grids, nuScenes calibration), the pool within rel 1e-3 on FP16 inputs,
-//! the same bits on repeated runs, a masked camera equal to a camera with zero depth, the whole
+//! the same bits on repeated runs, a masked camera equal to a camera with zero depth, the same
+//! with the long cells cut into chunks of any size (the pool's plan) and not cut at all, the whole
 //! transform (depthnet, softmax, pool, downsample) on random weights, and the geometry cache.
 //! Skips without a GPU unless SPTR_REQUIRE_GPU=1.
 #![cfg(feature = "cuda-core")]
@@ -9,7 +10,8 @@ use crate::common::{fp16, gpu, rel_err, Rng};
 use cudarc::cublas::CudaBlas;
 use half::f16;
 use crate::lss_common::*;
-use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, upload_frustum, CudaLssTransform};
+use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
+use sptr::models::bevfusion::lss::pool_plan::{PoolPlan, DEFAULT_CHUNK_POINTS, WHOLE_CELL};
 use sptr::models::bevfusion::lss::transform::random_tensors;
 use sptr::models::bevfusion::lss::{pool, CameraMask, LssConfig, LssGeometry, LssParams, LssTransform, PREFIX};
 use sptr::ops::dense::cuda::CudaFeatureMap;
@@ -40,18 +42,9 @@ fn check_geometry(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &sptr::s
         panic!("{name}: point order differs first at {i}: cuda {} cpu {}", got.order[i], cpu.order[i]);
     }
     assert_eq!(got, cpu, "{name}");
-    // the pool's launch order: every cell once, by descending point count, ties by cell
-    let perm = dev.stream.clone_dtoh(&g.cell_order).unwrap();
-    let len = |c: u32| cpu.cell_start[c as usize + 1] - cpu.cell_start[c as usize];
-    let mut seen = vec![false; cpu.grid.cells()];
-    for w in 0..perm.len() {
-        assert!(!std::mem::replace(&mut seen[perm[w] as usize], true), "{name}: cell {} twice", perm[w]);
-        if w > 0 {
-            let (a, b) = (perm[w - 1], perm[w]);
-            assert!(len(a) > len(b) || (len(a) == len(b) && a < b), "{name}: launch order at {w}: cell {a} ({}) before {b} ({})", len(a), len(b));
-        }
-    }
-    assert_eq!(perm.len(), cpu.grid.cells());
+    // the pool's plan: the one the CPU makes from the same cell offsets (its rules are tested
+    // in pool_plan.rs)
+    assert_eq!(g.plan.host, PoolPlan::build(&cpu.cell_start, DEFAULT_CHUNK_POINTS).unwrap(), "{name}");
 }
 
 #[test]
@@ -120,6 +113,29 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
             assert_ne!(bits(&masked), bits(&got), "{name}: camera {cam} contributes");
             let cpu_masked = pool(&cpu_geom, &depth, &context, c, CameraMask::ALL.without(cam)).unwrap();
             assert!(rel_err(&masked.data, &cpu_masked.data) <= 1e-3);
+        }
+        // the plan cuts the long cells (so the two-pass path runs here), and any cut gives the
+        // CPU's sums, the same bits on every run, masks as zero depth; a cell the plan keeps
+        // whole has the bits of the uncut pool
+        assert!(!geom.plan.host.merges.is_empty(), "{name}: no cell over {DEFAULT_CHUNK_POINTS} points");
+        let uncut = CudaPoolPlan::build(&dev, &geom, u32::MAX).unwrap();
+        let uncut_out = pool_cuda_planned(&dev, &geom, &uncut, &gd, &gc, c, CameraMask::ALL, None).unwrap().download(&dev).unwrap();
+        for item in geom.plan.host.items.iter().filter(|i| i.slot == WHOLE_CELL) {
+            let r = item.cell as usize * c..(item.cell as usize + 1) * c;
+            let cell_bits = |m: &FeatureMap| m.data[r.clone()].iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+            assert_eq!(cell_bits(&got), cell_bits(&uncut_out), "{name}: whole cell {}", item.cell);
+        }
+        for chunk in [u32::MAX, 33, 8, 1] {
+            let plan = CudaPoolPlan::build(&dev, &geom, chunk).unwrap();
+            let run = |mask: CameraMask, dep: &cudarc::driver::CudaSlice<f16>| pool_cuda_planned(&dev, &geom, &plan, dep, &gc, c, mask, None).unwrap().download(&dev).unwrap();
+            let out = run(CameraMask::ALL, &gd);
+            let e = rel_err(&out.data, &want.data);
+            assert!(e <= 1e-3, "{name}, chunk {chunk}: rel err {e}");
+            assert_eq!(bits(&run(CameraMask::ALL, &gd)), bits(&out), "{name}, chunk {chunk}: changed between runs");
+            let mut zeroed = depth.clone();
+            zeroed[..per_cam].iter_mut().for_each(|v| *v = 0.0);
+            assert_eq!(bits(&run(CameraMask::ALL.without(0), &gd)), bits(&run(CameraMask::ALL, &upload_f16(&dev, &zeroed))), "{name}, chunk {chunk}: mask");
+            eprintln!("{name} pool, chunk {chunk}: {} items, {} cut cells, rel err {e:.2e}", plan.host.items.len(), plan.host.merges.len());
         }
         // timing for the log (the benchmark is `sptr bench bevpool`)
         let ms = dev.time_median_ms(3, 20, || pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL).map(|_| ())).unwrap();

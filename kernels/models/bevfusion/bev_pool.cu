@@ -116,40 +116,32 @@ extern "C" __global__ void lss_lift(const float* __restrict__ acc, const float* 
     range_flag(range_flags, range_layer, bits);
 }
 
-// Launch order of the pool: cells by descending point count (longest first, so the few cells
-// near the cameras with ~1,000 points start at once instead of setting the kernel's tail), ties
-// and empty cells in cell order. keys[c] = LEN_CAP - min(len, LEN_CAP), vals[c] = c; a stable
-// radix sort over 16 bits then gives the order.
-#define LEN_CAP 65535u
-extern "C" __global__ void lss_cell_length_keys(const u32* __restrict__ cell_start, u32 cells, u64* __restrict__ keys,
-                                                u32* __restrict__ vals) {
-    const u32 c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cells) return;
-    const u32 len = cell_start[c + 1] - cell_start[c];
-    keys[c] = (u64)(LEN_CAP - min(len, LEN_CAP));
-    vals[c] = c;
-}
-
-// The pool: one warp per BEV cell (every cell, so empty ones are written as zeros and the output
-// needs no memset); warp w takes cell cell_order[w]. Lanes are (slice, chunk): chunk = 8 channels
-// (one 16-byte load of the context row), C / 8 chunks, 32 / (C / 8) slices; slice s sums the
-// cell's points s, s + slices, ... in that order in FP32, four at a time with the next four's
-// indices already loading; then slice 0 adds slices 1, 2, ... in that order and writes 8 FP16
-// channels. No atomics, a fixed order: the same bits every run. A point of a camera outside
-// `mask` gets depth 0 and adds exactly nothing (fma(0, x, a) = a for finite x), so masking equals
-// zeroing that camera's depth. Needs C % 8 == 0 and C <= 256.
-// out[cell, c] with cell = (x * ny + y) * nz + z: NHWC [nx, ny, nz * C]. range_flags (may be
-// NULL), range_layer: the FP16 range guard (prelude.cuh) of the stored sums.
 #define POOL_UNROLL 4
 #define NO_POINT 0xffffffffu
-extern "C" __global__ void lss_pool(const __half* __restrict__ depth, const __half* __restrict__ context,
-                                    const u32* __restrict__ order, const u32* __restrict__ cell_start,
-                                    const u32* __restrict__ cell_order, u32 cells, u32 D, u32 C, u32 per_cam, u32 mask,
-                                    __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
+#define WHOLE_CELL 0xffffffffu
+
+// The pool, pass 1: one warp per work item of the plan (src/models/bevfusion/lss/pool_plan.rs):
+// item = (cell, begin, end, slot), the sorted points [begin, end) of one cell. Items come longest
+// cell first; a cell of more than the plan's chunk of points is cut into several items. Lanes
+// are (slice, chunk): chunk = 8 channels (one 16-byte load of the context row), C / 8 chunks,
+// 32 / (C / 8) slices; slice s sums the item's points s, s + slices, ... in that order in FP32,
+// four at a time with the next four's indices already loading; then slice 0 adds slices 1, 2,
+// ... in that order. An item that is its whole cell (slot WHOLE_CELL) writes the cell's 8 FP16
+// channels (an empty cell: zeros, so the output needs no memset); a cut item writes its FP32
+// sums to partial[slot] for pass 2. No atomics, a fixed order: the same bits every run. A point
+// of a camera outside `mask` gets depth 0 and adds exactly nothing (fma(0, x, a) = a for finite
+// x), so masking equals zeroing that camera's depth. Needs C % 8 == 0 and C <= 256.
+// out[cell, c] with cell = (x * ny + y) * nz + z: NHWC [nx, ny, nz * C]. range_flags (may be
+// NULL), range_layer: the FP16 range guard (prelude.cuh) of the stored sums.
+extern "C" __global__ void lss_pool_items(const __half* __restrict__ depth, const __half* __restrict__ context,
+                                          const u32* __restrict__ order, const uint4* __restrict__ items, u32 n_items,
+                                          u32 D, u32 C, u32 per_cam, u32 mask, __half* __restrict__ out,
+                                          float* __restrict__ partial, u32* __restrict__ range_flags, u32 range_layer) {
     const u32 w = (u32)(((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
     const u32 lane = threadIdx.x & 31u;
-    if (w >= cells) return;  // warp-uniform
-    const u32 cell = cell_order[w];
+    if (w >= n_items) return;  // warp-uniform
+    const uint4 item = items[w];
+    const u32 cell = item.x;
     const u32 chunks = C >> 3;
     const u32 slices = 32u / chunks;
     const u32 slice = lane / chunks;
@@ -157,9 +149,9 @@ extern "C" __global__ void lss_pool(const __half* __restrict__ depth, const __ha
     float acc[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
-    const u32 end = cell_start[cell + 1];
+    const u32 end = item.z;
     if (slice < slices) {
-        u32 i = cell_start[cell] + slice;
+        u32 i = item.y + slice;
         u32 next[POOL_UNROLL];
 #pragma unroll
         for (int u = 0; u < POOL_UNROLL; ++u) {
@@ -183,8 +175,8 @@ extern "C" __global__ void lss_pool(const __half* __restrict__ depth, const __ha
                 dv[u] = 0.0f;
                 raw[u] = make_uint4(0u, 0u, 0u, 0u);
                 if (q[u] != NO_POINT) {
-                    const u32 cam = q[u] / per_cam;
-                    const bool on = cam >= 32u || ((mask >> cam) & 1u) != 0u;
+                    // every camera on (the usual frame): no division for the camera index
+                    const bool on = mask == 0xffffffffu || q[u] / per_cam >= 32u || ((mask >> (q[u] / per_cam)) & 1u) != 0u;
                     dv[u] = on ? __half2float(depth[q[u]]) : 0.0f;
                     raw[u] = *reinterpret_cast<const uint4*>(context + (u64)(q[u] / D) * C + chunk * 8u);
                 }
@@ -210,16 +202,40 @@ extern "C" __global__ void lss_pool(const __half* __restrict__ depth, const __ha
             if (slice == 0) acc[k] = __fadd_rn(acc[k], v);
         }
     }
-    if (slice == 0) {
-        uint4 packed;
-        __half2* hp = reinterpret_cast<__half2*>(&packed);
-        u32 bits = 0;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            bits |= fp16_range_bits(acc[2 * k]) | fp16_range_bits(acc[2 * k + 1]);
-            hp[k] = __floats2half2_rn(acc[2 * k], acc[2 * k + 1]);
-        }
-        *reinterpret_cast<uint4*>(out + (u64)cell * C + chunk * 8u) = packed;
-        range_flag(range_flags, range_layer, bits);
+    if (slice != 0) return;
+    if (item.w != WHOLE_CELL) {
+        float4* dst = reinterpret_cast<float4*>(partial + (u64)item.w * C + chunk * 8u);
+        dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+        return;
     }
+    uint4 packed;
+    __half2* hp = reinterpret_cast<__half2*>(&packed);
+    u32 bits = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        bits |= fp16_range_bits(acc[2 * k]) | fp16_range_bits(acc[2 * k + 1]);
+        hp[k] = __floats2half2_rn(acc[2 * k], acc[2 * k + 1]);
+    }
+    *reinterpret_cast<uint4*>(out + (u64)cell * C + chunk * 8u) = packed;
+    range_flag(range_flags, range_layer, bits);
+}
+
+// The pool, pass 2: one warp per cut cell, merge = (cell, first slot, slots, unused): lane j
+// adds channel j, j + 32, ... of the partials first, first + 1, ... in that order (FP32, a fixed
+// order: the same bits every run) and writes the cell's FP16 sums; the range guard as pass 1.
+extern "C" __global__ void lss_pool_merge(const float* __restrict__ partial, const uint4* __restrict__ merges, u32 n_merges,
+                                          u32 C, __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
+    const u32 w = (u32)(((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    const u32 lane = threadIdx.x & 31u;
+    if (w >= n_merges) return;  // warp-uniform
+    const uint4 m = merges[w];
+    u32 bits = 0;
+    for (u32 j = lane; j < C; j += 32u) {
+        float acc = partial[(u64)m.y * C + j];
+        for (u32 k = 1; k < m.z; ++k) acc = __fadd_rn(acc, partial[(u64)(m.y + k) * C + j]);
+        bits |= fp16_range_bits(acc);
+        out[(u64)m.x * C + j] = __float2half_rn(acc);
+    }
+    range_flag(range_flags, range_layer, bits);
 }

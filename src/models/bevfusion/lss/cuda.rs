@@ -1,14 +1,18 @@
 //! The view transform on CUDA (kernels in `kernels/models/bevfusion/bev_pool.cu`): geometry per calibration built
 //! on the GPU (a kernel computing every point's cell in f64 exactly as the CPU reference, the
 //! project's radix sort, cell offsets by binary search), the depth softmax of the depthnet's
-//! cuBLAS GEMM, and the fused pool (one warp per BEV cell, FP16 inputs, FP32 sums, no atomics:
-//! deterministic), then the downsample convs (`ops::dense::cuda`).
+//! cuBLAS GEMM, and the fused pool (one warp per work item of the calibration's
+//! [`PoolPlan`]: a BEV cell, or a chunk of a long one whose partial sums a second pass adds;
+//! FP16 inputs, FP32 sums, no atomics: deterministic), then the downsample convs
+//! (`ops::dense::cuda`).
 //!
 //! Pool memory traffic per frame (the DRAM floor `sptr bench bevpool` reports): depth
-//! N·H·W·D halves, context N·H·W·C halves, the table (kept + 2·cells + 1 u32), the output
-//! cells·C halves; nothing of size N·D·H·W·C is ever formed.
+//! N·H·W·D halves, context N·H·W·C halves, the table (kept u32 and 4 u32 a work item), the
+//! output cells·C halves, the split cells' FP32 partials twice; nothing of size N·D·H·W·C is
+//! ever formed.
 
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
+use crate::models::bevfusion::lss::pool_plan::{PoolPlan, DEFAULT_CHUNK_POINTS};
 use crate::models::bevfusion::lss::transform::{CameraMask, LssTransform};
 use crate::sensors::calib::camera::Calibration;
 use crate::device::range::{RangeFlags, RangeSlot};
@@ -57,9 +61,35 @@ pub struct CudaLssGeometry {
     pub points: usize,
     pub cell_start: CudaSlice<u32>,
     pub order: CudaSlice<u32>,
-    /// The pool's launch order: cells by descending point count, ties in cell order (see
-    /// `lss_cell_length_keys`).
-    pub cell_order: CudaSlice<u32>,
+    /// The pool's work items (made with [`DEFAULT_CHUNK_POINTS`]).
+    pub plan: CudaPoolPlan,
+}
+
+/// A [`PoolPlan`] on the GPU, with its host copy.
+pub struct CudaPoolPlan {
+    pub host: PoolPlan,
+    items: CudaSlice<u32>,
+    merges: Option<CudaSlice<u32>>,
+}
+
+impl CudaPoolPlan {
+    /// The plan of `geom` with items of at most `chunk_points` points (synchronises: reads the
+    /// cell offsets back). The geometry carries the default one; other sizes are for measuring.
+    pub fn build(dev: &CudaDevice, geom: &CudaLssGeometry, chunk_points: u32) -> Result<Self, Error> {
+        Self::from_cell_start(dev, &geom.cell_start, chunk_points)
+    }
+
+    fn from_cell_start(dev: &CudaDevice, cell_start: &CudaSlice<u32>, chunk_points: u32) -> Result<Self, Error> {
+        let starts = dev.stream.clone_dtoh(cell_start).map_err(cuda_err("reading cell offsets for the pool plan"))?;
+        let host = PoolPlan::build(&starts, chunk_points)?;
+        let items = dev.stream.clone_htod(&host.item_words()).map_err(cuda_err("uploading the pool plan's items"))?;
+        let merges = if host.merges.is_empty() {
+            None
+        } else {
+            Some(dev.stream.clone_htod(&host.merge_words()).map_err(cuda_err("uploading the pool plan's merges"))?)
+        };
+        Ok(Self { host, items, merges })
+    }
 }
 
 impl CudaLssGeometry {
@@ -89,8 +119,8 @@ impl CudaLssGeometry {
     }
 }
 
-/// Builds the table of `calib` on the GPU (no host synchronisation; errors for calibrations the
-/// CPU path refuses too).
+/// Builds the table of `calib` on the GPU and the pool's plan from it (one read-back of the cell
+/// offsets, once per calibration; errors for calibrations the CPU path refuses too).
 pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaSlice<f32>, calib: &Calibration) -> Result<CudaLssGeometry, Error> {
     let cams = params.cameras(calib)?;
     let points = params.points(cams.len())?;
@@ -138,16 +168,7 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
     // SAFETY: matches bev_pool.cu; keys hold `points` sorted entries, cell_start cells + 1.
     unsafe { s.launch_builder(&f_starts).arg(&keys).arg(&n32).arg(&c32).arg(&mut cell_start).launch(grid_1d(c32 + 1, THREADS)) }
         .map_err(cuda_err("lss_cell_starts"))?;
-    // the pool's launch order: longest cells first (16-bit keys: counts capped at 65,535)
-    // SAFETY: lss_cell_length_keys writes all `cells` keys and values.
-    let mut len_keys = unsafe { s.alloc::<u64>(cells) }.map_err(cuda_err("allocating cell length keys"))?;
-    // SAFETY: as above.
-    let mut cell_order = unsafe { s.alloc::<u32>(cells) }.map_err(cuda_err("allocating the cell order"))?;
-    let f_len = dev.function("bev_pool", "lss_cell_length_keys")?;
-    // SAFETY: matches bev_pool.cu; cell_start holds cells + 1 offsets, the outputs `cells` entries.
-    unsafe { s.launch_builder(&f_len).arg(&cell_start).arg(&c32).arg(&mut len_keys).arg(&mut cell_order).launch(grid_1d(c32, THREADS)) }
-        .map_err(cuda_err("lss_cell_length_keys"))?;
-    radix_sort_pairs(dev, &mut len_keys, &mut cell_order, cells, 16)?;
+    let plan = CudaPoolPlan::from_cell_start(dev, &cell_start, DEFAULT_CHUNK_POINTS)?;
     Ok(CudaLssGeometry {
         cameras: cams.len(),
         depth_bins: f.depth_bins,
@@ -157,7 +178,7 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
         points,
         cell_start,
         order,
-        cell_order,
+        plan,
     })
 }
 
@@ -196,6 +217,21 @@ pub fn pool_cuda_guarded(
     mask: CameraMask,
     range: Option<RangeSlot<'_>>,
 ) -> Result<CudaFeatureMap, Error> {
+    pool_cuda_planned(dev, geom, &geom.plan, depth, context, channels, mask, range)
+}
+
+/// [`pool_cuda_guarded`] with the work items of `plan` (made for `geom`).
+#[allow(clippy::too_many_arguments)]
+pub fn pool_cuda_planned(
+    dev: &CudaDevice,
+    geom: &CudaLssGeometry,
+    plan: &CudaPoolPlan,
+    depth: &CudaSlice<f16>,
+    context: &CudaSlice<f16>,
+    channels: usize,
+    mask: CameraMask,
+    range: Option<RangeSlot<'_>>,
+) -> Result<CudaFeatureMap, Error> {
     let pixels = geom.cameras * geom.height * geom.width;
     if channels == 0 || channels % 8 != 0 || channels > 256 {
         return Err(Error::InvalidInput(format!("CUDA pool: {channels} channels; it needs a multiple of 8 up to 256")));
@@ -213,35 +249,54 @@ pub fn pool_cuda_guarded(
     }
     let [nx, ny, nz] = geom.grid.nx;
     let cells = geom.cells();
+    let n_items = plan.host.items.len();
+    if n_items < cells {
+        return Err(Error::InvalidInput(format!("CUDA pool: a plan of {n_items} items for a geometry of {cells} cells")));
+    }
     // every cell is written (zeros where empty): no memset
-    // SAFETY: lss_pool writes all cells * channels halves.
+    // SAFETY: lss_pool_items and lss_pool_merge write all cells * channels halves.
     let data = unsafe { dev.stream.alloc::<f16>(cells * channels) }.map_err(cuda_err("allocating the BEV map"))?;
     let mut out = CudaFeatureMap::from_slice(1, nx, ny, nz * channels, data)?;
-    let f = dev.function("bev_pool", "lss_pool")?;
-    let (c32, d32, ch32) = (cells as u32, geom.depth_bins as u32, channels as u32);
+    // SAFETY: every slot is written by its item before lss_pool_merge reads it.
+    let mut partial = unsafe { dev.stream.alloc::<f32>((plan.host.slots as usize * channels).max(1)) }
+        .map_err(cuda_err("allocating the pool's partial sums"))?;
+    let f = dev.function("bev_pool", "lss_pool_items")?;
+    let (items32, d32, ch32) = (n_items as u32, geom.depth_bins as u32, channels as u32);
     let per_cam = (geom.height * geom.width * geom.depth_bins) as u32;
-    let blocks = c32.div_ceil(WARPS_PER_BLOCK).max(1);
-    let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-    // SAFETY: matches bev_pool.cu; order/cell_start/cell_order come from build_geometry_cuda for
-    // this geometry (entries < N·H·W·D, cell_order a permutation of the cells), depth/context hold
-    // the sizes checked above, out cells * C; the range slot's layer lies in its flags.
+    let warps = |n: u32| LaunchConfig { grid_dim: (n.div_ceil(WARPS_PER_BLOCK).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: matches bev_pool.cu; order/cell_start come from build_geometry_cuda for this
+    // geometry and the plan's items from its cell offsets (points < kept, cells < cells, slots
+    // < plan.slots), depth/context hold the sizes checked above, out cells * C halves, partial
+    // slots * C floats; the range slot's layer lies in its flags.
     unsafe {
         let mut b = dev.stream.launch_builder(&f);
         b.arg(depth)
             .arg(context)
             .arg(&geom.order)
-            .arg(&geom.cell_start)
-            .arg(&geom.cell_order)
-            .arg(&c32)
+            .arg(&plan.items)
+            .arg(&items32)
             .arg(&d32)
             .arg(&ch32)
             .arg(&per_cam)
             .arg(&mask.0)
-            .arg(&mut out.data);
+            .arg(&mut out.data)
+            .arg(&mut partial);
         RangeSlot::push(range.as_ref(), &mut b);
-        b.launch(cfg)
+        b.launch(warps(items32))
     }
-    .map_err(cuda_err("lss_pool"))?;
+    .map_err(cuda_err("lss_pool_items"))?;
+    if let Some(merges) = &plan.merges {
+        let f = dev.function("bev_pool", "lss_pool_merge")?;
+        let n_merges = plan.host.merges.len() as u32;
+        // SAFETY: matches bev_pool.cu; merges name cells < cells and slot runs inside partial.
+        unsafe {
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(&partial).arg(merges).arg(&n_merges).arg(&ch32).arg(&mut out.data);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(warps(n_merges))
+        }
+        .map_err(cuda_err("lss_pool_merge"))?;
+    }
     Ok(out)
 }
 

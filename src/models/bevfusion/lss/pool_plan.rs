@@ -1,0 +1,200 @@
+//! The CUDA pool's work plan, made once per calibration from the cell offsets.
+//!
+//! The pool gives each work item one warp. A cell of at most `chunk` points is one item and its
+//! warp writes the cell's FP16 sums. A longer cell (the cells next to the cameras hold up to
+//! ~1,200 points) is cut into items of `chunk` points whose warps write FP32 partial sums to
+//! slots, and a second pass adds each split cell's partials in item order. Without the cut, the
+//! few longest cells' warps walk their points one dependent load after another and set the
+//! kernel's length; with it no warp walks more than `chunk` points. Every sum keeps a fixed
+//! order (points within an item as the kernel walks them, items in plan order), so the output
+//! has the same bits on every run.
+//!
+//! Items are launched longest cell first (ties and empty cells in cell order), so the split
+//! cells' chunks start at once. Empty cells get an item too: its warp writes the zeros, so the
+//! output needs no memset.
+
+use crate::Error;
+
+/// Points per work item unless the caller asks for another size.
+pub const DEFAULT_CHUNK_POINTS: u32 = 128;
+
+/// `PoolItem::slot` of an item that is its whole cell: its warp writes the cell's output.
+pub const WHOLE_CELL: u32 = u32::MAX;
+
+/// One warp's work: the points `[begin, end)` of the sorted point order, all in `cell`.
+/// Mirrors `uint4` in `kernels/models/bevfusion/bev_pool.cu` (cell, begin, end, slot).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolItem {
+    pub cell: u32,
+    pub begin: u32,
+    pub end: u32,
+    /// [`WHOLE_CELL`], or the partial-sum slot this item writes (FP32, `C` values).
+    pub slot: u32,
+}
+
+/// A split cell: its partials are the slots `[first_slot, first_slot + slots)`, added in that
+/// order. Mirrors `uint4` in `bev_pool.cu` (cell, first slot, slots, unused).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolMerge {
+    pub cell: u32,
+    pub first_slot: u32,
+    pub slots: u32,
+    pub unused: u32,
+}
+
+/// The items and merges of one calibration's geometry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolPlan {
+    pub chunk_points: u32,
+    pub items: Vec<PoolItem>,
+    pub merges: Vec<PoolMerge>,
+    /// Partial-sum slots the items write (the sum of the merges' `slots`).
+    pub slots: u32,
+}
+
+/// The cells in launch order: by descending point count, ties in cell order.
+pub fn launch_order(cell_start: &[u32]) -> Vec<u32> {
+    let cells = cell_start.len().saturating_sub(1);
+    let mut order: Vec<u32> = (0..cells as u32).collect();
+    let len = |c: u32| cell_start[c as usize + 1] - cell_start[c as usize];
+    // stable: equal lengths keep ascending cell order
+    order.sort_by_key(|&c| std::cmp::Reverse(len(c)));
+    order
+}
+
+impl PoolPlan {
+    /// The plan of the geometry whose cell `c` holds the points `cell_start[c]..cell_start[c + 1]`,
+    /// with items of at most `chunk_points` points (`u32::MAX`: every cell one item).
+    pub fn build(cell_start: &[u32], chunk_points: u32) -> Result<Self, Error> {
+        if chunk_points == 0 {
+            return Err(Error::InvalidInput("bev_pool plan: chunk_points is 0; it must be at least 1".into()));
+        }
+        if cell_start.is_empty() {
+            return Err(Error::InvalidInput("bev_pool plan: no cell offsets (a geometry has cells + 1 of them)".into()));
+        }
+        if let Some(w) = cell_start.windows(2).position(|w| w[1] < w[0]) {
+            return Err(Error::InvalidInput(format!(
+                "bev_pool plan: cell offsets decrease at cell {w} ({} then {})",
+                cell_start[w],
+                cell_start[w + 1]
+            )));
+        }
+        let mut items = Vec::with_capacity(cell_start.len());
+        let mut merges = Vec::new();
+        let mut slots = 0u32;
+        for cell in launch_order(cell_start) {
+            let (begin, end) = (cell_start[cell as usize], cell_start[cell as usize + 1]);
+            if end - begin <= chunk_points {
+                items.push(PoolItem { cell, begin, end, slot: WHOLE_CELL });
+                continue;
+            }
+            let first_slot = slots;
+            let mut b = begin;
+            while b < end {
+                let e = end - (end - b).saturating_sub(chunk_points);
+                items.push(PoolItem { cell, begin: b, end: e, slot: slots });
+                slots += 1;
+                b = e;
+            }
+            merges.push(PoolMerge { cell, first_slot, slots: slots - first_slot, unused: 0 });
+        }
+        Ok(Self { chunk_points, items, merges, slots })
+    }
+
+    /// The items as the kernel reads them: four u32 each.
+    pub fn item_words(&self) -> Vec<u32> {
+        self.items.iter().flat_map(|i| [i.cell, i.begin, i.end, i.slot]).collect()
+    }
+
+    /// The merges as the kernel reads them: four u32 each.
+    pub fn merge_words(&self) -> Vec<u32> {
+        self.merges.iter().flat_map(|m| [m.cell, m.first_slot, m.slots, m.unused]).collect()
+    }
+
+    /// The most points one item holds.
+    pub fn longest_item(&self) -> u32 {
+        self.items.iter().map(|i| i.end - i.begin).max().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Cells of lengths 0, 5, 300, 1, 129, 0, 128.
+    fn offsets() -> Vec<u32> {
+        let lens = [0u32, 5, 300, 1, 129, 0, 128];
+        let mut s = vec![0u32];
+        for l in lens {
+            s.push(s.last().unwrap() + l);
+        }
+        s
+    }
+
+    #[test]
+    fn every_point_once_in_cell_order_and_no_item_over_the_chunk() {
+        let s = offsets();
+        let p = PoolPlan::build(&s, 128).unwrap();
+        // every cell appears, in launch order: 300, 129, 128, 5, 1, then the empty ones by cell
+        let firsts: Vec<u32> = p.items.iter().map(|i| i.cell).fold(Vec::new(), |mut v, c| {
+            if v.last() != Some(&c) {
+                v.push(c);
+            }
+            v
+        });
+        assert_eq!(firsts, vec![2, 4, 6, 1, 3, 0, 5]);
+        assert!(p.longest_item() <= 128);
+        // each cell's items tile its points in order
+        for cell in 0..7u32 {
+            let its: Vec<&PoolItem> = p.items.iter().filter(|i| i.cell == cell).collect();
+            assert_eq!(its[0].begin, s[cell as usize]);
+            assert_eq!(its.last().unwrap().end, s[cell as usize + 1]);
+            for w in its.windows(2) {
+                assert_eq!(w[0].end, w[1].begin, "cell {cell}");
+            }
+        }
+        // cell 2 (300 points): 128 + 128 + 44 in slots 0..3; cell 4 (129): 128 + 1 in slots 3..5
+        assert_eq!(p.merges, vec![
+            PoolMerge { cell: 2, first_slot: 0, slots: 3, unused: 0 },
+            PoolMerge { cell: 4, first_slot: 3, slots: 2, unused: 0 },
+        ]);
+        assert_eq!(p.slots, 5);
+        let split: Vec<(u32, u32, u32)> = p.items.iter().filter(|i| i.slot != WHOLE_CELL).map(|i| (i.cell, i.end - i.begin, i.slot)).collect();
+        assert_eq!(split, vec![(2, 128, 0), (2, 128, 1), (2, 44, 2), (4, 128, 3), (4, 1, 4)]);
+        // exactly 128 points stay whole; empty cells are whole items with no points
+        assert!(p.items.iter().any(|i| i.cell == 6 && i.slot == WHOLE_CELL && i.end - i.begin == 128));
+        assert!(p.items.iter().any(|i| i.cell == 5 && i.begin == i.end && i.slot == WHOLE_CELL));
+        assert_eq!(p.item_words().len(), 4 * p.items.len());
+        assert_eq!(&p.merge_words()[..4], &[2, 0, 3, 0]);
+    }
+
+    #[test]
+    fn an_unlimited_chunk_keeps_every_cell_whole_and_chunk_one_splits_every_point() {
+        let s = offsets();
+        let whole = PoolPlan::build(&s, u32::MAX).unwrap();
+        assert_eq!(whole.items.len(), 7);
+        assert!(whole.merges.is_empty() && whole.slots == 0);
+        assert_eq!(whole.items.iter().map(|i| i.cell).collect::<Vec<_>>(), launch_order(&s));
+        let ones = PoolPlan::build(&s, 1).unwrap();
+        // the 1-point cell stays whole; every other point is its own slot
+        assert_eq!(ones.slots, 5 + 300 + 129 + 128);
+        assert_eq!(ones.longest_item(), 1);
+    }
+
+    #[test]
+    fn launch_order_is_longest_first_ties_by_cell() {
+        assert_eq!(launch_order(&[0, 2, 2, 4, 5, 7]), vec![0, 2, 4, 3, 1]);
+        assert!(launch_order(&[0]).is_empty());
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let e = PoolPlan::build(&offsets(), 0).unwrap_err().to_string();
+        assert!(e.contains("chunk_points is 0"), "{e}");
+        assert!(PoolPlan::build(&[], 128).is_err());
+        let e = PoolPlan::build(&[0, 5, 3], 128).unwrap_err().to_string();
+        assert!(e.contains("decrease at cell 1"), "{e}");
+    }
+}
