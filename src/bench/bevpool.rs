@@ -6,13 +6,22 @@
 //! Depth and context are random FP16 (depth a softmax per pixel), as after the lift.
 //!
 //! Bytes the pool must move at least (each once): depth N·H·W·D·2, context N·H·W·C·2, the
-//! table kept·4 + (cells + 1)·4 + cells·4 (point order, cell offsets, launch order), the output
-//! cells·C·2. The DRAM floor is those bytes over the
-//! device's DRAM bandwidth (`--dram-gbps`, H100 SXM 3350 GB/s). The inputs (≈ 6.7 MB) fit in the
-//! 50 MB L2 of an H100, so warm runs can beat that floor; it is a scale, not a bound.
+//! table kept·4 + items·16 + merges·16 (point order, the plan), the split cells' FP32 partials
+//! slots·C·4 written and read, the output cells·C·2. The DRAM floor is those bytes over the
+//! device's DRAM bandwidth (`--dram-gbps`, H100 SXM 3350 GB/s). The inputs fit in the 50 MB L2
+//! of an H100, so warm runs can beat that floor; it is a scale, not a bound.
+//!
+//! The L2 floor is what the kernel's loads move from L2 at the least: per kept point its context
+//! row (C·2 bytes: each point reads its pixel's row again) and one 32-byte sector for its depth
+//! value, plus the table, partials and output as above, over `--l2-gbps` (H100: about 5.5 TB/s
+//! measured by microbenchmarks; an assumption, not a datasheet figure).
+//!
+//! Each case also times the pool with the long cells cut into chunks of other sizes and not cut
+//! at all (`by_chunk`; the plan's default is `chunk_points`), in the same call.
 
 use crate::models::bevfusion::lss::config::{BevGrid, LssConfig};
-use crate::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, upload_frustum, CudaLssTransform};
+use crate::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
+use crate::models::bevfusion::lss::pool_plan::PoolPlan;
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
 use crate::models::bevfusion::lss::transform::{random_tensors, softmax_into, CameraMask, LssTransform, PREFIX};
 use crate::sensors::calib::camera::Calibration;
@@ -33,7 +42,12 @@ pub struct BevPoolBench {
     pub iters: usize,
     /// DRAM bandwidth for the floor, GB/s.
     pub dram_gbps: f64,
+    /// L2 read bandwidth for the L2 floor, GB/s.
+    pub l2_gbps: f64,
 }
+
+/// Chunk sizes timed beside the default (`None`: no cell cut).
+const CHUNKS_TIMED: [Option<u32>; 5] = [None, Some(256), Some(128), Some(64), Some(32)];
 
 /// The detection-geometry variant of `cfg`: x and y bounds [-54, 54, 0.3].
 pub fn detection_config(cfg: &LssConfig) -> LssConfig {
@@ -56,10 +70,20 @@ fn random_lifted(seed: u64, pixels: usize, d: usize, c: usize) -> (Vec<f16>, Vec
     (depth, context)
 }
 
-fn pool_bytes(g: &LssGeometry, channels: usize) -> usize {
+/// The table, partials and output bytes of a plan (both floors count them once).
+fn plan_bytes(g: &LssGeometry, plan: &PoolPlan, channels: usize) -> usize {
+    g.kept() * 4 + (plan.items.len() + plan.merges.len()) * 16 + plan.slots as usize * channels * 4 * 2 + g.grid.cells() * channels * 2
+}
+
+/// The DRAM floor's bytes: the inputs once, and the plan's.
+fn pool_bytes(g: &LssGeometry, plan: &PoolPlan, channels: usize) -> usize {
     let pixels = g.cameras * g.pixels_per_camera();
-    let cells = g.grid.cells();
-    pixels * g.depth_bins * 2 + pixels * channels * 2 + g.kept() * 4 + (cells + 1) * 4 + cells * 4 + cells * channels * 2
+    pixels * g.depth_bins * 2 + pixels * channels * 2 + plan_bytes(g, plan, channels)
+}
+
+/// The L2 floor's bytes: each kept point's context row and depth sector, and the plan's.
+fn l2_bytes(g: &LssGeometry, plan: &PoolPlan, channels: usize) -> usize {
+    g.kept() * (channels * 2 + 32) + plan_bytes(g, plan, channels)
 }
 
 /// The JSON line of a pool case, keys in this order.
@@ -85,8 +109,24 @@ struct PoolRow<'a> {
     dram_gbps: f64,
     dram_floor_ms: Fixed<4>,
     ratio_to_floor: Fixed<2>,
+    l2_bytes: usize,
+    l2_gbps: f64,
+    l2_floor_ms: Fixed<4>,
+    ratio_to_l2_floor: Fixed<2>,
+    /// The plan's chunk (points an item holds at most), the cells it cuts, its longest item.
+    chunk_points: u32,
+    cut_cells: usize,
+    longest_item: u32,
+    by_chunk: Vec<ChunkTime>,
     bar_ms: f64,
     goal_ms: f64,
+}
+
+/// The pool timed with another chunk size (`chunk_points` null: no cell cut).
+#[derive(Serialize)]
+struct ChunkTime {
+    chunk_points: Option<u32>,
+    pool_ms: Fixed<4>,
 }
 
 /// The JSON line of the whole view transform.
@@ -116,8 +156,17 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
     let gd = dev.stream.clone_htod(&depth).map_err(cuda_err("uploading depth"))?;
     let gc = dev.stream.clone_htod(&context).map_err(cuda_err("uploading context"))?;
     let pool_ms = dev.time_median_ms(5, iters, || pool_cuda(dev, &geom, &gd, &gc, c, CameraMask::ALL).map(|_| ()))?;
-    let bytes = pool_bytes(&cpu, c);
+    let mut by_chunk = Vec::new();
+    for chunk in CHUNKS_TIMED {
+        let plan = CudaPoolPlan::build(dev, &geom, chunk.unwrap_or(u32::MAX))?;
+        let ms = dev.time_median_ms(5, iters, || pool_cuda_planned(dev, &geom, &plan, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))?;
+        by_chunk.push(ChunkTime { chunk_points: chunk, pool_ms: Fixed(ms) });
+    }
+    let plan = &geom.plan.host;
+    let bytes = pool_bytes(&cpu, plan, c);
     let floor_ms = bytes as f64 / (opt.dram_gbps * 1e9) * 1e3;
+    let l2 = l2_bytes(&cpu, plan, c);
+    let l2_floor_ms = l2 as f64 / (opt.l2_gbps * 1e9) * 1e3;
     let iv = cpu.intervals();
     let max_len = iv.iter().map(|i| i.len).max().unwrap_or(0);
     let BevGrid { nx, .. } = params.grid;
@@ -141,8 +190,16 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
         dram_gbps: opt.dram_gbps,
         dram_floor_ms: Fixed(floor_ms),
         ratio_to_floor: Fixed(pool_ms / floor_ms),
-        bar_ms: 0.17,
-        goal_ms: 0.116,
+        l2_bytes: l2,
+        l2_gbps: opt.l2_gbps,
+        l2_floor_ms: Fixed(l2_floor_ms),
+        ratio_to_l2_floor: Fixed(pool_ms / l2_floor_ms),
+        chunk_points: plan.chunk_points,
+        cut_cells: plan.merges.len(),
+        longest_item: plan.longest_item(),
+        by_chunk,
+        bar_ms: 0.040,
+        goal_ms: 0.020,
     }))
 }
 
@@ -186,7 +243,7 @@ mod tests {
     use super::*;
     use crate::bench::json::parse_row;
 
-    /// Both kinds of line parse back with their keys in the order the lines have always had them.
+    /// Both kinds of line parse back with their keys in order.
     #[test]
     fn the_rows_are_json_with_their_keys_in_order() {
         let row = PoolRow {
@@ -209,16 +266,27 @@ mod tests {
             dram_gbps: 3350.0,
             dram_floor_ms: Fixed(0.002),
             ratio_to_floor: Fixed(61.7284),
-            bar_ms: 0.17,
-            goal_ms: 0.116,
+            l2_bytes: 300_000_000,
+            l2_gbps: 5500.0,
+            l2_floor_ms: Fixed(0.0545),
+            ratio_to_l2_floor: Fixed(2.2),
+            chunk_points: 128,
+            cut_cells: 300,
+            longest_item: 128,
+            by_chunk: vec![ChunkTime { chunk_points: None, pool_ms: Fixed(0.15) }, ChunkTime { chunk_points: Some(64), pool_ms: Fixed(0.06) }],
+            bar_ms: 0.040,
+            goal_ms: 0.020,
         };
         let keys = [
             "bench", "case", "device", "cameras", "depth_bins", "feature", "channels", "grid", "points", "kept", "intervals",
             "max_interval", "geometry_ms", "geometry_cpu_ms", "pool_ms", "pool_bytes", "dram_gbps", "dram_floor_ms",
-            "ratio_to_floor", "bar_ms", "goal_ms",
+            "ratio_to_floor", "l2_bytes", "l2_gbps", "l2_floor_ms", "ratio_to_l2_floor", "chunk_points", "cut_cells",
+            "longest_item", "by_chunk", "bar_ms", "goal_ms",
         ];
         let v = parse_row(&line(&row), &keys);
-        assert_eq!((v["pool_ms"].as_f64(), v["ratio_to_floor"].as_f64(), v["goal_ms"].as_f64()), (Some(0.1235), Some(61.73), Some(0.116)));
+        assert_eq!((v["pool_ms"].as_f64(), v["ratio_to_floor"].as_f64(), v["goal_ms"].as_f64()), (Some(0.1235), Some(61.73), Some(0.02)));
+        assert!(v["by_chunk"][0]["chunk_points"].is_null(), "no cut: null");
+        assert_eq!(v["by_chunk"][1]["chunk_points"], 64);
         assert_eq!(v["feature"][1], 88);
         let t = TransformRow { bench: "bevpool", case: "seg_vtransform", device: "H100", lift_ms: Fixed(0.5), vtransform_ms: Fixed(1.0), note: "n" };
         parse_row(&line(&t), &["bench", "case", "device", "lift_ms", "vtransform_ms", "note"]);

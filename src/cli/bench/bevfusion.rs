@@ -310,6 +310,9 @@ pub struct BevpoolArgs {
     /// DRAM bandwidth for the floor in GB/s (H100 SXM: 3350).
     #[arg(long, default_value_t = 3350.0, value_parser = bandwidth_arg)]
     dram_gbps: f64,
+    /// L2 read bandwidth for the L2 floor in GB/s (H100 SXM: about 5500 in microbenchmarks).
+    #[arg(long, default_value_t = 5500.0, value_parser = bandwidth_arg)]
+    l2_gbps: f64,
 }
 
 #[cfg(feature = "cuda-core")]
@@ -318,7 +321,7 @@ pub fn bevpool(a: BevpoolArgs) -> Result<()> {
     let cfg = crate::models::bevfusion::lss::LssConfig::load(&a.model)?;
     let calib = Calibration::load_nuscenes_json(&a.calib, &NUSCENES_CAMERAS, 1600, 900)?;
     let dev = crate::device::cuda::CudaDevice::new(0)?;
-    let opt = crate::bench::bevpool::BevPoolBench { iters: a.iters, dram_gbps: a.dram_gbps };
+    let opt = crate::bench::bevpool::BevPoolBench { iters: a.iters, dram_gbps: a.dram_gbps, l2_gbps: a.l2_gbps };
     for line in crate::bench::bevpool::bench_bevpool(&dev, &cfg, &calib, &opt)? {
         println!("{line}");
     }
