@@ -22,4 +22,6 @@ pub mod map;
 pub mod seg;
 #[cfg(feature = "cuda-core")]
 pub mod seg_cuda;
+#[cfg(feature = "cuda-core")]
+pub mod seg_graph;
 

@@ -26,6 +26,10 @@ use crate::ops::dense::FeatureMap;
 use crate::device::cuda::CudaDevice;
 use crate::models::bevfusion::bev_stack_cuda::CudaBevStack;
 use crate::models::bevfusion::lidar_encoder::cuda::CudaLidarEncoder;
+use crate::models::bevfusion::head_cuda::CudaBevMaps;
+use crate::models::bevfusion::seg_graph::{GraphKey, GraphStatus, MapGraph};
+use cudarc::driver::CudaSlice;
+use half::f16;
 use crate::device::clock::GpuClock;
 use crate::models::sphereformer::network::StageTimes;
 use crate::device::libraries::{self, Lib};
@@ -44,6 +48,17 @@ pub struct CudaBevSeg {
     vtransform: CudaLssTransform,
     lidar: Option<CudaLidarEncoder>,
     bev: CudaBevStack,
+    graphs: bool,
+    graph: Option<MapGraph>,
+    graph_status: GraphStatus,
+}
+
+/// What [`CudaBevSeg::network`] leaves on the device.
+pub(crate) struct NetworkOut {
+    pub camera_bev: CudaFeatureMap,
+    pub fused: Option<CudaFeatureMap>,
+    pub decoded: CudaFeatureMap,
+    pub maps: CudaBevMaps,
 }
 
 /// Frame inputs already on the device.
@@ -75,6 +90,9 @@ impl CudaBevSeg {
             vtransform: CudaLssTransform::upload(dev, &m.camera.vtransform)?,
             lidar,
             bev: CudaBevStack::upload(dev, &m.bev, backend)?,
+            graphs: false,
+            graph: None,
+            graph_status: GraphStatus::default(),
         })
     }
 
@@ -175,53 +193,130 @@ impl CudaBevSeg {
             }
             None => (None, None),
         };
-        self.plan_for(dev, batch.n, batch.h, batch.w)?;
+        let (maps, camera_bev, fused, decoded) = match self.graph_network(dev, calib, &batch, mask, lidar_bev.as_ref(), keep)? {
+            Some(maps) => {
+                clock.mark(dev, "network (CUDA graph)".into())?;
+                (maps, None, None, None)
+            }
+            None => {
+                let out = self.network(dev, calib, &batch.data, [batch.n, batch.h, batch.w], mask, lidar_bev.as_ref(), Some(clock))?;
+                (out.maps, Some(out.camera_bev), out.fused, Some(out.decoded))
+            }
+        };
+        let probs = maps.download(dev)?;
+        clock.mark(dev, "to host".into())?;
+        let head = crate::models::bevfusion::seg::maps_to_nhwc(&probs)?;
+        let map = bev_map_from_nhwc(&head, &self.config.classes, self.config.bev.head.output_scope, masked, stats)?;
+        let stages = match (keep, camera_bev, decoded) {
+            (true, Some(camera_bev), Some(decoded)) => {
+                let dl = |m: &CudaFeatureMap| m.download(dev);
+                let input = FeatureMap::new(batch.n, batch.h, batch.w, 3, batch.to_host(dev)?)?;
+                Some(BevSegStages {
+                    input,
+                    camera_bev: dl(&camera_bev)?,
+                    lidar_bev: lidar_bev.as_ref().map(dl).transpose()?,
+                    fused: fused.as_ref().map(dl).transpose()?,
+                    decoder: dl(&decoded)?,
+                    head,
+                })
+            }
+            _ => None,
+        };
+        Ok((map, stages))
+    }
+
+    /// The network from the preprocessed images `[n, h, w]` on the device (and the LiDAR branch's
+    /// BEV map in the fusion model): Swin-T + FPN → view transform → [fuser →] decoder → head,
+    /// enqueued on the stream without a host wait. With a clock, a mark after each stage. This is
+    /// what [`MapGraph`] captures.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn network(
+        &mut self,
+        dev: &CudaDevice,
+        calib: &Calibration,
+        images: &CudaSlice<f16>,
+        [n, h, w]: [usize; 3],
+        mask: CameraMask,
+        lidar_bev: Option<&CudaFeatureMap>,
+        mut clock: Option<&mut GpuClock>,
+    ) -> Result<NetworkOut, Error> {
+        let mut mark = |name: &str| clock.as_deref_mut().map_or(Ok(()), |c| c.mark(dev, name.into()));
+        if self.lidar.is_some() != lidar_bev.is_some() {
+            return Err(Error::InvalidInput("the fusion model's network needs the LiDAR BEV map, the camera-only model's none".into()));
+        }
+        self.plan_for(dev, n, h, w)?;
         let plan = self.plan.as_ref().ok_or_else(|| Error::Cuda("Swin plan missing".into()))?;
-        let stages = self.encoder.backbone(dev, plan, &batch.data)?;
-        clock.mark(dev, "backbone".into())?;
+        let stages = self.encoder.backbone(dev, plan, images)?;
+        mark("backbone")?;
         let neck = self.encoder.neck(dev, &stages)?;
         drop(stages);
-        clock.mark(dev, "fpn".into())?;
+        mark("fpn")?;
         let feats = neck.first().ok_or_else(|| Error::InvalidInput("the camera neck gave no output".into()))?;
         let camera_bev = self.vtransform.forward(dev, &self.blas, calib, feats, mask)?;
         drop(neck);
-        clock.mark(dev, "depth+pool".into())?;
+        mark("depth+pool")?;
         let mut inputs = vec![&camera_bev];
-        if let Some(l) = &lidar_bev {
+        if let Some(l) = lidar_bev {
             inputs.push(l);
         }
         // CudaBevStack::forward's steps one by one, for the per-stage times
         let fused = match &self.bev.fuser {
             Some(f) => {
                 let y = f.forward(dev, &self.blas, &inputs)?;
-                clock.mark(dev, "fuser".into())?;
+                mark("fuser")?;
                 Some(y)
             }
             None => None,
         };
         let decoded = self.bev.decoder.forward(dev, &self.blas, fused.as_ref().unwrap_or(&camera_bev))?;
-        clock.mark(dev, "decoder".into())?;
+        mark("decoder")?;
         let maps = self.bev.head.forward(dev, &self.blas, &decoded)?;
-        clock.mark(dev, "head".into())?;
-        let probs = maps.download(dev)?;
-        clock.mark(dev, "to host".into())?;
-        let head = crate::models::bevfusion::seg::maps_to_nhwc(&probs)?;
-        let map = bev_map_from_nhwc(&head, &self.config.classes, self.config.bev.head.output_scope, masked, stats)?;
-        let stages = if keep {
-            let dl = |m: &CudaFeatureMap| m.download(dev);
-            let input = FeatureMap::new(batch.n, batch.h, batch.w, 3, batch.to_host(dev)?)?;
-            Some(BevSegStages {
-                input,
-                camera_bev: dl(&camera_bev)?,
-                lidar_bev: lidar_bev.as_ref().map(dl).transpose()?,
-                fused: fused.as_ref().map(dl).transpose()?,
-                decoder: dl(&decoded)?,
-                head,
-            })
-        } else {
-            None
-        };
-        Ok((map, stages))
+        mark("head")?;
+        Ok(NetworkOut { camera_bev, fused, decoded, maps })
+    }
+
+    /// Turns replaying the network as a CUDA graph on or off (off by default). On, each frame
+    /// copies its inputs into the graph's buffers and launches one graph, captured on the first
+    /// frame of each calibration, image size and camera mask; a frame that asks for its stages
+    /// runs eagerly. A capture the driver refuses is counted ([`CudaBevSeg::graph_status`]) and
+    /// the frames run eagerly.
+    pub fn set_graphs(&mut self, on: bool) {
+        self.graphs = on;
+        if !on {
+            self.graph = None;
+        }
+    }
+
+    /// Graph replays, captures and refused captures so far, with the last refusal's reason.
+    pub fn graph_status(&self) -> &GraphStatus {
+        &self.graph_status
+    }
+
+    /// The probabilities from the captured graph, capturing it first when the frame's key
+    /// differs; `None`: run the network eagerly (graphs off, stages asked for, or capture refused).
+    fn graph_network(&mut self, dev: &CudaDevice, calib: &Calibration, batch: &CudaCameraBatch, mask: CameraMask, lidar_bev: Option<&CudaFeatureMap>, keep: bool) -> Result<Option<CudaBevMaps>, Error> {
+        if !self.graphs || keep || self.graph_status.refused_key.as_ref().is_some_and(|k| k.matches(calib, batch, mask)) {
+            return Ok(None);
+        }
+        if !self.graph.as_ref().is_some_and(|g| g.key.matches(calib, batch, mask)) {
+            self.graph = None;
+            match MapGraph::capture(self, dev, calib, batch, mask, lidar_bev) {
+                Ok(g) => {
+                    self.graph_status.captures += 1;
+                    self.graph = Some(g);
+                }
+                Err(e) => {
+                    self.graph_status.refused += 1;
+                    self.graph_status.last_refusal = Some(e.to_string());
+                    self.graph_status.refused_key = Some(GraphKey::of(calib, batch, mask));
+                    return Ok(None);
+                }
+            }
+        }
+        let g = self.graph.as_mut().ok_or_else(|| Error::Cuda("CUDA graph missing".into()))?;
+        let maps = g.replay(dev, &batch.data, lidar_bev)?;
+        self.graph_status.replays += 1;
+        Ok(Some(maps))
     }
 
     /// One frame from decoded images (None = masked camera).
