@@ -3,6 +3,11 @@
 //! p90 (GPU time between events; JPEG decode + upload on the host clock), and the device
 //! memory the process holds at its peak (weights, plans, the frame's high-water mark), as one
 //! JSON line per model.
+//!
+//! Then, in the same process, the same frames with the network replayed as a CUDA graph
+//! (`graph`: its median and p90, the ratio eager / graph, whether its probabilities have the eager
+//! run's bits, and the capture's counts or why it was refused). It runs last, so a capture the
+//! driver refuses costs none of the eager figures.
 
 use crate::bench::percentiles::Percentiles;
 use crate::models::bevfusion::seg::{random_tensors, BevSegConfig, BevSegModel, Point5};
@@ -109,6 +114,7 @@ pub fn run_bench(a: &BevSegBenchArgs) -> Result<String, Error> {
     dev.synchronize()?;
     let peak_mb = free0.saturating_sub(free_device_bytes()?) as f64 / 1e6;
     let (ms, p90) = median_p90(&totals);
+    let graph = graph_timing(&dev, &mut gpu, calib, &refs, cloud, a.warmup, a.iters.max(1), ms);
     let mut stage_ms = serde_json::Map::new();
     let mut stage_p90 = serde_json::Map::new();
     for name in &order {
@@ -136,6 +142,47 @@ pub fn run_bench(a: &BevSegBenchArgs) -> Result<String, Error> {
         "stage_p90_ms": stage_p90,
         "geometry_builds": gpu.geometry_builds(),
         "conv_backend": gpu.conv_backend().name(),
+        "graph": graph,
     });
     Ok(line.to_string())
+}
+
+/// The frames again with the network as a CUDA graph: JSON (`error` instead of the times when it
+/// could not run).
+#[allow(clippy::too_many_arguments)]
+fn graph_timing(dev: &CudaDevice, gpu: &mut CudaBevSeg, calib: &Calibration, refs: &[&[u8]], cloud: Option<&[Point5]>, warmup: usize, iters: usize, eager_ms: f64) -> serde_json::Value {
+    let mut run = || -> Result<serde_json::Value, Error> {
+        gpu.set_graphs(false);
+        let eager = gpu.forward_jpeg(dev, calib, refs, cloud)?.map.probabilities;
+        // whether the eager path itself repeats its bits (cuDNN's chosen algorithms may not)
+        let eager_repeats = gpu.forward_jpeg(dev, calib, refs, cloud)?.map.probabilities.iter().map(|v| v.to_bits()).eq(eager.iter().map(|v| v.to_bits()));
+        gpu.set_graphs(true);
+        for _ in 0..warmup.max(1) {
+            gpu.forward_jpeg(dev, calib, refs, cloud)?;
+        }
+        let mut totals = Vec::with_capacity(iters);
+        let mut same_bits = true;
+        for _ in 0..iters {
+            let t = Instant::now();
+            let out = gpu.forward_jpeg(dev, calib, refs, cloud)?;
+            let _masks = out.map.masks(0.5);
+            totals.push(t.elapsed().as_secs_f64() * 1e3);
+            same_bits &= out.map.probabilities.iter().map(|v| v.to_bits()).eq(eager.iter().map(|v| v.to_bits()));
+        }
+        let st = gpu.graph_status().clone();
+        gpu.set_graphs(false);
+        let (ms, p90) = median_p90(&totals);
+        Ok(serde_json::json!({
+            "replays": st.replays,
+            "captures": st.captures,
+            "refused": st.refused,
+            "refusal": st.last_refusal,
+            "ms": (ms * 1e4).round() / 1e4,
+            "p90_ms": (p90 * 1e4).round() / 1e4,
+            "eager_over_graph": if st.replays > 0 { serde_json::json!((eager_ms / ms * 1e3).round() / 1e3) } else { serde_json::Value::Null },
+            "same_bits_as_eager": same_bits,
+            "eager_repeats_its_bits": eager_repeats,
+        }))
+    };
+    run().unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }))
 }

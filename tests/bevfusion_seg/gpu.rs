@@ -2,8 +2,9 @@
 //! configurations (config/models/bevfusion_seg_{camera,fusion}.yaml) with random weights and the
 //! nuScenes frame of tests/data/nuscenes: probabilities rel ≤ 2e-3, the 0.5 masks agreeing on
 //! ≥ 99.9 % of the cells, every stage printed; a repeated run and the JPEG path (the
-//! bench's) equal to the decoded-image path (to 1e-6); a masked camera against the CPU's. Skips without a
-//! GPU unless SPTR_REQUIRE_GPU=1.
+//! bench's) equal to the decoded-image path (to 1e-6); a masked camera against the CPU's; the
+//! network replayed as a CUDA graph against the eager path. Skips without a GPU unless
+//! SPTR_REQUIRE_GPU=1.
 #![cfg(feature = "cuda-core")]
 
 use crate::common::{gpu, rel_err};
@@ -95,4 +96,67 @@ fn camera_only_cuda_matches_cpu() {
 #[test]
 fn fusion_cuda_matches_cpu() {
     check("fusion", 2027);
+}
+
+/// The network replayed as a CUDA graph gives the eager path's probabilities: bit for bit in the
+/// camera-only model; in the fusion model to 1e-6 (its LiDAR branch runs eagerly before the
+/// graph, and a sparse conv kernel may sum in varying order). One capture per calibration and
+/// camera mask, one replay per frame; a frame asking for its stages runs eagerly.
+fn check_graph(kind: &str, seed: u64) {
+    let Some(dev) = gpu(&format!("{kind}_cuda_graph_replays_the_eager_result")) else { return };
+    let cfg = config(&full(kind));
+    let w = Weights::from_tensors("random", random_tensors(&cfg, seed).unwrap()).unwrap();
+    let model = BevSegModel::from_weights(&cfg, w).unwrap();
+    let mut g = CudaBevSeg::upload(&dev, &model, ConvBackend::Cudnn).unwrap();
+    let imgs = images();
+    let refs: Vec<Option<&RgbImage>> = imgs.iter().map(Some).collect();
+    let mut masked = refs.clone();
+    masked[3] = None;
+    let pts = (kind == "fusion").then(sweep5);
+    let calib = calib();
+    let fwd = |g: &mut CudaBevSeg, r: &[Option<&RgbImage>], keep: bool| g.forward_images(&dev, &calib, r, pts.as_deref(), keep).unwrap();
+    let eager = fwd(&mut g, &refs, false);
+    let eager_masked = fwd(&mut g, &masked, false);
+    let same = |case: &str, a: &BevSegOutput, b: &BevSegOutput| {
+        let bits = a.map.probabilities.iter().map(|v| v.to_bits()).eq(b.map.probabilities.iter().map(|v| v.to_bits()));
+        let r = rel_err(&a.map.probabilities, &b.map.probabilities);
+        eprintln!("{kind}, {case}: graph vs eager rel {r:.2e}, bit-identical {bits}");
+        if kind == "camera" {
+            assert!(bits, "{kind}, {case}: the graph's probabilities differ from the eager ones (rel {r:.3e})");
+        } else {
+            assert!(r <= 1e-6, "{kind}, {case}: graph vs eager rel {r:.3e}");
+        }
+        assert_eq!(a.map.masked_cameras, b.map.masked_cameras, "{kind}, {case}");
+    };
+    g.set_graphs(true);
+    for i in 0..3 {
+        let out = fwd(&mut g, &refs, false);
+        let st = g.graph_status();
+        assert_eq!(st.refused, 0, "{kind}: the capture was refused: {:?}", st.last_refusal);
+        assert!(out.times.0.iter().any(|(n, _)| n == "network (CUDA graph)"), "{kind}: stages {:?}", out.times.0);
+        same(&format!("frame {i}"), &out, &eager);
+    }
+    assert_eq!((g.graph_status().captures, g.graph_status().replays), (1, 3), "{kind}");
+    if kind == "camera" {
+        // another camera mask is another graph (the mask is a kernel argument)
+        let out = fwd(&mut g, &masked, false);
+        assert_eq!(out.map.masked_cameras, vec!["CAM_BACK".to_string()]);
+        same("CAM_BACK masked", &out, &eager_masked);
+        assert_eq!((g.graph_status().captures, g.graph_status().replays), (2, 4));
+    }
+    let staged = fwd(&mut g, &refs, true);
+    assert!(staged.stages.is_some(), "{kind}: a frame asking for its stages runs eagerly");
+    assert!(!staged.times.0.iter().any(|(n, _)| n == "network (CUDA graph)"));
+    same("stages asked for (eager)", &staged, &eager);
+    eprintln!("{kind}: graph stages {:?}", fwd(&mut g, &refs, false).times.0);
+}
+
+#[test]
+fn camera_only_cuda_graph_replays_the_eager_result() {
+    check_graph("camera", 2026);
+}
+
+#[test]
+fn fusion_cuda_graph_replays_the_eager_result() {
+    check_graph("fusion", 2027);
 }
