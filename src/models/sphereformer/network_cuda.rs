@@ -295,12 +295,28 @@ struct GpuUBlock<S: Store> {
 
 /// One level's voxels on the device: sites (coordinates + hash), their grid, positions, batch.
 struct GpuLevel {
-    sites: CudaSites,
+    sites: LevelSites,
     origin: [i32; 3],
     spatial_shape: [i32; 3],
     xyz: CudaSlice<f32>,
     batch: CudaSlice<i32>,
     n: usize,
+}
+
+/// A level's sites, or their submanifold 3×3×3 map when a caller built it already (the input
+/// conv's map is level 1's: the same sites, kernel and dilation).
+enum LevelSites {
+    Sites(CudaSites),
+    Map(CudaKernelMap),
+}
+
+impl LevelSites {
+    fn submanifold_map(self, dev: &CudaDevice) -> Result<CudaKernelMap, Error> {
+        match self {
+            LevelSites::Sites(sites) => submanifold_cuda_sites(dev, sites, [3; 3], [1; 3]),
+            LevelSites::Map(map) => Ok(map),
+        }
+    }
 }
 
 impl<S: Store> GpuUBlock<S> {
@@ -335,7 +351,7 @@ impl<S: Store> GpuUBlock<S> {
     ) -> Result<CudaSlice<S>, Error> {
         let k = self.level;
         let GpuLevel { sites, origin, spatial_shape, xyz, batch, n } = lv;
-        let mut maps = GpuLevelMaps { subm: submanifold_cuda_sites(dev, sites, [3; 3], [1; 3])?, one: None };
+        let mut maps = GpuLevelMaps { subm: sites.submanifold_map(dev)?, one: None };
         clock.mark(dev, format!("l{k}.map"))?;
         let mut x = x;
         for b in &self.blocks {
@@ -352,7 +368,7 @@ impl<S: Store> GpuUBlock<S> {
         let coarse = conv(dev, &x, &map, &d.conv, Some(&d.bn.pre_relu()), None, None, flags, d.conv_ids[1], Some(d.conv_ids[0]))?;
         let m = map.out_count;
         let (xyz2, batch2) = downsample_positions_cuda(dev, &map, &xyz)?;
-        let next = GpuLevel { sites: map.out.try_clone(dev)?, origin: origin2, spatial_shape: shape2, xyz: xyz2, batch: batch2, n: m };
+        let next = GpuLevel { sites: LevelSites::Sites(map.out.try_clone(dev)?), origin: origin2, spatial_shape: shape2, xyz: xyz2, batch: batch2, n: m };
         clock.mark(dev, format!("l{k}.down"))?;
         let deep = d.next.forward(dev, blas, coarse, next, clock, flags)?;
         let inv = inverse_cuda(dev, &map, maps.subm.out.try_clone(dev)?)?;
@@ -580,7 +596,8 @@ impl<S: Store> CudaSphereFormer<S> {
         clock.mark(dev, "input_map".into())?;
         let x = self.pad_input(dev, x, n, &flags)?;
         let x = conv(dev, &x, &maps, &self.input_conv, None, None, None, &flags, self.head_ids.input_conv, None)?;
-        let level = GpuLevel { sites: maps.out, origin: [0; 3], spatial_shape, xyz, batch, n };
+        // level 1 has the input conv's sites, kernel and dilation: it takes this map as its own
+        let level = GpuLevel { sites: LevelSites::Map(maps), origin: [0; 3], spatial_shape, xyz, batch, n };
         clock.mark(dev, "input_conv".into())?;
         let y = self.unet.forward(dev, &self.blas, x, level, clock, &flags)?;
         let mut h = alloc::<S>(dev, n * self.m, "head input")?;
