@@ -147,6 +147,15 @@ fn cameras_bench_bad_inputs_are_clear_errors() {
         ],
         &["--faults-every-s 3", "more than 3.5 s"],
     );
+    // CUDA graphs need the cameras, and a GPU: on the CPU said after the model loads
+    refused(&["bench", "pipeline", c, "--params", cams, "--camera-graph"], &["--cameras"]);
+    refused(
+        &[
+            "bench", "pipeline", c, "--model", &model, "--params", cams, "--cameras", "--camera-model", "tests/data/bevseg/fusion_small.yaml",
+            "--camera-weights", "random:0", "--device", "cpu", "--camera-graph",
+        ],
+        &["--camera-graph", "CPU", "--device cuda"],
+    );
     // bad weights value and a bag without the cameras' topics: named
     refused(
         &["bench", "pipeline", c, "--model", &model, "--params", cams, "--cameras", "--camera-model", "tests/data/bevseg/fusion_small.yaml", "--camera-weights", "random:x"],

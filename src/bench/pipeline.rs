@@ -57,6 +57,8 @@ pub struct CameraBenchSetup<'a> {
     /// The camera frame after the LiDAR path on one thread (the node before the overlap: the
     /// anchor for its gain) instead of on a thread of its own beside it, as the node runs it.
     pub serial: bool,
+    /// The map model's network as a CUDA graph ([`SegMapModel::set_cuda_graph`]).
+    pub camera_graph: bool,
     /// Paced only: a fault every this many seconds ([`crate::bench::faults`]).
     pub faults_every_s: Option<f64>,
 }
@@ -380,6 +382,7 @@ struct CamerasRow<'a> {
     model: String,
     weights: &'a str,
     camera_model: &'a str,
+    camera_graph: bool,
     cloud: String,
     bag: String,
 }
@@ -424,7 +427,7 @@ fn open_camera_bench(s: &CameraBenchSetup) -> Result<CameraBench, String> {
         })?;
     let lidar = open_bench(&s.lidar)?;
     let cuda = lidar.processor.device_name().starts_with("cuda");
-    let model = open_map_model_with(s.camera_model, s.camera_weights, params_path, &lidar.params, s.lidar.device)
+    let mut model = open_map_model_with(s.camera_model, s.camera_weights, params_path, &lidar.params, s.lidar.device)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {
             format!(
@@ -432,6 +435,9 @@ fn open_camera_bench(s: &CameraBenchSetup) -> Result<CameraBench, String> {
                 params_path.display()
             )
         })?;
+    if s.camera_graph && !model.set_cuda_graph(true) {
+        return Err("--camera-graph: the BEV map model runs on the CPU; CUDA graphs need --device cuda".into());
+    }
     let mut style = opts.map_style.clone().ok_or("--cameras: the params give no map style")?;
     if model.classes().len() != style.thresholds.len() {
         // an overriding model YAML with other classes: its classes, the params' thresholds for them
@@ -680,6 +686,7 @@ pub fn run(s: &CameraBenchSetup) -> Result<String, String> {
         model: bench.model_path.display().to_string(),
         weights: &bench.weights,
         camera_model: &bench.camera_model,
+        camera_graph: s.camera_graph,
         cloud: s.lidar.cloud.display().to_string(),
         bag: s.bag.display().to_string(),
     };
@@ -790,6 +797,7 @@ mod tests {
             model: "m.yaml".into(),
             weights: "random (seed 1)",
             camera_model: "fusion",
+            camera_graph: false,
             cloud: "c.bin".into(),
             bag: "bag".into(),
         };
@@ -797,7 +805,7 @@ mod tests {
         let keys = [
             "bench", "faults", "device", "frames", "warmup", "pace", "frames_over_period", "overlap", "latency", "stage_p50_ms",
             "stage_p99_ms", "slowest_frame", "per_frame_ms", "cameras", "camera_status", "map", "host_rss_mb", "device_used_mb",
-            "host", "model", "weights", "camera_model", "cloud", "bag",
+            "host", "model", "weights", "camera_model", "camera_graph", "cloud", "bag",
         ];
         let v = crate::bench::json::parse_row(&text, &keys);
         assert_eq!(v["bench"], "pipeline_cameras");

@@ -129,6 +129,20 @@ impl SegMapModel {
         self.kind
     }
 
+    /// Runs the CUDA model's network as a CUDA graph (on) or kernel by kernel (off, the default)
+    /// ([`crate::models::bevfusion::seg_graph`]). Returns false on the CPU backend, which has no
+    /// graphs.
+    pub fn set_cuda_graph(&mut self, on: bool) -> bool {
+        match &mut self.backend {
+            #[cfg(feature = "cuda-core")]
+            Backend::Cuda { model, .. } => {
+                model.set_graphs(on);
+                true
+            }
+            Backend::Cpu(_) => false,
+        }
+    }
+
     /// The model's map classes, in output order.
     pub fn classes(&self) -> &[String] {
         &self.classes

@@ -75,6 +75,10 @@ pub struct PipelineArgs {
     /// 3-million-point clouds; JSON `faults` says what was injected and counted.
     #[arg(long, requires = "rate_hz", value_parser = duration_arg)]
     faults_every_s: Option<f64>,
+    /// With --cameras on CUDA: the BEV map model's network replayed as a CUDA graph (captured
+    /// on the first frame; the stage `network (CUDA graph)` shows it ran; JSON `camera_graph`).
+    #[arg(long, requires = "cameras")]
+    camera_graph: bool,
 }
 
 pub fn pipeline(a: PipelineArgs) -> Result<()> {
@@ -97,6 +101,7 @@ pub fn pipeline(a: PipelineArgs) -> Result<()> {
             pace: a.rate_hz.zip(a.duration_s),
             serial: a.serial,
             faults_every_s: a.faults_every_s,
+            camera_graph: a.camera_graph,
         };
         println!("{}", crate::bench::pipeline::run(&s).map_err(anyhow::Error::msg)?);
         return Ok(());
