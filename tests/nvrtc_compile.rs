@@ -8,6 +8,8 @@
 //! (README's test command sets it).
 #![cfg(feature = "cuda-core")]
 
+mod common;
+
 use sptr::device::kernels;
 use sptr::device::nvrtc::{self, Arch, KernelPaths, Origin};
 use sptr::device::storage::Storage;
@@ -252,4 +254,43 @@ fn arch_parsing() {
     assert_eq!("8.6".parse::<Arch>().unwrap(), Arch { major: 8, minor: 6 });
     assert!("sm_x".parse::<Arch>().is_err());
     assert!("".parse::<Arch>().is_err());
+}
+
+/// `sptr kernels` fills the kernel cache that a GPU process reads: every module it lists is
+/// compiled into `SPTR_KERNEL_CACHE` once, then found there (`cached`), at the path the device
+/// itself looks up.
+#[test]
+fn sptr_kernels_fills_the_kernel_cache() {
+    if !nvrtc_here("sptr_kernels_fills_the_kernel_cache") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sptr-kernels-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let run = || {
+        let out = std::process::Command::new(common::sptr_exe())
+            .current_dir(common::root())
+            .env("SPTR_KERNEL_CACHE", &dir)
+            .args(["kernels", "--arch", "sm_87"])
+            .output()
+            .expect("run sptr kernels");
+        assert!(out.status.success(), "sptr kernels failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let first = run();
+    assert!(first.contains(&dir.display().to_string()), "names the cache: {first}");
+    let rows: Vec<&str> = first.lines().filter(|l| l.contains("sm_87")).collect();
+    assert!(rows.len() >= kernels::ALL.len(), "one row per module: {first}");
+    assert!(rows.iter().all(|l| l.contains("compiled")), "an empty cache compiles everything: {first}");
+    let second = run();
+    let rows2: Vec<&str> = second.lines().filter(|l| l.contains("sm_87")).collect();
+    assert_eq!(rows2.len(), rows.len());
+    assert!(rows2.iter().all(|l| l.contains("cached")), "the second run finds every module: {second}");
+    // the files have the names a process on an sm_87 GPU looks up (in its SPTR_KERNEL_CACHE)
+    let v = nvrtc::nvrtc_version().unwrap();
+    let sm87: Arch = "sm_87".parse().unwrap();
+    for k in kernels::ALL {
+        let name = nvrtc::cache_path(k, sm87, v).file_name().unwrap().to_owned();
+        assert!(dir.join(&name).is_file(), "{} not cached as {name:?}", k.name);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,4 +1,7 @@
-//! `sptr kernels`: every CUDA kernel compiled with NVRTC for the given architectures.
+//! `sptr kernels`: every CUDA kernel compiled with NVRTC for the given architectures, into the
+//! kernel cache (`sptr info` names it), so that a GPU of those architectures finds them there and
+//! its first frame compiles nothing. Needs libnvrtc, no GPU: a container build or a host without
+//! the GPU can fill the cache of the machine that has it.
 
 use anyhow::Result;
 
@@ -15,7 +18,7 @@ pub fn command(a: KernelsArgs) -> Result<()> {
     use crate::device::nvrtc;
     use crate::device::storage::Storage;
     let v = nvrtc::nvrtc_version()?;
-    println!("NVRTC {}.{}", v.0, v.1);
+    println!("NVRTC {}.{}, kernel cache {}", v.0, v.1, nvrtc::cache_dir().display());
     for a in &a.arch {
         let arch: nvrtc::Arch = a.parse()?;
         for k in ALL {
@@ -24,12 +27,13 @@ pub fn command(a: KernelsArgs) -> Result<()> {
                     continue;
                 }
                 let t = std::time::Instant::now();
-                let c = nvrtc::compile_storage(k, arch, storage)?;
+                let (cubin, origin) = nvrtc::cubin_cached_storage(k, arch, storage)?;
                 let name = format!("{} ({storage})", k.name);
-                println!("{name:<24} {:<7} {:>8} bytes  {:>6.0} ms", arch.target(), c.cubin.len(), t.elapsed().as_secs_f64() * 1e3);
-                if !c.log.is_empty() {
-                    println!("{}", c.log);
-                }
+                let from = match origin {
+                    nvrtc::Origin::Cache => "cached",
+                    nvrtc::Origin::Compiled => "compiled",
+                };
+                println!("{name:<24} {:<7} {:>8} bytes  {from:<8} {:>6.0} ms", arch.target(), cubin.len(), t.elapsed().as_secs_f64() * 1e3);
             }
         }
     }
