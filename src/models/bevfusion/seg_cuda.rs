@@ -300,7 +300,11 @@ impl CudaBevSeg {
         }
         if !self.graph.as_ref().is_some_and(|g| g.key.matches(calib, batch, mask)) {
             self.graph = None;
-            match MapGraph::capture(self, dev, calib, batch, mask, lidar_bev) {
+            let shape = [batch.n, batch.h, batch.w];
+            let captured = MapGraph::capture(dev, calib, batch, mask, lidar_bev, |images, lidar| {
+                self.network(dev, calib, images, shape, mask, lidar, None).map(|out| out.maps)
+            });
+            match captured {
                 Ok(g) => {
                     self.graph_status.captures += 1;
                     self.graph = Some(g);

@@ -16,7 +16,6 @@
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::models::bevfusion::head_cuda::CudaBevMaps;
 use crate::models::bevfusion::lss::CameraMask;
-use crate::models::bevfusion::seg_cuda::CudaBevSeg;
 use crate::ops::dense::cuda::CudaFeatureMap;
 use crate::ops::image_preprocess::cuda::CudaCameraBatch;
 use crate::sensors::calib::camera::Calibration;
@@ -82,25 +81,26 @@ fn copy_map(dev: &CudaDevice, m: &CudaFeatureMap) -> Result<CudaFeatureMap, Erro
 }
 
 impl MapGraph {
-    /// Warms the network up on copies of this frame's inputs, then captures it.
+    /// Warms `network` (the model's network for this calibration, image size and mask: images
+    /// and the LiDAR BEV map in, probabilities out, all enqueued without a host wait) up on
+    /// copies of this frame's inputs, then captures it.
     pub(crate) fn capture(
-        seg: &mut CudaBevSeg,
         dev: &CudaDevice,
         calib: &Calibration,
         batch: &CudaCameraBatch,
         mask: CameraMask,
         lidar_bev: Option<&CudaFeatureMap>,
+        mut network: impl FnMut(&CudaSlice<f16>, Option<&CudaFeatureMap>) -> Result<CudaBevMaps, Error>,
     ) -> Result<Self, Error> {
         let s = &dev.stream;
-        let shape = [batch.n, batch.h, batch.w];
         // SAFETY: filled by the copy below before any read.
         let mut images = unsafe { s.alloc::<f16>(batch.data.len()) }.map_err(cuda_err("allocating the graph's image input"))?;
         s.memcpy_dtod(&batch.data, &mut images).map_err(cuda_err("copying the images"))?;
         let lidar = lidar_bev.map(|m| copy_map(dev, m)).transpose()?;
         let mut out_shape = None;
         for _ in 0..2 {
-            let out = seg.network(dev, calib, &images, shape, mask, lidar.as_ref(), None)?;
-            out_shape = Some((out.maps.n, out.maps.classes, out.maps.x, out.maps.y));
+            let maps = network(&images, lidar.as_ref())?;
+            out_shape = Some((maps.n, maps.classes, maps.x, maps.y));
         }
         let (n, classes, x, y) = out_shape.ok_or_else(|| Error::Cuda("graph warm-up ran no frame".into()))?;
         let len = n * classes * x * y;
@@ -110,12 +110,12 @@ impl MapGraph {
         dev.synchronize()?;
         s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
             .map_err(|e| Error::Cuda(format!("CUDA graph: begin capture: {e:?}")))?;
-        let run = seg.network(dev, calib, &images, shape, mask, lidar.as_ref(), None).and_then(|out| {
-            if out.maps.data.len() < len {
-                return Err(Error::Cuda(format!("CUDA graph: the captured frame's maps hold {} values, the warm-up's {len}", out.maps.data.len())));
+        // the network's buffers are dropped inside the capture: they become the graph's own
+        let run = network(&images, lidar.as_ref()).and_then(|out| {
+            if out.data.len() < len {
+                return Err(Error::Cuda(format!("CUDA graph: the captured frame's maps hold {} values, the warm-up's {len}", out.data.len())));
             }
-            s.memcpy_dtod(&out.maps.data.slice(0..len.max(1)), &mut maps.data).map_err(cuda_err("CUDA graph: copying the maps out"))
-            // `out` is dropped here, inside the capture: its buffers become the graph's own
+            s.memcpy_dtod(&out.data.slice(0..len.max(1)), &mut maps.data).map_err(cuda_err("CUDA graph: copying the maps out"))
         });
         // the capture always ends, so the stream is usable again whatever happened inside
         let graph = s.end_capture(sys::CUgraphInstantiate_flags(0));
