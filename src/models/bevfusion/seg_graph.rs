@@ -119,10 +119,21 @@ impl MapGraph {
         });
         // the capture always ends, so the stream is usable again whatever happened inside
         let graph = s.end_capture(sys::CUgraphInstantiate_flags(0));
-        run.map_err(|e| Error::Cuda(format!("CUDA graph: the captured frame failed: {e}")))?;
-        let graph = graph
-            .map_err(|e| Error::Cuda(format!("CUDA graph: end capture / instantiate: {e:?}")))?
-            .ok_or_else(|| Error::Cuda("CUDA graph: the capture recorded nothing".into()))?;
+        let graph = match (run, graph) {
+            (Ok(()), Ok(Some(g))) => g,
+            (run, graph) => {
+                let why = match (run, graph) {
+                    (Err(e), _) => format!("the captured frame failed: {e}"),
+                    (_, Err(e)) => format!("end capture / instantiate: {e:?}"),
+                    _ => "the capture recorded nothing".to_string(),
+                };
+                // Buffers freed inside an aborted capture leave their error in the context, where
+                // the next call on any thread would report it as its own: cleared here, named in
+                // the refusal.
+                let stale = dev.ctx.check_err().err().map(|e| format!(" (cleared from the context: {e:?})")).unwrap_or_default();
+                return Err(Error::Cuda(format!("CUDA graph: {why}{stale}")));
+            }
+        };
         graph.upload().map_err(|e| Error::Cuda(format!("CUDA graph: upload: {e:?}")))?;
         Ok(Self { key: GraphKey::of(calib, batch, mask), images, lidar_bev: lidar, maps, graph })
     }
