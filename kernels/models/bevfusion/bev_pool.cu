@@ -239,3 +239,74 @@ extern "C" __global__ void lss_pool_merge(const float* __restrict__ partial, con
     }
     range_flag(range_flags, range_layer, bits);
 }
+
+// The tiled pool: one block per tile of the plan (src/models/bevfusion/lss/pool_tiles.rs),
+// tile = (row_begin, rows, cell_begin, cells). The block copies the tile's distinct context rows
+// (rows[row_begin ..], pixels) into shared memory once; then warp w sums the tile's cells w,
+// w + warps, ... with each point's row read from there (local[i]: the row of point i within its
+// tile). Lanes and order as lss_pool_items' whole-cell items: slice s sums the cell's points s,
+// s + slices, ... in that order, slice 0 adds the slices in order and writes the FP16 sums, so
+// every cell has the bits of the uncut pool. Empty cells are written as zeros. Dynamic shared
+// memory: the plan's largest tile, rows * C halves. The cells of no tile (the plan's fallback)
+// are left to lss_pool_items.
+extern "C" __global__ void lss_pool_tiles(const __half* __restrict__ depth, const __half* __restrict__ context,
+                                          const u32* __restrict__ order, const unsigned short* __restrict__ local,
+                                          const u32* __restrict__ cell_start, const uint4* __restrict__ tiles,
+                                          const u32* __restrict__ rows, const u32* __restrict__ cells, u32 C, u32 per_cam,
+                                          u32 mask, __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
+    extern __shared__ uint4 tile_rows[];
+    const uint4 t = tiles[blockIdx.x];
+    const u32 chunks = C >> 3;
+    for (u32 k = threadIdx.x; k < t.y * chunks; k += blockDim.x) {
+        const u32 r = k / chunks;
+        tile_rows[k] = *reinterpret_cast<const uint4*>(context + (u64)rows[t.x + r] * C + (k - r * chunks) * 8u);
+    }
+    __syncthreads();
+    const u32 lane = threadIdx.x & 31u;
+    const u32 warps = blockDim.x >> 5;
+    const u32 slices = 32u / chunks;
+    const u32 slice = lane / chunks;
+    const u32 chunk = lane - slice * chunks;
+    u32 bits = 0;
+    for (u32 ci = threadIdx.x >> 5; ci < t.w; ci += warps) {  // warp-uniform
+        const u32 cell = cells[t.z + ci];
+        float acc[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
+        if (slice < slices) {
+            const u32 end = cell_start[cell + 1];
+            for (u32 i = cell_start[cell] + slice; i < end; i += slices) {
+                const u32 q = order[i];
+                const bool on = mask == 0xffffffffu || q / per_cam >= 32u || ((mask >> (q / per_cam)) & 1u) != 0u;
+                const float dv = on ? __half2float(depth[q]) : 0.0f;
+                const uint4 raw = tile_rows[(u32)local[i] * chunks + chunk];
+                const __half2* hv = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const float2 f = __half22float2(hv[k]);
+                    acc[2 * k] = __fmaf_rn(dv, f.x, acc[2 * k]);
+                    acc[2 * k + 1] = __fmaf_rn(dv, f.y, acc[2 * k + 1]);
+                }
+            }
+        }
+        for (u32 s = 1; s < slices; ++s) {
+            const u32 src = (chunk + s * chunks) & 31u;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+                const float v = __shfl_sync(FULL_MASK, acc[k], src);
+                if (slice == 0) acc[k] = __fadd_rn(acc[k], v);
+            }
+        }
+        if (slice == 0) {
+            uint4 packed;
+            __half2* hp = reinterpret_cast<__half2*>(&packed);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                bits |= fp16_range_bits(acc[2 * k]) | fp16_range_bits(acc[2 * k + 1]);
+                hp[k] = __floats2half2_rn(acc[2 * k], acc[2 * k + 1]);
+            }
+            *reinterpret_cast<uint4*>(out + (u64)cell * C + chunk * 8u) = packed;
+        }
+    }
+    range_flag(range_flags, range_layer, bits);
+}

@@ -13,6 +13,7 @@
 
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
 use crate::models::bevfusion::lss::pool_plan::{PoolPlan, DEFAULT_CHUNK_POINTS};
+use crate::models::bevfusion::lss::pool_tiles::{TileInput, TilePlan};
 use crate::models::bevfusion::lss::transform::{CameraMask, LssTransform};
 use crate::sensors::calib::camera::Calibration;
 use crate::device::range::{RangeFlags, RangeSlot};
@@ -220,18 +221,8 @@ pub fn pool_cuda_guarded(
     pool_cuda_planned(dev, geom, &geom.plan, depth, context, channels, mask, range)
 }
 
-/// [`pool_cuda_guarded`] with the work items of `plan` (made for `geom`).
-#[allow(clippy::too_many_arguments)]
-pub fn pool_cuda_planned(
-    dev: &CudaDevice,
-    geom: &CudaLssGeometry,
-    plan: &CudaPoolPlan,
-    depth: &CudaSlice<f16>,
-    context: &CudaSlice<f16>,
-    channels: usize,
-    mask: CameraMask,
-    range: Option<RangeSlot<'_>>,
-) -> Result<CudaFeatureMap, Error> {
+/// The pool's input sizes, checked against the geometry.
+fn check_pool_inputs(geom: &CudaLssGeometry, depth: &CudaSlice<f16>, context: &CudaSlice<f16>, channels: usize) -> Result<(), Error> {
     let pixels = geom.cameras * geom.height * geom.width;
     if channels == 0 || channels % 8 != 0 || channels > 256 {
         return Err(Error::InvalidInput(format!("CUDA pool: {channels} channels; it needs a multiple of 8 up to 256")));
@@ -247,27 +238,71 @@ pub fn pool_cuda_planned(
             geom.depth_bins
         )));
     }
+    Ok(())
+}
+
+/// The BEV map the pool writes every cell of: `[1, nx, ny, nz · C]` FP16, not zeroed.
+fn alloc_pool_output(dev: &CudaDevice, geom: &CudaLssGeometry, channels: usize) -> Result<CudaFeatureMap, Error> {
     let [nx, ny, nz] = geom.grid.nx;
+    // SAFETY: the pool's kernels write all cells * channels halves before any read.
+    let data = unsafe { dev.stream.alloc::<f16>(geom.cells() * channels) }.map_err(cuda_err("allocating the BEV map"))?;
+    CudaFeatureMap::from_slice(1, nx, ny, nz * channels, data)
+}
+
+/// One warp per work item, `n` items.
+fn warp_grid(n: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (n.div_ceil(WARPS_PER_BLOCK).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// [`pool_cuda_guarded`] with the work items of `plan` (made for `geom`).
+#[allow(clippy::too_many_arguments)]
+pub fn pool_cuda_planned(
+    dev: &CudaDevice,
+    geom: &CudaLssGeometry,
+    plan: &CudaPoolPlan,
+    depth: &CudaSlice<f16>,
+    context: &CudaSlice<f16>,
+    channels: usize,
+    mask: CameraMask,
+    range: Option<RangeSlot<'_>>,
+) -> Result<CudaFeatureMap, Error> {
+    check_pool_inputs(geom, depth, context, channels)?;
     let cells = geom.cells();
-    let n_items = plan.host.items.len();
-    if n_items < cells {
-        return Err(Error::InvalidInput(format!("CUDA pool: a plan of {n_items} items for a geometry of {cells} cells")));
+    if plan.host.items.len() < cells {
+        return Err(Error::InvalidInput(format!("CUDA pool: a plan of {} items for a geometry of {cells} cells", plan.host.items.len())));
     }
-    // every cell is written (zeros where empty): no memset
-    // SAFETY: lss_pool_items and lss_pool_merge write all cells * channels halves.
-    let data = unsafe { dev.stream.alloc::<f16>(cells * channels) }.map_err(cuda_err("allocating the BEV map"))?;
-    let mut out = CudaFeatureMap::from_slice(1, nx, ny, nz * channels, data)?;
+    let mut out = alloc_pool_output(dev, geom, channels)?;
+    launch_items(dev, geom, plan, depth, context, channels, mask, &mut out, range.as_ref())?;
+    Ok(out)
+}
+
+/// The chunked pool's two kernels for the cells of `plan`, into `out`.
+#[allow(clippy::too_many_arguments)]
+fn launch_items(
+    dev: &CudaDevice,
+    geom: &CudaLssGeometry,
+    plan: &CudaPoolPlan,
+    depth: &CudaSlice<f16>,
+    context: &CudaSlice<f16>,
+    channels: usize,
+    mask: CameraMask,
+    out: &mut CudaFeatureMap,
+    range: Option<&RangeSlot<'_>>,
+) -> Result<(), Error> {
+    let n_items = plan.host.items.len();
+    if n_items == 0 {
+        return Ok(());
+    }
     // SAFETY: every slot is written by its item before lss_pool_merge reads it.
     let mut partial = unsafe { dev.stream.alloc::<f32>((plan.host.slots as usize * channels).max(1)) }
         .map_err(cuda_err("allocating the pool's partial sums"))?;
     let f = dev.function("bev_pool", "lss_pool_items")?;
     let (items32, d32, ch32) = (n_items as u32, geom.depth_bins as u32, channels as u32);
     let per_cam = (geom.height * geom.width * geom.depth_bins) as u32;
-    let warps = |n: u32| LaunchConfig { grid_dim: (n.div_ceil(WARPS_PER_BLOCK).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     // SAFETY: matches bev_pool.cu; order/cell_start come from build_geometry_cuda for this
     // geometry and the plan's items from its cell offsets (points < kept, cells < cells, slots
-    // < plan.slots), depth/context hold the sizes checked above, out cells * C halves, partial
-    // slots * C floats; the range slot's layer lies in its flags.
+    // < plan.slots), depth/context hold the sizes checked by the caller, out cells * C halves,
+    // partial slots * C floats; the range slot's layer lies in its flags.
     unsafe {
         let mut b = dev.stream.launch_builder(&f);
         b.arg(depth)
@@ -281,8 +316,8 @@ pub fn pool_cuda_planned(
             .arg(&mask.0)
             .arg(&mut out.data)
             .arg(&mut partial);
-        RangeSlot::push(range.as_ref(), &mut b);
-        b.launch(warps(items32))
+        RangeSlot::push(range, &mut b);
+        b.launch(warp_grid(items32))
     }
     .map_err(cuda_err("lss_pool_items"))?;
     if let Some(merges) = &plan.merges {
@@ -292,11 +327,100 @@ pub fn pool_cuda_planned(
         unsafe {
             let mut b = dev.stream.launch_builder(&f);
             b.arg(&partial).arg(merges).arg(&n_merges).arg(&ch32).arg(&mut out.data);
-            RangeSlot::push(range.as_ref(), &mut b);
-            b.launch(warps(n_merges))
+            RangeSlot::push(range, &mut b);
+            b.launch(warp_grid(n_merges))
         }
         .map_err(cuda_err("lss_pool_merge"))?;
     }
+    Ok(())
+}
+
+/// A [`TilePlan`] on the GPU, with its host copy and the chunked plan of its fallback cells.
+pub struct CudaTilePlan {
+    pub host: TilePlan,
+    channels: usize,
+    tiles: CudaSlice<u32>,
+    rows: CudaSlice<u32>,
+    cells: CudaSlice<u32>,
+    local: CudaSlice<u16>,
+    fallback: CudaPoolPlan,
+}
+
+impl CudaTilePlan {
+    /// The tiled plan of `geom` for `channels` (synchronises: reads the cell offsets and the
+    /// point order back; tens of milliseconds on the host, once per calibration).
+    pub fn build(dev: &CudaDevice, geom: &CudaLssGeometry, channels: usize, tile_cells: usize, shared_bytes: usize) -> Result<Self, Error> {
+        let starts = dev.stream.clone_dtoh(&geom.cell_start).map_err(cuda_err("reading cell offsets for the tiled pool"))?;
+        let kept = starts.last().copied().unwrap_or(0) as usize;
+        let order = if kept == 0 { Vec::new() } else { dev.stream.clone_dtoh(&geom.order.slice(0..kept)).map_err(cuda_err("reading the point order"))? };
+        let input = TileInput { cell_start: &starts, order: &order, nx: geom.grid.nx, depth_bins: geom.depth_bins as u32 };
+        let host = TilePlan::build(&input, channels, tile_cells, shared_bytes)?;
+        let fallback_plan = PoolPlan::build_for(&starts, host.fallback.clone(), DEFAULT_CHUNK_POINTS)?;
+        let up = |v: &[u32], what: &'static str| dev.stream.clone_htod(if v.is_empty() { &[0u32][..] } else { v }).map_err(cuda_err(what));
+        let fallback = CudaPoolPlan {
+            items: up(&fallback_plan.item_words(), "uploading the fallback items")?,
+            merges: if fallback_plan.merges.is_empty() { None } else { Some(up(&fallback_plan.merge_words(), "uploading the fallback merges")?) },
+            host: fallback_plan,
+        };
+        Ok(Self {
+            channels,
+            tiles: up(&host.tile_words(), "uploading the pool's tiles")?,
+            rows: up(&host.rows, "uploading the tiles' rows")?,
+            cells: up(&host.cells, "uploading the tiles' cells")?,
+            local: dev.stream.clone_htod(if host.local.is_empty() { &[0u16][..] } else { &host.local }).map_err(cuda_err("uploading the points' rows"))?,
+            fallback,
+            host,
+        })
+    }
+}
+
+/// The pool with the tiles of `plan` (made for `geom` and `channels`), its fallback cells by the
+/// chunked pool: the same sums as [`pool_cuda`], each tile cell with the uncut pool's bits.
+#[allow(clippy::too_many_arguments)]
+pub fn pool_cuda_tiled(
+    dev: &CudaDevice,
+    geom: &CudaLssGeometry,
+    plan: &CudaTilePlan,
+    depth: &CudaSlice<f16>,
+    context: &CudaSlice<f16>,
+    channels: usize,
+    mask: CameraMask,
+    range: Option<RangeSlot<'_>>,
+) -> Result<CudaFeatureMap, Error> {
+    check_pool_inputs(geom, depth, context, channels)?;
+    if channels != plan.channels {
+        return Err(Error::InvalidInput(format!("CUDA tiled pool: a plan for {} channels, {channels} given", plan.channels)));
+    }
+    let mut out = alloc_pool_output(dev, geom, channels)?;
+    let n_tiles = plan.host.tiles.len() as u32;
+    if n_tiles > 0 {
+        let shared = plan.host.tiles.iter().map(|t| t.rows as usize).max().unwrap_or(0) * channels * 2;
+        let f = dev.function_with_shared("bev_pool", "lss_pool_tiles", shared)?;
+        let (ch32, per_cam) = (channels as u32, (geom.height * geom.width * geom.depth_bins) as u32);
+        let cfg = LaunchConfig { grid_dim: (n_tiles, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: shared as u32 };
+        // SAFETY: matches bev_pool.cu; the plan was made from this geometry's offsets and order
+        // (rows < pixels, cells < cells, local < the tile's rows), shared memory holds the
+        // largest tile's rows; depth/context checked above, out cells * C halves.
+        unsafe {
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(depth)
+                .arg(context)
+                .arg(&geom.order)
+                .arg(&plan.local)
+                .arg(&geom.cell_start)
+                .arg(&plan.tiles)
+                .arg(&plan.rows)
+                .arg(&plan.cells)
+                .arg(&ch32)
+                .arg(&per_cam)
+                .arg(&mask.0)
+                .arg(&mut out.data);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(cfg)
+        }
+        .map_err(cuda_err("lss_pool_tiles"))?;
+    }
+    launch_items(dev, geom, &plan.fallback, depth, context, channels, mask, &mut out, range.as_ref())?;
     Ok(out)
 }
 
