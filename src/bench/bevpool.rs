@@ -134,6 +134,7 @@ struct TiledTime {
     shared_bytes: usize,
     tiles: usize,
     points_per_row: Fixed<2>,
+    max_cell_points: u32,
     fallback_cells: usize,
 }
 
@@ -185,6 +186,7 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
         shared_bytes: DEFAULT_SHARED_BYTES,
         tiles: tp.host.tiles.len(),
         points_per_row: Fixed(tp.host.reuse(&cpu.cell_start)),
+        max_cell_points: tp.host.max_cell_points,
         fallback_cells: tp.host.fallback.len(),
     };
     let plan = &geom.plan.host;
@@ -300,7 +302,7 @@ mod tests {
             cut_cells: 300,
             longest_item: 128,
             by_chunk: vec![ChunkTime { chunk_points: None, pool_ms: Fixed(0.15) }, ChunkTime { chunk_points: Some(64), pool_ms: Fixed(0.06) }],
-            tiled: TiledTime { pool_ms: Fixed(0.05), tile_cells: 8, shared_bytes: 98304, tiles: 1773, points_per_row: Fixed(3.22), fallback_cells: 31 },
+            tiled: TiledTime { pool_ms: Fixed(0.05), tile_cells: 8, shared_bytes: 98304, tiles: 1773, points_per_row: Fixed(3.48), max_cell_points: 256, fallback_cells: 212 },
             bar_ms: 0.040,
             goal_ms: 0.020,
         };
@@ -314,7 +316,7 @@ mod tests {
         assert_eq!((v["pool_ms"].as_f64(), v["ratio_to_floor"].as_f64(), v["goal_ms"].as_f64()), (Some(0.1235), Some(61.73), Some(0.02)));
         assert!(v["by_chunk"][0]["chunk_points"].is_null(), "no cut: null");
         assert_eq!(v["by_chunk"][1]["chunk_points"], 64);
-        assert_eq!(v["tiled"]["points_per_row"].as_f64(), Some(3.22));
+        assert_eq!(v["tiled"]["points_per_row"].as_f64(), Some(3.48));
         assert_eq!(v["feature"][1], 88);
         let t = TransformRow { bench: "bevpool", case: "seg_vtransform", device: "H100", lift_ms: Fixed(0.5), vtransform_ms: Fixed(1.0), note: "n" };
         parse_row(&line(&t), &["bench", "case", "device", "lift_ms", "vtransform_ms", "note"]);

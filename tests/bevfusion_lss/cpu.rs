@@ -8,6 +8,7 @@ use crate::common::Rng;
 use crate::lss_common::*;
 use sptr::sensors::calib::camera::{CameraCalib, Calibration};
 use sptr::models::bevfusion::lss::geometry::{depth_index, point_cells};
+use sptr::models::bevfusion::lss::pool_plan::DEFAULT_CHUNK_POINTS;
 use sptr::models::bevfusion::lss::pool_tiles::{TileInput, TilePlan, DEFAULT_SHARED_BYTES, DEFAULT_TILE_CELLS};
 use sptr::models::bevfusion::lss::transform::random_tensors;
 use sptr::models::bevfusion::lss::{pool, weight_specs, CameraMask, LssGeometry, LssParams, LssTransform, PREFIX};
@@ -258,7 +259,7 @@ fn bad_inputs_are_errors() {
 }
 
 /// The tiled pool's plan on the nuScenes rig's seg and detection geometries (C 80, the default
-/// tiles and shared memory): every cell in one tile or the fallback, every point's row its own
+/// tiles, shared memory and longest tile cell): every cell in one tile or the fallback, every point's row its own
 /// pixel, several points per context row read, and the plan's sums equal the pool's.
 #[test]
 fn tile_plan_covers_the_real_geometries_and_reads_each_row_for_several_points() {
@@ -268,7 +269,7 @@ fn tile_plan_covers_the_real_geometries_and_reads_each_row_for_several_points() 
         let geom = LssGeometry::build(&params, &calib).unwrap();
         let c = 80;
         let g = TileInput { cell_start: &geom.cell_start, order: &geom.order, nx: geom.grid.nx, depth_bins: geom.depth_bins as u32 };
-        let plan = TilePlan::build(&g, c, DEFAULT_TILE_CELLS, DEFAULT_SHARED_BYTES).unwrap();
+        let plan = TilePlan::build(&g, c, DEFAULT_TILE_CELLS, DEFAULT_SHARED_BYTES, DEFAULT_CHUNK_POINTS).unwrap();
         let mut seen = vec![false; geom.grid.cells()];
         for &cell in plan.cells.iter().chain(&plan.fallback) {
             assert!(!std::mem::replace(&mut seen[cell as usize], true), "{name}: cell {cell} twice");

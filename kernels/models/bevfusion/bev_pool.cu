@@ -246,7 +246,9 @@ extern "C" __global__ void lss_pool_merge(const float* __restrict__ partial, con
 // w + warps, ... with each point's row read from there (local[i]: the row of point i within its
 // tile). Lanes and order as lss_pool_items' whole-cell items: slice s sums the cell's points s,
 // s + slices, ... in that order, slice 0 adds the slices in order and writes the FP16 sums, so
-// every cell has the bits of the uncut pool. Empty cells are written as zeros. Dynamic shared
+// every cell has the bits of the uncut pool. A tile holds no cell of more points than the
+// plan's limit (one warp walks a cell; longer ones are the fallback's, cut into chunks). Empty
+// cells are written as zeros. Dynamic shared
 // memory: the plan's largest tile, rows * C halves. The cells of no tile (the plan's fallback)
 // are left to lss_pool_items.
 extern "C" __global__ void lss_pool_tiles(const __half* __restrict__ depth, const __half* __restrict__ context,
@@ -274,18 +276,35 @@ extern "C" __global__ void lss_pool_tiles(const __half* __restrict__ depth, cons
 #pragma unroll
         for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
         if (slice < slices) {
+            // four points at a time, their depth loads issued together (the depth values come
+            // from L2; the rows from shared memory), added in point order
             const u32 end = cell_start[cell + 1];
-            for (u32 i = cell_start[cell] + slice; i < end; i += slices) {
-                const u32 q = order[i];
-                const bool on = mask == 0xffffffffu || q / per_cam >= 32u || ((mask >> (q / per_cam)) & 1u) != 0u;
-                const float dv = on ? __half2float(depth[q]) : 0.0f;
-                const uint4 raw = tile_rows[(u32)local[i] * chunks + chunk];
-                const __half2* hv = reinterpret_cast<const __half2*>(&raw);
+            for (u32 i = cell_start[cell] + slice; i < end; i += POOL_UNROLL * slices) {
+                float dv[POOL_UNROLL];
+                u32 row[POOL_UNROLL];
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    const float2 f = __half22float2(hv[k]);
-                    acc[2 * k] = __fmaf_rn(dv, f.x, acc[2 * k]);
-                    acc[2 * k + 1] = __fmaf_rn(dv, f.y, acc[2 * k + 1]);
+                for (int u = 0; u < POOL_UNROLL; ++u) {
+                    const u32 j = i + u * slices;
+                    dv[u] = 0.0f;
+                    row[u] = NO_POINT;
+                    if (j < end) {
+                        const u32 q = order[j];
+                        const bool on = mask == 0xffffffffu || q / per_cam >= 32u || ((mask >> (q / per_cam)) & 1u) != 0u;
+                        dv[u] = on ? __half2float(depth[q]) : 0.0f;
+                        row[u] = local[j];
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < POOL_UNROLL; ++u) {
+                    if (row[u] == NO_POINT) continue;
+                    const uint4 raw = tile_rows[row[u] * chunks + chunk];
+                    const __half2* hv = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const float2 f = __half22float2(hv[k]);
+                        acc[2 * k] = __fmaf_rn(dv[u], f.x, acc[2 * k]);
+                        acc[2 * k + 1] = __fmaf_rn(dv[u], f.y, acc[2 * k + 1]);
+                    }
                 }
             }
         }

@@ -347,14 +347,15 @@ pub struct CudaTilePlan {
 }
 
 impl CudaTilePlan {
-    /// The tiled plan of `geom` for `channels` (synchronises: reads the cell offsets and the
+    /// The tiled plan of `geom` for `channels`, cells of more than [`DEFAULT_CHUNK_POINTS`]
+    /// points left to the chunked pool (synchronises: reads the cell offsets and the
     /// point order back; tens of milliseconds on the host, once per calibration).
     pub fn build(dev: &CudaDevice, geom: &CudaLssGeometry, channels: usize, tile_cells: usize, shared_bytes: usize) -> Result<Self, Error> {
         let starts = dev.stream.clone_dtoh(&geom.cell_start).map_err(cuda_err("reading cell offsets for the tiled pool"))?;
         let kept = starts.last().copied().unwrap_or(0) as usize;
         let order = if kept == 0 { Vec::new() } else { dev.stream.clone_dtoh(&geom.order.slice(0..kept)).map_err(cuda_err("reading the point order"))? };
         let input = TileInput { cell_start: &starts, order: &order, nx: geom.grid.nx, depth_bins: geom.depth_bins as u32 };
-        let host = TilePlan::build(&input, channels, tile_cells, shared_bytes)?;
+        let host = TilePlan::build(&input, channels, tile_cells, shared_bytes, DEFAULT_CHUNK_POINTS)?;
         let fallback_plan = PoolPlan::build_for(&starts, host.fallback.clone(), DEFAULT_CHUNK_POINTS)?;
         let up = |v: &[u32], what: &'static str| dev.stream.clone_htod(if v.is_empty() { &[0u32][..] } else { v }).map_err(cuda_err(what));
         let fallback = CudaPoolPlan {

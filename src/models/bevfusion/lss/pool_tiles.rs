@@ -8,7 +8,9 @@
 //! warps sum each cell's points from there.
 //!
 //! A tile whose distinct pixels do not fit in shared memory is split into quarters, down to one
-//! (x, y) column; a column that still does not fit is left to the chunked pool (`fallback`).
+//! (x, y) column; a column that still does not fit is left to the chunked pool (`fallback`). So
+//! is every cell of more than `max_cell_points` points: one warp walks a tile's cell, and a long
+//! cell would set the kernel's length again (the chunked pool cuts it).
 //! Every cell is in exactly one tile or in `fallback`; empty cells are in tiles too, so their
 //! zeros are written.
 
@@ -45,8 +47,11 @@ pub struct TilePlan {
     /// Per kept point (its position in the point order): its row within its tile; 0 for the
     /// points of `fallback` cells.
     pub local: Vec<u16>,
-    /// Cells no tile takes: one (x, y) column with more distinct pixels than `max_rows`.
+    /// Cells no tile takes: those of more than `max_cell_points` points, and the cells of an
+    /// (x, y) column with more distinct pixels than `max_rows`. Ascending.
     pub fallback: Vec<u32>,
+    /// The most points a tile's cell holds.
+    pub max_cell_points: u32,
 }
 
 /// The geometry a plan is made from: cell offsets and point order (depth-tensor indices), the
@@ -60,8 +65,8 @@ pub struct TileInput<'a> {
 
 impl TilePlan {
     /// Tiles of `tile` × `tile` cells (split where needed) whose rows of `channels` FP16 values
-    /// fit in `shared_bytes`.
-    pub fn build(g: &TileInput<'_>, channels: usize, tile: usize, shared_bytes: usize) -> Result<Self, Error> {
+    /// fit in `shared_bytes`, with no cell of more than `max_cell_points` points.
+    pub fn build(g: &TileInput<'_>, channels: usize, tile: usize, shared_bytes: usize, max_cell_points: u32) -> Result<Self, Error> {
         let [nx, ny, nz] = g.nx;
         let cells = nx * ny * nz;
         if g.cell_start.len() != cells + 1 {
@@ -77,23 +82,29 @@ impl TilePlan {
         if max_rows == 0 {
             return Err(Error::InvalidInput(format!("tiled pool plan: {shared_bytes} bytes hold no row of {channels} channels")));
         }
-        let mut plan = TilePlan { max_rows, tiles: Vec::new(), rows: Vec::new(), cells: Vec::new(), local: vec![0; g.order.len()], fallback: Vec::new() };
+        let long: Vec<u32> = (0..cells as u32).filter(|&c| g.cell_start[c as usize + 1] - g.cell_start[c as usize] > max_cell_points).collect();
+        let mut plan = TilePlan { max_rows, tiles: Vec::new(), rows: Vec::new(), cells: Vec::new(), local: vec![0; g.order.len()], fallback: long, max_cell_points };
         for x0 in (0..nx).step_by(tile) {
             for y0 in (0..ny).step_by(tile) {
                 plan.region(g, [x0, y0], [tile.min(nx - x0), tile.min(ny - y0)]);
             }
         }
+        plan.fallback.sort_unstable();
         Ok(plan)
     }
 
-    /// The cells of the columns `[x0, x0 + w) × [y0, y0 + h)`, every z, ascending.
-    fn region_cells(g: &TileInput<'_>, [x0, y0]: [usize; 2], [w, h]: [usize; 2]) -> Vec<u32> {
+    /// The cells of the columns `[x0, x0 + w) × [y0, y0 + h)`, every z, ascending, but the long
+    /// ones (in the fallback already).
+    fn region_cells(&self, g: &TileInput<'_>, [x0, y0]: [usize; 2], [w, h]: [usize; 2]) -> Vec<u32> {
         let [_, ny, nz] = g.nx;
         let mut v = Vec::with_capacity(w * h * nz);
         for x in x0..x0 + w {
             for y in y0..y0 + h {
                 for z in 0..nz {
-                    v.push(((x * ny + y) * nz + z) as u32);
+                    let c = ((x * ny + y) * nz + z) as u32;
+                    if g.cell_start[c as usize + 1] - g.cell_start[c as usize] <= self.max_cell_points {
+                        v.push(c);
+                    }
                 }
             }
         }
@@ -102,7 +113,7 @@ impl TilePlan {
 
     /// A tile of this region, or its quarters when its pixels do not fit.
     fn region(&mut self, g: &TileInput<'_>, at: [usize; 2], size: [usize; 2]) {
-        let cells = Self::region_cells(g, at, size);
+        let cells = self.region_cells(g, at, size);
         let points = |c: u32| g.cell_start[c as usize] as usize..g.cell_start[c as usize + 1] as usize;
         let mut pixels: Vec<u32> = cells.iter().flat_map(|&c| g.order[points(c)].iter().map(|q| q / g.depth_bins)).collect();
         pixels.sort_unstable();
@@ -220,7 +231,7 @@ mod tests {
         let (start, order) = grid();
         let g = TileInput { cell_start: &start, order: &order, nx: [4, 4, 1], depth_bins: 2 };
         // rows of 8 channels (16 bytes): 64 bytes hold 4 rows
-        let p = TilePlan::build(&g, 8, 4, 64).unwrap();
+        let p = TilePlan::build(&g, 8, 4, 64, u32::MAX).unwrap();
         check_cover(&p, &g);
         assert_eq!(p.max_rows, 4);
         // the whole grid has 15 pixels: split into quarters, then the quarters with over 4 pixels again
@@ -240,10 +251,10 @@ mod tests {
         let (start, order) = grid();
         let g = TileInput { cell_start: &start, order: &order, nx: [4, 4, 1], depth_bins: 2 };
         // 3 rows: cell 5 (four pixels) cannot fit even alone
-        let p = TilePlan::build(&g, 8, 4, 48).unwrap();
+        let p = TilePlan::build(&g, 8, 4, 48, u32::MAX).unwrap();
         check_cover(&p, &g);
         assert_eq!(p.fallback, vec![5]);
-        let all = TilePlan::build(&g, 8, 4, 1 << 20).unwrap();
+        let all = TilePlan::build(&g, 8, 4, 1 << 20, u32::MAX).unwrap();
         check_cover(&all, &g);
         assert_eq!(all.tiles.len(), 1);
         // pixels 0..=15 but 10 (cell 10 is empty; pixel 15 holds both of cell 15's points)
@@ -253,13 +264,23 @@ mod tests {
     }
 
     #[test]
+    fn long_cells_are_left_to_the_chunked_pool() {
+        let (start, order) = grid();
+        let g = TileInput { cell_start: &start, order: &order, nx: [4, 4, 1], depth_bins: 2 };
+        let p = TilePlan::build(&g, 8, 4, 1 << 20, 2).unwrap();
+        check_cover(&p, &g);
+        assert_eq!(p.fallback, vec![0, 5], "cells of 3 and 4 points");
+        assert!(!p.rows.contains(&5), "a long cell's pixels are no tile's rows");
+    }
+
+    #[test]
     fn the_reference_equals_the_plain_pool() {
         let (start, order) = grid();
         let g = TileInput { cell_start: &start, order: &order, nx: [4, 4, 1], depth_bins: 2 };
         let c = 8;
         let depth: Vec<f32> = (0..32).map(|i| 0.01 * i as f32).collect();
         let context: Vec<f32> = (0..16 * c).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
-        let p = TilePlan::build(&g, c, 2, 64).unwrap();
+        let p = TilePlan::build(&g, c, 2, 64, u32::MAX).unwrap();
         let got = p.pool_reference(&g, &depth, &context, c);
         for cell in 0..16 {
             let mut want = vec![0f32; c];
@@ -276,10 +297,10 @@ mod tests {
     fn bad_inputs_are_errors() {
         let (start, order) = grid();
         let g = TileInput { cell_start: &start, order: &order, nx: [4, 4, 2], depth_bins: 2 };
-        assert!(TilePlan::build(&g, 8, 4, 1024).unwrap_err().to_string().contains("cell offsets"));
+        assert!(TilePlan::build(&g, 8, 4, 1024, u32::MAX).unwrap_err().to_string().contains("cell offsets"));
         let g = TileInput { cell_start: &start, order: &order, nx: [4, 4, 1], depth_bins: 2 };
-        assert!(TilePlan::build(&g, 0, 4, 1024).is_err());
-        assert!(TilePlan::build(&g, 8, 0, 1024).is_err());
-        assert!(TilePlan::build(&g, 8, 4, 8).unwrap_err().to_string().contains("no row"));
+        assert!(TilePlan::build(&g, 0, 4, 1024, u32::MAX).is_err());
+        assert!(TilePlan::build(&g, 8, 0, 1024, u32::MAX).is_err());
+        assert!(TilePlan::build(&g, 8, 4, 8, u32::MAX).unwrap_err().to_string().contains("no row"));
     }
 }
