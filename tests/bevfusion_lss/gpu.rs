@@ -45,6 +45,7 @@ fn check_geometry(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &sptr::s
     assert_eq!(got, cpu, "{name}");
     // the pool's plan: the one the CPU makes from the same cell offsets (its rules are tested
     // in pool_plan.rs)
+    assert_eq!(g.host_cell_start, cpu.cell_start, "{name}: the host copy of the offsets");
     assert_eq!(g.plan.host, PoolPlan::build(&cpu.cell_start, DEFAULT_CHUNK_POINTS).unwrap(), "{name}");
 }
 

@@ -61,6 +61,8 @@ pub struct CudaLssGeometry {
     pub grid: crate::models::bevfusion::lss::config::BevGrid,
     pub points: usize,
     pub cell_start: CudaSlice<u32>,
+    /// `cell_start` on the host, read back once: the pool plans are made from it.
+    pub host_cell_start: Vec<u32>,
     pub order: CudaSlice<u32>,
     /// The pool's work items (made with [`DEFAULT_CHUNK_POINTS`]).
     pub plan: CudaPoolPlan,
@@ -74,23 +76,24 @@ pub struct CudaPoolPlan {
 }
 
 impl CudaPoolPlan {
-    /// The plan of `geom` with items of at most `chunk_points` points (synchronises: reads the
-    /// cell offsets back). The geometry carries the default one; other sizes are for measuring.
+    /// The plan of `geom` with items of at most `chunk_points` points. The geometry carries the
+    /// default one; other sizes are for measuring.
     pub fn build(dev: &CudaDevice, geom: &CudaLssGeometry, chunk_points: u32) -> Result<Self, Error> {
-        Self::from_cell_start(dev, &geom.cell_start, chunk_points)
+        Self::upload(dev, PoolPlan::build(&geom.host_cell_start, chunk_points)?)
     }
 
-    fn from_cell_start(dev: &CudaDevice, cell_start: &CudaSlice<u32>, chunk_points: u32) -> Result<Self, Error> {
-        let starts = dev.stream.clone_dtoh(cell_start).map_err(cuda_err("reading cell offsets for the pool plan"))?;
-        let host = PoolPlan::build(&starts, chunk_points)?;
-        let items = dev.stream.clone_htod(&host.item_words()).map_err(cuda_err("uploading the pool plan's items"))?;
-        let merges = if host.merges.is_empty() {
-            None
-        } else {
-            Some(dev.stream.clone_htod(&host.merge_words()).map_err(cuda_err("uploading the pool plan's merges"))?)
-        };
+    fn upload(dev: &CudaDevice, host: PoolPlan) -> Result<Self, Error> {
+        let items = upload_words(dev, &host.item_words(), "uploading the pool plan's items")?;
+        let merges = if host.merges.is_empty() { None } else { Some(upload_words(dev, &host.merge_words(), "uploading the pool plan's merges")?) };
         Ok(Self { host, items, merges })
     }
+}
+
+/// `words` on the device (one unused word when empty: a launch that reads none still needs a
+/// buffer).
+fn upload_words<T: cudarc::driver::DeviceRepr + Default + Copy>(dev: &CudaDevice, words: &[T], what: &'static str) -> Result<CudaSlice<T>, Error> {
+    let one = [T::default()];
+    dev.stream.clone_htod(if words.is_empty() { &one[..] } else { words }).map_err(cuda_err(what))
 }
 
 impl CudaLssGeometry {
@@ -169,7 +172,8 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
     // SAFETY: matches bev_pool.cu; keys hold `points` sorted entries, cell_start cells + 1.
     unsafe { s.launch_builder(&f_starts).arg(&keys).arg(&n32).arg(&c32).arg(&mut cell_start).launch(grid_1d(c32 + 1, THREADS)) }
         .map_err(cuda_err("lss_cell_starts"))?;
-    let plan = CudaPoolPlan::from_cell_start(dev, &cell_start, DEFAULT_CHUNK_POINTS)?;
+    let host_cell_start = s.clone_dtoh(&cell_start).map_err(cuda_err("reading cell offsets for the pool plan"))?;
+    let plan = CudaPoolPlan::upload(dev, PoolPlan::build(&host_cell_start, DEFAULT_CHUNK_POINTS)?)?;
     Ok(CudaLssGeometry {
         cameras: cams.len(),
         depth_bins: f.depth_bins,
@@ -178,6 +182,7 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
         grid: params.grid,
         points,
         cell_start,
+        host_cell_start,
         order,
         plan,
     })
@@ -339,6 +344,8 @@ fn launch_items(
 pub struct CudaTilePlan {
     pub host: TilePlan,
     channels: usize,
+    /// Dynamic shared memory of a block: the largest tile's rows.
+    shared_bytes: usize,
     tiles: CudaSlice<u32>,
     rows: CudaSlice<u32>,
     cells: CudaSlice<u32>,
@@ -348,27 +355,22 @@ pub struct CudaTilePlan {
 
 impl CudaTilePlan {
     /// The tiled plan of `geom` for `channels`, cells of more than [`DEFAULT_CHUNK_POINTS`]
-    /// points left to the chunked pool (synchronises: reads the cell offsets and the
-    /// point order back; tens of milliseconds on the host, once per calibration).
+    /// points left to the chunked pool (synchronises: reads the point order back; tens of
+    /// milliseconds on the host, once per calibration).
     pub fn build(dev: &CudaDevice, geom: &CudaLssGeometry, channels: usize, tile_cells: usize, shared_bytes: usize) -> Result<Self, Error> {
-        let starts = dev.stream.clone_dtoh(&geom.cell_start).map_err(cuda_err("reading cell offsets for the tiled pool"))?;
+        let starts = &geom.host_cell_start;
         let kept = starts.last().copied().unwrap_or(0) as usize;
         let order = if kept == 0 { Vec::new() } else { dev.stream.clone_dtoh(&geom.order.slice(0..kept)).map_err(cuda_err("reading the point order"))? };
-        let input = TileInput { cell_start: &starts, order: &order, nx: geom.grid.nx, depth_bins: geom.depth_bins as u32 };
+        let input = TileInput { cell_start: starts, order: &order, nx: geom.grid.nx, depth_bins: geom.depth_bins as u32 };
         let host = TilePlan::build(&input, channels, tile_cells, shared_bytes, DEFAULT_CHUNK_POINTS)?;
-        let fallback_plan = PoolPlan::build_for(&starts, host.fallback.clone(), DEFAULT_CHUNK_POINTS)?;
-        let up = |v: &[u32], what: &'static str| dev.stream.clone_htod(if v.is_empty() { &[0u32][..] } else { v }).map_err(cuda_err(what));
-        let fallback = CudaPoolPlan {
-            items: up(&fallback_plan.item_words(), "uploading the fallback items")?,
-            merges: if fallback_plan.merges.is_empty() { None } else { Some(up(&fallback_plan.merge_words(), "uploading the fallback merges")?) },
-            host: fallback_plan,
-        };
+        let fallback = CudaPoolPlan::upload(dev, PoolPlan::build_for(starts, host.fallback.clone(), DEFAULT_CHUNK_POINTS)?)?;
         Ok(Self {
             channels,
-            tiles: up(&host.tile_words(), "uploading the pool's tiles")?,
-            rows: up(&host.rows, "uploading the tiles' rows")?,
-            cells: up(&host.cells, "uploading the tiles' cells")?,
-            local: dev.stream.clone_htod(if host.local.is_empty() { &[0u16][..] } else { &host.local }).map_err(cuda_err("uploading the points' rows"))?,
+            shared_bytes: host.tiles.iter().map(|t| t.rows as usize).max().unwrap_or(0) * channels * 2,
+            tiles: upload_words(dev, &host.tile_words(), "uploading the pool's tiles")?,
+            rows: upload_words(dev, &host.rows, "uploading the tiles' rows")?,
+            cells: upload_words(dev, &host.cells, "uploading the tiles' cells")?,
+            local: upload_words(dev, &host.local, "uploading the points' rows")?,
             fallback,
             host,
         })
@@ -395,7 +397,7 @@ pub fn pool_cuda_tiled(
     let mut out = alloc_pool_output(dev, geom, channels)?;
     let n_tiles = plan.host.tiles.len() as u32;
     if n_tiles > 0 {
-        let shared = plan.host.tiles.iter().map(|t| t.rows as usize).max().unwrap_or(0) * channels * 2;
+        let shared = plan.shared_bytes;
         let f = dev.function_with_shared("bev_pool", "lss_pool_tiles", shared)?;
         let (ch32, per_cam) = (channels as u32, (geom.height * geom.width * geom.depth_bins) as u32);
         let cfg = LaunchConfig { grid_dim: (n_tiles, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: shared as u32 };
