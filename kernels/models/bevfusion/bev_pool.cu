@@ -120,6 +120,52 @@ extern "C" __global__ void lss_lift(const float* __restrict__ acc, const float* 
 #define NO_POINT 0xffffffffu
 #define WHOLE_CELL 0xffffffffu
 
+// The pools' shared steps. Lanes are (slice, chunk): chunk = 8 channels of a context row,
+// C / 8 chunks, 32 / (C / 8) slices.
+
+// Whether depth-tensor point q's camera (q / per_cam) is pooled; every camera on (the usual
+// frame) costs no division.
+__device__ __forceinline__ bool pool_camera_on(u32 q, u32 per_cam, u32 mask) {
+    return mask == 0xffffffffu || q / per_cam >= 32u || ((mask >> (q / per_cam)) & 1u) != 0u;
+}
+
+// acc[k] += d * row[k] for the 8 FP16 channels in `raw`, FP32, never contracted or split.
+__device__ __forceinline__ void pool_fma8(float acc[8], float d, uint4 raw) {
+    const __half2* hv = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float2 f = __half22float2(hv[k]);
+        acc[2 * k] = __fmaf_rn(d, f.x, acc[2 * k]);
+        acc[2 * k + 1] = __fmaf_rn(d, f.y, acc[2 * k + 1]);
+    }
+}
+
+// Slice 0 adds slices 1, 2, ... of its chunk in that order (every lane of the warp takes part).
+__device__ __forceinline__ void pool_add_slices(float acc[8], u32 slices, u32 chunks, u32 slice, u32 chunk) {
+    for (u32 s = 1; s < slices; ++s) {
+        const u32 src = (chunk + s * chunks) & 31u;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const float v = __shfl_sync(FULL_MASK, acc[k], src);
+            if (slice == 0) acc[k] = __fadd_rn(acc[k], v);
+        }
+    }
+}
+
+// The 8 sums as FP16 at dst; returns their FP16 range bits (prelude.cuh).
+__device__ __forceinline__ u32 pool_store8(__half* dst, const float acc[8]) {
+    uint4 packed;
+    __half2* hp = reinterpret_cast<__half2*>(&packed);
+    u32 bits = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        bits |= fp16_range_bits(acc[2 * k]) | fp16_range_bits(acc[2 * k + 1]);
+        hp[k] = __floats2half2_rn(acc[2 * k], acc[2 * k + 1]);
+    }
+    *reinterpret_cast<uint4*>(dst) = packed;
+    return bits;
+}
+
 // The pool, pass 1: one warp per work item of the plan (src/models/bevfusion/lss/pool_plan.rs):
 // item = (cell, begin, end, slot), the sorted points [begin, end) of one cell. Items come longest
 // cell first; a cell of more than the plan's chunk of points is cut into several items. Lanes
@@ -175,33 +221,17 @@ extern "C" __global__ void lss_pool_items(const __half* __restrict__ depth, cons
                 dv[u] = 0.0f;
                 raw[u] = make_uint4(0u, 0u, 0u, 0u);
                 if (q[u] != NO_POINT) {
-                    // every camera on (the usual frame): no division for the camera index
-                    const bool on = mask == 0xffffffffu || q[u] / per_cam >= 32u || ((mask >> (q[u] / per_cam)) & 1u) != 0u;
-                    dv[u] = on ? __half2float(depth[q[u]]) : 0.0f;
+                    dv[u] = pool_camera_on(q[u], per_cam, mask) ? __half2float(depth[q[u]]) : 0.0f;
                     raw[u] = *reinterpret_cast<const uint4*>(context + (u64)(q[u] / D) * C + chunk * 8u);
                 }
             }
 #pragma unroll
             for (int u = 0; u < POOL_UNROLL; ++u) {
-                if (q[u] == NO_POINT) continue;
-                const __half2* hv = reinterpret_cast<const __half2*>(&raw[u]);
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    const float2 f = __half22float2(hv[k]);
-                    acc[2 * k] = __fmaf_rn(dv[u], f.x, acc[2 * k]);
-                    acc[2 * k + 1] = __fmaf_rn(dv[u], f.y, acc[2 * k + 1]);
-                }
+                if (q[u] != NO_POINT) pool_fma8(acc, dv[u], raw[u]);
             }
         }
     }
-    for (u32 s = 1; s < slices; ++s) {
-        const u32 src = (chunk + s * chunks) & 31u;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const float v = __shfl_sync(FULL_MASK, acc[k], src);
-            if (slice == 0) acc[k] = __fadd_rn(acc[k], v);
-        }
-    }
+    pool_add_slices(acc, slices, chunks, slice, chunk);
     if (slice != 0) return;
     if (item.w != WHOLE_CELL) {
         float4* dst = reinterpret_cast<float4*>(partial + (u64)item.w * C + chunk * 8u);
@@ -209,16 +239,7 @@ extern "C" __global__ void lss_pool_items(const __half* __restrict__ depth, cons
         dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
         return;
     }
-    uint4 packed;
-    __half2* hp = reinterpret_cast<__half2*>(&packed);
-    u32 bits = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        bits |= fp16_range_bits(acc[2 * k]) | fp16_range_bits(acc[2 * k + 1]);
-        hp[k] = __floats2half2_rn(acc[2 * k], acc[2 * k + 1]);
-    }
-    *reinterpret_cast<uint4*>(out + (u64)cell * C + chunk * 8u) = packed;
-    range_flag(range_flags, range_layer, bits);
+    range_flag(range_flags, range_layer, pool_store8(out + (u64)cell * C + chunk * 8u, acc));
 }
 
 // The pool, pass 2: one warp per cut cell, merge = (cell, first slot, slots, unused): lane j
@@ -289,43 +310,18 @@ extern "C" __global__ void lss_pool_tiles(const __half* __restrict__ depth, cons
                     row[u] = NO_POINT;
                     if (j < end) {
                         const u32 q = order[j];
-                        const bool on = mask == 0xffffffffu || q / per_cam >= 32u || ((mask >> (q / per_cam)) & 1u) != 0u;
-                        dv[u] = on ? __half2float(depth[q]) : 0.0f;
+                        dv[u] = pool_camera_on(q, per_cam, mask) ? __half2float(depth[q]) : 0.0f;
                         row[u] = local[j];
                     }
                 }
 #pragma unroll
                 for (int u = 0; u < POOL_UNROLL; ++u) {
-                    if (row[u] == NO_POINT) continue;
-                    const uint4 raw = tile_rows[row[u] * chunks + chunk];
-                    const __half2* hv = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-                    for (int k = 0; k < 4; ++k) {
-                        const float2 f = __half22float2(hv[k]);
-                        acc[2 * k] = __fmaf_rn(dv[u], f.x, acc[2 * k]);
-                        acc[2 * k + 1] = __fmaf_rn(dv[u], f.y, acc[2 * k + 1]);
-                    }
+                    if (row[u] != NO_POINT) pool_fma8(acc, dv[u], tile_rows[row[u] * chunks + chunk]);
                 }
             }
         }
-        for (u32 s = 1; s < slices; ++s) {
-            const u32 src = (chunk + s * chunks) & 31u;
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-                const float v = __shfl_sync(FULL_MASK, acc[k], src);
-                if (slice == 0) acc[k] = __fadd_rn(acc[k], v);
-            }
-        }
-        if (slice == 0) {
-            uint4 packed;
-            __half2* hp = reinterpret_cast<__half2*>(&packed);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                bits |= fp16_range_bits(acc[2 * k]) | fp16_range_bits(acc[2 * k + 1]);
-                hp[k] = __floats2half2_rn(acc[2 * k], acc[2 * k + 1]);
-            }
-            *reinterpret_cast<uint4*>(out + (u64)cell * C + chunk * 8u) = packed;
-        }
+        pool_add_slices(acc, slices, chunks, slice, chunk);
+        if (slice == 0) bits |= pool_store8(out + (u64)cell * C + chunk * 8u, acc);
     }
     range_flag(range_flags, range_layer, bits);
 }
