@@ -193,17 +193,16 @@ impl CudaBevSeg {
             }
             None => (None, None),
         };
-        let (maps, camera_bev, fused, decoded) = match self.graph_network(dev, calib, &batch, mask, lidar_bev.as_ref(), keep)? {
+        let (probs, camera_bev, fused, decoded) = match self.graph_network(dev, calib, &batch, mask, lidar_bev.as_ref(), keep)? {
             Some(maps) => {
                 clock.mark(dev, "network (CUDA graph)".into())?;
-                (maps, None, None, None)
+                (maps.download(dev)?, None, None, None)
             }
             None => {
                 let out = self.network(dev, calib, &batch.data, [batch.n, batch.h, batch.w], mask, lidar_bev.as_ref(), Some(clock))?;
-                (out.maps, Some(out.camera_bev), out.fused, Some(out.decoded))
+                (out.maps.download(dev)?, Some(out.camera_bev), out.fused, Some(out.decoded))
             }
         };
-        let probs = maps.download(dev)?;
         clock.mark(dev, "to host".into())?;
         let head = crate::models::bevfusion::seg::maps_to_nhwc(&probs)?;
         let map = bev_map_from_nhwc(&head, &self.config.classes, self.config.bev.head.output_scope, masked, stats)?;
@@ -292,9 +291,10 @@ impl CudaBevSeg {
         &self.graph_status
     }
 
-    /// The probabilities from the captured graph, capturing it first when the frame's key
-    /// differs; `None`: run the network eagerly (graphs off, stages asked for, or capture refused).
-    fn graph_network(&mut self, dev: &CudaDevice, calib: &Calibration, batch: &CudaCameraBatch, mask: CameraMask, lidar_bev: Option<&CudaFeatureMap>, keep: bool) -> Result<Option<CudaBevMaps>, Error> {
+    /// The probabilities from the captured graph (its output, lent until the next frame),
+    /// capturing it first when the frame's key differs; `None`: run the network eagerly (graphs
+    /// off, stages asked for, or capture refused).
+    fn graph_network(&mut self, dev: &CudaDevice, calib: &Calibration, batch: &CudaCameraBatch, mask: CameraMask, lidar_bev: Option<&CudaFeatureMap>, keep: bool) -> Result<Option<&CudaBevMaps>, Error> {
         if !self.graphs || keep || self.graph_status.refused_key.as_ref().is_some_and(|k| k.matches(calib, batch, mask)) {
             return Ok(None);
         }

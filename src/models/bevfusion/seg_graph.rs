@@ -4,9 +4,10 @@
 //!
 //! The graph reads its own input buffers and writes its own output buffer: a frame copies its
 //! preprocessed images (and the fusion model's LiDAR BEV map, made eagerly before: its sparse
-//! shapes change every frame) in, launches the graph, and copies the probabilities out, so the
-//! next frame's launch cannot overwrite what this frame returned. Everything the network
-//! allocates inside the graph is freed inside it (graph memory nodes).
+//! shapes change every frame) in, launches the graph, and reads the probabilities from the
+//! graph's output. The output is lent, borrowing the graph, so no next launch can overwrite it
+//! while it is read. Everything the network allocates inside the graph is freed inside it (graph
+//! memory nodes).
 //!
 //! Before the capture the network runs eagerly twice on the graph's inputs: that loads every
 //! kernel, lets cuDNN choose its algorithms, builds the view transform's geometry and the Swin
@@ -138,9 +139,9 @@ impl MapGraph {
         Ok(Self { key: GraphKey::of(calib, batch, mask), images, lidar_bev: lidar, maps, graph })
     }
 
-    /// One frame: its inputs copied in, the graph launched, the probabilities copied out (all
-    /// enqueued on the stream; nothing waits).
-    pub(crate) fn replay(&mut self, dev: &CudaDevice, images: &CudaSlice<f16>, lidar_bev: Option<&CudaFeatureMap>) -> Result<CudaBevMaps, Error> {
+    /// One frame: its inputs copied in and the graph launched (enqueued on the stream; nothing
+    /// waits); the probabilities are in the returned output until the next replay.
+    pub(crate) fn replay(&mut self, dev: &CudaDevice, images: &CudaSlice<f16>, lidar_bev: Option<&CudaFeatureMap>) -> Result<&CudaBevMaps, Error> {
         let s = &dev.stream;
         if images.len() != self.images.len() {
             return Err(Error::InvalidInput(format!("CUDA graph: {} image values for a graph of {}", images.len(), self.images.len())));
@@ -155,9 +156,6 @@ impl MapGraph {
             _ => return Err(Error::InvalidInput("CUDA graph: the LiDAR BEV input does not match the captured one".into())),
         }
         self.graph.launch().map_err(|e| Error::Cuda(format!("CUDA graph: launch: {e:?}")))?;
-        // SAFETY: filled by the copy below before any read.
-        let mut data = unsafe { s.alloc::<f32>(self.maps.data.len()) }.map_err(cuda_err("allocating the maps"))?;
-        s.memcpy_dtod(&self.maps.data, &mut data).map_err(cuda_err("CUDA graph: copying the maps out"))?;
-        Ok(CudaBevMaps { n: self.maps.n, classes: self.maps.classes, x: self.maps.x, y: self.maps.y, data })
+        Ok(&self.maps)
     }
 }
