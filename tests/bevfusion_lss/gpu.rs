@@ -127,16 +127,25 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
             let cell_bits = |m: &FeatureMap| m.data[r.clone()].iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
             assert_eq!(cell_bits(&got), cell_bits(&uncut_out), "{name}: whole cell {}", item.cell);
         }
-        for chunk in [u32::MAX, 33, 8, 1] {
-            let plan = CudaPoolPlan::build(&dev, &geom, chunk).unwrap();
-            let run = |mask: CameraMask, dep: &cudarc::driver::CudaSlice<f16>| pool_cuda_planned(&dev, &geom, &plan, dep, &gc, c, mask, None).unwrap().download(&dev).unwrap();
+        // camera 0 at zero depth, for the variants' mask check
+        let mut zeroed = depth.clone();
+        zeroed[..per_cam].iter_mut().for_each(|v| *v = 0.0);
+        let gz0 = upload_f16(&dev, &zeroed);
+        // a pool variant: the CPU's sums, the same bits on every run, camera 0 masked as zero depth
+        let check_variant = |what: &str, run: &dyn Fn(CameraMask, &cudarc::driver::CudaSlice<f16>) -> FeatureMap| -> FeatureMap {
             let out = run(CameraMask::ALL, &gd);
             let e = rel_err(&out.data, &want.data);
-            assert!(e <= 1e-3, "{name}, chunk {chunk}: rel err {e}");
-            assert_eq!(bits(&run(CameraMask::ALL, &gd)), bits(&out), "{name}, chunk {chunk}: changed between runs");
-            let mut zeroed = depth.clone();
-            zeroed[..per_cam].iter_mut().for_each(|v| *v = 0.0);
-            assert_eq!(bits(&run(CameraMask::ALL.without(0), &gd)), bits(&run(CameraMask::ALL, &upload_f16(&dev, &zeroed))), "{name}, chunk {chunk}: mask");
+            assert!(e <= 1e-3, "{name}, {what}: rel err {e}");
+            assert_eq!(bits(&run(CameraMask::ALL, &gd)), bits(&out), "{name}, {what}: changed between runs");
+            assert_eq!(bits(&run(CameraMask::ALL.without(0), &gd)), bits(&run(CameraMask::ALL, &gz0)), "{name}, {what}: mask");
+            out
+        };
+        for chunk in [u32::MAX, 33, 8, 1] {
+            let plan = CudaPoolPlan::build(&dev, &geom, chunk).unwrap();
+            let out = check_variant(&format!("chunk {chunk}"), &|mask, dep| {
+                pool_cuda_planned(&dev, &geom, &plan, dep, &gc, c, mask, None).unwrap().download(&dev).unwrap()
+            });
+            let e = rel_err(&out.data, &want.data);
             eprintln!("{name} pool, chunk {chunk}: {} items, {} cut cells, rel err {e:.2e}", plan.host.items.len(), plan.host.merges.len());
         }
         // the tiled pool (default tiles, and small shared memory: more splits, more fallback
@@ -144,14 +153,9 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
         // the uncut pool's bits, a fallback cell the chunked pool's
         for shared in [DEFAULT_SHARED_BYTES, 8 * 1024] {
             let tp = CudaTilePlan::build(&dev, &geom, c, DEFAULT_TILE_CELLS, shared).unwrap();
-            let run = |mask: CameraMask, dep: &cudarc::driver::CudaSlice<f16>| pool_cuda_tiled(&dev, &geom, &tp, dep, &gc, c, mask, None).unwrap().download(&dev).unwrap();
-            let out = run(CameraMask::ALL, &gd);
-            let e = rel_err(&out.data, &want.data);
-            assert!(e <= 1e-3, "{name}, tiled ({shared} B): rel err {e}");
-            assert_eq!(bits(&run(CameraMask::ALL, &gd)), bits(&out), "{name}, tiled: changed between runs");
-            let mut zeroed = depth.clone();
-            zeroed[..per_cam].iter_mut().for_each(|v| *v = 0.0);
-            assert_eq!(bits(&run(CameraMask::ALL.without(0), &gd)), bits(&run(CameraMask::ALL, &upload_f16(&dev, &zeroed))), "{name}, tiled: mask");
+            let out = check_variant(&format!("tiled ({shared} B)"), &|mask, dep| {
+                pool_cuda_tiled(&dev, &geom, &tp, dep, &gc, c, mask, None).unwrap().download(&dev).unwrap()
+            });
             let cell_bits = |m: &FeatureMap, cell: u32| m.data[cell as usize * c..(cell as usize + 1) * c].iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
             for &cell in &tp.host.cells {
                 assert_eq!(cell_bits(&out, cell), cell_bits(&uncut_out, cell), "{name}, tiled: tile cell {cell}");
