@@ -32,6 +32,9 @@ struct VoxParamsC {
 unsafe impl DeviceRepr for VoxParamsC {}
 
 const THREADS: u32 = 256;
+/// `vox_reduce`'s block size: its shared staging holds one row of addends per thread of a block
+/// this size (`THREADS_REDUCE` in voxelize.cu; a larger block fails to launch).
+const REDUCE_THREADS: u32 = 256;
 
 /// Voxels on the GPU. Buffers hold at least one element (CUDA cannot allocate zero bytes);
 /// `len` is the number of voxels.
@@ -228,7 +231,7 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
             .arg(&keys).arg(&vals).arg(&voxel_start).arg(&m32).arg(&bounds)
             .arg(&dx).arg(&dy).arg(&dz).arg(&mins)
             .arg(&mut out.coords).arg(&mut out.feats).arg(&mut out.xyz).arg(&mut out.xyz_norm).arg(&mut out.counts)
-            .launch(grid_1d(m32, THREADS))
+            .launch(grid_1d(m32, REDUCE_THREADS))
             .map_err(e("vox_reduce"))?;
     }
     out.len = m;
