@@ -217,6 +217,9 @@ __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32
                                            store_t* __restrict__ out, u32 splits, float* __restrict__ partial,
                                            const float* __restrict__ post_scale, const float* __restrict__ post_shift,
                                            u32 post_relu, u32* __restrict__ range_flags, u32 range_layer) {
+    // `outs` was written by other threads; a block whose loop over offsets had no step (no
+    // barrier since) must not read it early.
+    __syncthreads();
     u32 range_bits = 0;
 #pragma unroll
     for (int i = 0; i < MI; ++i)

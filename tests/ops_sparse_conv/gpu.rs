@@ -9,7 +9,7 @@ use half::f16;
 use sptr::models::sphereformer::config::ModelConfig;
 use sptr::device::cuda::CudaDevice;
 use sptr::ops::sparse_conv::cpu::{conv_with, ConvOptions, PreActivation, WeightLayout};
-use sptr::ops::sparse_conv::cuda::{conv_cuda, conv_cuda_split, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation, TILED_VARIANTS, WGMMA_VARIANTS};
+use sptr::ops::sparse_conv::cuda::{conv_cuda, conv_cuda_split, nonempty_splits, ConvAlgo, PIPE_MAX_KV, CudaConvWeights, CudaPreActivation, TILED_VARIANTS, WGMMA_VARIANTS};
 use sptr::ops::sparse_conv::kernel_map::{inverse, strided, submanifold, ConvGeometry, KernelMap};
 use sptr::ops::sparse_conv::kernel_map_cuda::{inverse_cuda, strided_cuda, submanifold_cuda, CudaKernelMap, CudaSites};
 use sptr::ops::sparse_conv::tensor::SparseTensor;
@@ -209,6 +209,28 @@ fn check_conv(
         eprintln!("{case}: {algo:?} offset splits {splits:?} with post BN+ReLU rel err {e:.2e}");
         assert!(e <= 2e-3, "{case} {algo:?} splits {splits:?} post-activation: rel err {e:.3e} > 2e-3");
     }
+}
+
+/// Every offset split a conv launches walks at least one kernel offset (a split with none left
+/// its partial to a race on the tile's output rows), and the splits cover every offset once,
+/// for every kernel volume and every split count asked. Needs no GPU.
+#[test]
+fn offset_splits_are_never_empty() {
+    for kv in 1..=125usize {
+        for asked in 0..=kv + 2 {
+            let splits = nonempty_splits(asked, kv);
+            let per = kv.div_ceil(splits);
+            assert!((1..=kv).contains(&splits), "kv {kv} asked {asked}: {splits} splits");
+            assert!(splits <= asked.max(1), "kv {kv} asked {asked}: {splits} splits, more than asked");
+            for z in 0..splits {
+                let (begin, end) = (z * per, ((z + 1) * per).min(kv));
+                assert!(begin < end, "kv {kv} asked {asked}: split {z} of {splits} walks no offset");
+            }
+            assert!(splits * per >= kv, "kv {kv} asked {asked}: offsets left out");
+        }
+    }
+    assert_eq!(nonempty_splits(8, 27), 7, "27 offsets in 8 asked splits: 7 of 4");
+    assert_eq!(nonempty_splits(9, 27), 9);
 }
 
 #[test]

@@ -404,6 +404,14 @@ fn auto_offset_splits(blocks: usize, kv: usize) -> usize {
     by_blocks.min(by_offsets).clamp(1, MAX_OFFSET_SPLITS)
 }
 
+/// The offset splits a conv of `kv` kernel offsets runs when `asked` for: each split walks
+/// ceil(kv / asked) offsets (the kernels' `per`), so as many splits as that fills, none empty
+/// (27 offsets asked in 8 would leave the eighth with none: it gets 7 splits of 4).
+pub fn nonempty_splits(asked: usize, kv: usize) -> usize {
+    let kv = kv.max(1);
+    kv.div_ceil(kv.div_ceil(asked.clamp(1, kv)))
+}
+
 /// [`conv_cuda`] with the kernel chosen by the caller, the implicit GEMM's kernel-offset splits
 /// (`None`: chosen from the grid size; 1: no split; ignored by the direct kernel) and an optional
 /// post-activation (see [`conv_cuda_post`]), not guarded — for tests and benchmarks.
@@ -536,7 +544,7 @@ pub fn conv_cuda_guarded<S: Store>(
     // offsets; returns the launch and the split count.
     let implicit_launch = |tile_rows: u32, tile_cols: u32, threads: u32, smem: u32| -> (LaunchConfig, usize) {
         let tiles = ((map.out_count as u32).div_ceil(tile_rows), (w.cout as u32).div_ceil(tile_cols));
-        let splits = offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv)).clamp(1, w.kv.max(1));
+        let splits = nonempty_splits(offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv)), w.kv);
         let cfg = LaunchConfig { grid_dim: (tiles.0, tiles.1, splits as u32), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
         (cfg, splits)
     };
