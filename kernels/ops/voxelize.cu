@@ -202,12 +202,14 @@ extern "C" __global__ void vox_assign(const u32* __restrict__ vals, const u32* _
     point_to_voxel[vals[i]] = vid < max_voxels ? (i32)vid : -1;
 }
 
-// Voxels with more points than this are summed by their whole warp (see reduce_impl).
+// Voxels with more points than this are summed by their whole warp (see vox_reduce).
 #define BIG_VOXEL 32
-// vox_reduce's block size (the host launches it with this many threads) and the row stride of
-// its staged addends (10 values, padded to 11 so lane q's column reads hit distinct banks).
+// vox_reduce's block size (the host launches it with this many threads; a warp's staged
+// addends are a row of `staged`).
 #define THREADS_REDUCE 256
-#define STAGE_STRIDE 11
+// Points of a big voxel staged at a time (a multiple of 16, so a warp's copy is whole rows:
+// BIG_STEP * 10 floats, 40 per lane; 40 KB of shared memory a block).
+#define BIG_STEP 128
 
 // The ten values one point adds to its voxel's sums: raw x, y, z, intensity; the clipped
 // position in the key precision, as float; and that position minus the sample origin, as float.
@@ -222,38 +224,72 @@ __device__ __forceinline__ void addends_of(const float raw[4], const VoxParams& 
     }
 }
 
+// The sample of sorted key k and the voxel's coordinates relative to the bounds' minimum.
+__device__ __forceinline__ u64 split_key(u64 k, u64 dx, u64 dy, u64 dz, u64& rx, u64& ry, u64& rz) {
+    rz = k % dz; k /= dz;
+    ry = k % dy; k /= dy;
+    rx = k % dx;
+    return k / dx;
+}
+
+// The origin vox_point_coords used for sample b.
 template <typename R>
-__device__ __forceinline__ void point_addends(const float* x, const float* y, const float* z, const float* intensity,
-                                              const VoxParams& P, u32 p, const R o[3], float add[10]) {
-    const float raw[4] = {x[p], y[p], z[p], intensity[p]};
-    addends_of<R>(raw, P, o, add);
+__device__ __forceinline__ void sample_origin(const VoxParams& P, const u64* mins, u64 b, R o[3]) {
+    for (int a = 0; a < 3; ++a) {
+        if (P.origin == 0) o[a] = (R)unorder_f64(mins[b * 3 + a]);
+        else if (P.origin == 1) o[a] = (R)P.lo[a];
+        else o[a] = (R)0;
+    }
 }
 
 template <typename R>
-__device__ void reduce_impl(const float* x, const float* y, const float* z, const float* intensity,
-                            const u32* offsets, VoxParams P, const u64* keys, const u32* vals,
-                            const u32* voxel_start, u32 m, const i32* bounds, u64 dx, u64 dy, u64 dz,
-                            const u64* mins, i32* out_coords, __half* out_feats, float* out_xyz,
-                            float* out_xyz_norm, u32* out_counts) {
+__device__ void addends_impl(const float* x, const float* y, const float* z, const float* intensity, VoxParams P,
+                             const u64* keys, const u32* vals, u32 n_valid, u64 dx, u64 dy, u64 dz, const u64* mins,
+                             float* addends) {
+    const u32 j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n_valid) return;
+    u64 rx, ry, rz;
+    const u64 b = split_key(keys[j], dx, dy, dz, rx, ry, rz);
+    R o[3];
+    sample_origin<R>(P, mins, b, o);
+    const u32 p = vals[j];
+    const float raw[4] = {x[p], y[p], z[p], intensity[p]};
+    float add[10];
+    addends_of<R>(raw, P, o, add);
+#pragma unroll
+    for (int q = 0; q < 10; ++q) addends[(u64)j * 10 + q] = add[q];
+}
+
+// One thread per valid sorted point j: the ten values it adds to its voxel's sums
+// (addends_of), at addends[j * 10 ..]. Computed here, all points at once, so that vox_reduce
+// reads each voxel's addends as one contiguous run instead of a chain of dependent loads
+// (sorted position -> point -> coordinates) per point.
+extern "C" __global__ void vox_addends(const float* __restrict__ x, const float* __restrict__ y,
+                                       const float* __restrict__ z, const float* __restrict__ intensity, VoxParams P,
+                                       const u64* __restrict__ keys, const u32* __restrict__ vals, u32 n_valid,
+                                       u64 dx, u64 dy, u64 dz, const u64* __restrict__ mins, float* __restrict__ addends) {
+    if (P.use_f64) addends_impl<double>(x, y, z, intensity, P, keys, vals, n_valid, dx, dy, dz, mins, addends);
+    else addends_impl<float>(x, y, z, intensity, P, keys, vals, n_valid, dx, dy, dz, mins, addends);
+}
+
+// One thread per kept voxel (a warp for a big one): coordinates [b, x, y, z], mean features (x, y,
+// z, intensity as given, FP16), mean voxel-space position (metres, f32), mean of float32(position -
+// sample origin) (SphereFormer's coord_norm; each point's difference taken in the key precision)
+// and point count, from vox_addends' rows. Sums run in input order, as the CPU reference's.
+extern "C" __global__ void __launch_bounds__(THREADS_REDUCE) vox_reduce(const float* __restrict__ addends,
+                                      const u64* __restrict__ keys, const u32* __restrict__ voxel_start, u32 m,
+                                      const i32* __restrict__ bounds, u64 dx, u64 dy, u64 dz,
+                                      i32* __restrict__ out_coords, __half* __restrict__ out_feats,
+                                      float* __restrict__ out_xyz, float* __restrict__ out_xyz_norm,
+                                      u32* __restrict__ out_counts) {
     // Every lane stays to the end: a big voxel is summed by its whole warp.
     const u32 v = blockIdx.x * blockDim.x + threadIdx.x;
     const u32 lane = threadIdx.x & 31u;
     const bool valid = v < m;
     u32 s = 0, e = 0;
-    u64 k = 0, rx = 0, ry = 0, rz = 0;
-    R o[3] = {(R)0, (R)0, (R)0};
     if (valid) {
         s = voxel_start[v];
         e = voxel_start[v + 1];
-        k = keys[s];
-        rz = k % dz; k /= dz;
-        ry = k % dy; k /= dy;
-        rx = k % dx; k /= dx;
-        // The sample's origin, as vox_point_coords used it (k is the sample now).
-        for (int a = 0; a < 3; ++a) {
-            if (P.origin == 0) o[a] = (R)unorder_f64(mins[k * 3 + a]);
-            else if (P.origin == 1) o[a] = (R)P.lo[a];
-        }
     }
     // sums[0..4): raw features, [4..7): positions, [7..10): positions minus the origin; each
     // summed in input order (sorted order within a voxel: the sort is stable), as the CPU does
@@ -261,89 +297,66 @@ __device__ void reduce_impl(const float* x, const float* y, const float* z, cons
     const bool big = valid && e - s > BIG_VOXEL;
     if (valid && !big) {
         for (u32 j = s; j < e; ++j) {
-            float add[10];
-            point_addends<R>(x, y, z, intensity, P, vals[j], o, add);
-            for (int q = 0; q < 10; ++q) sums[q] += add[q];
+#pragma unroll
+            for (int q = 0; q < 10; ++q) sums[q] += addends[(u64)j * 10 + q];
         }
     }
     // Big voxels (points clipped onto the range's faces, or a sensor's returns off the vehicle,
-    // pile up in thousands): one at a time, the warp computes 32 points' addends at once and
-    // stages them in shared memory; lane q < 10 then adds quantity q's 32 addends in input order,
-    // so the float additions are the one-thread loop's. (Shuffling each addend to every lane
-    // instead cost ~100 cycles a point: 250 us for the nuScenes sweep's 1,450-point voxel.)
-    __shared__ float staged[THREADS_REDUCE / 32][32][STAGE_STRIDE];
-    float (*mine)[STAGE_STRIDE] = staged[threadIdx.x >> 5];
+    // pile up in thousands): one at a time, the warp copies BIG_STEP points' addends (one
+    // contiguous run) to shared memory, the next BIG_STEP already loading; lane q < 10 then adds
+    // quantity q's addends in input order, so the float additions are the one-thread loop's.
+    // The step is long enough that the adds, not the load latency, set its time. (Shuffling each
+    // addend to every lane instead cost ~100 cycles a point: 250 us for the nuScenes sweep.)
+    __shared__ float staged[THREADS_REDUCE / 32][BIG_STEP * 10];
+    float* mine = staged[threadIdx.x >> 5];
     for (u32 bigs = __ballot_sync(FULL_MASK, big); bigs; bigs &= bigs - 1) {
         const int leader = __ffs(bigs) - 1;
         const u32 bs = __shfl_sync(FULL_MASK, s, leader), be = __shfl_sync(FULL_MASK, e, leader);
-        R lo[3];
-        for (int a = 0; a < 3; ++a) lo[a] = __shfl_sync(FULL_MASK, o[a], leader);
         float acc = 0.f;  // lane q < 10: quantity q's sum
-        // The next step's points are loaded while this step's are summed (a big voxel's time is
-        // otherwise two dependent memory latencies per 32 points).
-        float raw[4] = {0.f, 0.f, 0.f, 0.f};
-        if (bs + lane < be) {
-            const u32 p = vals[bs + lane];
-            raw[0] = x[p]; raw[1] = y[p]; raw[2] = z[p]; raw[3] = intensity[p];
-        }
-        for (u32 base = bs; base < be; base += 32) {
-            if (base + lane < be) {
-                float add[10];
-                addends_of<R>(raw, P, lo, add);
+        const u64 last = (u64)be * 10;
+        constexpr int PER_LANE = BIG_STEP * 10 / 32;
+        float next[PER_LANE];
 #pragma unroll
-                for (int q = 0; q < 10; ++q) mine[lane][q] = add[q];
-            }
-            if (base + 32 + lane < be) {
-                const u32 p = vals[base + 32 + lane];
-                raw[0] = x[p]; raw[1] = y[p]; raw[2] = z[p]; raw[3] = intensity[p];
+        for (int r = 0; r < PER_LANE; ++r) {
+            const u64 i = (u64)bs * 10 + r * 32 + lane;
+            next[r] = i < last ? addends[i] : 0.f;
+        }
+        for (u32 base = bs; base < be; base += BIG_STEP) {
+#pragma unroll
+            for (int r = 0; r < PER_LANE; ++r) mine[r * 32 + lane] = next[r];
+#pragma unroll
+            for (int r = 0; r < PER_LANE; ++r) {
+                const u64 i = (u64)(base + BIG_STEP) * 10 + r * 32 + lane;
+                next[r] = i < last ? addends[i] : 0.f;
             }
             __syncwarp();
-            const u32 cnt = min(32u, be - base);
+            const u32 cnt = min((u32)BIG_STEP, be - base);
             if (lane < 10) {
-                if (cnt == 32) {
-#pragma unroll
-                    for (u32 i = 0; i < 32; ++i) acc += mine[i][lane];
+                if (cnt == BIG_STEP) {
+#pragma unroll 32
+                    for (u32 i = 0; i < BIG_STEP; ++i) acc += mine[i * 10 + lane];
                 } else {
-                    for (u32 i = 0; i < cnt; ++i) acc += mine[i][lane];
+                    for (u32 i = 0; i < cnt; ++i) acc += mine[i * 10 + lane];
                 }
             }
             __syncwarp();  // the staged addends are read before the next step overwrites them
         }
 #pragma unroll
         for (int q = 0; q < 10; ++q) {
-            const float v = __shfl_sync(FULL_MASK, acc, q);
-            if ((int)lane == leader) sums[q] = v;
+            const float x = __shfl_sync(FULL_MASK, acc, q);
+            if ((int)lane == leader) sums[q] = x;
         }
     }
     if (!valid) return;
+    u64 rx, ry, rz;
+    const u64 b = split_key(keys[s], dx, dy, dz, rx, ry, rz);
     const float cnt = (float)(e - s);
     for (int c = 0; c < 4; ++c) out_feats[v * 4 + c] = __float2half_rn(sums[c] / cnt);
     for (int a = 0; a < 3; ++a) out_xyz[v * 3 + a] = sums[4 + a] / cnt;
     for (int a = 0; a < 3; ++a) out_xyz_norm[v * 3 + a] = sums[7 + a] / cnt;
     out_counts[v] = e - s;
-    out_coords[v * 4 + 0] = (i32)k;
+    out_coords[v * 4 + 0] = (i32)b;
     out_coords[v * 4 + 1] = (i32)((i64)rx + bounds[0]);
     out_coords[v * 4 + 2] = (i32)((i64)ry + bounds[1]);
     out_coords[v * 4 + 3] = (i32)((i64)rz + bounds[2]);
-}
-
-// One thread per kept voxel (a warp for a big one): coordinates [b, x, y, z], mean features (x, y, z, intensity as
-// given, FP16), mean voxel-space position (metres, f32), mean of float32(position - sample
-// origin) (SphereFormer's coord_norm; each point's difference taken in the key precision) and
-// point count. Sums run in input order, as the CPU reference's.
-extern "C" __global__ void __launch_bounds__(THREADS_REDUCE) vox_reduce(const float* __restrict__ x, const float* __restrict__ y,
-                                      const float* __restrict__ z, const float* __restrict__ intensity,
-                                      const u32* __restrict__ offsets, VoxParams P,
-                                      const u64* __restrict__ keys, const u32* __restrict__ vals,
-                                      const u32* __restrict__ voxel_start, u32 m, const i32* __restrict__ bounds,
-                                      u64 dx, u64 dy, u64 dz, const u64* __restrict__ mins,
-                                      i32* __restrict__ out_coords, __half* __restrict__ out_feats,
-                                      float* __restrict__ out_xyz, float* __restrict__ out_xyz_norm,
-                                      u32* __restrict__ out_counts) {
-    if (P.use_f64)
-        reduce_impl<double>(x, y, z, intensity, offsets, P, keys, vals, voxel_start, m, bounds, dx, dy, dz,
-                            mins, out_coords, out_feats, out_xyz, out_xyz_norm, out_counts);
-    else
-        reduce_impl<float>(x, y, z, intensity, offsets, P, keys, vals, voxel_start, m, bounds, dx, dy, dz,
-                           mins, out_coords, out_feats, out_xyz, out_xyz_norm, out_counts);
 }

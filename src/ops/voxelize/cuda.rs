@@ -222,14 +222,27 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
     stats.voxels_kept = m;
     stats.points_capped = n_valid - kept_end;
 
+    // Each valid sorted point's addends, then each kept voxel's sums over its run of them.
+    // SAFETY: vox_addends writes every row below n_valid, the only rows vox_reduce reads.
+    let mut addends = unsafe { s.alloc::<f32>(n_valid * 10) }.map_err(e("allocating point addends"))?;
+    let f_addends = dev.function("voxelize", "vox_addends")?;
+    // SAFETY: as above; addends holds n_valid rows of 10, each written by its thread.
+    unsafe {
+        s.launch_builder(&f_addends)
+            .arg(&x).arg(&y).arg(&z).arg(&inten).arg(&pc)
+            .arg(&keys).arg(&vals).arg(&nv32)
+            .arg(&dx).arg(&dy).arg(&dz).arg(&mins)
+            .arg(&mut addends)
+            .launch(grid_1d(nv32, THREADS))
+            .map_err(e("vox_addends"))?;
+    }
     let f_reduce = dev.function("voxelize", "vox_reduce")?;
     let m32 = m as u32;
-    // SAFETY: as above; outputs hold m rows.
+    // SAFETY: as above; outputs hold m rows; a kept voxel's points lie below n_valid.
     unsafe {
         s.launch_builder(&f_reduce)
-            .arg(&x).arg(&y).arg(&z).arg(&inten).arg(&d_offsets).arg(&pc)
-            .arg(&keys).arg(&vals).arg(&voxel_start).arg(&m32).arg(&bounds)
-            .arg(&dx).arg(&dy).arg(&dz).arg(&mins)
+            .arg(&addends).arg(&keys).arg(&voxel_start).arg(&m32).arg(&bounds)
+            .arg(&dx).arg(&dy).arg(&dz)
             .arg(&mut out.coords).arg(&mut out.feats).arg(&mut out.xyz).arg(&mut out.xyz_norm).arg(&mut out.counts)
             .launch(grid_1d(m32, REDUCE_THREADS))
             .map_err(e("vox_reduce"))?;
