@@ -272,23 +272,32 @@ fn launch_windows(
     }
     let bits = bits_for((total - 1) as u64);
     let grid = WindowGridC { window, start: min, cells, batch_min: b[6], shift: shift as u32, n: n32 };
-    let mut keys = s.alloc_zeros::<u64>(n).map_err(cuda_err("allocating window keys"))?;
-    let mut order = s.alloc_zeros::<u32>(n).map_err(cuda_err("allocating the window order"))?;
+    // Not zeroed (a memset a buffer, ten partitions a frame): attn_window_keys writes every
+    // key and value, attn_window_heads every flag, the scan every prefix, attn_window_offsets
+    // every window id, each for all n positions before anything reads them. The offsets past
+    // the last window and the counts are read as zeros: those stay zeroed.
+    // SAFETY: as said; n > 0.
+    let mut keys = unsafe { s.alloc::<u64>(n) }.map_err(cuda_err("allocating window keys"))?;
+    // SAFETY: as above.
+    let mut order = unsafe { s.alloc::<u32>(n) }.map_err(cuda_err("allocating the window order"))?;
     let f_keys = dev.function("attention", "attn_window_keys")?;
     // SAFETY: buffers hold n entries; signature matches.
     unsafe {
         s.launch_builder(&f_keys).arg(pos).arg(batch).arg(&grid).arg(&mut keys).arg(&mut order).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_keys"))?;
     }
     radix_sort_pairs(dev, &mut keys, &mut order, n, bits)?;
-    let mut flags = s.alloc_zeros::<u32>(n).map_err(cuda_err("allocating window heads"))?;
+    // SAFETY: as above.
+    let mut flags = unsafe { s.alloc::<u32>(n) }.map_err(cuda_err("allocating window heads"))?;
     let f_heads = dev.function("attention", "attn_window_heads")?;
     // SAFETY: as above.
     unsafe {
         s.launch_builder(&f_heads).arg(&keys).arg(&n32).arg(&mut flags).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_heads"))?;
     }
-    let mut excl = s.alloc_zeros::<u32>(n).map_err(cuda_err("allocating the window scan"))?;
+    // SAFETY: as above.
+    let mut excl = unsafe { s.alloc::<u32>(n) }.map_err(cuda_err("allocating the window scan"))?;
     let (sums, ntiles) = exclusive_scan_u32_async(dev, &flags, &mut excl, n)?;
-    let mut win_of = s.alloc_zeros::<u32>(n).map_err(cuda_err("allocating window ids"))?;
+    // SAFETY: as above.
+    let mut win_of = unsafe { s.alloc::<u32>(n) }.map_err(cuda_err("allocating window ids"))?;
     let mut offsets = s.alloc_zeros::<u32>(n + 1).map_err(cuda_err("allocating window offsets"))?;
     let mut counts = s.alloc_zeros::<u32>(2).map_err(cuda_err("allocating window counts"))?;
     let f_offs = dev.function("attention", "attn_window_offsets")?;

@@ -181,8 +181,12 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
     let (dx, dy, dz, invalid_key) = key_radices(hb, nb)?;
 
     // Keys, sort, voxel ids.
-    let mut keys = s.alloc_zeros::<u64>(n).map_err(e("allocating keys"))?;
-    let mut vals = s.alloc_zeros::<u32>(n).map_err(e("allocating permutation"))?;
+    // Not zeroed: vox_keys writes every key and value, vox_heads every flag, the scan every
+    // prefix, each for all n points before anything reads them.
+    // SAFETY: as said; n > 0 here.
+    let mut keys = unsafe { s.alloc::<u64>(n) }.map_err(e("allocating keys"))?;
+    // SAFETY: as above.
+    let mut vals = unsafe { s.alloc::<u32>(n) }.map_err(e("allocating permutation"))?;
     let f_keys = dev.function("voxelize", "vox_keys")?;
     let nb32 = nb as u32;
     // SAFETY: as above.
@@ -195,8 +199,10 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
             .map_err(e("vox_keys"))?;
     }
     radix_sort_pairs(dev, &mut keys, &mut vals, n, bits_for(invalid_key))?;
-    let mut flags = s.alloc_zeros::<u32>(n).map_err(e("allocating run heads"))?;
-    let mut excl = s.alloc_zeros::<u32>(n).map_err(e("allocating voxel ids"))?;
+    // SAFETY: as above.
+    let mut flags = unsafe { s.alloc::<u32>(n) }.map_err(e("allocating run heads"))?;
+    // SAFETY: as above.
+    let mut excl = unsafe { s.alloc::<u32>(n) }.map_err(e("allocating voxel ids"))?;
     let f_heads = dev.function("voxelize", "vox_heads")?;
     let nv32 = n_valid as u32;
     // SAFETY: as above.
