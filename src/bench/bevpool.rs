@@ -17,13 +17,10 @@
 //! measured by microbenchmarks; an assumption, not a datasheet figure).
 //!
 //! Each case also times the pool with the long cells cut into chunks of other sizes and not cut
-//! at all (`by_chunk`; the plan's default is `chunk_points`), and the tiled pool (`tiled`: tiles
-//! of cells sharing their context rows in shared memory, with how many points each row read
-//! serves), in the same call.
+//! at all (`by_chunk`; the plan's default is `chunk_points`), in the same call.
 
 use crate::models::bevfusion::lss::config::{BevGrid, LssConfig};
-use crate::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, pool_cuda_tiled, upload_frustum, CudaLssTransform, CudaPoolPlan, CudaTilePlan};
-use crate::models::bevfusion::lss::pool_tiles::{DEFAULT_SHARED_BYTES, DEFAULT_TILE_CELLS};
+use crate::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
 use crate::models::bevfusion::lss::pool_plan::PoolPlan;
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
 use crate::models::bevfusion::lss::transform::{random_tensors, softmax_into, CameraMask, LssTransform, PREFIX};
@@ -121,21 +118,8 @@ struct PoolRow<'a> {
     cut_cells: usize,
     longest_item: u32,
     by_chunk: Vec<ChunkTime>,
-    tiled: TiledTime,
     bar_ms: f64,
     goal_ms: f64,
-}
-
-/// The tiled pool: its time, tiles, points per context row read, cells left to the chunked pool.
-#[derive(Serialize)]
-struct TiledTime {
-    pool_ms: Fixed<4>,
-    tile_cells: usize,
-    shared_bytes: usize,
-    tiles: usize,
-    points_per_row: Fixed<2>,
-    max_cell_points: u32,
-    fallback_cells: usize,
 }
 
 /// The pool timed with another chunk size (`chunk_points` null: no cell cut).
@@ -178,17 +162,6 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
         let ms = dev.time_median_ms(5, iters, || pool_cuda_planned(dev, &geom, &plan, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))?;
         by_chunk.push(ChunkTime { chunk_points: chunk, pool_ms: Fixed(ms) });
     }
-    let tp = CudaTilePlan::build(dev, &geom, c, DEFAULT_TILE_CELLS, DEFAULT_SHARED_BYTES)?;
-    let tiled_ms = dev.time_median_ms(5, iters, || pool_cuda_tiled(dev, &geom, &tp, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))?;
-    let tiled = TiledTime {
-        pool_ms: Fixed(tiled_ms),
-        tile_cells: DEFAULT_TILE_CELLS,
-        shared_bytes: DEFAULT_SHARED_BYTES,
-        tiles: tp.host.tiles.len(),
-        points_per_row: Fixed(tp.host.reuse(&cpu.cell_start)),
-        max_cell_points: tp.host.max_cell_points,
-        fallback_cells: tp.host.fallback.len(),
-    };
     let plan = &geom.plan.host;
     let bytes = pool_bytes(&cpu, plan, c);
     let floor_ms = bytes as f64 / (opt.dram_gbps * 1e9) * 1e3;
@@ -225,7 +198,6 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
         cut_cells: plan.merges.len(),
         longest_item: plan.longest_item(),
         by_chunk,
-        tiled,
         bar_ms: 0.040,
         goal_ms: 0.020,
     }))
@@ -302,7 +274,6 @@ mod tests {
             cut_cells: 300,
             longest_item: 128,
             by_chunk: vec![ChunkTime { chunk_points: None, pool_ms: Fixed(0.15) }, ChunkTime { chunk_points: Some(64), pool_ms: Fixed(0.06) }],
-            tiled: TiledTime { pool_ms: Fixed(0.05), tile_cells: 8, shared_bytes: 98304, tiles: 1773, points_per_row: Fixed(3.48), max_cell_points: 256, fallback_cells: 212 },
             bar_ms: 0.040,
             goal_ms: 0.020,
         };
@@ -310,13 +281,12 @@ mod tests {
             "bench", "case", "device", "cameras", "depth_bins", "feature", "channels", "grid", "points", "kept", "intervals",
             "max_interval", "geometry_ms", "geometry_cpu_ms", "pool_ms", "pool_bytes", "dram_gbps", "dram_floor_ms",
             "ratio_to_floor", "l2_bytes", "l2_gbps", "l2_floor_ms", "ratio_to_l2_floor", "chunk_points", "cut_cells",
-            "longest_item", "by_chunk", "tiled", "bar_ms", "goal_ms",
+            "longest_item", "by_chunk", "bar_ms", "goal_ms",
         ];
         let v = parse_row(&line(&row), &keys);
         assert_eq!((v["pool_ms"].as_f64(), v["ratio_to_floor"].as_f64(), v["goal_ms"].as_f64()), (Some(0.1235), Some(61.73), Some(0.02)));
         assert!(v["by_chunk"][0]["chunk_points"].is_null(), "no cut: null");
         assert_eq!(v["by_chunk"][1]["chunk_points"], 64);
-        assert_eq!(v["tiled"]["points_per_row"].as_f64(), Some(3.48));
         assert_eq!(v["feature"][1], 88);
         let t = TransformRow { bench: "bevpool", case: "seg_vtransform", device: "H100", lift_ms: Fixed(0.5), vtransform_ms: Fixed(1.0), note: "n" };
         parse_row(&line(&t), &["bench", "case", "device", "lift_ms", "vtransform_ms", "note"]);

@@ -8,8 +8,6 @@ use crate::common::Rng;
 use crate::lss_common::*;
 use sptr::sensors::calib::camera::{CameraCalib, Calibration};
 use sptr::models::bevfusion::lss::geometry::{depth_index, point_cells};
-use sptr::models::bevfusion::lss::pool_plan::DEFAULT_CHUNK_POINTS;
-use sptr::models::bevfusion::lss::pool_tiles::{TileInput, TilePlan, DEFAULT_SHARED_BYTES, DEFAULT_TILE_CELLS};
 use sptr::models::bevfusion::lss::transform::random_tensors;
 use sptr::models::bevfusion::lss::{pool, weight_specs, CameraMask, LssGeometry, LssParams, LssTransform, PREFIX};
 use sptr::ops::dense::FeatureMap;
@@ -256,54 +254,4 @@ fn bad_inputs_are_errors() {
     let e = err(LssGeometry::build(&t.params, &small));
     assert!(e.contains("CAM_FRONT") && e.contains("too small"), "{e}");
     assert!(Calibration::new(vec![]).is_err());
-}
-
-/// The tiled pool's plan on the nuScenes rig's seg and detection geometries (C 80, the default
-/// tiles, shared memory and longest tile cell): every cell in one tile or the fallback, every point's row its own
-/// pixel, several points per context row read, and the plan's sums equal the pool's.
-#[test]
-fn tile_plan_covers_the_real_geometries_and_reads_each_row_for_several_points() {
-    let calib = nuscenes_calib();
-    for (name, cfg, min_reuse) in [("seg", seg_config(), 3.0), ("det", det_config(), 2.5)] {
-        let params = LssParams::from_config(&cfg);
-        let geom = LssGeometry::build(&params, &calib).unwrap();
-        let c = 80;
-        let g = TileInput { cell_start: &geom.cell_start, order: &geom.order, nx: geom.grid.nx, depth_bins: geom.depth_bins as u32 };
-        let plan = TilePlan::build(&g, c, DEFAULT_TILE_CELLS, DEFAULT_SHARED_BYTES, DEFAULT_CHUNK_POINTS).unwrap();
-        let mut seen = vec![false; geom.grid.cells()];
-        for &cell in plan.cells.iter().chain(&plan.fallback) {
-            assert!(!std::mem::replace(&mut seen[cell as usize], true), "{name}: cell {cell} twice");
-        }
-        assert!(seen.iter().all(|&s| s), "{name}: a cell in no tile");
-        for t in &plan.tiles {
-            assert!(t.rows <= plan.max_rows, "{name}: a tile over the shared memory");
-            let rows = &plan.rows[t.row_begin as usize..(t.row_begin + t.rows) as usize];
-            for &cell in &plan.cells[t.cell_begin as usize..(t.cell_begin + t.cells) as usize] {
-                for i in geom.cell_start[cell as usize] as usize..geom.cell_start[cell as usize + 1] as usize {
-                    assert_eq!(rows[plan.local[i] as usize], geom.order[i] / geom.depth_bins as u32, "{name}: point {i}");
-                }
-            }
-        }
-        let reuse = plan.reuse(&geom.cell_start);
-        eprintln!(
-            "{name}: {} tiles, {} rows, {:.2} points a row, {} fallback cells, max {} rows",
-            plan.tiles.len(),
-            plan.rows.len(),
-            reuse,
-            plan.fallback.len(),
-            plan.max_rows
-        );
-        assert!(reuse >= min_reuse, "{name}: {reuse:.2} points a row");
-        // the plan's sums are the pool's (cells outside the fallback); the rows are pixels, so
-        // 8 channels show it as well as 80
-        let pixels = geom.cameras * geom.pixels_per_camera();
-        let c8 = 8;
-        let (depth, context) = random_lifted(5, pixels, geom.depth_bins, c8);
-        let want = pool(&geom, &depth, &context, c8, CameraMask::ALL).unwrap();
-        let got = plan.pool_reference(&g, &depth, &context, c8);
-        for &cell in &plan.cells {
-            let r = cell as usize * c8..(cell as usize + 1) * c8;
-            assert_eq!(&got[r.clone()], &want.data[r], "{name}: cell {cell}");
-        }
-    }
 }

@@ -10,8 +10,7 @@ use crate::common::{fp16, gpu, rel_err, Rng};
 use cudarc::cublas::CudaBlas;
 use half::f16;
 use crate::lss_common::*;
-use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, pool_cuda_tiled, upload_frustum, CudaLssTransform, CudaPoolPlan, CudaTilePlan};
-use sptr::models::bevfusion::lss::pool_tiles::{DEFAULT_SHARED_BYTES, DEFAULT_TILE_CELLS};
+use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
 use sptr::models::bevfusion::lss::pool_plan::{PoolPlan, DEFAULT_CHUNK_POINTS, WHOLE_CELL};
 use sptr::models::bevfusion::lss::transform::random_tensors;
 use sptr::models::bevfusion::lss::{pool, CameraMask, LssConfig, LssGeometry, LssParams, LssTransform, PREFIX};
@@ -147,29 +146,6 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
             });
             let e = rel_err(&out.data, &want.data);
             eprintln!("{name} pool, chunk {chunk}: {} items, {} cut cells, rel err {e:.2e}", plan.host.items.len(), plan.host.merges.len());
-        }
-        // the tiled pool (default tiles, and small shared memory: more splits, more fallback
-        // cells): the CPU's sums, the same bits every run, masks as zero depth; a tile cell has
-        // the uncut pool's bits, a fallback cell the chunked pool's
-        for shared in [DEFAULT_SHARED_BYTES, 8 * 1024] {
-            let tp = CudaTilePlan::build(&dev, &geom, c, DEFAULT_TILE_CELLS, shared).unwrap();
-            let out = check_variant(&format!("tiled ({shared} B)"), &|mask, dep| {
-                pool_cuda_tiled(&dev, &geom, &tp, dep, &gc, c, mask, None).unwrap().download(&dev).unwrap()
-            });
-            let cell_bits = |m: &FeatureMap, cell: u32| m.data[cell as usize * c..(cell as usize + 1) * c].iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
-            for &cell in &tp.host.cells {
-                assert_eq!(cell_bits(&out, cell), cell_bits(&uncut_out, cell), "{name}, tiled: tile cell {cell}");
-            }
-            for &cell in &tp.host.fallback {
-                assert_eq!(cell_bits(&out, cell), cell_bits(&got, cell), "{name}, tiled: fallback cell {cell}");
-            }
-            let ms = dev.time_median_ms(3, 20, || pool_cuda_tiled(&dev, &geom, &tp, &gd, &gc, c, CameraMask::ALL, None).map(|_| ())).unwrap();
-            eprintln!(
-                "{name} pool, tiled ({shared} B): {} tiles, {} fallback cells, {:.2} points a row, cuda {ms:.4} ms",
-                tp.host.tiles.len(),
-                tp.host.fallback.len(),
-                tp.host.reuse(&cpu_geom.cell_start)
-            );
         }
         // timing for the log (the benchmark is `sptr bench bevpool`)
         let ms = dev.time_median_ms(3, 20, || pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL).map(|_| ())).unwrap();

@@ -120,7 +120,7 @@ extern "C" __global__ void lss_lift(const float* __restrict__ acc, const float* 
 #define NO_POINT 0xffffffffu
 #define WHOLE_CELL 0xffffffffu
 
-// The pools' shared steps. Lanes are (slice, chunk): chunk = 8 channels of a context row,
+// The pool's steps. Lanes are (slice, chunk): chunk = 8 channels of a context row,
 // C / 8 chunks, 32 / (C / 8) slices.
 
 // Whether depth-tensor point q's camera (q / per_cam) is pooled; every camera on (the usual
@@ -257,71 +257,6 @@ extern "C" __global__ void lss_pool_merge(const float* __restrict__ partial, con
         for (u32 k = 1; k < m.z; ++k) acc = __fadd_rn(acc, partial[(u64)(m.y + k) * C + j]);
         bits |= fp16_range_bits(acc);
         out[(u64)m.x * C + j] = __float2half_rn(acc);
-    }
-    range_flag(range_flags, range_layer, bits);
-}
-
-// The tiled pool: one block per tile of the plan (src/models/bevfusion/lss/pool_tiles.rs),
-// tile = (row_begin, rows, cell_begin, cells). The block copies the tile's distinct context rows
-// (rows[row_begin ..], pixels) into shared memory once; then warp w sums the tile's cells w,
-// w + warps, ... with each point's row read from there (local[i]: the row of point i within its
-// tile). Lanes and order as lss_pool_items' whole-cell items: slice s sums the cell's points s,
-// s + slices, ... in that order, slice 0 adds the slices in order and writes the FP16 sums, so
-// every cell has the bits of the uncut pool. A tile holds no cell of more points than the
-// plan's limit (one warp walks a cell; longer ones are the fallback's, cut into chunks). Empty
-// cells are written as zeros. Dynamic shared
-// memory: the plan's largest tile, rows * C halves. The cells of no tile (the plan's fallback)
-// are left to lss_pool_items.
-extern "C" __global__ void lss_pool_tiles(const __half* __restrict__ depth, const __half* __restrict__ context,
-                                          const u32* __restrict__ order, const unsigned short* __restrict__ local,
-                                          const u32* __restrict__ cell_start, const uint4* __restrict__ tiles,
-                                          const u32* __restrict__ rows, const u32* __restrict__ cells, u32 C, u32 per_cam,
-                                          u32 mask, __half* __restrict__ out, u32* __restrict__ range_flags, u32 range_layer) {
-    extern __shared__ uint4 tile_rows[];
-    const uint4 t = tiles[blockIdx.x];
-    const u32 chunks = C >> 3;
-    for (u32 k = threadIdx.x; k < t.y * chunks; k += blockDim.x) {
-        const u32 r = k / chunks;
-        tile_rows[k] = *reinterpret_cast<const uint4*>(context + (u64)rows[t.x + r] * C + (k - r * chunks) * 8u);
-    }
-    __syncthreads();
-    const u32 lane = threadIdx.x & 31u;
-    const u32 warps = blockDim.x >> 5;
-    const u32 slices = 32u / chunks;
-    const u32 slice = lane / chunks;
-    const u32 chunk = lane - slice * chunks;
-    u32 bits = 0;
-    for (u32 ci = threadIdx.x >> 5; ci < t.w; ci += warps) {  // warp-uniform
-        const u32 cell = cells[t.z + ci];
-        float acc[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
-        if (slice < slices) {
-            // four points at a time, their depth loads issued together (the depth values come
-            // from L2; the rows from shared memory), added in point order
-            const u32 end = cell_start[cell + 1];
-            for (u32 i = cell_start[cell] + slice; i < end; i += POOL_UNROLL * slices) {
-                float dv[POOL_UNROLL];
-                u32 row[POOL_UNROLL];
-#pragma unroll
-                for (int u = 0; u < POOL_UNROLL; ++u) {
-                    const u32 j = i + u * slices;
-                    dv[u] = 0.0f;
-                    row[u] = NO_POINT;
-                    if (j < end) {
-                        const u32 q = order[j];
-                        dv[u] = pool_camera_on(q, per_cam, mask) ? __half2float(depth[q]) : 0.0f;
-                        row[u] = local[j];
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < POOL_UNROLL; ++u) {
-                    if (row[u] != NO_POINT) pool_fma8(acc, dv[u], tile_rows[row[u] * chunks + chunk]);
-                }
-            }
-        }
-        pool_add_slices(acc, slices, chunks, slice, chunk);
-        if (slice == 0) bits |= pool_store8(out + (u64)cell * C + chunk * 8u, acc);
     }
     range_flag(range_flags, range_layer, bits);
 }

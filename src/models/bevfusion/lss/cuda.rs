@@ -13,7 +13,6 @@
 
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
 use crate::models::bevfusion::lss::pool_plan::{PoolPlan, DEFAULT_CHUNK_POINTS};
-use crate::models::bevfusion::lss::pool_tiles::{TileInput, TilePlan};
 use crate::models::bevfusion::lss::transform::{CameraMask, LssTransform};
 use crate::sensors::calib::camera::Calibration;
 use crate::device::range::{RangeFlags, RangeSlot};
@@ -338,93 +337,6 @@ fn launch_items(
         .map_err(cuda_err("lss_pool_merge"))?;
     }
     Ok(())
-}
-
-/// A [`TilePlan`] on the GPU, with its host copy and the chunked plan of its fallback cells.
-pub struct CudaTilePlan {
-    pub host: TilePlan,
-    channels: usize,
-    /// Dynamic shared memory of a block: the largest tile's rows.
-    shared_bytes: usize,
-    tiles: CudaSlice<u32>,
-    rows: CudaSlice<u32>,
-    cells: CudaSlice<u32>,
-    local: CudaSlice<u16>,
-    fallback: CudaPoolPlan,
-}
-
-impl CudaTilePlan {
-    /// The tiled plan of `geom` for `channels`, cells of more than [`DEFAULT_CHUNK_POINTS`]
-    /// points left to the chunked pool (synchronises: reads the point order back; tens of
-    /// milliseconds on the host, once per calibration).
-    pub fn build(dev: &CudaDevice, geom: &CudaLssGeometry, channels: usize, tile_cells: usize, shared_bytes: usize) -> Result<Self, Error> {
-        let starts = &geom.host_cell_start;
-        let kept = starts.last().copied().unwrap_or(0) as usize;
-        let order = if kept == 0 { Vec::new() } else { dev.stream.clone_dtoh(&geom.order.slice(0..kept)).map_err(cuda_err("reading the point order"))? };
-        let input = TileInput { cell_start: starts, order: &order, nx: geom.grid.nx, depth_bins: geom.depth_bins as u32 };
-        let host = TilePlan::build(&input, channels, tile_cells, shared_bytes, DEFAULT_CHUNK_POINTS)?;
-        let fallback = CudaPoolPlan::upload(dev, PoolPlan::build_for(starts, host.fallback.clone(), DEFAULT_CHUNK_POINTS)?)?;
-        Ok(Self {
-            channels,
-            shared_bytes: host.tiles.iter().map(|t| t.rows as usize).max().unwrap_or(0) * channels * 2,
-            tiles: upload_words(dev, &host.tile_words(), "uploading the pool's tiles")?,
-            rows: upload_words(dev, &host.rows, "uploading the tiles' rows")?,
-            cells: upload_words(dev, &host.cells, "uploading the tiles' cells")?,
-            local: upload_words(dev, &host.local, "uploading the points' rows")?,
-            fallback,
-            host,
-        })
-    }
-}
-
-/// The pool with the tiles of `plan` (made for `geom` and `channels`), its fallback cells by the
-/// chunked pool: the same sums as [`pool_cuda`], each tile cell with the uncut pool's bits.
-#[allow(clippy::too_many_arguments)]
-pub fn pool_cuda_tiled(
-    dev: &CudaDevice,
-    geom: &CudaLssGeometry,
-    plan: &CudaTilePlan,
-    depth: &CudaSlice<f16>,
-    context: &CudaSlice<f16>,
-    channels: usize,
-    mask: CameraMask,
-    range: Option<RangeSlot<'_>>,
-) -> Result<CudaFeatureMap, Error> {
-    check_pool_inputs(geom, depth, context, channels)?;
-    if channels != plan.channels {
-        return Err(Error::InvalidInput(format!("CUDA tiled pool: a plan for {} channels, {channels} given", plan.channels)));
-    }
-    let mut out = alloc_pool_output(dev, geom, channels)?;
-    let n_tiles = plan.host.tiles.len() as u32;
-    if n_tiles > 0 {
-        let shared = plan.shared_bytes;
-        let f = dev.function_with_shared("bev_pool", "lss_pool_tiles", shared)?;
-        let (ch32, per_cam) = (channels as u32, (geom.height * geom.width * geom.depth_bins) as u32);
-        let cfg = LaunchConfig { grid_dim: (n_tiles, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: shared as u32 };
-        // SAFETY: matches bev_pool.cu; the plan was made from this geometry's offsets and order
-        // (rows < pixels, cells < cells, local < the tile's rows), shared memory holds the
-        // largest tile's rows; depth/context checked above, out cells * C halves.
-        unsafe {
-            let mut b = dev.stream.launch_builder(&f);
-            b.arg(depth)
-                .arg(context)
-                .arg(&geom.order)
-                .arg(&plan.local)
-                .arg(&geom.cell_start)
-                .arg(&plan.tiles)
-                .arg(&plan.rows)
-                .arg(&plan.cells)
-                .arg(&ch32)
-                .arg(&per_cam)
-                .arg(&mask.0)
-                .arg(&mut out.data);
-            RangeSlot::push(range.as_ref(), &mut b);
-            b.launch(cfg)
-        }
-        .map_err(cuda_err("lss_pool_tiles"))?;
-    }
-    launch_items(dev, geom, &plan.fallback, depth, context, channels, mask, &mut out, range.as_ref())?;
-    Ok(out)
 }
 
 /// [`LssTransform`] on the GPU, with its geometry cache.

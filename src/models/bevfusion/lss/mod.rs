@@ -5,7 +5,6 @@
 //! - `geometry`: the per-calibration point → BEV cell table (CPU) and its cache;
 //! - `transform`: weights, depthnet + depth softmax (lift), the pool, the downsample convs (CPU);
 //! - `pool_plan`: the CUDA pool's work items per calibration (long cells cut into chunks);
-//! - `pool_tiles`: the tiled CUDA pool's plan (tiles of cells sharing context rows in shared memory);
 //! - `cuda` (feature `cuda`): the same on the GPU, geometry built by a kernel + radix sort, a fused
 //!   lift + pool kernel that never forms the N·D·H·W·C frustum features (`kernels/models/bevfusion/bev_pool.cu`).
 
@@ -14,7 +13,6 @@ pub mod config;
 pub mod cuda;
 pub mod geometry;
 pub mod pool_plan;
-pub mod pool_tiles;
 pub mod transform;
 
 pub use config::{BevGrid, Frustum, ImageAug, LssConfig};

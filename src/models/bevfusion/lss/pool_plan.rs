@@ -58,12 +58,7 @@ pub struct PoolPlan {
 
 /// The cells in launch order: by descending point count, ties in cell order.
 pub fn launch_order(cell_start: &[u32]) -> Vec<u32> {
-    let cells = cell_start.len().saturating_sub(1);
-    launch_order_of(cell_start, (0..cells as u32).collect())
-}
-
-/// `cells` (ascending) in launch order.
-fn launch_order_of(cell_start: &[u32], mut cells: Vec<u32>) -> Vec<u32> {
+    let mut cells: Vec<u32> = (0..cell_start.len().saturating_sub(1) as u32).collect();
     let len = |c: u32| cell_start[c as usize + 1] - cell_start[c as usize];
     // stable: equal lengths keep ascending cell order
     cells.sort_by_key(|&c| std::cmp::Reverse(len(c)));
@@ -74,13 +69,6 @@ impl PoolPlan {
     /// The plan of the geometry whose cell `c` holds the points `cell_start[c]..cell_start[c + 1]`,
     /// with items of at most `chunk_points` points (`u32::MAX`: every cell one item).
     pub fn build(cell_start: &[u32], chunk_points: u32) -> Result<Self, Error> {
-        let cells = cell_start.len().saturating_sub(1) as u32;
-        Self::build_for(cell_start, (0..cells).collect(), chunk_points)
-    }
-
-    /// [`PoolPlan::build`] for the cells `cells` alone (the others are written by someone else,
-    /// e.g. the tiled pool).
-    pub fn build_for(cell_start: &[u32], mut cells: Vec<u32>, chunk_points: u32) -> Result<Self, Error> {
         if chunk_points == 0 {
             return Err(Error::InvalidInput("bev_pool plan: chunk_points is 0; it must be at least 1".into()));
         }
@@ -94,15 +82,10 @@ impl PoolPlan {
                 cell_start[w + 1]
             )));
         }
-        cells.sort_unstable();
-        cells.dedup();
-        if let Some(&c) = cells.last().filter(|&&c| c as usize + 1 >= cell_start.len()) {
-            return Err(Error::InvalidInput(format!("bev_pool plan: cell {c} of a geometry of {} cells", cell_start.len() - 1)));
-        }
-        let mut items = Vec::with_capacity(cells.len());
+        let mut items = Vec::with_capacity(cell_start.len() - 1);
         let mut merges = Vec::new();
         let mut slots = 0u32;
-        for cell in launch_order_of(cell_start, cells) {
+        for cell in launch_order(cell_start) {
             let (begin, end) = (cell_start[cell as usize], cell_start[cell as usize + 1]);
             if end - begin <= chunk_points {
                 items.push(PoolItem { cell, begin, end, slot: WHOLE_CELL });
@@ -199,21 +182,6 @@ mod tests {
         // the 1-point cell stays whole; every other point is its own slot
         assert_eq!(ones.slots, 5 + 300 + 129 + 128);
         assert_eq!(ones.longest_item(), 1);
-    }
-
-    #[test]
-    fn a_plan_for_some_cells_has_only_their_items_with_the_same_cuts() {
-        let s = offsets();
-        let all = PoolPlan::build(&s, 128).unwrap();
-        let some = PoolPlan::build_for(&s, vec![4, 0, 2], 128).unwrap();
-        assert_eq!(some.items.iter().map(|i| i.cell).collect::<Vec<_>>(), vec![2, 2, 2, 4, 4, 0]);
-        let cuts = |p: &PoolPlan, c: u32| p.items.iter().filter(|i| i.cell == c).map(|i| (i.begin, i.end)).collect::<Vec<_>>();
-        for c in [0, 2, 4] {
-            assert_eq!(cuts(&some, c), cuts(&all, c), "cell {c}");
-        }
-        assert_eq!(some.slots, 5);
-        assert!(PoolPlan::build_for(&s, vec![7], 128).unwrap_err().to_string().contains("cell 7"));
-        assert!(PoolPlan::build_for(&s, vec![], 128).unwrap().items.is_empty());
     }
 
     #[test]
