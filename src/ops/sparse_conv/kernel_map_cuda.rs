@@ -310,6 +310,11 @@ const MAX_MASK_KV: usize = 64;
 /// 0..m: both sorted by key, then the keys turned back into masks.
 fn sorted_by_mask(dev: &CudaDevice, mut keys: CudaSlice<u64>, mut order: CudaSlice<u32>, m: usize, kv: usize, key: MaskKey) -> Result<Option<MaskOrder>, Error> {
     radix_sort_pairs(dev, &mut keys, &mut order, m, kv as u32)?;
+    masks_of_keys(dev, keys, order, m, key)
+}
+
+/// The mask order of outputs already in key order: the keys turned back into masks.
+fn masks_of_keys(dev: &CudaDevice, mut keys: CudaSlice<u64>, order: CudaSlice<u32>, m: usize, key: MaskKey) -> Result<Option<MaskOrder>, Error> {
     let f = dev.function("sparse_map", "permute_bits")?;
     let m32 = m as u32;
     // SAFETY: argument list matches sparse_map.cu; keys holds m entries.
@@ -383,6 +388,9 @@ pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: CudaSites, kernel: [i32; 
         }
     }
     let sorted = match mask_order {
+        // A 1×1×1 map: every site has its centre and nothing else, so every key is the same
+        // and the stable sort would leave submanifold_nbr's order 0..n as it is.
+        Some((keys, order)) if kv == 1 => masks_of_keys(dev, keys, order, n, key)?,
         Some((keys, order)) => sorted_by_mask(dev, keys, order, n, kv, key)?,
         None => None,
     };
