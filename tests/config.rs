@@ -457,6 +457,12 @@ fn perception_nuscenes_cameras_yaml_is_the_nuscenes_file_with_cameras() {
     assert!(!serial.camera.beside_lidar);
     let e = NodeParams::parse(&edit(&text(NODE_CAMS), "beside_lidar: true", "beside_lidar: sometimes"), NODE_CAMS).unwrap_err().to_string();
     assert!(e.contains("beside_lidar"), "{e}");
+    // the map model's CUDA graph: off unless asked for, in the shipped files and without the key
+    assert!(!cams.camera.cuda_graph && !nus.camera.cuda_graph && !sptr::frame::params::CameraParams::default().cuda_graph);
+    let graph = NodeParams::parse(&edit(&text(NODE_CAMS), "cuda_graph: false", "cuda_graph: true"), NODE_CAMS).unwrap();
+    assert!(graph.camera.cuda_graph);
+    let e = NodeParams::parse(&edit(&text(NODE_CAMS), "cuda_graph: false", "cuda_graph: 2"), NODE_CAMS).unwrap_err().to_string();
+    assert!(e.contains("cuda_graph"), "{e}");
 }
 
 #[test]

@@ -132,6 +132,7 @@ impl SegMapModel {
     /// Runs the CUDA model's network as a CUDA graph (on) or kernel by kernel (off, the default)
     /// ([`crate::models::bevfusion::seg_graph`]). Returns false on the CPU backend, which has no
     /// graphs.
+    #[cfg_attr(not(feature = "cuda-core"), allow(unused_variables))]
     pub fn set_cuda_graph(&mut self, on: bool) -> bool {
         match &mut self.backend {
             #[cfg(feature = "cuda-core")]

@@ -188,7 +188,11 @@ pub fn open_map_model_with(
         Ok(w) => w,
         Err(e) => return Err(ReplayError::Setup(format!("{e} (or pass --camera-weights FILE|random:SEED)"))),
     };
-    SegMapModel::open(&config, &weights, device).map(Some).map_err(|e| ReplayError::Setup(format!("BEV map model: {e}")))
+    let mut model = SegMapModel::open(&config, &weights, device).map_err(|e| ReplayError::Setup(format!("BEV map model: {e}")))?;
+    if p.camera.cuda_graph && !model.set_cuda_graph(true) {
+        eprintln!("warning: camera.cuda_graph is on, but the BEV map model runs on the CPU, which has no CUDA graphs: ignored");
+    }
+    Ok(Some(model))
 }
 
 /// The LiDAR topic to replay: `--lidar-topic`, else the params file's `topics.input_points`

@@ -1064,7 +1064,12 @@ fn open_cameras(
             };
             let cuda = device.is_cuda();
             match SegMapModel::open(&config, &weights, device.device) {
-                Ok(m) => Some(m),
+                Ok(mut m) => {
+                    if params.camera.cuda_graph && !m.set_cuda_graph(true) {
+                        eprintln!("perception_node: warning: camera.cuda_graph is on, but the BEV map model runs on the CPU, which has no CUDA graphs: ignored");
+                    }
+                    Some(m)
+                }
                 Err(e) if cuda && e.to_string().contains("CUDA") => return Err((EXIT_DEVICE, format!("BEV map model on device cuda: {e}"))),
                 Err(e) => return Err((EXIT_PARAMS, format!("parameter `camera.model_config` / `camera.model_weights`: {e}"))),
             }

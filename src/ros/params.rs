@@ -462,6 +462,8 @@ mod tests {
         assert!(p.camera.beside_lidar);
         let p = merged(&files, &[("camera.beside_lidar".into(), ParameterValue::Bool(false))], "t").unwrap();
         assert!(!p.camera.beside_lidar, "-p camera.beside_lidar:=false (the TF camera test's node)");
+        let p = merged(&files, &[("camera.cuda_graph".into(), ParameterValue::Bool(true))], "t").unwrap();
+        assert!(p.camera.cuda_graph, "-p camera.cuda_graph:=true");
         let e = merged(
             &files,
             &[("bev.resolution".into(), ParameterValue::Double(0.0))],
