@@ -32,8 +32,8 @@ struct VoxParamsC {
 unsafe impl DeviceRepr for VoxParamsC {}
 
 const THREADS: u32 = 256;
-/// `vox_reduce`'s block size: its shared staging holds one row of addends per thread of a block
-/// this size (`THREADS_REDUCE` in voxelize.cu; a larger block fails to launch).
+/// `vox_reduce`'s block size: its shared memory holds a big voxel's staged addends for each warp
+/// of a block this size (`THREADS_REDUCE` in voxelize.cu; a larger block fails to launch).
 const REDUCE_THREADS: u32 = 256;
 
 /// Voxels on the GPU. Buffers hold at least one element (CUDA cannot allocate zero bytes);
