@@ -109,6 +109,14 @@ extern "C" __global__ void vox_scan_min(const float* __restrict__ x, const float
     else scan_min_impl<float>(x, y, z, offsets, P, mins);
 }
 
+// Sample b's origin on axis a: its scan minimum, the range's low corner, or zero.
+template <typename R>
+__device__ __forceinline__ R sample_origin(const VoxParams& P, const u64* mins, u32 b, int a) {
+    if (P.origin == 0) return (R)unorder_f64(mins[b * 3 + a]);
+    if (P.origin == 1) return (R)P.lo[a];
+    return (R)0;
+}
+
 template <typename R>
 __device__ void coords_impl(const float* x, const float* y, const float* z, const u32* offsets,
                             VoxParams P, const u64* mins, i32* coords, i32* bounds, u32* counters) {
@@ -128,10 +136,7 @@ __device__ void coords_impl(const float* x, const float* y, const float* z, cons
             atomicAdd(&counters[COUNT_OUT_OF_RANGE], 1u);
             return;
         }
-        R o = (R)0;
-        if (P.origin == 0) o = (R)unorder_f64(mins[b * 3 + a]);
-        else if (P.origin == 1) o = (R)P.lo[a];
-        const R f = floor((c - o) / (R)P.voxel[a]);
+        const R f = floor((c - sample_origin<R>(P, mins, b, a)) / (R)P.voxel[a]);
         if (!(f >= (R)-GRID_LIMIT && f <= (R)GRID_LIMIT)) {
             atomicAdd(&counters[COUNT_OUT_OF_GRID], 1u);
             return;
@@ -232,27 +237,15 @@ __device__ __forceinline__ u64 split_key(u64 k, u64 dx, u64 dy, u64 dz, u64& rx,
     return k / dx;
 }
 
-// The origin vox_point_coords used for sample b.
 template <typename R>
-__device__ __forceinline__ void sample_origin(const VoxParams& P, const u64* mins, u64 b, R o[3]) {
-    for (int a = 0; a < 3; ++a) {
-        if (P.origin == 0) o[a] = (R)unorder_f64(mins[b * 3 + a]);
-        else if (P.origin == 1) o[a] = (R)P.lo[a];
-        else o[a] = (R)0;
-    }
-}
-
-template <typename R>
-__device__ void addends_impl(const float* x, const float* y, const float* z, const float* intensity, VoxParams P,
-                             const u64* keys, const u32* vals, u32 n_valid, u64 dx, u64 dy, u64 dz, const u64* mins,
-                             float* addends) {
+__device__ void addends_impl(const float* x, const float* y, const float* z, const float* intensity, const u32* offsets,
+                             VoxParams P, const u32* vals, u32 n_valid, const u64* mins, float* addends) {
     const u32 j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n_valid) return;
-    u64 rx, ry, rz;
-    const u64 b = split_key(keys[j], dx, dy, dz, rx, ry, rz);
-    R o[3];
-    sample_origin<R>(P, mins, b, o);
     const u32 p = vals[j];
+    const u32 b = sample_of(offsets, P.batch, p);
+    R o[3];
+    for (int a = 0; a < 3; ++a) o[a] = sample_origin<R>(P, mins, b, a);
     const float raw[4] = {x[p], y[p], z[p], intensity[p]};
     float add[10];
     addends_of<R>(raw, P, o, add);
@@ -265,11 +258,11 @@ __device__ void addends_impl(const float* x, const float* y, const float* z, con
 // reads each voxel's addends as one contiguous run instead of a chain of dependent loads
 // (sorted position -> point -> coordinates) per point.
 extern "C" __global__ void vox_addends(const float* __restrict__ x, const float* __restrict__ y,
-                                       const float* __restrict__ z, const float* __restrict__ intensity, VoxParams P,
-                                       const u64* __restrict__ keys, const u32* __restrict__ vals, u32 n_valid,
-                                       u64 dx, u64 dy, u64 dz, const u64* __restrict__ mins, float* __restrict__ addends) {
-    if (P.use_f64) addends_impl<double>(x, y, z, intensity, P, keys, vals, n_valid, dx, dy, dz, mins, addends);
-    else addends_impl<float>(x, y, z, intensity, P, keys, vals, n_valid, dx, dy, dz, mins, addends);
+                                       const float* __restrict__ z, const float* __restrict__ intensity,
+                                       const u32* __restrict__ offsets, VoxParams P, const u32* __restrict__ vals,
+                                       u32 n_valid, const u64* __restrict__ mins, float* __restrict__ addends) {
+    if (P.use_f64) addends_impl<double>(x, y, z, intensity, offsets, P, vals, n_valid, mins, addends);
+    else addends_impl<float>(x, y, z, intensity, offsets, P, vals, n_valid, mins, addends);
 }
 
 // One thread per kept voxel (a warp for a big one): coordinates [b, x, y, z], mean features (x, y,

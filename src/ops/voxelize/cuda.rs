@@ -235,9 +235,8 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
     // SAFETY: as above; addends holds n_valid rows of 10, each written by its thread.
     unsafe {
         s.launch_builder(&f_addends)
-            .arg(&x).arg(&y).arg(&z).arg(&inten).arg(&pc)
-            .arg(&keys).arg(&vals).arg(&nv32)
-            .arg(&dx).arg(&dy).arg(&dz).arg(&mins)
+            .arg(&x).arg(&y).arg(&z).arg(&inten).arg(&d_offsets).arg(&pc)
+            .arg(&vals).arg(&nv32).arg(&mins)
             .arg(&mut addends)
             .launch(grid_1d(nv32, THREADS))
             .map_err(e("vox_addends"))?;
