@@ -82,17 +82,14 @@ impl CudaPoolPlan {
     }
 
     fn upload(dev: &CudaDevice, host: PoolPlan) -> Result<Self, Error> {
-        let items = upload_words(dev, &host.item_words(), "uploading the pool plan's items")?;
-        let merges = if host.merges.is_empty() { None } else { Some(upload_words(dev, &host.merge_words(), "uploading the pool plan's merges")?) };
+        let items = dev.stream.clone_htod(&host.item_words()).map_err(cuda_err("uploading the pool plan's items"))?;
+        let merges = if host.merges.is_empty() {
+            None
+        } else {
+            Some(dev.stream.clone_htod(&host.merge_words()).map_err(cuda_err("uploading the pool plan's merges"))?)
+        };
         Ok(Self { host, items, merges })
     }
-}
-
-/// `words` on the device (one unused word when empty: a launch that reads none still needs a
-/// buffer).
-fn upload_words<T: cudarc::driver::DeviceRepr + Default + Copy>(dev: &CudaDevice, words: &[T], what: &'static str) -> Result<CudaSlice<T>, Error> {
-    let one = [T::default()];
-    dev.stream.clone_htod(if words.is_empty() { &one[..] } else { words }).map_err(cuda_err(what))
 }
 
 impl CudaLssGeometry {
@@ -225,8 +222,18 @@ pub fn pool_cuda_guarded(
     pool_cuda_planned(dev, geom, &geom.plan, depth, context, channels, mask, range)
 }
 
-/// The pool's input sizes, checked against the geometry.
-fn check_pool_inputs(geom: &CudaLssGeometry, depth: &CudaSlice<f16>, context: &CudaSlice<f16>, channels: usize) -> Result<(), Error> {
+/// [`pool_cuda_guarded`] with the work items of `plan` (made for `geom`).
+#[allow(clippy::too_many_arguments)]
+pub fn pool_cuda_planned(
+    dev: &CudaDevice,
+    geom: &CudaLssGeometry,
+    plan: &CudaPoolPlan,
+    depth: &CudaSlice<f16>,
+    context: &CudaSlice<f16>,
+    channels: usize,
+    mask: CameraMask,
+    range: Option<RangeSlot<'_>>,
+) -> Result<CudaFeatureMap, Error> {
     let pixels = geom.cameras * geom.height * geom.width;
     if channels == 0 || channels % 8 != 0 || channels > 256 {
         return Err(Error::InvalidInput(format!("CUDA pool: {channels} channels; it needs a multiple of 8 up to 256")));
@@ -242,71 +249,27 @@ fn check_pool_inputs(geom: &CudaLssGeometry, depth: &CudaSlice<f16>, context: &C
             geom.depth_bins
         )));
     }
-    Ok(())
-}
-
-/// The BEV map the pool writes every cell of: `[1, nx, ny, nz · C]` FP16, not zeroed.
-fn alloc_pool_output(dev: &CudaDevice, geom: &CudaLssGeometry, channels: usize) -> Result<CudaFeatureMap, Error> {
     let [nx, ny, nz] = geom.grid.nx;
-    // SAFETY: the pool's kernels write all cells * channels halves before any read.
-    let data = unsafe { dev.stream.alloc::<f16>(geom.cells() * channels) }.map_err(cuda_err("allocating the BEV map"))?;
-    CudaFeatureMap::from_slice(1, nx, ny, nz * channels, data)
-}
-
-/// One warp per work item, `n` items.
-fn warp_grid(n: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: (n.div_ceil(WARPS_PER_BLOCK).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
-}
-
-/// [`pool_cuda_guarded`] with the work items of `plan` (made for `geom`).
-#[allow(clippy::too_many_arguments)]
-pub fn pool_cuda_planned(
-    dev: &CudaDevice,
-    geom: &CudaLssGeometry,
-    plan: &CudaPoolPlan,
-    depth: &CudaSlice<f16>,
-    context: &CudaSlice<f16>,
-    channels: usize,
-    mask: CameraMask,
-    range: Option<RangeSlot<'_>>,
-) -> Result<CudaFeatureMap, Error> {
-    check_pool_inputs(geom, depth, context, channels)?;
     let cells = geom.cells();
-    if plan.host.items.len() < cells {
-        return Err(Error::InvalidInput(format!("CUDA pool: a plan of {} items for a geometry of {cells} cells", plan.host.items.len())));
-    }
-    let mut out = alloc_pool_output(dev, geom, channels)?;
-    launch_items(dev, geom, plan, depth, context, channels, mask, &mut out, range.as_ref())?;
-    Ok(out)
-}
-
-/// The chunked pool's two kernels for the cells of `plan`, into `out`.
-#[allow(clippy::too_many_arguments)]
-fn launch_items(
-    dev: &CudaDevice,
-    geom: &CudaLssGeometry,
-    plan: &CudaPoolPlan,
-    depth: &CudaSlice<f16>,
-    context: &CudaSlice<f16>,
-    channels: usize,
-    mask: CameraMask,
-    out: &mut CudaFeatureMap,
-    range: Option<&RangeSlot<'_>>,
-) -> Result<(), Error> {
     let n_items = plan.host.items.len();
-    if n_items == 0 {
-        return Ok(());
+    if n_items < cells {
+        return Err(Error::InvalidInput(format!("CUDA pool: a plan of {n_items} items for a geometry of {cells} cells")));
     }
+    // every cell is written (zeros where empty): no memset
+    // SAFETY: lss_pool_items and lss_pool_merge write all cells * channels halves.
+    let data = unsafe { dev.stream.alloc::<f16>(cells * channels) }.map_err(cuda_err("allocating the BEV map"))?;
+    let mut out = CudaFeatureMap::from_slice(1, nx, ny, nz * channels, data)?;
     // SAFETY: every slot is written by its item before lss_pool_merge reads it.
     let mut partial = unsafe { dev.stream.alloc::<f32>((plan.host.slots as usize * channels).max(1)) }
         .map_err(cuda_err("allocating the pool's partial sums"))?;
     let f = dev.function("bev_pool", "lss_pool_items")?;
     let (items32, d32, ch32) = (n_items as u32, geom.depth_bins as u32, channels as u32);
     let per_cam = (geom.height * geom.width * geom.depth_bins) as u32;
+    let warps = |n: u32| LaunchConfig { grid_dim: (n.div_ceil(WARPS_PER_BLOCK).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     // SAFETY: matches bev_pool.cu; order/cell_start come from build_geometry_cuda for this
     // geometry and the plan's items from its cell offsets (points < kept, cells < cells, slots
-    // < plan.slots), depth/context hold the sizes checked by the caller, out cells * C halves,
-    // partial slots * C floats; the range slot's layer lies in its flags.
+    // < plan.slots), depth/context hold the sizes checked above, out cells * C halves, partial
+    // slots * C floats; the range slot's layer lies in its flags.
     unsafe {
         let mut b = dev.stream.launch_builder(&f);
         b.arg(depth)
@@ -320,8 +283,8 @@ fn launch_items(
             .arg(&mask.0)
             .arg(&mut out.data)
             .arg(&mut partial);
-        RangeSlot::push(range, &mut b);
-        b.launch(warp_grid(items32))
+        RangeSlot::push(range.as_ref(), &mut b);
+        b.launch(warps(items32))
     }
     .map_err(cuda_err("lss_pool_items"))?;
     if let Some(merges) = &plan.merges {
@@ -331,12 +294,12 @@ fn launch_items(
         unsafe {
             let mut b = dev.stream.launch_builder(&f);
             b.arg(&partial).arg(merges).arg(&n_merges).arg(&ch32).arg(&mut out.data);
-            RangeSlot::push(range, &mut b);
-            b.launch(warp_grid(n_merges))
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(warps(n_merges))
         }
         .map_err(cuda_err("lss_pool_merge"))?;
     }
-    Ok(())
+    Ok(out)
 }
 
 /// [`LssTransform`] on the GPU, with its geometry cache.

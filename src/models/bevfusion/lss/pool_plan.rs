@@ -58,11 +58,12 @@ pub struct PoolPlan {
 
 /// The cells in launch order: by descending point count, ties in cell order.
 pub fn launch_order(cell_start: &[u32]) -> Vec<u32> {
-    let mut cells: Vec<u32> = (0..cell_start.len().saturating_sub(1) as u32).collect();
+    let cells = cell_start.len().saturating_sub(1);
+    let mut order: Vec<u32> = (0..cells as u32).collect();
     let len = |c: u32| cell_start[c as usize + 1] - cell_start[c as usize];
     // stable: equal lengths keep ascending cell order
-    cells.sort_by_key(|&c| std::cmp::Reverse(len(c)));
-    cells
+    order.sort_by_key(|&c| std::cmp::Reverse(len(c)));
+    order
 }
 
 impl PoolPlan {
@@ -82,7 +83,7 @@ impl PoolPlan {
                 cell_start[w + 1]
             )));
         }
-        let mut items = Vec::with_capacity(cell_start.len() - 1);
+        let mut items = Vec::with_capacity(cell_start.len());
         let mut merges = Vec::new();
         let mut slots = 0u32;
         for cell in launch_order(cell_start) {
