@@ -117,11 +117,7 @@ extern "C" __global__ void lss_lift(const float* __restrict__ acc, const float* 
 }
 
 #define POOL_UNROLL 4
-#define NO_POINT 0xffffffffu
 #define WHOLE_CELL 0xffffffffu
-
-// The pool's steps. Lanes are (slice, chunk): chunk = 8 channels of a context row,
-// C / 8 chunks, 32 / (C / 8) slices.
 
 // Whether depth-tensor point q's camera (q / per_cam) is pooled; every camera on (the usual
 // frame) costs no division.
@@ -140,16 +136,13 @@ __device__ __forceinline__ void pool_fma8(float acc[8], float d, uint4 raw) {
     }
 }
 
-// Slice 0 adds slices 1, 2, ... of its chunk in that order (every lane of the warp takes part).
-__device__ __forceinline__ void pool_add_slices(float acc[8], u32 slices, u32 chunks, u32 slice, u32 chunk) {
-    for (u32 s = 1; s < slices; ++s) {
-        const u32 src = (chunk + s * chunks) & 31u;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-            const float v = __shfl_sync(FULL_MASK, acc[k], src);
-            if (slice == 0) acc[k] = __fadd_rn(acc[k], v);
-        }
-    }
+// One step of a slice: the point whose context row (in 16-byte chunks) and depth value lane
+// `src` holds, and this lane's chunk of that row. The whole warp calls it (shuffles); a source
+// lane past 31 reads lane src % 32, whose values the caller does not use.
+__device__ __forceinline__ void pool_point(const uint4* context, u32 chunk, u32 my_row, float my_dv, u32 src, float& dv, uint4& raw) {
+    const u32 row = __shfl_sync(FULL_MASK, my_row, src);
+    dv = __shfl_sync(FULL_MASK, my_dv, src);
+    raw = __ldg(context + (row + chunk));
 }
 
 // The 8 sums as FP16 at dst; returns their FP16 range bits (prelude.cuh).
@@ -166,17 +159,20 @@ __device__ __forceinline__ u32 pool_store8(__half* dst, const float acc[8]) {
     return bits;
 }
 
-// The pool, pass 1: one warp per work item of the plan (src/models/bevfusion/lss/pool_plan.rs):
-// item = (cell, begin, end, slot), the sorted points [begin, end) of one cell. Items come longest
-// cell first; a cell of more than the plan's chunk of points is cut into several items. Lanes
-// are (slice, chunk): chunk = 8 channels (one 16-byte load of the context row), C / 8 chunks,
-// 32 / (C / 8) slices; slice s sums the item's points s, s + slices, ... in that order in FP32,
-// four at a time with the next four's indices already loading; then slice 0 adds slices 1, 2,
-// ... in that order. An item that is its whole cell (slot WHOLE_CELL) writes the cell's 8 FP16
-// channels (an empty cell: zeros, so the output needs no memset); a cut item writes its FP32
-// sums to partial[slot] for pass 2. No atomics, a fixed order: the same bits every run. A point
-// of a camera outside `mask` gets depth 0 and adds exactly nothing (fma(0, x, a) = a for finite
-// x), so masking equals zeroing that camera's depth. Needs C % 8 == 0 and C <= 256.
+// The pool, pass 1, over the work items of the plan (src/models/bevfusion/lss/pool_plan.rs):
+// item = (cell, begin, end, slot), the sorted points [begin, end) of one cell; items come longest
+// cell first, and a cell of more than the plan's chunk of points is cut into several items.
+// Lanes are (slice, chunk): chunk = 8 channels (one 16-byte load of a context row), C / 8 chunks,
+// 32 / (C / 8) slices; warp w's slice s takes item w * slices + s (neighbours in the plan, so of
+// about the same length) and sums its points in order in FP32. The points come a batch of
+// `chunks` an item at a time: lane (s, c) loads point c of the batch (its order entry, context
+// row and depth value), then each step hands the slice's next point to all its lanes by
+// shuffles, four steps' context loads in flight at once. An item that is its whole cell (slot
+// WHOLE_CELL) writes the cell's FP16 sums (an empty cell: zeros, so the output needs no memset);
+// a cut item writes its FP32 sums to partial[slot] for pass 2. No atomics, a fixed order: the same
+// bits every run, and a cell's sums do not depend on the plan that kept it whole. A point of a
+// camera outside `mask` gets depth 0 and adds exactly nothing (fma(0, x, a) = a for finite x), so
+// masking equals zeroing that camera's depth. Needs C % 8 == 0, C <= 256 and pixels * C < 2^32.
 // out[cell, c] with cell = (x * ny + y) * nz + z: NHWC [nx, ny, nz * C]. range_flags (may be
 // NULL), range_layer: the FP16 range guard (prelude.cuh) of the stored sums.
 extern "C" __global__ void lss_pool_items(const __half* __restrict__ depth, const __half* __restrict__ context,
@@ -185,61 +181,57 @@ extern "C" __global__ void lss_pool_items(const __half* __restrict__ depth, cons
                                           float* __restrict__ partial, u32* __restrict__ range_flags, u32 range_layer) {
     const u32 w = (u32)(((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
     const u32 lane = threadIdx.x & 31u;
-    if (w >= n_items) return;  // warp-uniform
-    const uint4 item = items[w];
-    const u32 cell = item.x;
     const u32 chunks = C >> 3;
     const u32 slices = 32u / chunks;
+    if (w * slices >= n_items) return;  // warp-uniform
     const u32 slice = lane / chunks;
     const u32 chunk = lane - slice * chunks;
+    // lanes past the last slice, or a slice past the last item, pool nothing (an empty item)
+    const bool owner = slice < slices && w * slices + slice < n_items;
+    const uint4 item = owner ? items[w * slices + slice] : make_uint4(0u, 0u, 0u, 0u);
+    const u32 len = item.z - item.y;
+    const u32 longest = __reduce_max_sync(FULL_MASK, len);
+    const uint4* ctx = reinterpret_cast<const uint4*>(context);
+    const u32 first = slice * chunks;  // the lane holding the batch's first point of this slice
     float acc[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
-    const u32 end = item.z;
-    if (slice < slices) {
-        u32 i = item.y + slice;
-        u32 next[POOL_UNROLL];
-#pragma unroll
-        for (int u = 0; u < POOL_UNROLL; ++u) {
-            const u32 j = i + u * slices;
-            next[u] = j < end ? order[j] : NO_POINT;
+    for (u32 b = 0; b < longest; b += chunks) {
+        // lane (s, c): point b + c of slice s's item; past its end, row 0 and depth 0 (unused)
+        u32 my_row = 0;
+        float my_dv = 0.0f;
+        if (b + chunk < len) {
+            const u32 q = order[item.y + b + chunk];
+            my_row = (q / D) * chunks;
+            my_dv = pool_camera_on(q, per_cam, mask) ? __half2float(depth[q]) : 0.0f;
         }
-        while (i < end) {
-            u32 q[POOL_UNROLL];
-#pragma unroll
-            for (int u = 0; u < POOL_UNROLL; ++u) q[u] = next[u];
-            i += POOL_UNROLL * slices;
-#pragma unroll
-            for (int u = 0; u < POOL_UNROLL; ++u) {
-                const u32 j = i + u * slices;
-                next[u] = j < end ? order[j] : NO_POINT;
-            }
+        const u32 steps = min(chunks, longest - b);  // warp-uniform
+        u32 k = 0;
+        for (; k + POOL_UNROLL <= steps; k += POOL_UNROLL) {
             float dv[POOL_UNROLL];
             uint4 raw[POOL_UNROLL];
 #pragma unroll
-            for (int u = 0; u < POOL_UNROLL; ++u) {
-                dv[u] = 0.0f;
-                raw[u] = make_uint4(0u, 0u, 0u, 0u);
-                if (q[u] != NO_POINT) {
-                    dv[u] = pool_camera_on(q[u], per_cam, mask) ? __half2float(depth[q[u]]) : 0.0f;
-                    raw[u] = *reinterpret_cast<const uint4*>(context + (u64)(q[u] / D) * C + chunk * 8u);
-                }
-            }
+            for (int u = 0; u < POOL_UNROLL; ++u) pool_point(ctx, chunk, my_row, my_dv, first + k + u, dv[u], raw[u]);
 #pragma unroll
             for (int u = 0; u < POOL_UNROLL; ++u) {
-                if (q[u] != NO_POINT) pool_fma8(acc, dv[u], raw[u]);
+                if (b + k + u < len) pool_fma8(acc, dv[u], raw[u]);
             }
         }
+        for (; k < steps; ++k) {
+            float dv;
+            uint4 raw;
+            pool_point(ctx, chunk, my_row, my_dv, first + k, dv, raw);
+            if (b + k < len) pool_fma8(acc, dv, raw);
+        }
     }
-    pool_add_slices(acc, slices, chunks, slice, chunk);
-    if (slice != 0) return;
+    if (!owner) return;
     if (item.w != WHOLE_CELL) {
         float4* dst = reinterpret_cast<float4*>(partial + (u64)item.w * C + chunk * 8u);
         dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
         return;
     }
-    range_flag(range_flags, range_layer, pool_store8(out + (u64)cell * C + chunk * 8u, acc));
+    range_flag(range_flags, range_layer, pool_store8(out + (u64)item.x * C + chunk * 8u, acc));
 }
 
 // The pool, pass 2: one warp per cut cell, merge = (cell, first slot, slots, unused): lane j

@@ -238,6 +238,12 @@ pub fn pool_cuda_planned(
     if channels == 0 || channels % 8 != 0 || channels > 256 {
         return Err(Error::InvalidInput(format!("CUDA pool: {channels} channels; it needs a multiple of 8 up to 256")));
     }
+    // the kernel indexes the context with 32-bit offsets
+    if (pixels * channels) as u64 >= 1 << 32 {
+        return Err(Error::InvalidInput(format!(
+            "CUDA pool: {pixels} pixels x {channels} channels is over 2^32 context values; use fewer cameras or smaller feature maps"
+        )));
+    }
     if depth.len() < pixels * geom.depth_bins || context.len() < pixels * channels {
         return Err(Error::InvalidInput(format!(
             "CUDA pool: depth holds {} and context {} values for {} cameras x {}x{} pixels x ({} bins, {channels} channels)",
@@ -284,7 +290,9 @@ pub fn pool_cuda_planned(
             .arg(&mut out.data)
             .arg(&mut partial);
         RangeSlot::push(range.as_ref(), &mut b);
-        b.launch(warps(items32))
+        // each warp pools as many items as the 8-channel chunks of a row fit in its 32 lanes
+        let items_per_warp = 32 / (ch32 / 8);
+        b.launch(warps(items32.div_ceil(items_per_warp)))
     }
     .map_err(cuda_err("lss_pool_items"))?;
     if let Some(merges) = &plan.merges {

@@ -1,24 +1,28 @@
 //! The CUDA pool's work plan, made once per calibration from the cell offsets.
 //!
-//! The pool gives each work item one warp. A cell of at most `chunk` points is one item and its
-//! warp writes the cell's FP16 sums. A longer cell (the cells next to the cameras hold up to
-//! ~1,200 points) is cut into items of `chunk` points whose warps write FP32 partial sums to
-//! slots, and a second pass adds each split cell's partials in item order. Without the cut, the
-//! few longest cells' warps walk their points one dependent load after another and set the
-//! kernel's length; with it no warp walks more than `chunk` points. Every sum keeps a fixed
-//! order (points within an item as the kernel walks them, items in plan order), so the output
-//! has the same bits on every run.
+//! The pool gives each work item one slice of a warp (the lanes that hold one context row: ten
+//! at 80 channels, so a warp takes three neighbouring items). A cell of at most `chunk` points
+//! is one item and its slice writes the cell's FP16 sums. A longer cell (the cells next to the
+//! cameras hold up to ~1,200 points) is cut into items of `chunk` points whose slices write FP32
+//! partial sums to slots, and a second pass adds each split cell's partials in item order.
+//! Without the cut, the few longest cells' slices walk their points one batch of dependent
+//! loads after another and set the kernel's length; with it no slice walks more than `chunk`
+//! points. Every sum keeps a fixed order (an item's points in order, items in plan order), so
+//! the output has the same bits on every run.
 //!
 //! Items are launched longest cell first (ties and empty cells in cell order), so the split
-//! cells' chunks start at once. Empty cells get an item too: its warp writes the zeros, so the
-//! output needs no memset.
+//! cells' chunks start at once and a warp's items are about as long as each other (a warp lasts
+//! as long as its longest item). Empty cells get an item too: its slice writes the zeros, so
+//! the output needs no memset.
 
 use crate::Error;
 
 /// Points per work item unless the caller asks for another size. On an H100 (`sptr bench
-/// bevpool`, five runs) 256 was the fastest of 32, 64, 128 and 256 on both geometries, 3 % ahead
-/// of 128, and 1.6× faster than no cut on the seg geometry.
-pub const DEFAULT_CHUNK_POINTS: u32 = 256;
+/// bevpool`, five runs) 128 was the fastest of 32, 64, 128 and 256 on both geometries: seg
+/// 0.054 ms against 0.072 at 256, 0.057 at 64 and 0.222 uncut; detection 0.062 against 0.079
+/// at 256. An item's slice walks its points in batches of dependent loads, so the longest item
+/// sets the kernel's tail; a shorter cut costs partial sums.
+pub const DEFAULT_CHUNK_POINTS: u32 = 128;
 
 /// `PoolItem::slot` of an item that is its whole cell: its warp writes the cell's output.
 pub const WHOLE_CELL: u32 = u32::MAX;
