@@ -1,7 +1,7 @@
 //! The view transform on CUDA (kernels in `kernels/models/bevfusion/bev_pool.cu`): geometry per calibration built
 //! on the GPU (a kernel computing every point's cell in f64 exactly as the CPU reference, the
 //! project's radix sort, cell offsets by binary search), the depth softmax of the depthnet's
-//! cuBLAS GEMM, and the fused pool (one warp per work item of the calibration's
+//! cuBLAS GEMM, and the fused pool (one warp slice per work item of the calibration's
 //! [`PoolPlan`]: a BEV cell, or a chunk of a long one whose partial sums a second pass adds;
 //! FP16 inputs, FP32 sums, no atomics: deterministic), then the downsample convs
 //! (`ops::dense::cuda`).
