@@ -238,6 +238,17 @@ impl BevFrameInputs {
     }
 }
 
+/// How the BEV map model's CUDA graph has fared so far (`camera.cuda_graph`): graphs captured,
+/// frames replayed, captures the driver refused (those frames ran kernel by kernel) and why the
+/// last one was.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MapGraphCounts {
+    pub captures: usize,
+    pub replays: usize,
+    pub refused: usize,
+    pub last_refusal: Option<String>,
+}
+
 /// The integration point of the BEV map model: its forward on one frame's inputs. With no
 /// usable camera (`inputs.mask` empty) a fusion model runs LiDAR-only (camera BEV zero).
 pub trait BevMapModel {
@@ -252,6 +263,12 @@ pub trait BevMapModel {
     /// headers and hands the bytes over ([`FrameImage::Jpeg`]).
     fn decodes_jpeg(&self) -> bool {
         false
+    }
+
+    /// The CUDA graph's counts while the model runs as one (`None`: kernel by kernel, or no
+    /// graphs on this backend).
+    fn graph_counts(&self) -> Option<MapGraphCounts> {
+        None
     }
 
     /// Cameras whose deferred JPEG the last forward could not decode `(camera, why)`: the model

@@ -20,7 +20,7 @@
 
 use std::time::Instant;
 
-use crate::frame::cameras::{BevMapModel, CameraBranch, CameraReport, CameraStatus};
+use crate::frame::cameras::{BevMapModel, CameraBranch, CameraReport, CameraStatus, MapGraphCounts};
 use crate::frame::map_messages::{map_messages, MapMessages, MapStyle};
 use crate::frame::processor::{FrameOutput, Processor, Rejected};
 use crate::models::bevfusion::map::BevMap;
@@ -81,6 +81,8 @@ pub struct CameraOutput {
     /// The model's forward, ms, and its own stages.
     pub map_ms: f64,
     pub model_stages: Vec<(String, f64)>,
+    /// The model's CUDA graph counts after this frame (`None`: no graph).
+    pub map_graph: Option<MapGraphCounts>,
     /// The map's messages (`None`: no map or no style); `Err`: the map cannot be a message.
     pub messages: Option<Result<MapMessages, String>>,
     /// Making the messages, ms.
@@ -199,6 +201,7 @@ impl CameraParts<'_> {
             map: None,
             map_ms: 0.0,
             model_stages: Vec::new(),
+            map_graph: None,
             messages: None,
             messages_ms: 0.0,
         };
@@ -207,6 +210,7 @@ impl CameraParts<'_> {
             let (map, failures) = self.branch.run_model(model, &mut inputs);
             out.map_ms = t.elapsed().as_secs_f64() * 1e3;
             out.model_stages = model.last_stages();
+            out.map_graph = model.graph_counts();
             out.decode_failures = failures;
             if let (Ok(map), Some(style)) = (&map, self.style) {
                 let t = Instant::now();

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::models::bevfusion::seg::{random_tensors, BevSegConfig, BevSegKind, BevSegModel, BevSegOutput, Point5};
-use crate::frame::cameras::{BevFrameInputs, BevMapModel};
+use crate::frame::cameras::{BevFrameInputs, BevMapModel, MapGraphCounts};
 use crate::sensors::calib::camera::CameraCalib;
 use crate::models::bevfusion::lss::LssParams;
 use crate::ops::image_preprocess::cpu::ImagePreprocess;
@@ -259,6 +259,17 @@ impl BevMapModel for SegMapModel {
 
     fn take_decode_failures(&mut self) -> Vec<(usize, String)> {
         std::mem::take(&mut self.decode_failures)
+    }
+
+    fn graph_counts(&self) -> Option<MapGraphCounts> {
+        match &self.backend {
+            Backend::Cpu(_) => None,
+            #[cfg(feature = "cuda-core")]
+            Backend::Cuda { model, .. } => model.graphs().then(|| {
+                let g = model.graph_status();
+                MapGraphCounts { captures: g.captures, replays: g.replays, refused: g.refused, last_refusal: g.last_refusal.clone() }
+            }),
+        }
     }
 
     fn check_camera(&self, camera: &CameraCalib) -> Result<(), String> {

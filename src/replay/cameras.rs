@@ -19,7 +19,7 @@ use super::ReplayError;
 use crate::msgs::cdr::{CameraInfo, CdrMessage, CompressedImage, Image, TfMessage};
 use crate::bag::{Bag, BagWriter, RawMessage};
 use crate::frame::frame_processor::CameraOutput;
-use crate::frame::cameras::{BranchConfig, CameraBranch, CameraImage, CameraStatus};
+use crate::frame::cameras::{BranchConfig, CameraBranch, CameraImage, CameraStatus, MapGraphCounts};
 use crate::ops::label_grid::cpu::{BevGrids, NO_DATA};
 use crate::frame::map_messages::{class_topic_token, MapMessages, MapStyle};
 use crate::frame::params::{CameraInput, ImageTransport};
@@ -137,6 +137,8 @@ pub struct CameraReplay {
     maps: u64,
     map_errors: u64,
     last_map_error: Option<String>,
+    /// The map model's CUDA graph counts after the last frame (`camera.cuda_graph`).
+    map_graph: Option<MapGraphCounts>,
     /// The map evaluation, when the options name ground truth and a model runs.
     pub(crate) ground_truth: Option<MapGroundTruth>,
 }
@@ -186,6 +188,7 @@ impl CameraReplay {
             bad_messages: 0,
             maps: 0,
             map_errors: 0,
+            map_graph: None,
             last_map_error: None,
             ground_truth: None,
         })
@@ -221,6 +224,13 @@ impl CameraReplay {
         }
     }
 
+    /// Keeps the map model's CUDA graph counts of the last frame (`None`: no graph).
+    pub fn count_graph(&mut self, counts: Option<MapGraphCounts>) {
+        if counts.is_some() {
+            self.map_graph = counts;
+        }
+    }
+
     /// The cameras' part of `report.json` (key `cameras`) and `report.md`: the maps made and
     /// failed, and per camera the frames used and masked by reason.
     pub fn report_json(&self, model: bool) -> serde_json::Value {
@@ -237,6 +247,7 @@ impl CameraReplay {
             "bev_maps": self.maps,
             "bev_map_errors": self.map_errors,
             "last_bev_map_error": self.last_map_error,
+            "bev_map_cuda_graph": graph_json(self.map_graph.as_ref()),
             "cameras": cameras,
         })
     }
@@ -249,6 +260,9 @@ impl CameraReplay {
             match &self.last_map_error {
                 Some(e) => m.push_str(&format!(" (**the last failure**: {e})\n")),
                 None => m.push('\n'),
+            }
+            if let Some(line) = graph_markdown(self.map_graph.as_ref()) {
+                m.push_str(&line);
             }
         } else {
             m.push_str("- no BEV map model: the cameras were synchronised, decoded and counted only\n");
@@ -417,9 +431,51 @@ pub fn map_as_grids(m: &MapMessages) -> BevGrids {
     BevGrids { width: w, height: h, labels, rgb: m.color.data.clone(), occupancy: vec![-1; w * h] }
 }
 
+/// The CUDA graph counts in `report.json` (null: the map model ran kernel by kernel).
+fn graph_json(g: Option<&MapGraphCounts>) -> serde_json::Value {
+    match g {
+        None => serde_json::Value::Null,
+        Some(g) => serde_json::json!({
+            "captures": g.captures,
+            "replays": g.replays,
+            "refused": g.refused,
+            "last_refusal": g.last_refusal,
+        }),
+    }
+}
+
+/// The CUDA graph's line of `report.md`; a refused capture is bold (those frames ran kernel by
+/// kernel: slower, the same maps).
+fn graph_markdown(g: Option<&MapGraphCounts>) -> Option<String> {
+    let g = g?;
+    let mut line = format!("- BEV map model as a CUDA graph: {} captured, {} frames replayed", g.captures, g.replays);
+    if g.refused > 0 {
+        line.push_str(&format!(", **{} captures refused** (those frames ran kernel by kernel)", g.refused));
+        if let Some(why) = &g.last_refusal {
+            line.push_str(&format!("; the last: {why}"));
+        }
+    }
+    line.push('\n');
+    Some(line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_counts_the_map_graph_and_its_refusals() {
+        assert_eq!(graph_json(None), serde_json::Value::Null);
+        assert_eq!(graph_markdown(None), None);
+        let ok = MapGraphCounts { captures: 1, replays: 9, refused: 0, last_refusal: None };
+        assert_eq!(graph_json(Some(&ok))["replays"], 9);
+        assert_eq!(graph_markdown(Some(&ok)).unwrap(), "- BEV map model as a CUDA graph: 1 captured, 9 frames replayed\n");
+        let refused = MapGraphCounts { captures: 0, replays: 0, refused: 3, last_refusal: Some("capture unsupported".into()) };
+        let j = graph_json(Some(&refused));
+        assert_eq!((j["refused"].as_u64(), j["last_refusal"].as_str()), (Some(3), Some("capture unsupported")));
+        let md = graph_markdown(Some(&refused)).unwrap();
+        assert!(md.contains("**3 captures refused**") && md.contains("the last: capture unsupported"), "{md}");
+    }
 
     #[test]
     fn topics_resolve_as_the_node_sptr_in_the_root_namespace() {

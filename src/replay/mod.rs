@@ -455,6 +455,7 @@ fn camera_record(
     for (cam, why) in &out.decode_failures {
         progress.note(&format!("frame {}: camera {cam}'s image could not be decoded, masked: {why}", ctx.index));
     }
+    cams.count_graph(out.map_graph.clone());
     let map = match out.map {
         Some(Ok(m)) => m,
         Some(Err(e)) => {

@@ -31,7 +31,7 @@ use r2r::std_msgs::msg::{Float64, Header};
 
 use crate::msgs::cdr;
 use crate::msgs::cdr::CdrMessage;
-use crate::frame::cameras::{BranchConfig, CameraBranch, CameraImage, CameraStats, CameraStatus};
+use crate::frame::cameras::{BranchConfig, CameraBranch, CameraImage, CameraStats, CameraStatus, MapGraphCounts};
 use crate::frame::frame_processor::CameraOutput;
 use crate::frame::map_messages::{class_topic_token, MapStyle};
 use crate::frame::params::{CameraInput, ImageTransport, NodeParams};
@@ -146,6 +146,9 @@ pub struct CameraDiag {
     pub maps: u64,
     pub map_errors: u64,
     pub last_map_error: Option<String>,
+    /// The map model's CUDA graph counts (`camera.cuda_graph` on a CUDA model), after the last
+    /// frame.
+    pub map_graph: Option<MapGraphCounts>,
 }
 
 impl CameraDiag {
@@ -167,6 +170,15 @@ impl CameraDiag {
         }
         if let Some(e) = &self.last_map_error {
             out.push(kv("last bev map error".into(), e.clone()));
+        }
+        if let Some(g) = &self.map_graph {
+            out.push(kv("bev map cuda graph captures".into(), g.captures.to_string()));
+            out.push(kv("bev map cuda graph replays".into(), g.replays.to_string()));
+            // a refused capture leaves those frames kernel by kernel: slower, not wrong
+            out.push(kv("bev map cuda graph refused".into(), g.refused.to_string()));
+            if let Some(why) = &g.last_refusal {
+                out.push(kv("last bev map cuda graph refusal".into(), why.clone()));
+            }
         }
         for (i, (name, s)) in self.names.iter().zip(&self.stats).enumerate() {
             let p = format!("camera {name}");
@@ -376,6 +388,9 @@ impl CameraWorker {
         d.calibration_changes = diag_update.1;
         d.last = out.statuses();
         d.last_camera_ms = Some(total);
+        if out.map_graph.is_some() {
+            d.map_graph = out.map_graph.clone();
+        }
         match published {
             Some(true) => d.maps += 1,
             Some(false) => {
@@ -604,5 +619,21 @@ mod tests {
         assert_eq!(get("camera B masked.stale").as_deref(), Some("3"));
         assert_eq!(get("camera A age ms").as_deref(), Some("none"));
         assert_eq!(get("camera B last frame").as_deref(), Some("decode_error"));
+    }
+
+    #[test]
+    fn diagnostics_count_the_map_graph_and_its_refusals() {
+        let mut d = CameraDiag::default();
+        let keys = |d: &CameraDiag| d.values().into_iter().map(|kv| kv.key).collect::<Vec<_>>();
+        assert!(!keys(&d).iter().any(|k| k.contains("cuda graph")), "no graph, no graph values");
+        d.map_graph = Some(MapGraphCounts { captures: 1, replays: 40, refused: 0, last_refusal: None });
+        assert!(!keys(&d).contains(&"last bev map cuda graph refusal".to_string()));
+        d.map_graph = Some(MapGraphCounts { captures: 1, replays: 40, refused: 2, last_refusal: Some("capture unsupported".into()) });
+        let v = d.values();
+        let get = |k: &str| v.iter().find(|kv| kv.key == k).map(|kv| kv.value.clone());
+        assert_eq!(get("bev map cuda graph captures").as_deref(), Some("1"));
+        assert_eq!(get("bev map cuda graph replays").as_deref(), Some("40"));
+        assert_eq!(get("bev map cuda graph refused").as_deref(), Some("2"));
+        assert_eq!(get("last bev map cuda graph refusal").as_deref(), Some("capture unsupported"));
     }
 }

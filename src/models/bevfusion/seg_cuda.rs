@@ -274,6 +274,11 @@ impl CudaBevSeg {
         Ok(NetworkOut { camera_bev, fused, decoded, maps })
     }
 
+    /// Whether the network runs as a CUDA graph ([`CudaBevSeg::set_graphs`]).
+    pub fn graphs(&self) -> bool {
+        self.graphs
+    }
+
     /// Turns replaying the network as a CUDA graph on or off (off by default). On, each frame
     /// copies its inputs into the graph's buffers and launches one graph, captured on the first
     /// frame of each calibration, image size and camera mask; a frame that asks for its stages
