@@ -396,6 +396,10 @@ fn no_usable_camera_is_lidar_only_for_fusion_and_an_error_for_camera_only() {
     let mut camera = SegMapModel::open(&common::data("bevseg/camera_small.yaml"), &SegWeightsSource::Random(1), sptr::device::Device::Cpu).unwrap();
     let e = camera.forward(&inputs).unwrap_err().to_string();
     assert!(e.contains("no camera image"), "{e}");
+    // camera.cuda_graph on a CPU model: ignored with a warning, and no graph counts reported
+    assert_eq!(camera.apply_cuda_graph_param(false), None);
+    assert!(camera.apply_cuda_graph_param(true).is_some_and(|w| w.contains("CPU")));
+    assert_eq!(camera.graph_counts(), None);
     // weights parameter values
     assert_eq!(SegWeightsSource::parse("random:7").unwrap(), SegWeightsSource::Random(7));
     assert!(SegWeightsSource::parse("random:x").is_err());

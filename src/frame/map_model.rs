@@ -144,6 +144,12 @@ impl SegMapModel {
         }
     }
 
+    /// `camera.cuda_graph` as the node and the replay take it: on, the network runs as a CUDA
+    /// graph; on the CPU backend it is ignored, and the returned warning says so.
+    pub fn apply_cuda_graph_param(&mut self, on: bool) -> Option<&'static str> {
+        (on && !self.set_cuda_graph(true)).then_some("camera.cuda_graph is on, but the BEV map model runs on the CPU, which has no CUDA graphs: ignored")
+    }
+
     /// The model's map classes, in output order.
     pub fn classes(&self) -> &[String] {
         &self.classes

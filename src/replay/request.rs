@@ -189,8 +189,8 @@ pub fn open_map_model_with(
         Err(e) => return Err(ReplayError::Setup(format!("{e} (or pass --camera-weights FILE|random:SEED)"))),
     };
     let mut model = SegMapModel::open(&config, &weights, device).map_err(|e| ReplayError::Setup(format!("BEV map model: {e}")))?;
-    if p.camera.cuda_graph && !model.set_cuda_graph(true) {
-        eprintln!("warning: camera.cuda_graph is on, but the BEV map model runs on the CPU, which has no CUDA graphs: ignored");
+    if let Some(w) = model.apply_cuda_graph_param(p.camera.cuda_graph) {
+        eprintln!("warning: {w}");
     }
     Ok(Some(model))
 }

@@ -1065,8 +1065,8 @@ fn open_cameras(
             let cuda = device.is_cuda();
             match SegMapModel::open(&config, &weights, device.device) {
                 Ok(mut m) => {
-                    if params.camera.cuda_graph && !m.set_cuda_graph(true) {
-                        eprintln!("perception_node: warning: camera.cuda_graph is on, but the BEV map model runs on the CPU, which has no CUDA graphs: ignored");
+                    if let Some(w) = m.apply_cuda_graph_param(params.camera.cuda_graph) {
+                        eprintln!("perception_node: warning: {w}");
                     }
                     Some(m)
                 }
