@@ -205,24 +205,12 @@ pub fn pool_cuda(
     channels: usize,
     mask: CameraMask,
 ) -> Result<CudaFeatureMap, Error> {
-    pool_cuda_guarded(dev, geom, depth, context, channels, mask, None)
+    pool_cuda_planned(dev, geom, &geom.plan, depth, context, channels, mask, None)
 }
 
-/// [`pool_cuda`] with the FP16 range guard ([`crate::device::range_guard`]) of the pooled sums
+/// [`pool_cuda`] with the work items of `plan` (made for `geom`; the geometry's own is
+/// `geom.plan`) and the FP16 range guard ([`crate::device::range_guard`]) of the pooled sums
 /// reporting into `range`.
-pub fn pool_cuda_guarded(
-    dev: &CudaDevice,
-    geom: &CudaLssGeometry,
-    depth: &CudaSlice<f16>,
-    context: &CudaSlice<f16>,
-    channels: usize,
-    mask: CameraMask,
-    range: Option<RangeSlot<'_>>,
-) -> Result<CudaFeatureMap, Error> {
-    pool_cuda_planned(dev, geom, &geom.plan, depth, context, channels, mask, range)
-}
-
-/// [`pool_cuda_guarded`] with the work items of `plan` (made for `geom`).
 #[allow(clippy::too_many_arguments)]
 pub fn pool_cuda_planned(
     dev: &CudaDevice,
@@ -463,7 +451,7 @@ impl CudaLssTransform {
         let lifted = self.lift_guarded(dev, blas, x, flags)?;
         let geom = self.geometry().ok_or_else(|| Error::InvalidInput("no geometry".into()))?;
         let slot = |id: LayerId| flags.map(|f| f.slot(id)).transpose();
-        let mut bev = pool_cuda_guarded(dev, geom, &lifted.depth, &lifted.context, lifted.channels, mask, slot(self.ids.pool)?)?;
+        let mut bev = pool_cuda_planned(dev, geom, &geom.plan, &lifted.depth, &lifted.context, lifted.channels, mask, slot(self.ids.pool)?)?;
         for (conv, &id) in self.downsample.iter().zip(&self.ids.downsample) {
             bev = conv.forward_guarded(dev, blas, &bev, Activation::Relu, slot(id)?)?;
         }
