@@ -604,6 +604,11 @@ mod tests {
         assert_eq!(cdr::OccupancyGrid::from_cdr(&grid_to_msg(&g).to_serialized_bytes().unwrap()).unwrap(), g);
     }
 
+    /// The diagnostics value under `key`, if there is one.
+    fn value(d: &CameraDiag, key: &str) -> Option<String> {
+        d.values().into_iter().find(|kv| kv.key == key).map(|kv| kv.value)
+    }
+
     #[test]
     fn diagnostics_name_masked_cameras() {
         let mut d = CameraDiag { names: vec!["A".into(), "B".into()], stats: vec![CameraStats::default(); 2], ..Default::default() };
@@ -613,27 +618,22 @@ mod tests {
         d.last = vec![CameraStatus::Missing, CameraStatus::DecodeError];
         assert!(d.warning().unwrap().contains("LiDAR only"));
         d.stats[1].frames[CameraStatus::Stale as usize] = 3;
-        let v = d.values();
-        let get = |k: &str| v.iter().find(|kv| kv.key == k).map(|kv| kv.value.clone());
-        assert_eq!(get("camera B masked").as_deref(), Some("3"));
-        assert_eq!(get("camera B masked.stale").as_deref(), Some("3"));
-        assert_eq!(get("camera A age ms").as_deref(), Some("none"));
-        assert_eq!(get("camera B last frame").as_deref(), Some("decode_error"));
+        assert_eq!(value(&d, "camera B masked").as_deref(), Some("3"));
+        assert_eq!(value(&d, "camera B masked.stale").as_deref(), Some("3"));
+        assert_eq!(value(&d, "camera A age ms").as_deref(), Some("none"));
+        assert_eq!(value(&d, "camera B last frame").as_deref(), Some("decode_error"));
     }
 
     #[test]
     fn diagnostics_count_the_map_graph_and_its_refusals() {
         let mut d = CameraDiag::default();
-        let keys = |d: &CameraDiag| d.values().into_iter().map(|kv| kv.key).collect::<Vec<_>>();
-        assert!(!keys(&d).iter().any(|k| k.contains("cuda graph")), "no graph, no graph values");
+        assert!(!d.values().iter().any(|kv| kv.key.contains("cuda graph")), "no graph, no graph values");
         d.map_graph = Some(MapGraphCounts { captures: 1, replays: 40, refused: 0, last_refusal: None });
-        assert!(!keys(&d).contains(&"last bev map cuda graph refusal".to_string()));
+        assert_eq!(value(&d, "last bev map cuda graph refusal"), None);
         d.map_graph = Some(MapGraphCounts { captures: 1, replays: 40, refused: 2, last_refusal: Some("capture unsupported".into()) });
-        let v = d.values();
-        let get = |k: &str| v.iter().find(|kv| kv.key == k).map(|kv| kv.value.clone());
-        assert_eq!(get("bev map cuda graph captures").as_deref(), Some("1"));
-        assert_eq!(get("bev map cuda graph replays").as_deref(), Some("40"));
-        assert_eq!(get("bev map cuda graph refused").as_deref(), Some("2"));
-        assert_eq!(get("last bev map cuda graph refusal").as_deref(), Some("capture unsupported"));
+        assert_eq!(value(&d, "bev map cuda graph captures").as_deref(), Some("1"));
+        assert_eq!(value(&d, "bev map cuda graph replays").as_deref(), Some("40"));
+        assert_eq!(value(&d, "bev map cuda graph refused").as_deref(), Some("2"));
+        assert_eq!(value(&d, "last bev map cuda graph refusal").as_deref(), Some("capture unsupported"));
     }
 }
