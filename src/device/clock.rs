@@ -60,12 +60,21 @@ mod gpu {
     pub struct GpuClock {
         start: cudarc::driver::CudaEvent,
         marks: Vec<(String, cudarc::driver::CudaEvent)>,
+        /// Clocks of work on other streams that ran beside this clock's stages.
+        branches: Vec<GpuClock>,
     }
 
     impl GpuClock {
         /// A clock whose first stage starts with the work enqueued from now on.
         pub fn start(dev: &CudaDevice) -> Result<Self, Error> {
-            Ok(Self { start: timing_event(dev)?, marks: Vec::new() })
+            Ok(Self { start: timing_event(dev)?, marks: Vec::new(), branches: Vec::new() })
+        }
+
+        /// Adds the stages of a clock on another stream, whose work ran beside this clock's:
+        /// [`GpuClock::finish`] appends them after this clock's own, so the stages' times add up
+        /// to more than the frame.
+        pub fn add_branch(&mut self, branch: GpuClock) {
+            self.branches.push(branch);
         }
 
         /// Ends stage `name` after the work enqueued so far.
@@ -74,7 +83,8 @@ mod gpu {
             Ok(())
         }
 
-        /// Appends every stage's GPU time to `t` (waits for the last boundary).
+        /// Appends every stage's GPU time to `t`, then its branches' (reading a time waits for
+        /// its boundary).
         pub fn finish(self, t: &mut StageTimes) -> Result<(), Error> {
             let mut prev = &self.start;
             for (name, ev) in &self.marks {
@@ -82,7 +92,7 @@ mod gpu {
                 t.stages.push((name.clone(), std::time::Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3)));
                 prev = ev;
             }
-            Ok(())
+            self.branches.into_iter().try_for_each(|b| b.finish(t))
         }
     }
 

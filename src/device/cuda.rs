@@ -29,13 +29,17 @@ pub struct CudaDevice {
     pub stream: Arc<CudaStream>,
     pub arch: Arch,
     pub name: String,
-    /// Loaded modules by (name, storage build; see [`crate::device::storage`]).
-    modules: Mutex<HashMap<(&'static str, Storage), Arc<CudaModule>>>,
+    /// Loaded modules by (name, storage build; see [`crate::device::storage`]); shared with the
+    /// device's forks, since a module belongs to the context, not to a stream.
+    modules: Shared<(&'static str, Storage), Arc<CudaModule>>,
     /// Kernel handles by (module, function, storage): looked up in the driver once, not per launch.
-    functions: Mutex<HashMap<(&'static str, &'static str, Storage), CudaFunction>>,
+    functions: Shared<(&'static str, &'static str, Storage), CudaFunction>,
     /// Dynamic shared memory each kernel has been allowed beyond the default 48 KB (bytes).
-    shared_allowed: Mutex<HashMap<(&'static str, &'static str, Storage), usize>>,
+    shared_allowed: Shared<(&'static str, &'static str, Storage), usize>,
 }
+
+/// A cache shared by a device and its forks.
+type Shared<K, V> = Arc<Mutex<HashMap<K, V>>>;
 
 /// Buffers are stream-ordered allocations from the device's default memory pool. By default the
 /// pool returns freed memory to the driver at every synchronisation, so each frame would map its
@@ -137,10 +141,37 @@ impl CudaDevice {
             stream,
             arch,
             name,
-            modules: Mutex::new(HashMap::new()),
-            functions: Mutex::new(HashMap::new()),
-            shared_allowed: Mutex::new(HashMap::new()),
+            modules: Arc::default(),
+            functions: Arc::default(),
+            shared_allowed: Arc::default(),
         })
+    }
+
+    /// The same GPU, context and loaded kernels with a stream of its own (default priority), for a branch of work that may run beside this device's.
+    ///
+    /// The two streams are ordered only where the caller says so (event tracking is off): work
+    /// on the fork must not read a buffer this device writes, or the reverse, without an event
+    /// wait ([`CudaDevice::wait_for`]) in between; a buffer is freed in the order of the stream
+    /// that allocated it, so one read by the other stream must outlive that read (a host
+    /// synchronisation of the reading stream is enough).
+    pub fn fork(&self) -> Result<CudaDevice, Error> {
+        let stream = self.stream.fork().map_err(cuda_err("creating a second stream"))?;
+        Ok(CudaDevice {
+            ctx: self.ctx.clone(),
+            stream,
+            arch: self.arch,
+            name: self.name.clone(),
+            modules: self.modules.clone(),
+            functions: self.functions.clone(),
+            shared_allowed: self.shared_allowed.clone(),
+        })
+    }
+
+    /// Makes the work enqueued on this device from now on wait for everything enqueued on
+    /// `other` so far (an event, no host wait).
+    pub fn wait_for(&self, other: &CudaDevice) -> Result<(), Error> {
+        let ev = other.stream.record_event(None).map_err(cuda_err("recording an event"))?;
+        self.stream.wait(&ev).map_err(cuda_err("waiting for an event"))
     }
 
     /// The loaded module `name` (its FP16 build; compiled by NVRTC or taken from the disk cache
