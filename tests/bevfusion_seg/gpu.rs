@@ -76,6 +76,9 @@ fn check(kind: &str, seed: u64) {
         assert!(agree >= 0.999, "{kind}: the {what}'s masks agree on {:.4} % of cells", agree * 100.0);
     }
     eprintln!("{kind}: cuda stages (JPEG path) {:?}", j.times.0);
+    // the fusion model's LiDAR branch is timed on its own stream, beside the camera stages
+    let lidar_stages = j.times.0.iter().filter(|(n, _)| n == "lidar (beside the camera branch)").count();
+    assert_eq!(lidar_stages, usize::from(kind == "fusion"), "{kind}: stages {:?}", j.times.0);
     assert_eq!(g.geometry_builds(), 1, "{kind}: the geometry is built once per calibration");
     if kind == "camera" {
         // CAM_BACK masked on both backends
@@ -99,8 +102,8 @@ fn fusion_cuda_matches_cpu() {
 }
 
 /// The network replayed as a CUDA graph gives the eager path's probabilities: bit for bit in the
-/// camera-only model; in the fusion model to 1e-6 (its LiDAR branch runs eagerly before the
-/// graph, and a sparse conv kernel may sum in varying order). One capture per calibration and
+/// camera-only model; in the fusion model to 1e-6 (its LiDAR branch runs eagerly on its own
+/// stream before the graph, and a sparse conv kernel may sum in varying order). One capture per calibration and
 /// camera mask, one replay per frame; a frame asking for its stages runs eagerly.
 fn check_graph(kind: &str, seed: u64) {
     let Some(dev) = gpu(&format!("{kind}_cuda_graph_replays_the_eager_result")) else { return };

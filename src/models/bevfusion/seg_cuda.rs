@@ -1,14 +1,16 @@
 //! The BEVFusion seg model on CUDA ([`CudaBevSeg`]): the same stages as
-//! [`BevSegModel`](crate::models::bevfusion::seg::BevSegModel), FP16 activations with FP32 accumulation,
-//! everything enqueued on the device's one stream. The host waits only to read the probabilities
-//! back (and, in the fusion model, for the LiDAR branch's voxel counts, which size its sparse
-//! tensors).
+//! [`BevSegModel`](crate::models::bevfusion::seg::BevSegModel), FP16 activations with FP32 accumulation.
+//! The camera branch and the BEV stages are enqueued on the device's stream; the fusion model's
+//! LiDAR branch runs on a second stream of its own ([`CudaDevice::fork`]), beside the camera
+//! branch on the GPU. The host waits only to read the probabilities back and, in the fusion
+//! model, for the LiDAR branch's voxel counts (which size its sparse tensors): those waits are on
+//! the LiDAR stream, so they do not wait for the camera branch.
 //!
-//! Per frame: JPEG bytes (or decoded images) → [`CameraPreprocessCuda`] (decode on the host
-//! straight into pinned memory, one upload, resize + crop + normalize in one kernel) → Swin-T +
-//! FPN → view transform (geometry cached per calibration) [→ LiDAR encoder → fuser] → decoder →
-//! head → probabilities to the host. [`GpuClock`] events between the stages give the per-stage
-//! GPU times the bench reports.
+//! Per frame: JPEG bytes (or decoded images) → [`CameraPreprocessCuda`] (nvJPEG on the GPU, or
+//! a host decode straight into pinned memory and one upload; resize + crop + normalize in one
+//! kernel) → Swin-T + FPN → view transform (geometry cached per calibration) [→ fuser with the
+//! LiDAR branch's BEV map] → decoder → head → probabilities to the host. [`GpuClock`] events
+//! between the stages give the per-stage GPU times the bench reports.
 
 use crate::models::bevfusion::seg::{bev_map_from_nhwc, blank_images, check_cameras, with_blanks, lidar_stats, BevSegConfig, BevSegKind, BevSegModel, BevSegOutput, BevSegStages, Point5, StageMs};
 use crate::sensors::calib::camera::Calibration;
@@ -46,11 +48,19 @@ pub struct CudaBevSeg {
     encoder: CudaCameraEncoder,
     plan: Option<SwinPlan>,
     vtransform: CudaLssTransform,
-    lidar: Option<CudaLidarEncoder>,
+    lidar: Option<LidarBranch>,
     bev: CudaBevStack,
     graphs: bool,
     graph: Option<MapGraph>,
     graph_status: GraphStatus,
+}
+
+/// The fusion model's LiDAR encoder with the stream it runs on.
+struct LidarBranch {
+    /// The model's device with a stream of its own: the branch's kernels run beside the camera
+    /// branch's, and its host waits (voxel counts) wait for its own work only.
+    dev: CudaDevice,
+    encoder: CudaLidarEncoder,
 }
 
 /// What [`CudaBevSeg::network`] leaves on the device.
@@ -60,6 +70,10 @@ pub(crate) struct NetworkOut {
     pub decoded: CudaFeatureMap,
     pub maps: CudaBevMaps,
 }
+
+/// The LiDAR branch's stage: GPU time on its own stream, beside the camera branch's stages
+/// (the stages' times then add up to more than the frame).
+const LIDAR_STAGE: &str = "lidar (beside the camera branch)";
 
 /// Frame inputs already on the device.
 struct CameraInput {
@@ -76,7 +90,12 @@ impl CudaBevSeg {
         libraries::require(&[Lib::Cublas, Lib::CublasLt])?;
         let blas = CudaBlas::new(dev.stream.clone()).map_err(|e| Error::Cuda(format!("cuBLAS is not usable ({e:?}): the CUDA seg model needs libcublas")))?;
         let lidar = match &m.lidar {
-            Some(l) => Some(CudaLidarEncoder::upload(dev, l)?),
+            Some(l) => {
+                // uploaded on the branch's own stream, which orders the weights before its work
+                let dev = dev.fork()?;
+                let encoder = CudaLidarEncoder::upload(&dev, l)?;
+                Some(LidarBranch { dev, encoder })
+            }
             None => None,
         };
         Ok(Self {
@@ -168,40 +187,57 @@ impl CudaBevSeg {
         self.preprocess.jpeg_decoder()
     }
 
-    /// The network from the device input on: [LiDAR BEV →] camera BEV [→ fuser] → decoder → head,
-    /// probabilities back on the host.
+    /// The fusion model's LiDAR branch on its own stream: the cloud voxelized (non-finite and
+    /// out-of-range points dropped and counted) and encoded to its BEV map. Enqueued after the
+    /// camera branch, so that its host waits (the voxel and per-level site counts that size the
+    /// sparse tensors) overlap the camera branch's GPU work. `None` for the camera-only model.
+    fn lidar_branch(&self, cloud: Option<&[Point5]>, clock: &mut GpuClock) -> Result<Option<(CudaFeatureMap, LidarStats)>, Error> {
+        let Some(LidarBranch { dev, encoder }) = &self.lidar else {
+            return Ok(None);
+        };
+        let cloud = cloud.ok_or_else(|| Error::InvalidInput("the fusion model needs a LiDAR cloud".into()))?;
+        let mut branch_clock = GpuClock::start(dev)?;
+        let v = encoder.voxelize(dev, cloud)?;
+        let stats = lidar_stats(&v.stats);
+        let bev = if v.len == 0 {
+            let [x, y, c] = encoder.config().bev_shape()?;
+            CudaFeatureMap::zeros(dev, 1, x, y, c)?
+        } else {
+            encoder.forward_voxels(dev, v, false)?.0
+        };
+        branch_clock.mark(dev, LIDAR_STAGE.into())?;
+        clock.add_branch(branch_clock);
+        Ok(Some((bev, stats)))
+    }
+
+    /// The network from the device input on: camera BEV [→ fuser with the LiDAR BEV] → decoder
+    /// → head, probabilities back on the host. Eagerly, the camera branch is enqueued before the
+    /// LiDAR branch starts; as a CUDA graph, the graph (which holds the whole network) waits for
+    /// the LiDAR branch, which then overlaps the images' decode and preprocessing.
     fn run(&mut self, dev: &CudaDevice, calib: &Calibration, cam: CameraInput, cloud: Option<&[Point5]>, keep: bool, clock: &mut GpuClock) -> Result<(crate::models::bevfusion::map::BevMap, Option<BevSegStages>), Error> {
         let CameraInput { batch, mask, masked } = cam;
         clock.mark(dev, "upload+preprocess".into())?;
-        let (lidar_bev, stats): (Option<CudaFeatureMap>, Option<LidarStats>) = match &self.lidar {
-            Some(enc) => {
-                let cloud = cloud.ok_or_else(|| Error::InvalidInput("the fusion model needs a LiDAR cloud".into()))?;
-                // voxelization drops and counts non-finite and out-of-range points; its voxel count
-                // (and the sparse encoder's per-level site counts) come back to the host, so the
-                // LiDAR branch runs first, while little else is queued, and the camera branch then
-                // goes to the stream without a wait
-                let v = enc.voxelize(dev, cloud)?;
-                let stats = lidar_stats(&v.stats);
-                let bev = if v.len == 0 {
-                    let [x, y, c] = enc.config().bev_shape()?;
-                    CudaFeatureMap::zeros(dev, 1, x, y, c)?
-                } else {
-                    enc.forward_voxels(dev, v, false)?.0
-                };
-                clock.mark(dev, "lidar".into())?;
-                (Some(bev), Some(stats))
-            }
-            None => (None, None),
+        let shape = [batch.n, batch.h, batch.w];
+        let camera_first = match self.graph_wanted(calib, &batch, mask, keep) {
+            true => None,
+            false => Some(self.camera_branch(dev, calib, &batch.data, shape, mask, Some(&mut *clock))?),
         };
-        let (probs, camera_bev, fused, decoded) = match self.graph_network(dev, calib, &batch, mask, lidar_bev.as_ref(), keep)? {
-            Some(maps) => {
-                clock.mark(dev, "network (CUDA graph)".into())?;
-                (maps.download(dev)?, None, None, None)
-            }
-            None => {
-                let out = self.network(dev, calib, &batch.data, [batch.n, batch.h, batch.w], mask, lidar_bev.as_ref(), Some(clock))?;
-                (out.maps.download(dev)?, Some(out.camera_bev), out.fused, Some(out.decoded))
-            }
+        let lidar = self.lidar_branch(cloud, clock)?;
+        let (lidar_bev, stats) = lidar.map_or((None, None), |(bev, stats)| (Some(bev), Some(stats)));
+        if let Some(branch) = &self.lidar {
+            // the fuser (or the graph's input copy) reads the LiDAR BEV map
+            dev.wait_for(&branch.dev)?;
+        }
+        let (probs, camera_bev, fused, decoded) = if let Some(camera_bev) = camera_first {
+            let (fused, decoded, maps) = self.bev_stages(dev, &camera_bev, lidar_bev.as_ref(), Some(&mut *clock))?;
+            (maps.download(dev)?, Some(camera_bev), fused, Some(decoded))
+        } else if let Some(maps) = self.graph_network(dev, calib, &batch, mask, lidar_bev.as_ref(), keep)? {
+            clock.mark(dev, "network (CUDA graph)".into())?;
+            (maps.download(dev)?, None, None, None)
+        } else {
+            // the capture was refused: the whole network eagerly, after the LiDAR branch
+            let out = self.network(dev, calib, &batch.data, shape, mask, lidar_bev.as_ref(), Some(&mut *clock))?;
+            (out.maps.download(dev)?, Some(out.camera_bev), out.fused, Some(out.decoded))
         };
         clock.mark(dev, "to host".into())?;
         let head = crate::models::bevfusion::seg::maps_to_nhwc(&probs)?;
@@ -225,24 +261,36 @@ impl CudaBevSeg {
     }
 
     /// The network from the preprocessed images `[n, h, w]` on the device (and the LiDAR branch's
-    /// BEV map in the fusion model): Swin-T + FPN → view transform → [fuser →] decoder → head,
-    /// enqueued on the stream without a host wait. With a clock, a mark after each stage. This is
-    /// what [`MapGraph`] captures.
+    /// BEV map in the fusion model): [`camera_branch`](Self::camera_branch), then
+    /// [`bev_stages`](Self::bev_stages), enqueued on the stream without a host wait. With a
+    /// clock, a mark after each stage. This is what [`MapGraph`] captures.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn network(
         &mut self,
         dev: &CudaDevice,
         calib: &Calibration,
         images: &CudaSlice<f16>,
-        [n, h, w]: [usize; 3],
+        shape: [usize; 3],
         mask: CameraMask,
         lidar_bev: Option<&CudaFeatureMap>,
         mut clock: Option<&mut GpuClock>,
     ) -> Result<NetworkOut, Error> {
+        let camera_bev = self.camera_branch(dev, calib, images, shape, mask, clock.as_deref_mut())?;
+        let (fused, decoded, maps) = self.bev_stages(dev, &camera_bev, lidar_bev, clock)?;
+        Ok(NetworkOut { camera_bev, fused, decoded, maps })
+    }
+
+    /// Swin-T + FPN → view transform: the camera BEV map, enqueued without a host wait.
+    fn camera_branch(
+        &mut self,
+        dev: &CudaDevice,
+        calib: &Calibration,
+        images: &CudaSlice<f16>,
+        [n, h, w]: [usize; 3],
+        mask: CameraMask,
+        mut clock: Option<&mut GpuClock>,
+    ) -> Result<CudaFeatureMap, Error> {
         let mut mark = |name: &str| clock.as_deref_mut().map_or(Ok(()), |c| c.mark(dev, name.into()));
-        if self.lidar.is_some() != lidar_bev.is_some() {
-            return Err(Error::InvalidInput("the fusion model's network needs the LiDAR BEV map, the camera-only model's none".into()));
-        }
         self.plan_for(dev, n, h, w)?;
         let plan = self.plan.as_ref().ok_or_else(|| Error::Cuda("Swin plan missing".into()))?;
         let stages = self.encoder.backbone(dev, plan, images)?;
@@ -254,7 +302,18 @@ impl CudaBevSeg {
         let camera_bev = self.vtransform.forward(dev, &self.blas, calib, feats, mask)?;
         drop(neck);
         mark("depth+pool")?;
-        let mut inputs = vec![&camera_bev];
+        Ok(camera_bev)
+    }
+
+    /// [fuser →] decoder → head from the camera BEV map (and the LiDAR branch's, which the
+    /// stream must already wait for), enqueued without a host wait: the fused map (fusion model),
+    /// the decoder's output and the probabilities.
+    fn bev_stages(&self, dev: &CudaDevice, camera_bev: &CudaFeatureMap, lidar_bev: Option<&CudaFeatureMap>, mut clock: Option<&mut GpuClock>) -> Result<(Option<CudaFeatureMap>, CudaFeatureMap, CudaBevMaps), Error> {
+        let mut mark = |name: &str| clock.as_deref_mut().map_or(Ok(()), |c| c.mark(dev, name.into()));
+        if self.lidar.is_some() != lidar_bev.is_some() {
+            return Err(Error::InvalidInput("the fusion model's network needs the LiDAR BEV map, the camera-only model's none".into()));
+        }
+        let mut inputs = vec![camera_bev];
         if let Some(l) = lidar_bev {
             inputs.push(l);
         }
@@ -267,11 +326,17 @@ impl CudaBevSeg {
             }
             None => None,
         };
-        let decoded = self.bev.decoder.forward(dev, &self.blas, fused.as_ref().unwrap_or(&camera_bev))?;
+        let decoded = self.bev.decoder.forward(dev, &self.blas, fused.as_ref().unwrap_or(camera_bev))?;
         mark("decoder")?;
         let maps = self.bev.head.forward(dev, &self.blas, &decoded)?;
         mark("head")?;
-        Ok(NetworkOut { camera_bev, fused, decoded, maps })
+        Ok((fused, decoded, maps))
+    }
+
+    /// Whether this frame's network is to be replayed as a CUDA graph: graphs on, no stages
+    /// asked for, and no refused capture for its calibration, image size and mask.
+    fn graph_wanted(&self, calib: &Calibration, batch: &CudaCameraBatch, mask: CameraMask, keep: bool) -> bool {
+        self.graphs && !keep && !self.graph_status.refused_key.as_ref().is_some_and(|k| k.matches(calib, batch, mask))
     }
 
     /// Whether the network runs as a CUDA graph ([`CudaBevSeg::set_graphs`]).
@@ -300,7 +365,7 @@ impl CudaBevSeg {
     /// capturing it first when the frame's key differs; `None`: run the network eagerly (graphs
     /// off, stages asked for, or capture refused).
     fn graph_network(&mut self, dev: &CudaDevice, calib: &Calibration, batch: &CudaCameraBatch, mask: CameraMask, lidar_bev: Option<&CudaFeatureMap>, keep: bool) -> Result<Option<&CudaBevMaps>, Error> {
-        if !self.graphs || keep || self.graph_status.refused_key.as_ref().is_some_and(|k| k.matches(calib, batch, mask)) {
+        if !self.graph_wanted(calib, batch, mask, keep) {
             return Ok(None);
         }
         if !self.graph.as_ref().is_some_and(|g| g.key.matches(calib, batch, mask)) {
