@@ -1,10 +1,11 @@
 //! The BEVFusion seg model on CUDA ([`CudaBevSeg`]): the same stages as
 //! [`BevSegModel`](crate::models::bevfusion::seg::BevSegModel), FP16 activations with FP32 accumulation.
 //! The camera branch and the BEV stages are enqueued on the device's stream; the fusion model's
-//! LiDAR branch runs on a second stream of its own ([`CudaDevice::fork`]), beside the camera
-//! branch on the GPU. The host waits only to read the probabilities back and, in the fusion
-//! model, for the LiDAR branch's voxel counts (which size its sparse tensors): those waits are on
-//! the LiDAR stream, so they do not wait for the camera branch.
+//! LiDAR branch runs on a host thread and a stream of its own ([`CudaDevice::fork`]), from the
+//! start of the frame, beside the images' decode and the camera branch. The host waits only to
+//! read the probabilities back and, in the fusion model, for the LiDAR branch's voxel counts
+//! (which size its sparse tensors): those waits are on the LiDAR thread and stream, so they
+//! neither wait for the camera work nor hold up its launches.
 //!
 //! Per frame: JPEG bytes (or decoded images) → [`CameraPreprocessCuda`] (nvJPEG on the GPU, or
 //! a host decode straight into pinned memory and one upload; resize + crop + normalize in one
@@ -58,9 +59,39 @@ pub struct CudaBevSeg {
 /// The fusion model's LiDAR encoder with the stream it runs on.
 struct LidarBranch {
     /// The model's device with a stream of its own: the branch's kernels run beside the camera
-    /// branch's, and its host waits (voxel counts) wait for its own work only.
+    /// branch's, and its host waits (voxel counts) wait for its own work only. The branch is
+    /// run from a thread of its own ([`CudaBevSeg::frame`]).
     dev: CudaDevice,
     encoder: CudaLidarEncoder,
+}
+
+/// What the LiDAR branch gives the frame: its BEV map (on the branch's stream), its
+/// voxelization counts, and the clock of its stage.
+struct LidarOut {
+    bev: CudaFeatureMap,
+    stats: LidarStats,
+    clock: GpuClock,
+}
+
+impl LidarBranch {
+    /// The cloud voxelized (non-finite and out-of-range points dropped and counted) and encoded
+    /// to its BEV map, on the branch's stream; the host waits here (the voxel and per-level site
+    /// counts that size the sparse tensors) are for this stream's work only.
+    fn run(&self, cloud: Option<&[Point5]>) -> Result<LidarOut, Error> {
+        let dev = &self.dev;
+        let cloud = cloud.ok_or_else(|| Error::InvalidInput("the fusion model needs a LiDAR cloud".into()))?;
+        let mut clock = GpuClock::start(dev)?;
+        let v = self.encoder.voxelize(dev, cloud)?;
+        let stats = lidar_stats(&v.stats);
+        let bev = if v.len == 0 {
+            let [x, y, c] = self.encoder.config().bev_shape()?;
+            CudaFeatureMap::zeros(dev, 1, x, y, c)?
+        } else {
+            self.encoder.forward_voxels(dev, v, false)?.0
+        };
+        clock.mark(dev, LIDAR_STAGE.into())?;
+        Ok(LidarOut { bev, stats, clock })
+    }
 }
 
 /// What [`CudaBevSeg::network`] leaves on the device.
@@ -187,47 +218,44 @@ impl CudaBevSeg {
         self.preprocess.jpeg_decoder()
     }
 
-    /// The fusion model's LiDAR branch on its own stream: the cloud voxelized (non-finite and
-    /// out-of-range points dropped and counted) and encoded to its BEV map. Enqueued after the
-    /// camera branch, so that its host waits (the voxel and per-level site counts that size the
-    /// sparse tensors) overlap the camera branch's GPU work. `None` for the camera-only model.
-    fn lidar_branch(&self, cloud: Option<&[Point5]>, clock: &mut GpuClock) -> Result<Option<(CudaFeatureMap, LidarStats)>, Error> {
-        let Some(LidarBranch { dev, encoder }) = &self.lidar else {
-            return Ok(None);
+    /// One frame. The fusion model's LiDAR branch runs on a host thread and a stream of its own
+    /// while this thread prepares the camera input (`camera`: the images decoded, uploaded and
+    /// preprocessed, or their decode submitted; it may restart `clock`) and enqueues the camera
+    /// branch; then the BEV stages [fuser →] decoder → head, probabilities back on the host. As a
+    /// CUDA graph (which holds the whole network) the camera branch waits for the LiDAR branch
+    /// too, which then overlaps the images' decode and preprocessing.
+    #[allow(clippy::too_many_arguments)]
+    fn frame(
+        &mut self,
+        dev: &CudaDevice,
+        calib: &Calibration,
+        cloud: Option<&[Point5]>,
+        keep: bool,
+        clock: &mut GpuClock,
+        camera: impl FnOnce(&mut Self, &mut GpuClock) -> Result<CameraInput, Error>,
+    ) -> Result<(crate::models::bevfusion::map::BevMap, Option<BevSegStages>), Error> {
+        // taken out for the frame, so the camera side may borrow the model mutably; always put back
+        let branch = self.lidar.take();
+        let (camera_side, lidar) = std::thread::scope(|scope| {
+            let worker = branch.as_ref().map(|b| scope.spawn(|| b.run(cloud)));
+            let camera_side = camera(self, clock).and_then(|cam| self.camera_side(dev, calib, cam, keep, clock));
+            let lidar = worker.map(|w| w.join().unwrap_or_else(|_| Err(Error::Cuda("the LiDAR branch's thread panicked".into()))));
+            (camera_side, lidar)
+        });
+        self.lidar = branch;
+        let (CameraInput { batch, mask, masked }, camera_first) = camera_side?;
+        let (lidar_bev, stats) = match lidar.transpose()? {
+            Some(LidarOut { bev, stats, clock: branch_clock }) => {
+                clock.add_branch(branch_clock);
+                (Some(bev), Some(stats))
+            }
+            None => (None, None),
         };
-        let cloud = cloud.ok_or_else(|| Error::InvalidInput("the fusion model needs a LiDAR cloud".into()))?;
-        let mut branch_clock = GpuClock::start(dev)?;
-        let v = encoder.voxelize(dev, cloud)?;
-        let stats = lidar_stats(&v.stats);
-        let bev = if v.len == 0 {
-            let [x, y, c] = encoder.config().bev_shape()?;
-            CudaFeatureMap::zeros(dev, 1, x, y, c)?
-        } else {
-            encoder.forward_voxels(dev, v, false)?.0
-        };
-        branch_clock.mark(dev, LIDAR_STAGE.into())?;
-        clock.add_branch(branch_clock);
-        Ok(Some((bev, stats)))
-    }
-
-    /// The network from the device input on: camera BEV [→ fuser with the LiDAR BEV] → decoder
-    /// → head, probabilities back on the host. Eagerly, the camera branch is enqueued before the
-    /// LiDAR branch starts; as a CUDA graph, the graph (which holds the whole network) waits for
-    /// the LiDAR branch, which then overlaps the images' decode and preprocessing.
-    fn run(&mut self, dev: &CudaDevice, calib: &Calibration, cam: CameraInput, cloud: Option<&[Point5]>, keep: bool, clock: &mut GpuClock) -> Result<(crate::models::bevfusion::map::BevMap, Option<BevSegStages>), Error> {
-        let CameraInput { batch, mask, masked } = cam;
-        clock.mark(dev, "upload+preprocess".into())?;
-        let shape = [batch.n, batch.h, batch.w];
-        let camera_first = match self.graph_wanted(calib, &batch, mask, keep) {
-            true => None,
-            false => Some(self.camera_branch(dev, calib, &batch.data, shape, mask, Some(&mut *clock))?),
-        };
-        let lidar = self.lidar_branch(cloud, clock)?;
-        let (lidar_bev, stats) = lidar.map_or((None, None), |(bev, stats)| (Some(bev), Some(stats)));
         if let Some(branch) = &self.lidar {
             // the fuser (or the graph's input copy) reads the LiDAR BEV map
             dev.wait_for(&branch.dev)?;
         }
+        let shape = [batch.n, batch.h, batch.w];
         let (probs, camera_bev, fused, decoded) = if let Some(camera_bev) = camera_first {
             let (fused, decoded, maps) = self.bev_stages(dev, &camera_bev, lidar_bev.as_ref(), Some(&mut *clock))?;
             (maps.download(dev)?, Some(camera_bev), fused, Some(decoded))
@@ -278,6 +306,18 @@ impl CudaBevSeg {
         let camera_bev = self.camera_branch(dev, calib, images, shape, mask, clock.as_deref_mut())?;
         let (fused, decoded, maps) = self.bev_stages(dev, &camera_bev, lidar_bev, clock)?;
         Ok(NetworkOut { camera_bev, fused, decoded, maps })
+    }
+
+    /// The camera input's stage mark, then the camera branch enqueued, unless the frame's
+    /// network is to run as a CUDA graph (`None`: the graph holds the camera branch).
+    fn camera_side(&mut self, dev: &CudaDevice, calib: &Calibration, cam: CameraInput, keep: bool, clock: &mut GpuClock) -> Result<(CameraInput, Option<CudaFeatureMap>), Error> {
+        clock.mark(dev, "upload+preprocess".into())?;
+        if self.graph_wanted(calib, &cam.batch, cam.mask, keep) {
+            return Ok((cam, None));
+        }
+        let shape = [cam.batch.n, cam.batch.h, cam.batch.w];
+        let camera_bev = self.camera_branch(dev, calib, &cam.batch.data, shape, cam.mask, Some(clock))?;
+        Ok((cam, Some(camera_bev)))
     }
 
     /// Swin-T + FPN → view transform: the camera BEV map, enqueued without a host wait.
@@ -397,8 +437,7 @@ impl CudaBevSeg {
     pub fn forward_images(&mut self, dev: &CudaDevice, calib: &Calibration, images: &[Option<&RgbImage>], cloud: Option<&[Point5]>, keep_stages: bool) -> Result<BevSegOutput, Error> {
         self.check_cloud(cloud)?;
         let mut clock = GpuClock::start(dev)?;
-        let cam = self.camera_input(dev, calib, images)?;
-        let (map, stages) = self.run(dev, calib, cam, cloud, keep_stages, &mut clock)?;
+        let (map, stages) = self.frame(dev, calib, cloud, keep_stages, &mut clock, |m, _| m.camera_input(dev, calib, images))?;
         let times = finish(clock)?;
         Ok(BevSegOutput { map, times, stages })
     }
@@ -422,24 +461,26 @@ impl CudaBevSeg {
             return Err(Error::InvalidInput(format!("{} JPEGs for a calibration of {} cameras", jpegs.len(), calib.len())));
         }
         let limits = DecodeLimits::default();
-        let t0 = Instant::now();
         let nvjpeg = self.preprocess.uses_nvjpeg();
-        let (cam, mut clock, decode_ms) = if nvjpeg {
-            // nvJPEG decodes on the GPU: the decode is in the first GPU stage (upload+preprocess);
-            // the host time is what parsing and submitting it took.
-            let clock = GpuClock::start(dev)?;
-            let batch = self.preprocess.run_jpeg(dev, jpegs, &limits)?;
-            let submit_ms = t0.elapsed().as_secs_f64() * 1e3;
-            (Self::camera_input_batch(calib, batch, masked)?, clock, submit_ms)
-        } else {
-            self.preprocess.stage_jpeg(dev, jpegs, &limits)?;
-            let decode_ms = t0.elapsed().as_secs_f64() * 1e3;
-            // the GPU clock starts after the host decode: its first stage is upload + preprocess
-            let clock = GpuClock::start(dev)?;
-            let batch = self.preprocess.upload_and_launch(dev)?;
-            (Self::camera_input_batch(calib, batch, masked)?, clock, decode_ms)
-        };
-        let (map, stages) = self.run(dev, calib, cam, cloud, false, &mut clock)?;
+        let mut decode_ms = f64::NAN;
+        let mut clock = GpuClock::start(dev)?;
+        let (map, stages) = self.frame(dev, calib, cloud, false, &mut clock, |m, clock| {
+            let t0 = Instant::now();
+            let batch = if nvjpeg {
+                // nvJPEG decodes on the GPU: the decode is in the first GPU stage
+                // (upload+preprocess); the host time is what parsing and submitting it took.
+                let batch = m.preprocess.run_jpeg(dev, jpegs, &limits)?;
+                decode_ms = t0.elapsed().as_secs_f64() * 1e3;
+                batch
+            } else {
+                m.preprocess.stage_jpeg(dev, jpegs, &limits)?;
+                decode_ms = t0.elapsed().as_secs_f64() * 1e3;
+                // the GPU clock restarts after the host decode: its first stage is upload + preprocess
+                *clock = GpuClock::start(dev)?;
+                m.preprocess.upload_and_launch(dev)?
+            };
+            Self::camera_input_batch(calib, batch, masked)
+        })?;
         let mut times = finish(clock)?;
         let host_stage = if nvjpeg { "decode submit (host, nvJPEG)" } else { "decode (host)" };
         times.0.insert(0, (host_stage.into(), decode_ms));
