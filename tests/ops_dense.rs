@@ -18,13 +18,16 @@ fn cuda_conv_matches_cpu() {
     let blas = CudaBlas::new(dev.stream.clone()).unwrap();
     let mut rng = Rng(21);
     // (cin, cout, k, stride, pad, n, h, w, bn): the shapes the camera branch runs (depthnet 1×1,
-    // FPN 1×1 / 3×3, LSS downsample 3×3 s2, Swin patch embedding 4×4 s4 with 3 channels) and odd
-    // sizes (channels not a multiple of 8, non-square kernels).
+    // FPN 1×1 / 3×3, LSS downsample 3×3 s2, Swin patch embedding 4×4 s4 with 3 channels), the
+    // decoder's 160 channels, and odd sizes (channels not a multiple of 8, non-square kernels).
+    // Channels that are multiples of 8 take the 8-wide im2col, the others the scalar one.
     type Case = (usize, usize, [usize; 2], [usize; 2], [usize; 2], usize, usize, usize, bool);
     let cases: &[Case] = &[
         (256, 198, [1, 1], [1, 1], [0, 0], 6, 32, 88, false),
         (64, 48, [3, 3], [1, 1], [1, 1], 2, 20, 30, true),
         (80, 80, [3, 3], [2, 2], [1, 1], 1, 64, 64, true),
+        (160, 64, [3, 3], [1, 1], [1, 1], 2, 24, 20, false),
+        (16, 24, [1, 3], [2, 1], [0, 1], 1, 13, 9, true),
         (3, 96, [4, 4], [4, 4], [0, 0], 2, 64, 88, true),
         (5, 7, [1, 1], [1, 1], [0, 0], 1, 9, 11, false),
         (7, 13, [1, 3], [2, 1], [0, 1], 1, 15, 9, false),

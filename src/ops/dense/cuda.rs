@@ -182,11 +182,13 @@ impl CudaConv2d {
     /// (before the activation) reporting into `range`.
     pub fn forward_guarded(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaFeatureMap, act: Activation, range: Option<RangeSlot<'_>>) -> Result<CudaFeatureMap, Error> {
         let (acc, oh, ow) = self.forward_acc(dev, blas, x)?;
-        let mut out = CudaFeatureMap::zeros(dev, x.n, oh, ow, self.cout)?;
         let m = x.n * oh * ow;
         if m == 0 {
-            return Ok(out);
+            return CudaFeatureMap::zeros(dev, x.n, oh, ow, self.cout);
         }
+        // SAFETY: conv_epilogue below writes all m * cout values.
+        let data = unsafe { dev.stream.alloc::<f16>(m * self.cout) }.map_err(cuda_err("allocating the conv output"))?;
+        let mut out = CudaFeatureMap::from_slice(x.n, oh, ow, self.cout, data)?;
         let (m32, c32, relu) = (u32_of(m, "conv2d pixels")?, self.cout as u32, (act == Activation::Relu) as u32);
         let f = dev.function("dense", "conv_epilogue")?;
         // SAFETY: matches dense.cu; acc holds m * cout floats, bias cout, out m * cout halves; the
@@ -213,10 +215,12 @@ impl CudaConv2d {
         let (oh, ow) = self.output_size(x.h, x.w)?;
         let m = x.n * oh * ow;
         let s = &dev.stream;
-        let mut acc = s.alloc_zeros::<f32>((m * self.cout).max(1)).map_err(cuda_err("allocating conv accumulators"))?;
         if m == 0 {
+            let acc = s.alloc_zeros::<f32>(1).map_err(cuda_err("allocating conv accumulators"))?;
             return Ok((acc, oh, ow));
         }
+        // SAFETY: the GEMM below (beta 0: the output is not read) writes all m * cout values.
+        let mut acc = unsafe { s.alloc::<f32>(m * self.cout) }.map_err(cuda_err("allocating conv accumulators"))?;
         let direct = self.kh == 1 && self.kw == 1 && self.stride == [1, 1] && self.padding == [0, 0];
         if direct {
             gemm(dev, blas, &x.data, m, self.kpad, &self.weight, self.cout, &mut acc)?;
@@ -240,9 +244,18 @@ impl CudaConv2d {
         let total = (m as u64).checked_mul(self.kpad as u64).ok_or_else(|| Error::InvalidInput("conv2d: im2col size overflows".into()))?;
         // SAFETY: im2col_nhwc writes every one of the m * kpad entries (zeros included).
         let mut col = unsafe { s.alloc::<f16>(total as usize) }.map_err(cuda_err("allocating the im2col matrix"))?;
-        let f = dev.function("dense", "im2col_nhwc")?;
-        // SAFETY: matches dense.cu; x holds n*h*w*c halves, col m * kpad.
-        unsafe { s.launch_builder(&f).arg(&x.data).arg(&shape).arg(&mut col).launch(grid_stride(total)) }.map_err(cuda_err("im2col_nhwc"))?;
+        // 8 halves a thread where rows and channels allow it and the indices fit in 32 bits
+        let vector = x.c % 8 == 0 && self.kpad % 8 == 0 && total < u32::MAX as u64 && (x.len() as u64) < u32::MAX as u64;
+        if vector {
+            let f = dev.function("dense", "im2col_nhwc_v8")?;
+            // SAFETY: matches dense.cu; x holds n*h*w*c halves, col m * kpad (both multiples of
+            // 8 halves, 16-byte aligned device allocations), indices checked to fit in 32 bits.
+            unsafe { s.launch_builder(&f).arg(&x.data).arg(&shape).arg(&mut col).launch(grid_stride(total / 8)) }.map_err(cuda_err("im2col_nhwc_v8"))?;
+        } else {
+            let f = dev.function("dense", "im2col_nhwc")?;
+            // SAFETY: matches dense.cu; x holds n*h*w*c halves, col m * kpad.
+            unsafe { s.launch_builder(&f).arg(&x.data).arg(&shape).arg(&mut col).launch(grid_stride(total)) }.map_err(cuda_err("im2col_nhwc"))?;
+        }
         gemm(dev, blas, &col, m, self.kpad, &self.weight, self.cout, &mut acc)?;
         Ok((acc, oh, ow))
     }
