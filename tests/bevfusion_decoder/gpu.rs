@@ -173,22 +173,33 @@ fn cudnn_convs_match_cpu() {
         let gx = CudaFeatureMap::upload(&dev, &x).unwrap();
         for act in [Activation::None, Activation::Relu] {
             let want = conv.forward(&x, act).unwrap();
-            // twice: the second call reuses the cached plan
+            // twice: the second call reuses the cached plan and the measured pick (same bits)
+            let mut first = None;
             for round in 0..2 {
                 let got = g.forward(&dev, &blas, &engine, &gx, act, None).unwrap().download(&dev).unwrap();
                 assert_eq!((got.n, got.h, got.w, got.c), (want.n, want.h, want.w, want.c), "case {i}");
                 let e = rel_err(&got.data, &want.data);
-                if round == 0 {
-                    let algo = match &g {
-                        GpuConv::Cudnn(c) => c.algorithm(n, h, w),
-                        GpuConv::Im2col(_) => None,
-                    };
-                    eprintln!("cudnn case {i} ({cin}->{cout} k{k} s{s} {n}x{h}x{w}) {act:?}: rel err {e:.2e}, algo {algo:?}");
-                }
                 // FP16 output rounded twice (conv, then bias/act): ≤ 1.5e-3
                 assert!(e <= 1.5e-3, "case {i} {act:?}: rel err {e}");
                 assert!(got.data.iter().all(|v| v.is_finite()));
+                match &first {
+                    None => first = Some(got.data),
+                    Some(f) => assert_eq!(f, &got.data, "case {i} {act:?}: the second call differs from the first"),
+                }
             }
+            // each form on its own, whichever the measurement picked
+            let GpuConv::Fastest(f) = &g else { panic!("a cuDNN engine uploads both forms") };
+            let ctx = engine.cudnn_context().unwrap();
+            let by_cudnn = f.cudnn_form().forward(&dev, ctx, &gx, act, None).unwrap().download(&dev).unwrap();
+            let by_gemm = f.gemm_form().forward(&dev, &blas, &gx, act).unwrap().download(&dev).unwrap();
+            let (ec, eg) = (rel_err(&by_cudnn.data, &want.data), rel_err(&by_gemm.data, &want.data));
+            eprintln!(
+                "cudnn case {i} ({cin}->{cout} k{k} s{s} {n}x{h}x{w}) {act:?}: cuDNN rel err {ec:.2e} (algo {:?}), im2col + cuBLAS {eg:.2e}, picked {:?}",
+                f.cudnn_form().algorithm(n, h, w),
+                f.picked(n, h, w)
+            );
+            assert!(ec <= 1.5e-3 && eg <= 1e-3, "case {i} {act:?}: cuDNN rel err {ec}, im2col {eg}");
+            assert!(f.picked(n, h, w).is_some(), "case {i}: no pick recorded");
         }
     }
     let conv = Conv2d::new(4, 4, 3, 3, [1, 1], [1, 1], vec![0.0; 144], None).unwrap();

@@ -1,6 +1,13 @@
 //! Which implementation runs a model's dense convolutions on CUDA: im2col + cuBLAS
 //! ([`CudaConv2d`]) or cuDNN ([`CudnnConv2d`]), chosen when the model is uploaded. Asking for
 //! cuDNN where it cannot be loaded falls back to im2col + cuBLAS with one log line.
+//!
+//! With cuDNN, each conv also keeps its im2col + cuBLAS form and runs, per input shape, whichever
+//! of the two measured faster on this GPU at its first call ([`GpuConv::Fastest`]). cuDNN's
+//! legacy forward API offers tensor-core kernels only for some channel counts: on the H100 its
+//! best algorithms for the BEV decoder's 80- and 160-channel convs are SIMT kernels 5-10× slower
+//! than a cuBLAS GEMM on the im2col matrix, while for its 256- to 640-channel convs it is the
+//! faster of the two.
 
 use crate::ops::dense::cuda::{CudaConv2d, CudaFeatureMap};
 use crate::ops::dense::cuda_ops::conv_residual_cuda;
@@ -9,6 +16,8 @@ use crate::ops::dense::{Activation, Conv2d};
 use crate::device::cuda::CudaDevice;
 use crate::Error;
 use cudarc::cublas::CudaBlas;
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 /// A dense-convolution implementation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +78,11 @@ impl ConvEngine {
         }
     }
 
+    /// The cuDNN handle, if cuDNN is in use.
+    pub fn cudnn_context(&self) -> Option<&CudnnContext> {
+        self.cudnn.as_ref()
+    }
+
     /// The loaded cuDNN version, if cuDNN is in use.
     pub fn cudnn_version(&self) -> Option<usize> {
         self.cudnn.as_ref().map(|c| c.version)
@@ -78,21 +92,95 @@ impl ConvEngine {
 /// A conv on the engine's backend.
 pub enum GpuConv {
     Im2col(CudaConv2d),
-    Cudnn(CudnnConv2d),
+    /// cuDNN and im2col + cuBLAS, the faster per input shape (the module doc).
+    Fastest(Box<FastestConv>),
+}
+
+/// One conv in both forms, with the form each input shape runs on.
+pub struct FastestConv {
+    cudnn: CudnnConv2d,
+    gemm: CudaConv2d,
+    /// Per input (n, h, w): true when cuDNN measured faster.
+    cudnn_wins: RefCell<HashMap<(usize, usize, usize), bool>>,
+}
+
+/// Timed runs of each form when a shape is first seen (after one untimed run that plans it).
+const TIMED_RUNS: usize = 3;
+
+impl FastestConv {
+    /// The cuDNN form.
+    pub fn cudnn_form(&self) -> &CudnnConv2d {
+        &self.cudnn
+    }
+
+    /// The im2col + cuBLAS form.
+    pub fn gemm_form(&self) -> &CudaConv2d {
+        &self.gemm
+    }
+
+    /// The form an `n × h × w` input runs on, once measured.
+    pub fn picked(&self, n: usize, h: usize, w: usize) -> Option<ConvBackend> {
+        self.cudnn_wins.borrow().get(&(n, h, w)).map(|&c| if c { ConvBackend::Cudnn } else { ConvBackend::Im2col })
+    }
+
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, ctx: &CudnnContext, x: &CudaFeatureMap, act: Activation, residual: Option<&CudaFeatureMap>) -> Result<CudaFeatureMap, Error> {
+        let run_cudnn = || self.cudnn.forward(dev, ctx, x, act, residual);
+        let run_gemm = || match residual {
+            None => self.gemm.forward(dev, blas, x, act),
+            Some(r) => conv_residual_cuda(dev, blas, &self.gemm, x, r, act),
+        };
+        let key = (x.n, x.h, x.w);
+        let known = self.cudnn_wins.borrow().get(&key).copied();
+        let cudnn_wins = match known {
+            Some(w) => w,
+            None => {
+                // medians of a few runs each, the outputs dropped (a host wait: first frame only)
+                let t_cudnn = dev.time_median_ms(1, TIMED_RUNS, || run_cudnn().map(drop))?;
+                let t_gemm = dev.time_median_ms(1, TIMED_RUNS, || run_gemm().map(drop))?;
+                let w = t_cudnn <= t_gemm;
+                if std::env::var_os("SPTR_VERBOSE").is_some() {
+                    let c = &self.cudnn;
+                    eprintln!(
+                        "sptr: conv {}x{} s{:?} {} -> {} on [{}, {}, {}]: cuDNN {t_cudnn:.4} ms, im2col + cuBLAS {t_gemm:.4} ms: {}",
+                        c.kh,
+                        c.kw,
+                        c.stride,
+                        c.cin,
+                        c.cout,
+                        x.n,
+                        x.h,
+                        x.w,
+                        if w { "cuDNN" } else { "im2col + cuBLAS" }
+                    );
+                }
+                self.cudnn_wins.borrow_mut().insert(key, w);
+                w
+            }
+        };
+        if cudnn_wins {
+            run_cudnn()
+        } else {
+            run_gemm()
+        }
+    }
 }
 
 impl GpuConv {
     pub fn upload(dev: &CudaDevice, engine: &ConvEngine, conv: &Conv2d) -> Result<Self, Error> {
         Ok(match engine.backend() {
             ConvBackend::Im2col => GpuConv::Im2col(CudaConv2d::upload(dev, conv)?),
-            ConvBackend::Cudnn => GpuConv::Cudnn(CudnnConv2d::upload(dev, conv)?),
+            ConvBackend::Cudnn => GpuConv::Fastest(Box::new(FastestConv {
+                cudnn: CudnnConv2d::upload(dev, conv)?,
+                gemm: CudaConv2d::upload(dev, conv)?,
+                cudnn_wins: RefCell::new(HashMap::new()),
+            })),
         })
     }
 
     pub fn cout(&self) -> usize {
         match self {
             GpuConv::Im2col(c) => c.cout,
-            GpuConv::Cudnn(c) => c.cout,
+            GpuConv::Fastest(c) => c.cudnn.cout,
         }
     }
 
@@ -109,8 +197,8 @@ impl GpuConv {
         match (self, residual) {
             (GpuConv::Im2col(c), None) => c.forward(dev, blas, x, act),
             (GpuConv::Im2col(c), Some(r)) => conv_residual_cuda(dev, blas, c, x, r, act),
-            (GpuConv::Cudnn(c), r) => match &engine.cudnn {
-                Some(ctx) => c.forward(dev, ctx, x, act, r),
+            (GpuConv::Fastest(c), r) => match &engine.cudnn {
+                Some(ctx) => c.forward(dev, blas, ctx, x, act, r),
                 None => Err(Error::InvalidInput("a cuDNN convolution run on an engine without cuDNN".into())),
             },
         }
