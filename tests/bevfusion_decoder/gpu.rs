@@ -75,16 +75,18 @@ fn deconv_grid_sample_residual_sigmoid_match_cpu() {
     // both paddings, both align_corners
     let cfg = BevConfig::load(&common::root().join("config/models/bevfusion_seg_fusion.yaml")).unwrap();
     let (hx, hy, head_grid) = sptr::models::bevfusion::head::bev_grid(&cfg.head);
-    let x = random_fp16_map(&mut rng, 1, 128, 128, 24);
+    // 24 channels take the 8-wide kernel, 5 the scalar one
+    let maps = [random_fp16_map(&mut rng, 1, 128, 128, 24), random_fp16_map(&mut rng, 1, 128, 128, 5)];
+    let x = &maps[0];
     let mut odd_grid: Vec<f32> = (0..7 * 9 * 2).map(|_| rng.uniform(-1.3, 1.3)).collect();
     odd_grid[0] = f32::NAN;
     odd_grid[5] = 1.0;
-    for (name, grid, oh, ow) in [("head", &head_grid, hx, hy), ("odd", &odd_grid, 7, 9)] {
+    for (name, grid, oh, ow, x) in [("head", &head_grid, hx, hy, &maps[0]), ("odd", &odd_grid, 7, 9, &maps[0]), ("head, 5 channels", &head_grid, hx, hy, &maps[1])] {
         let gg = dev.stream.clone_htod(grid).unwrap();
-        let gx = CudaFeatureMap::upload(&dev, &x).unwrap();
+        let gx = CudaFeatureMap::upload(&dev, x).unwrap();
         for pad in [GridPadding::Zeros, GridPadding::Border] {
             for ac in [false, true] {
-                let want = grid_sample(&x, grid, oh, ow, pad, ac).unwrap();
+                let want = grid_sample(x, grid, oh, ow, pad, ac).unwrap();
                 let got = grid_sample_cuda(&dev, &gx, &gg, oh, ow, pad, ac).unwrap().download(&dev).unwrap();
                 let e = max_abs_err(&got.data, &want.data);
                 // FP16 output rounding of values up to 1
@@ -94,7 +96,7 @@ fn deconv_grid_sample_residual_sigmoid_match_cpu() {
         }
     }
     let gg = dev.stream.clone_htod(&odd_grid).unwrap();
-    assert!(grid_sample_cuda(&dev, &CudaFeatureMap::upload(&dev, &x).unwrap(), &gg, 7, 8, GridPadding::Zeros, false).is_err());
+    assert!(grid_sample_cuda(&dev, &CudaFeatureMap::upload(&dev, x).unwrap(), &gg, 7, 8, GridPadding::Zeros, false).is_err());
 
     // conv + residual + ReLU (a BasicBlock's second conv)
     let (cin, cout) = (32, 32);
@@ -175,7 +177,7 @@ fn cudnn_convs_match_cpu() {
             let want = conv.forward(&x, act).unwrap();
             // twice: the second call reuses the cached plan and the measured pick (same bits)
             let mut first = None;
-            for round in 0..2 {
+            for _ in 0..2 {
                 let got = g.forward(&dev, &blas, &engine, &gx, act, None).unwrap().download(&dev).unwrap();
                 assert_eq!((got.n, got.h, got.w, got.c), (want.n, want.h, want.w, want.c), "case {i}");
                 let e = rel_err(&got.data, &want.data);

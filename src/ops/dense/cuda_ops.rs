@@ -158,7 +158,10 @@ pub(crate) fn bias_act_f16(
     let (m32, c32) = (u32_of(m, "conv pixels")?, u32_of(y.c, "conv channels")?);
     let (has_res, relu) = (residual.is_some() as u32, (act == Activation::Relu) as u32);
     let total = m as u64 * y.c as u64;
-    let f = dev.function("bev_dense", "bias_act_f16")?;
+    // 8 channels a thread where the channels and 32-bit indices allow it
+    let vector = y.c % 8 == 0 && total < u32::MAX as u64;
+    let f = dev.function("bev_dense", if vector { "bias_act_f16_v8" } else { "bias_act_f16" })?;
+    let total = if vector { total / 8 } else { total };
     let res = residual.map(|r| &r.data);
     // SAFETY: matches bev_dense.cu; y (and the residual when has_res) hold m * cout halves. Without
     // a residual the kernel never reads `res`; the bias buffer is passed in its place only so
@@ -193,18 +196,23 @@ pub fn grid_sample_cuda(
     if x.data.len() < x.len() {
         return Err(Error::InvalidInput(format!("grid_sample: input buffer holds {} of {} halves", x.data.len(), x.len())));
     }
-    let mut out = CudaFeatureMap::zeros(dev, x.n, oh, ow, x.c)?;
-    if out.is_empty() {
-        return Ok(out);
+    let len = crate::ops::dense::volume(x.n, oh, ow, x.c, "grid_sample output")?;
+    if len == 0 {
+        return CudaFeatureMap::zeros(dev, x.n, oh, ow, x.c);
     }
+    // SAFETY: the kernel below writes every output value.
+    let data = unsafe { dev.stream.alloc::<f16>(len) }.map_err(cuda_err("allocating the grid_sample output"))?;
+    let mut out = CudaFeatureMap::from_slice(x.n, oh, ow, x.c, data)?;
     let dims = [x.n, x.h, x.w, x.c, oh, ow].iter().map(|&v| u32_of(v, "grid_sample")).collect::<Result<Vec<_>, _>>()?;
     let (border, ac) = ((padding == GridPadding::Border) as u32, align_corners as u32);
     // the kernel indexes corners with i32 arithmetic: keep the input inside that range
     if x.h >= i32::MAX as usize / 2 || x.w >= i32::MAX as usize / 2 {
         return Err(Error::InvalidInput(format!("grid_sample: a {} x {} input is too large", x.h, x.w)));
     }
-    let cfg = grid_stride(out.len() as u64);
-    let f = dev.function("bev_dense", "grid_sample_nhwc")?;
+    // 8 channels a thread where the channels and 32-bit indices allow it
+    let vector = x.c % 8 == 0 && (out.len() as u64) < u32::MAX as u64 && (x.len() as u64) < u32::MAX as u64;
+    let cfg = grid_stride(if vector { out.len() as u64 / 8 } else { out.len() as u64 });
+    let f = dev.function("bev_dense", if vector { "grid_sample_nhwc_v8" } else { "grid_sample_nhwc" })?;
     // SAFETY: matches bev_dense.cu; x holds n*h*w*c halves, grid oh*ow*2 floats, out n*oh*ow*c.
     unsafe {
         dev.stream
