@@ -3,7 +3,8 @@
 //! cuDNN where it cannot be loaded falls back to im2col + cuBLAS with one log line.
 //!
 //! With cuDNN, each conv also keeps its im2col + cuBLAS form and runs, per input shape, whichever
-//! of the two measured faster on this GPU at its first call ([`GpuConv::Fastest`]). cuDNN's
+//! of the two measured faster on this GPU at its first call ([`GpuConv::Fastest`]; the im2col
+//! form only where its scratch memory is small, [`GEMM_SCRATCH_CAP`]). cuDNN's
 //! legacy forward API offers tensor-core kernels only for some channel counts: on the H100 its
 //! best algorithms for the BEV decoder's 80- and 160-channel convs are SIMT kernels 5-10× slower
 //! than a cuBLAS GEMM on the im2col matrix, while for its 256- to 640-channel convs it is the
@@ -107,6 +108,12 @@ pub struct FastestConv {
 /// Timed runs of each form when a shape is first seen (after one untimed run that plans it).
 const TIMED_RUNS: usize = 3;
 
+/// The im2col + cuBLAS form is tried only where its im2col matrix and accumulators take at most
+/// this much device memory: the memory pool keeps what a frame once used, so a 369 MB matrix
+/// (the map head's 512-channel conv on 200 × 200) would stay allocated for good. Larger convs
+/// run on cuDNN, which measured faster on every such shape so far.
+const GEMM_SCRATCH_CAP: usize = 64 << 20;
+
 impl FastestConv {
     /// The cuDNN form.
     pub fn cudnn_form(&self) -> &CudnnConv2d {
@@ -133,6 +140,10 @@ impl FastestConv {
         let known = self.cudnn_wins.borrow().get(&key).copied();
         let cudnn_wins = match known {
             Some(w) => w,
+            None if self.gemm.scratch_bytes(x.n, x.h, x.w)? > GEMM_SCRATCH_CAP => {
+                self.cudnn_wins.borrow_mut().insert(key, true);
+                true
+            }
             None => {
                 // medians of a few runs each, the outputs dropped (a host wait: first frame only)
                 let t_cudnn = dev.time_median_ms(1, TIMED_RUNS, || run_cudnn().map(drop))?;

@@ -173,6 +173,16 @@ impl CudaConv2d {
         Ok(((ph - self.kh) / self.stride[0] + 1, (pw - self.kw) / self.stride[1] + 1))
     }
 
+    /// The device memory a forward on an `n × h × w` input holds beside its input and output:
+    /// the im2col matrix (none for a 1×1 stride-1 conv) and the FP32 accumulators, in bytes.
+    pub fn scratch_bytes(&self, n: usize, h: usize, w: usize) -> Result<usize, Error> {
+        let (oh, ow) = self.output_size(h, w)?;
+        let m = n * oh * ow;
+        let direct = self.kh == 1 && self.kw == 1 && self.stride == [1, 1] && self.padding == [0, 0];
+        let col = if direct { 0 } else { m * self.kpad * 2 };
+        Ok(col + m * self.cout * 4)
+    }
+
     /// `act(conv(x) + bias)` as FP16.
     pub fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaFeatureMap, act: Activation) -> Result<CudaFeatureMap, Error> {
         self.forward_guarded(dev, blas, x, act, None)
