@@ -87,6 +87,35 @@ __device__ __forceinline__ float grid_unnormalize(float g, u32 size, u32 align_c
     return c;
 }
 
+// The four bilinear corners of grid point q (nw, ne, sw, se): their cells, their weights exactly
+// as GridSampler.cuh forms them, and whether each lies inside the h x w map. NaN or huge
+// coordinates put every corner outside.
+struct GridCorners {
+    int xs[4], ys[4];
+    float ws[4];
+    bool inside[4];
+};
+
+__device__ __forceinline__ GridCorners grid_corners(const float* __restrict__ grid, u64 q, u32 h, u32 w, u32 align_corners, u32 border) {
+    const float ix = grid_unnormalize(grid[2 * q], w, align_corners, border);
+    const float iy = grid_unnormalize(grid[2 * q + 1], h, align_corners, border);
+    const float fx = floorf(ix), fy = floorf(iy);
+    GridCorners g;
+    g.ws[0] = ((fx + 1.0f) - ix) * ((fy + 1.0f) - iy);
+    g.ws[1] = (ix - fx) * ((fy + 1.0f) - iy);
+    g.ws[2] = ((fx + 1.0f) - ix) * (iy - fy);
+    g.ws[3] = (ix - fx) * (iy - fy);
+    // the comparisons are false for NaN; the int conversion happens only for coordinates in range
+    const bool near = fx > -2.0f && fx < (float)w + 1.0f && fy > -2.0f && fy < (float)h + 1.0f;
+    const int x0 = near ? (int)fx : -2, y0 = near ? (int)fy : -2;
+    for (int t = 0; t < 4; ++t) {
+        g.xs[t] = x0 + (t & 1);
+        g.ys[t] = y0 + (t >> 1);
+        g.inside[t] = g.xs[t] >= 0 && g.xs[t] < (int)w && g.ys[t] >= 0 && g.ys[t] < (int)h;
+    }
+    return g;
+}
+
 // F.grid_sample(x, grid, mode='bilinear') on NHWC FP16: out[b, oy, ox, ch] from x[b, h, w, ch]
 // with grid[(oy * ow + ox) * 2 + {0: x, 1: y}] (one grid for the batch). Corners outside the map
 // contribute nothing (zero padding; border padding clamps the coordinate first).
@@ -99,26 +128,10 @@ extern "C" __global__ void grid_sample_nhwc(const __half* __restrict__ x, u32 n,
         const u64 opix = i / c;
         const u64 q = opix % ((u64)oh * ow);
         const u64 b = opix / ((u64)oh * ow);
-        const float ix = grid_unnormalize(grid[2 * q], w, align_corners, border);
-        const float iy = grid_unnormalize(grid[2 * q + 1], h, align_corners, border);
-        const float fx = floorf(ix), fy = floorf(iy);
-        // weights exactly as GridSampler.cuh forms them
-        const float nw = ((fx + 1.0f) - ix) * ((fy + 1.0f) - iy);
-        const float ne = (ix - fx) * ((fy + 1.0f) - iy);
-        const float sw = ((fx + 1.0f) - ix) * (iy - fy);
-        const float se = (ix - fx) * (iy - fy);
+        const GridCorners g = grid_corners(grid, q, h, w, align_corners, border);
         float acc = 0.0f;
-        // NaN or huge coordinates: every corner outside (the comparisons below are false)
-        if (fx > -2.0f && fx < (float)w + 1.0f && fy > -2.0f && fy < (float)h + 1.0f) {
-            const int x0 = (int)fx, y0 = (int)fy;
-            const int xs[4] = {x0, x0 + 1, x0, x0 + 1};
-            const int ys[4] = {y0, y0, y0 + 1, y0 + 1};
-            const float ws[4] = {nw, ne, sw, se};
-            for (int t = 0; t < 4; ++t) {
-                if (xs[t] >= 0 && xs[t] < (int)w && ys[t] >= 0 && ys[t] < (int)h) {
-                    acc += __half2float(x[((b * h + (u64)ys[t]) * w + (u64)xs[t]) * c + ch]) * ws[t];
-                }
-            }
+        for (int t = 0; t < 4; ++t) {
+            if (g.inside[t]) acc += __half2float(x[((b * h + (u64)g.ys[t]) * w + (u64)g.xs[t]) * c + ch]) * g.ws[t];
         }
         out[i] = __float2half_rn(acc);
     }
@@ -140,28 +153,16 @@ extern "C" __global__ void grid_sample_nhwc_v8(const __half* __restrict__ x, u32
         const u32 opix = i / c8;
         const u32 q = opix % plane;
         const u32 b = opix / plane;
-        const float ix = grid_unnormalize(grid[2 * q], w, align_corners, border);
-        const float iy = grid_unnormalize(grid[2 * q + 1], h, align_corners, border);
-        const float fx = floorf(ix), fy = floorf(iy);
-        const float nw = ((fx + 1.0f) - ix) * ((fy + 1.0f) - iy);
-        const float ne = (ix - fx) * ((fy + 1.0f) - iy);
-        const float sw = ((fx + 1.0f) - ix) * (iy - fy);
-        const float se = (ix - fx) * (iy - fy);
+        const GridCorners g = grid_corners(grid, q, h, w, align_corners, border);
         float acc[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
-        if (fx > -2.0f && fx < (float)w + 1.0f && fy > -2.0f && fy < (float)h + 1.0f) {
-            const int x0 = (int)fx, y0 = (int)fy;
-            const int xs[4] = {x0, x0 + 1, x0, x0 + 1};
-            const int ys[4] = {y0, y0, y0 + 1, y0 + 1};
-            const float ws[4] = {nw, ne, sw, se};
-            for (int t = 0; t < 4; ++t) {
-                if (xs[t] >= 0 && xs[t] < (int)w && ys[t] >= 0 && ys[t] < (int)h) {
-                    const uint4 v = x8[((b * h + (u32)ys[t]) * w + (u32)xs[t]) * c8 + ch8];
-                    const __half* hv = reinterpret_cast<const __half*>(&v);
+        for (int t = 0; t < 4; ++t) {
+            if (g.inside[t]) {
+                const uint4 v = x8[((b * h + (u32)g.ys[t]) * w + (u32)g.xs[t]) * c8 + ch8];
+                const __half* hv = reinterpret_cast<const __half*>(&v);
 #pragma unroll
-                    for (int k = 0; k < 8; ++k) acc[k] += __half2float(hv[k]) * ws[t];
-                }
+                for (int k = 0; k < 8; ++k) acc[k] += __half2float(hv[k]) * g.ws[t];
             }
         }
         uint4 o;
