@@ -19,7 +19,7 @@ use half::f16;
 use sptr::sensors::image::compressed::decode_jpeg;
 use sptr::sensors::image::encodings::{DecodeLimits, RgbImage};
 use sptr::ops::image_preprocess::cpu::{preprocess_cpu, ImagePreprocess};
-use sptr::ops::image_preprocess::cuda::CameraPreprocessCuda;
+use sptr::ops::image_preprocess::cuda::{check_jpegs, CameraPreprocessCuda};
 use sptr::device::cuda::CudaDevice;
 
 const CAMS: [&str; 6] = ["CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_FRONT_LEFT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_BACK_RIGHT"];
@@ -178,9 +178,16 @@ fn gpu_nvjpeg_input_is_close_to_the_zune_path() {
     if interp {
         assert!(max <= 0.11, "nvJPEG vs zune-jpeg network input: max abs {max} > 0.11 (≈ 6 levels)");
     }
-    // Same bits on a second frame (the batched state and buffers are reused).
+    // Same bits on a second frame (the batched state and buffers are reused), and from JPEGs
+    // checked beforehand (the camera branch's path) on either decoder.
     let again = nv.run_jpeg(&dev, &slices, &limits).expect("again").to_host(&dev).expect("to host");
     assert!(again.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "nvJPEG path not repeatable");
+    let checked = check_jpegs(&slices, &limits).expect("checks");
+    let nv_checked = nv.run_checked_jpeg(&dev, &checked).expect("checked, nvJPEG").to_host(&dev).expect("to host");
+    assert!(nv_checked.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "nvJPEG on checked JPEGs differs");
+    assert_eq!(nv.jpeg_stats().gpu, (0..6).collect::<Vec<_>>());
+    let zune_checked = zune.run_checked_jpeg(&dev, &checked).expect("checked, zune").to_host(&dev).expect("to host");
+    assert!(zune_checked.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "zune-jpeg on checked JPEGs differs");
 
     // A batch mixing JPEGs nvJPEG is not given (progressive, grey) with ones it takes: the
     // others go to zune-jpeg and are counted, and give exactly the zune path's values.

@@ -37,7 +37,7 @@ use crate::frame::sweeps::{SweepBuffer, SweepPoints};
 use crate::frame::sync::{CameraCounts, CameraSync, CameraUse};
 use crate::sensors::calib::tf::TfBuffer;
 use crate::sensors::image::compressed::{check_format, decode_compressed, sniff, Codec};
-use crate::sensors::image::jpeg_markers::check_before_gpu;
+use crate::sensors::image::jpeg_markers::{check_before_gpu, CheckedJpeg};
 use crate::sensors::image::encodings::{decode_raw, DecodeLimits, RawImage, RgbImage};
 use crate::{Error, Points};
 
@@ -65,17 +65,31 @@ impl CameraImage {
         .map_err(|e| e.to_string())
     }
 
-    /// For a JPEG `CompressedImage`: its size from its headers, after the checks a GPU decoder
-    /// relies on (format, limits, and `jpeg_markers::check_before_gpu`: every marker segment read
-    /// up to the end-of-image marker, the frame header agreeing with the decoder's, no stray
-    /// marker in the scan data, every scan whole to its last MCU). `None` for anything else (raw,
-    /// PNG).
-    pub fn jpeg_header_size(&self, limits: &DecodeLimits) -> Option<Result<(usize, usize), String>> {
-        let CameraImage::Compressed(m) = self else { return None };
+    /// For a JPEG `CompressedImage`: the message checked the way a GPU decoder relies on
+    /// (format, limits, and `jpeg_markers::check_before_gpu`: every marker segment read up to the
+    /// end-of-image marker, the frame header agreeing with the decoder's, no stray marker in the
+    /// scan data, every scan whole to its last MCU). `None` for anything else (raw, PNG).
+    pub fn check_jpeg(self: &Arc<Self>, limits: &DecodeLimits) -> Option<Result<CheckedJpeg<JpegMessage>, String>> {
+        let CameraImage::Compressed(m) = self.as_ref() else { return None };
         if check_format(&m.format).is_err() || !matches!(sniff(&m.format, &m.data), Ok(Codec::Jpeg)) {
             return None;
         }
-        Some(check_before_gpu(&m.data, limits).map(|j| (j.width, j.height)).map_err(|e| e.to_string()))
+        Some(check_before_gpu(JpegMessage(Arc::clone(self)), limits).map_err(|e| e.to_string()))
+    }
+}
+
+/// A compressed camera message, shared, as the bytes of its JPEG (what
+/// [`CameraImage::check_jpeg`] checked; it makes these from compressed messages only).
+#[derive(Debug, Clone)]
+pub struct JpegMessage(Arc<CameraImage>);
+
+impl AsRef<[u8]> for JpegMessage {
+    fn as_ref(&self) -> &[u8] {
+        match self.0.as_ref() {
+            CameraImage::Compressed(m) => &m.data,
+            // never made from a raw image; no bytes pass no check
+            CameraImage::Raw(_) => &[],
+        }
     }
 }
 
@@ -85,26 +99,23 @@ pub enum FrameImage {
     /// Decoded on the host.
     Rgb(Arc<RgbImage>),
     /// A JPEG left for a model that decodes JPEG itself on the GPU
-    /// ([`BevMapModel::decodes_jpeg`]); its headers were checked
-    /// ([`CameraImage::jpeg_header_size`]) and its size is its calibration's.
-    Jpeg { message: Arc<CameraImage>, width: usize, height: usize },
+    /// ([`BevMapModel::decodes_jpeg`]), checked here once ([`CameraImage::check_jpeg`]); its size
+    /// is its calibration's.
+    Jpeg(CheckedJpeg<JpegMessage>),
 }
 
 impl FrameImage {
     pub fn size(&self) -> (usize, usize) {
         match self {
             FrameImage::Rgb(i) => (i.width, i.height),
-            FrameImage::Jpeg { width, height, .. } => (*width, *height),
+            FrameImage::Jpeg(j) => j.size(),
         }
     }
 
-    /// The JPEG bytes of a deferred image.
-    pub fn jpeg(&self) -> Option<&[u8]> {
+    /// A deferred image's checked JPEG.
+    pub fn jpeg(&self) -> Option<&CheckedJpeg<JpegMessage>> {
         match self {
-            FrameImage::Jpeg { message, .. } => match message.as_ref() {
-                CameraImage::Compressed(m) => Some(&m.data),
-                CameraImage::Raw(_) => None,
-            },
+            FrameImage::Jpeg(j) => Some(j),
             FrameImage::Rgb(_) => None,
         }
     }
@@ -113,7 +124,7 @@ impl FrameImage {
     pub fn to_rgb(&self, limits: &DecodeLimits) -> Result<Arc<RgbImage>, String> {
         match self {
             FrameImage::Rgb(i) => Ok(Arc::clone(i)),
-            FrameImage::Jpeg { message, .. } => message.decode(limits).map(Arc::new),
+            FrameImage::Jpeg(j) => j.source().0.decode(limits).map(Arc::new),
         }
     }
 }
@@ -512,8 +523,8 @@ impl CameraBranch {
         let fresh: Vec<(usize, Arc<CameraImage>, Result<FrameImage, String>)> = todo
             .into_par_iter()
             .map(|(i, img)| {
-                let r = match img.jpeg_header_size(&limits).filter(|_| defer) {
-                    Some(size) => size.map(|(width, height)| FrameImage::Jpeg { message: Arc::clone(&img), width, height }),
+                let r = match img.check_jpeg(&limits).filter(|_| defer) {
+                    Some(checked) => checked.map(FrameImage::Jpeg),
                     None => img.decode(&limits).map(|d| FrameImage::Rgb(Arc::new(d))),
                 };
                 (i, img, r)
@@ -1029,7 +1040,7 @@ mod tests {
         assert!(f.cameras[1].detail.as_deref().is_some_and(|d| d.contains("end-of-image")), "{:?}", f.cameras[1].detail);
         for i in [0, 2, 3, 4, 5] {
             let img = f.images[i].as_ref().unwrap();
-            assert_eq!(img.jpeg().map(<[u8]>::len), Some(nuscenes_jpeg(&names[i]).len()));
+            assert_eq!(img.jpeg().map(|j| j.bytes().to_vec()), Some(nuscenes_jpeg(&names[i])));
             assert_eq!(img.size(), (1600, 900));
             // the deferred image decodes on the host to the same pixels as the branch's decode
             let rgb = img.to_rgb(&DecodeLimits::default()).unwrap();

@@ -24,6 +24,8 @@ use crate::ops::image_preprocess::cpu::ImagePreprocess;
 use crate::models::bevfusion::map::BevMap;
 use crate::frame::sweeps::SweepPoints;
 use crate::sensors::image::encodings::{DecodeLimits, RgbImage};
+#[cfg(feature = "cuda-core")]
+use crate::sensors::image::jpeg_markers::CheckedJpeg;
 use crate::nn::Weights;
 use crate::Error;
 
@@ -178,17 +180,17 @@ impl SegMapModel {
         if !model.decodes_jpeg_on_gpu() {
             return None;
         }
-        let mut jpegs: Vec<Option<&[u8]>> = Vec::with_capacity(inputs.images.len());
+        let mut jpegs: Vec<Option<CheckedJpeg<&[u8]>>> = Vec::with_capacity(inputs.images.len());
         for image in &inputs.images {
             match image {
                 None => jpegs.push(None),
-                Some(i) => jpegs.push(Some(i.jpeg()?)),
+                Some(i) => jpegs.push(Some(i.jpeg()?.borrowed())),
             }
         }
-        let stand_in = jpegs.iter().flatten().next().copied()?;
+        let stand_in = jpegs.iter().flatten().next()?.clone();
         let masked: Vec<usize> = (0..jpegs.len()).filter(|&i| jpegs[i].is_none()).collect();
-        let all: Vec<&[u8]> = jpegs.iter().map(|j| j.unwrap_or(stand_in)).collect();
-        match model.forward_jpeg_masked(dev, &inputs.calibration, &all, &masked, cloud) {
+        let all: Vec<CheckedJpeg<&[u8]>> = jpegs.into_iter().map(|j| j.unwrap_or_else(|| stand_in.clone())).collect();
+        match model.forward_checked_jpeg_masked(dev, &inputs.calibration, &all, &masked, cloud) {
             // Bad image data (both decoders refused it): decoded again on the host below.
             Err(Error::InvalidInput(_)) => None,
             r => Some(r),

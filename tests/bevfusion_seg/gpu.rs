@@ -9,7 +9,8 @@
 
 use crate::common::{gpu, rel_err};
 use crate::seg::*;
-use sptr::sensors::image::encodings::RgbImage;
+use sptr::sensors::image::encodings::{DecodeLimits, RgbImage};
+use sptr::ops::image_preprocess::cuda::check_jpegs;
 use sptr::models::bevfusion::seg::{random_tensors, BevSegModel, BevSegOutput};
 use sptr::ops::dense::conv_engine::ConvBackend;
 use sptr::models::bevfusion::seg_cuda::CudaBevSeg;
@@ -76,6 +77,13 @@ fn check(kind: &str, seed: u64) {
         assert!(agree >= 0.999, "{kind}: the {what}'s masks agree on {:.4} % of cells", agree * 100.0);
     }
     eprintln!("{kind}: cuda stages (JPEG path) {:?}", j.times.0);
+    // JPEGs checked by the caller (the camera branch's path): the same bits, and with nvJPEG no
+    // second check in the frame
+    let checked = check_jpegs(&jrefs, &DecodeLimits::default()).unwrap();
+    let c = g.forward_checked_jpeg_masked(&dev, &calib, &checked, &[], pts.as_deref()).unwrap();
+    assert!(c.map.probabilities.iter().map(|v| v.to_bits()).eq(j.map.probabilities.iter().map(|v| v.to_bits())), "{kind}: checked JPEGs give other probabilities");
+    let checks = |o: &BevSegOutput| o.times.0.iter().filter(|(n, _)| n == "JPEG checks (host)").count();
+    assert_eq!((checks(&j), checks(&c)), (usize::from(decoder.contains("nvJPEG")), 0), "{kind}: stages {:?} / {:?}", j.times.0, c.times.0);
     // the fusion model's LiDAR branch is timed on its own stream, beside the camera stages
     let lidar_stages = j.times.0.iter().filter(|(n, _)| n == "lidar (beside the camera branch)").count();
     assert_eq!(lidar_stages, usize::from(kind == "fusion"), "{kind}: stages {:?}", j.times.0);

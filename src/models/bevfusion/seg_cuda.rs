@@ -21,7 +21,8 @@ use crate::models::bevfusion::map::LidarStats;
 use crate::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
 use crate::sensors::image::encodings::{DecodeLimits, RgbImage};
 use crate::sensors::image::compressed::JpegDecoderChoice;
-use crate::ops::image_preprocess::cuda::{CameraPreprocessCuda, CudaCameraBatch};
+use crate::ops::image_preprocess::cuda::{check_jpegs, CameraPreprocessCuda, CudaCameraBatch};
+use crate::sensors::image::jpeg_markers::CheckedJpeg;
 use crate::models::bevfusion::camera::swin_cuda::SwinPlan;
 use crate::ops::dense::conv_engine::ConvBackend;
 use crate::ops::dense::cuda::CudaFeatureMap;
@@ -451,29 +452,48 @@ impl CudaBevSeg {
 
     /// [`forward_jpeg`](Self::forward_jpeg) with the cameras in `masked` masked: their slots
     /// hold a stand-in JPEG (another camera's), decoded with the batch but pooled nowhere, so a
-    /// frame with a stale or missing camera stays on the batched nvJPEG path.
+    /// frame with a stale or missing camera stays on the batched nvJPEG path. With nvJPEG the
+    /// JPEGs are checked first (`check_before_gpu`: the host stage `JPEG checks (host)`).
     pub fn forward_jpeg_masked(&mut self, dev: &CudaDevice, calib: &Calibration, jpegs: &[&[u8]], masked: &[usize], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
-        self.check_cloud(cloud)?;
-        if masked.len() >= calib.len() && self.lidar.is_none() {
-            return Err(Error::InvalidInput("no camera image at all: the camera BEV would be empty; give at least one image".into()));
-        }
-        if jpegs.len() != calib.len() {
-            return Err(Error::InvalidInput(format!("{} JPEGs for a calibration of {} cameras", jpegs.len(), calib.len())));
-        }
+        self.forward_jpeg_input(dev, calib, JpegInput::Unchecked(jpegs), masked, cloud)
+    }
+
+    /// [`forward_jpeg_masked`](Self::forward_jpeg_masked) on JPEGs the caller checked (the camera
+    /// branch checks each image once, and nvJPEG is handed them without a second walk).
+    pub fn forward_checked_jpeg_masked(&mut self, dev: &CudaDevice, calib: &Calibration, jpegs: &[CheckedJpeg<&[u8]>], masked: &[usize], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
+        self.forward_jpeg_input(dev, calib, JpegInput::Checked(jpegs), masked, cloud)
+    }
+
+    fn forward_jpeg_input(&mut self, dev: &CudaDevice, calib: &Calibration, input: JpegInput<'_>, masked: &[usize], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
+        self.check_frame(calib, input.len(), masked, cloud)?;
         let limits = DecodeLimits::default();
         let nvjpeg = self.preprocess.uses_nvjpeg();
+        let mut check_ms = None;
         let mut decode_ms = f64::NAN;
         let mut clock = GpuClock::start(dev)?;
         let (map, stages) = self.frame(dev, calib, cloud, false, &mut clock, |m, clock| {
             let t0 = Instant::now();
             let batch = if nvjpeg {
+                let checked_here;
+                let checked = match input {
+                    JpegInput::Checked(c) => c,
+                    JpegInput::Unchecked(j) => {
+                        checked_here = check_jpegs(j, &limits)?;
+                        check_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
+                        checked_here.as_slice()
+                    }
+                };
                 // nvJPEG decodes on the GPU: the decode is in the first GPU stage
-                // (upload+preprocess); the host time is what parsing and submitting it took.
-                let batch = m.preprocess.run_jpeg(dev, jpegs, &limits)?;
-                decode_ms = t0.elapsed().as_secs_f64() * 1e3;
+                // (upload+preprocess); the host time is what submitting it took.
+                let t1 = Instant::now();
+                let batch = m.preprocess.run_checked_jpeg(dev, checked)?;
+                decode_ms = t1.elapsed().as_secs_f64() * 1e3;
                 batch
             } else {
-                m.preprocess.stage_jpeg(dev, jpegs, &limits)?;
+                match input {
+                    JpegInput::Unchecked(j) => m.preprocess.stage_jpeg(dev, j, &limits)?,
+                    JpegInput::Checked(c) => m.preprocess.stage_checked_jpeg(dev, c)?,
+                }
                 decode_ms = t0.elapsed().as_secs_f64() * 1e3;
                 // the GPU clock restarts after the host decode: its first stage is upload + preprocess
                 *clock = GpuClock::start(dev)?;
@@ -484,7 +504,39 @@ impl CudaBevSeg {
         let mut times = finish(clock)?;
         let host_stage = if nvjpeg { "decode submit (host, nvJPEG)" } else { "decode (host)" };
         times.0.insert(0, (host_stage.into(), decode_ms));
+        if let Some(ms) = check_ms {
+            times.0.insert(0, ("JPEG checks (host)".into(), ms));
+        }
         Ok(BevSegOutput { map, times, stages })
+    }
+
+    /// What every JPEG frame is checked for before any work: the cloud, at least one camera
+    /// (or the LiDAR branch), one JPEG per calibrated camera.
+    fn check_frame(&self, calib: &Calibration, jpegs: usize, masked: &[usize], cloud: Option<&[Point5]>) -> Result<(), Error> {
+        self.check_cloud(cloud)?;
+        if masked.len() >= calib.len() && self.lidar.is_none() {
+            return Err(Error::InvalidInput("no camera image at all: the camera BEV would be empty; give at least one image".into()));
+        }
+        if jpegs != calib.len() {
+            return Err(Error::InvalidInput(format!("{jpegs} JPEGs for a calibration of {} cameras", calib.len())));
+        }
+        Ok(())
+    }
+}
+
+/// A frame's JPEGs: as received, or checked already (`check_before_gpu`).
+#[derive(Clone, Copy)]
+enum JpegInput<'a> {
+    Unchecked(&'a [&'a [u8]]),
+    Checked(&'a [CheckedJpeg<&'a [u8]>]),
+}
+
+impl JpegInput<'_> {
+    fn len(&self) -> usize {
+        match self {
+            JpegInput::Unchecked(j) => j.len(),
+            JpegInput::Checked(c) => c.len(),
+        }
     }
 }
 

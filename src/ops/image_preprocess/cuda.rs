@@ -21,7 +21,7 @@
 
 use crate::sensors::image::compressed::{decode_jpeg_into, jpeg_size, JpegDecoderChoice};
 use crate::sensors::image::encodings::{DecodeLimits, ImageError, RgbImage};
-use crate::sensors::image::jpeg_markers::{check_before_gpu, GpuEligibility};
+use crate::sensors::image::jpeg_markers::{check_before_gpu, CheckedJpeg, GpuEligibility};
 use crate::sensors::image::nvjpeg::{DecodeTarget, ImageOutcome, NvjpegDecoder};
 use crate::ops::image_preprocess::cpu::{ImageAug, ImagePreprocess, ResizeTaps};
 use crate::device::cuda::{cuda_err, CudaDevice};
@@ -29,6 +29,16 @@ use crate::Error;
 use cudarc::driver::{CudaEvent, CudaSlice, DevicePtrMut, LaunchConfig, PinnedHostSlice, PushKernelArg};
 use half::f16;
 use rayon::prelude::*;
+
+/// Each JPEG through `check_before_gpu` (the cameras in parallel: the scan walk and the search
+/// for stray markers read every byte); the error names the first bad camera.
+pub fn check_jpegs<'a>(jpegs: &[&'a [u8]], limits: &DecodeLimits) -> Result<Vec<CheckedJpeg<&'a [u8]>>, Error> {
+    jpegs
+        .par_iter()
+        .enumerate()
+        .map(|(i, j)| check_before_gpu(*j, limits).map_err(|e| Error::InvalidInput(format!("camera {i}: {e}"))))
+        .collect()
+}
 
 /// Words per camera descriptor (`kernels/ops/image_preprocess.cu`).
 const DESC_WORDS: usize = 8;
@@ -206,9 +216,24 @@ impl CameraPreprocessCuda {
     /// construction (module docs). Errors name the camera whose JPEG is bad.
     pub fn run_jpeg(&mut self, dev: &CudaDevice, jpegs: &[&[u8]], limits: &DecodeLimits) -> Result<CudaCameraBatch, Error> {
         if self.uses_nvjpeg() {
-            return self.run_jpeg_nvjpeg(dev, jpegs, limits);
+            let checked = check_jpegs(jpegs, limits)?;
+            return self.run_checked_nvjpeg(dev, &checked);
         }
         self.stage_jpeg(dev, jpegs, limits)?;
+        let out = self.upload_and_launch(dev)?;
+        self.stats.gpu.clear();
+        self.stats.cpu_fallback.clear();
+        Ok(out)
+    }
+
+    /// [`run_jpeg`](Self::run_jpeg) on JPEGs that passed `check_before_gpu` already (the camera
+    /// branch checks each image once): nvJPEG is handed them without a second walk of their
+    /// scans; zune-jpeg decodes them at the checked sizes (its decode walks the scans itself).
+    pub fn run_checked_jpeg(&mut self, dev: &CudaDevice, jpegs: &[CheckedJpeg<&[u8]>]) -> Result<CudaCameraBatch, Error> {
+        if self.uses_nvjpeg() {
+            return self.run_checked_nvjpeg(dev, jpegs);
+        }
+        self.stage_checked_jpeg(dev, jpegs)?;
         let out = self.upload_and_launch(dev)?;
         self.stats.gpu.clear();
         self.stats.cpu_fallback.clear();
@@ -224,7 +249,19 @@ impl CameraPreprocessCuda {
             let (w, h) = jpeg_size(j, limits).map_err(|e| Error::InvalidInput(format!("camera {i}: {e}")))?;
             sizes.push([w, h]);
         }
-        self.prepare(dev, &sizes)?;
+        self.stage_sized(dev, jpegs, &sizes)
+    }
+
+    /// [`stage_jpeg`](Self::stage_jpeg) on checked JPEGs, at their checked sizes.
+    pub fn stage_checked_jpeg(&mut self, dev: &CudaDevice, jpegs: &[CheckedJpeg<&[u8]>]) -> Result<(), Error> {
+        let bytes: Vec<&[u8]> = jpegs.iter().map(|j| j.bytes()).collect();
+        let sizes: Vec<[usize; 2]> = jpegs.iter().map(|j| j.size().into()).collect();
+        self.stage_sized(dev, &bytes, &sizes)
+    }
+
+    /// [`stage_jpeg`](Self::stage_jpeg) with each JPEG's size known (`jpeg_size` within the limits).
+    fn stage_sized(&mut self, dev: &CudaDevice, jpegs: &[&[u8]], sizes: &[[usize; 2]]) -> Result<(), Error> {
+        self.prepare(dev, sizes)?;
         let plan = self.plan.as_ref().ok_or_else(|| Error::Cuda("camera preprocessing plan missing".into()))?;
         let staging = self.staging.as_mut().ok_or_else(|| Error::Cuda("camera staging buffer missing".into()))?;
         let host = staging.as_mut_slice().map_err(cuda_err("mapping the camera staging buffer"))?;
@@ -242,24 +279,11 @@ impl CameraPreprocessCuda {
     }
 
     /// nvJPEG into the device buffer of whole images; zune-jpeg for what it does not take.
-    fn run_jpeg_nvjpeg(&mut self, dev: &CudaDevice, jpegs: &[&[u8]], limits: &DecodeLimits) -> Result<CudaCameraBatch, Error> {
-        // Each JPEG's headers and scan data checked, the cameras in parallel (the scan walk and
-        // the search for stray markers read every byte).
-        let checked: Vec<Result<([usize; 2], GpuEligibility), Error>> = jpegs
-            .par_iter()
-            .enumerate()
-            .map(|(i, j)| {
-                let c = check_before_gpu(j, limits).map_err(|e| Error::InvalidInput(format!("camera {i}: {e}")))?;
-                Ok(([c.width, c.height], c.layout.gpu_eligibility()))
-            })
-            .collect();
-        let mut sizes = Vec::with_capacity(jpegs.len());
-        let mut eligible = Vec::with_capacity(jpegs.len());
-        for c in checked {
-            let (size, e) = c?;
-            sizes.push(size);
-            eligible.push(e);
-        }
+    fn run_checked_nvjpeg(&mut self, dev: &CudaDevice, checked: &[CheckedJpeg<&[u8]>]) -> Result<CudaCameraBatch, Error> {
+        let jpegs: Vec<&[u8]> = checked.iter().map(|c| c.bytes()).collect();
+        let jpegs = jpegs.as_slice();
+        let sizes: Vec<[usize; 2]> = checked.iter().map(|c| c.size().into()).collect();
+        let eligible: Vec<GpuEligibility> = checked.iter().map(|c| c.layout().gpu_eligibility()).collect();
         self.prepare(dev, &sizes)?;
         let plan = self.plan.as_ref().ok_or_else(|| Error::Cuda("camera preprocessing plan missing".into()))?;
         if self.decoded.as_ref().is_none_or(|d| d.len() < plan.full_bytes) {

@@ -187,12 +187,43 @@ pub fn stray_marker(data: &[u8], from: usize) -> Option<(usize, u8)> {
     None
 }
 
-/// A JPEG that passed [`check_before_gpu`]: its size and its headers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CheckedJpeg {
-    pub width: usize,
-    pub height: usize,
-    pub layout: JpegLayout,
+/// JPEG bytes that passed [`check_before_gpu`], with the size and headers the check read. Only
+/// `check_before_gpu` makes one, so a GPU decoder that takes this type is never handed bytes
+/// that skipped the checks, and a JPEG checked once (by the camera branch) is not walked again
+/// (by the model's preprocessing). `B` holds the bytes (`&[u8]`, `Vec<u8>`, a shared message):
+/// its `as_ref` must give the same bytes every time, as every container of plain bytes does.
+#[derive(Debug, Clone)]
+pub struct CheckedJpeg<B> {
+    bytes: B,
+    width: usize,
+    height: usize,
+    layout: JpegLayout,
+}
+
+impl<B: AsRef<[u8]>> CheckedJpeg<B> {
+    /// The checked bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.as_ref()
+    }
+
+    /// Width and height in pixels (within the limits the check was given).
+    pub fn size(&self) -> (usize, usize) {
+        (self.width, self.height)
+    }
+
+    pub fn layout(&self) -> &JpegLayout {
+        &self.layout
+    }
+
+    /// What holds the bytes.
+    pub fn source(&self) -> &B {
+        &self.bytes
+    }
+
+    /// The same check over borrowed bytes (for a batch of them).
+    pub fn borrowed(&self) -> CheckedJpeg<&[u8]> {
+        CheckedJpeg { bytes: self.bytes.as_ref(), width: self.width, height: self.height, layout: self.layout.clone() }
+    }
 }
 
 /// Every check a JPEG passes before a GPU decoder is given its bytes, in one place so that the
@@ -201,7 +232,8 @@ pub struct CheckedJpeg {
 /// frame header agreeing with that size; an end-of-image marker after the scan data; no stray
 /// marker inside it ([`stray_marker`]); and every scan whole, to its last MCU
 /// (`jpeg_scan::check_scan_data`), which nvJPEG does not report.
-pub fn check_before_gpu(data: &[u8], limits: &DecodeLimits) -> Result<CheckedJpeg, ImageError> {
+pub fn check_before_gpu<B: AsRef<[u8]>>(bytes: B, limits: &DecodeLimits) -> Result<CheckedJpeg<B>, ImageError> {
+    let data = bytes.as_ref();
     let (width, height) = jpeg_size(data, limits)?;
     let corrupt = |what: String| ImageError::Jpeg(what);
     let layout = read_layout(data).map_err(|e| corrupt(e.to_string()))?;
@@ -216,7 +248,7 @@ pub fn check_before_gpu(data: &[u8], limits: &DecodeLimits) -> Result<CheckedJpe
         return Err(corrupt(format!("marker 0xFF{code:02X} at byte {at} inside the scan data")));
     }
     check_scan_data(data).map_err(|e| corrupt(e.to_string()))?;
-    Ok(CheckedJpeg { width, height, layout })
+    Ok(CheckedJpeg { bytes, width, height, layout })
 }
 
 impl JpegLayout {
@@ -389,9 +421,11 @@ mod tests {
         let d = std::fs::read(front).unwrap();
         let limits = DecodeLimits::default();
         let c = check_before_gpu(&d, &limits).unwrap();
-        assert_eq!((c.width, c.height, c.layout.gpu_eligibility()), (1600, 900, GpuEligibility::Eligible));
+        assert_eq!((c.size(), c.layout().gpu_eligibility()), ((1600, 900), GpuEligibility::Eligible));
+        assert!(std::ptr::eq(c.bytes(), d.as_slice()), "the checked bytes are the ones given");
+        assert!(std::ptr::eq(c.borrowed().bytes(), d.as_slice()));
         let progressive = std::fs::read(dir.join("camera/progressive.jpg")).unwrap();
-        assert_eq!(check_before_gpu(&progressive, &limits).unwrap().layout.gpu_eligibility(), GpuEligibility::Coding(0xC2));
+        assert_eq!(check_before_gpu(&progressive, &limits).unwrap().layout().gpu_eligibility(), GpuEligibility::Coding(0xC2));
         let why = |bytes: &[u8]| check_before_gpu(bytes, &limits).unwrap_err().to_string();
         // cut, no end-of-image marker
         assert!(why(&d[..d.len() / 2]).contains("no end-of-image marker"));
