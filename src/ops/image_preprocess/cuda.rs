@@ -220,10 +220,7 @@ impl CameraPreprocessCuda {
             return self.run_checked_nvjpeg(dev, &checked);
         }
         self.stage_jpeg(dev, jpegs, limits)?;
-        let out = self.upload_and_launch(dev)?;
-        self.stats.gpu.clear();
-        self.stats.cpu_fallback.clear();
-        Ok(out)
+        self.launch_host_decoded(dev)
     }
 
     /// [`run_jpeg`](Self::run_jpeg) on JPEGs that passed `check_before_gpu` already (the camera
@@ -234,6 +231,11 @@ impl CameraPreprocessCuda {
             return self.run_checked_nvjpeg(dev, jpegs);
         }
         self.stage_checked_jpeg(dev, jpegs)?;
+        self.launch_host_decoded(dev)
+    }
+
+    /// The device half after zune-jpeg staged every image (no image went to nvJPEG).
+    fn launch_host_decoded(&mut self, dev: &CudaDevice) -> Result<CudaCameraBatch, Error> {
         let out = self.upload_and_launch(dev)?;
         self.stats.gpu.clear();
         self.stats.cpu_fallback.clear();
