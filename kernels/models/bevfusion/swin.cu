@@ -150,8 +150,9 @@ extern "C" __global__ void swin_merge_gather(const __half* __restrict__ x, u32 n
 }
 
 // ---- The fused-GEMM path (src/camera/swin_cuda.rs with cuBLASLt): the GEMMs write FP16 with the
-// bias already added (src/model/gpu_lt.rs), so these read FP16, two values a thread (every
-// channel count here is even: the host checks multiples of 8). ----
+// bias already added (src/model/gpu_lt.rs), so these read FP16, eight values a thread with
+// 16-byte loads and stores (every block's channel count is a multiple of 8: the host checks it
+// at upload), each value through the same operations as one value a thread would be. ----
 //
 // FP16 range guard on this path: the GEMM's FP16 output is an activation stored by cuBLASLt, which
 // cannot flag it, so the kernel that reads it next flags what it reads (fp16_stored_range_bits)
@@ -172,59 +173,87 @@ __device__ __forceinline__ u32 fp16_stored_range_bits2(float2 f) { return fp16_s
 // GELU as nn.GELU() computes it (the erf form), as layers.cu's gelu_erf.
 __device__ __forceinline__ float swin_gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
 
+// Eight FP16 values as four pairs, for 16-byte loads and stores.
+union Half8 {
+    uint4 u;
+    __half2 h[4];
+};
+
 // qkv split of the FP16 GEMM output y [rows, 3c] (bias added): q = y[:, :c] * scale, k, v copied.
-// One thread per pair of values; `pairs` = rows * 3c / 2.
-extern "C" __global__ void swin_qkv_split_h(const __half2* __restrict__ y, u32 pairs, u32 c, float scale,
-                                            __half2* __restrict__ q, __half2* __restrict__ k, __half2* __restrict__ v,
+// One thread per eight values; `octs` = rows * 3c / 8.
+extern "C" __global__ void swin_qkv_split_h(const uint4* __restrict__ y, u32 octs, u32 c, float scale,
+                                            uint4* __restrict__ q, uint4* __restrict__ k, uint4* __restrict__ v,
                                             u32* __restrict__ range_flags, u32 range_layer) {
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (gid >= pairs) return;
+    if (gid >= octs) return;
     const u32 p = (u32)gid;
-    const u32 hc = c >> 1, hc3 = 3u * hc;
-    const u32 r = p / hc3, j = p % hc3;
-    const u32 part = j / hc, col = j % hc;
-    __half2 val = y[p];
-    const float2 f = __half22float2(val);
-    u32 bits = fp16_stored_range_bits2(f);
-    if (part == 0) {
-        const float a = f.x * scale, b = f.y * scale;
-        bits |= fp16_range_bits(a) | fp16_range_bits(b);
-        val = __floats2half2_rn(a, b);
+    const u32 oc = c >> 3, oc3 = 3u * oc;
+    const u32 r = p / oc3, j = p % oc3;
+    const u32 part = j / oc, col = j % oc;
+    Half8 val;
+    val.u = y[p];
+    u32 bits = 0;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const float2 f = __half22float2(val.h[t]);
+        bits |= fp16_stored_range_bits2(f);
+        if (part == 0) {
+            const float a = f.x * scale, b = f.y * scale;
+            bits |= fp16_range_bits(a) | fp16_range_bits(b);
+            val.h[t] = __floats2half2_rn(a, b);
+        }
     }
     range_flag(range_flags, range_layer, bits);
-    __half2* dst = part == 0 ? q : (part == 1 ? k : v);
-    dst[(u64)r * hc + col] = val;
+    uint4* dst = part == 0 ? q : (part == 1 ? k : v);
+    dst[(u64)r * oc + col] = val.u;
 }
 
 // proj's output on the padded grid (FP16, bias added), cropped, plus the block's residual:
-// out[t] = y[its padded row] + residual[t], two channels a thread; `pairs` = n * h * w * c / 2.
-extern "C" __global__ void swin_crop_residual_h(const __half2* __restrict__ y, u32 pairs, u32 h, u32 w, u32 hp, u32 wp, u32 c,
-                                                const __half2* __restrict__ residual, __half2* __restrict__ out,
+// out[t] = y[its padded row] + residual[t], eight channels a thread; `octs` = n * h * w * c / 8.
+extern "C" __global__ void swin_crop_residual_h(const uint4* __restrict__ y, u32 octs, u32 h, u32 w, u32 hp, u32 wp, u32 c,
+                                                const uint4* __restrict__ residual, uint4* __restrict__ out,
                                                 u32* __restrict__ range_flags, u32 range_layer) {
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (gid >= pairs) return;
+    if (gid >= octs) return;
     const u32 p = (u32)gid;
-    const u32 hc = c >> 1;
-    const u32 t = p / hc, j = p % hc;
+    const u32 oc = c >> 3;
+    const u32 t = p / oc, j = p % oc;
     const u32 qx = t % w, r = (t / w) % h, b = t / (w * h);
     const u64 pr = ((u64)b * hp + r) * wp + qx;
-    const float2 a = __half22float2(y[pr * hc + j]);
-    const float2 s = __half22float2(residual[p]);
-    const float o0 = a.x + s.x, o1 = a.y + s.y;
-    range_flag(range_flags, range_layer, fp16_stored_range_bits2(a) | fp16_range_bits(o0) | fp16_range_bits(o1));
-    out[p] = __floats2half2_rn(o0, o1);
+    Half8 a8, s8, o8;
+    a8.u = y[pr * oc + j];
+    s8.u = residual[p];
+    u32 bits = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float2 a = __half22float2(a8.h[k]);
+        const float2 s = __half22float2(s8.h[k]);
+        const float o0 = a.x + s.x, o1 = a.y + s.y;
+        bits |= fp16_stored_range_bits2(a) | fp16_range_bits(o0) | fp16_range_bits(o1);
+        o8.h[k] = __floats2half2_rn(o0, o1);
+    }
+    range_flag(range_flags, range_layer, bits);
+    out[p] = o8.u;
 }
 
-// Exact GELU in place on `pairs` pairs of FP16 values (fc1's output, bias added). The guard sees
-// fc1's output as read (a huge negative value leaves GELU as -0, yet it was out of range when
+// Exact GELU in place on `octs` groups of eight FP16 values (fc1's output, bias added). The guard
+// sees fc1's output as read (a huge negative value leaves GELU as -0, yet it was out of range when
 // stored) and the GELU's.
-extern "C" __global__ void swin_gelu_h(__half2* __restrict__ x, u32 pairs, u32* __restrict__ range_flags, u32 range_layer) {
+extern "C" __global__ void swin_gelu_h(uint4* __restrict__ x, u32 octs, u32* __restrict__ range_flags, u32 range_layer) {
     const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (gid >= pairs) return;
-    const float2 f = __half22float2(x[gid]);
-    const float g0 = swin_gelu_erf(f.x), g1 = swin_gelu_erf(f.y);
-    range_flag(range_flags, range_layer, fp16_stored_range_bits2(f) | fp16_range_bits(g0) | fp16_range_bits(g1));
-    x[gid] = __floats2half2_rn(g0, g1);
+    if (gid >= octs) return;
+    Half8 v;
+    v.u = x[gid];
+    u32 bits = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float2 f = __half22float2(v.h[k]);
+        const float g0 = swin_gelu_erf(f.x), g1 = swin_gelu_erf(f.y);
+        bits |= fp16_stored_range_bits2(f) | fp16_range_bits(g0) | fp16_range_bits(g1);
+        v.h[k] = __floats2half2_rn(g0, g1);
+    }
+    range_flag(range_flags, range_layer, bits);
+    x[gid] = v.u;
 }
 
 // The guard alone over `pairs` pairs of FP16 values a GEMM stored (the fused path's outputs that

@@ -18,7 +18,8 @@
 //! Two GEMM paths, both kept so they can be timed side by side ([`CudaSwin::set_fused`]):
 //! - fused (default): cuBLASLt GEMMs write FP16 with the bias added in their epilogue, fc2's
 //!   residual added through the GEMM's C matrix (`ops::rowwise::lt`); what is left after a GEMM
-//!   reads FP16 (`swin_qkv_split_h`, `swin_crop_residual_h`, `swin_gelu_h`). Per value of a
+//!   reads FP16, eight values a thread (`swin_qkv_split_h`, `swin_crop_residual_h`,
+//!   `swin_gelu_h`). Per value of a
 //!   Linear's output this moves 2 bytes (+ 2 + 2 for a following elementwise pass) where the
 //!   unfused path moves 4 (FP32 write) + 4 (read) + 2 (FP16 write): 4 bytes less a value for
 //!   qkv, proj and fc1, 8 for fc2 (its residual rides in the GEMM). Over Swin-T at 6 × 256 × 704
@@ -177,11 +178,20 @@ fn pairs(rows: usize, c: usize, what: &str) -> Result<u32, Error> {
     elements(rows, c / 2, what)
 }
 
+/// `octs` = values / 8 as a kernel count: the block kernels of the fused path take eight values a
+/// thread (every block's channel count is a multiple of 8, checked at upload).
+fn octs(rows: usize, c: usize, what: &str) -> Result<u32, Error> {
+    if !c.is_multiple_of(8) {
+        return Err(Error::InvalidInput(format!("{what}: {c} channels, not a multiple of 8 as the fused path takes")));
+    }
+    elements(rows, c / 8, what)
+}
+
 /// `y` `[rows, c]` FP16 through exact GELU, in place; `range` guards fc1's output and the GELU's.
 fn gelu_in_place(dev: &CudaDevice, y: &mut CudaSlice<f16>, rows: usize, c: usize, range: Option<RangeSlot<'_>>) -> Result<(), Error> {
-    let p = pairs(rows, c, "GELU")?;
+    let p = octs(rows, c, "GELU")?;
     let f = dev.function("swin", "swin_gelu_h")?;
-    // SAFETY: matches swin.cu; y holds rows * c halves (2 * p), 4-byte aligned (a whole
+    // SAFETY: matches swin.cu; y holds rows * c halves (8 * p), 16-byte aligned (a whole
     // allocation); the range slot's layer lies in its flags.
     unsafe {
         let mut b = dev.stream.launch_builder(&f);
@@ -366,10 +376,11 @@ impl GpuBlock {
         drop(padded);
         let (mut q, mut k, mut v) = (scratch::<f16>(dev, np * c, "q")?, scratch::<f16>(dev, np * c, "k")?, scratch::<f16>(dev, np * c, "v")?);
         let f = dev.function("swin", "swin_qkv_split_h")?;
-        let (p, c32) = (pairs(np, 3 * c, "qkv")?, c as u32);
+        let (p, c32) = (octs(np, 3 * c, "qkv")?, c as u32);
         let range = slot(flags, id.qkv)?;
-        // SAFETY: matches swin.cu; y holds np * 3c halves (p pairs), q/k/v np * c each; whole
-        // allocations, so 4-byte aligned; c even; the range slot's layer lies in its flags.
+        // SAFETY: matches swin.cu; y holds np * 3c halves (8 * p), q/k/v np * c each; whole
+        // allocations, so 16-byte aligned; c a multiple of 8 (upload); the range slot's layer
+        // lies in its flags.
         unsafe {
             let mut b = dev.stream.launch_builder(&f);
             b.arg(&y).arg(&p).arg(&c32).arg(&self.scale).arg(&mut q).arg(&mut k).arg(&mut v);
@@ -393,11 +404,12 @@ impl GpuBlock {
         drop(att);
         let mut y1 = scratch::<f16>(dev, rows * c, "block residual")?;
         let f = dev.function("swin", "swin_crop_residual_h")?;
-        let p = pairs(rows, c, "proj")?;
+        let p = octs(rows, c, "proj")?;
         let a = [h, w, hp, wp, c].map(|v| v as u32);
         let range = slot(flags, id.proj)?;
-        // SAFETY: matches swin.cu; yp holds np * c halves, x and y1 rows * c (p pairs); c even; the
-        // range slot's layer lies in its flags.
+        // SAFETY: matches swin.cu; yp holds np * c halves, x and y1 rows * c (8 * p); whole
+        // allocations, so 16-byte aligned; c a multiple of 8; the range slot's layer lies in its
+        // flags.
         unsafe {
             let mut b = dev.stream.launch_builder(&f);
             b.arg(&yp).arg(&p).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]).arg(&a[4]).arg(x).arg(&mut y1);
