@@ -187,9 +187,9 @@ impl SegMapModel {
                 Some(i) => jpegs.push(Some(i.jpeg()?.borrowed())),
             }
         }
-        let stand_in = jpegs.iter().flatten().next()?.clone();
+        let stand_in = *jpegs.iter().flatten().next()?;
         let masked: Vec<usize> = (0..jpegs.len()).filter(|&i| jpegs[i].is_none()).collect();
-        let all: Vec<CheckedJpeg<&[u8]>> = jpegs.into_iter().map(|j| j.unwrap_or_else(|| stand_in.clone())).collect();
+        let all: Vec<CheckedJpeg<&[u8]>> = jpegs.into_iter().map(|j| j.unwrap_or(stand_in)).collect();
         match model.forward_checked_jpeg_masked(dev, &inputs.calibration, &all, &masked, cloud) {
             // Bad image data (both decoders refused it): decoded again on the host below.
             Err(Error::InvalidInput(_)) => None,

@@ -118,8 +118,8 @@ fn the_gpu_tests_damaged_jpeg_passes_the_branch_and_fails_the_decoder() {
     assert_eq!(inputs.used(), 6, "{:?}", inputs.cameras);
     for i in [3, 4] {
         let jpeg = inputs.images[i].as_ref().and_then(FrameImage::jpeg).unwrap();
-        assert_eq!(jpeg.layout().gpu_eligibility(), GpuEligibility::NotYcbcr);
-        assert_eq!(&read_layout(jpeg.bytes()).unwrap(), jpeg.layout(), "the branch's check read the headers the bytes hold");
+        assert_eq!(jpeg.gpu_eligibility(), GpuEligibility::NotYcbcr);
+        assert_eq!(read_layout(jpeg.bytes()).unwrap().gpu_eligibility(), jpeg.gpu_eligibility(), "the branch's check read the headers the bytes hold");
     }
     let limits = DecodeLimits::default();
     assert!(inputs.images[3].as_ref().unwrap().to_rgb(&limits).is_ok());

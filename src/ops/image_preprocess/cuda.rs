@@ -285,7 +285,7 @@ impl CameraPreprocessCuda {
         let jpegs: Vec<&[u8]> = checked.iter().map(|c| c.bytes()).collect();
         let jpegs = jpegs.as_slice();
         let sizes: Vec<[usize; 2]> = checked.iter().map(|c| c.size().into()).collect();
-        let eligible: Vec<GpuEligibility> = checked.iter().map(|c| c.layout().gpu_eligibility()).collect();
+        let eligible: Vec<GpuEligibility> = checked.iter().map(|c| c.gpu_eligibility()).collect();
         self.prepare(dev, &sizes)?;
         let plan = self.plan.as_ref().ok_or_else(|| Error::Cuda("camera preprocessing plan missing".into()))?;
         if self.decoded.as_ref().is_none_or(|d| d.len() < plan.full_bytes) {

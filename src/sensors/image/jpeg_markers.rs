@@ -187,17 +187,18 @@ pub fn stray_marker(data: &[u8], from: usize) -> Option<(usize, u8)> {
     None
 }
 
-/// JPEG bytes that passed [`check_before_gpu`], with the size and headers the check read. Only
-/// `check_before_gpu` makes one, so a GPU decoder that takes this type is never handed bytes
-/// that skipped the checks, and a JPEG checked once (by the camera branch) is not walked again
-/// (by the model's preprocessing). `B` holds the bytes (`&[u8]`, `Vec<u8>`, a shared message):
-/// its `as_ref` must give the same bytes every time, as every container of plain bytes does.
-#[derive(Debug, Clone)]
+/// JPEG bytes that passed [`check_before_gpu`], with the size and GPU eligibility the check
+/// read. Only `check_before_gpu` makes one, so a GPU decoder that takes this type is never handed
+/// bytes that skipped the checks, and a JPEG checked once (by the camera branch) is not walked
+/// again (by the model's preprocessing). `B` holds the bytes (`&[u8]`, `Vec<u8>`, a shared
+/// message): its `as_ref` must give the same bytes every time, as every container of plain bytes
+/// does.
+#[derive(Debug, Clone, Copy)]
 pub struct CheckedJpeg<B> {
     bytes: B,
     width: usize,
     height: usize,
-    layout: JpegLayout,
+    eligibility: GpuEligibility,
 }
 
 impl<B: AsRef<[u8]>> CheckedJpeg<B> {
@@ -211,8 +212,9 @@ impl<B: AsRef<[u8]>> CheckedJpeg<B> {
         (self.width, self.height)
     }
 
-    pub fn layout(&self) -> &JpegLayout {
-        &self.layout
+    /// Whether nvJPEG may decode it ([`JpegLayout::gpu_eligibility`] of its headers).
+    pub fn gpu_eligibility(&self) -> GpuEligibility {
+        self.eligibility
     }
 
     /// What holds the bytes.
@@ -220,9 +222,9 @@ impl<B: AsRef<[u8]>> CheckedJpeg<B> {
         &self.bytes
     }
 
-    /// The same check over borrowed bytes (for a batch of them).
+    /// The same check over borrowed bytes (for a batch of them; nothing is copied).
     pub fn borrowed(&self) -> CheckedJpeg<&[u8]> {
-        CheckedJpeg { bytes: self.bytes.as_ref(), width: self.width, height: self.height, layout: self.layout.clone() }
+        CheckedJpeg { bytes: self.bytes.as_ref(), width: self.width, height: self.height, eligibility: self.eligibility }
     }
 }
 
@@ -248,7 +250,7 @@ pub fn check_before_gpu<B: AsRef<[u8]>>(bytes: B, limits: &DecodeLimits) -> Resu
         return Err(corrupt(format!("marker 0xFF{code:02X} at byte {at} inside the scan data")));
     }
     check_scan_data(data).map_err(|e| corrupt(e.to_string()))?;
-    Ok(CheckedJpeg { bytes, width, height, layout })
+    Ok(CheckedJpeg { bytes, width, height, eligibility: layout.gpu_eligibility() })
 }
 
 impl JpegLayout {
@@ -421,11 +423,11 @@ mod tests {
         let d = std::fs::read(front).unwrap();
         let limits = DecodeLimits::default();
         let c = check_before_gpu(&d, &limits).unwrap();
-        assert_eq!((c.size(), c.layout().gpu_eligibility()), ((1600, 900), GpuEligibility::Eligible));
+        assert_eq!((c.size(), c.gpu_eligibility()), ((1600, 900), GpuEligibility::Eligible));
         assert!(std::ptr::eq(c.bytes(), d.as_slice()), "the checked bytes are the ones given");
         assert!(std::ptr::eq(c.borrowed().bytes(), d.as_slice()));
         let progressive = std::fs::read(dir.join("camera/progressive.jpg")).unwrap();
-        assert_eq!(check_before_gpu(&progressive, &limits).unwrap().layout().gpu_eligibility(), GpuEligibility::Coding(0xC2));
+        assert_eq!(check_before_gpu(&progressive, &limits).unwrap().gpu_eligibility(), GpuEligibility::Coding(0xC2));
         let why = |bytes: &[u8]| check_before_gpu(bytes, &limits).unwrap_err().to_string();
         // cut, no end-of-image marker
         assert!(why(&d[..d.len() / 2]).contains("no end-of-image marker"));
