@@ -137,10 +137,7 @@ impl FastestConv {
 
     fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, ctx: &CudnnContext, x: &CudaFeatureMap, act: Activation, residual: Option<&CudaFeatureMap>) -> Result<CudaFeatureMap, Error> {
         let run_cudnn = || self.cudnn.forward(dev, ctx, x, act, residual);
-        let run_gemm = || match residual {
-            None => self.gemm.forward(dev, blas, x, act),
-            Some(r) => conv_residual_cuda(dev, blas, &self.gemm, x, r, act),
-        };
+        let run_gemm = || im2col_forward(dev, blas, &self.gemm, x, act, residual);
         let key = (x.n, x.h, x.w);
         let known = self.cudnn_wins.borrow().get(&key).copied();
         let cudnn_wins = match known {
@@ -213,14 +210,21 @@ impl GpuConv {
         act: Activation,
         residual: Option<&CudaFeatureMap>,
     ) -> Result<CudaFeatureMap, Error> {
-        match (self, residual) {
-            (GpuConv::Im2col(c), None) => c.forward(dev, blas, x, act),
-            (GpuConv::Im2col(c), Some(r)) => conv_residual_cuda(dev, blas, c, x, r, act),
-            (GpuConv::Fastest(c), r) => match &engine.cudnn {
-                Some(ctx) => c.forward(dev, blas, ctx, x, act, r),
+        match self {
+            GpuConv::Im2col(c) => im2col_forward(dev, blas, c, x, act, residual),
+            GpuConv::Fastest(c) => match &engine.cudnn {
+                Some(ctx) => c.forward(dev, blas, ctx, x, act, residual),
                 None => Err(Error::InvalidInput("a cuDNN convolution run on an engine without cuDNN".into())),
             },
         }
+    }
+}
+
+/// `act(conv(x) + bias (+ residual))` on im2col + cuBLAS.
+fn im2col_forward(dev: &CudaDevice, blas: &CudaBlas, c: &CudaConv2d, x: &CudaFeatureMap, act: Activation, residual: Option<&CudaFeatureMap>) -> Result<CudaFeatureMap, Error> {
+    match residual {
+        None => c.forward(dev, blas, x, act),
+        Some(r) => conv_residual_cuda(dev, blas, c, x, r, act),
     }
 }
 

@@ -126,10 +126,16 @@ pub struct CudaConv2d {
     bias: CudaSlice<f32>,
 }
 
+/// Whether a conv of this shape is a GEMM on the input map itself (1×1, stride 1, no padding):
+/// no im2col matrix, and weight rows of `cin`.
+fn multiplies_input(kh: usize, kw: usize, stride: [usize; 2], padding: [usize; 2]) -> bool {
+    kh == 1 && kw == 1 && stride == [1, 1] && padding == [0, 0]
+}
+
 impl CudaConv2d {
     pub fn upload(dev: &CudaDevice, conv: &Conv2d) -> Result<Self, Error> {
         let taps = conv.kh * conv.kw * conv.cin;
-        let direct = conv.kh == 1 && conv.kw == 1 && conv.stride == [1, 1] && conv.padding == [0, 0];
+        let direct = multiplies_input(conv.kh, conv.kw, conv.stride, conv.padding);
         let kpad = if direct { taps } else { taps.div_ceil(8) * 8 };
         let mut w = vec![f16::ZERO; conv.cout * kpad];
         for co in 0..conv.cout {
@@ -178,7 +184,7 @@ impl CudaConv2d {
     pub fn scratch_bytes(&self, n: usize, h: usize, w: usize) -> Result<usize, Error> {
         let (oh, ow) = self.output_size(h, w)?;
         let m = n * oh * ow;
-        let direct = self.kh == 1 && self.kw == 1 && self.stride == [1, 1] && self.padding == [0, 0];
+        let direct = multiplies_input(self.kh, self.kw, self.stride, self.padding);
         let col = if direct { 0 } else { m * self.kpad * 2 };
         Ok(col + m * self.cout * 4)
     }
@@ -231,7 +237,7 @@ impl CudaConv2d {
         }
         // SAFETY: the GEMM below (beta 0: the output is not read) writes all m * cout values.
         let mut acc = unsafe { s.alloc::<f32>(m * self.cout) }.map_err(cuda_err("allocating conv accumulators"))?;
-        let direct = self.kh == 1 && self.kw == 1 && self.stride == [1, 1] && self.padding == [0, 0];
+        let direct = multiplies_input(self.kh, self.kw, self.stride, self.padding);
         if direct {
             gemm(dev, blas, &x.data, m, self.kpad, &self.weight, self.cout, &mut acc)?;
             return Ok((acc, oh, ow));
