@@ -170,26 +170,19 @@ fn bias_f16(dev: &CudaDevice, l: &Linear) -> Result<CudaSlice<f16>, Error> {
     up_f16(dev, l.bias.as_deref().unwrap_or(&zeros), "linear bias (FP16)")
 }
 
-/// `pairs` = values / 2 as a kernel count (every fused-path tensor has an even channel count).
-fn pairs(rows: usize, c: usize, what: &str) -> Result<u32, Error> {
-    if !c.is_multiple_of(2) {
-        return Err(Error::InvalidInput(format!("{what}: odd channel count {c} on the FP16-pair path")));
+/// Values / `width` as a kernel count, for the fused path's kernels that take `width` values a
+/// thread: 8 for the block kernels (every block's channel count is a multiple of 8, checked at
+/// upload), 2 for the range scan (every fused-path tensor has an even channel count).
+fn groups(rows: usize, c: usize, width: usize, what: &str) -> Result<u32, Error> {
+    if !c.is_multiple_of(width) {
+        return Err(Error::InvalidInput(format!("{what}: {c} channels, not a multiple of {width} as its fused-path kernel takes")));
     }
-    elements(rows, c / 2, what)
-}
-
-/// `octs` = values / 8 as a kernel count: the block kernels of the fused path take eight values a
-/// thread (every block's channel count is a multiple of 8, checked at upload).
-fn octs(rows: usize, c: usize, what: &str) -> Result<u32, Error> {
-    if !c.is_multiple_of(8) {
-        return Err(Error::InvalidInput(format!("{what}: {c} channels, not a multiple of 8 as the fused path takes")));
-    }
-    elements(rows, c / 8, what)
+    elements(rows, c / width, what)
 }
 
 /// `y` `[rows, c]` FP16 through exact GELU, in place; `range` guards fc1's output and the GELU's.
 fn gelu_in_place(dev: &CudaDevice, y: &mut CudaSlice<f16>, rows: usize, c: usize, range: Option<RangeSlot<'_>>) -> Result<(), Error> {
-    let p = octs(rows, c, "GELU")?;
+    let p = groups(rows, c, 8, "GELU")?;
     let f = dev.function("swin", "swin_gelu_h")?;
     // SAFETY: matches swin.cu; y holds rows * c halves (8 * p), 16-byte aligned (a whole
     // allocation); the range slot's layer lies in its flags.
@@ -207,7 +200,7 @@ fn gelu_in_place(dev: &CudaDevice, y: &mut CudaSlice<f16>, rows: usize, c: usize
 /// (module docs): `swin_range_scan_h` when the forward is guarded, nothing otherwise.
 fn range_scan(dev: &CudaDevice, y: &CudaSlice<f16>, rows: usize, c: usize, range: Option<RangeSlot<'_>>) -> Result<(), Error> {
     let Some(range) = range else { return Ok(()) };
-    let p = pairs(rows, c, "range scan")?;
+    let p = groups(rows, c, 2, "range scan")?;
     if y.len() < 2 * p as usize {
         return Err(Error::InvalidInput(format!("swin range scan: {} values for [{rows}, {c}]", y.len())));
     }
@@ -376,7 +369,7 @@ impl GpuBlock {
         drop(padded);
         let (mut q, mut k, mut v) = (scratch::<f16>(dev, np * c, "q")?, scratch::<f16>(dev, np * c, "k")?, scratch::<f16>(dev, np * c, "v")?);
         let f = dev.function("swin", "swin_qkv_split_h")?;
-        let (p, c32) = (octs(np, 3 * c, "qkv")?, c as u32);
+        let (p, c32) = (groups(np, 3 * c, 8, "qkv")?, c as u32);
         let range = slot(flags, id.qkv)?;
         // SAFETY: matches swin.cu; y holds np * 3c halves (8 * p), q/k/v np * c each; whole
         // allocations, so 16-byte aligned; c a multiple of 8 (upload); the range slot's layer
@@ -404,7 +397,7 @@ impl GpuBlock {
         drop(att);
         let mut y1 = scratch::<f16>(dev, rows * c, "block residual")?;
         let f = dev.function("swin", "swin_crop_residual_h")?;
-        let p = octs(rows, c, "proj")?;
+        let p = groups(rows, c, 8, "proj")?;
         let a = [h, w, hp, wp, c].map(|v| v as u32);
         let range = slot(flags, id.proj)?;
         // SAFETY: matches swin.cu; yp holds np * c halves, x and y1 rows * c (8 * p); whole
