@@ -980,3 +980,174 @@ __device__ void attention_bias2d_win_impl(ATTN_PARAMS) {
 ATTN_WIN_KERNEL(16, attn_bias2d_win_d16)
 ATTN_WIN_KERNEL(32, attn_bias2d_win_d32)
 ATTN_WIN_KERNEL(64, attn_bias2d_win_d64)
+
+// ---- Whole-window kernel for 2-D windows on tensor cores (Swin, FP16 / BF16 builds) ----------
+// The same job and launch checks as attention_bias2d_win_impl, with both matmuls on tensor cores
+// (mma.sync m16n8k16, FP32 accumulation). A block = 4 warps = one (window, head), the window's
+// tokens padded to WIN_MAX_TOKENS rows: warp w owns query rows 16w .. 16w + 15. Q and K rows
+// (stored values, zero rows past the window's nw tokens) and V transposed are staged in shared
+// memory; each warp computes its 16 × 64 logits S = Q K^T, adds the bias (keys past nw get -inf),
+// takes the row maxima across the 4 lanes that share a row, and forms P = exp(S - max) rounded to
+// the stored type. The C fragments of S are the A fragments of O = P V (lane layouts of
+// mma_16816), so P never leaves registers. The row sum uses the rounded P, so the output is an
+// exact convex combination of V rows with weights off by at most 2^-11 relative (FP16; 2^-8 in
+// BF16), as in the tiled kernel. The per-thread kernel above keeps every product in FP32: ~7
+// times the instructions per (query, key) pair.
+#if STORE_TENSOR_CORES
+#define WIN_TC_THREADS 128
+template <int D>
+__device__ void attention_bias2d_win_tc_impl(ATTN_PARAMS) {
+    constexpr int KP = D + 8;                // halves per staged q / k row (conflict-free fragments)
+    constexpr int VP = WIN_MAX_TOKENS + 8;   // halves per staged value column
+    constexpr int NT = WIN_MAX_TOKENS / 8;   // key tiles of S
+    constexpr u32 PER_ROW = D / 8;           // 16-byte loads a row
+    __shared__ __align__(16) store_t qs[WIN_MAX_TOKENS * KP];
+    __shared__ __align__(16) store_t ks[WIN_MAX_TOKENS * KP];
+    __shared__ __align__(16) store_t vt[D * VP];
+    __shared__ u32 rcs[WIN_MAX_TOKENS];
+    __shared__ u32 ids[WIN_MAX_TOKENS];
+    __shared__ float tab[WIN_MAX_TABLE];
+    const u32 w = blockIdx.x;
+    const u32 hb = blockIdx.y;
+    const u32 h = A.head0 + hb;
+    const u32 s = offsets[w], e = offsets[w + 1];
+    const u32 nw = min(e - s, (u32)WIN_MAX_TOKENS);  // == e - s: the host checks n_max
+    const int tw = 2 * A.win_w - 1;
+    const int tl = min((2 * A.win_h - 1) * tw, WIN_MAX_TABLE);  // the host checks the table size
+    for (int t = threadIdx.x; t < tl; t += blockDim.x) tab[t] = tq[(u64)hb * tl + t];
+    for (u32 t = threadIdx.x; t < WIN_MAX_TOKENS; t += blockDim.x) {
+        const u32 j = t < nw ? order[s + t] : 0u;
+        ids[t] = j;
+        rcs[t] = t < nw ? quant[j] : 0u;
+    }
+    __syncthreads();
+    for (u32 c = threadIdx.x; c < WIN_MAX_TOKENS * PER_ROW; c += blockDim.x) {
+        const u32 t = c / PER_ROW, part = c % PER_ROW;
+        uint4 uq = make_uint4(0, 0, 0, 0), uk = uq, uv = uq;
+        if (t < nw) {
+            const u64 row = (u64)ids[t] * A.ld + h * D;
+            uq = __ldg(reinterpret_cast<const uint4*>(q + row) + part);
+            uk = __ldg(reinterpret_cast<const uint4*>(k + row) + part);
+            uv = __ldg(reinterpret_cast<const uint4*>(v + row) + part);
+        }
+        *reinterpret_cast<uint4*>(qs + t * KP + part * 8) = uq;
+        *reinterpret_cast<uint4*>(ks + t * KP + part * 8) = uk;
+        const store_t* hv = reinterpret_cast<const store_t*>(&uv);
+#pragma unroll
+        for (int x = 0; x < 8; ++x) vt[(part * 8 + x) * VP + t] = hv[x];
+    }
+    __syncthreads();
+    const u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const u32 r0 = warp * 16;
+    if (r0 >= nw) return;  // no query rows of this window here (no barrier follows)
+    const u32 g = lane / 4, tq4 = lane % 4;
+    // S = Q K^T over the key tiles that hold a key of the window
+    float sc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        u32 a[4];
+        a[0] = shared_u32(qs + (r0 + g) * KP + kk * 16 + 2 * tq4);
+        a[1] = shared_u32(qs + (r0 + g + 8) * KP + kk * 16 + 2 * tq4);
+        a[2] = shared_u32(qs + (r0 + g) * KP + kk * 16 + 8 + 2 * tq4);
+        a[3] = shared_u32(qs + (r0 + g + 8) * KP + kk * 16 + 8 + 2 * tq4);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            if ((u32)nt * 8 >= nw) continue;
+            u32 b[2];
+            b[0] = shared_u32(ks + (nt * 8 + g) * KP + kk * 16 + 2 * tq4);
+            b[1] = shared_u32(ks + (nt * 8 + g) * KP + kk * 16 + 8 + 2 * tq4);
+            mma_16816(sc[nt], a, b);
+        }
+    }
+    // bias, mask, row maxima (rows g and g + 8 of the warp's 16)
+    const u32 pi0 = rcs[r0 + g], pi1 = rcs[r0 + g + 8];
+    const int hmax = 2 * A.win_h - 2, wmax = 2 * A.win_w - 2;
+    float m0 = -__int_as_float(0x7f800000), m1 = m0;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            const u32 key = nt * 8 + 2 * tq4 + (x & 1);
+            if (key >= nw) {
+                sc[nt][x] = -__int_as_float(0x7f800000);
+                continue;
+            }
+            const u32 pi = x < 2 ? pi0 : pi1, pj = rcs[key];
+            int dr = (int)(pi >> 16) - (int)(pj >> 16) + A.win_h - 1;
+            int dc = (int)(pi & 0xffffu) - (int)(pj & 0xffffu) + A.win_w - 1;
+            dr = dr < 0 ? 0 : (dr > hmax ? hmax : dr);
+            dc = dc < 0 ? 0 : (dc > wmax ? wmax : dc);
+            sc[nt][x] += tab[min(dr * tw + dc, tl - 1)];
+        }
+        m0 = fmaxf(m0, fmaxf(sc[nt][0], sc[nt][1]));
+        m1 = fmaxf(m1, fmaxf(sc[nt][2], sc[nt][3]));
+    }
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+    // P rounded to the stored type, packed as the A fragments of P V; the row sums of the same
+    // rounded values. Key 0 is always in the window, so each maximum is finite.
+    u32 pf[NT][2];
+    float l0 = 0.0f, l1 = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const store2_t p01 = store2_from_floats(__expf(sc[nt][0] - m0), __expf(sc[nt][1] - m0));
+        const store2_t p23 = store2_from_floats(__expf(sc[nt][2] - m1), __expf(sc[nt][3] - m1));
+        const float2 f01 = store2_to_float2(p01), f23 = store2_to_float2(p23);
+        l0 += f01.x + f01.y;
+        l1 += f23.x + f23.y;
+        pf[nt][0] = half2_bits(p01);
+        pf[nt][1] = half2_bits(p23);
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    // O = P V: 16 keys a step (two key tiles of S), D / 8 channel tiles
+    float o[D / 8][4];
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < WIN_MAX_TOKENS / 16; ++kk) {
+        if ((u32)kk * 16 >= nw) continue;
+        const u32 a[4] = {pf[2 * kk][0], pf[2 * kk][1], pf[2 * kk + 1][0], pf[2 * kk + 1][1]};
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) {
+            u32 b[2];
+            b[0] = shared_u32(vt + (dn * 8 + g) * VP + kk * 16 + 2 * tq4);
+            b[1] = shared_u32(vt + (dn * 8 + g) * VP + kk * 16 + 8 + 2 * tq4);
+            mma_16816(o[dn], a, b);
+        }
+    }
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const u32 row0 = r0 + g, row1 = r0 + g + 8;
+    u32 bits = 0;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+        const u32 c = dn * 8 + 2 * tq4;
+        if (row0 < nw) {
+            const float y0 = o[dn][0] * inv0, y1 = o[dn][1] * inv0;
+            bits |= store_range_bits(y0) | store_range_bits(y1);
+            *reinterpret_cast<store2_t*>(out + (u64)ids[row0] * A.out_ld + h * D + c) = store2_from_floats(y0, y1);
+        }
+        if (row1 < nw) {
+            const float y0 = o[dn][2] * inv1, y1 = o[dn][3] * inv1;
+            bits |= store_range_bits(y0) | store_range_bits(y1);
+            *reinterpret_cast<store2_t*>(out + (u64)ids[row1] * A.out_ld + h * D + c) = store2_from_floats(y0, y1);
+        }
+    }
+    range_flag(range_flags, range_layer, bits);
+}
+
+#define ATTN_WIN_TC_KERNEL(D, NAME)                                                            \
+    extern "C" __global__ void __launch_bounds__(WIN_TC_THREADS) NAME(ATTN_PARAMS) {           \
+        attention_bias2d_win_tc_impl<D>(ATTN_ARGS);                                             \
+    }
+
+ATTN_WIN_TC_KERNEL(16, attn_bias2d_win_tc_d16)
+ATTN_WIN_TC_KERNEL(32, attn_bias2d_win_tc_d32)
+ATTN_WIN_TC_KERNEL(64, attn_bias2d_win_tc_d64)
+#endif  // STORE_TENSOR_CORES

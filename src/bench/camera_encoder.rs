@@ -8,6 +8,7 @@
 use crate::models::bevfusion::camera::encoder::CameraEncoderConfig;
 use crate::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
 use crate::models::bevfusion::camera::swin_cuda::SwinPlan;
+use crate::ops::attention::cuda::Bias2dKernel;
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::Error;
 use crate::bench::json::{line, Fixed, InOrder};
@@ -231,19 +232,20 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
         note: "window partitions of every stage, built once per image size",
     })];
     // The backbone's paths in the same run (swin_cuda module docs): the default (fused GEMMs,
-    // whole-window attention) first, then the per-query attention kernel alone, then both old
-    // steps (unfused GEMMs and per-query attention). Each with its per-stage breakdown.
-    let (fused0, whole0) = (gpu.backbone.is_fused(), gpu.backbone.is_whole_window_attention());
-    let mut variants = vec![(fused0, whole0)];
-    for v in [(true, true), (true, false), (false, false)] {
+    // attention on tensor cores) first, then the FP32 whole-window and the per-query attention
+    // kernels alone, then both old steps (unfused GEMMs and per-query attention). Each with its
+    // per-stage breakdown.
+    let (fused0, kernel0) = (gpu.backbone.is_fused(), gpu.backbone.attention_kernel());
+    let mut variants = vec![(fused0, kernel0)];
+    for v in [(true, Bias2dKernel::TensorCores), (true, Bias2dKernel::WholeWindow), (true, Bias2dKernel::PerQuery), (false, Bias2dKernel::PerQuery)] {
         if !variants.contains(&v) {
             variants.push(v);
         }
     }
-    for (fused, whole) in variants {
+    for (fused, kernel) in variants {
         gpu.set_swin_fused(&dev, fused)?;
-        gpu.set_swin_whole_window_attention(whole);
-        let (swin, full, stages) = variant_names(fused, whole);
+        gpu.set_swin_attention_kernel(kernel);
+        let (swin, full, stages) = variant_names(fused, kernel);
         for mut row in bench_encoder(&dev, &cfg, &gpu, &plan, &x, a.warmup, a.iters)? {
             row.case = if row.case == "swin_t" { swin } else { full };
             lines.push(row.json(&dev.name));
@@ -254,7 +256,7 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
         });
     }
     gpu.set_swin_fused(&dev, fused0)?;
-    gpu.set_swin_whole_window_attention(whole0);
+    gpu.set_swin_attention_kernel(kernel0);
     // last: a capture the driver refuses must not cost the numbers above
     // The CUDA graph: captured on a second device handle (its own stream), the encoder uploaded there.
     drop((gpu, x));
@@ -273,13 +275,16 @@ pub fn run_bench(a: &CameraBenchArgs) -> Result<Vec<String>, Error> {
 }
 
 /// Row names of a backbone path: (Swin-T, Swin-T + neck, stage breakdown). The default path
-/// (fused GEMMs, whole-window attention) has the names without a suffix.
-fn variant_names(fused: bool, whole_window: bool) -> (&'static str, &'static str, &'static str) {
-    match (fused, whole_window) {
-        (true, true) => ("swin_t", "swin_t+fpn", "stages"),
-        (true, false) => ("swin_t_perquery_attn", "swin_t+fpn_perquery_attn", "stages_perquery_attn"),
-        (false, false) => ("swin_t_unfused_gemm_perquery_attn", "swin_t+fpn_unfused_gemm_perquery_attn", "stages_unfused_gemm_perquery_attn"),
-        (false, true) => ("swin_t_unfused_gemm", "swin_t+fpn_unfused_gemm", "stages_unfused_gemm"),
+/// (fused GEMMs, attention on tensor cores) has the names without a suffix.
+fn variant_names(fused: bool, kernel: Bias2dKernel) -> (&'static str, &'static str, &'static str) {
+    use Bias2dKernel::*;
+    match (fused, kernel) {
+        (true, TensorCores) => ("swin_t", "swin_t+fpn", "stages"),
+        (true, WholeWindow) => ("swin_t_fp32_window_attn", "swin_t+fpn_fp32_window_attn", "stages_fp32_window_attn"),
+        (true, PerQuery) => ("swin_t_perquery_attn", "swin_t+fpn_perquery_attn", "stages_perquery_attn"),
+        (false, TensorCores) => ("swin_t_unfused_gemm", "swin_t+fpn_unfused_gemm", "stages_unfused_gemm"),
+        (false, WholeWindow) => ("swin_t_unfused_gemm_fp32_window_attn", "swin_t+fpn_unfused_gemm_fp32_window_attn", "stages_unfused_gemm_fp32_window_attn"),
+        (false, PerQuery) => ("swin_t_unfused_gemm_perquery_attn", "swin_t+fpn_unfused_gemm_perquery_attn", "stages_unfused_gemm_perquery_attn"),
     }
 }
 

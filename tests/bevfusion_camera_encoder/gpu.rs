@@ -10,6 +10,7 @@ use crate::common::{gpu, rel_err, Rng};
 use half::f16;
 use sptr::models::bevfusion::camera::encoder::{random_weights, CameraEncoder, CameraEncoderConfig, EncoderOutput};
 use sptr::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
+use sptr::ops::attention::cuda::Bias2dKernel;
 use sptr::cli::camera_features::preprocess_files;
 use sptr::ops::rowwise::cuda::GpuLayerNorm;
 use sptr::ops::rowwise::cpu::LayerNorm;
@@ -34,19 +35,22 @@ fn compare(case: &str, got: &EncoderOutput, want: &EncoderOutput) {
     assert_eq!((got.stages.len(), got.neck.len()), (want.stages.len(), want.neck.len()));
 }
 
-/// Runs `forward` on each of the backbone's four paths (fused / unfused GEMMs × whole-window /
-/// per-query attention), compares each with `want`, and restores the default path.
+/// Runs `forward` on each of the backbone's six paths (fused / unfused GEMMs × tensor-core,
+/// FP32 whole-window or per-query attention), compares each with `want`, and restores the
+/// default path.
 fn every_path(dev: &sptr::device::cuda::CudaDevice, enc: &mut CudaCameraEncoder, case: &str, forward: impl Fn(&CudaCameraEncoder) -> EncoderOutput, want: &EncoderOutput) {
-    let (f0, w0) = (enc.backbone.is_fused(), enc.backbone.is_whole_window_attention());
-    for (fused, whole) in [(true, true), (true, false), (false, true), (false, false)] {
-        enc.set_swin_fused(dev, fused).expect("switch GEMM path");
-        enc.set_swin_whole_window_attention(whole);
-        let got = forward(enc);
-        let name = format!("{case} ({} GEMMs, {} attention)", if fused { "fused" } else { "unfused" }, if whole { "whole-window" } else { "per-query" });
-        compare(&name, &got, want);
+    let (f0, k0) = (enc.backbone.is_fused(), enc.backbone.attention_kernel());
+    for fused in [true, false] {
+        for kernel in [Bias2dKernel::TensorCores, Bias2dKernel::WholeWindow, Bias2dKernel::PerQuery] {
+            enc.set_swin_fused(dev, fused).expect("switch GEMM path");
+            enc.set_swin_attention_kernel(kernel);
+            let got = forward(enc);
+            let name = format!("{case} ({} GEMMs, {} attention)", if fused { "fused" } else { "unfused" }, kernel.name());
+            compare(&name, &got, want);
+        }
     }
     enc.set_swin_fused(dev, f0).expect("switch back");
-    enc.set_swin_whole_window_attention(w0);
+    enc.set_swin_attention_kernel(k0);
 }
 
 /// The fused path's cuBLASLt Linear (FP16 out, bias in the epilogue, optional residual through

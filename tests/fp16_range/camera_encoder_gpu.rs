@@ -25,6 +25,7 @@ use half::f16;
 use crate::overflow_weights::normal;
 use sptr::models::bevfusion::camera::encoder::{random_tensors, weight_specs, CameraEncoder, CameraEncoderConfig};
 use sptr::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
+use sptr::ops::attention::cuda::Bias2dKernel;
 use sptr::cli::camera_features::preprocess_files;
 use sptr::device::cuda::CudaDevice;
 use sptr::nn::random::{save_tensors, NamedTensors};
@@ -53,9 +54,15 @@ fn images() -> (Vec<f32>, usize, usize, usize) {
     (x.iter().map(|&v| f16::from_f32(v).to_f32()).collect(), n, h, w)
 }
 
-/// Swin-T's CUDA paths: (fused cuBLASLt GEMMs, whole-window attention); the guard must hold on
-/// each (the fused path flags the FP16 GEMM outputs in the kernels that read them, or scans them).
-const PATHS: [(bool, bool); 4] = [(true, true), (true, false), (false, true), (false, false)];
+/// Swin-T's CUDA paths: (fused cuBLASLt GEMMs, attention kernel); the guard must hold on each
+/// (the fused path flags the FP16 GEMM outputs in the kernels that read them, or scans them).
+const PATHS: [(bool, Bias2dKernel); 5] = [
+    (true, Bias2dKernel::TensorCores),
+    (true, Bias2dKernel::WholeWindow),
+    (true, Bias2dKernel::PerQuery),
+    (false, Bias2dKernel::TensorCores),
+    (false, Bias2dKernel::PerQuery),
+];
 
 /// The guarded forward's report on every path, and its outputs' neck against the unguarded
 /// forward's on that path.
@@ -64,10 +71,10 @@ fn run(dev: &CudaDevice, cfg: &CameraEncoderConfig, tensors: NamedTensors, x: &(
     let mut gpu = CudaCameraEncoder::upload(dev, &enc).expect("upload");
     let plan = gpu.plan(dev, x.1, x.2, x.3).expect("plan");
     let mut reports = Vec::new();
-    for (fused, whole) in PATHS {
+    for (fused, kernel) in PATHS {
         gpu.set_swin_fused(dev, fused).expect("select the GEMM path");
-        gpu.set_swin_whole_window_attention(whole);
-        let path = format!("fused {fused}, whole-window attention {whole}");
+        gpu.set_swin_attention_kernel(kernel);
+        let path = format!("fused {fused}, {} attention", kernel.name());
         let (out, range) = gpu.forward_host_checked(dev, &plan, &x.0).expect("guarded forward");
         if range.is_clean() {
             let plain = gpu.forward_host(dev, &plan, &x.0).expect("forward");

@@ -12,7 +12,7 @@
 use crate::common;
 use crate::common::{gpu, nuscenes_sweep, rel_err, Rng};
 use half::f16;
-use sptr::ops::attention::cuda::{cart2sphere_cuda, exponential_split_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_attention_cuda_split, window_partition_cuda, TILED_MIN_WINDOW, CudaBias2d, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView};
+use sptr::ops::attention::cuda::{cart2sphere_cuda, exponential_split_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_attention_cuda_split, window_partition_cuda, TILED_MIN_WINDOW, Bias2dKernel, CudaBias2d, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView};
 use sptr::ops::attention::rpe::{cart2sphere, exponential_split};
 use sptr::ops::attention::swin::swin_partition;
 use sptr::ops::attention::{sphere_attention_cpu, window_attention, window_partition, ContextualRpe, HeadSlice, PositionTerm, RelativeBias2d, RpeGeometry, RpeTables, SphereLevel, SphereTables, SphereWindows};
@@ -317,12 +317,13 @@ fn swin_windows_match_cpu() {
             let rc_d = s.clone_htod(&packed).unwrap();
             let table_d = s.clone_htod(&table).unwrap();
             let (qd, kd, vd) = (up16(&dev, &q), up16(&dev, &k), up16(&dev, &v));
-            // Both kernels: per query (4 lanes a query) and whole window (a block per window and head).
-            for whole_window in [false, true] {
+            // Every kernel: per query (4 lanes a query), whole window in FP32 (a block per window
+            // and head) and whole window on tensor cores (4 warps per window and head).
+            for kernel in [Bias2dKernel::PerQuery, Bias2dKernel::WholeWindow, Bias2dKernel::TensorCores] {
                 let mut out = s.alloc_zeros::<f16>(n * row).unwrap();
-                let term = CudaTerm::Bias2d(CudaBias2d { window: [m, m], rc_packed: &rc_d, table: &table_d, whole_window });
+                let term = CudaTerm::Bias2d(CudaBias2d { window: [m, m], rc_packed: &rc_d, table: &table_d, kernel });
                 window_attention_cuda(&dev, QkvView { q: &qd, k: &kd, v: &vd, ld: row }, HeadSlice::all(heads, d), &part_d, term, &mut out, row).unwrap();
-                check(&format!("swin 7x7 shift {shift} d{d} whole_window {whole_window}"), &down16(&dev, &out), &want);
+                check(&format!("swin 7x7 shift {shift} d{d} {} kernel", kernel.name()), &down16(&dev, &out), &want);
             }
         }
     }

@@ -26,7 +26,7 @@ use crate::ops::attention::sphere::{cubic_heads, SphereLevel};
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::primitives::{bits_for, exclusive_scan_u32_async, grid_1d, radix_sort_pairs};
 use crate::device::range::RangeSlot;
-use crate::device::storage::Store;
+use crate::device::storage::{Storage, Store};
 use crate::Error;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 use half::f16;
@@ -411,17 +411,57 @@ pub struct CudaBias2d<'a> {
     pub window: [i32; 2],
     pub rc_packed: &'a CudaSlice<u32>,
     pub table: &'a CudaSlice<f32>,
-    /// Run the whole-window kernel (`attn_bias2d_win_d*`: a block per window and head, keys and
-    /// values staged in shared memory) when every window has at most [`WIN_MAX_TOKENS`] tokens
-    /// and the table at most [`WIN_MAX_TABLE`] entries; otherwise, or when false, the per-query
-    /// kernel.
-    pub whole_window: bool,
+    /// Which kernel runs the windows ([`Bias2dKernel`]).
+    pub kernel: Bias2dKernel,
 }
 
-/// The whole-window 2-D kernel's limits (attention_core.cu's WIN_MAX_TOKENS / WIN_MAX_TABLE);
-/// its block has WIN_MAX_TOKENS threads.
+/// The kernels of 2-D window attention (attention_core.cu), one of which runs a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bias2dKernel {
+    /// `attn_bias2d_d*`: 4 lanes a query, each query's keys read from global memory (any window).
+    PerQuery,
+    /// `attn_bias2d_win_d*`: a block per window and head, keys and values staged in shared
+    /// memory, one thread a query, every product in FP32.
+    WholeWindow,
+    /// `attn_bias2d_win_tc_d*`: a block of 4 warps per window and head, q·kᵀ and p·v on tensor
+    /// cores (FP32 accumulation, the probabilities rounded to the stored type once). In FP32
+    /// storage, which has no tensor-core kernels, [`Bias2dKernel::WholeWindow`] runs instead.
+    TensorCores,
+}
+
+impl Bias2dKernel {
+    /// The kernel a call gets: the whole-window kernels only when every window has at most
+    /// [`WIN_MAX_TOKENS`] tokens and the table at most [`WIN_MAX_TABLE`] entries (else the
+    /// per-query kernel), tensor cores only in a storage that has them.
+    pub fn effective(self, storage: Storage, n_max: usize, table_len: usize) -> Bias2dKernel {
+        let fits = n_max <= WIN_MAX_TOKENS && table_len <= WIN_MAX_TABLE;
+        match self {
+            _ if !fits => Bias2dKernel::PerQuery,
+            Bias2dKernel::TensorCores if !storage.tensor_cores() => Bias2dKernel::WholeWindow,
+            k => k,
+        }
+    }
+
+    /// The name `SPTR_SWIN_ATTN` and the bench use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bias2dKernel::PerQuery => "perquery",
+            Bias2dKernel::WholeWindow => "window",
+            Bias2dKernel::TensorCores => "tensor",
+        }
+    }
+
+    /// The kernel a name selects (see [`Bias2dKernel::name`]).
+    pub fn from_name(name: &str) -> Option<Bias2dKernel> {
+        [Bias2dKernel::PerQuery, Bias2dKernel::WholeWindow, Bias2dKernel::TensorCores].into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// The whole-window 2-D kernels' limits (attention_core.cu's WIN_MAX_TOKENS / WIN_MAX_TABLE);
+/// the FP32 one's block has WIN_MAX_TOKENS threads, the tensor-core one's WIN_TC_THREADS.
 pub const WIN_MAX_TOKENS: usize = 64;
 pub const WIN_MAX_TABLE: usize = 256;
+const WIN_TC_THREADS: u32 = 128;
 
 #[derive(Clone, Copy)]
 pub enum CudaTerm<'a> {
@@ -663,17 +703,21 @@ pub fn window_attention_cuda_guarded<S: Store>(
     if tiled.is_some() {
         p.tiled_min = u32::try_from(tiled_min.max(1)).unwrap_or(u32::MAX);
     }
-    // 2-D windows small enough for the whole-window kernel: one block per (window, head).
+    // 2-D windows small enough for a whole-window kernel: one block per (window, head).
     if let CudaTerm::Bias2d(b) = term {
         let tl = ((2 * b.window[0] - 1) * (2 * b.window[1] - 1)) as usize;
-        if b.whole_window && part.n_max <= WIN_MAX_TOKENS && tl <= WIN_MAX_TABLE {
-            let name = match d {
-                16 => "attn_bias2d_win_d16",
-                32 => "attn_bias2d_win_d32",
-                _ => "attn_bias2d_win_d64",
-            };
+        let (name, threads) = match (b.kernel.effective(S::STORAGE, part.n_max, tl), d) {
+            (Bias2dKernel::PerQuery, _) => ("", 0),
+            (Bias2dKernel::WholeWindow, 16) => ("attn_bias2d_win_d16", WIN_MAX_TOKENS as u32),
+            (Bias2dKernel::WholeWindow, 32) => ("attn_bias2d_win_d32", WIN_MAX_TOKENS as u32),
+            (Bias2dKernel::WholeWindow, _) => ("attn_bias2d_win_d64", WIN_MAX_TOKENS as u32),
+            (Bias2dKernel::TensorCores, 16) => ("attn_bias2d_win_tc_d16", WIN_TC_THREADS),
+            (Bias2dKernel::TensorCores, 32) => ("attn_bias2d_win_tc_d32", WIN_TC_THREADS),
+            (Bias2dKernel::TensorCores, _) => ("attn_bias2d_win_tc_d64", WIN_TC_THREADS),
+        };
+        if threads > 0 {
             let windows = u32::try_from(part.windows).map_err(|_| Error::InvalidInput(format!("window attention: {} windows exceed 2^32", part.windows)))?;
-            let cfg = LaunchConfig { grid_dim: (windows, heads.count as u32, 1), block_dim: (WIN_MAX_TOKENS as u32, 1, 1), shared_mem_bytes: 0 };
+            let cfg = LaunchConfig { grid_dim: (windows, heads.count as u32, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
             return launch_attention(dev, name, cfg, qkv, out, None, None, part, quant, floats, &p, range);
         }
     }
@@ -884,4 +928,25 @@ pub fn sphere_attention_cuda_guarded<S: Store>(
     });
     let slice = HeadSlice { heads, head_dim, first: hc, count: heads - hc };
     window_attention_cuda_guarded(dev, qkv, slice, &windows.sphere, term, out, out_ld, TILED_MIN_WINDOW, None, range)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_2d_kernel_falls_back_where_it_cannot_run() {
+        use Bias2dKernel::*;
+        let swin = (49, 169);
+        for k in [PerQuery, WholeWindow, TensorCores] {
+            assert_eq!(k.effective(Storage::Fp16, swin.0, swin.1), k, "Swin-T's windows fit every kernel");
+            assert_eq!(Bias2dKernel::from_name(k.name()), Some(k));
+        }
+        assert_eq!(TensorCores.effective(Storage::Bf16, swin.0, swin.1), TensorCores);
+        assert_eq!(TensorCores.effective(Storage::Fp32, swin.0, swin.1), WholeWindow, "FP32 has no tensor-core kernels");
+        assert_eq!(TensorCores.effective(Storage::Fp16, WIN_MAX_TOKENS + 1, 169), PerQuery, "a window over 64 tokens");
+        assert_eq!(WholeWindow.effective(Storage::Fp16, 49, WIN_MAX_TABLE + 1), PerQuery, "a table over 256 entries");
+        assert_eq!(TensorCores.effective(Storage::Fp16, WIN_MAX_TOKENS, WIN_MAX_TABLE), TensorCores, "the limits are inclusive");
+        assert_eq!(Bias2dKernel::from_name("fast"), None);
+    }
 }

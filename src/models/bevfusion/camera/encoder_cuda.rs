@@ -6,6 +6,7 @@
 use crate::models::bevfusion::camera::encoder::{CameraEncoder, EncoderOutput};
 use crate::models::bevfusion::camera::fpn_cuda::CudaFpn;
 use crate::models::bevfusion::camera::swin_cuda::{CudaSwin, SwinPlan};
+use crate::ops::attention::cuda::Bias2dKernel;
 use crate::ops::dense::cuda::CudaFeatureMap;
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::range::{PendingRange, RangeFlags, RangeReadback};
@@ -76,9 +77,9 @@ impl CudaCameraEncoder {
         self.backbone.set_fused(dev, fused)
     }
 
-    /// Selects the backbone's window-attention kernel (`CudaSwin::set_whole_window_attention`).
-    pub fn set_swin_whole_window_attention(&mut self, on: bool) {
-        self.backbone.set_whole_window_attention(on)
+    /// Selects the backbone's window-attention kernel (`CudaSwin::set_attention_kernel`).
+    pub fn set_swin_attention_kernel(&mut self, kernel: Bias2dKernel) {
+        self.backbone.set_attention_kernel(kernel)
     }
 
     /// The window partitions for batches of `n` images of `h × w` (build once, reuse per frame).

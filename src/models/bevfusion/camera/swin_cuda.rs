@@ -55,7 +55,7 @@
 
 use crate::models::bevfusion::camera::swin::{PatchEmbed, PatchMerging, StageWindows, SwinBlock, SwinTransformer};
 use crate::models::bevfusion::camera::encoder::SwinConfig;
-use crate::ops::attention::cuda::{window_attention_cuda_guarded, CudaBias2d, CudaPartition, CudaTerm, QkvView, TILED_MIN_WINDOW};
+use crate::ops::attention::cuda::{window_attention_cuda_guarded, Bias2dKernel, CudaBias2d, CudaPartition, CudaTerm, QkvView, TILED_MIN_WINDOW};
 use crate::ops::attention::{HeadSlice, Partition};
 use crate::ops::dense::cuda::CudaFeatureMap;
 use crate::device::cuda::{cuda_err, CudaDevice};
@@ -358,7 +358,7 @@ impl GpuBlock {
     /// The block on the fused path (module docs): the same steps as [`GpuBlock::forward`], guarded
     /// under the same layers.
     #[allow(clippy::too_many_arguments)]
-    fn forward_lt(&self, dev: &CudaDevice, lt: &LtGemm, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, whole_window: bool, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
+    fn forward_lt(&self, dev: &CudaDevice, lt: &LtGemm, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, kernel: Bias2dKernel, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let [h, w] = stage.hw;
         let [hp, wp] = stage.padded;
@@ -388,7 +388,7 @@ impl GpuBlock {
             stage.shifted.as_ref().ok_or_else(|| Error::InvalidInput("swin: the plan has no shifted windows for a shifted block".into()))?
         };
         let mut att = scratch::<f16>(dev, np * c, "attention output")?;
-        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, whole_window });
+        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, kernel });
         let qkv = QkvView { q: &q, k: &k, v: &v, ld: c };
         let heads = HeadSlice::all(self.heads, c / self.heads);
         window_attention_cuda_guarded(dev, qkv, heads, &windows.part, term, &mut att, c, TILED_MIN_WINDOW, None, slot(flags, id.attn)?)?;
@@ -445,7 +445,7 @@ impl GpuBlock {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, whole_window: bool, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
+    fn forward(&self, dev: &CudaDevice, blas: &CudaBlas, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, kernel: Bias2dKernel, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let [h, w] = stage.hw;
         let [hp, wp] = stage.padded;
@@ -474,7 +474,7 @@ impl GpuBlock {
             stage.shifted.as_ref().ok_or_else(|| Error::InvalidInput("swin: the plan has no shifted windows for a shifted block".into()))?
         };
         let mut att = scratch::<f16>(dev, np * c, "attention output")?;
-        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, whole_window });
+        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, kernel });
         let qkv = QkvView { q: &q, k: &k, v: &v, ld: c };
         let heads = HeadSlice::all(self.heads, c / self.heads);
         window_attention_cuda_guarded(dev, qkv, heads, &windows.part, term, &mut att, c, TILED_MIN_WINDOW, None, slot(flags, id.attn)?)?;
@@ -571,10 +571,20 @@ pub struct CudaSwin {
     out_norms: Vec<GpuLayerNorm>,
     /// The fused GEMM path's cuBLASLt handle (module docs); None: the unfused path.
     lt: Option<LtGemm>,
-    /// Window attention on the whole-window kernel (module docs); false: the per-query kernel.
-    whole_window: bool,
+    /// The window-attention kernel (module docs).
+    attention_kernel: Bias2dKernel,
     /// `norm{i}` of each output.
     out_norm_ids: Vec<LayerId>,
+}
+
+/// The window-attention kernel `SPTR_SWIN_ATTN` names (`tensor`, `window` or `perquery`;
+/// unset: tensor cores).
+fn attention_kernel_from_env() -> Result<Bias2dKernel, Error> {
+    match std::env::var("SPTR_SWIN_ATTN") {
+        Err(_) => Ok(Bias2dKernel::TensorCores),
+        Ok(v) => Bias2dKernel::from_name(&v)
+            .ok_or_else(|| Error::InvalidInput(format!("SPTR_SWIN_ATTN={v}: expected tensor, window or perquery"))),
+    }
 }
 
 /// The backbone's module path (upstream state_dict names).
@@ -618,19 +628,19 @@ impl CudaSwin {
             stages,
             out_norms: net.out_norms.iter().map(|l| GpuLayerNorm::upload(dev, l)).collect::<Result<_, _>>()?,
             lt: if std::env::var("SPTR_SWIN_UNFUSED").is_ok_and(|v| v == "1") { None } else { Some(LtGemm::new(dev)?) },
-            whole_window: !std::env::var("SPTR_SWIN_ATTN").is_ok_and(|v| v == "perquery"),
+            attention_kernel: attention_kernel_from_env()?,
             out_norm_ids,
         })
     }
 
-    /// Selects the whole-window (default unless `SPTR_SWIN_ATTN=perquery`) or the per-query
-    /// window-attention kernel.
-    pub fn set_whole_window_attention(&mut self, on: bool) {
-        self.whole_window = on;
+    /// Selects the window-attention kernel (module docs; the default is tensor cores unless
+    /// `SPTR_SWIN_ATTN` names another).
+    pub fn set_attention_kernel(&mut self, kernel: Bias2dKernel) {
+        self.attention_kernel = kernel;
     }
 
-    pub fn is_whole_window_attention(&self) -> bool {
-        self.whole_window
+    pub fn attention_kernel(&self) -> Bias2dKernel {
+        self.attention_kernel
     }
 
     /// Selects the fused (cuBLASLt, FP16 out) or unfused (cuBLAS FP32 out + epilogues) GEMM path
@@ -708,8 +718,8 @@ impl CudaSwin {
             let [hh, ww] = sp.hw;
             for b in &stage.blocks {
                 x = match lt {
-                    Some(lt) => b.forward_lt(dev, lt, &x, n, sp, self.whole_window, flags)?,
-                    None => b.forward(dev, blas, &x, n, sp, self.whole_window, flags)?,
+                    Some(lt) => b.forward_lt(dev, lt, &x, n, sp, self.attention_kernel, flags)?,
+                    None => b.forward(dev, blas, &x, n, sp, self.attention_kernel, flags)?,
                 };
             }
             if let Some(k) = self.config.out_indices.iter().position(|&o| o == i) {
