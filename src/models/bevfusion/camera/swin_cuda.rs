@@ -32,15 +32,15 @@
 //! - unfused (`SPTR_SWIN_UNFUSED=1`, or `set_fused(false)`): cuBLAS GEMMs write FP32 and the
 //!   epilogue kernels above add bias, scale, GELU and residual before the one rounding.
 //!
-//! Window attention: by default the whole-window kernel of the shared attention family
-//! (`attn_bias2d_win_d*` in attention_core.cu: a block per window and head, K and V staged in
-//! shared memory once, 49 queries walking them there) instead of the per-query kernel (4 lanes a
-//! query, every key row loaded from global memory / L1 by each of its window's 49 queries:
-//! stage 1's 76,440 padded tokens × 49 keys × 2 rows × 96 channels × 2 bytes ≈ 1.4 GB of L1/L2
-//! traffic a block, 7.8 GB over Swin-T, against 0.24 GB staged by the whole-window kernel).
-//! Expected: most of the attention's share of the 4.2 ms (not separately measured;
-//! 7.8 GB at L2 rates of 10-20 TB/s is 0.4-0.8 ms). `SPTR_SWIN_ATTN=perquery`
-//! or `set_whole_window_attention(false)` selects the per-query kernel.
+//! Window attention ([`Bias2dKernel`]): by default the whole-window kernel on tensor cores
+//! (`attn_bias2d_win_tc_d*` in attention_core.cu: a block of 4 warps per window and head, q·kᵀ
+//! and p·v as `mma.sync` tiles with FP32 accumulation, the probabilities rounded to FP16 once;
+//! docs/kernels.md has its count of work). `SPTR_SWIN_ATTN=window` selects the FP32 whole-window
+//! kernel (`attn_bias2d_win_d*`: K and V staged in shared memory once, one thread per query,
+//! every product in FP32), `SPTR_SWIN_ATTN=perquery` the per-query kernel (4 lanes a query,
+//! every key row loaded from global memory / L1 by each of its window's 49 queries: 7.8 GB of
+//! L1/L2 traffic over Swin-T against 0.24 GB staged by the whole-window kernels), or
+//! [`CudaSwin::set_attention_kernel`] does.
 //!
 //! FP16 range guard ([`crate::device::range_guard`]): every launch that computes and stores an FP16
 //! activation reports under a layer registered at upload in execution order with its upstream
