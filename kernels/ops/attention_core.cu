@@ -67,6 +67,12 @@ struct AttnParams {
     u32 key_splits;   // tiled kernel: blocks per (window, query chunk, head), each over a slice of
                       // the keys, writing partials that attn_tiled_merge combines (1: no split)
     u32 items_cap;    // tiled kernel: capacity of the work-item list (see attn_tiled_items)
+    // packed-qkv whole-window kernel (attn_bias2d_win_tc_packed_d*): q, k and v are one buffer,
+    // k and v at these element offsets of each row; q is multiplied by q_scale as it is staged;
+    // the qkv values read are guarded under range layer in_layer. 0 / 1.0 / 0 otherwise.
+    u32 k_off, v_off;
+    float q_scale;
+    u32 in_layer;
 };
 
 // Buffers of one call. quant: contextual = packed quantized positions, bias2d = (row << 16 | col).
@@ -995,7 +1001,43 @@ ATTN_WIN_KERNEL(64, attn_bias2d_win_d64)
 // times the instructions per (query, key) pair.
 #if STORE_TENSOR_CORES
 #define WIN_TC_THREADS 128
-template <int D>
+// The guard's bits for a value read back from storage that a GEMM stored: at or beyond the stored
+// type's range exactly when it is the largest stored value or inf (the conversion rounds to one of
+// them): saturated; NaN: non-finite (swin.cu's fp16_stored_range_bits, storage-generic).
+__device__ __forceinline__ u32 stored_range_bits(float v) {
+    const float a = fabsf(v);
+    return a < STORE_MAX ? 0u : (a == a ? RANGE_SATURATED : RANGE_NONFINITE);  // NaN: a != a
+}
+
+// Eight stored values' guard bits (as read back).
+__device__ __forceinline__ u32 stored_range_bits8(uint4 u) {
+    const store2_t* h = reinterpret_cast<const store2_t*>(&u);
+    u32 bits = 0;
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+        const float2 f = store2_to_float2(h[x]);
+        bits |= stored_range_bits(f.x) | stored_range_bits(f.y);
+    }
+    return bits;
+}
+
+// Eight stored q values times the q scale, rounded back (swin.cu's swin_qkv_split_h, value for
+// value), with the guard bits of the products.
+__device__ __forceinline__ uint4 scale8(uint4 u, float scale, u32& bits) {
+    store2_t* h = reinterpret_cast<store2_t*>(&u);
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+        const float2 f = store2_to_float2(h[x]);
+        const float a = f.x * scale, b = f.y * scale;
+        bits |= store_range_bits(a) | store_range_bits(b);
+        h[x] = store2_from_floats(a, b);
+    }
+    return u;
+}
+
+// PACKED: q, k and v are one qkv Linear's output [rows, 3C] (A.k_off, A.v_off, A.q_scale,
+// A.in_layer): the split kernel's work done while staging, with the same values and guard bits.
+template <int D, bool PACKED>
 __device__ void attention_bias2d_win_tc_impl(ATTN_PARAMS) {
     constexpr int KP = D + 8;                // halves per staged q / k row (conflict-free fragments)
     constexpr int VP = WIN_MAX_TOKENS + 8;   // halves per staged value column
@@ -1021,14 +1063,19 @@ __device__ void attention_bias2d_win_tc_impl(ATTN_PARAMS) {
         rcs[t] = t < nw ? quant[j] : 0u;
     }
     __syncthreads();
+    u32 in_bits = 0;
     for (u32 c = threadIdx.x; c < WIN_MAX_TOKENS * PER_ROW; c += blockDim.x) {
         const u32 t = c / PER_ROW, part = c % PER_ROW;
         uint4 uq = make_uint4(0, 0, 0, 0), uk = uq, uv = uq;
         if (t < nw) {
             const u64 row = (u64)ids[t] * A.ld + h * D;
             uq = __ldg(reinterpret_cast<const uint4*>(q + row) + part);
-            uk = __ldg(reinterpret_cast<const uint4*>(k + row) + part);
-            uv = __ldg(reinterpret_cast<const uint4*>(v + row) + part);
+            uk = __ldg(reinterpret_cast<const uint4*>(k + A.k_off + row) + part);
+            uv = __ldg(reinterpret_cast<const uint4*>(v + A.v_off + row) + part);
+            if (PACKED) {
+                in_bits |= stored_range_bits8(uq) | stored_range_bits8(uk) | stored_range_bits8(uv);
+                uq = scale8(uq, A.q_scale, in_bits);
+            }
         }
         *reinterpret_cast<uint4*>(qs + t * KP + part * 8) = uq;
         *reinterpret_cast<uint4*>(ks + t * KP + part * 8) = uk;
@@ -1036,6 +1083,7 @@ __device__ void attention_bias2d_win_tc_impl(ATTN_PARAMS) {
 #pragma unroll
         for (int x = 0; x < 8; ++x) vt[(part * 8 + x) * VP + t] = hv[x];
     }
+    if (PACKED) range_flag(range_flags, A.in_layer, in_bits);
     __syncthreads();
     const u32 warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const u32 r0 = warp * 16;
@@ -1142,12 +1190,15 @@ __device__ void attention_bias2d_win_tc_impl(ATTN_PARAMS) {
     range_flag(range_flags, range_layer, bits);
 }
 
-#define ATTN_WIN_TC_KERNEL(D, NAME)                                                            \
+#define ATTN_WIN_TC_KERNEL(D, PACKED, NAME)                                                    \
     extern "C" __global__ void __launch_bounds__(WIN_TC_THREADS) NAME(ATTN_PARAMS) {           \
-        attention_bias2d_win_tc_impl<D>(ATTN_ARGS);                                             \
+        attention_bias2d_win_tc_impl<D, PACKED>(ATTN_ARGS);                                     \
     }
 
-ATTN_WIN_TC_KERNEL(16, attn_bias2d_win_tc_d16)
-ATTN_WIN_TC_KERNEL(32, attn_bias2d_win_tc_d32)
-ATTN_WIN_TC_KERNEL(64, attn_bias2d_win_tc_d64)
+ATTN_WIN_TC_KERNEL(16, false, attn_bias2d_win_tc_d16)
+ATTN_WIN_TC_KERNEL(32, false, attn_bias2d_win_tc_d32)
+ATTN_WIN_TC_KERNEL(64, false, attn_bias2d_win_tc_d64)
+ATTN_WIN_TC_KERNEL(16, true, attn_bias2d_win_tc_packed_d16)
+ATTN_WIN_TC_KERNEL(32, true, attn_bias2d_win_tc_packed_d32)
+ATTN_WIN_TC_KERNEL(64, true, attn_bias2d_win_tc_packed_d64)
 #endif  // STORE_TENSOR_CORES

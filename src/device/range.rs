@@ -76,6 +76,11 @@ impl<'a> RangeSlot<'a> {
         }
     }
 
+    /// Whether both slots report into the same flags buffer.
+    pub fn shares_flags(&self, other: &RangeSlot<'_>) -> bool {
+        std::ptr::eq(self.flags, other.flags)
+    }
+
     pub fn layer(&self) -> u32 {
         self.layer
     }

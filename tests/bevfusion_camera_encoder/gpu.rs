@@ -36,8 +36,9 @@ fn compare(case: &str, got: &EncoderOutput, want: &EncoderOutput) {
 }
 
 /// Runs `forward` on each of the backbone's six paths (fused / unfused GEMMs × tensor-core,
-/// FP32 whole-window or per-query attention), compares each with `want`, and restores the
-/// default path.
+/// FP32 whole-window or per-query attention), compares each with `want`, checks that the fused
+/// path's tensor-core attention on the packed qkv output has the bits of the split one, and
+/// restores the default path.
 fn every_path(dev: &sptr::device::cuda::CudaDevice, enc: &mut CudaCameraEncoder, case: &str, forward: impl Fn(&CudaCameraEncoder) -> EncoderOutput, want: &EncoderOutput) {
     let (f0, k0) = (enc.backbone.is_fused(), enc.backbone.attention_kernel());
     for fused in [true, false] {
@@ -47,6 +48,15 @@ fn every_path(dev: &sptr::device::cuda::CudaDevice, enc: &mut CudaCameraEncoder,
             let got = forward(enc);
             let name = format!("{case} ({} GEMMs, {} attention)", if fused { "fused" } else { "unfused" }, kernel.name());
             compare(&name, &got, want);
+            if fused && kernel == Bias2dKernel::TensorCores {
+                enc.backbone.set_packed_qkv(false);
+                let split = forward(enc);
+                enc.backbone.set_packed_qkv(true);
+                for (k, (a, b)) in got.stages.iter().zip(&split.stages).enumerate() {
+                    let same = a.data.iter().zip(&b.data).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same && a.data.len() == b.data.len(), "{name}: stage {k} differs between the packed and the split qkv");
+                }
+            }
         }
     }
     enc.set_swin_fused(dev, f0).expect("switch back");

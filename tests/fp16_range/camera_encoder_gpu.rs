@@ -56,12 +56,15 @@ fn images() -> (Vec<f32>, usize, usize, usize) {
 
 /// Swin-T's CUDA paths: (fused cuBLASLt GEMMs, attention kernel); the guard must hold on each
 /// (the fused path flags the FP16 GEMM outputs in the kernels that read them, or scans them).
-const PATHS: [(bool, Bias2dKernel); 5] = [
-    (true, Bias2dKernel::TensorCores),
-    (true, Bias2dKernel::WholeWindow),
-    (true, Bias2dKernel::PerQuery),
-    (false, Bias2dKernel::TensorCores),
-    (false, Bias2dKernel::PerQuery),
+/// The third field: the tensor-core attention reads the qkv output packed (the split kernel's
+/// guard then in the attention kernel) or after the split kernel.
+const PATHS: [(bool, Bias2dKernel, bool); 6] = [
+    (true, Bias2dKernel::TensorCores, true),
+    (true, Bias2dKernel::TensorCores, false),
+    (true, Bias2dKernel::WholeWindow, false),
+    (true, Bias2dKernel::PerQuery, false),
+    (false, Bias2dKernel::TensorCores, false),
+    (false, Bias2dKernel::PerQuery, false),
 ];
 
 /// The guarded forward's report on every path, and its outputs' neck against the unguarded
@@ -71,10 +74,11 @@ fn run(dev: &CudaDevice, cfg: &CameraEncoderConfig, tensors: NamedTensors, x: &(
     let mut gpu = CudaCameraEncoder::upload(dev, &enc).expect("upload");
     let plan = gpu.plan(dev, x.1, x.2, x.3).expect("plan");
     let mut reports = Vec::new();
-    for (fused, kernel) in PATHS {
+    for (fused, kernel, packed) in PATHS {
         gpu.set_swin_fused(dev, fused).expect("select the GEMM path");
         gpu.set_swin_attention_kernel(kernel);
-        let path = format!("fused {fused}, {} attention", kernel.name());
+        gpu.backbone.set_packed_qkv(packed);
+        let path = format!("fused {fused}, {} attention, packed qkv {packed}", kernel.name());
         let (out, range) = gpu.forward_host_checked(dev, &plan, &x.0).expect("guarded forward");
         if range.is_clean() {
             let plain = gpu.forward_host(dev, &plan, &x.0).expect("forward");

@@ -12,7 +12,7 @@
 use crate::common;
 use crate::common::{gpu, nuscenes_sweep, rel_err, Rng};
 use half::f16;
-use sptr::ops::attention::cuda::{cart2sphere_cuda, exponential_split_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_attention_cuda_split, window_partition_cuda, TILED_MIN_WINDOW, Bias2dKernel, CudaBias2d, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView};
+use sptr::ops::attention::cuda::{cart2sphere_cuda, exponential_split_cuda, rpe_quantize_cuda, sphere_attention_cuda, window_attention_cuda, window_attention_cuda_split, window_partition_cuda, window_attention_packed_qkv_cuda, TILED_MIN_WINDOW, Bias2dKernel, CudaBias2d, CudaContextual, CudaSphereTables, CudaSphereWindows, CudaTerm, QkvView};
 use sptr::ops::attention::rpe::{cart2sphere, exponential_split};
 use sptr::ops::attention::swin::swin_partition;
 use sptr::ops::attention::{sphere_attention_cpu, window_attention, window_partition, ContextualRpe, HeadSlice, PositionTerm, RelativeBias2d, RpeGeometry, RpeTables, SphereLevel, SphereTables, SphereWindows};
@@ -325,6 +325,28 @@ fn swin_windows_match_cpu() {
                 window_attention_cuda(&dev, QkvView { q: &qd, k: &kd, v: &vd, ld: row }, HeadSlice::all(heads, d), &part_d, term, &mut out, row).unwrap();
                 check(&format!("swin 7x7 shift {shift} d{d} {} kernel", kernel.name()), &down16(&dev, &out), &want);
             }
+            // The packed-qkv form: one [n, 3 * row] buffer holding q before its scale, k and v;
+            // q scaled and rounded as it is staged gives the bits of the split call.
+            let scale = 1.0 / (d as f32).sqrt();
+            let q_raw = rand_vec(&mut rng, n * row, 1.5);
+            let q_split: Vec<f32> = q_raw.iter().map(|&x| f16::from_f32(x * scale).to_f32()).collect();
+            let mut packed = Vec::with_capacity(3 * n * row);
+            for i in 0..n {
+                for src in [&q_raw, &k, &v] {
+                    packed.extend_from_slice(&src[i * row..(i + 1) * row]);
+                }
+            }
+            let bias = CudaBias2d { window: [m, m], rc_packed: &rc_d, table: &table_d, kernel: Bias2dKernel::TensorCores };
+            let mut split_out = s.alloc_zeros::<f16>(n * row).unwrap();
+            let qs = up16(&dev, &q_split);
+            window_attention_cuda(&dev, QkvView { q: &qs, k: &kd, v: &vd, ld: row }, HeadSlice::all(heads, d), &part_d, CudaTerm::Bias2d(bias), &mut split_out, row).unwrap();
+            let mut packed_out = s.alloc_zeros::<f16>(n * row).unwrap();
+            window_attention_packed_qkv_cuda(&dev, &up16(&dev, &packed), scale, HeadSlice::all(heads, d), &part_d, bias, &mut packed_out, row, None, None).unwrap();
+            let (a, b) = (s.clone_dtoh(&split_out).unwrap(), s.clone_dtoh(&packed_out).unwrap());
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "swin shift {shift} d{d}: packed qkv differs from the split call");
+            // a buffer too small for the rows is refused
+            let short = up16(&dev, &packed[..packed.len() - 8]);
+            assert!(window_attention_packed_qkv_cuda(&dev, &short, scale, HeadSlice::all(heads, d), &part_d, bias, &mut packed_out, row, None, None).is_err());
         }
     }
 }

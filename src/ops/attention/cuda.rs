@@ -101,6 +101,10 @@ struct AttnParamsC {
     tiled_min: u32,
     key_splits: u32,
     items_cap: u32,
+    k_off: u32,
+    v_off: u32,
+    q_scale: f32,
+    in_layer: u32,
 }
 // SAFETY: as above.
 unsafe impl DeviceRepr for AttnParamsC {}
@@ -779,6 +783,89 @@ pub fn window_attention_cuda_guarded<S: Store>(
     }
     .map_err(cuda_err("attn_tiled_merge"))?;
     Ok(())
+}
+
+/// 2-D window attention straight from one qkv Linear's output `y` (`[n, 3 * channels]`, rows of
+/// q, k, v, each `heads.heads * heads.head_dim` = `channels` wide) on the tensor-core whole-window
+/// kernel: q is multiplied by `q_scale` and rounded to the stored type as it is staged, as a
+/// split kernel storing q, k and v apart would do first, so the output has the same bits as
+/// splitting then calling [`window_attention_cuda_guarded`] with [`Bias2dKernel::TensorCores`].
+/// `in_range` guards the qkv values read (each once: every row lies in one window) and the scaled
+/// q; `out_range` the output. Both guards share one flags buffer, or neither is given.
+/// An error when this kernel cannot serve the call (FP32 storage, a window over
+/// [`WIN_MAX_TOKENS`] tokens, a table over [`WIN_MAX_TABLE`] entries): split and call
+/// [`window_attention_cuda_guarded`] instead.
+#[allow(clippy::too_many_arguments)]
+pub fn window_attention_packed_qkv_cuda<S: Store>(
+    dev: &CudaDevice,
+    y: &CudaSlice<S>,
+    q_scale: f32,
+    heads: HeadSlice,
+    part: &CudaPartition,
+    bias: CudaBias2d,
+    out: &mut CudaSlice<S>,
+    out_ld: usize,
+    in_range: Option<RangeSlot<'_>>,
+    out_range: Option<RangeSlot<'_>>,
+) -> Result<(), Error> {
+    let d = heads.head_dim;
+    let c = heads.heads * d;
+    let tl = ((2 * bias.window[0] - 1) * (2 * bias.window[1] - 1)).max(0) as usize;
+    if Bias2dKernel::TensorCores.effective(S::STORAGE, part.n_max, tl) != Bias2dKernel::TensorCores {
+        return Err(Error::InvalidInput(format!(
+            "packed-qkv window attention needs tensor-core storage, windows of at most {WIN_MAX_TOKENS} tokens and a table of at most {WIN_MAX_TABLE} entries ({:?}, {} tokens, {tl} entries)",
+            S::STORAGE,
+            part.n_max
+        )));
+    }
+    let name = match d {
+        16 => "attn_bias2d_win_tc_packed_d16",
+        32 => "attn_bias2d_win_tc_packed_d32",
+        64 => "attn_bias2d_win_tc_packed_d64",
+        _ => return Err(Error::InvalidInput(format!("packed-qkv window attention supports head_dim 16, 32 and 64, not {d}"))),
+    };
+    if heads.count == 0 || heads.first + heads.count > heads.heads {
+        return Err(Error::InvalidInput(format!("packed-qkv window attention: bad head slice {heads:?}")));
+    }
+    let n = part.n;
+    if n == 0 {
+        return Ok(());
+    }
+    if y.len() < n * 3 * c || out_ld < c || out.len() < (n - 1) * out_ld + c {
+        return Err(Error::InvalidInput(format!(
+            "packed-qkv window attention: qkv of {} values or output of {} with row stride {out_ld} too small for {n} rows of 3 x {c}",
+            y.len(),
+            out.len()
+        )));
+    }
+    if bias.window[0] < 1 || bias.window[1] < 1 || bias.table.len() != heads.count * tl || bias.rc_packed.len() < n {
+        return Err(Error::InvalidInput(format!("packed-qkv window attention: 2-D bias table must be [{}, {tl}] for window {:?}", heads.count, bias.window)));
+    }
+    let in_layer = match (&in_range, &out_range) {
+        (None, None) => 0,
+        (Some(i), Some(o)) if i.shares_flags(o) => i.layer(),
+        _ => return Err(Error::InvalidInput("packed-qkv window attention: guard both the qkv input and the output in one flags buffer, or neither".into())),
+    };
+    let p = AttnParamsC {
+        ld: (3 * c) as u32,
+        out_ld: out_ld as u32,
+        head0: heads.first as u32,
+        heads_b: heads.count as u32,
+        n: n as u32,
+        tiled_min: u32::MAX,
+        key_splits: 1,
+        win_h: bias.window[0],
+        win_w: bias.window[1],
+        k_off: c as u32,
+        v_off: (2 * c) as u32,
+        q_scale,
+        in_layer,
+        ..Default::default()
+    };
+    let windows = u32::try_from(part.windows).map_err(|_| Error::InvalidInput(format!("window attention: {} windows exceed 2^32", part.windows)))?;
+    let cfg = LaunchConfig { grid_dim: (windows, heads.count as u32, 1), block_dim: (WIN_TC_THREADS, 1, 1), shared_mem_bytes: 0 };
+    let qkv = QkvView { q: y, k: y, v: y, ld: 3 * c };
+    launch_attention(dev, name, cfg, qkv, out, None, None, part, bias.rc_packed, [None, Some(bias.table), None, None], &p, out_range.as_ref())
 }
 
 /// Launches one of attention_core.cu's kernels (all take ATTN_PARAMS). Unused float slots get the

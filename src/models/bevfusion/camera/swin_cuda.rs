@@ -55,7 +55,8 @@
 
 use crate::models::bevfusion::camera::swin::{PatchEmbed, PatchMerging, StageWindows, SwinBlock, SwinTransformer};
 use crate::models::bevfusion::camera::encoder::SwinConfig;
-use crate::ops::attention::cuda::{window_attention_cuda_guarded, Bias2dKernel, CudaBias2d, CudaPartition, CudaTerm, QkvView, TILED_MIN_WINDOW};
+use crate::device::storage::Storage;
+use crate::ops::attention::cuda::{window_attention_cuda_guarded, window_attention_packed_qkv_cuda, Bias2dKernel, CudaBias2d, CudaPartition, CudaTerm, QkvView, TILED_MIN_WINDOW};
 use crate::ops::attention::{HeadSlice, Partition};
 use crate::ops::dense::cuda::CudaFeatureMap;
 use crate::device::cuda::{cuda_err, CudaDevice};
@@ -358,7 +359,7 @@ impl GpuBlock {
     /// The block on the fused path (module docs): the same steps as [`GpuBlock::forward`], guarded
     /// under the same layers.
     #[allow(clippy::too_many_arguments)]
-    fn forward_lt(&self, dev: &CudaDevice, lt: &LtGemm, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, kernel: Bias2dKernel, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
+    fn forward_lt(&self, dev: &CudaDevice, lt: &LtGemm, x: &CudaSlice<f16>, n: usize, stage: &StagePlan, kernel: Bias2dKernel, packed_qkv: bool, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
         let c = self.c;
         let [h, w] = stage.hw;
         let [hp, wp] = stage.padded;
@@ -367,6 +368,30 @@ impl GpuBlock {
         let padded = self.ln_pad(dev, x, n, stage.hw, stage.padded, slot(flags, id.norm1)?)?;
         let y = lt.linear(dev, &self.qkv.weight, &self.bh[0], c, 3 * c, &padded, np, None)?;
         drop(padded);
+        let windows = if self.shift == 0 {
+            &stage.plain
+        } else {
+            stage.shifted.as_ref().ok_or_else(|| Error::InvalidInput("swin: the plan has no shifted windows for a shifted block".into()))?
+        };
+        let bias = CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, kernel };
+        let heads = HeadSlice::all(self.heads, c / self.heads);
+        let tl = self.table.len() / self.heads.max(1);
+        let mut att = scratch::<f16>(dev, np * c, "attention output")?;
+        if packed_qkv && kernel.effective(Storage::Fp16, windows.part.n_max, tl) == Bias2dKernel::TensorCores {
+            // the qkv split happens as the attention stages its windows (module docs)
+            window_attention_packed_qkv_cuda(dev, &y, self.scale, heads, &windows.part, bias, &mut att, c, slot(flags, id.qkv)?, slot(flags, id.attn)?)?;
+            drop(y);
+        } else {
+            self.split_attention(dev, y, np, heads, &windows.part, bias, &mut att, flags)?;
+        }
+        self.proj_residual_lt(dev, lt, x, att, n, stage, rows, np, flags)
+    }
+
+    /// The fused path's qkv split (`swin_qkv_split_h`) and window attention as two launches.
+    #[allow(clippy::too_many_arguments)]
+    fn split_attention(&self, dev: &CudaDevice, y: CudaSlice<f16>, np: usize, heads: HeadSlice, part: &CudaPartition, bias: CudaBias2d, att: &mut CudaSlice<f16>, flags: Option<&RangeFlags>) -> Result<(), Error> {
+        let c = self.c;
+        let id = &self.ids;
         let (mut q, mut k, mut v) = (scratch::<f16>(dev, np * c, "q")?, scratch::<f16>(dev, np * c, "k")?, scratch::<f16>(dev, np * c, "v")?);
         let f = dev.function("swin", "swin_qkv_split_h")?;
         let (p, c32) = (groups(np, 3 * c, 8, "qkv")?, c as u32);
@@ -382,17 +407,19 @@ impl GpuBlock {
         }
         .map_err(cuda_err("swin_qkv_split_h"))?;
         drop(y);
-        let windows = if self.shift == 0 {
-            &stage.plain
-        } else {
-            stage.shifted.as_ref().ok_or_else(|| Error::InvalidInput("swin: the plan has no shifted windows for a shifted block".into()))?
-        };
-        let mut att = scratch::<f16>(dev, np * c, "attention output")?;
-        let term = CudaTerm::Bias2d(CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, kernel });
         let qkv = QkvView { q: &q, k: &k, v: &v, ld: c };
-        let heads = HeadSlice::all(self.heads, c / self.heads);
-        window_attention_cuda_guarded(dev, qkv, heads, &windows.part, term, &mut att, c, TILED_MIN_WINDOW, None, slot(flags, id.attn)?)?;
-        drop((q, k, v));
+        window_attention_cuda_guarded(dev, qkv, heads, part, CudaTerm::Bias2d(bias), att, c, TILED_MIN_WINDOW, None, slot(flags, id.attn)?)
+    }
+
+    /// The fused path's proj on the attention output `att`, cropped plus the residual `x`, then
+    /// the MLP half of the block.
+    #[allow(clippy::too_many_arguments)]
+    fn proj_residual_lt(&self, dev: &CudaDevice, lt: &LtGemm, x: &CudaSlice<f16>, att: CudaSlice<f16>, n: usize, stage: &StagePlan, rows: usize, np: usize, flags: Option<&RangeFlags>) -> Result<CudaSlice<f16>, Error> {
+        let c = self.c;
+        let [h, w] = stage.hw;
+        let [hp, wp] = stage.padded;
+        let id = &self.ids;
+        debug_assert_eq!((rows, np), (n * h * w, n * hp * wp));
         let yp = lt.linear(dev, &self.proj.weight, &self.bh[1], c, c, &att, np, None)?;
         drop(att);
         let mut y1 = scratch::<f16>(dev, rows * c, "block residual")?;
@@ -573,6 +600,9 @@ pub struct CudaSwin {
     lt: Option<LtGemm>,
     /// The window-attention kernel (module docs).
     attention_kernel: Bias2dKernel,
+    /// On the fused path with tensor-core attention: the qkv split done by the attention kernel
+    /// as it stages its windows (module docs); false: `swin_qkv_split_h` first.
+    packed_qkv: bool,
     /// `norm{i}` of each output.
     out_norm_ids: Vec<LayerId>,
 }
@@ -629,6 +659,7 @@ impl CudaSwin {
             out_norms: net.out_norms.iter().map(|l| GpuLayerNorm::upload(dev, l)).collect::<Result<_, _>>()?,
             lt: if std::env::var("SPTR_SWIN_UNFUSED").is_ok_and(|v| v == "1") { None } else { Some(LtGemm::new(dev)?) },
             attention_kernel: attention_kernel_from_env()?,
+            packed_qkv: !std::env::var("SPTR_SWIN_QKV").is_ok_and(|v| v == "split"),
             out_norm_ids,
         })
     }
@@ -641,6 +672,13 @@ impl CudaSwin {
 
     pub fn attention_kernel(&self) -> Bias2dKernel {
         self.attention_kernel
+    }
+
+    /// Selects whether the tensor-core attention reads the qkv Linear's output as it is (true,
+    /// the default unless `SPTR_SWIN_QKV=split`) or after `swin_qkv_split_h` (false); the output
+    /// has the same bits either way.
+    pub fn set_packed_qkv(&mut self, on: bool) {
+        self.packed_qkv = on;
     }
 
     /// Selects the fused (cuBLASLt, FP16 out) or unfused (cuBLAS FP32 out + epilogues) GEMM path
@@ -718,7 +756,7 @@ impl CudaSwin {
             let [hh, ww] = sp.hw;
             for b in &stage.blocks {
                 x = match lt {
-                    Some(lt) => b.forward_lt(dev, lt, &x, n, sp, self.attention_kernel, flags)?,
+                    Some(lt) => b.forward_lt(dev, lt, &x, n, sp, self.attention_kernel, self.packed_qkv, flags)?,
                     None => b.forward(dev, blas, &x, n, sp, self.attention_kernel, flags)?,
                 };
             }
