@@ -239,3 +239,91 @@ fn gpu_nvjpeg_input_is_close_to_the_zune_path() {
     let after = nv.run_jpeg(&dev, &slices, &limits).expect("after bad frames").to_host(&dev).expect("to host");
     assert!(after.iter().zip(&again).all(|(a, b)| a.to_bits() == b.to_bits()), "nvJPEG path changed after bad frames");
 }
+
+/// One JPEG decoded by nvJPEG straight into `dst`, no host checks: the outcome (or the error) and
+/// whether the stream synchronised afterwards.
+fn nvjpeg_decode_unchecked(dev: &CudaDevice, nv: &mut sptr::sensors::image::nvjpeg::NvjpegDecoder, jpeg: &[u8], dst: &mut cudarc::driver::CudaSlice<u8>, pitch: usize) -> (String, Result<(), String>) {
+    use cudarc::driver::DevicePtrMut;
+    use sptr::sensors::image::nvjpeg::{DecodeTarget, ImageOutcome};
+    let outcome = {
+        let (ptr, _sync) = dst.device_ptr_mut(&dev.stream);
+        match nv.decode(dev, &[DecodeTarget { jpeg, dst: ptr, pitch }]) {
+            Ok(o) => match &o[0] {
+                ImageOutcome::Decoded => "decoded".to_string(),
+                ImageOutcome::Corrupt(s) => format!("corrupt ({s})"),
+                ImageOutcome::Unsupported(s) => format!("unsupported ({s})"),
+            },
+            Err(e) => format!("error ({e})"),
+        }
+    };
+    (outcome, dev.stream.synchronize().map_err(|e| e.to_string()))
+}
+
+/// nvJPEG given scan data the host checks refuse — cut short with an end-of-image marker
+/// appended, bytes overwritten, a stretch zeroed, a stretch repeated — on each nuScenes JPEG:
+/// every decode returns, the stream synchronises (no sticky CUDA error), and the good JPEG
+/// decoded after each still gives the bits it gave before. The product never hands such bytes
+/// to nvJPEG (`check_before_gpu` runs first; asserted for the cut ones, which no decoder
+/// reports); this is what a GPU decode begun while the scan walk still runs would rest on.
+#[test]
+fn nvjpeg_survives_corrupt_scan_data() {
+    use sptr::sensors::image::jpeg_markers::{check_before_gpu, read_layout};
+    use sptr::sensors::image::nvjpeg::NvjpegDecoder;
+    let Some(dev) = gpu("nvjpeg_survives_corrupt_scan_data") else { return };
+    let mut nv = match NvjpegDecoder::new(&dev) {
+        Ok(d) => d,
+        Err(e) => {
+            assert!(std::env::var("SPTR_REQUIRE_NVJPEG").is_err(), "SPTR_REQUIRE_NVJPEG set, but nvJPEG cannot be used: {e}");
+            eprintln!("nvJPEG not usable here: {e}");
+            return;
+        }
+    };
+    let limits = DecodeLimits::default();
+    let jpegs = nuscenes_jpegs();
+    let (w, h) = (1600usize, 900usize);
+    let mut dst = dev.stream.alloc_zeros::<u8>(w * h * 3).expect("alloc");
+    let good = &jpegs[0];
+    let (o, s) = nvjpeg_decode_unchecked(&dev, &mut nv, good, &mut dst, w * 3);
+    assert!(o == "decoded" && s.is_ok(), "the good JPEG: {o}, {s:?}");
+    let reference = dev.stream.clone_dtoh(&dst).expect("dtoh");
+    let mut rng = Rng(2027);
+    let mut outcomes: std::collections::BTreeMap<String, usize> = Default::default();
+    for (i, jpeg) in jpegs.iter().enumerate() {
+        let scan = read_layout(jpeg).expect("layout").scan_data;
+        let data_len = jpeg.len() - 2 - scan; // scan data before the end-of-image marker
+        let at = |f: f64| scan + (data_len as f64 * f) as usize;
+        let mut variants: Vec<(String, Vec<u8>, bool)> = Vec::new();
+        for f in [0.05, 0.3, 0.7, 0.97] {
+            let mut v = jpeg[..at(f)].to_vec();
+            v.extend_from_slice(&[0xFF, 0xD9]);
+            variants.push((format!("cut at {f}"), v, true));
+        }
+        for f in [0.1, 0.5, 0.9] {
+            let mut v = jpeg.clone();
+            for b in &mut v[at(f)..at(f) + 256] {
+                *b = (rng.next() % 255) as u8; // never 0xFF: no marker is made
+            }
+            variants.push((format!("256 random bytes at {f}"), v, false));
+        }
+        let mut zeroed = jpeg.clone();
+        zeroed[at(0.4)..at(0.8)].fill(0);
+        variants.push(("zeroed 0.4..0.8".into(), zeroed, false));
+        let mut repeated = jpeg[..at(0.6)].to_vec();
+        repeated.extend_from_slice(&jpeg[at(0.5)..]);
+        variants.push(("0.5..0.6 repeated".into(), repeated, false));
+        for (name, bytes, refused) in variants {
+            if refused {
+                assert!(check_before_gpu(bytes.as_slice(), &limits).is_err(), "camera {i}, {name}: the host checks must refuse it");
+            }
+            let (o, s) = nvjpeg_decode_unchecked(&dev, &mut nv, &bytes, &mut dst, w * 3);
+            assert!(s.is_ok(), "camera {i}, {name}: nvJPEG left the stream failing: {s:?} (outcome {o})");
+            eprintln!("camera {i}, {name}: {o}");
+            *outcomes.entry(o.split(' ').next().unwrap_or("").to_string()).or_default() += 1;
+            let (o, s) = nvjpeg_decode_unchecked(&dev, &mut nv, good, &mut dst, w * 3);
+            assert!(o == "decoded" && s.is_ok(), "camera {i}, after {name}: the good JPEG: {o}, {s:?}");
+            let again = dev.stream.clone_dtoh(&dst).expect("dtoh");
+            assert!(again == reference, "camera {i}, after {name}: the good JPEG decodes to other bytes");
+        }
+    }
+    println!("{{\"case\":\"nvjpeg_corrupt_scan_data\",\"backend\":\"{}\",\"outcomes\":{}}}", nv.backend().name(), serde_json::to_string(&outcomes).unwrap_or_default());
+}
