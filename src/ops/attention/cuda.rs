@@ -419,6 +419,34 @@ pub struct CudaBias2d<'a> {
     pub kernel: Bias2dKernel,
 }
 
+impl CudaBias2d<'_> {
+    /// Entries of one head's table: (2h - 1)(2w - 1).
+    pub fn table_len(&self) -> usize {
+        ((2 * self.window[0] - 1) * (2 * self.window[1] - 1)).max(0) as usize
+    }
+
+    /// The kernel that runs these windows in `storage` ([`Bias2dKernel::effective`]).
+    pub fn kernel_for(&self, storage: Storage, n_max: usize) -> Bias2dKernel {
+        self.kernel.effective(storage, n_max, self.table_len())
+    }
+
+    /// The table is `[heads, table_len]` for a window of at least 1 × 1, and the packed
+    /// positions cover `n` tokens.
+    fn check(&self, heads: usize, n: usize, what: &str) -> Result<(), Error> {
+        let tl = self.table_len();
+        if self.window[0] < 1 || self.window[1] < 1 || self.table.len() != heads * tl || self.rc_packed.len() < n {
+            return Err(Error::InvalidInput(format!("{what}: 2-D bias table must be [{heads}, {tl}] for window {:?}", self.window)));
+        }
+        Ok(())
+    }
+}
+
+/// A whole-window kernel's launch: a block of `threads` per (window, head).
+fn whole_window_config(part: &CudaPartition, heads: usize, threads: u32) -> Result<LaunchConfig, Error> {
+    let windows = u32::try_from(part.windows).map_err(|_| Error::InvalidInput(format!("window attention: {} windows exceed 2^32", part.windows)))?;
+    Ok(LaunchConfig { grid_dim: (windows, heads as u32, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 })
+}
+
 /// The kernels of 2-D window attention (attention_core.cu), one of which runs a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bias2dKernel {
@@ -686,13 +714,7 @@ pub fn window_attention_cuda_guarded<S: Store>(
                 (c.quant, [Some(c.positions), Some(c.tables[0]), Some(c.tables[1]), Some(c.tables[2])])
             }
             CudaTerm::Bias2d(b) => {
-                let tl = ((2 * b.window[0] - 1) * (2 * b.window[1] - 1)).max(0) as usize;
-                if b.window[0] < 1 || b.window[1] < 1 || b.table.len() != heads.count * tl || b.rc_packed.len() < n {
-                    return Err(Error::InvalidInput(format!(
-                        "window attention: 2-D bias table must be [{}, {tl}] for window {:?}",
-                        heads.count, b.window
-                    )));
-                }
+                b.check(heads.count, n, "window attention")?;
                 p.win_h = b.window[0];
                 p.win_w = b.window[1];
                 (b.rc_packed, [None, Some(b.table), None, None])
@@ -709,8 +731,7 @@ pub fn window_attention_cuda_guarded<S: Store>(
     }
     // 2-D windows small enough for a whole-window kernel: one block per (window, head).
     if let CudaTerm::Bias2d(b) = term {
-        let tl = ((2 * b.window[0] - 1) * (2 * b.window[1] - 1)) as usize;
-        let (name, threads) = match (b.kernel.effective(S::STORAGE, part.n_max, tl), d) {
+        let (name, threads) = match (b.kernel_for(S::STORAGE, part.n_max), d) {
             (Bias2dKernel::PerQuery, _) => ("", 0),
             (Bias2dKernel::WholeWindow, 16) => ("attn_bias2d_win_d16", WIN_MAX_TOKENS as u32),
             (Bias2dKernel::WholeWindow, 32) => ("attn_bias2d_win_d32", WIN_MAX_TOKENS as u32),
@@ -720,8 +741,7 @@ pub fn window_attention_cuda_guarded<S: Store>(
             (Bias2dKernel::TensorCores, _) => ("attn_bias2d_win_tc_d64", WIN_TC_THREADS),
         };
         if threads > 0 {
-            let windows = u32::try_from(part.windows).map_err(|_| Error::InvalidInput(format!("window attention: {} windows exceed 2^32", part.windows)))?;
-            let cfg = LaunchConfig { grid_dim: (windows, heads.count as u32, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+            let cfg = whole_window_config(part, heads.count, threads)?;
             return launch_attention(dev, name, cfg, qkv, out, None, None, part, quant, floats, &p, range);
         }
     }
@@ -810,12 +830,12 @@ pub fn window_attention_packed_qkv_cuda<S: Store>(
 ) -> Result<(), Error> {
     let d = heads.head_dim;
     let c = heads.heads * d;
-    let tl = ((2 * bias.window[0] - 1) * (2 * bias.window[1] - 1)).max(0) as usize;
-    if Bias2dKernel::TensorCores.effective(S::STORAGE, part.n_max, tl) != Bias2dKernel::TensorCores {
+    if Bias2dKernel::TensorCores.effective(S::STORAGE, part.n_max, bias.table_len()) != Bias2dKernel::TensorCores {
         return Err(Error::InvalidInput(format!(
-            "packed-qkv window attention needs tensor-core storage, windows of at most {WIN_MAX_TOKENS} tokens and a table of at most {WIN_MAX_TABLE} entries ({:?}, {} tokens, {tl} entries)",
+            "packed-qkv window attention needs tensor-core storage, windows of at most {WIN_MAX_TOKENS} tokens and a table of at most {WIN_MAX_TABLE} entries ({:?}, {} tokens, {} entries)",
             S::STORAGE,
-            part.n_max
+            part.n_max,
+            bias.table_len()
         )));
     }
     let name = match d {
@@ -838,9 +858,7 @@ pub fn window_attention_packed_qkv_cuda<S: Store>(
             out.len()
         )));
     }
-    if bias.window[0] < 1 || bias.window[1] < 1 || bias.table.len() != heads.count * tl || bias.rc_packed.len() < n {
-        return Err(Error::InvalidInput(format!("packed-qkv window attention: 2-D bias table must be [{}, {tl}] for window {:?}", heads.count, bias.window)));
-    }
+    bias.check(heads.count, n, "packed-qkv window attention")?;
     let in_layer = match (&in_range, &out_range) {
         (None, None) => 0,
         (Some(i), Some(o)) if i.shares_flags(o) => i.layer(),
@@ -862,8 +880,7 @@ pub fn window_attention_packed_qkv_cuda<S: Store>(
         in_layer,
         ..Default::default()
     };
-    let windows = u32::try_from(part.windows).map_err(|_| Error::InvalidInput(format!("window attention: {} windows exceed 2^32", part.windows)))?;
-    let cfg = LaunchConfig { grid_dim: (windows, heads.count as u32, 1), block_dim: (WIN_TC_THREADS, 1, 1), shared_mem_bytes: 0 };
+    let cfg = whole_window_config(part, heads.count, WIN_TC_THREADS)?;
     let qkv = QkvView { q: y, k: y, v: y, ld: 3 * c };
     launch_attention(dev, name, cfg, qkv, out, None, None, part, bias.rc_packed, [None, Some(bias.table), None, None], &p, out_range.as_ref())
 }

@@ -382,9 +382,8 @@ impl GpuBlock {
         };
         let bias = CudaBias2d { window: [self.window, self.window], rc_packed: &windows.rc, table: &self.table, kernel };
         let heads = HeadSlice::all(self.heads, c / self.heads);
-        let tl = self.table.len() / self.heads.max(1);
         let mut att = scratch::<f16>(dev, np * c, "attention output")?;
-        if packed_qkv && kernel.effective(Storage::Fp16, windows.part.n_max, tl) == Bias2dKernel::TensorCores {
+        if packed_qkv && bias.kernel_for(Storage::Fp16, windows.part.n_max) == Bias2dKernel::TensorCores {
             // the qkv split happens as the attention stages its windows (module docs)
             window_attention_packed_qkv_cuda(dev, &y, self.scale, heads, &windows.part, bias, &mut att, c, slot(flags, id.qkv)?, slot(flags, id.attn)?)?;
             drop(y);
