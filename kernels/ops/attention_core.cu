@@ -885,6 +885,35 @@ ATTN_TILED_KERNEL(32, true, 3, attn_ctx_tiled_split_d32)
 // storage.cuh) like the rest of this file, so it builds in every storage build.
 #define WIN_MAX_TOKENS 64
 #define WIN_MAX_TABLE 256
+
+// What both whole-window kernels stage first, before their first barrier: head hb's bias table
+// (tl entries) in tab, and the window's token ids and packed (row, col) in ids / rcs, zero past
+// its nw tokens up to WIN_MAX_TOKENS. Returns nw.
+__device__ __forceinline__ u32 stage_bias2d_window(const u32* __restrict__ order, const u32* __restrict__ offsets,
+                                                   const u32* __restrict__ quant, const float* __restrict__ table, u32 w,
+                                                   u32 hb, int tl, float* tab, u32* ids, u32* rcs) {
+    const u32 s = offsets[w], e = offsets[w + 1];
+    const u32 nw = min(e - s, (u32)WIN_MAX_TOKENS);  // == e - s: the host checks n_max
+    for (int t = threadIdx.x; t < tl; t += blockDim.x) tab[t] = table[(u64)hb * tl + t];
+    for (u32 t = threadIdx.x; t < WIN_MAX_TOKENS; t += blockDim.x) {
+        const u32 j = t < nw ? order[s + t] : 0u;
+        ids[t] = j;
+        rcs[t] = t < nw ? quant[j] : 0u;
+    }
+    return nw;
+}
+
+// The relative position bias of query pi and key pj (packed (row << 16) | col) from the staged
+// table: the offsets clamped to the table, the index capped at its last entry.
+__device__ __forceinline__ float bias2d_term(const float* tab, u32 pi, u32 pj, const AttnParams& A, int tw, int tl) {
+    const int hmax = 2 * A.win_h - 2, wmax = 2 * A.win_w - 2;
+    int dr = (int)(pi >> 16) - (int)(pj >> 16) + A.win_h - 1;
+    int dc = (int)(pi & 0xffffu) - (int)(pj & 0xffffu) + A.win_w - 1;
+    dr = dr < 0 ? 0 : (dr > hmax ? hmax : dr);
+    dc = dc < 0 ? 0 : (dc > wmax ? wmax : dc);
+    return tab[min(dr * tw + dc, tl - 1)];
+}
+
 template <int D>
 __device__ void attention_bias2d_win_impl(ATTN_PARAMS) {
     __shared__ __align__(16) float ks[WIN_MAX_TOKENS * D];
@@ -892,19 +921,11 @@ __device__ void attention_bias2d_win_impl(ATTN_PARAMS) {
     __shared__ u32 rcs[WIN_MAX_TOKENS];
     __shared__ u32 ids[WIN_MAX_TOKENS];
     __shared__ float tab[WIN_MAX_TABLE];
-    const u32 w = blockIdx.x;
     const u32 hb = blockIdx.y;
     const u32 h = A.head0 + hb;
-    const u32 s = offsets[w], e = offsets[w + 1];
-    const u32 nw = min(e - s, (u32)WIN_MAX_TOKENS);  // == e - s: the host checks n_max
     const int tw = 2 * A.win_w - 1;
     const int tl = min((2 * A.win_h - 1) * tw, WIN_MAX_TABLE);  // the host checks the table size
-    for (int t = threadIdx.x; t < tl; t += blockDim.x) tab[t] = tq[(u64)hb * tl + t];
-    for (u32 t = threadIdx.x; t < nw; t += blockDim.x) {
-        const u32 j = order[s + t];
-        ids[t] = j;
-        rcs[t] = quant[j];
-    }
+    const u32 nw = stage_bias2d_window(order, offsets, quant, tq, blockIdx.x, hb, tl, tab, ids, rcs);
     __syncthreads();
     // K and V rows, 8 stored values (16 bytes) a step
     constexpr u32 PER_ROW = D / 8;
@@ -934,7 +955,6 @@ __device__ void attention_bias2d_win_impl(ATTN_PARAMS) {
     for (int c = 0; c < D; ++c) acc[c] = 0.0f;
     float m = -__int_as_float(0x7f800000), l = 0.0f;  // -inf
     const u32 pi = rcs[t];
-    const int hmax = 2 * A.win_h - 2, wmax = 2 * A.win_w - 2;
     for (u32 jj = 0; jj < nw; ++jj) {
         const float4* kr = reinterpret_cast<const float4*>(ks + jj * D);
         float logit = 0.0f;
@@ -943,12 +963,7 @@ __device__ void attention_bias2d_win_impl(ATTN_PARAMS) {
             const float4 x = kr[c];
             logit += qi[4 * c] * x.x + qi[4 * c + 1] * x.y + qi[4 * c + 2] * x.z + qi[4 * c + 3] * x.w;
         }
-        const u32 pj = rcs[jj];
-        int dr = (int)(pi >> 16) - (int)(pj >> 16) + A.win_h - 1;
-        int dc = (int)(pi & 0xffffu) - (int)(pj & 0xffffu) + A.win_w - 1;
-        dr = dr < 0 ? 0 : (dr > hmax ? hmax : dr);
-        dc = dc < 0 ? 0 : (dc > wmax ? wmax : dc);
-        logit += tab[min(dr * tw + dc, tl - 1)];
+        logit += bias2d_term(tab, pi, rcs[jj], A, tw, tl);
         if (logit > m) {
             const float scale = __expf(m - logit);  // 0 on the first key (m = -inf)
             l *= scale;
@@ -1049,19 +1064,11 @@ __device__ void attention_bias2d_win_tc_impl(ATTN_PARAMS) {
     __shared__ u32 rcs[WIN_MAX_TOKENS];
     __shared__ u32 ids[WIN_MAX_TOKENS];
     __shared__ float tab[WIN_MAX_TABLE];
-    const u32 w = blockIdx.x;
     const u32 hb = blockIdx.y;
     const u32 h = A.head0 + hb;
-    const u32 s = offsets[w], e = offsets[w + 1];
-    const u32 nw = min(e - s, (u32)WIN_MAX_TOKENS);  // == e - s: the host checks n_max
     const int tw = 2 * A.win_w - 1;
     const int tl = min((2 * A.win_h - 1) * tw, WIN_MAX_TABLE);  // the host checks the table size
-    for (int t = threadIdx.x; t < tl; t += blockDim.x) tab[t] = tq[(u64)hb * tl + t];
-    for (u32 t = threadIdx.x; t < WIN_MAX_TOKENS; t += blockDim.x) {
-        const u32 j = t < nw ? order[s + t] : 0u;
-        ids[t] = j;
-        rcs[t] = t < nw ? quant[j] : 0u;
-    }
+    const u32 nw = stage_bias2d_window(order, offsets, quant, tq, blockIdx.x, hb, tl, tab, ids, rcs);
     __syncthreads();
     u32 in_bits = 0;
     for (u32 c = threadIdx.x; c < WIN_MAX_TOKENS * PER_ROW; c += blockDim.x) {
@@ -1111,7 +1118,6 @@ __device__ void attention_bias2d_win_tc_impl(ATTN_PARAMS) {
     }
     // bias, mask, row maxima (rows g and g + 8 of the warp's 16)
     const u32 pi0 = rcs[r0 + g], pi1 = rcs[r0 + g + 8];
-    const int hmax = 2 * A.win_h - 2, wmax = 2 * A.win_w - 2;
     float m0 = -__int_as_float(0x7f800000), m1 = m0;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -1122,12 +1128,7 @@ __device__ void attention_bias2d_win_tc_impl(ATTN_PARAMS) {
                 sc[nt][x] = -__int_as_float(0x7f800000);
                 continue;
             }
-            const u32 pi = x < 2 ? pi0 : pi1, pj = rcs[key];
-            int dr = (int)(pi >> 16) - (int)(pj >> 16) + A.win_h - 1;
-            int dc = (int)(pi & 0xffffu) - (int)(pj & 0xffffu) + A.win_w - 1;
-            dr = dr < 0 ? 0 : (dr > hmax ? hmax : dr);
-            dc = dc < 0 ? 0 : (dc > wmax ? wmax : dc);
-            sc[nt][x] += tab[min(dr * tw + dc, tl - 1)];
+            sc[nt][x] += bias2d_term(tab, x < 2 ? pi0 : pi1, rcs[key], A, tw, tl);
         }
         m0 = fmaxf(m0, fmaxf(sc[nt][0], sc[nt][1]));
         m1 = fmaxf(m1, fmaxf(sc[nt][2], sc[nt][3]));
