@@ -19,7 +19,7 @@ use half::f16;
 use sptr::sensors::image::compressed::decode_jpeg;
 use sptr::sensors::image::encodings::{DecodeLimits, RgbImage};
 use sptr::ops::image_preprocess::cpu::{preprocess_cpu, ImagePreprocess};
-use sptr::ops::image_preprocess::cuda::{check_jpegs, CameraPreprocessCuda};
+use sptr::ops::image_preprocess::cuda::{check_jpegs, screen_jpegs, CameraPreprocessCuda};
 use sptr::device::cuda::CudaDevice;
 
 const CAMS: [&str; 6] = ["CAM_FRONT", "CAM_FRONT_RIGHT", "CAM_FRONT_LEFT", "CAM_BACK", "CAM_BACK_LEFT", "CAM_BACK_RIGHT"];
@@ -182,12 +182,15 @@ fn gpu_nvjpeg_input_is_close_to_the_zune_path() {
     // checked beforehand (the camera branch's path) on either decoder.
     let again = nv.run_jpeg(&dev, &slices, &limits).expect("again").to_host(&dev).expect("to host");
     assert!(again.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "nvJPEG path not repeatable");
+    let screened = screen_jpegs(&slices, &limits).expect("screen");
     let checked = check_jpegs(&slices, &limits).expect("checks");
-    let nv_checked = nv.run_checked_jpeg(&dev, &checked).expect("checked, nvJPEG").to_host(&dev).expect("to host");
-    assert!(nv_checked.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "nvJPEG on checked JPEGs differs");
-    assert_eq!(nv.jpeg_stats().gpu, (0..6).collect::<Vec<_>>());
-    let zune_checked = zune.run_checked_jpeg(&dev, &checked).expect("checked, zune").to_host(&dev).expect("to host");
-    assert!(zune_checked.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "zune-jpeg on checked JPEGs differs");
+    for (what, jpegs) in [("screened", &screened), ("checked", &checked)] {
+        let nv_out = nv.run_screened_jpeg(&dev, jpegs).expect(what).to_host(&dev).expect("to host");
+        assert!(nv_out.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()), "nvJPEG on {what} JPEGs differs");
+        assert_eq!(nv.jpeg_stats().gpu, (0..6).collect::<Vec<_>>());
+        let zune_out = zune.run_screened_jpeg(&dev, jpegs).expect(what).to_host(&dev).expect("to host");
+        assert!(zune_out.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "zune-jpeg on {what} JPEGs differs");
+    }
 
     // A batch mixing JPEGs nvJPEG is not given (progressive, grey) with ones it takes: the
     // others go to zune-jpeg and are counted, and give exactly the zune path's values.
@@ -262,12 +265,13 @@ fn nvjpeg_decode_unchecked(dev: &CudaDevice, nv: &mut sptr::sensors::image::nvjp
 /// nvJPEG given scan data the host checks refuse — cut short with an end-of-image marker
 /// appended, bytes overwritten, a stretch zeroed, a stretch repeated — on each nuScenes JPEG:
 /// every decode returns, the stream synchronises (no sticky CUDA error), and the good JPEG
-/// decoded after each still gives the bits it gave before. The product never hands such bytes
-/// to nvJPEG (`check_before_gpu` runs first; asserted for the cut ones, which no decoder
-/// reports); this is what a GPU decode begun while the scan walk still runs would rest on.
+/// decoded after each still gives the bits it gave before. The product hands nvJPEG JPEGs whose
+/// headers passed `screen_for_gpu` (the cut ones pass it: asserted) and checks their scans beside
+/// the decode (`check_scans_beside`; the cut ones fail them, which no decoder reports): this is
+/// what that rests on.
 #[test]
 fn nvjpeg_survives_corrupt_scan_data() {
-    use sptr::sensors::image::jpeg_markers::{check_before_gpu, read_layout};
+    use sptr::sensors::image::jpeg_markers::{read_layout, screen_for_gpu};
     use sptr::sensors::image::nvjpeg::NvjpegDecoder;
     let Some(dev) = gpu("nvjpeg_survives_corrupt_scan_data") else { return };
     let mut nv = match NvjpegDecoder::new(&dev) {
@@ -313,7 +317,8 @@ fn nvjpeg_survives_corrupt_scan_data() {
         variants.push(("0.5..0.6 repeated".into(), repeated, false));
         for (name, bytes, refused) in variants {
             if refused {
-                assert!(check_before_gpu(bytes.as_slice(), &limits).is_err(), "camera {i}, {name}: the host checks must refuse it");
+                let screened = screen_for_gpu(bytes.as_slice(), &limits).unwrap_or_else(|e| panic!("camera {i}, {name}: the screen must pass it: {e}"));
+                assert!(screened.check_scans().is_err(), "camera {i}, {name}: the scan checks must refuse it");
             }
             let (o, s) = nvjpeg_decode_unchecked(&dev, &mut nv, &bytes, &mut dst, w * 3);
             assert!(s.is_ok(), "camera {i}, {name}: nvJPEG left the stream failing: {s:?} (outcome {o})");

@@ -17,10 +17,11 @@
 //! images one stamp).
 //!
 //! For a model that decodes JPEGs itself (nvJPEG on CUDA, [`BevMapModel::decodes_jpeg`]) the
-//! branch only checks a JPEG's headers, scan markers and that its scans hold every MCU (a
-//! truncated JPEG is a decode error here, whatever marker ends it), and hands over the bytes
-//! ([`FrameImage::Jpeg`]); what the model then cannot decode comes back through
-//! [`CameraBranch::decode_failed`], so it is counted like a decode error here.
+//! branch only screens a JPEG's headers (sizes, limits, an end-of-image marker:
+//! `jpeg_markers::screen_for_gpu`) and hands over the bytes ([`FrameImage::Jpeg`]); the model
+//! checks the scan data beside its GPU work, and what it then cannot use (a scan cut short or
+//! garbled, data both decoders refuse) comes back through [`CameraBranch::decode_failed`], so it
+//! is counted like a decode error here.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,7 +38,7 @@ use crate::frame::sweeps::{SweepBuffer, SweepPoints};
 use crate::frame::sync::{CameraCounts, CameraSync, CameraUse};
 use crate::sensors::calib::tf::TfBuffer;
 use crate::sensors::image::compressed::{check_format, decode_compressed, sniff, Codec};
-use crate::sensors::image::jpeg_markers::{check_before_gpu, CheckedJpeg};
+use crate::sensors::image::jpeg_markers::{screen_for_gpu, ScreenedJpeg};
 use crate::sensors::image::encodings::{decode_raw, DecodeLimits, RawImage, RgbImage};
 use crate::{Error, Points};
 
@@ -65,21 +66,21 @@ impl CameraImage {
         .map_err(|e| e.to_string())
     }
 
-    /// For a JPEG `CompressedImage`: the message checked the way a GPU decoder relies on
-    /// (format, limits, and `jpeg_markers::check_before_gpu`: every marker segment read up to the
-    /// end-of-image marker, the frame header agreeing with the decoder's, no stray marker in the
-    /// scan data, every scan whole to its last MCU). `None` for anything else (raw, PNG).
-    pub fn check_jpeg(self: &Arc<Self>, limits: &DecodeLimits) -> Option<Result<CheckedJpeg<JpegMessage>, String>> {
+    /// For a JPEG `CompressedImage`: the message screened the way a GPU decoder relies on
+    /// (format, limits, and `jpeg_markers::screen_for_gpu`: every marker segment read up to the
+    /// first scan, the frame header agreeing with the decoder's, an end-of-image marker after
+    /// the scan data); the scans are the model's to check. `None` for anything else (raw, PNG).
+    pub fn screen_jpeg(self: &Arc<Self>, limits: &DecodeLimits) -> Option<Result<ScreenedJpeg<JpegMessage>, String>> {
         let CameraImage::Compressed(m) = self.as_ref() else { return None };
         if check_format(&m.format).is_err() || !matches!(sniff(&m.format, &m.data), Ok(Codec::Jpeg)) {
             return None;
         }
-        Some(check_before_gpu(JpegMessage(Arc::clone(self)), limits).map_err(|e| e.to_string()))
+        Some(screen_for_gpu(JpegMessage(Arc::clone(self)), limits).map_err(|e| e.to_string()))
     }
 }
 
 /// A compressed camera message, shared, as the bytes of its JPEG (what
-/// [`CameraImage::check_jpeg`] checked; it makes these from compressed messages only).
+/// [`CameraImage::screen_jpeg`] screened; it makes these from compressed messages only).
 #[derive(Debug, Clone)]
 pub struct JpegMessage(Arc<CameraImage>);
 
@@ -99,9 +100,9 @@ pub enum FrameImage {
     /// Decoded on the host.
     Rgb(Arc<RgbImage>),
     /// A JPEG left for a model that decodes JPEG itself on the GPU
-    /// ([`BevMapModel::decodes_jpeg`]), checked here once ([`CameraImage::check_jpeg`]); its size
-    /// is its calibration's.
-    Jpeg(CheckedJpeg<JpegMessage>),
+    /// ([`BevMapModel::decodes_jpeg`]), screened here once ([`CameraImage::screen_jpeg`]); its
+    /// size is its calibration's.
+    Jpeg(ScreenedJpeg<JpegMessage>),
 }
 
 impl FrameImage {
@@ -112,8 +113,8 @@ impl FrameImage {
         }
     }
 
-    /// A deferred image's checked JPEG.
-    pub fn jpeg(&self) -> Option<&CheckedJpeg<JpegMessage>> {
+    /// A deferred image's screened JPEG.
+    pub fn jpeg(&self) -> Option<&ScreenedJpeg<JpegMessage>> {
         match self {
             FrameImage::Jpeg(j) => Some(j),
             FrameImage::Rgb(_) => None,
@@ -232,7 +233,7 @@ pub struct BevFrameInputs {
     pub calibration_changed: bool,
     /// Cameras to pool (bit n = camera n).
     pub mask: CameraMask,
-    /// Per camera: the image of a used camera (decoded, or a checked JPEG for a model that
+    /// Per camera: the image of a used camera (decoded, or a screened JPEG for a model that
     /// decodes JPEG itself), `None` for a masked one.
     pub images: Vec<Option<FrameImage>>,
     pub cameras: Vec<CameraReport>,
@@ -311,7 +312,7 @@ pub struct BranchConfig {
     pub max_distortion: f64,
 }
 
-/// A decoded (or checked) image with the message it came from, so a second frame using the same
+/// A decoded (or screened) image with the message it came from, so a second frame using the same
 /// message does not decode again. Keyed by the message itself (`Arc` identity), never by its
 /// stamp: two different images may carry one stamp.
 type Decoded = Option<(Arc<CameraImage>, Result<FrameImage, String>)>;
@@ -363,7 +364,7 @@ impl CameraBranch {
     }
 
     /// Leaves JPEGs to a map model that decodes them itself (nvJPEG): frames then carry
-    /// [`FrameImage::Jpeg`] for them, checked but not decoded.
+    /// [`FrameImage::Jpeg`] for them, screened but not decoded.
     pub fn set_defer_jpeg(&mut self, defer: bool) {
         if defer != self.defer_jpeg {
             self.decoded.iter_mut().for_each(|d| *d = None);
@@ -523,8 +524,8 @@ impl CameraBranch {
         let fresh: Vec<(usize, Arc<CameraImage>, Result<FrameImage, String>)> = todo
             .into_par_iter()
             .map(|(i, img)| {
-                let r = match img.check_jpeg(&limits).filter(|_| defer) {
-                    Some(checked) => checked.map(FrameImage::Jpeg),
+                let r = match img.screen_jpeg(&limits).filter(|_| defer) {
+                    Some(screened) => screened.map(FrameImage::Jpeg),
                     None => img.decode(&limits).map(|d| FrameImage::Rgb(Arc::new(d))),
                 };
                 (i, img, r)
@@ -1003,8 +1004,13 @@ mod tests {
         d
     }
 
+    /// Decoded here, it is this frame's decode error. Deferred, the branch screens headers only
+    /// and hands it over; the model's scan checks refuse it (`ScreenedJpeg::check_scans`), and
+    /// the host decode it falls back on (`FrameImage::to_rgb`) names the same fault, which the
+    /// model reports through `run_model` (tests/frame_map_model).
     #[test]
     fn a_jpeg_cut_short_with_its_end_marker_appended_is_a_decode_error_deferred_or_not() {
+        let cut_short = |why: &str| why.contains("scan data ends at MCU") && why.contains("the file was cut short");
         for defer in [true, false] {
             let (mut b, names, _) = nuscenes_branch();
             b.set_defer_jpeg(defer);
@@ -1014,17 +1020,26 @@ mod tests {
             }
             let f = b.frame(1_010 * MS, "lidar_top", &Points::default());
             let front = names.iter().position(|n| n == "CAM_FRONT").unwrap();
-            assert_eq!(f.used(), 5, "defer {defer}: {:?}", f.cameras);
-            assert_eq!(f.cameras[front].status, CameraStatus::DecodeError, "defer {defer}");
+            if defer {
+                assert_eq!(f.used(), 6, "the screen passes it: {:?}", f.cameras);
+                let img = f.images[front].as_ref().unwrap();
+                let scans = img.jpeg().unwrap().check_scans().unwrap_err().to_string();
+                assert!(cut_short(&scans), "{scans}");
+                let host = img.to_rgb(&DecodeLimits::default()).unwrap_err();
+                assert!(cut_short(&host), "{host}");
+                continue;
+            }
+            assert_eq!(f.used(), 5, "{:?}", f.cameras);
+            assert_eq!(f.cameras[front].status, CameraStatus::DecodeError);
             let why = f.cameras[front].detail.clone().unwrap_or_default();
-            assert!(why.contains("scan data ends at MCU") && why.contains("the file was cut short"), "defer {defer}: {why}");
+            assert!(cut_short(&why), "{why}");
             assert!(f.images[front].is_none());
             assert_eq!(b.stats()[front].count(CameraStatus::DecodeError), 1);
         }
     }
 
     #[test]
-    fn deferred_jpegs_are_checked_here_and_model_failures_are_reported() {
+    fn deferred_jpegs_are_screened_here_and_model_failures_are_reported() {
         let (mut b, names, _) = nuscenes_branch();
         b.set_defer_jpeg(true);
         for (i, name) in names.iter().enumerate() {

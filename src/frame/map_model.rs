@@ -25,7 +25,7 @@ use crate::models::bevfusion::map::BevMap;
 use crate::frame::sweeps::SweepPoints;
 use crate::sensors::image::encodings::{DecodeLimits, RgbImage};
 #[cfg(feature = "cuda-core")]
-use crate::sensors::image::jpeg_markers::CheckedJpeg;
+use crate::sensors::image::jpeg_markers::ScreenedJpeg;
 use crate::nn::Weights;
 use crate::Error;
 
@@ -169,18 +169,20 @@ pub fn sweep_points5(p: &SweepPoints) -> Vec<Point5> {
 }
 
 impl SegMapModel {
-    /// A frame whose every used camera is a checked JPEG, decoded by nvJPEG in the model's first
-    /// stage; a masked camera's slot holds another camera's JPEG as a stand-in (decoded, pooled
-    /// nowhere). `None` when the frame does not qualify (a raw or PNG image, no camera at all,
-    /// the CPU backend, nvJPEG not loaded) or when a JPEG's data turned out bad: the caller then
-    /// decodes on the host, which names the camera.
+    /// A frame whose every used camera is a screened JPEG, decoded by nvJPEG in the model's
+    /// first stage while the host checks its scans; a masked camera's slot holds another
+    /// camera's JPEG as a stand-in (decoded, pooled nowhere). `None` when the frame does not
+    /// qualify (a raw or PNG image, no camera at all, the CPU backend, nvJPEG not loaded) or when
+    /// a JPEG's data turned out bad (its scan checks failed, or both decoders refused it): the
+    /// caller then decodes on the host, where zune-jpeg judges each image, names the bad camera
+    /// and the frame runs without it.
     #[cfg(feature = "cuda-core")]
     fn forward_all_jpeg(&mut self, inputs: &BevFrameInputs, cloud: Option<&[Point5]>) -> Option<Result<BevSegOutput, Error>> {
         let Backend::Cuda { dev, model } = &mut self.backend else { return None };
         if !model.decodes_jpeg_on_gpu() {
             return None;
         }
-        let mut jpegs: Vec<Option<CheckedJpeg<&[u8]>>> = Vec::with_capacity(inputs.images.len());
+        let mut jpegs: Vec<Option<ScreenedJpeg<&[u8]>>> = Vec::with_capacity(inputs.images.len());
         for image in &inputs.images {
             match image {
                 None => jpegs.push(None),
@@ -189,8 +191,8 @@ impl SegMapModel {
         }
         let stand_in = *jpegs.iter().flatten().next()?;
         let masked: Vec<usize> = (0..jpegs.len()).filter(|&i| jpegs[i].is_none()).collect();
-        let all: Vec<CheckedJpeg<&[u8]>> = jpegs.into_iter().map(|j| j.unwrap_or(stand_in)).collect();
-        match model.forward_checked_jpeg_masked(dev, &inputs.calibration, &all, &masked, cloud) {
+        let all: Vec<ScreenedJpeg<&[u8]>> = jpegs.into_iter().map(|j| j.unwrap_or(stand_in)).collect();
+        match model.forward_screened_jpeg_masked(dev, &inputs.calibration, &all, &masked, cloud) {
             // Bad image data (both decoders refused it): decoded again on the host below.
             Err(Error::InvalidInput(_)) => None,
             r => Some(r),

@@ -10,7 +10,7 @@
 use crate::common::{gpu, rel_err};
 use crate::seg::*;
 use sptr::sensors::image::encodings::{DecodeLimits, RgbImage};
-use sptr::ops::image_preprocess::cuda::check_jpegs;
+use sptr::ops::image_preprocess::cuda::screen_jpegs;
 use sptr::models::bevfusion::seg::{random_tensors, BevSegModel, BevSegOutput};
 use sptr::ops::dense::conv_engine::ConvBackend;
 use sptr::models::bevfusion::seg_cuda::CudaBevSeg;
@@ -77,13 +77,28 @@ fn check(kind: &str, seed: u64) {
         assert!(agree >= 0.999, "{kind}: the {what}'s masks agree on {:.4} % of cells", agree * 100.0);
     }
     eprintln!("{kind}: cuda stages (JPEG path) {:?}", j.times.0);
-    // JPEGs checked by the caller (the camera branch's path): the same bits, and with nvJPEG no
-    // second check in the frame
-    let checked = check_jpegs(&jrefs, &DecodeLimits::default()).unwrap();
-    let c = g.forward_checked_jpeg_masked(&dev, &calib, &checked, &[], pts.as_deref()).unwrap();
-    assert!(c.map.probabilities.iter().map(|v| v.to_bits()).eq(j.map.probabilities.iter().map(|v| v.to_bits())), "{kind}: checked JPEGs give other probabilities");
-    let checks = |o: &BevSegOutput| o.times.0.iter().filter(|(n, _)| n == "JPEG checks (host)").count();
-    assert_eq!((checks(&j), checks(&c)), (usize::from(decoder.contains("nvJPEG")), 0), "{kind}: stages {:?} / {:?}", j.times.0, c.times.0);
+    // JPEGs screened by the caller (the camera branch's path): the same bits; with nvJPEG no
+    // second header screen in the frame, and the scans checked beside the GPU on both paths
+    let screened = screen_jpegs(&jrefs, &DecodeLimits::default()).unwrap();
+    let c = g.forward_screened_jpeg_masked(&dev, &calib, &screened, &[], pts.as_deref()).unwrap();
+    assert!(c.map.probabilities.iter().map(|v| v.to_bits()).eq(j.map.probabilities.iter().map(|v| v.to_bits())), "{kind}: screened JPEGs give other probabilities");
+    let stage = |o: &BevSegOutput, name: &str| o.times.0.iter().filter(|(n, _)| n == name).count();
+    let nv = usize::from(decoder.contains("nvJPEG"));
+    for (name, with_j, with_c) in [("JPEG header checks (host)", nv, 0), ("JPEG scan checks (host, beside the GPU)", nv, nv)] {
+        assert_eq!((stage(&j, name), stage(&c, name)), (with_j, with_c), "{kind}: {name}: stages {:?} / {:?}", j.times.0, c.times.0);
+    }
+    if nv == 1 {
+        // a scan cut short (its end-of-image marker appended: the screen passes it) fails the
+        // frame after the GPU work, naming the camera; the next frame is the first one's, bit for bit
+        let mut cut = jpegs[4][..jpegs[4].len() * 6 / 10].to_vec();
+        cut.extend_from_slice(&[0xFF, 0xD9]);
+        let mut bad = jrefs.clone();
+        bad[4] = &cut;
+        let e = g.forward_jpeg(&dev, &calib, &bad, pts.as_deref()).unwrap_err().to_string();
+        assert!(e.contains("camera 4") && e.contains("the file was cut short"), "{kind}: {e}");
+        let after = g.forward_jpeg(&dev, &calib, &jrefs, pts.as_deref()).unwrap();
+        assert!(after.map.probabilities.iter().map(|v| v.to_bits()).eq(j.map.probabilities.iter().map(|v| v.to_bits())), "{kind}: the frame after a refused one differs");
+    }
     // the fusion model's LiDAR branch is timed on its own stream, beside the camera stages
     let lidar_stages = j.times.0.iter().filter(|(n, _)| n == "lidar (beside the camera branch)").count();
     assert_eq!(lidar_stages, usize::from(kind == "fusion"), "{kind}: stages {:?}", j.times.0);

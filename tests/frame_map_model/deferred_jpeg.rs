@@ -79,23 +79,38 @@ fn deferred_jpegs_give_the_decoded_frames_map_and_a_bad_one_is_masked_and_report
     assert_eq!(map.probabilities, expect.probabilities);
 }
 
-/// A stray marker in the scan data (0xFF01, which nvJPEG decodes through) is the branch's to
-/// catch, before any model: the camera is a decode error of the frame, with the byte named.
+/// A stray marker in the scan data (0xFF01, which nvJPEG decodes through) and a JPEG cut short
+/// with its end-of-image marker appended pass the branch's screen (headers only) and are the
+/// model's to catch: its scan checks (beside the GPU on CUDA) or its host decode refuse them,
+/// and through `run_model` each camera is a decode error of the frame, with the fault named.
 #[test]
-fn a_stray_marker_in_the_scan_data_is_caught_by_the_branch() {
+fn scan_faults_pass_the_branchs_screen_and_are_reported_by_the_model() {
+    let yaml = common::data("bevseg/fusion_small.yaml");
+    let mut model = SegMapModel::open(&yaml, &SegWeightsSource::Random(5), sptr::device::Device::Cpu).unwrap();
     let mut b = branch(true);
-    let inputs = frame(&mut b, |i, d| {
+    let mut inputs = frame(&mut b, |i, d| {
+        let sos = d.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
         if i == 2 {
-            let sos = d.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
             d[sos + 3000] = 0xFF;
             d[sos + 3001] = 0x01;
         }
+        if i == 5 {
+            d.truncate(d.len() * 6 / 10);
+            d.extend_from_slice(&[0xFF, 0xD9]);
+        }
     });
-    assert_eq!(inputs.used(), 5);
-    assert_eq!(inputs.cameras[2].status, CameraStatus::DecodeError);
-    let why = inputs.cameras[2].detail.clone().unwrap_or_default();
-    assert!(why.contains("marker 0xFF01") && why.contains("inside the scan data"), "{why}");
-    assert!(inputs.images[2].is_none());
+    assert_eq!(inputs.used(), 6, "the screen passes both: {:?}", inputs.cameras);
+    let (map, failures) = b.run_model(&mut model, &mut inputs);
+    let map = map.unwrap();
+    assert_eq!(failures.iter().map(|f| f.0).collect::<Vec<_>>(), vec![2, 5], "{failures:?}");
+    for (cam, fault) in [(2, "0xFF01"), (5, "the file was cut short")] {
+        assert_eq!(inputs.cameras[cam].status, CameraStatus::DecodeError);
+        let why = inputs.cameras[cam].detail.clone().unwrap_or_default();
+        assert!(why.contains(fault), "camera {cam}: {why}");
+        assert!(inputs.images[cam].is_none());
+        assert_eq!(b.stats()[cam].count(CameraStatus::DecodeError), 1);
+    }
+    assert_eq!(map.masked_cameras.len(), 2, "{:?}", map.masked_cameras);
 }
 
 /// The damage tests/frame_map_model/gpu.rs gives CAM_BACK (components renamed R, G, B so that

@@ -144,7 +144,9 @@ fn cuda_map_model_decodes_the_branchs_jpegs_and_masks_a_bad_one() {
 
 /// Hostile camera inputs through the branch and the CUDA map model, as the node and replay run
 /// them (JPEGs left to nvJPEG when it is loaded): CAM_FRONT cut in half and stamped like its
-/// previous good image, CAM_FRONT cut at 60 % with an end-of-image marker appended, and CAM_BACK
+/// previous good image, CAM_FRONT cut at 60 % with an end-of-image marker appended, CAM_FRONT
+/// with a stray marker in its scan data (the last two pass the branch's screen and fail the
+/// model's scan checks beside the GPU), and CAM_BACK
 /// a 1280 x 720 camera the model's resize + crop cannot take. Each such camera is masked with its
 /// reason and the map is the CPU's map of the same frame without that camera (rel ≤ 2e-3, masks
 /// agreeing on ≥ 99.9 %); the good frame after each is the first good frame's map, bit for bit.
@@ -190,7 +192,15 @@ fn cuda_map_model_masks_hostile_cameras_and_the_next_frame_is_unaffected() {
     let mut patched = jpeg(0);
     patched.truncate(patched.len() * 6 / 10);
     patched.extend_from_slice(&[0xFF, 0xD9]);
-    for (k, (case, data, stamp)) in [("stamp collision", half, first_front_stamp), ("patched JPEG", patched, 1_000 * MS + 50 * MS * 2 - 10 * MS)].into_iter().enumerate() {
+    let mut stray = jpeg(0);
+    let sos = stray.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
+    stray[sos + 3000..sos + 3002].copy_from_slice(&[0xFF, 0x01]);
+    let cases = [
+        ("stamp collision", half, first_front_stamp),
+        ("patched JPEG", patched, 1_000 * MS + 50 * MS * 2 - 10 * MS),
+        ("stray marker", stray, 1_000 * MS + 50 * MS * 4 - 10 * MS),
+    ];
+    for (k, (case, data, stamp)) in cases.into_iter().enumerate() {
         let k = 2 * k as i64 + 1;
         let (inputs, map) = run(&mut b, &mut cuda, k, Some((data.clone(), stamp)));
         assert_eq!(inputs.cameras[0].status, CameraStatus::DecodeError, "{case}: {:?}", inputs.cameras[0]);
@@ -210,7 +220,7 @@ fn cuda_map_model_masks_hostile_cameras_and_the_next_frame_is_unaffected() {
     let mut maps = Vec::new();
     for (branch, model) in [(&mut b, &mut cuda), (&mut c, &mut cpu)] {
         branch.on_camera_info(3, &info).unwrap();
-        let t = 1_000 * MS + 50 * MS * 6;
+        let t = 1_000 * MS + 50 * MS * 8;
         for i in [0, 1, 2, 4, 5] {
             put(branch, i, t - 10 * MS, jpeg(i));
         }

@@ -21,8 +21,8 @@ use crate::models::bevfusion::map::LidarStats;
 use crate::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
 use crate::sensors::image::encodings::{DecodeLimits, RgbImage};
 use crate::sensors::image::compressed::JpegDecoderChoice;
-use crate::ops::image_preprocess::cuda::{check_jpegs, CameraPreprocessCuda, CudaCameraBatch};
-use crate::sensors::image::jpeg_markers::CheckedJpeg;
+use crate::ops::image_preprocess::cuda::{screen_jpegs, CameraPreprocessCuda, CudaCameraBatch};
+use crate::sensors::image::jpeg_markers::{check_scans_beside, ScreenedJpeg};
 use crate::models::bevfusion::camera::swin_cuda::SwinPlan;
 use crate::ops::dense::conv_engine::ConvBackend;
 use crate::ops::dense::cuda::CudaFeatureMap;
@@ -453,60 +453,87 @@ impl CudaBevSeg {
     /// [`forward_jpeg`](Self::forward_jpeg) with the cameras in `masked` masked: their slots
     /// hold a stand-in JPEG (another camera's), decoded with the batch but pooled nowhere, so a
     /// frame with a stale or missing camera stays on the batched nvJPEG path. With nvJPEG the
-    /// JPEGs are checked first (`check_before_gpu`: the host stage `JPEG checks (host)`).
+    /// JPEGs' headers are screened first (`screen_for_gpu`: the host stage `JPEG header checks
+    /// (host)`), and their scans checked beside the GPU work
+    /// ([`forward_screened_jpeg_masked`](Self::forward_screened_jpeg_masked)).
     pub fn forward_jpeg_masked(&mut self, dev: &CudaDevice, calib: &Calibration, jpegs: &[&[u8]], masked: &[usize], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
         self.forward_jpeg_input(dev, calib, JpegInput::Unchecked(jpegs), masked, cloud)
     }
 
-    /// [`forward_jpeg_masked`](Self::forward_jpeg_masked) on JPEGs the caller checked (the camera
-    /// branch checks each image once, and nvJPEG is handed them without a second walk).
-    pub fn forward_checked_jpeg_masked(&mut self, dev: &CudaDevice, calib: &Calibration, jpegs: &[CheckedJpeg<&[u8]>], masked: &[usize], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
-        self.forward_jpeg_input(dev, calib, JpegInput::Checked(jpegs), masked, cloud)
+    /// [`forward_jpeg_masked`](Self::forward_jpeg_masked) on JPEGs the caller screened (the
+    /// camera branch screens each image once). With nvJPEG their scans
+    /// (`ScreenedJpeg::check_scans`: every MCU there, no stray marker, which nvJPEG does not
+    /// report) are checked on the host while the GPU decodes them and runs the network; a frame
+    /// whose scans fail is an `InvalidInput` error naming the first bad camera, and its result
+    /// is dropped. The stages `JPEG scan checks (host, beside the GPU)` (the longest camera's)
+    /// and `waiting for JPEG scan checks (host)` (after the GPU work) say what they cost.
+    pub fn forward_screened_jpeg_masked(&mut self, dev: &CudaDevice, calib: &Calibration, jpegs: &[ScreenedJpeg<&[u8]>], masked: &[usize], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
+        self.forward_jpeg_input(dev, calib, JpegInput::Screened(jpegs), masked, cloud)
     }
 
     fn forward_jpeg_input(&mut self, dev: &CudaDevice, calib: &Calibration, input: JpegInput<'_>, masked: &[usize], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
         self.check_frame(calib, input.len(), masked, cloud)?;
+        if !self.preprocess.uses_nvjpeg() {
+            return self.forward_host_decoded_jpeg(dev, calib, input, masked, cloud);
+        }
+        let t0 = Instant::now();
+        let screened_here;
+        let (screened, screen_ms) = match input {
+            JpegInput::Screened(s) => (s, None),
+            JpegInput::Unchecked(j) => {
+                screened_here = screen_jpegs(j, &DecodeLimits::default())?;
+                (screened_here.as_slice(), Some(t0.elapsed().as_secs_f64() * 1e3))
+            }
+        };
+        let (frame, checks) = check_scans_beside(screened, || -> Result<_, Error> {
+            let mut submit_ms = f64::NAN;
+            let mut clock = GpuClock::start(dev)?;
+            let (map, stages) = self.frame(dev, calib, cloud, false, &mut clock, |m, _| {
+                // nvJPEG decodes on the GPU: the decode is in the first GPU stage
+                // (upload+preprocess); the host time is what submitting it took.
+                let t1 = Instant::now();
+                let batch = m.preprocess.run_screened_jpeg(dev, screened)?;
+                submit_ms = t1.elapsed().as_secs_f64() * 1e3;
+                Self::camera_input_batch(calib, batch, masked)
+            })?;
+            Ok((map, stages, finish(clock)?, submit_ms))
+        });
+        // a bad scan is the frame's cause, whatever the decode made of it
+        if let Err((cam, e)) = checks.result {
+            return Err(Error::InvalidInput(format!("camera {cam}: {e}")));
+        }
+        let (map, stages, mut times, submit_ms) = frame?;
+        let mut host = Vec::with_capacity(4);
+        if let Some(ms) = screen_ms {
+            host.push(("JPEG header checks (host)".to_string(), ms));
+        }
+        host.push(("JPEG scan checks (host, beside the GPU)".to_string(), checks.longest_ms));
+        host.push(("waiting for JPEG scan checks (host)".to_string(), checks.waited_ms));
+        host.push(("decode submit (host, nvJPEG)".to_string(), submit_ms));
+        times.0.splice(0..0, host);
+        Ok(BevSegOutput { map, times, stages })
+    }
+
+    /// The JPEG frame with zune-jpeg decoding on the host (no nvJPEG): its decode walks the
+    /// scans itself, so nothing is checked apart from it.
+    fn forward_host_decoded_jpeg(&mut self, dev: &CudaDevice, calib: &Calibration, input: JpegInput<'_>, masked: &[usize], cloud: Option<&[Point5]>) -> Result<BevSegOutput, Error> {
         let limits = DecodeLimits::default();
-        let nvjpeg = self.preprocess.uses_nvjpeg();
-        let mut check_ms = None;
         let mut decode_ms = f64::NAN;
         let mut clock = GpuClock::start(dev)?;
         let (map, stages) = self.frame(dev, calib, cloud, false, &mut clock, |m, clock| {
             let t0 = Instant::now();
-            let batch = if nvjpeg {
-                let checked_here;
-                let checked = match input {
-                    JpegInput::Checked(c) => c,
-                    JpegInput::Unchecked(j) => {
-                        checked_here = check_jpegs(j, &limits)?;
-                        check_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
-                        checked_here.as_slice()
-                    }
-                };
-                // nvJPEG decodes on the GPU: the decode is in the first GPU stage
-                // (upload+preprocess); the host time is what submitting it took.
-                let t1 = Instant::now();
-                let batch = m.preprocess.run_checked_jpeg(dev, checked)?;
-                decode_ms = t1.elapsed().as_secs_f64() * 1e3;
-                batch
-            } else {
-                match input {
-                    JpegInput::Unchecked(j) => m.preprocess.stage_jpeg(dev, j, &limits)?,
-                    JpegInput::Checked(c) => m.preprocess.stage_checked_jpeg(dev, c)?,
-                }
-                decode_ms = t0.elapsed().as_secs_f64() * 1e3;
-                // the GPU clock restarts after the host decode: its first stage is upload + preprocess
-                *clock = GpuClock::start(dev)?;
-                m.preprocess.upload_and_launch(dev)?
-            };
+            match input {
+                JpegInput::Unchecked(j) => m.preprocess.stage_jpeg(dev, j, &limits)?,
+                JpegInput::Screened(s) => m.preprocess.stage_screened_jpeg(dev, s)?,
+            }
+            decode_ms = t0.elapsed().as_secs_f64() * 1e3;
+            // the GPU clock restarts after the host decode: its first stage is upload + preprocess
+            *clock = GpuClock::start(dev)?;
+            let batch = m.preprocess.upload_and_launch(dev)?;
             Self::camera_input_batch(calib, batch, masked)
         })?;
         let mut times = finish(clock)?;
-        let host_stage = if nvjpeg { "decode submit (host, nvJPEG)" } else { "decode (host)" };
-        times.0.insert(0, (host_stage.into(), decode_ms));
-        if let Some(ms) = check_ms {
-            times.0.insert(0, ("JPEG checks (host)".into(), ms));
-        }
+        times.0.insert(0, ("decode (host)".into(), decode_ms));
         Ok(BevSegOutput { map, times, stages })
     }
 
@@ -524,18 +551,18 @@ impl CudaBevSeg {
     }
 }
 
-/// A frame's JPEGs: as received, or checked already (`check_before_gpu`).
+/// A frame's JPEGs: as received, or screened already (`screen_for_gpu`).
 #[derive(Clone, Copy)]
 enum JpegInput<'a> {
     Unchecked(&'a [&'a [u8]]),
-    Checked(&'a [CheckedJpeg<&'a [u8]>]),
+    Screened(&'a [ScreenedJpeg<&'a [u8]>]),
 }
 
 impl JpegInput<'_> {
     fn len(&self) -> usize {
         match self {
             JpegInput::Unchecked(j) => j.len(),
-            JpegInput::Checked(c) => c.len(),
+            JpegInput::Screened(s) => s.len(),
         }
     }
 }

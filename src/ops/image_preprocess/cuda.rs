@@ -15,13 +15,16 @@
 //! `sensors::image::jpeg_markers`, refused by the library, or called corrupt by it) is decoded by
 //! zune-jpeg on the host and its rows uploaded into its place in that buffer, so zune-jpeg's strict
 //! mode judges corrupt data on both paths; [`CameraPreprocessCuda::jpeg_stats`] counts them.
-//! A truncated JPEG is refused before nvJPEG sees it (`jpeg_markers::check_before_gpu`: no
-//! end-of-image marker after its scan, or scan data that ends before the last MCU, whatever
-//! marker follows), as `compressed::decode_jpeg_into` refuses it on the CPU path.
+//! nvJPEG is handed only JPEGs whose headers passed `jpeg_markers::screen_for_gpu` (sizes within
+//! the limits, an end-of-image marker after the scan). [`CameraPreprocessCuda::run_jpeg`] checks
+//! the scans before too (`jpeg_markers::check_before_gpu`: scan data that ends before the last MCU,
+//! whatever marker follows, or holds a stray marker), as `compressed::decode_jpeg_into` refuses
+//! it on the CPU path; [`CameraPreprocessCuda::run_screened_jpeg`] leaves them to its caller,
+//! which checks them beside the GPU work and uses the result only if they passed.
 
 use crate::sensors::image::compressed::{decode_jpeg_into, jpeg_size, JpegDecoderChoice};
 use crate::sensors::image::encodings::{DecodeLimits, ImageError, RgbImage};
-use crate::sensors::image::jpeg_markers::{check_before_gpu, CheckedJpeg, GpuEligibility};
+use crate::sensors::image::jpeg_markers::{check_before_gpu, screen_for_gpu, GpuEligibility, ScreenedJpeg};
 use crate::sensors::image::nvjpeg::{DecodeTarget, ImageOutcome, NvjpegDecoder};
 use crate::ops::image_preprocess::cpu::{ImageAug, ImagePreprocess, ResizeTaps};
 use crate::device::cuda::{cuda_err, CudaDevice};
@@ -31,12 +34,23 @@ use half::f16;
 use rayon::prelude::*;
 
 /// Each JPEG through `check_before_gpu` (the cameras in parallel: the scan walk and the search
-/// for stray markers read every byte); the error names the first bad camera.
-pub fn check_jpegs<'a>(jpegs: &[&'a [u8]], limits: &DecodeLimits) -> Result<Vec<CheckedJpeg<&'a [u8]>>, Error> {
+/// for stray markers read every byte), as screened JPEGs whose scans passed too; the error names
+/// the first bad camera.
+pub fn check_jpegs<'a>(jpegs: &[&'a [u8]], limits: &DecodeLimits) -> Result<Vec<ScreenedJpeg<&'a [u8]>>, Error> {
     jpegs
         .par_iter()
         .enumerate()
-        .map(|(i, j)| check_before_gpu(*j, limits).map_err(|e| Error::InvalidInput(format!("camera {i}: {e}"))))
+        .map(|(i, j)| check_before_gpu(*j, limits).map(|c| *c.screened()).map_err(|e| Error::InvalidInput(format!("camera {i}: {e}"))))
+        .collect()
+}
+
+/// Each JPEG through `screen_for_gpu` (headers only: microseconds); the error names the first
+/// bad camera. Their scans are still to be checked ([`ScreenedJpeg::check_scans`]).
+pub fn screen_jpegs<'a>(jpegs: &[&'a [u8]], limits: &DecodeLimits) -> Result<Vec<ScreenedJpeg<&'a [u8]>>, Error> {
+    jpegs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| screen_for_gpu(*j, limits).map_err(|e| Error::InvalidInput(format!("camera {i}: {e}"))))
         .collect()
 }
 
@@ -217,20 +231,21 @@ impl CameraPreprocessCuda {
     pub fn run_jpeg(&mut self, dev: &CudaDevice, jpegs: &[&[u8]], limits: &DecodeLimits) -> Result<CudaCameraBatch, Error> {
         if self.uses_nvjpeg() {
             let checked = check_jpegs(jpegs, limits)?;
-            return self.run_checked_nvjpeg(dev, &checked);
+            return self.run_screened_nvjpeg(dev, &checked);
         }
         self.stage_jpeg(dev, jpegs, limits)?;
         self.launch_host_decoded(dev)
     }
 
-    /// [`run_jpeg`](Self::run_jpeg) on JPEGs that passed `check_before_gpu` already (the camera
-    /// branch checks each image once): nvJPEG is handed them without a second walk of their
-    /// scans; zune-jpeg decodes them at the checked sizes (its decode walks the scans itself).
-    pub fn run_checked_jpeg(&mut self, dev: &CudaDevice, jpegs: &[CheckedJpeg<&[u8]>]) -> Result<CudaCameraBatch, Error> {
+    /// [`run_jpeg`](Self::run_jpeg) on screened JPEGs (`jpeg_markers::screen_for_gpu`): nvJPEG
+    /// is handed them as they are, and the caller uses the result only once their scans passed
+    /// [`ScreenedJpeg::check_scans`] (or checked them before: [`check_jpegs`]); zune-jpeg decodes
+    /// them at the screened sizes (its decode walks the scans itself).
+    pub fn run_screened_jpeg(&mut self, dev: &CudaDevice, jpegs: &[ScreenedJpeg<&[u8]>]) -> Result<CudaCameraBatch, Error> {
         if self.uses_nvjpeg() {
-            return self.run_checked_nvjpeg(dev, jpegs);
+            return self.run_screened_nvjpeg(dev, jpegs);
         }
-        self.stage_checked_jpeg(dev, jpegs)?;
+        self.stage_screened_jpeg(dev, jpegs)?;
         self.launch_host_decoded(dev)
     }
 
@@ -254,8 +269,8 @@ impl CameraPreprocessCuda {
         self.stage_sized(dev, jpegs, &sizes)
     }
 
-    /// [`stage_jpeg`](Self::stage_jpeg) on checked JPEGs, at their checked sizes.
-    pub fn stage_checked_jpeg(&mut self, dev: &CudaDevice, jpegs: &[CheckedJpeg<&[u8]>]) -> Result<(), Error> {
+    /// [`stage_jpeg`](Self::stage_jpeg) on screened JPEGs, at their screened sizes.
+    pub fn stage_screened_jpeg(&mut self, dev: &CudaDevice, jpegs: &[ScreenedJpeg<&[u8]>]) -> Result<(), Error> {
         let bytes: Vec<&[u8]> = jpegs.iter().map(|j| j.bytes()).collect();
         let sizes: Vec<[usize; 2]> = jpegs.iter().map(|j| j.size().into()).collect();
         self.stage_sized(dev, &bytes, &sizes)
@@ -281,11 +296,11 @@ impl CameraPreprocessCuda {
     }
 
     /// nvJPEG into the device buffer of whole images; zune-jpeg for what it does not take.
-    fn run_checked_nvjpeg(&mut self, dev: &CudaDevice, checked: &[CheckedJpeg<&[u8]>]) -> Result<CudaCameraBatch, Error> {
-        let jpegs: Vec<&[u8]> = checked.iter().map(|c| c.bytes()).collect();
+    fn run_screened_nvjpeg(&mut self, dev: &CudaDevice, screened: &[ScreenedJpeg<&[u8]>]) -> Result<CudaCameraBatch, Error> {
+        let jpegs: Vec<&[u8]> = screened.iter().map(|c| c.bytes()).collect();
         let jpegs = jpegs.as_slice();
-        let sizes: Vec<[usize; 2]> = checked.iter().map(|c| c.size().into()).collect();
-        let eligible: Vec<GpuEligibility> = checked.iter().map(|c| c.gpu_eligibility()).collect();
+        let sizes: Vec<[usize; 2]> = screened.iter().map(|c| c.size().into()).collect();
+        let eligible: Vec<GpuEligibility> = screened.iter().map(|c| c.gpu_eligibility()).collect();
         self.prepare(dev, &sizes)?;
         let plan = self.plan.as_ref().ok_or_else(|| Error::Cuda("camera preprocessing plan missing".into()))?;
         if self.decoded.as_ref().is_none_or(|d| d.len() < plan.full_bytes) {

@@ -10,13 +10,17 @@
 //! Truncation: the scan data must be followed by an end-of-image marker (`FF D9`), and every scan
 //! must hold all its MCUs (`sensors::image::jpeg_scan`): a file cut short and given an end-of-image
 //! marker again decodes without an error, partly flat, on zune-jpeg and on nvJPEG alike.
-//! [`check_before_gpu`] makes every check a JPEG passes before nvJPEG is handed it, for the camera
-//! branch and the CUDA preprocessor both; zune-jpeg's own path walks the scans in
-//! `compressed::decode_jpeg_into`.
+//! [`screen_for_gpu`] makes the checks a JPEG passes before nvJPEG is handed it (headers, sizes,
+//! the end-of-image marker), for the camera branch and the CUDA preprocessor both;
+//! [`ScreenedJpeg::check_scans`] the checks of its scan data, which a frame needs before its
+//! result is used, not before the decode starts ([`check_scans_beside`] runs them beside the GPU
+//! work); [`check_before_gpu`] both, one after the other. zune-jpeg's own path walks the scans
+//! in `compressed::decode_jpeg_into`.
 
 use crate::sensors::image::compressed::jpeg_size;
 use crate::sensors::image::encodings::{DecodeLimits, ImageError};
 use crate::sensors::image::jpeg_scan::check_scan_data;
+use std::time::Instant;
 
 /// What the headers before the first scan say.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,27 +191,31 @@ pub fn stray_marker(data: &[u8], from: usize) -> Option<(usize, u8)> {
     None
 }
 
-/// JPEG bytes that passed [`check_before_gpu`], with the size and GPU eligibility the check
-/// read. Only `check_before_gpu` makes one, so a GPU decoder that takes this type is never handed
-/// bytes that skipped the checks, and a JPEG checked once (by the camera branch) is not walked
-/// again (by the model's preprocessing). `B` holds the bytes (`&[u8]`, `Vec<u8>`, a shared
-/// message): its `as_ref` must give the same bytes every time, as every container of plain bytes
-/// does.
+/// JPEG bytes whose headers passed [`screen_for_gpu`], with the size and GPU eligibility read
+/// there: what nvJPEG may be handed. Their scan data is not checked yet: nvJPEG decodes cut or
+/// garbled scan data without an error (and was measured to leave the stream and its later
+/// decodes sound: `tests/ops_image_preprocess.rs`), so a result decoded from them stands only
+/// once [`ScreenedJpeg::check_scans`] has passed too, which a caller may run beside the GPU work
+/// ([`check_scans_beside`]). Only `screen_for_gpu` makes one. `B` holds the bytes (`&[u8]`,
+/// `Vec<u8>`, a shared message): its `as_ref` must give the same bytes every time, as every
+/// container of plain bytes does.
 #[derive(Debug, Clone, Copy)]
-pub struct CheckedJpeg<B> {
+pub struct ScreenedJpeg<B> {
     bytes: B,
     width: usize,
     height: usize,
     eligibility: GpuEligibility,
+    /// Where the first scan's entropy-coded data starts.
+    scan_data: usize,
 }
 
-impl<B: AsRef<[u8]>> CheckedJpeg<B> {
-    /// The checked bytes.
+impl<B: AsRef<[u8]>> ScreenedJpeg<B> {
+    /// The screened bytes.
     pub fn bytes(&self) -> &[u8] {
         self.bytes.as_ref()
     }
 
-    /// Width and height in pixels (within the limits the check was given).
+    /// Width and height in pixels (within the limits the screen was given).
     pub fn size(&self) -> (usize, usize) {
         (self.width, self.height)
     }
@@ -222,19 +230,61 @@ impl<B: AsRef<[u8]>> CheckedJpeg<B> {
         &self.bytes
     }
 
-    /// The same check over borrowed bytes (for a batch of them; nothing is copied).
-    pub fn borrowed(&self) -> CheckedJpeg<&[u8]> {
-        CheckedJpeg { bytes: self.bytes.as_ref(), width: self.width, height: self.height, eligibility: self.eligibility }
+    /// The same screen over borrowed bytes (for a batch of them; nothing is copied).
+    pub fn borrowed(&self) -> ScreenedJpeg<&[u8]> {
+        ScreenedJpeg { bytes: self.bytes.as_ref(), width: self.width, height: self.height, eligibility: self.eligibility, scan_data: self.scan_data }
+    }
+
+    /// The checks of the scan data, which read every byte: no stray marker inside it
+    /// ([`stray_marker`]), and every scan whole, to its last MCU (`jpeg_scan::check_scan_data`),
+    /// which nvJPEG does not report.
+    pub fn check_scans(&self) -> Result<(), ImageError> {
+        let data = self.bytes();
+        let corrupt = |what: String| ImageError::Jpeg(what);
+        if let Some((at, code)) = stray_marker(data, self.scan_data) {
+            // nvJPEG decodes through it; zune-jpeg (the judge) refuses it
+            return Err(corrupt(format!("marker 0xFF{code:02X} at byte {at} inside the scan data")));
+        }
+        check_scan_data(data).map_err(|e| corrupt(e.to_string()))?;
+        Ok(())
+    }
+
+    /// [`check_scans`](Self::check_scans), and the JPEG checked whole.
+    pub fn into_checked(self) -> Result<CheckedJpeg<B>, ImageError> {
+        self.check_scans()?;
+        Ok(CheckedJpeg(self))
     }
 }
 
-/// Every check a JPEG passes before a GPU decoder is given its bytes, in one place so that the
+/// JPEG bytes that passed [`check_before_gpu`]: screened ([`ScreenedJpeg`]) and their scans
+/// checked. Only `check_before_gpu` and [`ScreenedJpeg::into_checked`] make one.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckedJpeg<B>(ScreenedJpeg<B>);
+
+impl<B: AsRef<[u8]>> CheckedJpeg<B> {
+    /// The screen it passed (size, eligibility, bytes).
+    pub fn screened(&self) -> &ScreenedJpeg<B> {
+        &self.0
+    }
+
+    /// The checked bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.0.bytes()
+    }
+
+    /// Width and height in pixels.
+    pub fn size(&self) -> (usize, usize) {
+        self.0.size()
+    }
+}
+
+/// The checks a JPEG passes before a GPU decoder is given its bytes, in one place so that the
 /// camera branch and the CUDA preprocessor cannot disagree: its size from zune-jpeg's header
-/// read, within `limits`; its marker segments up to the first scan ([`read_layout`]), their
-/// frame header agreeing with that size; an end-of-image marker after the scan data; no stray
-/// marker inside it ([`stray_marker`]); and every scan whole, to its last MCU
-/// (`jpeg_scan::check_scan_data`), which nvJPEG does not report.
-pub fn check_before_gpu<B: AsRef<[u8]>>(bytes: B, limits: &DecodeLimits) -> Result<CheckedJpeg<B>, ImageError> {
+/// read, within `limits`; its marker segments up to the first scan ([`read_layout`]), their frame
+/// header agreeing with that size; an end-of-image marker after the scan data. They read the
+/// headers and search for the end-of-image marker from the end: microseconds, where the scan
+/// checks ([`ScreenedJpeg::check_scans`]) take milliseconds.
+pub fn screen_for_gpu<B: AsRef<[u8]>>(bytes: B, limits: &DecodeLimits) -> Result<ScreenedJpeg<B>, ImageError> {
     let data = bytes.as_ref();
     let (width, height) = jpeg_size(data, limits)?;
     let corrupt = |what: String| ImageError::Jpeg(what);
@@ -245,12 +295,56 @@ pub fn check_before_gpu<B: AsRef<[u8]>>(bytes: B, limits: &DecodeLimits) -> Resu
     if (usize::from(layout.width), usize::from(layout.height)) != (width, height) {
         return Err(corrupt(format!("frame header says {} x {}, the decoder read {width} x {height}", layout.width, layout.height)));
     }
-    if let Some((at, code)) = stray_marker(data, layout.scan_data) {
-        // nvJPEG decodes through it; zune-jpeg (the judge) refuses it
-        return Err(corrupt(format!("marker 0xFF{code:02X} at byte {at} inside the scan data")));
+    Ok(ScreenedJpeg { bytes, width, height, eligibility: layout.gpu_eligibility(), scan_data: layout.scan_data })
+}
+
+/// Every check before a GPU decoder at once: [`screen_for_gpu`], then
+/// [`ScreenedJpeg::check_scans`].
+pub fn check_before_gpu<B: AsRef<[u8]>>(bytes: B, limits: &DecodeLimits) -> Result<CheckedJpeg<B>, ImageError> {
+    screen_for_gpu(bytes, limits)?.into_checked()
+}
+
+/// How the scan checks of a frame's JPEGs went beside other work ([`check_scans_beside`]).
+#[derive(Debug)]
+pub struct ScanChecks {
+    /// The first JPEG (by index) whose scans failed, with why; `Ok` when all passed.
+    pub result: Result<(), (usize, ImageError)>,
+    /// The longest single JPEG's check, ms.
+    pub longest_ms: f64,
+    /// How long the caller waited for the checks after its work returned, ms.
+    pub waited_ms: f64,
+}
+
+/// `work` on this thread while the scans of `jpegs` are checked on the rayon pool beside it
+/// (each JPEG a task); returns when both are done. For a GPU frame: `work` enqueues the decode
+/// of the screened JPEGs and the network and reads the result back; the checks read every byte
+/// of the scan data on the host meanwhile, and the result is used only if they passed.
+pub fn check_scans_beside<B: AsRef<[u8]> + Sync, R>(jpegs: &[ScreenedJpeg<B>], work: impl FnOnce() -> R) -> (R, ScanChecks) {
+    let mut verdicts: Vec<Option<(Result<(), ImageError>, f64)>> = (0..jpegs.len()).map(|_| None).collect();
+    let (out, work_done) = rayon::in_place_scope(|s| {
+        for (jpeg, verdict) in jpegs.iter().zip(verdicts.iter_mut()) {
+            s.spawn(move |_| {
+                let t = Instant::now();
+                let r = jpeg.check_scans();
+                *verdict = Some((r, t.elapsed().as_secs_f64() * 1e3));
+            });
+        }
+        // the scope joins the checks after this returns
+        (work(), Instant::now())
+    });
+    let waited_ms = work_done.elapsed().as_secs_f64() * 1e3;
+    let mut result = Ok(());
+    let mut longest_ms = 0.0f64;
+    for (i, v) in verdicts.into_iter().enumerate() {
+        // every task ran to its end when the scope returned (a panic in one would have
+        // resumed here instead)
+        let (r, ms) = v.unwrap_or_else(|| (Err(ImageError::Jpeg("scan check did not run".into())), 0.0));
+        longest_ms = longest_ms.max(ms);
+        if let (Err(e), Ok(())) = (r, &result) {
+            result = Err((i, e));
+        }
     }
-    check_scan_data(data).map_err(|e| corrupt(e.to_string()))?;
-    Ok(CheckedJpeg { bytes, width, height, eligibility: layout.gpu_eligibility() })
+    (out, ScanChecks { result, longest_ms, waited_ms })
 }
 
 impl JpegLayout {
@@ -423,11 +517,11 @@ mod tests {
         let d = std::fs::read(front).unwrap();
         let limits = DecodeLimits::default();
         let c = check_before_gpu(&d, &limits).unwrap();
-        assert_eq!((c.size(), c.gpu_eligibility()), ((1600, 900), GpuEligibility::Eligible));
+        assert_eq!((c.size(), c.screened().gpu_eligibility()), ((1600, 900), GpuEligibility::Eligible));
         assert!(std::ptr::eq(c.bytes(), d.as_slice()), "the checked bytes are the ones given");
-        assert!(std::ptr::eq(c.borrowed().bytes(), d.as_slice()));
+        assert!(std::ptr::eq(c.screened().borrowed().bytes(), d.as_slice()));
         let progressive = std::fs::read(dir.join("camera/progressive.jpg")).unwrap();
-        assert_eq!(check_before_gpu(&progressive, &limits).unwrap().gpu_eligibility(), GpuEligibility::Coding(0xC2));
+        assert_eq!(check_before_gpu(&progressive, &limits).unwrap().screened().gpu_eligibility(), GpuEligibility::Coding(0xC2));
         let why = |bytes: &[u8]| check_before_gpu(bytes, &limits).unwrap_err().to_string();
         // cut, no end-of-image marker
         assert!(why(&d[..d.len() / 2]).contains("no end-of-image marker"));
@@ -443,6 +537,52 @@ mod tests {
         assert!(why(&stray).contains(&format!("marker 0xFF01 at byte {at} inside the scan data")));
         // over the limits: the size error
         assert!(matches!(check_before_gpu(&d, &DecodeLimits { max_pixels: 1000 }), Err(ImageError::TooLarge { .. })));
+    }
+
+    /// The screen reads headers only: a JPEG cut short with its end-of-image marker appended,
+    /// or with a stray marker in its scan data, passes it and fails the scan checks, by index
+    /// when they run beside other work.
+    #[test]
+    fn the_screen_passes_what_only_the_scan_checks_refuse() {
+        let dir = crate::repo_root().join("tests/data/nuscenes");
+        let mut jpegs: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jpg"))
+            .map(|p| std::fs::read(p).unwrap())
+            .collect();
+        jpegs.sort();
+        assert_eq!(jpegs.len(), 6);
+        let limits = DecodeLimits::default();
+        let mut cut = jpegs[0][..78_718].to_vec();
+        cut.extend_from_slice(&[0xFF, 0xD9]);
+        let mut stray = jpegs[1].clone();
+        let at = read_layout(&stray).unwrap().scan_data + 3000;
+        stray[at..at + 2].copy_from_slice(&[0xFF, 0x01]);
+        for (name, bad) in [("cut", &cut), ("stray", &stray)] {
+            let s = screen_for_gpu(bad.as_slice(), &limits).unwrap_or_else(|e| panic!("{name}: the screen refused it: {e}"));
+            assert_eq!((s.size(), s.gpu_eligibility()), ((1600, 900), GpuEligibility::Eligible), "{name}");
+            assert!(s.check_scans().is_err(), "{name}");
+            assert!(s.into_checked().is_err(), "{name}");
+        }
+        // no end-of-image marker: the screen refuses it
+        assert!(screen_for_gpu(&jpegs[2][..jpegs[2].len() / 2], &limits).unwrap_err().to_string().contains("no end-of-image marker"));
+
+        let good: Vec<ScreenedJpeg<&[u8]>> = jpegs.iter().map(|j| screen_for_gpu(j.as_slice(), &limits).unwrap()).collect();
+        let (out, checks) = check_scans_beside(&good, || 41 + 1);
+        assert_eq!(out, 42, "the work's result comes back");
+        assert!(checks.result.is_ok(), "{:?}", checks.result);
+        assert!(checks.longest_ms > 0.0 && checks.waited_ms >= 0.0, "{checks:?}");
+        // cameras 2 and 4 bad: the first is named, whatever order the checks ended in
+        let mut batch = good.clone();
+        batch[4] = screen_for_gpu(cut.as_slice(), &limits).unwrap();
+        batch[2] = screen_for_gpu(stray.as_slice(), &limits).unwrap();
+        let (_, checks) = check_scans_beside(&batch, || ());
+        let (cam, why) = checks.result.unwrap_err();
+        assert_eq!(cam, 2);
+        assert!(why.to_string().contains(&format!("marker 0xFF01 at byte {at} inside the scan data")), "{why}");
+        let (_, none) = check_scans_beside::<&[u8], _>(&[], || ());
+        assert!(none.result.is_ok());
     }
 
     #[test]
