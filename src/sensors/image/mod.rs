@@ -1,6 +1,6 @@
 //! Camera images as the sensors send them: raw encodings (`encodings`), JPEG and PNG decoding
-//! (`compressed`), the JPEG checks done before any decoder sees the bytes (`jpeg_markers`,
-//! `jpeg_scan`), and nvJPEG (`nvjpeg`).
+//! (`compressed`), the JPEG checks a GPU decode rests on (`jpeg_markers`: the headers before it,
+//! the scans before its result is used; `jpeg_scan`), and nvJPEG (`nvjpeg`).
 
 pub mod compressed;
 pub mod encodings;
