@@ -6,8 +6,10 @@
 //!
 //! Then, in the same process, the same frames with the network replayed as a CUDA graph
 //! (`graph`: its median and p90, the ratio eager / graph, whether its probabilities have the eager
-//! run's bits, and the capture's counts or why it was refused). It runs last, so a capture the
-//! driver refuses costs none of the eager figures.
+//! run's bits, and the capture's counts or why it was refused). It runs after the eager frames,
+//! so a capture the driver refuses costs none of the eager figures. Then, with nvJPEG, the eager
+//! frames with each JPEG's scans checked before the decode instead of beside the GPU work
+//! (`scan_checks_before_decode`: median, p90, the ratio to the default).
 
 use crate::bench::percentiles::Percentiles;
 use crate::models::bevfusion::seg::{random_tensors, BevSegConfig, BevSegModel, Point5};
@@ -15,6 +17,7 @@ use crate::models::bevfusion::seg_cuda::CudaBevSeg;
 use crate::sensors::calib::camera::Calibration;
 use crate::sensors::image::compressed::jpeg_size;
 use crate::sensors::image::encodings::DecodeLimits;
+use crate::sensors::image::jpeg_markers::ScanCheckTiming;
 use crate::ops::dense::conv_engine::ConvBackend;
 use crate::device::cuda::{free_device_bytes, CudaDevice};
 use crate::nn::Weights;
@@ -115,6 +118,7 @@ pub fn run_bench(a: &BevSegBenchArgs) -> Result<String, Error> {
     let peak_mb = free0.saturating_sub(free_device_bytes()?) as f64 / 1e6;
     let (ms, p90) = median_p90(&totals);
     let graph = graph_timing(&dev, &mut gpu, calib, &refs, cloud, a.warmup, a.iters.max(1), ms);
+    let scans_first = scans_first_timing(&dev, &mut gpu, calib, &refs, cloud, a.warmup, a.iters.max(1), ms);
     let mut stage_ms = serde_json::Map::new();
     let mut stage_p90 = serde_json::Map::new();
     for name in &order {
@@ -143,8 +147,41 @@ pub fn run_bench(a: &BevSegBenchArgs) -> Result<String, Error> {
         "geometry_builds": gpu.geometry_builds(),
         "conv_backend": gpu.conv_backend().name(),
         "graph": graph,
+        "scan_checks_before_decode": scans_first,
     });
     Ok(line.to_string())
+}
+
+/// The eager frames again with the JPEGs' scans checked before the nvJPEG decode instead of
+/// beside it (`ScanCheckTiming`), in the same process: JSON (`null` without nvJPEG, where
+/// zune-jpeg's decode walks the scans; `error` when it could not run).
+#[allow(clippy::too_many_arguments)]
+fn scans_first_timing(dev: &CudaDevice, gpu: &mut CudaBevSeg, calib: &Calibration, refs: &[&[u8]], cloud: Option<&[Point5]>, warmup: usize, iters: usize, beside_ms: f64) -> serde_json::Value {
+    if !gpu.decodes_jpeg_on_gpu() {
+        return serde_json::Value::Null;
+    }
+    let mut run = || -> Result<serde_json::Value, Error> {
+        gpu.set_jpeg_scan_checks(ScanCheckTiming::BeforeDecode);
+        for _ in 0..warmup.max(1) {
+            gpu.forward_jpeg(dev, calib, refs, cloud)?;
+        }
+        let mut totals = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let t = Instant::now();
+            let out = gpu.forward_jpeg(dev, calib, refs, cloud)?;
+            let _masks = out.map.masks(0.5);
+            totals.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (ms, p90) = median_p90(&totals);
+        Ok(serde_json::json!({
+            "ms": (ms * 1e4).round() / 1e4,
+            "p90_ms": (p90 * 1e4).round() / 1e4,
+            "before_over_beside": (ms / beside_ms * 1e3).round() / 1e3,
+        }))
+    };
+    let v = run().unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }));
+    gpu.set_jpeg_scan_checks(ScanCheckTiming::BesideDecode);
+    v
 }
 
 /// The frames again with the network as a CUDA graph: JSON (`error` instead of the times when it

@@ -22,7 +22,7 @@ use crate::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
 use crate::sensors::image::encodings::{DecodeLimits, RgbImage};
 use crate::sensors::image::compressed::JpegDecoderChoice;
 use crate::ops::image_preprocess::cuda::{screen_jpegs, CameraPreprocessCuda, CudaCameraBatch};
-use crate::sensors::image::jpeg_markers::{check_scans_beside, ScreenedJpeg};
+use crate::sensors::image::jpeg_markers::{with_scan_checks, ScanCheckTiming, ScreenedJpeg};
 use crate::models::bevfusion::camera::swin_cuda::SwinPlan;
 use crate::ops::dense::conv_engine::ConvBackend;
 use crate::ops::dense::cuda::CudaFeatureMap;
@@ -55,6 +55,8 @@ pub struct CudaBevSeg {
     graphs: bool,
     graph: Option<MapGraph>,
     graph_status: GraphStatus,
+    /// When the scans of the frame's JPEGs are checked against their nvJPEG decode.
+    scan_checks: ScanCheckTiming,
 }
 
 /// The fusion model's LiDAR encoder with the stream it runs on.
@@ -144,6 +146,7 @@ impl CudaBevSeg {
             graphs: false,
             graph: None,
             graph_status: GraphStatus::default(),
+            scan_checks: ScanCheckTiming::BesideDecode,
         })
     }
 
@@ -397,6 +400,13 @@ impl CudaBevSeg {
         }
     }
 
+    /// When the scans of a frame's JPEGs are checked on the nvJPEG path: beside the GPU work
+    /// (the default: nvJPEG was measured to survive any scan data, and the frame's result is
+    /// dropped when a check fails) or before the decode starts.
+    pub fn set_jpeg_scan_checks(&mut self, when: ScanCheckTiming) {
+        self.scan_checks = when;
+    }
+
     /// Graph replays, captures and refused captures so far, with the last refusal's reason.
     pub fn graph_status(&self) -> &GraphStatus {
         &self.graph_status
@@ -485,7 +495,7 @@ impl CudaBevSeg {
                 (screened_here.as_slice(), Some(t0.elapsed().as_secs_f64() * 1e3))
             }
         };
-        let (frame, checks) = check_scans_beside(screened, || -> Result<_, Error> {
+        let (frame, checks) = with_scan_checks(self.scan_checks, screened, || -> Result<_, Error> {
             let mut submit_ms = f64::NAN;
             let mut clock = GpuClock::start(dev)?;
             let (map, stages) = self.frame(dev, calib, cloud, false, &mut clock, |m, _| {
@@ -502,13 +512,17 @@ impl CudaBevSeg {
         if let Err((cam, e)) = checks.result {
             return Err(Error::InvalidInput(format!("camera {cam}: {e}")));
         }
-        let (map, stages, mut times, submit_ms) = frame?;
+        let (map, stages, mut times, submit_ms) = frame.ok_or_else(|| Error::Cuda("the frame did not run, yet its scan checks passed".into()))??;
         let mut host = Vec::with_capacity(4);
         if let Some(ms) = screen_ms {
             host.push(("JPEG header checks (host)".to_string(), ms));
         }
-        host.push(("JPEG scan checks (host, beside the GPU)".to_string(), checks.longest_ms));
-        host.push(("waiting for JPEG scan checks (host)".to_string(), checks.waited_ms));
+        let (walk, wait) = match self.scan_checks {
+            ScanCheckTiming::BesideDecode => ("JPEG scan checks (host, beside the GPU)", "waiting for JPEG scan checks (host)"),
+            ScanCheckTiming::BeforeDecode => ("JPEG scan checks (host, longest camera)", "JPEG scan checks (host, before the GPU)"),
+        };
+        host.push((walk.to_string(), checks.longest_ms));
+        host.push((wait.to_string(), checks.waited_ms));
         host.push(("decode submit (host, nvJPEG)".to_string(), submit_ms));
         times.0.splice(0..0, host);
         Ok(BevSegOutput { map, times, stages })

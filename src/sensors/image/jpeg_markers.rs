@@ -315,6 +315,45 @@ pub struct ScanChecks {
     pub waited_ms: f64,
 }
 
+/// When a frame's scan checks run against the GPU work that decodes its screened JPEGs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanCheckTiming {
+    /// All of them first, the work only if they passed.
+    BeforeDecode,
+    /// Beside the work ([`check_scans_beside`]), its result used only if they passed.
+    BesideDecode,
+}
+
+impl ScanCheckTiming {
+    /// `before_decode` or `beside_decode`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScanCheckTiming::BeforeDecode => "before_decode",
+            ScanCheckTiming::BesideDecode => "beside_decode",
+        }
+    }
+}
+
+/// `work` with the scans of `jpegs` checked `when` ([`ScanCheckTiming`]). The work's result is
+/// `None` when the checks ran first and one failed (the work did not run); beside it, the work
+/// always runs and the caller drops its result when `ScanChecks::result` is an error.
+pub fn with_scan_checks<B: AsRef<[u8]> + Sync, R>(when: ScanCheckTiming, jpegs: &[ScreenedJpeg<B>], work: impl FnOnce() -> R) -> (Option<R>, ScanChecks) {
+    match when {
+        ScanCheckTiming::BesideDecode => {
+            let (out, checks) = check_scans_beside(jpegs, work);
+            (Some(out), checks)
+        }
+        ScanCheckTiming::BeforeDecode => {
+            // the same tasks with no work beside them: the wait is the checks' whole time
+            let t = Instant::now();
+            let (_, mut checks) = check_scans_beside(jpegs, || ());
+            checks.waited_ms = t.elapsed().as_secs_f64() * 1e3;
+            let out = checks.result.is_ok().then(work);
+            (out, checks)
+        }
+    }
+}
+
 /// `work` on this thread while the scans of `jpegs` are checked on the rayon pool beside it
 /// (each JPEG a task); returns when both are done. For a GPU frame: `work` enqueues the decode
 /// of the screened JPEGs and the network and reads the result back; the checks read every byte
@@ -583,6 +622,13 @@ mod tests {
         assert!(why.to_string().contains(&format!("marker 0xFF01 at byte {at} inside the scan data")), "{why}");
         let (_, none) = check_scans_beside::<&[u8], _>(&[], || ());
         assert!(none.result.is_ok());
+        // checked first: the work runs only when every scan passed
+        let (out, checks) = with_scan_checks(ScanCheckTiming::BeforeDecode, &batch, || 1);
+        assert_eq!((out, checks.result.map_err(|e| e.0)), (None, Err(2)));
+        let (out, checks) = with_scan_checks(ScanCheckTiming::BeforeDecode, &good, || 1);
+        assert!(out == Some(1) && checks.result.is_ok() && checks.waited_ms >= checks.longest_ms, "{checks:?}");
+        let (out, checks) = with_scan_checks(ScanCheckTiming::BesideDecode, &batch, || 1);
+        assert_eq!((out, checks.result.map_err(|e| e.0)), (Some(1), Err(2)));
     }
 
     #[test]
