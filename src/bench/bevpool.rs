@@ -17,12 +17,11 @@
 //! measured by microbenchmarks; an assumption, not a datasheet figure).
 //!
 //! Each case also times the pool with the long cells cut into chunks of other sizes and not cut
-//! at all, in each launch order (`by_chunk`: `order`, `chunk_points`; the plan's default is
-//! `pool_order`, `chunk_points`), in the same call.
+//! at all (`by_chunk`; the plan's default is `chunk_points`), in the same call.
 
 use crate::models::bevfusion::lss::config::{BevGrid, LssConfig};
 use crate::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
-use crate::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan};
+use crate::models::bevfusion::lss::pool_plan::PoolPlan;
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
 use crate::models::bevfusion::lss::transform::{random_tensors, softmax_into, CameraMask, LssTransform, PREFIX};
 use crate::sensors::calib::camera::Calibration;
@@ -116,8 +115,6 @@ struct PoolRow<'a> {
     ratio_to_l2_floor: Fixed<2>,
     /// The plan's chunk (points an item holds at most), the cells it cuts, its longest item.
     chunk_points: u32,
-    /// The plan's launch order (`lss::pool_plan::PoolOrder`).
-    pool_order: &'static str,
     cut_cells: usize,
     longest_item: u32,
     by_chunk: Vec<ChunkTime>,
@@ -125,11 +122,9 @@ struct PoolRow<'a> {
     goal_ms: f64,
 }
 
-/// The pool timed with another chunk size (`chunk_points` null: no cell cut) or launch order
-/// (`longest_first`, `rays`: `lss::pool_plan::PoolOrder`).
+/// The pool timed with another chunk size (`chunk_points` null: no cell cut).
 #[derive(Serialize)]
 struct ChunkTime {
-    order: &'static str,
     chunk_points: Option<u32>,
     pool_ms: Fixed<4>,
 }
@@ -162,12 +157,10 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
     let gc = dev.stream.clone_htod(&context).map_err(cuda_err("uploading context"))?;
     let pool_ms = dev.time_median_ms(5, iters, || pool_cuda(dev, &geom, &gd, &gc, c, CameraMask::ALL).map(|_| ()))?;
     let mut by_chunk = Vec::new();
-    for how in [PoolOrder::LongestFirst, PoolOrder::Rays { grid: geom.grid.nx }] {
-        for chunk in CHUNKS_TIMED {
-            let plan = CudaPoolPlan::build(dev, &geom, chunk.unwrap_or(u32::MAX), how)?;
-            let ms = dev.time_median_ms(5, iters, || pool_cuda_planned(dev, &geom, &plan, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))?;
-            by_chunk.push(ChunkTime { order: how.name(), chunk_points: chunk, pool_ms: Fixed(ms) });
-        }
+    for chunk in CHUNKS_TIMED {
+        let plan = CudaPoolPlan::build(dev, &geom, chunk.unwrap_or(u32::MAX))?;
+        let ms = dev.time_median_ms(5, iters, || pool_cuda_planned(dev, &geom, &plan, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))?;
+        by_chunk.push(ChunkTime { chunk_points: chunk, pool_ms: Fixed(ms) });
     }
     let plan = &geom.plan.host;
     let bytes = pool_bytes(&cpu, plan, c);
@@ -202,7 +195,6 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
         l2_floor_ms: Fixed(l2_floor_ms),
         ratio_to_l2_floor: Fixed(pool_ms / l2_floor_ms),
         chunk_points: plan.chunk_points,
-        pool_order: plan.order.name(),
         cut_cells: plan.merges.len(),
         longest_item: plan.longest_item(),
         by_chunk,
@@ -279,24 +271,22 @@ mod tests {
             l2_floor_ms: Fixed(0.0545),
             ratio_to_l2_floor: Fixed(2.2),
             chunk_points: 128,
-            pool_order: "longest_first",
             cut_cells: 300,
             longest_item: 128,
-            by_chunk: vec![ChunkTime { order: "longest_first", chunk_points: None, pool_ms: Fixed(0.15) }, ChunkTime { order: "rays", chunk_points: Some(64), pool_ms: Fixed(0.06) }],
+            by_chunk: vec![ChunkTime { chunk_points: None, pool_ms: Fixed(0.15) }, ChunkTime { chunk_points: Some(64), pool_ms: Fixed(0.06) }],
             bar_ms: 0.040,
             goal_ms: 0.020,
         };
         let keys = [
             "bench", "case", "device", "cameras", "depth_bins", "feature", "channels", "grid", "points", "kept", "intervals",
             "max_interval", "geometry_ms", "geometry_cpu_ms", "pool_ms", "pool_bytes", "dram_gbps", "dram_floor_ms",
-            "ratio_to_floor", "l2_bytes", "l2_gbps", "l2_floor_ms", "ratio_to_l2_floor", "chunk_points", "pool_order", "cut_cells",
+            "ratio_to_floor", "l2_bytes", "l2_gbps", "l2_floor_ms", "ratio_to_l2_floor", "chunk_points", "cut_cells",
             "longest_item", "by_chunk", "bar_ms", "goal_ms",
         ];
         let v = parse_row(&line(&row), &keys);
         assert_eq!((v["pool_ms"].as_f64(), v["ratio_to_floor"].as_f64(), v["goal_ms"].as_f64()), (Some(0.1235), Some(61.73), Some(0.02)));
         assert!(v["by_chunk"][0]["chunk_points"].is_null(), "no cut: null");
         assert_eq!(v["by_chunk"][1]["chunk_points"], 64);
-        assert_eq!((v["by_chunk"][0]["order"].as_str(), v["by_chunk"][1]["order"].as_str()), (Some("longest_first"), Some("rays")));
         assert_eq!(v["feature"][1], 88);
         let t = TransformRow { bench: "bevpool", case: "seg_vtransform", device: "H100", lift_ms: Fixed(0.5), vtransform_ms: Fixed(1.0), note: "n" };
         parse_row(&line(&t), &["bench", "case", "device", "lift_ms", "vtransform_ms", "note"]);

@@ -11,7 +11,7 @@ use cudarc::cublas::CudaBlas;
 use half::f16;
 use crate::lss_common::*;
 use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
-use sptr::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan, DEFAULT_CHUNK_POINTS, WHOLE_CELL};
+use sptr::models::bevfusion::lss::pool_plan::{PoolPlan, DEFAULT_CHUNK_POINTS, WHOLE_CELL};
 use sptr::models::bevfusion::lss::transform::random_tensors;
 use sptr::models::bevfusion::lss::{pool, CameraMask, LssConfig, LssGeometry, LssParams, LssTransform, PREFIX};
 use sptr::ops::dense::cuda::CudaFeatureMap;
@@ -45,7 +45,7 @@ fn check_geometry(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &sptr::s
     // the pool's plan: the one the CPU makes from the same cell offsets (its rules are tested
     // in pool_plan.rs)
     assert_eq!(g.host_cell_start, cpu.cell_start, "{name}: the host copy of the offsets");
-    assert_eq!(g.plan.host, PoolPlan::build(&cpu.cell_start, DEFAULT_CHUNK_POINTS, PoolOrder::LongestFirst).unwrap(), "{name}");
+    assert_eq!(g.plan.host, PoolPlan::build(&cpu.cell_start, DEFAULT_CHUNK_POINTS).unwrap(), "{name}");
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
         // CPU's sums, the same bits on every run, masks as zero depth; a cell the plan keeps
         // whole has the bits of the uncut pool
         assert!(!geom.plan.host.merges.is_empty(), "{name}: no cell over {DEFAULT_CHUNK_POINTS} points");
-        let uncut = CudaPoolPlan::build(&dev, &geom, u32::MAX, PoolOrder::LongestFirst).unwrap();
+        let uncut = CudaPoolPlan::build(&dev, &geom, u32::MAX).unwrap();
         let uncut_out = pool_cuda_planned(&dev, &geom, &uncut, &gd, &gc, c, CameraMask::ALL, None).unwrap().download(&dev).unwrap();
         for item in geom.plan.host.items.iter().filter(|i| i.slot == WHOLE_CELL) {
             let r = item.cell as usize * c..(item.cell as usize + 1) * c;
@@ -139,20 +139,13 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
             assert_eq!(bits(&run(CameraMask::ALL.without(0), &gd)), bits(&run(CameraMask::ALL, &gz0)), "{name}, {what}: mask");
             out
         };
-        for how in [PoolOrder::LongestFirst, PoolOrder::Rays { grid: geom.grid.nx }] {
-            for chunk in [u32::MAX, DEFAULT_CHUNK_POINTS, 33, 8, 1] {
-                let plan = CudaPoolPlan::build(&dev, &geom, chunk, how).unwrap();
-                let what = format!("{} chunk {chunk}", how.name());
-                let out = check_variant(&what, &|mask, dep| {
-                    pool_cuda_planned(&dev, &geom, &plan, dep, &gc, c, mask, None).unwrap().download(&dev).unwrap()
-                });
-                if chunk == DEFAULT_CHUNK_POINTS {
-                    // the launch order changes no sum
-                    assert_eq!(bits(&out), bits(&got), "{name}, {what}: other bits than the geometry's plan");
-                }
-                let e = rel_err(&out.data, &want.data);
-                eprintln!("{name} pool, {what}: {} items, {} cut cells, rel err {e:.2e}", plan.host.items.len(), plan.host.merges.len());
-            }
+        for chunk in [u32::MAX, 33, 8, 1] {
+            let plan = CudaPoolPlan::build(&dev, &geom, chunk).unwrap();
+            let out = check_variant(&format!("chunk {chunk}"), &|mask, dep| {
+                pool_cuda_planned(&dev, &geom, &plan, dep, &gc, c, mask, None).unwrap().download(&dev).unwrap()
+            });
+            let e = rel_err(&out.data, &want.data);
+            eprintln!("{name} pool, chunk {chunk}: {} items, {} cut cells, rel err {e:.2e}", plan.host.items.len(), plan.host.merges.len());
         }
         // timing for the log (the benchmark is `sptr bench bevpool`)
         let ms = dev.time_median_ms(3, 20, || pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL).map(|_| ())).unwrap();

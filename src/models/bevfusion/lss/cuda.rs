@@ -12,7 +12,7 @@
 //! ever formed.
 
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
-use crate::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan, DEFAULT_CHUNK_POINTS};
+use crate::models::bevfusion::lss::pool_plan::{PoolPlan, DEFAULT_CHUNK_POINTS};
 use crate::models::bevfusion::lss::transform::{CameraMask, LssTransform};
 use crate::sensors::calib::camera::Calibration;
 use crate::device::range::{RangeFlags, RangeSlot};
@@ -75,10 +75,10 @@ pub struct CudaPoolPlan {
 }
 
 impl CudaPoolPlan {
-    /// The plan of `geom` with items of at most `chunk_points` points, launched in the order
-    /// `how`. The geometry carries the default one; others are for measuring.
-    pub fn build(dev: &CudaDevice, geom: &CudaLssGeometry, chunk_points: u32, how: PoolOrder) -> Result<Self, Error> {
-        Self::upload(dev, PoolPlan::build(&geom.host_cell_start, chunk_points, how)?)
+    /// The plan of `geom` with items of at most `chunk_points` points. The geometry carries the
+    /// default one; other sizes are for measuring.
+    pub fn build(dev: &CudaDevice, geom: &CudaLssGeometry, chunk_points: u32) -> Result<Self, Error> {
+        Self::upload(dev, PoolPlan::build(&geom.host_cell_start, chunk_points)?)
     }
 
     fn upload(dev: &CudaDevice, host: PoolPlan) -> Result<Self, Error> {
@@ -169,7 +169,7 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
     unsafe { s.launch_builder(&f_starts).arg(&keys).arg(&n32).arg(&c32).arg(&mut cell_start).launch(grid_1d(c32 + 1, THREADS)) }
         .map_err(cuda_err("lss_cell_starts"))?;
     let host_cell_start = s.clone_dtoh(&cell_start).map_err(cuda_err("reading cell offsets for the pool plan"))?;
-    let plan = CudaPoolPlan::upload(dev, PoolPlan::build(&host_cell_start, DEFAULT_CHUNK_POINTS, PoolOrder::LongestFirst)?)?;
+    let plan = CudaPoolPlan::upload(dev, PoolPlan::build(&host_cell_start, DEFAULT_CHUNK_POINTS)?)?;
     Ok(CudaLssGeometry {
         cameras: cams.len(),
         depth_bins: f.depth_bins,

@@ -10,14 +10,10 @@
 //! points. Every sum keeps a fixed order (an item's points in order, items in plan order), so
 //! the output has the same bits on every run.
 //!
-//! Items are launched in one of two orders ([`PoolOrder`]): longest cell first (ties and empty
-//! cells in cell order), so the split cells' chunks start at once and a warp's items are about
-//! as long as each other (a warp lasts as long as its longest item); or along rays from the
-//! grid's centre (cells by bearing, then range), so that the items a block takes lie on one
-//! line of sight and read the same few pixel columns' context rows, from L1 instead of L2, and
-//! a warp's neighbouring items, a cell apart on that line, are about as long as each other too.
-//! The order changes no sum: an item's points and a split cell's slots keep their order.
-//! Empty cells get an item too: its slice writes the zeros, so the output needs no memset.
+//! Items are launched longest cell first (ties and empty cells in cell order), so the split
+//! cells' chunks start at once and a warp's items are about as long as each other (a warp lasts
+//! as long as its longest item). Empty cells get an item too: its slice writes the zeros, so
+//! the output needs no memset.
 
 use crate::Error;
 
@@ -58,76 +54,26 @@ pub struct PoolMerge {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolPlan {
     pub chunk_points: u32,
-    pub order: PoolOrder,
     pub items: Vec<PoolItem>,
     pub merges: Vec<PoolMerge>,
     /// Partial-sum slots the items write (the sum of the merges' `slots`).
     pub slots: u32,
 }
 
-/// The order a plan launches its cells' items in (module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PoolOrder {
-    /// By descending point count, ties in cell order.
-    LongestFirst,
-    /// By bearing from the centre of the `[nx, ny, nz]` grid (cell = (x · ny + y) · nz + z) in
-    /// [`RAY_SECTORS`] sectors, then by distance from it, then z: the cells along each line of
-    /// sight one after the other.
-    Rays { grid: [usize; 3] },
-}
-
-/// Bearing sectors of [`PoolOrder::Rays`]: 0.35° each, about a cell wide at the edge of a 256 ×
-/// 256 grid, and finer than one feature column of a nuScenes camera (0.8°).
-pub const RAY_SECTORS: u32 = 1024;
-
-impl PoolOrder {
-    /// `longest_first` or `rays`.
-    pub fn name(self) -> &'static str {
-        match self {
-            PoolOrder::LongestFirst => "longest_first",
-            PoolOrder::Rays { .. } => "rays",
-        }
-    }
-}
-
-/// The cells in launch order ([`PoolOrder`]). Errors when a `Rays` grid does not hold exactly
-/// the offsets' cells.
-pub fn launch_order(cell_start: &[u32], how: PoolOrder) -> Result<Vec<u32>, Error> {
+/// The cells in launch order: by descending point count, ties in cell order.
+pub fn launch_order(cell_start: &[u32]) -> Vec<u32> {
     let cells = cell_start.len().saturating_sub(1);
     let mut order: Vec<u32> = (0..cells as u32).collect();
-    match how {
-        PoolOrder::LongestFirst => {
-            let len = |c: u32| cell_start[c as usize + 1] - cell_start[c as usize];
-            // stable: equal lengths keep ascending cell order
-            order.sort_by_key(|&c| std::cmp::Reverse(len(c)));
-        }
-        PoolOrder::Rays { grid: [nx, ny, nz] } => {
-            if nx.checked_mul(ny).and_then(|v| v.checked_mul(nz)) != Some(cells) {
-                return Err(Error::InvalidInput(format!("bev_pool plan: a {nx} x {ny} x {nz} grid for {cells} cells")));
-            }
-            order.sort_by_cached_key(|&c| ray_key(c as usize, [nx, ny, nz]));
-        }
-    }
-    Ok(order)
-}
-
-/// Cell `c`'s place along the rays: (sector, squared distance from the grid's centre in quarter
-/// cells squared, z, c): integers, so the order is the same on every machine.
-fn ray_key(c: usize, [nx, ny, nz]: [usize; 3]) -> (u32, u64, usize, usize) {
-    let (z, y, x) = (c % nz, (c / nz) % ny, c / (nz * ny));
-    // twice the offset of the cell's centre from the grid's centre, in cells: an integer
-    let dx = 2 * x as i64 + 1 - nx as i64;
-    let dy = 2 * y as i64 + 1 - ny as i64;
-    let bearing = (dy as f64).atan2(dx as f64) + std::f64::consts::PI; // [0, 2 pi]
-    let sector = ((bearing / std::f64::consts::TAU * f64::from(RAY_SECTORS)) as u32).min(RAY_SECTORS - 1);
-    (sector, (dx * dx + dy * dy) as u64, z, c)
+    let len = |c: u32| cell_start[c as usize + 1] - cell_start[c as usize];
+    // stable: equal lengths keep ascending cell order
+    order.sort_by_key(|&c| std::cmp::Reverse(len(c)));
+    order
 }
 
 impl PoolPlan {
     /// The plan of the geometry whose cell `c` holds the points `cell_start[c]..cell_start[c + 1]`,
-    /// with items of at most `chunk_points` points (`u32::MAX`: every cell one item), launched
-    /// in the order `how`.
-    pub fn build(cell_start: &[u32], chunk_points: u32, how: PoolOrder) -> Result<Self, Error> {
+    /// with items of at most `chunk_points` points (`u32::MAX`: every cell one item).
+    pub fn build(cell_start: &[u32], chunk_points: u32) -> Result<Self, Error> {
         if chunk_points == 0 {
             return Err(Error::InvalidInput("bev_pool plan: chunk_points is 0; it must be at least 1".into()));
         }
@@ -144,7 +90,7 @@ impl PoolPlan {
         let mut items = Vec::with_capacity(cell_start.len());
         let mut merges = Vec::new();
         let mut slots = 0u32;
-        for cell in launch_order(cell_start, how)? {
+        for cell in launch_order(cell_start) {
             let (begin, end) = (cell_start[cell as usize], cell_start[cell as usize + 1]);
             if end - begin <= chunk_points {
                 items.push(PoolItem { cell, begin, end, slot: WHOLE_CELL });
@@ -160,7 +106,7 @@ impl PoolPlan {
             }
             merges.push(PoolMerge { cell, first_slot, slots: slots - first_slot, unused: 0 });
         }
-        Ok(Self { chunk_points, order: how, items, merges, slots })
+        Ok(Self { chunk_points, items, merges, slots })
     }
 
     /// The items as the kernel reads them: four u32 each.
@@ -196,7 +142,7 @@ mod tests {
     #[test]
     fn every_point_once_in_cell_order_and_no_item_over_the_chunk() {
         let s = offsets();
-        let p = PoolPlan::build(&s, 128, PoolOrder::LongestFirst).unwrap();
+        let p = PoolPlan::build(&s, 128).unwrap();
         // every cell appears, in launch order: 300, 129, 128, 5, 1, then the empty ones by cell
         let firsts: Vec<u32> = p.items.iter().map(|i| i.cell).fold(Vec::new(), |mut v, c| {
             if v.last() != Some(&c) {
@@ -233,11 +179,11 @@ mod tests {
     #[test]
     fn an_unlimited_chunk_keeps_every_cell_whole_and_chunk_one_splits_every_point() {
         let s = offsets();
-        let whole = PoolPlan::build(&s, u32::MAX, PoolOrder::LongestFirst).unwrap();
+        let whole = PoolPlan::build(&s, u32::MAX).unwrap();
         assert_eq!(whole.items.len(), 7);
         assert!(whole.merges.is_empty() && whole.slots == 0);
-        assert_eq!(whole.items.iter().map(|i| i.cell).collect::<Vec<_>>(), launch_order(&s, PoolOrder::LongestFirst).unwrap());
-        let ones = PoolPlan::build(&s, 1, PoolOrder::LongestFirst).unwrap();
+        assert_eq!(whole.items.iter().map(|i| i.cell).collect::<Vec<_>>(), launch_order(&s));
+        let ones = PoolPlan::build(&s, 1).unwrap();
         // the 1-point cell stays whole; every other point is its own slot
         assert_eq!(ones.slots, 5 + 300 + 129 + 128);
         assert_eq!(ones.longest_item(), 1);
@@ -245,58 +191,16 @@ mod tests {
 
     #[test]
     fn launch_order_is_longest_first_ties_by_cell() {
-        assert_eq!(launch_order(&[0, 2, 2, 4, 5, 7], PoolOrder::LongestFirst).unwrap(), vec![0, 2, 4, 3, 1]);
-        assert!(launch_order(&[0], PoolOrder::LongestFirst).unwrap().is_empty());
+        assert_eq!(launch_order(&[0, 2, 2, 4, 5, 7]), vec![0, 2, 4, 3, 1]);
+        assert!(launch_order(&[0]).is_empty());
     }
 
     #[test]
     fn bad_inputs_are_errors() {
-        let lf = PoolOrder::LongestFirst;
-        let e = PoolPlan::build(&offsets(), 0, lf).unwrap_err().to_string();
+        let e = PoolPlan::build(&offsets(), 0).unwrap_err().to_string();
         assert!(e.contains("chunk_points is 0"), "{e}");
-        assert!(PoolPlan::build(&[], 128, lf).is_err());
-        let e = PoolPlan::build(&[0, 5, 3], 128, lf).unwrap_err().to_string();
+        assert!(PoolPlan::build(&[], 128).is_err());
+        let e = PoolPlan::build(&[0, 5, 3], 128).unwrap_err().to_string();
         assert!(e.contains("decrease at cell 1"), "{e}");
-        let e = PoolPlan::build(&offsets(), 128, PoolOrder::Rays { grid: [2, 2, 2] }).unwrap_err().to_string();
-        assert!(e.contains("a 2 x 2 x 2 grid for 7 cells"), "{e}");
-    }
-
-    /// Rays on a 4 x 4 grid: every cell once; the sectors in bearing order from -x (the far
-    /// side first), each from the centre outwards; and the same items, cell for cell, as the
-    /// longest-first plan, only in another order.
-    #[test]
-    fn rays_visit_each_cell_once_by_bearing_then_range() {
-        let grid = [4usize, 4, 1];
-        let lens = [3u32, 0, 7, 1, 2, 9, 4, 0, 5, 1, 1, 300, 6, 2, 8, 0];
-        let mut s = vec![0u32];
-        for l in lens {
-            s.push(s.last().unwrap() + l);
-        }
-        let order = launch_order(&s, PoolOrder::Rays { grid }).unwrap();
-        let mut sorted = order.clone();
-        sorted.sort();
-        assert_eq!(sorted, (0..16).collect::<Vec<u32>>());
-        let key = |c: u32| ray_key(c as usize, grid);
-        for w in order.windows(2) {
-            assert!(key(w[0]) < key(w[1]), "{:?} then {:?}", key(w[0]), key(w[1]));
-        }
-        // cell (x 0, y 1): offset (-3, -1), bearing just past -pi: the first sector's, before
-        // (x 0, y 0) at (-3, -3), whose bearing is -3/4 pi
-        assert_eq!(order[0], 1);
-        // the inner cell (1, 1) at (-1, -1) and the corner (0, 0) at (-3, -3): one bearing, the
-        // inner one first
-        let at = |c: u32| order.iter().position(|&o| o == c).unwrap();
-        assert!(at(5) + 1 == at(0), "{order:?}");
-        let rays = PoolPlan::build(&s, 128, PoolOrder::Rays { grid }).unwrap();
-        let longest = PoolPlan::build(&s, 128, PoolOrder::LongestFirst).unwrap();
-        let by_cell = |p: &PoolPlan| {
-            let mut v: Vec<(u32, u32, u32, bool)> = p.items.iter().map(|i| (i.cell, i.begin, i.end, i.slot == WHOLE_CELL)).collect();
-            v.sort();
-            v
-        };
-        assert_eq!(by_cell(&rays), by_cell(&longest));
-        assert_eq!(rays.merges.len(), 1);
-        assert_eq!((rays.merges[0].cell, rays.merges[0].slots), (11, 3));
-        assert_eq!(rays.order.name(), "rays");
     }
 }
