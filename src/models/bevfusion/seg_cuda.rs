@@ -21,6 +21,7 @@ use crate::models::bevfusion::map::LidarStats;
 use crate::models::bevfusion::camera::encoder_cuda::CudaCameraEncoder;
 use crate::sensors::image::encodings::{DecodeLimits, RgbImage};
 use crate::sensors::image::compressed::JpegDecoderChoice;
+use crate::sensors::image::nvjpeg::Backend;
 use crate::ops::image_preprocess::cuda::{screen_jpegs, CameraPreprocessCuda, CudaCameraBatch};
 use crate::sensors::image::jpeg_markers::{with_scan_checks, ScanCheckTiming, ScreenedJpeg};
 use crate::models::bevfusion::camera::swin_cuda::SwinPlan;
@@ -132,12 +133,14 @@ impl CudaBevSeg {
             }
             None => None,
         };
+        // nvJPEG when the CUDA install has it (decoded straight into device memory), else
+        // zune-jpeg on the host; `jpeg_decoder()` says which and why.
+        let preprocess = CameraPreprocessCuda::with_decoder(dev, m.config.camera.preprocess.clone(), JpegDecoderChoice::Auto)?;
+        let scan_checks = default_scan_checks(preprocess.nvjpeg_backend());
         Ok(Self {
             config: m.config.clone(),
             blas,
-            // nvJPEG when the CUDA install has it (decoded straight into device memory), else
-            // zune-jpeg on the host; `jpeg_decoder()` says which and why.
-            preprocess: CameraPreprocessCuda::with_decoder(dev, m.config.camera.preprocess.clone(), JpegDecoderChoice::Auto)?,
+            preprocess,
             encoder: CudaCameraEncoder::upload(dev, &m.camera.encoder)?,
             plan: None,
             vtransform: CudaLssTransform::upload(dev, &m.camera.vtransform)?,
@@ -146,7 +149,7 @@ impl CudaBevSeg {
             graphs: false,
             graph: None,
             graph_status: GraphStatus::default(),
-            scan_checks: ScanCheckTiming::BesideDecode,
+            scan_checks,
         })
     }
 
@@ -400,11 +403,16 @@ impl CudaBevSeg {
         }
     }
 
-    /// When the scans of a frame's JPEGs are checked on the nvJPEG path: beside the GPU work
-    /// (the default: nvJPEG was measured to survive any scan data, and the frame's result is
-    /// dropped when a check fails) or before the decode starts.
+    /// When the scans of a frame's JPEGs are checked on the nvJPEG path: beside the GPU work,
+    /// the frame's result dropped when a check fails, or before the decode starts (the default
+    /// is [`default_scan_checks`]).
     pub fn set_jpeg_scan_checks(&mut self, when: ScanCheckTiming) {
         self.scan_checks = when;
+    }
+
+    /// When the scans of a frame's JPEGs are checked ([`CudaBevSeg::set_jpeg_scan_checks`]).
+    pub fn jpeg_scan_checks(&self) -> ScanCheckTiming {
+        self.scan_checks
     }
 
     /// Graph replays, captures and refused captures so far, with the last refusal's reason.
@@ -562,6 +570,19 @@ impl CudaBevSeg {
             return Err(Error::InvalidInput(format!("{jpegs} JPEGs for a calibration of {} cameras", calib.len())));
         }
         Ok(())
+    }
+}
+
+/// When a frame's JPEG scans are checked by default on the nvJPEG `backend`: beside the GPU
+/// work on the hardware backend (the A100 / H100 / H200 JPEG engines), which was measured to
+/// decode scans cut short, overwritten, zeroed or repeated without an error, leaving the stream
+/// sound and the next decode's bits unchanged (tests/ops_image_preprocess.rs,
+/// `nvjpeg_survives_corrupt_scan_data`); before the decode on the other backends, whose
+/// behaviour on such data has not been measured.
+pub fn default_scan_checks(backend: Option<Backend>) -> ScanCheckTiming {
+    match backend {
+        Some(Backend::Hardware) => ScanCheckTiming::BesideDecode,
+        _ => ScanCheckTiming::BeforeDecode,
     }
 }
 

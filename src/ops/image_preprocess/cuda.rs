@@ -25,7 +25,7 @@
 use crate::sensors::image::compressed::{decode_jpeg_into, jpeg_size, JpegDecoderChoice};
 use crate::sensors::image::encodings::{DecodeLimits, ImageError, RgbImage};
 use crate::sensors::image::jpeg_markers::{check_before_gpu, screen_for_gpu, GpuEligibility, ScreenedJpeg};
-use crate::sensors::image::nvjpeg::{DecodeTarget, ImageOutcome, NvjpegDecoder};
+use crate::sensors::image::nvjpeg::{Backend, DecodeTarget, ImageOutcome, NvjpegDecoder};
 use crate::ops::image_preprocess::cpu::{ImageAug, ImagePreprocess, ResizeTaps};
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::Error;
@@ -174,6 +174,14 @@ impl CameraPreprocessCuda {
             JpegPath::Nvjpeg(d) => d.describe(),
             JpegPath::Cpu { why: None } => "zune-jpeg".into(),
             JpegPath::Cpu { why: Some(w) } => format!("zune-jpeg (nvJPEG not used: {w})"),
+        }
+    }
+
+    /// The nvJPEG backend in use (None on the zune-jpeg path).
+    pub fn nvjpeg_backend(&self) -> Option<Backend> {
+        match &self.jpeg {
+            JpegPath::Nvjpeg(d) => Some(d.backend()),
+            JpegPath::Cpu { .. } => None,
         }
     }
 
