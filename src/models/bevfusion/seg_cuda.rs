@@ -607,3 +607,17 @@ fn finish(clock: GpuClock) -> Result<StageMs, Error> {
     clock.finish(&mut t)?;
     Ok(StageMs(t.stages.into_iter().map(|(n, d)| (n, d.as_secs_f64() * 1e3)).collect()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the backend measured to survive bad scan data decodes beside the scan checks.
+    #[test]
+    fn scans_are_checked_beside_the_decode_only_on_the_hardware_backend() {
+        assert_eq!(default_scan_checks(Some(Backend::Hardware)), ScanCheckTiming::BesideDecode);
+        for other in [Some(Backend::Default), Some(Backend::GpuHybrid), None] {
+            assert_eq!(default_scan_checks(other), ScanCheckTiming::BeforeDecode, "{other:?}");
+        }
+    }
+}
