@@ -524,7 +524,9 @@ impl CameraBranch {
         let fresh: Vec<(usize, Arc<CameraImage>, Result<FrameImage, String>)> = todo
             .into_par_iter()
             .map(|(i, img)| {
-                let r = match img.screen_jpeg(&limits).filter(|_| defer) {
+                // screened only when it is left to the model: a decode here reads the headers itself
+                let screened = if defer { img.screen_jpeg(&limits) } else { None };
+                let r = match screened {
                     Some(screened) => screened.map(FrameImage::Jpeg),
                     None => img.decode(&limits).map(|d| FrameImage::Rgb(Arc::new(d))),
                 };
