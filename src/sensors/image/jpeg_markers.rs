@@ -313,6 +313,8 @@ pub struct ScanChecks {
     pub longest_ms: f64,
     /// How long the caller waited for the checks after its work returned, ms.
     pub waited_ms: f64,
+    /// JPEGs walked: the same bytes given in two slots (a masked camera's stand-in) once.
+    pub walked: usize,
 }
 
 /// When a frame's scan checks run against the GPU work that decodes its screened JPEGs.
@@ -355,13 +357,16 @@ pub fn with_scan_checks<B: AsRef<[u8]> + Sync, R>(when: ScanCheckTiming, jpegs: 
 }
 
 /// `work` on this thread while the scans of `jpegs` are checked on the rayon pool beside it
-/// (each JPEG a task); returns when both are done. For a GPU frame: `work` enqueues the decode
-/// of the screened JPEGs and the network and reads the result back; the checks read every byte
-/// of the scan data on the host meanwhile, and the result is used only if they passed.
+/// (each JPEG a task; bytes given in two slots are walked once, in the first, so a failure is
+/// named at its lowest slot); returns when both are done. For a GPU frame: `work` enqueues the
+/// decode of the screened JPEGs and the network and reads the result back; the checks read every
+/// byte of the scan data on the host meanwhile, and the result is used only if they passed.
 pub fn check_scans_beside<B: AsRef<[u8]> + Sync, R>(jpegs: &[ScreenedJpeg<B>], work: impl FnOnce() -> R) -> (R, ScanChecks) {
+    let same = |a: &[u8], b: &[u8]| std::ptr::eq(a, b);
+    let first: Vec<bool> = (0..jpegs.len()).map(|i| !jpegs[..i].iter().any(|j| same(j.bytes(), jpegs[i].bytes()))).collect();
     let mut verdicts: Vec<Option<(Result<(), ImageError>, f64)>> = (0..jpegs.len()).map(|_| None).collect();
     let (out, work_done) = rayon::in_place_scope(|s| {
-        for (jpeg, verdict) in jpegs.iter().zip(verdicts.iter_mut()) {
+        for ((jpeg, verdict), _) in jpegs.iter().zip(verdicts.iter_mut()).zip(&first).filter(|(_, f)| **f) {
             s.spawn(move |_| {
                 let t = Instant::now();
                 let r = jpeg.check_scans();
@@ -374,7 +379,11 @@ pub fn check_scans_beside<B: AsRef<[u8]> + Sync, R>(jpegs: &[ScreenedJpeg<B>], w
     let waited_ms = work_done.elapsed().as_secs_f64() * 1e3;
     let mut result = Ok(());
     let mut longest_ms = 0.0f64;
-    for (i, v) in verdicts.into_iter().enumerate() {
+    let walked = first.iter().filter(|f| **f).count();
+    for (i, (v, walked_here)) in verdicts.into_iter().zip(first).enumerate() {
+        if !walked_here {
+            continue; // an earlier slot holds these bytes and their verdict
+        }
         // every task ran to its end when the scope returned (a panic in one would have
         // resumed here instead)
         let (r, ms) = v.unwrap_or_else(|| (Err(ImageError::Jpeg("scan check did not run".into())), 0.0));
@@ -383,7 +392,7 @@ pub fn check_scans_beside<B: AsRef<[u8]> + Sync, R>(jpegs: &[ScreenedJpeg<B>], w
             result = Err((i, e));
         }
     }
-    (out, ScanChecks { result, longest_ms, waited_ms })
+    (out, ScanChecks { result, longest_ms, waited_ms, walked })
 }
 
 impl JpegLayout {
@@ -622,6 +631,14 @@ mod tests {
         assert!(why.to_string().contains(&format!("marker 0xFF01 at byte {at} inside the scan data")), "{why}");
         let (_, none) = check_scans_beside::<&[u8], _>(&[], || ());
         assert!(none.result.is_ok());
+        assert_eq!((checks.walked, none.walked), (6, 0));
+        // a stand-in (the same bytes in a second slot) is walked once, its fault named at its
+        // first slot
+        let mut stand_in = batch.clone();
+        stand_in[5] = stand_in[2];
+        stand_in[1] = stand_in[0];
+        let (_, checks) = check_scans_beside(&stand_in, || ());
+        assert_eq!((checks.walked, checks.result.map_err(|e| e.0)), (4, Err(2)));
         // checked first: the work runs only when every scan passed
         let (out, checks) = with_scan_checks(ScanCheckTiming::BeforeDecode, &batch, || 1);
         assert_eq!((out, checks.result.map_err(|e| e.0)), (None, Err(2)));
