@@ -13,7 +13,7 @@
 //! median, p90, and its ratio to the default).
 
 use crate::bench::percentiles::Percentiles;
-use crate::models::bevfusion::seg::{random_tensors, BevSegConfig, BevSegModel, Point5};
+use crate::models::bevfusion::seg::{random_tensors, BevSegConfig, BevSegModel, BevSegOutput, Point5};
 use crate::models::bevfusion::seg_cuda::CudaBevSeg;
 use crate::sensors::calib::camera::Calibration;
 use crate::sensors::image::compressed::jpeg_size;
@@ -171,16 +171,7 @@ fn other_scan_checks_timing(dev: &CudaDevice, gpu: &mut CudaBevSeg, calib: &Cali
     };
     let mut run = || -> Result<serde_json::Value, Error> {
         gpu.set_jpeg_scan_checks(other);
-        for _ in 0..warmup.max(1) {
-            gpu.forward_jpeg(dev, calib, refs, cloud)?;
-        }
-        let mut totals = Vec::with_capacity(iters);
-        for _ in 0..iters {
-            let t = Instant::now();
-            let out = gpu.forward_jpeg(dev, calib, refs, cloud)?;
-            let _masks = out.map.masks(0.5);
-            totals.push(t.elapsed().as_secs_f64() * 1e3);
-        }
+        let totals = timed_frames(dev, gpu, calib, refs, cloud, warmup, iters, |_| ())?;
         let (ms, p90) = median_p90(&totals);
         Ok(serde_json::json!({
             "timing": other.name(),
@@ -194,6 +185,24 @@ fn other_scan_checks_timing(dev: &CudaDevice, gpu: &mut CudaBevSeg, calib: &Cali
     v
 }
 
+/// `warmup` untimed frames (at least one), then `iters` timed ones, JPEG bytes to masks on the
+/// host (ms each); `each` sees every timed frame's output after its clock stopped.
+#[allow(clippy::too_many_arguments)]
+fn timed_frames(dev: &CudaDevice, gpu: &mut CudaBevSeg, calib: &Calibration, refs: &[&[u8]], cloud: Option<&[Point5]>, warmup: usize, iters: usize, mut each: impl FnMut(&BevSegOutput)) -> Result<Vec<f64>, Error> {
+    for _ in 0..warmup.max(1) {
+        gpu.forward_jpeg(dev, calib, refs, cloud)?;
+    }
+    let mut totals = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        let out = gpu.forward_jpeg(dev, calib, refs, cloud)?;
+        let _masks = out.map.masks(0.5);
+        totals.push(t.elapsed().as_secs_f64() * 1e3);
+        each(&out);
+    }
+    Ok(totals)
+}
+
 /// The frames again with the network as a CUDA graph: JSON (`error` instead of the times when it
 /// could not run).
 #[allow(clippy::too_many_arguments)]
@@ -204,18 +213,10 @@ fn graph_timing(dev: &CudaDevice, gpu: &mut CudaBevSeg, calib: &Calibration, ref
         // whether the eager path itself repeats its bits (cuDNN's chosen algorithms may not)
         let eager_repeats = gpu.forward_jpeg(dev, calib, refs, cloud)?.map.probabilities.iter().map(|v| v.to_bits()).eq(eager.iter().map(|v| v.to_bits()));
         gpu.set_graphs(true);
-        for _ in 0..warmup.max(1) {
-            gpu.forward_jpeg(dev, calib, refs, cloud)?;
-        }
-        let mut totals = Vec::with_capacity(iters);
         let mut same_bits = true;
-        for _ in 0..iters {
-            let t = Instant::now();
-            let out = gpu.forward_jpeg(dev, calib, refs, cloud)?;
-            let _masks = out.map.masks(0.5);
-            totals.push(t.elapsed().as_secs_f64() * 1e3);
+        let totals = timed_frames(dev, gpu, calib, refs, cloud, warmup, iters, |out| {
             same_bits &= out.map.probabilities.iter().map(|v| v.to_bits()).eq(eager.iter().map(|v| v.to_bits()));
-        }
+        })?;
         let st = gpu.graph_status().clone();
         gpu.set_graphs(false);
         let (ms, p90) = median_p90(&totals);
