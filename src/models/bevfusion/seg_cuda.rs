@@ -517,10 +517,7 @@ impl CudaBevSeg {
             Ok((map, stages, finish(clock)?, submit_ms))
         });
         // a bad scan is the frame's cause, whatever the decode made of it
-        if let Err((cam, e)) = checks.result {
-            return Err(Error::InvalidInput(format!("camera {cam}: {e}")));
-        }
-        let (map, stages, mut times, submit_ms) = frame.ok_or_else(|| Error::Cuda("the frame did not run, yet its scan checks passed".into()))??;
+        let (map, stages, mut times, submit_ms) = frame.map_err(|(cam, e)| Error::InvalidInput(format!("camera {cam}: {e}")))??;
         let mut host = Vec::with_capacity(4);
         if let Some(ms) = screen_ms {
             host.push(("JPEG header checks (host)".to_string(), ms));

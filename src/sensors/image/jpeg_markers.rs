@@ -336,22 +336,21 @@ impl ScanCheckTiming {
     }
 }
 
-/// `work` with the scans of `jpegs` checked `when` ([`ScanCheckTiming`]). The work's result is
-/// `None` when the checks ran first and one failed (the work did not run); beside it, the work
-/// always runs and the caller drops its result when `ScanChecks::result` is an error.
-pub fn with_scan_checks<B: AsRef<[u8]> + Sync, R>(when: ScanCheckTiming, jpegs: &[ScreenedJpeg<B>], work: impl FnOnce() -> R) -> (Option<R>, ScanChecks) {
+/// `work` with the scans of `jpegs` checked `when` ([`ScanCheckTiming`]): its result only when
+/// every scan passed, else the first bad JPEG (by index) with why. Checked first, the work then
+/// does not run; beside it, its result is dropped.
+pub fn with_scan_checks<B: AsRef<[u8]> + Sync, R>(when: ScanCheckTiming, jpegs: &[ScreenedJpeg<B>], work: impl FnOnce() -> R) -> (Result<R, (usize, ImageError)>, ScanChecks) {
     match when {
         ScanCheckTiming::BesideDecode => {
             let (out, checks) = check_scans_beside(jpegs, work);
-            (Some(out), checks)
+            (checks.result.clone().map(|()| out), checks)
         }
         ScanCheckTiming::BeforeDecode => {
             // the same tasks with no work beside them: the wait is the checks' whole time
             let t = Instant::now();
             let (_, mut checks) = check_scans_beside(jpegs, || ());
             checks.waited_ms = t.elapsed().as_secs_f64() * 1e3;
-            let out = checks.result.is_ok().then(work);
-            (out, checks)
+            (checks.result.clone().map(|()| work()), checks)
         }
     }
 }
@@ -640,12 +639,17 @@ mod tests {
         let (_, checks) = check_scans_beside(&stand_in, || ());
         assert_eq!((checks.walked, checks.result.map_err(|e| e.0)), (4, Err(2)));
         // checked first: the work runs only when every scan passed
-        let (out, checks) = with_scan_checks(ScanCheckTiming::BeforeDecode, &batch, || 1);
-        assert_eq!((out, checks.result.map_err(|e| e.0)), (None, Err(2)));
+        let mut ran = false;
+        let (out, checks) = with_scan_checks(ScanCheckTiming::BeforeDecode, &batch, || ran = true);
+        assert_eq!((ran, out.map_err(|e| e.0), checks.result.map_err(|e| e.0)), (false, Err(2), Err(2)));
         let (out, checks) = with_scan_checks(ScanCheckTiming::BeforeDecode, &good, || 1);
-        assert!(out == Some(1) && checks.result.is_ok() && checks.waited_ms >= checks.longest_ms, "{checks:?}");
-        let (out, checks) = with_scan_checks(ScanCheckTiming::BesideDecode, &batch, || 1);
-        assert_eq!((out, checks.result.map_err(|e| e.0)), (Some(1), Err(2)));
+        assert!(out == Ok(1) && checks.result.is_ok() && checks.waited_ms >= checks.longest_ms, "{checks:?}");
+        // beside: the work ran, its result is dropped for the bad camera
+        let mut ran = false;
+        let (out, checks) = with_scan_checks(ScanCheckTiming::BesideDecode, &batch, || ran = true);
+        assert_eq!((ran, out.map_err(|e| e.0), checks.result.map_err(|e| e.0)), (true, Err(2), Err(2)));
+        let (out, _) = with_scan_checks(ScanCheckTiming::BesideDecode, &good, || 1);
+        assert_eq!(out, Ok(1));
     }
 
     #[test]
