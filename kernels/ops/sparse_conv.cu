@@ -403,22 +403,39 @@ __device__ u32 tile_active_offsets(const i32* __restrict__ nbr, const u32* __res
         }
     }
     __syncthreads();
-    if (tid == 0) {
-        u64 u = 0;
+    // Every thread forms the union; thread b < 64 places offset b at its rank among the set bits
+    // (no serial walk over the bits by one thread while the block waits).
+    u64 u = 0;
 #pragma unroll
-        for (int w = 0; w < BM / 32; ++w) u |= warp_union[w];
-        // this launch's offsets [k_begin, k_begin + nk) as bits 0.. of `u`
-        u = (u >> k_begin) & (nk >= 64 ? ~0ull : ((1ull << nk) - 1ull));
-        u32 cnt = 0;
-        for (; u; u &= u - 1ull) act[cnt++] = (u32)(__ffsll((long long)u) - 1);
-        *n_act = cnt;
-    }
+    for (int w = 0; w < BM / 32; ++w) u |= warp_union[w];
+    // this launch's offsets [k_begin, k_begin + nk) as bits 0.. of `u`
+    u = (u >> k_begin) & (nk >= 64 ? ~0ull : ((1ull << nk) - 1ull));
+    const u32 na = (u32)__popcll(u);
+    if (tid < 64 && ((u >> tid) & 1ull)) act[__popcll(u & ((1ull << tid) - 1ull))] = tid;
+    if (tid == 0) *n_act = na;
     __syncthreads();
-    const u32 na = *n_act;
-    for (u32 q = tid; q < na * BM; q += blockDim.x) {
-        const u32 kk = act[q / BM], r = q % BM;
-        const bool has = (row_mask[r] >> (k_begin + kk)) & 1ull;
-        rows[kk * BM + r] = has ? nbr[(u64)outs[r] * kv + k_begin + kk] : -1;
+    // Item q = s * BM + r: tile row r at the s-th active offset kk = act[s], stored at
+    // rows[kk * BM + r] (the table is indexed by offset). The neighbour table reads are scattered
+    // (one sector each), so a thread issues TABLE_BATCH of them before storing any: their
+    // latencies overlap instead of adding up.
+    constexpr u32 TABLE_BATCH = 8;
+    const u32 total = na * BM;
+    for (u32 q0 = tid; q0 < total; q0 += TABLE_BATCH * blockDim.x) {
+        i32 v[TABLE_BATCH];
+#pragma unroll
+        for (u32 j = 0; j < TABLE_BATCH; ++j) {
+            const u32 q = q0 + j * blockDim.x, r = q % BM;
+            v[j] = -1;
+            if (q < total) {
+                const u32 k = k_begin + act[q / BM];
+                if ((row_mask[r] >> k) & 1ull) v[j] = nbr[(u64)outs[r] * kv + k];
+            }
+        }
+#pragma unroll
+        for (u32 j = 0; j < TABLE_BATCH; ++j) {
+            const u32 q = q0 + j * blockDim.x;
+            if (q < total) rows[act[q / BM] * BM + q % BM] = v[j];
+        }
     }
     __syncthreads();
     return na;
