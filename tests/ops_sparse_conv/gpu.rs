@@ -403,10 +403,10 @@ fn cuda_conv_rejects_mismatches() {
     assert_eq!(w64.wgmma_ready(), dev.arch.has_wgmma());
     let x64 = dev.stream.alloc_zeros::<f16>(50 * 64).unwrap();
     if dev.arch.has_wgmma() {
-        let err = conv_cuda_split(&dev, &x64, &gpu, &w64, None, None, ConvAlgo::Wgmma { cols: 128 }, None, None).err().expect("Cout 64 on 128-wide tiles");
+        let err = conv_cuda_split(&dev, &x64, &gpu, &w64, None, None, ConvAlgo::Wgmma { cols: 128, stages: 3 }, None, None).err().expect("Cout 64 on 128-wide tiles");
         assert!(err.to_string().contains("multiple of 128"), "{err}");
-        let err = conv_cuda_split(&dev, &x64, &gpu, &w64, None, None, ConvAlgo::Wgmma { cols: 32 }, None, None).err().expect("an unbuilt width");
+        let err = conv_cuda_split(&dev, &x64, &gpu, &w64, None, None, ConvAlgo::Wgmma { cols: 32, stages: 4 }, None, None).err().expect("an unbuilt width");
         assert!(err.to_string().contains("32-channel tiles"), "{err}");
-        assert!(conv_cuda_split(&dev, &x64, &gpu, &w64, None, None, ConvAlgo::Wgmma { cols: 64 }, None, None).is_ok(), "a built width runs");
+        assert!(conv_cuda_split(&dev, &x64, &gpu, &w64, None, None, ConvAlgo::Wgmma { cols: 64, stages: 4 }, None, None).is_ok(), "a built width runs");
     }
 }

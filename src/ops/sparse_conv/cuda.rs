@@ -170,8 +170,8 @@ pub enum ConvAlgo {
     /// Hopper's warpgroup MMA (`conv_wgmma_m128_n*`): 128-row tiles of two warpgroups, `cols`
     /// output channels each (one of [`WGMMA_VARIANTS`]), Cin chunks of 64 read from swizzled
     /// shared memory by `wgmma`; compute capability 9.0, weights that are
-    /// [`CudaConvWeights::wgmma_ready`], Cout a multiple of `cols`.
-    Wgmma { cols: u16 },
+    /// [`CudaConvWeights::wgmma_ready`], Cout a multiple of `cols`; a `stages`-deep copy ring.
+    Wgmma { cols: u16, stages: u16 },
     /// One thread per output channel, FP32 FMA (`conv_direct`): any channel count; the oracle
     /// the fast kernel is tested against.
     Direct,
@@ -219,8 +219,11 @@ const fn tile_tables_bytes(rows: usize) -> usize {
 }
 
 /// The tiled kernels built (rows x cols tiles, Cin chunks of `depth`, cp.async stages).
-pub const TILED_VARIANTS: [TiledVariant; 6] = [
+pub const TILED_VARIANTS: [TiledVariant; 9] = [
     TiledVariant { rows: 128, cols: 32, depth: 32, stages: 4, name: "conv_tiled_m128_n32_k32" },
+    TiledVariant { rows: 128, cols: 32, depth: 32, stages: 3, name: "conv_tiled_m128_n32_k32_s3" },
+    TiledVariant { rows: 128, cols: 32, depth: 64, stages: 2, name: "conv_tiled_m128_n32_k64_packed" },
+    TiledVariant { rows: 128, cols: 32, depth: 64, stages: 3, name: "conv_tiled_m128_n32_k64_packed_s3" },
     TiledVariant { rows: 128, cols: 64, depth: 32, stages: 4, name: "conv_tiled_m128_n64_k32" },
     TiledVariant { rows: 128, cols: 64, depth: 64, stages: 3, name: "conv_tiled_m128_n64_k64" },
     TiledVariant { rows: 128, cols: 128, depth: 32, stages: 4, name: "conv_tiled_m128_n128_k32" },
@@ -238,7 +241,7 @@ pub struct WgmmaVariant {
 
 impl WgmmaVariant {
     pub fn algo(&self) -> ConvAlgo {
-        ConvAlgo::Wgmma { cols: self.cols }
+        ConvAlgo::Wgmma { cols: self.cols, stages: self.stages }
     }
 
     /// Dynamic shared memory (WgmmaShape in sparse_conv.cu): `stages` of a 128 x 64 A tile and a
@@ -250,11 +253,18 @@ impl WgmmaVariant {
     }
 }
 
-/// The warpgroup-MMA kernels built (output tiles of 128 rows x `cols` channels).
-pub const WGMMA_VARIANTS: [WgmmaVariant; 2] = [
+/// The warpgroup-MMA kernels built (output tiles of 128 rows x `cols` channels); the first of
+/// each width is the default ([`wgmma_default`]).
+pub const WGMMA_VARIANTS: [WgmmaVariant; 3] = [
     WgmmaVariant { cols: 64, stages: 4, name: "conv_wgmma_m128_n64" },
+    WgmmaVariant { cols: 64, stages: 2, name: "conv_wgmma_m128_n64_s2" },
     WgmmaVariant { cols: 128, stages: 3, name: "conv_wgmma_m128_n128" },
 ];
+
+/// The default warpgroup-MMA kernel with `cols`-channel tiles (64 or 128).
+fn wgmma_default(cols: u16) -> ConvAlgo {
+    WGMMA_VARIANTS.iter().find(|v| v.cols == cols).map(|v| v.algo()).unwrap_or(ConvAlgo::Wgmma { cols: 64, stages: 4 })
+}
 
 /// The tiled kernel for these channels and map outputs: tiles as wide as the output channels up
 /// to 128 (64 on small maps), Cin chunks of 64 where Cin is a multiple of 64 (half the ring's
@@ -320,9 +330,7 @@ impl ConvAlgo {
             return if outputs >= TILED_MIN_OUTPUTS { ConvAlgo::FmaTiled } else { ConvAlgo::Direct };
         }
         match Self::best_for_volume(w.cin, w.cout, outputs, w.kv) {
-            ConvAlgo::ImplicitGemmTiled { cols, .. } if w.wgmma_ready() => {
-                ConvAlgo::Wgmma { cols: if cols >= 128 && w.cout % 128 == 0 { 128 } else { 64 } }
-            }
+            ConvAlgo::ImplicitGemmTiled { cols, .. } if w.wgmma_ready() => wgmma_default(if cols >= 128 && w.cout % 128 == 0 { 128 } else { 64 }),
             algo => algo,
         }
     }
@@ -461,7 +469,7 @@ fn check_conv_args<S: Store>(
         // maps of up to 64 offsets always carry it (kernel_map_cuda::mask_order)
         return Err(Error::InvalidInput("the pipelined conv needs the map's outputs sorted by neighbour mask".into()));
     }
-    if let ConvAlgo::Wgmma { cols } = algo {
+    if let ConvAlgo::Wgmma { cols, .. } = algo {
         if !w.wgmma_ready() {
             return Err(Error::InvalidInput(format!(
                 "the warpgroup-MMA conv needs a compute capability 9.0 GPU (this one is {}) and Cin and Cout multiples of 64 \
@@ -586,11 +594,10 @@ pub fn conv_cuda_guarded<S: Store>(
             let (cfg, splits) = implicit_launch(rows as u32, cols as u32, 256, bytes as u32);
             (dev.function_with_shared_in(S::STORAGE, "sparse_conv", v.name, bytes)?, cfg, splits)
         }
-        ConvAlgo::Wgmma { cols } => {
-            let v = WGMMA_VARIANTS
-                .iter()
-                .find(|v| v.cols == cols)
-                .ok_or_else(|| Error::InvalidInput(format!("no warpgroup-MMA conv kernel with {cols}-channel tiles is built")))?;
+        ConvAlgo::Wgmma { cols, stages } => {
+            let v = WGMMA_VARIANTS.iter().find(|v| (v.cols, v.stages) == (cols, stages)).ok_or_else(|| {
+                Error::InvalidInput(format!("no warpgroup-MMA conv kernel with {cols}-channel tiles and {stages} stages is built"))
+            })?;
             let bytes = v.smem_bytes();
             let (cfg, splits) = implicit_launch(128, cols as u32, 256, bytes as u32);
             (dev.function_with_shared_in(S::STORAGE, "sparse_conv", v.name, bytes)?, cfg, splits)
