@@ -244,9 +244,20 @@ extern "C" __global__ void lss_pool_merge(const float* __restrict__ partial, con
     if (w >= n_merges) return;  // warp-uniform
     const uint4 m = merges[w];
     u32 bits = 0;
+    // MERGE_BATCH partials are loaded before any is added: the loads' latencies overlap instead
+    // of one load waiting for the add before it. The adds keep slot order (the same bits).
+    constexpr u32 MERGE_BATCH = 8;
     for (u32 j = lane; j < C; j += 32u) {
-        float acc = partial[(u64)m.y * C + j];
-        for (u32 k = 1; k < m.z; ++k) acc = __fadd_rn(acc, partial[(u64)(m.y + k) * C + j]);
+        const float* p = partial + (u64)m.y * C + j;
+        float acc = p[0];
+        for (u32 k0 = 1; k0 < m.z; k0 += MERGE_BATCH) {
+            float v[MERGE_BATCH];
+#pragma unroll
+            for (u32 u = 0; u < MERGE_BATCH; ++u) v[u] = k0 + u < m.z ? p[(u64)(k0 + u) * C] : 0.0f;
+#pragma unroll
+            for (u32 u = 0; u < MERGE_BATCH; ++u)
+                if (k0 + u < m.z) acc = __fadd_rn(acc, v[u]);
+        }
         bits |= fp16_range_bits(acc);
         out[(u64)m.x * C + j] = __float2half_rn(acc);
     }
