@@ -17,7 +17,9 @@
 //! measured by microbenchmarks; an assumption, not a datasheet figure).
 //!
 //! Each case also times the pool with the long cells cut into chunks of other sizes and not cut
-//! at all (`by_chunk`; the plan's default is `chunk_points`), in the same call.
+//! at all (`by_chunk`; the plan's default is `chunk_points`), and with the cells launched in
+//! length bands along a Morton curve instead of longest first (`band` set: points a band), in the
+//! same call.
 
 use crate::models::bevfusion::lss::config::{BevGrid, LssConfig};
 use crate::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
@@ -48,6 +50,8 @@ pub struct BevPoolBench {
 
 /// Chunk sizes timed beside the default (`None`: no cell cut).
 const CHUNKS_TIMED: [Option<u32>; 5] = [None, Some(256), Some(128), Some(64), Some(32)];
+/// (chunk, band) of the banded launch orders timed.
+const BANDS_TIMED: [(u32, u32); 6] = [(128, 8), (128, 16), (128, 32), (128, 64), (64, 16), (256, 32)];
 
 /// The detection-geometry variant of `cfg`: x and y bounds [-54, 54, 0.3].
 pub fn detection_config(cfg: &LssConfig) -> LssConfig {
@@ -122,10 +126,12 @@ struct PoolRow<'a> {
     goal_ms: f64,
 }
 
-/// The pool timed with another chunk size (`chunk_points` null: no cell cut).
+/// The pool timed with another chunk size (`chunk_points` null: no cell cut) or launch order
+/// (`band` null: longest first; else length bands of `band` points along a Morton curve).
 #[derive(Serialize)]
 struct ChunkTime {
     chunk_points: Option<u32>,
+    band: Option<u32>,
     pool_ms: Fixed<4>,
 }
 
@@ -160,7 +166,12 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
     for chunk in CHUNKS_TIMED {
         let plan = CudaPoolPlan::build(dev, &geom, chunk.unwrap_or(u32::MAX))?;
         let ms = dev.time_median_ms(5, iters, || pool_cuda_planned(dev, &geom, &plan, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))?;
-        by_chunk.push(ChunkTime { chunk_points: chunk, pool_ms: Fixed(ms) });
+        by_chunk.push(ChunkTime { chunk_points: chunk, band: None, pool_ms: Fixed(ms) });
+    }
+    for (chunk, band) in BANDS_TIMED {
+        let plan = CudaPoolPlan::build_ordered(dev, &geom, chunk, geom.banded_order(band))?;
+        let ms = dev.time_median_ms(5, iters, || pool_cuda_planned(dev, &geom, &plan, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))?;
+        by_chunk.push(ChunkTime { chunk_points: Some(chunk), band: Some(band), pool_ms: Fixed(ms) });
     }
     let plan = &geom.plan.host;
     let bytes = pool_bytes(&cpu, plan, c);
@@ -273,7 +284,10 @@ mod tests {
             chunk_points: 128,
             cut_cells: 300,
             longest_item: 128,
-            by_chunk: vec![ChunkTime { chunk_points: None, pool_ms: Fixed(0.15) }, ChunkTime { chunk_points: Some(64), pool_ms: Fixed(0.06) }],
+            by_chunk: vec![
+                ChunkTime { chunk_points: None, band: None, pool_ms: Fixed(0.15) },
+                ChunkTime { chunk_points: Some(64), band: Some(16), pool_ms: Fixed(0.06) },
+            ],
             bar_ms: 0.040,
             goal_ms: 0.020,
         };
@@ -287,6 +301,8 @@ mod tests {
         assert_eq!((v["pool_ms"].as_f64(), v["ratio_to_floor"].as_f64(), v["goal_ms"].as_f64()), (Some(0.1235), Some(61.73), Some(0.02)));
         assert!(v["by_chunk"][0]["chunk_points"].is_null(), "no cut: null");
         assert_eq!(v["by_chunk"][1]["chunk_points"], 64);
+        assert!(v["by_chunk"][0]["band"].is_null(), "longest first: null");
+        assert_eq!(v["by_chunk"][1]["band"], 16);
         assert_eq!(v["feature"][1], 88);
         let t = TransformRow { bench: "bevpool", case: "seg_vtransform", device: "H100", lift_ms: Fixed(0.5), vtransform_ms: Fixed(1.0), note: "n" };
         parse_row(&line(&t), &["bench", "case", "device", "lift_ms", "vtransform_ms", "note"]);

@@ -147,6 +147,18 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
             let e = rel_err(&out.data, &want.data);
             eprintln!("{name} pool, chunk {chunk}: {} items, {} cut cells, rel err {e:.2e}", plan.host.items.len(), plan.host.merges.len());
         }
+        // a banded launch order changes which items run together, never a sum: the default
+        // plan's bits, and the same cut's bits at another chunk size
+        for (chunk, band) in [(DEFAULT_CHUNK_POINTS, 16), (DEFAULT_CHUNK_POINTS, 1), (33, 8)] {
+            let banded = CudaPoolPlan::build_ordered(&dev, &geom, chunk, geom.banded_order(band)).unwrap();
+            let longest = CudaPoolPlan::build(&dev, &geom, chunk).unwrap();
+            assert_ne!(banded.host.items, longest.host.items, "{name}: band {band} keeps the longest-first order");
+            let out = check_variant(&format!("chunk {chunk}, band {band}"), &|mask, dep| {
+                pool_cuda_planned(&dev, &geom, &banded, dep, &gc, c, mask, None).unwrap().download(&dev).unwrap()
+            });
+            let same = pool_cuda_planned(&dev, &geom, &longest, &gd, &gc, c, CameraMask::ALL, None).unwrap().download(&dev).unwrap();
+            assert_eq!(bits(&out), bits(&same), "{name}: chunk {chunk}, band {band}: bits differ from longest first");
+        }
         // timing for the log (the benchmark is `sptr bench bevpool`)
         let ms = dev.time_median_ms(3, 20, || pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL).map(|_| ())).unwrap();
         eprintln!("{name} pool: cuda {ms:.4} ms ({} kept points, {} cells)", cpu_geom.kept(), cpu_geom.grid.cells());

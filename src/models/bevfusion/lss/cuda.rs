@@ -12,7 +12,7 @@
 //! ever formed.
 
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
-use crate::models::bevfusion::lss::pool_plan::{PoolPlan, DEFAULT_CHUNK_POINTS};
+use crate::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan, DEFAULT_CHUNK_POINTS};
 use crate::models::bevfusion::lss::transform::{CameraMask, LssTransform};
 use crate::sensors::calib::camera::Calibration;
 use crate::device::range::{RangeFlags, RangeSlot};
@@ -81,6 +81,11 @@ impl CudaPoolPlan {
         Self::upload(dev, PoolPlan::build(&geom.host_cell_start, chunk_points)?)
     }
 
+    /// [`CudaPoolPlan::build`] with the cells launched in `order` (same output bits).
+    pub fn build_ordered(dev: &CudaDevice, geom: &CudaLssGeometry, chunk_points: u32, order: PoolOrder) -> Result<Self, Error> {
+        Self::upload(dev, PoolPlan::build_ordered(&geom.host_cell_start, chunk_points, order)?)
+    }
+
     fn upload(dev: &CudaDevice, host: PoolPlan) -> Result<Self, Error> {
         let items = dev.stream.clone_htod(&host.item_words()).map_err(cuda_err("uploading the pool plan's items"))?;
         let merges = if host.merges.is_empty() {
@@ -93,6 +98,12 @@ impl CudaPoolPlan {
 }
 
 impl CudaLssGeometry {
+    /// [`PoolOrder::Banded`] over this geometry's grid: cell `(x, y, z)` is `(x·ny + y)·nz + z`,
+    /// so a row of the Morton curve's grid is `ny·nz` cells.
+    pub fn banded_order(&self, band: u32) -> PoolOrder {
+        PoolOrder::Banded { band, row_cells: (self.grid.nx[1] * self.grid.nx[2]) as u32 }
+    }
+
     /// Copies the table back (synchronises): equal to the CPU's [`LssGeometry`] for the same
     /// calibration, entry for entry.
     pub fn download(&self, dev: &CudaDevice) -> Result<LssGeometry, Error> {

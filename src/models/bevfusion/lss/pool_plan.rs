@@ -60,6 +60,19 @@ pub struct PoolPlan {
     pub slots: u32,
 }
 
+/// The order in which the plan launches its cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolOrder {
+    /// By descending point count, ties in cell order ([`launch_order`]).
+    LongestFirst,
+    /// By descending band of item length (`band` points a band, a cut cell's items being the
+    /// chunk long), and within a band along a Morton curve over the grid's cells, whose rows
+    /// are `row_cells` long (cell `c` is row `c / row_cells`, column `c % row_cells`). Items
+    /// launched together then pool neighbouring cells, which share context rows that L1 can
+    /// hold, while the long items still start first.
+    Banded { band: u32, row_cells: u32 },
+}
+
 /// The cells in launch order: by descending point count, ties in cell order.
 pub fn launch_order(cell_start: &[u32]) -> Vec<u32> {
     let cells = cell_start.len().saturating_sub(1);
@@ -70,10 +83,43 @@ pub fn launch_order(cell_start: &[u32]) -> Vec<u32> {
     order
 }
 
+/// Interleaves the bits of `a` and `b` (`b` in the even bits): the cell's place on a Morton curve.
+fn morton(a: u32, b: u32) -> u64 {
+    let spread = |v: u32| {
+        let mut x = v as u64;
+        x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+        x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+        x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+        x = (x | (x << 2)) & 0x3333_3333_3333_3333;
+        (x | (x << 1)) & 0x5555_5555_5555_5555
+    };
+    (spread(a) << 1) | spread(b)
+}
+
+/// The cells in [`PoolOrder::Banded`] order for items of at most `chunk_points` points.
+pub fn banded_order(cell_start: &[u32], chunk_points: u32, band: u32, row_cells: u32) -> Vec<u32> {
+    let cells = cell_start.len().saturating_sub(1);
+    let (band, row) = (band.max(1), row_cells.max(1));
+    let key = |c: u32| {
+        let len = (cell_start[c as usize + 1] - cell_start[c as usize]).min(chunk_points);
+        (std::cmp::Reverse(len.div_ceil(band)), morton(c / row, c % row))
+    };
+    let mut order: Vec<u32> = (0..cells as u32).collect();
+    order.sort_by_key(|&c| key(c));
+    order
+}
+
 impl PoolPlan {
     /// The plan of the geometry whose cell `c` holds the points `cell_start[c]..cell_start[c + 1]`,
-    /// with items of at most `chunk_points` points (`u32::MAX`: every cell one item).
+    /// with items of at most `chunk_points` points (`u32::MAX`: every cell one item), launched
+    /// longest first.
     pub fn build(cell_start: &[u32], chunk_points: u32) -> Result<Self, Error> {
+        Self::build_ordered(cell_start, chunk_points, PoolOrder::LongestFirst)
+    }
+
+    /// [`PoolPlan::build`] with the cells launched in `order`. The order changes which items run
+    /// together, never a sum: every order gives the same output bits.
+    pub fn build_ordered(cell_start: &[u32], chunk_points: u32, order: PoolOrder) -> Result<Self, Error> {
         if chunk_points == 0 {
             return Err(Error::InvalidInput("bev_pool plan: chunk_points is 0; it must be at least 1".into()));
         }
@@ -90,7 +136,11 @@ impl PoolPlan {
         let mut items = Vec::with_capacity(cell_start.len());
         let mut merges = Vec::new();
         let mut slots = 0u32;
-        for cell in launch_order(cell_start) {
+        let cells = match order {
+            PoolOrder::LongestFirst => launch_order(cell_start),
+            PoolOrder::Banded { band, row_cells } => banded_order(cell_start, chunk_points, band, row_cells),
+        };
+        for cell in cells {
             let (begin, end) = (cell_start[cell as usize], cell_start[cell as usize + 1]);
             if end - begin <= chunk_points {
                 items.push(PoolItem { cell, begin, end, slot: WHOLE_CELL });
@@ -193,6 +243,51 @@ mod tests {
     fn launch_order_is_longest_first_ties_by_cell() {
         assert_eq!(launch_order(&[0, 2, 2, 4, 5, 7]), vec![0, 2, 4, 3, 1]);
         assert!(launch_order(&[0]).is_empty());
+    }
+
+    #[test]
+    fn banded_order_takes_length_bands_first_then_the_morton_curve() {
+        // a 4 x 4 grid (rows of 4 cells); lengths: cells 5 and 10 long (20 and 17, one band at
+        // band 8 and chunk 16: both cut), cells 0, 3, 15 of 9..16 points, the rest of 1..8 or empty
+        let mut lens = [0u32; 16];
+        lens[5] = 20;
+        lens[10] = 17;
+        lens[0] = 9;
+        lens[3] = 16;
+        lens[15] = 12;
+        lens[1] = 3;
+        lens[4] = 8;
+        lens[6] = 1;
+        lens[12] = 2;
+        let mut s = vec![0u32];
+        for l in lens {
+            s.push(s.last().unwrap() + l);
+        }
+        let order = banded_order(&s, 16, 8, 4);
+        // band 2 (9..16 points after the cut): Morton (row, col) 5=(1,1)->3, 10=(2,2)->12,
+        // 0=(0,0)->0, 3=(0,3)->5, 15=(3,3)->15; band 1: 1=(0,1)->1, 4=(1,0)->2, 6=(1,2)->6,
+        // 12=(3,0)->10; band 0: the empty cells along the curve
+        assert_eq!(&order[..9], &[0, 5, 3, 10, 15, 1, 4, 6, 12]);
+        assert_eq!(&order[9..], &[2, 7, 8, 9, 13, 11, 14]);
+        assert_eq!(morton(3, 3), 15);
+        assert_eq!(morton(2, 0), 8);
+        // same items per cell as longest first, only launched in another order
+        let banded = PoolPlan::build_ordered(&s, 16, PoolOrder::Banded { band: 8, row_cells: 4 }).unwrap();
+        let longest = PoolPlan::build(&s, 16).unwrap();
+        let per_cell = |p: &PoolPlan| {
+            let mut v: Vec<(u32, u32, u32)> = p.items.iter().map(|i| (i.cell, i.begin, i.end)).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(per_cell(&banded), per_cell(&longest));
+        assert_eq!((banded.slots, banded.merges.len()), (longest.slots, longest.merges.len()));
+        // a cut cell's slots still run in its point order
+        for m in &banded.merges {
+            let its: Vec<&PoolItem> = banded.items.iter().filter(|i| i.cell == m.cell).collect();
+            for (k, it) in its.iter().enumerate() {
+                assert_eq!(it.slot, m.first_slot + k as u32);
+            }
+        }
     }
 
     #[test]
