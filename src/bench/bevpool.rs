@@ -17,13 +17,13 @@
 //! measured by microbenchmarks; an assumption, not a datasheet figure).
 //!
 //! Each case also times the pool with the long cells cut into chunks of other sizes and not cut
-//! at all (`by_chunk`; the plan's default is `chunk_points`), and with the cells launched in
-//! length bands along a Morton curve instead of longest first (`band` set: points a band), in the
-//! same call.
+//! at all, launched longest first (`by_chunk`, `band` null), and launched in length bands of
+//! other sizes along a Morton curve (`band` set: points a band); the plan's defaults are
+//! `chunk_points` and `band`. All in the same call.
 
 use crate::models::bevfusion::lss::config::{BevGrid, LssConfig};
 use crate::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
-use crate::models::bevfusion::lss::pool_plan::PoolPlan;
+use crate::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan};
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
 use crate::models::bevfusion::lss::transform::{random_tensors, softmax_into, CameraMask, LssTransform, PREFIX};
 use crate::sensors::calib::camera::Calibration;
@@ -51,7 +51,7 @@ pub struct BevPoolBench {
 /// Chunk sizes timed beside the default (`None`: no cell cut).
 const CHUNKS_TIMED: [Option<u32>; 5] = [None, Some(256), Some(128), Some(64), Some(32)];
 /// (chunk, band) of the banded launch orders timed.
-const BANDS_TIMED: [(u32, u32); 6] = [(128, 8), (128, 16), (128, 32), (128, 64), (64, 16), (256, 32)];
+const BANDS_TIMED: [(u32, u32); 7] = [(128, 1), (128, 2), (128, 4), (128, 8), (128, 16), (64, 8), (256, 8)];
 
 /// The detection-geometry variant of `cfg`: x and y bounds [-54, 54, 0.3].
 pub fn detection_config(cfg: &LssConfig) -> LssConfig {
@@ -119,6 +119,8 @@ struct PoolRow<'a> {
     ratio_to_l2_floor: Fixed<2>,
     /// The plan's chunk (points an item holds at most), the cells it cuts, its longest item.
     chunk_points: u32,
+    /// The default plan's length band (null: longest first).
+    band: Option<u32>,
     cut_cells: usize,
     longest_item: u32,
     by_chunk: Vec<ChunkTime>,
@@ -206,6 +208,10 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
         l2_floor_ms: Fixed(l2_floor_ms),
         ratio_to_l2_floor: Fixed(pool_ms / l2_floor_ms),
         chunk_points: plan.chunk_points,
+        band: match plan.order {
+            PoolOrder::Banded { band, .. } => Some(band),
+            PoolOrder::LongestFirst => None,
+        },
         cut_cells: plan.merges.len(),
         longest_item: plan.longest_item(),
         by_chunk,
@@ -282,6 +288,7 @@ mod tests {
             l2_floor_ms: Fixed(0.0545),
             ratio_to_l2_floor: Fixed(2.2),
             chunk_points: 128,
+            band: Some(8),
             cut_cells: 300,
             longest_item: 128,
             by_chunk: vec![
@@ -294,7 +301,7 @@ mod tests {
         let keys = [
             "bench", "case", "device", "cameras", "depth_bins", "feature", "channels", "grid", "points", "kept", "intervals",
             "max_interval", "geometry_ms", "geometry_cpu_ms", "pool_ms", "pool_bytes", "dram_gbps", "dram_floor_ms",
-            "ratio_to_floor", "l2_bytes", "l2_gbps", "l2_floor_ms", "ratio_to_l2_floor", "chunk_points", "cut_cells",
+            "ratio_to_floor", "l2_bytes", "l2_gbps", "l2_floor_ms", "ratio_to_l2_floor", "chunk_points", "band", "cut_cells",
             "longest_item", "by_chunk", "bar_ms", "goal_ms",
         ];
         let v = parse_row(&line(&row), &keys);

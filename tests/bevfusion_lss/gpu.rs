@@ -11,7 +11,7 @@ use cudarc::cublas::CudaBlas;
 use half::f16;
 use crate::lss_common::*;
 use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
-use sptr::models::bevfusion::lss::pool_plan::{PoolPlan, DEFAULT_CHUNK_POINTS, WHOLE_CELL};
+use sptr::models::bevfusion::lss::pool_plan::{PoolPlan, DEFAULT_BAND_POINTS, DEFAULT_CHUNK_POINTS, WHOLE_CELL};
 use sptr::models::bevfusion::lss::transform::random_tensors;
 use sptr::models::bevfusion::lss::{pool, CameraMask, LssConfig, LssGeometry, LssParams, LssTransform, PREFIX};
 use sptr::ops::dense::cuda::CudaFeatureMap;
@@ -147,8 +147,12 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
             let e = rel_err(&out.data, &want.data);
             eprintln!("{name} pool, chunk {chunk}: {} items, {} cut cells, rel err {e:.2e}", plan.host.items.len(), plan.host.merges.len());
         }
-        // a banded launch order changes which items run together, never a sum: the default
-        // plan's bits, and the same cut's bits at another chunk size
+        // a banded launch order (the default) changes which items run together, never a sum:
+        // the longest-first plan's bits at the default cut and at others
+        assert_eq!(geom.plan.host.order, geom.banded_order(DEFAULT_BAND_POINTS), "{name}: the default plan is banded");
+        let longest_default = CudaPoolPlan::build(&dev, &geom, DEFAULT_CHUNK_POINTS).unwrap();
+        let longest_out = pool_cuda_planned(&dev, &geom, &longest_default, &gd, &gc, c, CameraMask::ALL, None).unwrap().download(&dev).unwrap();
+        assert_eq!(bits(&got), bits(&longest_out), "{name}: the default (banded) plan's bits differ from longest first");
         for (chunk, band) in [(DEFAULT_CHUNK_POINTS, 16), (DEFAULT_CHUNK_POINTS, 1), (33, 8)] {
             let banded = CudaPoolPlan::build_ordered(&dev, &geom, chunk, geom.banded_order(band)).unwrap();
             let longest = CudaPoolPlan::build(&dev, &geom, chunk).unwrap();

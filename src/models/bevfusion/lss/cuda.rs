@@ -12,7 +12,7 @@
 //! ever formed.
 
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
-use crate::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan, DEFAULT_CHUNK_POINTS};
+use crate::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan, DEFAULT_BAND_POINTS, DEFAULT_CHUNK_POINTS};
 use crate::models::bevfusion::lss::transform::{CameraMask, LssTransform};
 use crate::sensors::calib::camera::Calibration;
 use crate::device::range::{RangeFlags, RangeSlot};
@@ -63,7 +63,7 @@ pub struct CudaLssGeometry {
     /// `cell_start` on the host, read back once: the pool plans are made from it.
     pub host_cell_start: Vec<u32>,
     pub order: CudaSlice<u32>,
-    /// The pool's work items (made with [`DEFAULT_CHUNK_POINTS`]).
+    /// The pool's work items (made with [`DEFAULT_CHUNK_POINTS`] and [`DEFAULT_BAND_POINTS`]).
     pub plan: CudaPoolPlan,
 }
 
@@ -98,10 +98,9 @@ impl CudaPoolPlan {
 }
 
 impl CudaLssGeometry {
-    /// [`PoolOrder::Banded`] over this geometry's grid: cell `(x, y, z)` is `(x·ny + y)·nz + z`,
-    /// so a row of the Morton curve's grid is `ny·nz` cells.
+    /// [`PoolOrder::Banded`] over this geometry's grid, with bands of `band` points.
     pub fn banded_order(&self, band: u32) -> PoolOrder {
-        PoolOrder::Banded { band, row_cells: (self.grid.nx[1] * self.grid.nx[2]) as u32 }
+        banded_order(&self.grid, band)
     }
 
     /// Copies the table back (synchronises): equal to the CPU's [`LssGeometry`] for the same
@@ -180,7 +179,8 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
     unsafe { s.launch_builder(&f_starts).arg(&keys).arg(&n32).arg(&c32).arg(&mut cell_start).launch(grid_1d(c32 + 1, THREADS)) }
         .map_err(cuda_err("lss_cell_starts"))?;
     let host_cell_start = s.clone_dtoh(&cell_start).map_err(cuda_err("reading cell offsets for the pool plan"))?;
-    let plan = CudaPoolPlan::upload(dev, PoolPlan::build(&host_cell_start, DEFAULT_CHUNK_POINTS)?)?;
+    let launch = banded_order(&params.grid, DEFAULT_BAND_POINTS);
+    let plan = CudaPoolPlan::upload(dev, PoolPlan::build_ordered(&host_cell_start, DEFAULT_CHUNK_POINTS, launch)?)?;
     Ok(CudaLssGeometry {
         cameras: cams.len(),
         depth_bins: f.depth_bins,
@@ -193,6 +193,12 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
         order,
         plan,
     })
+}
+
+/// [`PoolOrder::Banded`] over `grid`: cell `(x, y, z)` is `(x·ny + y)·nz + z`, so a row of the
+/// Morton curve's grid is `ny·nz` cells.
+fn banded_order(grid: &crate::models::bevfusion::lss::config::BevGrid, band: u32) -> PoolOrder {
+    PoolOrder::Banded { band, row_cells: (grid.nx[1] * grid.nx[2]) as u32 }
 }
 
 /// The lifted tensors of one frame on the GPU: depth `[N, H, W, D]` and context `[N, H, W, C]`,
