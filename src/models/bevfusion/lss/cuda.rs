@@ -75,8 +75,9 @@ pub struct CudaPoolPlan {
 }
 
 impl CudaPoolPlan {
-    /// The plan of `geom` with items of at most `chunk_points` points. The geometry carries the
-    /// default one; other sizes are for measuring.
+    /// The plan of `geom` with items of at most `chunk_points` points, launched longest first.
+    /// The geometry carries the default plan (banded, [`DEFAULT_BAND_POINTS`]); these are for
+    /// measuring and for checking that every order gives the same bits.
     pub fn build(dev: &CudaDevice, geom: &CudaLssGeometry, chunk_points: u32) -> Result<Self, Error> {
         Self::upload(dev, PoolPlan::build(&geom.host_cell_start, chunk_points)?)
     }
