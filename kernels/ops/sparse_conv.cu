@@ -590,14 +590,9 @@ struct StageCursor {
     }
 };
 
-// PACK_: where Cin divides BK (Cin < BK), a stage holds BK / Cin active offsets side by side
-// along K (a 32-channel conv's 64-deep stage: two offsets) instead of one offset's Cin columns
-// and zeros: half the stages, barriers and copy bookkeeping a tile. Rows without an input at one
-// of a stage's offsets hold zeros in its columns, as in any stage.
-template <int BM_, int BN_, int BK_, int S_, bool PACK_ = false>
+template <int BM_, int BN_, int BK_, int S_>
 struct TiledShape {
     static constexpr int BM = BM_, BN = BN_, BK = BK_, S = S_;
-    static constexpr bool PACK = PACK_;
     static constexpr int WARPS_M = BM / 32, WARPS_N = 8 / WARPS_M, WN = BN / WARPS_N, NJ = WN / 8;
     static constexpr int A_LD = BK + 8, B_LD = BN + 8;            // padded rows: conflict-free ldmatrix
     static constexpr int A_STAGE = BM * A_LD, B_STAGE = BK * B_LD;  // halves
@@ -643,54 +638,36 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
     const u32 n_offsets = tile_active_offsets<BM>(nbr, order, masks, m, kv, o0, k_begin, nk, outs, rows, act, act + PIPE_MAX_KV, halves);
-    // offsets a stage (T::PACK): BK / cin where cin divides BK, else 1 (Cin chunks of BK)
-    const u32 ops = (T::PACK && cin < (u32)BK && (u32)BK % cin == 0) ? (u32)BK / cin : 1u;
-    const u32 nc = ops > 1 ? 1u : (cin + BK - 1) / BK;
-    const u32 n_stages = ops > 1 ? (n_offsets + ops - 1) / ops : n_offsets * nc;
+    const u32 nc = (cin + BK - 1) / BK;
 
     // Copy side: this thread's A rows a_r0 + v * A_ROWS_STEP at column a_cv, B rows b_r0 + v *
     // B_ROWS_STEP at column b_nv; sources set at each new offset, advanced by BK a chunk. Shared
-    // addresses are byte offsets from smem0, converted once. With packed offsets, column a_cv
-    // belongs to the stage's a_sub-th offset, at its channel a_col; B row r to its r / cin-th
-    // offset, at weight row r % cin.
+    // addresses are byte offsets from smem0, converted once.
     const u32 smem0 = (u32)__cvta_generic_to_shared(tiled_smem);
     constexpr u32 A_STAGE_B = 2 * T::A_STAGE, B_STAGE_B = 2 * T::B_STAGE, B_BASE = T::S * A_STAGE_B;
     const u32 a_cv = (tid % T::ACH) * 8, a_r0 = tid / T::ACH;
     const u32 b_nv = (tid % T::BCH) * 8, b_r0 = tid / T::BCH;
     const u32 a_cp = smem0 + 2 * (a_r0 * T::A_LD + a_cv), b_cp = smem0 + B_BASE + 2 * (b_r0 * T::B_LD + b_nv);
     const bool b_col_ok = n0 + b_nv < cout;
-    const u32 a_sub = ops > 1 ? a_cv / cin : 0u, a_col = a_cv - a_sub * cin;
     const store_t* a_src[T::A_PER_THREAD];
     u32 a_state = 0;  // bit v: row v has an input at this offset (copy it, else zero-fill)
-    const store_t* b_src[T::B_PER_THREAD];
-    u32 b_state = 0;  // bit v: B row v belongs to an offset of the stage
+    const store_t* b_src = w;
     StageCursor in;
     auto issue = [&](u32 buf) {
         if (in.chunk == 0) {
-            // in.off counts stages of `ops` offsets (1 unless packed)
-            const u32 slot = in.off * ops + a_sub;
-            const u32 kk = slot < n_offsets ? act[slot] : 0u;
+            const u32 kk = act[in.off], k = k_begin + kk;
             a_state = 0;
 #pragma unroll
             for (int v = 0; v < T::A_PER_THREAD; ++v) {
                 const u32 r = a_r0 + v * T::A_ROWS_STEP;
-                const i32 i = slot < n_offsets ? rows[kk * BM + r] : -1;
-                a_src[v] = x + (u64)(i >= 0 ? i : 0) * cin + a_col;
+                const i32 i = rows[kk * BM + r];
+                a_src[v] = x + (u64)(i >= 0 ? i : 0) * cin + a_cv;
                 a_state |= (u32)(i >= 0) << v;
             }
-            b_state = 0;
-#pragma unroll
-            for (int v = 0; v < T::B_PER_THREAD; ++v) {
-                const u32 r = b_r0 + v * T::B_ROWS_STEP;
-                const u32 sub = ops > 1 ? r / cin : 0u, wr = r - sub * cin;
-                const u32 bslot = in.off * ops + sub;
-                const bool has = r < (u32)BK && bslot < n_offsets;
-                b_src[v] = w + ((u64)(k_begin + (has ? act[bslot] : 0u)) * cin + wr) * cout + n0 + b_nv;
-                b_state |= (u32)(has && b_col_ok) << v;
-            }
+            b_src = w + ((u64)k * cin + b_r0) * cout + n0 + b_nv;
         }
         const u32 c0 = in.chunk * BK;
-        const bool a_col_ok = c0 + a_col < cin;
+        const bool a_col_ok = c0 + a_cv < cin;
         const u32 a_dst = a_cp + buf * A_STAGE_B, b_dst = b_cp + buf * B_STAGE_B;
 #pragma unroll
         for (int v = 0; v < T::A_PER_THREAD; ++v)
@@ -699,9 +676,8 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
         for (int v = 0; v < T::B_PER_THREAD; ++v) {
             const u32 r = b_r0 + v * T::B_ROWS_STEP;
             if (BK % T::B_ROWS_STEP != 0 && r >= (u32)BK) break;
-            // unpacked: weight row c0 + r of the offset; packed (c0 = 0): row r % cin
-            const bool ok = ((b_state >> v) & 1u) && (ops > 1 || c0 + r < cin);
-            cp_async16_s(b_dst + 2 * v * T::B_ROWS_STEP * T::B_LD, ok ? (const void*)(b_src[v] + (u64)c0 * cout) : (const void*)w, ok);
+            const bool ok = b_col_ok && c0 + r < cin;
+            cp_async16_s(b_dst + 2 * v * T::B_ROWS_STEP * T::B_LD, ok ? (const void*)(b_src + (u64)(c0 + v * T::B_ROWS_STEP) * cout) : (const void*)w, ok);
         }
         in.advance(nc);
     };
@@ -739,12 +715,8 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
     u32 live = 0;
     auto step = [&](u32 buf) {
         if (cs.chunk == 0) {
-            u64 kbits = 0;  // the stage's offsets, by absolute offset
-            for (u32 j = 0; j < ops; ++j) {
-                const u32 slot = cs.off * ops + j;
-                if (slot < n_offsets) kbits |= 1ull << (k_begin + act[slot]);
-            }
-            live = (u32)((halves[2 * slice] & kbits) != 0ull) | (u32)((halves[2 * slice + 1] & kbits) != 0ull) << 1;
+            const u32 k = k_begin + act[cs.off];
+            live = (u32)((halves[2 * slice] >> k) & 1ull) | (u32)((halves[2 * slice + 1] >> k) & 1ull) << 1;
         }
         cs.advance(nc);
         // warp-uniform
@@ -752,22 +724,18 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
         else if (live == 1u) compute(Const<1>{}, buf);
         else if (live == 2u) compute(Const<2>{}, buf);
     };
-    cp_async_ring<T::S>(n_stages, [&](u32, u32 buf) { issue(buf); }, [&](u32, u32 buf) { step(buf); });
+    cp_async_ring<T::S>(n_offsets * nc, [&](u32, u32 buf) { issue(buf); }, [&](u32, u32 buf) { step(buf); });
     tile_store<2, NJ>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer);
 }
 
 // The instantiations (kernel volume <= PIPE_MAX_KV); conv_cuda.rs' TILED_VARIANTS lists them
 // with their shared memory. Register caps keep 3 blocks an SM up to 64 channels, 2 at 128.
-#define TILED_KERNEL_PACK(NAME, BM, BN, BK, S, MIN_BLOCKS, PACK)                                   \
+#define TILED_KERNEL(NAME, BM, BN, BK, S, MIN_BLOCKS)                                                 \
     extern "C" __global__ void __launch_bounds__(TILED_THREADS, MIN_BLOCKS) NAME(IMPLICIT_GEMM_ARGS) { \
-        implicit_gemm_tiled<TiledShape<BM, BN, BK, S, PACK>>(IMPLICIT_GEMM_CALL);                      \
+        implicit_gemm_tiled<TiledShape<BM, BN, BK, S>>(IMPLICIT_GEMM_CALL);                            \
     }
-#define TILED_KERNEL(NAME, BM, BN, BK, S, MIN_BLOCKS) TILED_KERNEL_PACK(NAME, BM, BN, BK, S, MIN_BLOCKS, false)
-TILED_KERNEL(conv_tiled_m128_n32_k32, 128, 32, 32, 4, 3)
 TILED_KERNEL(conv_tiled_m128_n32_k32_s3, 128, 32, 32, 3, 4)
-// packed offsets (TiledShape::PACK): two offsets a stage at 32 channels
-TILED_KERNEL_PACK(conv_tiled_m128_n32_k64_packed, 128, 32, 64, 2, 3, true)
-TILED_KERNEL_PACK(conv_tiled_m128_n32_k64_packed_s3, 128, 32, 64, 3, 2, true)
+TILED_KERNEL(conv_tiled_m128_n32_k32, 128, 32, 32, 4, 3)
 TILED_KERNEL(conv_tiled_m128_n64_k32, 128, 64, 32, 4, 3)
 TILED_KERNEL(conv_tiled_m128_n64_k64, 128, 64, 64, 3, 2)
 TILED_KERNEL(conv_tiled_m128_n128_k32, 128, 128, 32, 4, 2)
