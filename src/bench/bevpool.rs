@@ -171,7 +171,7 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
         by_chunk.push(ChunkTime { chunk_points: chunk, band: None, pool_ms: Fixed(ms) });
     }
     for (chunk, band) in BANDS_TIMED {
-        let plan = CudaPoolPlan::build_ordered(dev, &geom, chunk, geom.banded_order(band))?;
+        let plan = CudaPoolPlan::build_ordered(dev, &geom, chunk, PoolOrder::banded(&geom.grid, band))?;
         let ms = dev.time_median_ms(5, iters, || pool_cuda_planned(dev, &geom, &plan, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))?;
         by_chunk.push(ChunkTime { chunk_points: Some(chunk), band: Some(band), pool_ms: Fixed(ms) });
     }

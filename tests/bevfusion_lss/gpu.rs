@@ -11,7 +11,7 @@ use cudarc::cublas::CudaBlas;
 use half::f16;
 use crate::lss_common::*;
 use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
-use sptr::models::bevfusion::lss::pool_plan::{PoolPlan, DEFAULT_BAND_POINTS, DEFAULT_CHUNK_POINTS, WHOLE_CELL};
+use sptr::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan, DEFAULT_BAND_POINTS, DEFAULT_CHUNK_POINTS, WHOLE_CELL};
 use sptr::models::bevfusion::lss::transform::random_tensors;
 use sptr::models::bevfusion::lss::{pool, CameraMask, LssConfig, LssGeometry, LssParams, LssTransform, PREFIX};
 use sptr::ops::dense::cuda::CudaFeatureMap;
@@ -45,7 +45,7 @@ fn check_geometry(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &sptr::s
     // the pool's plan: the one the CPU makes from the same cell offsets, in the default banded
     // order (its rules are tested in pool_plan.rs)
     assert_eq!(g.host_cell_start, cpu.cell_start, "{name}: the host copy of the offsets");
-    let want = PoolPlan::build_ordered(&cpu.cell_start, DEFAULT_CHUNK_POINTS, g.banded_order(DEFAULT_BAND_POINTS)).unwrap();
+    let want = PoolPlan::build_ordered(&cpu.cell_start, DEFAULT_CHUNK_POINTS, PoolOrder::banded(&g.grid, DEFAULT_BAND_POINTS)).unwrap();
     assert!(g.plan.host == want, "{name}: the geometry's pool plan is not the CPU's banded plan");
 }
 
@@ -150,12 +150,12 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
         }
         // a banded launch order (the default) changes which items run together, never a sum:
         // the longest-first plan's bits at the default cut and at others
-        assert_eq!(geom.plan.host.order, geom.banded_order(DEFAULT_BAND_POINTS), "{name}: the default plan is banded");
+        assert_eq!(geom.plan.host.order, PoolOrder::banded(&geom.grid, DEFAULT_BAND_POINTS), "{name}: the default plan is banded");
         let longest_default = CudaPoolPlan::build(&dev, &geom, DEFAULT_CHUNK_POINTS).unwrap();
         let longest_out = pool_cuda_planned(&dev, &geom, &longest_default, &gd, &gc, c, CameraMask::ALL, None).unwrap().download(&dev).unwrap();
         assert_eq!(bits(&got), bits(&longest_out), "{name}: the default (banded) plan's bits differ from longest first");
         for (chunk, band) in [(DEFAULT_CHUNK_POINTS, 16), (DEFAULT_CHUNK_POINTS, 1), (33, 8)] {
-            let banded = CudaPoolPlan::build_ordered(&dev, &geom, chunk, geom.banded_order(band)).unwrap();
+            let banded = CudaPoolPlan::build_ordered(&dev, &geom, chunk, PoolOrder::banded(&geom.grid, band)).unwrap();
             let longest = CudaPoolPlan::build(&dev, &geom, chunk).unwrap();
             assert_ne!(banded.host.items, longest.host.items, "{name}: band {band} keeps the longest-first order");
             let out = check_variant(&format!("chunk {chunk}, band {band}"), &|mask, dep| {

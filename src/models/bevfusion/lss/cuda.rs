@@ -99,11 +99,6 @@ impl CudaPoolPlan {
 }
 
 impl CudaLssGeometry {
-    /// [`PoolOrder::Banded`] over this geometry's grid, with bands of `band` points.
-    pub fn banded_order(&self, band: u32) -> PoolOrder {
-        banded_order(&self.grid, band)
-    }
-
     /// Copies the table back (synchronises): equal to the CPU's [`LssGeometry`] for the same
     /// calibration, entry for entry.
     pub fn download(&self, dev: &CudaDevice) -> Result<LssGeometry, Error> {
@@ -180,7 +175,7 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
     unsafe { s.launch_builder(&f_starts).arg(&keys).arg(&n32).arg(&c32).arg(&mut cell_start).launch(grid_1d(c32 + 1, THREADS)) }
         .map_err(cuda_err("lss_cell_starts"))?;
     let host_cell_start = s.clone_dtoh(&cell_start).map_err(cuda_err("reading cell offsets for the pool plan"))?;
-    let launch = banded_order(&params.grid, DEFAULT_BAND_POINTS);
+    let launch = PoolOrder::banded(&params.grid, DEFAULT_BAND_POINTS);
     let plan = CudaPoolPlan::upload(dev, PoolPlan::build_ordered(&host_cell_start, DEFAULT_CHUNK_POINTS, launch)?)?;
     Ok(CudaLssGeometry {
         cameras: cams.len(),
@@ -194,12 +189,6 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
         order,
         plan,
     })
-}
-
-/// [`PoolOrder::Banded`] over `grid`: cell `(x, y, z)` is `(x·ny + y)·nz + z`, so a row of the
-/// Morton curve's grid is `ny·nz` cells.
-fn banded_order(grid: &crate::models::bevfusion::lss::config::BevGrid, band: u32) -> PoolOrder {
-    PoolOrder::Banded { band, row_cells: (grid.nx[1] * grid.nx[2]) as u32 }
 }
 
 /// The lifted tensors of one frame on the GPU: depth `[N, H, W, D]` and context `[N, H, W, C]`,

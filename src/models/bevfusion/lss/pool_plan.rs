@@ -17,6 +17,7 @@
 //! ([`DEFAULT_BAND_POINTS`]). Empty cells get an item too: its slice writes the zeros, so the
 //! output needs no memset.
 
+use crate::models::bevfusion::lss::config::BevGrid;
 use crate::Error;
 
 /// Points per work item unless the caller asks for another size. On an H100 (`sptr bench
@@ -80,6 +81,14 @@ pub enum PoolOrder {
     /// launched together then pool neighbouring cells, which share context rows that L1 can
     /// hold, while the long items still start first.
     Banded { band: u32, row_cells: u32 },
+}
+
+impl PoolOrder {
+    /// [`PoolOrder::Banded`] over `grid`, bands of `band` points: cell `(x, y, z)` is
+    /// `(x·ny + y)·nz + z`, so a row of the Morton curve's grid is `ny·nz` cells.
+    pub fn banded(grid: &BevGrid, band: u32) -> Self {
+        PoolOrder::Banded { band, row_cells: (grid.nx[1] * grid.nx[2]) as u32 }
+    }
 }
 
 /// The cells in launch order: by descending point count, ties in cell order.
@@ -281,7 +290,10 @@ mod tests {
         assert_eq!(morton(3, 3), 15);
         assert_eq!(morton(2, 0), 8);
         // same items per cell as longest first, only launched in another order
-        let banded = PoolPlan::build_ordered(&s, 16, PoolOrder::Banded { band: 8, row_cells: 4 }).unwrap();
+        // a 4 x 4 x 1 grid's rows are 4 cells
+        let grid = BevGrid { dx: [1.0; 3], bx: [0.5; 3], nx: [4, 4, 1] };
+        assert_eq!(PoolOrder::banded(&grid, 8), PoolOrder::Banded { band: 8, row_cells: 4 });
+        let banded = PoolPlan::build_ordered(&s, 16, PoolOrder::banded(&grid, 8)).unwrap();
         let longest = PoolPlan::build(&s, 16).unwrap();
         let per_cell = |p: &PoolPlan| {
             let mut v: Vec<(u32, u32, u32)> = p.items.iter().map(|i| (i.cell, i.begin, i.end)).collect();
