@@ -28,9 +28,9 @@ use crate::Error;
 pub const DEFAULT_CHUNK_POINTS: u32 = 128;
 
 /// Points a length band of the default launch order holds ([`PoolOrder::Banded`]). On an H100
-/// (`sptr bench bevpool`, same run, chunk 128) bands of 8 points were the fastest of 8, 16, 32
-/// and 64 and of longest first: seg 0.0514 ms against 0.0566 longest first, detection 0.060
-/// against 0.063.
+/// (`sptr bench bevpool`, chunk 128, two runs) bands of 8 points: seg 0.0514 / 0.0524 ms against
+/// 0.0566 / 0.0567 longest first, detection 0.060 / 0.062 against 0.063 / 0.064; bands of 2 and
+/// 4 measured the same as 8, bands of 1, 16, 32 and 64 slower.
 pub const DEFAULT_BAND_POINTS: u32 = 8;
 
 /// `PoolItem::slot` of an item that is its whole cell: its warp writes the cell's output.
@@ -114,8 +114,9 @@ fn morton(a: u32, b: u32) -> u64 {
     (spread(a) << 1) | spread(b)
 }
 
-/// The cells in [`PoolOrder::Banded`] order for items of at most `chunk_points` points.
-pub fn banded_order(cell_start: &[u32], chunk_points: u32, band: u32, row_cells: u32) -> Vec<u32> {
+/// The cells in [`PoolOrder::Banded`] order for items of at most `chunk_points` points
+/// (`cell_start` already checked to not decrease).
+fn banded_order(cell_start: &[u32], chunk_points: u32, band: u32, row_cells: u32) -> Vec<u32> {
     let cells = cell_start.len().saturating_sub(1);
     let (band, row) = (band.max(1), row_cells.max(1));
     let key = |c: u32| {
