@@ -125,14 +125,23 @@ __device__ __forceinline__ bool pool_camera_on(u32 q, u32 per_cam, u32 mask) {
     return mask == 0xffffffffu || q / per_cam >= 32u || ((mask >> (q / per_cam)) & 1u) != 0u;
 }
 
-// acc[k] += d * row[k] for the 8 FP16 channels in `raw`, FP32, never contracted or split.
-__device__ __forceinline__ void pool_fma8(float acc[8], float d, uint4 raw) {
+// acc[k] += d * row[k] for the 8 FP16 channels in `raw` where `on`, FP32, never contracted or
+// split (fma.rn). Predicated, not branched around: the slices of a warp end at different points,
+// so a branch there diverges, and its set-up, jump and reconvergence cost a warp three to four
+// instructions a point beside these sixteen. The conversions run either way (a slice past its
+// end converts row 0's values and adds none of them).
+__device__ __forceinline__ void pool_fma8(float acc[8], float d, uint4 raw, bool on) {
     const __half2* hv = reinterpret_cast<const __half2*>(&raw);
+    float f[8];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        const float2 f = __half22float2(hv[k]);
-        acc[2 * k] = __fmaf_rn(d, f.x, acc[2 * k]);
-        acc[2 * k + 1] = __fmaf_rn(d, f.y, acc[2 * k + 1]);
+        const float2 t = __half22float2(hv[k]);
+        f[2 * k] = t.x;
+        f[2 * k + 1] = t.y;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        if (on) acc[k] = __fmaf_rn(d, f[k], acc[k]);
     }
 }
 
@@ -213,15 +222,13 @@ extern "C" __global__ void lss_pool_items(const __half* __restrict__ depth, cons
 #pragma unroll
             for (int u = 0; u < POOL_UNROLL; ++u) pool_point(ctx, chunk, my_row, my_dv, first + k + u, dv[u], raw[u]);
 #pragma unroll
-            for (int u = 0; u < POOL_UNROLL; ++u) {
-                if (b + k + u < len) pool_fma8(acc, dv[u], raw[u]);
-            }
+            for (int u = 0; u < POOL_UNROLL; ++u) pool_fma8(acc, dv[u], raw[u], b + k + u < len);
         }
         for (; k < steps; ++k) {
             float dv;
             uint4 raw;
             pool_point(ctx, chunk, my_row, my_dv, first + k, dv, raw);
-            if (b + k < len) pool_fma8(acc, dv, raw);
+            pool_fma8(acc, dv, raw, b + k < len);
         }
     }
     if (!owner) return;
