@@ -175,22 +175,35 @@ __device__ __forceinline__ u32 pool_store8(__half* dst, const float acc[8]) {
 // 32 / (C / 8) slices; warp w's slice s takes item w * slices + s (neighbours in the plan, so of
 // about the same length) and sums its points in order in FP32. The points come a batch of
 // `chunks` an item at a time: lane (s, c) loads point c of the batch (its order entry, context
-// row and depth value), then each step hands the slice's next point to all its lanes by
-// shuffles, four steps' context loads in flight at once. An item that is its whole cell (slot
+// row (point q's pixel q / D, D the depth bins, as pool_div) and depth value), then each step
+// hands the slice's next point to all its lanes by shuffles, four steps' context loads in flight
+// at once. An item that is its whole cell (slot
 // WHOLE_CELL) writes the cell's FP16 sums (an empty cell: zeros, so the output needs no memset);
 // a cut item writes its FP32 sums to partial[slot] for pass 2. No atomics, a fixed order: the same
 // bits every run, and a cell's sums do not depend on the plan that kept it whole. A point of a
 // camera outside `mask` gets depth 0 and adds exactly nothing (fma(0, x, a) = a for finite x), so
-// masking equals zeroing that camera's depth. Needs C % 8 == 0, C <= 256 and pixels * C < 2^32.
-// out[cell, c] with cell = (x * ny + y) * nz + z: NHWC [nx, ny, nz * C]. range_flags (may be
-// NULL), range_layer: the FP16 range guard (prelude.cuh) of the stored sums.
-extern "C" __global__ void lss_pool_items(const __half* __restrict__ depth, const __half* __restrict__ context,
-                                          const u32* __restrict__ order, const uint4* __restrict__ items, u32 n_items,
-                                          u32 D, u32 C, u32 per_cam, u32 mask, __half* __restrict__ out,
-                                          float* __restrict__ partial, u32* __restrict__ range_flags, u32 range_layer) {
+// masking equals zeroing that camera's depth. Needs C % 8 == 0, C <= 256, pixels * C < 2^32 and
+// pixels * D < 2^31. out[cell, c] with cell = (x * ny + y) * nz + z: NHWC [nx, ny, nz * C].
+// range_flags (may be NULL), range_layer: the FP16 range guard (prelude.cuh) of the stored sums.
+
+// q / D for q < 2^31 as a multiply and a shift (PoolDivisor in lss/cuda.rs: magic =
+// ceil(2^(31 + l) / D), shift = 31 + l, 2^(l - 1) < D <= 2^l; exact for every such q), where
+// the division instruction sequence would cost a lane about 16 instructions a batch.
+__device__ __forceinline__ u32 pool_div(u32 q, u32 magic, u32 shift) {
+    return (u32)(((u64)q * magic) >> shift);
+}
+
+// The body of pass 1: CHUNKS the context row's 16-byte chunks (C / 8) when known at compile time
+// (the divisions and the batch length become constants and the batch needs no remainder loop),
+// 0 for any C (the runtime `C`).
+template <u32 CHUNKS>
+__device__ __forceinline__ void pool_items(const __half* __restrict__ depth, const __half* __restrict__ context,
+                                           const u32* __restrict__ order, const uint4* __restrict__ items, u32 n_items,
+                                           u32 d_magic, u32 d_shift, u32 C, u32 per_cam, u32 mask, __half* __restrict__ out,
+                                           float* __restrict__ partial, u32* __restrict__ range_flags, u32 range_layer) {
     const u32 w = (u32)(((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
     const u32 lane = threadIdx.x & 31u;
-    const u32 chunks = C >> 3;
+    const u32 chunks = CHUNKS != 0u ? CHUNKS : C >> 3;
     const u32 slices = 32u / chunks;
     if (w * slices >= n_items) return;  // warp-uniform
     const u32 slice = lane / chunks;
@@ -211,7 +224,7 @@ extern "C" __global__ void lss_pool_items(const __half* __restrict__ depth, cons
         float my_dv = 0.0f;
         if (b + chunk < len) {
             const u32 q = order[item.y + b + chunk];
-            my_row = (q / D) * chunks;
+            my_row = pool_div(q, d_magic, d_shift) * chunks;
             my_dv = pool_camera_on(q, per_cam, mask) ? __half2float(depth[q]) : 0.0f;
         }
         const u32 steps = min(chunks, longest - b);  // warp-uniform
@@ -233,13 +246,23 @@ extern "C" __global__ void lss_pool_items(const __half* __restrict__ depth, cons
     }
     if (!owner) return;
     if (item.w != WHOLE_CELL) {
-        float4* dst = reinterpret_cast<float4*>(partial + (u64)item.w * C + chunk * 8u);
+        float4* dst = reinterpret_cast<float4*>(partial + (u64)item.w * (chunks * 8u) + chunk * 8u);
         dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
         return;
     }
-    range_flag(range_flags, range_layer, pool_store8(out + (u64)item.x * C + chunk * 8u, acc));
+    range_flag(range_flags, range_layer, pool_store8(out + (u64)item.x * (chunks * 8u) + chunk * 8u, acc));
 }
+
+#define POOL_ITEMS_ARGS                                                                                           \
+    const __half *__restrict__ depth, const __half *__restrict__ context, const u32 *__restrict__ order,          \
+        const uint4 *__restrict__ items, u32 n_items, u32 d_magic, u32 d_shift, u32 C, u32 per_cam, u32 mask,     \
+        __half *__restrict__ out, float *__restrict__ partial, u32 *__restrict__ range_flags, u32 range_layer
+#define POOL_ITEMS_CALL depth, context, order, items, n_items, d_magic, d_shift, C, per_cam, mask, out, partial, range_flags, range_layer
+// Any C (a multiple of 8 up to 256).
+extern "C" __global__ void lss_pool_items(POOL_ITEMS_ARGS) { pool_items<0u>(POOL_ITEMS_CALL); }
+// C = 80, the BEVFusion camera branch's context channels (`C` must be 80).
+extern "C" __global__ void lss_pool_items_c80(POOL_ITEMS_ARGS) { pool_items<10u>(POOL_ITEMS_CALL); }
 
 // The pool, pass 2: one warp per cut cell, merge = (cell, first slot, slots, unused): lane j
 // adds channel j, j + 32, ... of the partials first, first + 1, ... in that order (FP32, a fixed

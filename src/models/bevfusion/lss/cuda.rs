@@ -263,8 +263,17 @@ pub fn pool_cuda_planned(
     // SAFETY: every slot is written by its item before lss_pool_merge reads it.
     let mut partial = unsafe { dev.stream.alloc::<f32>((plan.host.slots as usize * channels).max(1)) }
         .map_err(cuda_err("allocating the pool's partial sums"))?;
-    let f = dev.function("bev_pool", "lss_pool_items")?;
-    let (items32, d32, ch32) = (n_items as u32, geom.depth_bins as u32, channels as u32);
+    // the kernel divides point indices by D as a multiply and a shift, exact below 2^31
+    if (pixels * geom.depth_bins) as u64 >= 1 << 31 {
+        return Err(Error::InvalidInput(format!(
+            "CUDA pool: {pixels} pixels x {} depth bins is over 2^31 frustum points; use fewer cameras, depth bins or smaller feature maps",
+            geom.depth_bins
+        )));
+    }
+    let div = PoolDivisor::new(geom.depth_bins as u32);
+    // C = 80 (the BEVFusion camera branch) has a kernel with the row's chunks known at compile time
+    let f = dev.function("bev_pool", if channels == 80 { "lss_pool_items_c80" } else { "lss_pool_items" })?;
+    let (items32, ch32) = (n_items as u32, channels as u32);
     let per_cam = (geom.height * geom.width * geom.depth_bins) as u32;
     let warps = |n: u32| LaunchConfig { grid_dim: (n.div_ceil(WARPS_PER_BLOCK).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
     // SAFETY: matches bev_pool.cu; order/cell_start come from build_geometry_cuda for this
@@ -278,7 +287,8 @@ pub fn pool_cuda_planned(
             .arg(&geom.order)
             .arg(&plan.items)
             .arg(&items32)
-            .arg(&d32)
+            .arg(&div.magic)
+            .arg(&div.shift)
             .arg(&ch32)
             .arg(&per_cam)
             .arg(&mask.0)
@@ -303,6 +313,31 @@ pub fn pool_cuda_planned(
         .map_err(cuda_err("lss_pool_merge"))?;
     }
     Ok(out)
+}
+
+/// Division by a constant `d` (1 ≤ d < 2^31) as the pool does it: `q / d = (q · magic) >> shift`
+/// for every `q < 2^31`, with `l = ceil(log2 d)`, `magic = ceil(2^(31 + l) / d)` and `shift =
+/// 31 + l`. Exact: `magic · d − 2^(31 + l)` is below `d ≤ 2^l`, so the error term `q` times it stays
+/// below `2^(31 + l)` (the round-up method of Granlund and Montgomery); `magic < 2^32` because
+/// `d > 2^(l − 1)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolDivisor {
+    pub magic: u32,
+    pub shift: u32,
+}
+
+impl PoolDivisor {
+    pub fn new(d: u32) -> Self {
+        let d = d.max(1);
+        let l = 32 - (d - 1).leading_zeros(); // ceil(log2 d); 0 for d = 1
+        let magic = (1u64 << (31 + l)).div_ceil(d as u64);
+        Self { magic: magic as u32, shift: 31 + l }
+    }
+
+    /// `q / d` as the kernel computes it (`q < 2^31`).
+    pub fn divide(self, q: u32) -> u32 {
+        ((q as u64 * self.magic as u64) >> self.shift) as u32
+    }
 }
 
 /// [`LssTransform`] on the GPU, with its geometry cache.
@@ -463,5 +498,38 @@ impl CudaLssTransform {
             bev = conv.forward_guarded(dev, blas, &bev, Activation::Relu, slot(id)?)?;
         }
         Ok(bev)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PoolDivisor;
+
+    #[test]
+    fn the_pool_divisor_divides_exactly_below_two_to_the_31() {
+        let top = (1u32 << 31) - 1;
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let divisors = (1..=2048u32).chain([59, 118, 4095, 4097, 65_535, 65_537, 1 << 20, (1 << 20) + 1, top / 3, top - 1, top]);
+        for d in divisors {
+            let div = PoolDivisor::new(d);
+            // around multiples of d (where a rounding error would show first), the ends, and random
+            let mut qs = vec![0u32, 1, top, top - 1, top - d + 1];
+            for k in [1u64, 2, 3, 1000, (top / d) as u64 - 1, (top / d) as u64] {
+                let m = k * d as u64;
+                qs.extend([m.saturating_sub(1), m, m + 1].into_iter().filter(|&q| q <= top as u64).map(|q| q as u32));
+            }
+            qs.extend((0..64).map(|_| (next() % (top as u64 + 1)) as u32));
+            for q in qs {
+                assert_eq!(div.divide(q), q / d, "q {q} / d {d} with {div:?}");
+            }
+        }
+        assert_eq!(PoolDivisor::new(1), PoolDivisor { magic: 1 << 31, shift: 31 });
+        assert_eq!(PoolDivisor::new(118).divide(118 * 7 + 117), 7);
     }
 }
