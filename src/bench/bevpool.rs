@@ -51,7 +51,7 @@ pub struct BevPoolBench {
 /// Chunk sizes timed beside the default (`None`: no cell cut).
 const CHUNKS_TIMED: [Option<u32>; 5] = [None, Some(256), Some(128), Some(64), Some(32)];
 /// (chunk, band) of the banded launch orders timed.
-const BANDS_TIMED: [(u32, u32); 7] = [(128, 1), (128, 2), (128, 4), (128, 8), (128, 16), (64, 8), (256, 8)];
+const BANDS_TIMED: [(u32, u32); 8] = [(128, 1), (128, 2), (128, 4), (128, 8), (128, 16), (128, 32), (64, 16), (256, 16)];
 
 /// The detection-geometry variant of `cfg`: x and y bounds [-54, 54, 0.3].
 pub fn detection_config(cfg: &LssConfig) -> LssConfig {

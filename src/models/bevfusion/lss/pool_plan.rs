@@ -14,8 +14,9 @@
 //! once and a warp's items are about as long as each other (a warp lasts as long as its longest
 //! item); within a band the cells follow a Morton curve over the grid, so the items that run
 //! together pool neighbouring cells, whose points share context rows that L1 then serves
-//! ([`DEFAULT_BAND_POINTS`]). Empty cells get an item too: its slice writes the zeros, so the
-//! output needs no memset.
+//! ([`DEFAULT_BAND_POINTS`]); each block's run of items is then put longest first, so that the
+//! three items of a warp differ little in length. Empty cells get an item too: its slice writes
+//! the zeros, so the output needs no memset.
 
 use crate::models::bevfusion::lss::config::BevGrid;
 use crate::Error;
@@ -28,10 +29,11 @@ use crate::Error;
 pub const DEFAULT_CHUNK_POINTS: u32 = 128;
 
 /// Points a length band of the default launch order holds ([`PoolOrder::Banded`]). On an H100
-/// (`sptr bench bevpool`, chunk 128, two runs) bands of 8 points: seg 0.0514 / 0.0524 ms against
-/// 0.0566 / 0.0567 longest first, detection 0.060 / 0.062 against 0.063 / 0.064; bands of 2 and
-/// 4 measured the same as 8, bands of 1, 16, 32 and 64 slower.
-pub const DEFAULT_BAND_POINTS: u32 = 8;
+/// (`sptr bench bevpool`, chunk 128, four alternating rounds, each block's run of items longest
+/// first) bands of 16 points: seg 0.0461 ms, as bands of 8, detection 0.0508 against 0.0517;
+/// bands of 1, 2 and 4 slower (seg 0.050, 0.050, 0.048). Longest first: seg 0.054, detection
+/// 0.058.
+pub const DEFAULT_BAND_POINTS: u32 = 16;
 
 /// `PoolItem::slot` of an item that is its whole cell: its warp writes the cell's output.
 pub const WHOLE_CELL: u32 = u32::MAX;
@@ -114,9 +116,9 @@ fn morton(a: u32, b: u32) -> u64 {
     (spread(a) << 1) | spread(b)
 }
 
-/// The cells in [`PoolOrder::Banded`] order for items of at most `chunk_points` points
-/// (`cell_start` already checked to not decrease).
-fn banded_order(cell_start: &[u32], chunk_points: u32, band: u32, row_cells: u32) -> Vec<u32> {
+/// The cells by descending band of item length, then along the Morton curve (`cell_start`
+/// already checked to not decrease).
+fn band_curve_order(cell_start: &[u32], chunk_points: u32, band: u32, row_cells: u32) -> Vec<u32> {
     let cells = cell_start.len().saturating_sub(1);
     let (band, row) = (band.max(1), row_cells.max(1));
     // each cell's key made once: made in every comparison, the keys took the plan of a 360 x 360
@@ -129,6 +131,23 @@ fn banded_order(cell_start: &[u32], chunk_points: u32, band: u32, row_cells: u32
         .collect();
     keyed.sort_unstable();
     keyed.into_iter().map(|(_, _, c)| c).collect()
+}
+
+/// Items a block of the pool takes at C 80 (8 warps of 3 slices).
+const BLOCK_ITEMS: usize = 24;
+
+/// The cells in [`PoolOrder::Banded`] order: [`band_curve_order`], then each run of a block's
+/// items longest first (stable: ties keep the curve). A warp's three items then differ less in
+/// length, so its slices idle for fewer steps, while a block still pools the same neighbouring
+/// cells (H100, same runs: detection geometry 0.0522 against 0.0533-0.0565 ms, seg unchanged;
+/// and bands of 16 points then tie bands of 8 on the seg geometry and beat them on detection).
+fn banded_order(cell_start: &[u32], chunk_points: u32, band: u32, row_cells: u32) -> Vec<u32> {
+    let mut order = band_curve_order(cell_start, chunk_points, band, row_cells);
+    let len = |c: u32| (cell_start[c as usize + 1] - cell_start[c as usize]).min(chunk_points);
+    for run in order.chunks_mut(BLOCK_ITEMS) {
+        run.sort_by_key(|&c| std::cmp::Reverse(len(c)));
+    }
+    order
 }
 
 impl PoolPlan {
@@ -285,7 +304,7 @@ mod tests {
         for l in lens {
             s.push(s.last().unwrap() + l);
         }
-        let order = banded_order(&s, 16, 8, 4);
+        let order = band_curve_order(&s, 16, 8, 4);
         // band 2 (9..16 points after the cut): Morton (row, col) 5=(1,1)->3, 10=(2,2)->12,
         // 0=(0,0)->0, 3=(0,3)->5, 15=(3,3)->15; band 1: 1=(0,1)->1, 4=(1,0)->2, 6=(1,2)->6,
         // 12=(3,0)->10; band 0: the empty cells along the curve
@@ -311,6 +330,35 @@ mod tests {
             let its: Vec<&PoolItem> = banded.items.iter().filter(|i| i.cell == m.cell).collect();
             for (k, it) in its.iter().enumerate() {
                 assert_eq!(it.slot, m.first_slot + k as u32);
+            }
+        }
+    }
+
+    #[test]
+    fn each_blocks_run_of_the_banded_order_is_longest_first() {
+        // a 16 x 16 grid of lengths 0..40 (chunk 32: a few cut), so runs of 24 span bands
+        let lens: Vec<u32> = (0..256u32).map(|c| (c * 37 + c / 16 * 11) % 41).collect();
+        let mut s = vec![0u32];
+        for l in &lens {
+            s.push(s.last().unwrap() + l);
+        }
+        let curve = band_curve_order(&s, 32, 8, 16);
+        let order = banded_order(&s, 32, 8, 16);
+        let len = |c: u32| lens[c as usize].min(32);
+        assert_eq!(order.len(), 256);
+        for (k, (run, same)) in order.chunks(BLOCK_ITEMS).zip(curve.chunks(BLOCK_ITEMS)).enumerate() {
+            // the same cells as the curve's run, longest first, ties in the curve's order
+            let mut a = run.to_vec();
+            let mut b = same.to_vec();
+            a.sort();
+            b.sort();
+            assert_eq!(a, b, "run {k}");
+            for w in run.windows(2) {
+                assert!(len(w[0]) >= len(w[1]), "run {k}: {} before {}", len(w[0]), len(w[1]));
+                if len(w[0]) == len(w[1]) {
+                    let at = |c: u32| curve.iter().position(|&x| x == c).unwrap();
+                    assert!(at(w[0]) < at(w[1]), "run {k}: a tie out of the curve's order");
+                }
             }
         }
     }
