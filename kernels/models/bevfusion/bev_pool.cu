@@ -194,8 +194,7 @@ __device__ __forceinline__ u32 pool_div(u32 q, u32 magic, u32 shift) {
 }
 
 // The body of pass 1: CHUNKS the context row's 16-byte chunks (C / 8) when known at compile time
-// (the divisions and the batch length become constants and the batch needs no remainder loop),
-// 0 for any C (the runtime `C`).
+// (a warp's divisions by it become constants), 0 for any C (the runtime `C`).
 template <u32 CHUNKS>
 __device__ __forceinline__ void pool_items(const __half* __restrict__ depth, const __half* __restrict__ context,
                                            const u32* __restrict__ order, const uint4* __restrict__ items, u32 n_items,
