@@ -65,6 +65,8 @@ pub struct CudaLssGeometry {
     pub order: CudaSlice<u32>,
     /// The pool's work items (made with [`DEFAULT_CHUNK_POINTS`] and [`DEFAULT_BAND_POINTS`]).
     pub plan: CudaPoolPlan,
+    /// The pool's division of point indices by `depth_bins` (every index is below 2^31).
+    pub divisor: PoolDivisor,
 }
 
 /// A [`PoolPlan`] on the GPU, with its host copy.
@@ -130,6 +132,14 @@ impl CudaLssGeometry {
 pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaSlice<f32>, calib: &Calibration) -> Result<CudaLssGeometry, Error> {
     let cams = params.cameras(calib)?;
     let points = params.points(cams.len())?;
+    // the pool divides point indices by D as a multiply and a shift, exact below 2^31
+    if points >= 1 << 31 {
+        return Err(Error::InvalidInput(format!(
+            "CUDA geometry: {} cameras x frustum {:?} is {points} points, over the 2^31 the CUDA pool takes; use fewer cameras, depth bins or smaller feature maps",
+            cams.len(),
+            params.frustum.shape()
+        )));
+    }
     let f = &params.frustum;
     if frustum.len() != f.data.len() {
         return Err(Error::InvalidInput(format!("geometry: the GPU frustum holds {} values, the parameters {}", frustum.len(), f.data.len())));
@@ -188,6 +198,7 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
         host_cell_start,
         order,
         plan,
+        divisor: PoolDivisor::new(f.depth_bins as u32),
     })
 }
 
@@ -263,14 +274,7 @@ pub fn pool_cuda_planned(
     // SAFETY: every slot is written by its item before lss_pool_merge reads it.
     let mut partial = unsafe { dev.stream.alloc::<f32>((plan.host.slots as usize * channels).max(1)) }
         .map_err(cuda_err("allocating the pool's partial sums"))?;
-    // the kernel divides point indices by D as a multiply and a shift, exact below 2^31
-    if (pixels * geom.depth_bins) as u64 >= 1 << 31 {
-        return Err(Error::InvalidInput(format!(
-            "CUDA pool: {pixels} pixels x {} depth bins is over 2^31 frustum points; use fewer cameras, depth bins or smaller feature maps",
-            geom.depth_bins
-        )));
-    }
-    let div = PoolDivisor::new(geom.depth_bins as u32);
+    let div = geom.divisor;
     // C = 80 (the BEVFusion camera branch) has a kernel with the row's chunks known at compile time
     let f = dev.function("bev_pool", if channels == 80 { "lss_pool_items_c80" } else { "lss_pool_items" })?;
     let (items32, ch32) = (n_items as u32, channels as u32);
