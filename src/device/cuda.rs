@@ -8,7 +8,7 @@ use crate::device::libraries::{self, Lib};
 use crate::device::nvrtc::{self, Arch, Origin};
 use crate::device::storage::Storage;
 use crate::Error;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DriverError};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtrMut, DriverError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -36,6 +36,23 @@ pub struct CudaDevice {
     functions: Shared<(&'static str, &'static str, Storage), CudaFunction>,
     /// Dynamic shared memory each kernel has been allowed beyond the default 48 KB (bytes).
     shared_allowed: Shared<(&'static str, &'static str, Storage), usize>,
+    /// The byte [`CudaDevice::alloc_uninit`] fills its buffers with, if any (a check: see there).
+    poison_uninit: Option<u8>,
+}
+
+/// The environment variable that turns on [`CudaDevice::alloc_uninit`]'s poison fill for every
+/// device a process opens: the fill byte in hex (`ff`: NaN floats and −1 integers; `7f`: large
+/// finite FP32 values, FP16 NaNs and large positive integers).
+pub const POISON_UNINIT_ENV: &str = "SPTR_POISON_UNINIT";
+
+/// The poison fill byte [`POISON_UNINIT_ENV`] asks for (None when unset).
+fn poison_from_env() -> Result<Option<u8>, Error> {
+    match std::env::var(POISON_UNINIT_ENV) {
+        Err(_) => Ok(None),
+        Ok(v) => u8::from_str_radix(v.trim(), 16)
+            .map(Some)
+            .map_err(|_| Error::InvalidInput(format!("{POISON_UNINIT_ENV}={v:?}: give the fill byte in hex, e.g. ff or 7f, or unset it"))),
+    }
 }
 
 /// A cache shared by a device and its forks.
@@ -144,6 +161,7 @@ impl CudaDevice {
             modules: Arc::default(),
             functions: Arc::default(),
             shared_allowed: Arc::default(),
+            poison_uninit: poison_from_env()?,
         })
     }
 
@@ -164,6 +182,7 @@ impl CudaDevice {
             modules: self.modules.clone(),
             functions: self.functions.clone(),
             shared_allowed: self.shared_allowed.clone(),
+            poison_uninit: self.poison_uninit,
         })
     }
 
@@ -251,6 +270,36 @@ impl CudaDevice {
 
     pub fn synchronize(&self) -> Result<(), Error> {
         self.stream.synchronize().map_err(cuda_err("synchronizing the stream"))
+    }
+
+    /// Device memory for `len` elements (at least one) that the work enqueued next writes
+    /// entirely before anything reads it, from the stream's pool and not zeroed: a memset costs
+    /// the host about as much as a kernel launch, and a frame allocates a few hundred buffers.
+    ///
+    /// With a poison fill ([`CudaDevice::set_poison_uninit`], or [`POISON_UNINIT_ENV`]) every
+    /// such buffer is first filled with that byte, so that work reading an element before writing
+    /// it gives a different result than without the fill, and the GPU tests that compare the two
+    /// catch it.
+    ///
+    /// # Safety
+    /// The caller must write every element before anything reads it.
+    pub unsafe fn alloc_uninit<T: cudarc::driver::DeviceRepr>(&self, len: usize, what: &str) -> Result<CudaSlice<T>, Error> {
+        // SAFETY: forwarded to the caller.
+        let mut buf = unsafe { self.stream.alloc::<T>(len.max(1)) }.map_err(|e| Error::Cuda(format!("allocating {what}: {e:?}")))?;
+        if let Some(byte) = self.poison_uninit {
+            let bytes = buf.len() * std::mem::size_of::<T>();
+            let (ptr, _guard) = buf.device_ptr_mut(&self.stream);
+            // SAFETY: `ptr` addresses the buffer's `bytes` bytes, enqueued on its own stream.
+            unsafe { cudarc::driver::result::memset_d8_async(ptr, byte, bytes, self.stream.cu_stream()) }
+                .map_err(|e| Error::Cuda(format!("poison-filling {what}: {e:?}")))?;
+        }
+        Ok(buf)
+    }
+
+    /// Sets the poison fill byte of [`CudaDevice::alloc_uninit`] for this device, or turns the
+    /// fill off (None); its forks made afterwards inherit it.
+    pub fn set_poison_uninit(&mut self, byte: Option<u8>) {
+        self.poison_uninit = byte;
     }
 }
 

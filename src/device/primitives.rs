@@ -57,7 +57,8 @@ pub fn exclusive_scan_u32_async(
     let n32 = len_u32(n, "scan")?;
     let ntiles = n32.div_ceil(SCAN_TILE).max(1);
     let s = &dev.stream;
-    let mut sums = s.alloc_zeros::<u32>(ntiles as usize + 1).map_err(cuda_err("scan: allocating tile sums"))?;
+    // SAFETY: the scan writes every tile's sum and the total (entry ntiles) before reading them.
+    let mut sums = unsafe { dev.alloc_uninit::<u32>(ntiles as usize + 1, "scan tile sums") }?;
     let f_sums = dev.function("scan_sort", "scan_tile_sums")?;
     let f_offs = dev.function("scan_sort", "scan_tile_offsets")?;
     let f_scan = dev.function("scan_sort", "scan_tiles")?;
@@ -102,9 +103,9 @@ pub fn radix_sort_pairs(
     let passes = bits.min(64).div_ceil(8);
     // SAFETY: the scratch is never read before written: every pass writes all n positions (it
     // scatters a permutation) before the next reads them, so it need not be zeroed.
-    let mut keys_alt = unsafe { s.alloc::<u64>(n) }.map_err(cuda_err("sort: allocating scratch keys"))?;
+    let mut keys_alt = unsafe { dev.alloc_uninit::<u64>(n, "sort scratch keys") }?;
     // SAFETY: as above.
-    let mut vals_alt = unsafe { s.alloc::<u32>(n) }.map_err(cuda_err("sort: allocating scratch values"))?;
+    let mut vals_alt = unsafe { dev.alloc_uninit::<u32>(n, "sort scratch values") }?;
     // every pass's digit counts, then one tile counter a pass (scan_sort.cu: RADIX_COUNTS)
     let mut counts = s.alloc_zeros::<u32>(RADIX_COUNTS).map_err(cuda_err("sort: allocating digit counts"))?;
     let mut status = s.alloc_zeros::<u64>(ntiles as usize * RADIX_BINS as usize).map_err(cuda_err("sort: allocating look-back status"))?;

@@ -132,3 +132,49 @@ fn cuda_segmenter_labels_points_like_the_cpu() {
     bad.coords[3] = bad.coords[4];
     assert!(cuda.run_network(&bad, &mut StageTimes::default()).is_err(), "duplicate coordinates are rejected");
 }
+
+/// Device buffers allocated without zeroing are written before anything reads them: the whole
+/// CUDA frame (voxelization, the network, the labels) gives the same bits when every such buffer
+/// starts as 0xFF bytes (NaN floats, −1 integers) or as 0x7F bytes (large finite FP32 values,
+/// FP16 NaNs, large positive integers) as without a fill. Both configurations, so the float32
+/// and float64 voxel keys, the clip rule, and every attention level's window and key-split paths
+/// run.
+#[test]
+fn frame_reads_no_unwritten_device_memory() {
+    use half::f16;
+    use sptr::device::clock::GpuClock;
+    use sptr::device::cuda::CudaDevice;
+    use sptr::models::sphereformer::network::cuda::CudaSphereFormer;
+    use sptr::models::sphereformer::network::SphereFormer;
+    use sptr::models::sphereformer::preprocess::cuda::{labels_to_points_cuda, prepare_inputs_cuda};
+    let Some(plain) = gpu("frame_reads_no_unwritten_device_memory") else { return };
+    let pts = nuscenes_sweep();
+    type Frame = (Vec<f32>, Vec<u32>, Vec<f32>, sptr::device::range_guard::RangeReport);
+    let frame = |dev: &CudaDevice, y: &ModelYaml, net: &SphereFormer| -> Frame {
+        let gpu_net = CudaSphereFormer::<f16>::upload(dev, net).expect("upload");
+        let inputs = prepare_inputs_cuda(dev, &[&pts], y).expect("inputs");
+        let mut clock = GpuClock::start(dev).expect("clock");
+        let (logits, map, range) = gpu_net.forward_prepared(dev, inputs, &mut clock).expect("forward");
+        let host_logits = dev.stream.clone_dtoh(&logits).expect("logits");
+        let (labels, probs) = labels_to_points_cuda(dev, &logits, &map, y.classes, UNLABELED).expect("labels");
+        let report = range.finish(gpu_net.layer_names()).expect("range flags");
+        (host_logits, labels, probs, report)
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+    for (name, seed) in [("sphereformer_nuscenes.yaml", 12), ("sphereformer_semantickitti.yaml", 13)] {
+        let y = sphereformer_yaml(name);
+        let net = SphereFormer::from_weights(&y, random_weights(&y, seed).expect("weights")).expect("model");
+        let want = frame(&plain, &y, &net);
+        assert!(want.0.iter().all(|v| v.is_finite()), "{name}: non-finite logits without a fill");
+        for byte in [0xff, 0x7f] {
+            let mut dev = CudaDevice::new(0).expect("second device handle");
+            dev.set_poison_uninit(Some(byte));
+            let got = frame(&dev, &y, &net);
+            assert!(bits(&got.0) == bits(&want.0), "{name}: logits differ with buffers filled with {byte:#x}");
+            assert_eq!(got.1, want.1, "{name}: point labels differ with buffers filled with {byte:#x}");
+            assert!(bits(&got.2) == bits(&want.2), "{name}: probabilities differ with buffers filled with {byte:#x}");
+            assert_eq!(got.3, want.3, "{name}: range flags differ with buffers filled with {byte:#x}");
+        }
+        eprintln!("{name}: {} logits identical with and without the 0xff / 0x7f fills", want.0.len());
+    }
+}

@@ -76,7 +76,7 @@ unsafe impl Send for MapGraph {}
 
 fn copy_map(dev: &CudaDevice, m: &CudaFeatureMap) -> Result<CudaFeatureMap, Error> {
     // SAFETY: filled by the copy below before any read.
-    let mut data = unsafe { dev.stream.alloc::<f16>(m.data.len()) }.map_err(cuda_err("allocating the graph's LiDAR BEV input"))?;
+    let mut data = unsafe { dev.alloc_uninit::<f16>(m.data.len(), "the graph's LiDAR BEV input") }?;
     dev.stream.memcpy_dtod(&m.data, &mut data).map_err(cuda_err("copying the LiDAR BEV map"))?;
     CudaFeatureMap::from_slice(m.n, m.h, m.w, m.c, data)
 }
@@ -95,7 +95,7 @@ impl MapGraph {
     ) -> Result<Self, Error> {
         let s = &dev.stream;
         // SAFETY: filled by the copy below before any read.
-        let mut images = unsafe { s.alloc::<f16>(batch.data.len()) }.map_err(cuda_err("allocating the graph's image input"))?;
+        let mut images = unsafe { dev.alloc_uninit::<f16>(batch.data.len(), "the graph's image input") }?;
         s.memcpy_dtod(&batch.data, &mut images).map_err(cuda_err("copying the images"))?;
         let lidar = lidar_bev.map(|m| copy_map(dev, m)).transpose()?;
         let mut out_shape = None;
@@ -106,7 +106,7 @@ impl MapGraph {
         let (n, classes, x, y) = out_shape.ok_or_else(|| Error::Cuda("graph warm-up ran no frame".into()))?;
         let len = n * classes * x * y;
         // SAFETY: the graph's last node writes all `len` values before any read.
-        let data = unsafe { s.alloc::<f32>(len.max(1)) }.map_err(cuda_err("allocating the graph's output"))?;
+        let data = unsafe { dev.alloc_uninit::<f32>(len.max(1), "the graph's output") }?;
         let mut maps = CudaBevMaps { n, classes, x, y, data };
         dev.synchronize()?;
         s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)

@@ -40,7 +40,7 @@ use crate::ops::sparse_conv::cuda::{conv_cuda_guarded, ConvAlgo, ConvRange, Cuda
 use crate::ops::sparse_conv::kernel_map_cuda::{inverse_cuda, strided_cuda_sites, submanifold_cuda_sites, CudaKernelMap, CudaSites};
 use crate::ops::sparse_conv::tensor::{validate_geometry, validate_sites};
 use crate::Error;
-use crate::ops::rowwise::cuda::{alloc, elements, epilogue_guarded, up_f16, up_f32, GpuLayerNorm, GpuLinear};
+use crate::ops::rowwise::cuda::{elements, epilogue_guarded, up_f16, up_f32, GpuLayerNorm, GpuLinear};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use half::f16;
@@ -254,7 +254,8 @@ impl<S: Store> GpuTransformer<S> {
         let k = epilogue_guarded::<S>(dev, &acc, 3 * c, c, n, &self.qkv.bias[1], 1.0, false, None, Some(qkv))?;
         let v = epilogue_guarded::<S>(dev, &acc, 3 * c, 2 * c, n, &self.qkv.bias[2], 1.0, false, None, Some(qkv))?;
         drop(acc);
-        let mut att = alloc::<S>(dev, n * c, "attention output")?;
+        // SAFETY: the cubic and the spherical heads together write every voxel's c values.
+        let mut att = unsafe { dev.alloc_uninit::<S>(n * c, "attention output") }?;
         let qkv_view = QkvView { q: &q, k: &k, v: &v, ld: c };
         let attn = Some(flags.slot(id.attn)?);
         sphere_attention_cuda_guarded(dev, qkv_view, self.heads, self.head_dim, xyz, windows, &self.tables, &mut att, attn)?;
@@ -406,7 +407,8 @@ impl<S: Store> GpuDown<S> {
 
 fn concat_rows<S: Store>(dev: &CudaDevice, a: &CudaSlice<S>, ca: usize, b: &CudaSlice<S>, cb: usize, n: usize) -> Result<CudaSlice<S>, Error> {
     let total = elements(n, ca + cb, "concatenation")?;
-    let mut out = alloc::<S>(dev, n * (ca + cb), "concatenation")?;
+    // SAFETY: concat_rows writes all n rows (nothing reads the buffer when n = 0).
+    let mut out = unsafe { dev.alloc_uninit::<S>(n * (ca + cb), "concatenation") }?;
     if total == 0 {
         return Ok(out);
     }
@@ -422,8 +424,10 @@ fn concat_rows<S: Store>(dev: &CudaDevice, a: &CudaSlice<S>, ca: usize, b: &Cuda
 /// `get_downsample_info`; the same sums in the same order as [`crate::models::sphereformer::network::downsample_positions`]).
 pub fn downsample_positions_cuda(dev: &CudaDevice, map: &CudaKernelMap, xyz: &CudaSlice<f32>) -> Result<(CudaSlice<f32>, CudaSlice<i32>), Error> {
     let m = map.out_count;
-    let mut out_xyz = alloc::<f32>(dev, m * 3, "downsampled positions")?;
-    let mut out_batch = alloc::<i32>(dev, m, "downsampled batch")?;
+    // SAFETY: downsample_xyz writes all m rows of both (nothing reads them when m = 0).
+    let mut out_xyz = unsafe { dev.alloc_uninit::<f32>(m * 3, "downsampled positions") }?;
+    // SAFETY: as above.
+    let mut out_batch = unsafe { dev.alloc_uninit::<i32>(m, "downsampled batch") }?;
     if m == 0 {
         return Ok((out_xyz, out_batch));
     }
@@ -561,7 +565,8 @@ impl<S: Store> CudaSphereFormer<S> {
     /// (guarded against FP16's range: `input`).
     fn pad_input(&self, dev: &CudaDevice, x: &CudaSlice<f16>, n: usize, flags: &RangeFlags) -> Result<CudaSlice<S>, Error> {
         let (c, c_pad) = (self.input_c, self.input_conv.cin);
-        let mut out = alloc::<S>(dev, n * c_pad, "padded input features")?;
+        // SAFETY: pad_channels_f16 writes all n * c_pad values, zeros in the padding.
+        let mut out = unsafe { dev.alloc_uninit::<S>(n * c_pad, "padded input features") }?;
         let f = dev.function_in(S::STORAGE, "layers", "pad_channels_f16")?;
         let total = elements(n, c_pad, "padded input")?;
         let (n32, c32, cp32) = (n as u32, c as u32, c_pad as u32);
@@ -600,7 +605,8 @@ impl<S: Store> CudaSphereFormer<S> {
         let level = GpuLevel { sites: LevelSites::Map(maps), origin: [0; 3], spatial_shape, xyz, batch, n };
         clock.mark(dev, "input_conv".into())?;
         let y = self.unet.forward(dev, &self.blas, x, level, clock, &flags)?;
-        let mut h = alloc::<S>(dev, n * self.m, "head input")?;
+        // SAFETY: bn_relu_rows writes all n * m values.
+        let mut h = unsafe { dev.alloc_uninit::<S>(n * self.m, "head input") }?;
         let f = dev.function_in(S::STORAGE, "layers", "bn_relu_rows")?;
         let (n32, m32, k32) = (n as u32, self.m as u32, self.classes as u32);
         let total = elements(n, self.m, "head")?;

@@ -90,11 +90,15 @@ pub fn prepare_inputs_cuda(dev: &CudaDevice, clouds: &[&Points], cfg: &ModelYaml
     let s = &dev.stream;
     let e = |what: &'static str| cuda_err(what);
     let m = vox.len;
-    let mut coords = s.alloc_zeros::<i32>(m.max(1) * 4).map_err(e("allocating network coords"))?;
-    let mut batch = s.alloc_zeros::<i32>(m.max(1)).map_err(e("allocating batch indices"))?;
     if m == 0 {
+        let coords = s.alloc_zeros::<i32>(4).map_err(e("allocating network coords"))?;
+        let batch = s.alloc_zeros::<i32>(1).map_err(e("allocating batch indices"))?;
         return Ok(assemble(vox, cfg, clouds.len(), coords, batch, [MIN_SPATIAL_SHAPE; 3], 0));
     }
+    // SAFETY: net_recompute_coords writes all m rows of both.
+    let mut coords = unsafe { dev.alloc_uninit::<i32>(m * 4, "network coords") }?;
+    // SAFETY: as above.
+    let mut batch = unsafe { dev.alloc_uninit::<i32>(m, "batch indices") }?;
     let m32 = m as u32;
     let vs = params.voxel_size.map(|v| v as f32);
     let init = [i32::MAX, i32::MAX, i32::MAX, i32::MIN, i32::MIN, i32::MIN];
@@ -162,9 +166,12 @@ fn resolve_duplicates_cuda(
     let bits = bits_for(top);
     let m32 = m as u32;
     let grid = grid_1d(m32, THREADS);
-    let mut keys = s.alloc_zeros::<u64>(m).map_err(e("allocating duplicate-pass keys"))?;
-    let mut vals = s.alloc_zeros::<u32>(m).map_err(e("allocating duplicate-pass values"))?;
-    let mut moved = s.alloc_zeros::<u32>(1).map_err(e("allocating duplicate counter"))?;
+    // SAFETY: net_pack_keys writes all m keys and values; the counter is cleared in each pass.
+    let mut keys = unsafe { dev.alloc_uninit::<u64>(m, "duplicate-pass keys") }?;
+    // SAFETY: as above.
+    let mut vals = unsafe { dev.alloc_uninit::<u32>(m, "duplicate-pass values") }?;
+    // SAFETY: as above.
+    let mut moved = unsafe { dev.alloc_uninit::<u32>(1, "duplicate counter") }?;
     let f_pack = dev.function("net_inputs", "net_pack_keys")?;
     let f_revert = dev.function("net_inputs", "net_revert_duplicates")?;
     let mut total = 0usize;
@@ -232,10 +239,16 @@ pub fn labels_to_points_cuda(
     if logits.len() < m * classes {
         return Err(Error::InvalidInput(format!("{} logits for {m} voxels of {classes} classes", logits.len())));
     }
-    let mut voxel_label = s.alloc_zeros::<u32>(m.max(1)).map_err(e("allocating voxel labels"))?;
-    let mut voxel_prob = s.alloc_zeros::<f32>(m.max(1)).map_err(e("allocating voxel probabilities"))?;
-    let mut labels = s.alloc_zeros::<u32>(n).map_err(e("allocating point labels"))?;
-    let mut probs = s.alloc_zeros::<f32>(n).map_err(e("allocating point probabilities"))?;
+    // Not zeroed: net_argmax_softmax writes all m voxels' entries, net_devoxelize all n points'
+    // (reading only voxels below m).
+    // SAFETY: as said.
+    let mut voxel_label = unsafe { dev.alloc_uninit::<u32>(m, "voxel labels") }?;
+    // SAFETY: as above.
+    let mut voxel_prob = unsafe { dev.alloc_uninit::<f32>(m, "voxel probabilities") }?;
+    // SAFETY: as above.
+    let mut labels = unsafe { dev.alloc_uninit::<u32>(n, "point labels") }?;
+    // SAFETY: as above.
+    let mut probs = unsafe { dev.alloc_uninit::<f32>(n, "point probabilities") }?;
     let f_arg = dev.function("net_inputs", "net_argmax_softmax")?;
     let f_dev = dev.function("net_inputs", "net_devoxelize")?;
     let (m32, n32, k32) = (m as u32, n as u32, classes as u32);

@@ -281,9 +281,9 @@ fn launch_windows(
     // every window id, each for all n positions before anything reads them. The offsets past
     // the last window and the counts are read as zeros: those stay zeroed.
     // SAFETY: as said; n > 0.
-    let mut keys = unsafe { s.alloc::<u64>(n) }.map_err(cuda_err("allocating window keys"))?;
+    let mut keys = unsafe { dev.alloc_uninit::<u64>(n, "window keys") }?;
     // SAFETY: as above.
-    let mut order = unsafe { s.alloc::<u32>(n) }.map_err(cuda_err("allocating the window order"))?;
+    let mut order = unsafe { dev.alloc_uninit::<u32>(n, "the window order") }?;
     let f_keys = dev.function("attention", "attn_window_keys")?;
     // SAFETY: buffers hold n entries; signature matches.
     unsafe {
@@ -291,17 +291,17 @@ fn launch_windows(
     }
     radix_sort_pairs(dev, &mut keys, &mut order, n, bits)?;
     // SAFETY: as above.
-    let mut flags = unsafe { s.alloc::<u32>(n) }.map_err(cuda_err("allocating window heads"))?;
+    let mut flags = unsafe { dev.alloc_uninit::<u32>(n, "window heads") }?;
     let f_heads = dev.function("attention", "attn_window_heads")?;
     // SAFETY: as above.
     unsafe {
         s.launch_builder(&f_heads).arg(&keys).arg(&n32).arg(&mut flags).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_heads"))?;
     }
     // SAFETY: as above.
-    let mut excl = unsafe { s.alloc::<u32>(n) }.map_err(cuda_err("allocating the window scan"))?;
+    let mut excl = unsafe { dev.alloc_uninit::<u32>(n, "the window scan") }?;
     let (sums, ntiles) = exclusive_scan_u32_async(dev, &flags, &mut excl, n)?;
     // SAFETY: as above.
-    let mut win_of = unsafe { s.alloc::<u32>(n) }.map_err(cuda_err("allocating window ids"))?;
+    let mut win_of = unsafe { dev.alloc_uninit::<u32>(n, "window ids") }?;
     let mut offsets = s.alloc_zeros::<u32>(n + 1).map_err(cuda_err("allocating window offsets"))?;
     let mut counts = s.alloc_zeros::<u32>(2).map_err(cuda_err("allocating window counts"))?;
     let f_offs = dev.function("attention", "attn_window_offsets")?;
@@ -320,7 +320,8 @@ fn launch_windows(
 pub fn cart2sphere_cuda(dev: &CudaDevice, xyz: &CudaSlice<f32>, n: usize) -> Result<CudaSlice<f32>, Error> {
     let n32 = n_u32(n, "cart2sphere")?;
     let s = &dev.stream;
-    let mut out = s.alloc_zeros::<f32>((n * 3).max(1)).map_err(cuda_err("allocating sphere positions"))?;
+    // SAFETY: attn_cart2sphere writes all n rows (nothing reads the buffer when n = 0).
+    let mut out = unsafe { dev.alloc_uninit::<f32>(n * 3, "sphere positions") }?;
     if n == 0 {
         return Ok(out);
     }
@@ -363,7 +364,8 @@ pub fn rpe_quantize_cuda(dev: &CudaDevice, pos: &CudaSlice<f32>, n: usize, geome
     }
     let n32 = n_u32(n, "RPE quantize")?;
     let s = &dev.stream;
-    let mut quant = s.alloc_zeros::<u32>(n.max(1)).map_err(cuda_err("allocating quantized positions"))?;
+    // SAFETY: attn_rpe_quantize writes all n entries (nothing reads the buffer when n = 0).
+    let mut quant = unsafe { dev.alloc_uninit::<u32>(n, "quantized positions") }?;
     if n == 0 {
         return Ok(quant);
     }
@@ -558,9 +560,14 @@ fn tiled_work_items(dev: &CudaDevice, part: &CudaPartition, tiled_min: usize) ->
     let cap = n.div_ceil(TILED_QUERIES as usize) + windows.min(n / tiled_min) + 1;
     let cap32 = u32::try_from(cap).map_err(|_| Error::InvalidInput(format!("window attention: {n} voxels are too many")))?;
     let w32 = windows as u32;
-    let mut chunks = s.alloc_zeros::<u32>(windows).map_err(cuda_err("allocating tiled chunks"))?;
-    let mut start = s.alloc_zeros::<u32>(windows).map_err(cuda_err("allocating tiled item starts"))?;
-    let mut list = s.alloc_zeros::<u32>(1 + 2 * cap).map_err(cuda_err("allocating the tiled work list"))?;
+    // Not zeroed: attn_tiled_chunks writes every window's chunks, the scan every start,
+    // attn_tiled_items the count and the items below it, the only ones the kernel reads.
+    // SAFETY: as said.
+    let mut chunks = unsafe { dev.alloc_uninit::<u32>(windows, "tiled chunks") }?;
+    // SAFETY: as above.
+    let mut start = unsafe { dev.alloc_uninit::<u32>(windows, "tiled item starts") }?;
+    // SAFETY: as above.
+    let mut list = unsafe { dev.alloc_uninit::<u32>(1 + 2 * cap, "the tiled work list") }?;
     let f_chunks = dev.function("attention_core", "attn_tiled_chunks")?;
     let f_items = dev.function("attention_core", "attn_tiled_items")?;
     let tmin = u32::try_from(tiled_min).unwrap_or(u32::MAX);
@@ -784,10 +791,9 @@ pub fn window_attention_cuda_guarded<S: Store>(
         return launch_attention(dev, name, cfg, qkv, out, None, Some(&items.list), part, quant, floats, &p, range);
     }
     // [splits][n][heads][d + 2] partials, then the merge writes the tiled windows' rows
-    let mut partial = dev
-        .stream
-        .alloc_zeros::<f32>(splits * n * heads.count * (d + 2))
-        .map_err(cuda_err("allocating the key-split partials"))?;
+    // SAFETY: every split writes the partials of every position of each tiled window (an empty
+    // key slice leaves a zero sum), the only ones attn_tiled_merge reads.
+    let mut partial = unsafe { dev.alloc_uninit::<f32>(splits * n * heads.count * (d + 2), "the key-split partials") }?;
     launch_attention(dev, name, cfg, qkv, out, Some(&mut partial), Some(&items.list), part, quant, floats, &p, range)?;
     let merge = dev.function_in(S::STORAGE, "attention_core", "attn_tiled_merge")?;
     let total = u32::try_from(n * heads.count).map_err(|_| Error::InvalidInput(format!("window attention: {n} voxels x {} heads exceed 2^32", heads.count)))?;

@@ -203,7 +203,7 @@ impl CudaConv2d {
             return CudaFeatureMap::zeros(dev, x.n, oh, ow, self.cout);
         }
         // SAFETY: conv_epilogue below writes all m * cout values.
-        let data = unsafe { dev.stream.alloc::<f16>(m * self.cout) }.map_err(cuda_err("allocating the conv output"))?;
+        let data = unsafe { dev.alloc_uninit::<f16>(m * self.cout, "the conv output") }?;
         let mut out = CudaFeatureMap::from_slice(x.n, oh, ow, self.cout, data)?;
         let (m32, c32, relu) = (u32_of(m, "conv2d pixels")?, self.cout as u32, (act == Activation::Relu) as u32);
         let f = dev.function("dense", "conv_epilogue")?;
@@ -236,7 +236,7 @@ impl CudaConv2d {
             return Ok((acc, oh, ow));
         }
         // SAFETY: the GEMM below (beta 0: the output is not read) writes all m * cout values.
-        let mut acc = unsafe { s.alloc::<f32>(m * self.cout) }.map_err(cuda_err("allocating conv accumulators"))?;
+        let mut acc = unsafe { dev.alloc_uninit::<f32>(m * self.cout, "conv accumulators") }?;
         let direct = multiplies_input(self.kh, self.kw, self.stride, self.padding);
         if direct {
             gemm(dev, blas, &x.data, m, self.kpad, &self.weight, self.cout, &mut acc)?;
@@ -259,7 +259,7 @@ impl CudaConv2d {
         };
         let total = (m as u64).checked_mul(self.kpad as u64).ok_or_else(|| Error::InvalidInput("conv2d: im2col size overflows".into()))?;
         // SAFETY: im2col_nhwc writes every one of the m * kpad entries (zeros included).
-        let mut col = unsafe { s.alloc::<f16>(total as usize) }.map_err(cuda_err("allocating the im2col matrix"))?;
+        let mut col = unsafe { dev.alloc_uninit::<f16>(total as usize, "the im2col matrix") }?;
         // 8 halves a thread where rows and channels allow it and the indices fit in 32 bits
         let vector = x.c % 8 == 0 && self.kpad % 8 == 0 && total < u32::MAX as u64 && (x.len() as u64) < u32::MAX as u64;
         if vector {

@@ -201,7 +201,7 @@ pub fn grid_sample_cuda(
         return CudaFeatureMap::zeros(dev, x.n, oh, ow, x.c);
     }
     // SAFETY: the kernel below writes every output value.
-    let data = unsafe { dev.stream.alloc::<f16>(len) }.map_err(cuda_err("allocating the grid_sample output"))?;
+    let data = unsafe { dev.alloc_uninit::<f16>(len, "the grid_sample output") }?;
     let mut out = CudaFeatureMap::from_slice(x.n, oh, ow, x.c, data)?;
     let dims = [x.n, x.h, x.w, x.c, oh, ow].iter().map(|&v| u32_of(v, "grid_sample")).collect::<Result<Vec<_>, _>>()?;
     let (border, ac) = ((padding == GridPadding::Border) as u32, align_corners as u32);

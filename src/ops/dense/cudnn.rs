@@ -386,7 +386,7 @@ impl CudnnConv2d {
         debug_assert_eq!((plan.oh, plan.ow), (oh, ow));
         let len = crate::ops::dense::volume(x.n, oh, ow, self.cout, "conv output")?;
         // SAFETY: cuDNN writes every output value (beta = 0).
-        let data = unsafe { dev.stream.alloc::<f16>(len) }.map_err(cuda_err("allocating a conv output"))?;
+        let data = unsafe { dev.alloc_uninit::<f16>(len, "a conv output") }?;
         let mut out = CudaFeatureMap::from_slice(x.n, oh, ow, self.cout, data)?;
         dev.ctx.bind_to_thread().map_err(cuda_err("binding the CUDA context"))?;
         let (alpha, beta) = (1.0f32, 0.0f32);

@@ -60,7 +60,7 @@ pub fn alloc<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(de
 /// The caller must write every element before anything reads it.
 pub unsafe fn alloc_uninit<T: cudarc::driver::DeviceRepr>(dev: &CudaDevice, len: usize, what: &str) -> Result<CudaSlice<T>, Error> {
     // SAFETY: forwarded to the caller.
-    unsafe { dev.stream.alloc::<T>(len.max(1)) }.map_err(cuda_err(format!("allocating {what}")))
+    unsafe { dev.alloc_uninit::<T>(len, what) }
 }
 
 pub fn elements(n: usize, c: usize, what: &str) -> Result<u32, Error> {

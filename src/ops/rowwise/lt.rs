@@ -56,7 +56,7 @@ impl LtGemm {
         libraries::require(&[Lib::CublasLt])?;
         let handle = lt::create_handle().map_err(lt_err("create"))?;
         // SAFETY: the workspace is scratch for cuBLASLt only, never read by us.
-        let workspace = unsafe { dev.stream.alloc::<u8>(WORKSPACE_BYTES) }.map_err(cuda_err("allocating the cuBLASLt workspace"))?;
+        let workspace = unsafe { dev.alloc_uninit::<u8>(WORKSPACE_BYTES, "the cuBLASLt workspace") }?;
         Ok(LtGemm { handle, workspace, plans: Mutex::new(HashMap::new()) })
     }
 
@@ -146,7 +146,7 @@ impl LtGemm {
             return Err(Error::InvalidInput(format!("cuBLASLt linear [{n} x {fin}] -> {fout}: an operand is too small")));
         }
         // SAFETY: the GEMM writes all n * fout values (beta = 0 without a residual: C not read).
-        let mut y = unsafe { dev.stream.alloc::<f16>(n * fout) }.map_err(cuda_err("allocating linear output"))?;
+        let mut y = unsafe { dev.alloc_uninit::<f16>(n * fout, "linear output") }?;
         let (m, nn, k) = (fout as u64, n as u64, fin as u64);
         let mut plans = self.plans.lock().map_err(|_| Error::Cuda("cuBLASLt plan cache poisoned".into()))?;
         let key = (m, nn, k, residual.is_some());

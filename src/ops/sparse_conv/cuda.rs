@@ -389,7 +389,7 @@ fn pre_activate<S: Store>(
         return s.alloc_zeros::<S>(1).map_err(cuda_err("allocating the pre-activated input"));
     }
     // SAFETY: conv_pre_activate writes all n * c values.
-    let mut out = unsafe { s.alloc::<S>(n * c) }.map_err(cuda_err("allocating the pre-activated input"))?;
+    let mut out = unsafe { dev.alloc_uninit::<S>(n * c, "the pre-activated input") }?;
     let f = dev.function_in(S::STORAGE, "sparse_conv", "conv_pre_activate")?;
     let (n32, c32, relu) = (n as u32, c as u32, p.relu as u32);
     // SAFETY: matches sparse_conv.cu; x holds >= n * c halves (checked by the caller), scale and
@@ -547,7 +547,7 @@ pub fn conv_cuda_guarded<S: Store>(
     // SAFETY: every kernel below writes every output value (each output row lies in one tile,
     // or one direct block; a split's reduce pass writes them all), so nothing reads it unset.
     // Not zeroing it saves a pass over the output (164 MB at 320k rows x 256 channels).
-    let mut out = unsafe { s.alloc::<S>(map.out_count * w.cout) }.map_err(cuda_err("allocating conv output"))?;
+    let mut out = unsafe { dev.alloc_uninit::<S>(map.out_count * w.cout, "conv output") }?;
     // The pipelined kernels copy rows straight into shared memory, so a pre-activation is applied
     // to the whole input once here (each row would otherwise be transformed at every gather).
     let activated = match pre {
@@ -621,7 +621,7 @@ pub fn conv_cuda_guarded<S: Store>(
     let mut partial = if splits > 1 {
         // SAFETY: each split's blocks store their whole partial, zeros where a block had no
         // offset to walk (implicit_gemm*: the epilogue runs whatever the offset count).
-        Some(unsafe { s.alloc::<f32>(splits * map.out_count * w.cout) }.map_err(cuda_err("allocating conv split partials"))?)
+        Some(unsafe { dev.alloc_uninit::<f32>(splits * map.out_count * w.cout, "conv split partials") }?)
     } else {
         None
     };

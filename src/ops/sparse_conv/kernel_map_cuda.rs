@@ -196,23 +196,22 @@ impl CudaSites {
         let mask = (cap - 1) as u32;
         // SAFETY (both): fill_u64 below sets every key; a value is read only at a slot whose key
         // matched, which hash_insert wrote together with it.
-        let mut keys = unsafe { s.alloc::<u64>(cap) }.map_err(cuda_err("allocating hash keys"))?;
-        let vals = unsafe { s.alloc::<i32>(cap) }.map_err(cuda_err("allocating hash values"))?;
+        let mut keys = unsafe { dev.alloc_uninit::<u64>(cap, "hash keys") }?;
+        let mut vals = unsafe { dev.alloc_uninit::<i32>(cap, "hash values") }?;
         let fill = dev.function("sparse_map", "fill_u64")?;
         let insert = dev.function("sparse_map", "hash_insert")?;
         let (cap64, n32) = (cap as u64, len as u32);
-        let mut sites = CudaSites { coords, len, keys: s.alloc_zeros::<u64>(1).map_err(cuda_err("alloc"))?, vals, mask, batch_size };
         // SAFETY: argument lists match sparse_map.cu; keys/vals hold `cap` entries, coords len*4.
         unsafe {
             s.launch_builder(&fill).arg(&mut keys).arg(&cap64).arg(&EMPTY_KEY).launch(grid_u64(cap64)?).map_err(cuda_err("fill_u64"))?;
             if len > 0 {
                 s.launch_builder(&insert)
-                    .arg(&sites.coords).arg(&n32).arg(&mut keys).arg(&mut sites.vals).arg(&mask)
+                    .arg(&coords).arg(&n32).arg(&mut keys).arg(&mut vals).arg(&mask)
                     .launch(grid_1d(n32, THREADS))
                     .map_err(cuda_err("hash_insert"))?;
             }
         }
-        sites.keys = keys;
+        let sites = CudaSites { coords, len, keys, vals, mask, batch_size };
         Ok(sites)
     }
 
@@ -291,8 +290,8 @@ fn mask_order(dev: &CudaDevice, nbr: &CudaSlice<i32>, m: usize, kv: usize, key: 
     }
     let s = &dev.stream;
     // SAFETY (both): nbr_masks writes all m entries of each.
-    let mut keys = unsafe { s.alloc::<u64>(m) }.map_err(cuda_err("allocating mask keys"))?;
-    let mut order = unsafe { s.alloc::<u32>(m) }.map_err(cuda_err("allocating mask order"))?;
+    let mut keys = unsafe { dev.alloc_uninit::<u64>(m, "mask keys") }?;
+    let mut order = unsafe { dev.alloc_uninit::<u32>(m, "mask order") }?;
     let f = dev.function("sparse_map", "nbr_masks")?;
     let (m32, kv32) = (m as u32, kv as u32);
     // SAFETY: argument list matches sparse_map.cu; nbr holds m * kv, keys/order m.
@@ -330,7 +329,7 @@ fn masks_of_keys(dev: &CudaDevice, mut keys: CudaSlice<u64>, order: CudaSlice<u3
 fn table_of_none(dev: &CudaDevice, len: usize) -> Result<CudaSlice<i32>, Error> {
     let len = len.max(1);
     // SAFETY: fill_i32 sets all len entries before anything reads them.
-    let mut table = unsafe { dev.stream.alloc::<i32>(len) }.map_err(cuda_err("allocating neighbour table"))?;
+    let mut table = unsafe { dev.alloc_uninit::<i32>(len, "neighbour table") }?;
     let fill = dev.function("sparse_map", "fill_i32")?;
     let (n, none) = (len as u64, -1i32);
     // SAFETY: argument list matches sparse_map.cu; table holds n entries, 4 a thread.
@@ -370,7 +369,7 @@ pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: CudaSites, kernel: [i32; 
     if n > 0 && kv <= MAX_MASK_KV {
         let masks = dev.stream.alloc_zeros::<u64>(n).map_err(cuda_err("allocating mask keys"))?;
         // SAFETY: submanifold_nbr writes order[o] for every o < n when it computes the masks.
-        let order = unsafe { dev.stream.alloc::<u32>(n) }.map_err(cuda_err("allocating mask order"))?;
+        let order = unsafe { dev.alloc_uninit::<u32>(n, "mask order") }?;
         mask_order = Some((masks, order));
     }
     let null: u64 = 0;
@@ -442,8 +441,13 @@ pub fn strided_cuda_sites(
     };
     let total = n * kv;
     let total32 = u32::try_from(total).map_err(|_| Error::InvalidInput(format!("strided conv: {n} sites x {kv} offsets is too many")))?;
-    let mut cand = s.alloc_zeros::<u64>(total.max(1)).map_err(cuda_err("allocating candidates"))?;
-    let mut idx = s.alloc_zeros::<u32>(total.max(1)).map_err(cuda_err("allocating candidate index"))?;
+    // Not zeroed: the candidates kernel writes all n * kv keys; the sort's values are carried
+    // along and never read; unique_heads writes every head, the scan every prefix,
+    // unique_coords the m outputs' rows and strided_nbr all m * kv entries.
+    // SAFETY: as said.
+    let mut cand = unsafe { dev.alloc_uninit::<u64>(total, "candidates") }?;
+    // SAFETY: as above.
+    let mut idx = unsafe { dev.alloc_uninit::<u32>(total, "candidate index") }?;
     let n32 = n as u32;
     // Compact keys in the output grid's mixed radix where they fit in 63 bits, else the packing.
     let compact = compact_empty_key(sites.batch_size, out_shape);
@@ -471,8 +475,10 @@ pub fn strided_cuda_sites(
             }
         };
         radix_sort_pairs(dev, &mut cand, &mut idx, total, bits_for(empty))?;
-        let mut heads = s.alloc_zeros::<u32>(total).map_err(cuda_err("allocating heads"))?;
-        let mut excl = s.alloc_zeros::<u32>(total).map_err(cuda_err("allocating output ids"))?;
+        // SAFETY: as above.
+        let mut heads = unsafe { dev.alloc_uninit::<u32>(total, "heads") }?;
+        // SAFETY: as above.
+        let mut excl = unsafe { dev.alloc_uninit::<u32>(total, "output ids") }?;
         let f_heads = dev.function("sparse_map", "unique_heads")?;
         // SAFETY: as above.
         unsafe {
@@ -480,7 +486,8 @@ pub fn strided_cuda_sites(
                 .launch(grid_1d(total32, THREADS)).map_err(cuda_err("unique_heads"))?;
         }
         let m = exclusive_scan_u32(dev, &heads, &mut excl, total)? as usize;
-        let mut out_coords = s.alloc_zeros::<i32>(m.max(1) * 4).map_err(cuda_err("allocating output coordinates"))?;
+        // SAFETY: as above.
+        let mut out_coords = unsafe { dev.alloc_uninit::<i32>(m * 4, "output coordinates") }?;
         // SAFETY: as above; out_coords holds m * 4.
         unsafe {
             if compact.is_some() {
@@ -503,7 +510,8 @@ pub fn strided_cuda_sites(
     };
     // The outputs keep their inputs' batch indices.
     let out = CudaSites::build_batched(dev, out_coords, m, sites.batch_size)?;
-    let mut nbr = s.alloc_zeros::<i32>((m * kv).max(1)).map_err(cuda_err("allocating neighbour table"))?;
+    // SAFETY: as above (nothing reads it when m = 0).
+    let mut nbr = unsafe { dev.alloc_uninit::<i32>(m * kv, "neighbour table") }?;
     if m > 0 {
         let f_nbr = dev.function("sparse_map", "strided_nbr")?;
         let m32 = m as u32;

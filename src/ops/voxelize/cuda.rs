@@ -108,6 +108,7 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
     let offsets: Vec<u32> = sample_offsets(batch).into_iter().map(|o| o as u32).collect();
     let nb = batch.len();
     let mut stats = VoxelStats { points_in: n, ..Default::default() };
+    // Outputs with nothing to write (no point or no voxel): zeroed, every point unassigned.
     let alloc_out = |m: usize, n: usize, stats: VoxelStats| -> Result<CudaVoxels, Error> {
         Ok(CudaVoxels {
             coords: s.alloc_zeros(m.max(1) * 4).map_err(e("allocating voxel coords"))?,
@@ -150,7 +151,9 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
 
     // Origins (per-sample minimum), coordinates, bounds, counts.
     let mut mins = s.clone_htod(&vec![u64::MAX; nb * 3]).map_err(e("allocating minima"))?;
-    let mut coords = s.alloc_zeros::<i32>(n * 3).map_err(e("allocating point coords"))?;
+    // SAFETY: vox_point_coords writes every point's x (INVALID_COORD where the point has no
+    // voxel) and y, z where it has one, the only ones read.
+    let mut coords = unsafe { dev.alloc_uninit::<i32>(n * 3, "point coords") }?;
     let mut bounds = s
         .clone_htod(&[i32::MAX, i32::MAX, i32::MAX, i32::MIN, i32::MIN, i32::MIN])
         .map_err(e("allocating bounds"))?;
@@ -184,9 +187,9 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
     // Not zeroed: vox_keys writes every key and value, vox_heads every flag, the scan every
     // prefix, each for all n points before anything reads them.
     // SAFETY: as said; n > 0 here.
-    let mut keys = unsafe { s.alloc::<u64>(n) }.map_err(e("allocating keys"))?;
+    let mut keys = unsafe { dev.alloc_uninit::<u64>(n, "keys") }?;
     // SAFETY: as above.
-    let mut vals = unsafe { s.alloc::<u32>(n) }.map_err(e("allocating permutation"))?;
+    let mut vals = unsafe { dev.alloc_uninit::<u32>(n, "permutation") }?;
     let f_keys = dev.function("voxelize", "vox_keys")?;
     let nb32 = nb as u32;
     // SAFETY: as above.
@@ -200,9 +203,9 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
     }
     radix_sort_pairs(dev, &mut keys, &mut vals, n, bits_for(invalid_key))?;
     // SAFETY: as above.
-    let mut flags = unsafe { s.alloc::<u32>(n) }.map_err(e("allocating run heads"))?;
+    let mut flags = unsafe { dev.alloc_uninit::<u32>(n, "run heads") }?;
     // SAFETY: as above.
-    let mut excl = unsafe { s.alloc::<u32>(n) }.map_err(e("allocating voxel ids"))?;
+    let mut excl = unsafe { dev.alloc_uninit::<u32>(n, "voxel ids") }?;
     let f_heads = dev.function("voxelize", "vox_heads")?;
     let nv32 = n_valid as u32;
     // SAFETY: as above.
@@ -211,8 +214,24 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
     }
     let m_total = exclusive_scan_u32(dev, &flags, &mut excl, n)? as usize;
     let m = m_total.min(params.max_voxels);
-    let mut voxel_start = s.alloc_zeros::<u32>(m_total + 1).map_err(e("allocating voxel starts"))?;
-    let mut out = alloc_out(m, n, stats)?;
+    // Not zeroed: vox_assign writes every voxel's start and the end (m_total + 1 entries) and
+    // every point's voxel (vals is a permutation of all n points); vox_reduce every row of the m
+    // kept voxels.
+    // SAFETY: as said.
+    let mut voxel_start = unsafe { dev.alloc_uninit::<u32>(m_total + 1, "voxel starts") }?;
+    // SAFETY: as above.
+    let mut out = unsafe {
+        CudaVoxels {
+            coords: dev.alloc_uninit(m * 4, "voxel coords")?,
+            feats: dev.alloc_uninit(m * FEATURE_CHANNELS, "voxel features")?,
+            xyz: dev.alloc_uninit(m * 3, "voxel xyz")?,
+            xyz_norm: dev.alloc_uninit(m * 3, "voxel xyz_norm")?,
+            counts: dev.alloc_uninit(m, "voxel counts")?,
+            point_to_voxel: dev.alloc_uninit(n, "point map")?,
+            len: 0,
+            stats,
+        }
+    };
     let f_assign = dev.function("voxelize", "vox_assign")?;
     let max32 = params.max_voxels as u32;
     // SAFETY: as above.
@@ -230,7 +249,7 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
 
     // Each valid sorted point's addends, then each kept voxel's sums over its run of them.
     // SAFETY: vox_addends writes every row below n_valid, the only rows vox_reduce reads.
-    let mut addends = unsafe { s.alloc::<f32>(n_valid * 10) }.map_err(e("allocating point addends"))?;
+    let mut addends = unsafe { dev.alloc_uninit::<f32>(n_valid * 10, "point addends") }?;
     let f_addends = dev.function("voxelize", "vox_addends")?;
     // SAFETY: as above; addends holds n_valid rows of 10, each written by its thread.
     unsafe {

@@ -119,8 +119,8 @@ pub fn hard_voxelize_cuda_device(dev: &CudaDevice, pts: &CudaSlice<f32>, n: usiz
     let empty = g.cells();
     let n32 = n as u32;
     // SAFETY (allocs below): hv_keys writes every key and value.
-    let mut keys = unsafe { s.alloc::<u64>(n) }.map_err(e("allocating voxel keys"))?;
-    let mut vals = unsafe { s.alloc::<u32>(n) }.map_err(e("allocating point order"))?;
+    let mut keys = unsafe { dev.alloc_uninit::<u64>(n, "voxel keys") }?;
+    let mut vals = unsafe { dev.alloc_uninit::<u32>(n, "point order") }?;
     // non-finite, out of range, over max_points, capped
     let mut counters = s.alloc_zeros::<u32>(4).map_err(e("allocating drop counters"))?;
     let f_keys = dev.function("lidar_encoder", "hv_keys")?;
@@ -148,9 +148,9 @@ pub fn hard_voxelize_cuda_device(dev: &CudaDevice, pts: &CudaSlice<f32>, n: usiz
         return empty_out(stats);
     }
     // SAFETY (allocs): hv_runs writes entry r of each for every run r < runs (one head per run).
-    let mut run_start = unsafe { s.alloc::<u32>(runs) }.map_err(e("allocating run starts"))?;
-    let mut first = unsafe { s.alloc::<u64>(runs) }.map_err(e("allocating run keys"))?;
-    let mut order = unsafe { s.alloc::<u32>(runs) }.map_err(e("allocating voxel order"))?;
+    let mut run_start = unsafe { dev.alloc_uninit::<u32>(runs, "run starts") }?;
+    let mut first = unsafe { dev.alloc_uninit::<u64>(runs, "run keys") }?;
+    let mut order = unsafe { dev.alloc_uninit::<u32>(runs, "voxel order") }?;
     let f_runs = dev.function("lidar_encoder", "hv_runs")?;
     // SAFETY: matches the kernel; heads/excl/vals hold n, the outputs `runs` (excl < runs).
     unsafe {

@@ -167,9 +167,9 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
     };
     let n32 = points as u32;
     // SAFETY: lss_geometry writes every one of the `points` keys and values.
-    let mut keys = unsafe { s.alloc::<u64>(points.max(1)) }.map_err(cuda_err("allocating geometry keys"))?;
+    let mut keys = unsafe { dev.alloc_uninit::<u64>(points.max(1), "geometry keys") }?;
     // SAFETY: as above.
-    let mut order = unsafe { s.alloc::<u32>(points.max(1)) }.map_err(cuda_err("allocating the point order"))?;
+    let mut order = unsafe { dev.alloc_uninit::<u32>(points.max(1), "the point order") }?;
     let f_geom = dev.function("bev_pool", "lss_geometry")?;
     // SAFETY: matches bev_pool.cu; frustum holds D*H*W*3 floats, cam_buf 24 doubles a camera,
     // keys and order `points` entries.
@@ -269,11 +269,10 @@ pub fn pool_cuda_planned(
     }
     // every cell is written (zeros where empty): no memset
     // SAFETY: lss_pool_items and lss_pool_merge write all cells * channels halves.
-    let data = unsafe { dev.stream.alloc::<f16>(cells * channels) }.map_err(cuda_err("allocating the BEV map"))?;
+    let data = unsafe { dev.alloc_uninit::<f16>(cells * channels, "the BEV map") }?;
     let mut out = CudaFeatureMap::from_slice(1, nx, ny, nz * channels, data)?;
     // SAFETY: every slot is written by its item before lss_pool_merge reads it.
-    let mut partial = unsafe { dev.stream.alloc::<f32>((plan.host.slots as usize * channels).max(1)) }
-        .map_err(cuda_err("allocating the pool's partial sums"))?;
+    let mut partial = unsafe { dev.alloc_uninit::<f32>((plan.host.slots as usize * channels).max(1), "the pool's partial sums") }?;
     let div = geom.divisor;
     // C = 80 (the BEVFusion camera branch) has a kernel with the row's chunks known at compile time
     let f = dev.function("bev_pool", if channels == 80 { "lss_pool_items_c80" } else { "lss_pool_items" })?;
@@ -438,9 +437,9 @@ impl CudaLssTransform {
         let pixels = x.pixels();
         let s = &dev.stream;
         // SAFETY: lss_lift writes every pixel's D and C values.
-        let mut depth = unsafe { s.alloc::<f16>((pixels * d).max(1)) }.map_err(cuda_err("allocating depth"))?;
+        let mut depth = unsafe { dev.alloc_uninit::<f16>((pixels * d).max(1), "depth") }?;
         // SAFETY: as above.
-        let mut context = unsafe { s.alloc::<f16>((pixels * c).max(1)) }.map_err(cuda_err("allocating context"))?;
+        let mut context = unsafe { dev.alloc_uninit::<f16>((pixels * c).max(1), "context") }?;
         if pixels > 0 {
             let f = dev.function("bev_pool", "lss_lift")?;
             let (p32, d32, c32) = (
