@@ -44,6 +44,7 @@ use crate::ops::rowwise::cuda::{elements, epilogue_guarded, up_f16, up_f32, GpuL
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use half::f16;
+use std::sync::Arc;
 
 const THREADS: u32 = 256;
 
@@ -155,7 +156,7 @@ impl<S: Store> GpuBlock<S> {
     }
 }
 
-/// A level's kernel maps: the 3×3×3 submanifold map (it owns the level's sites) and, when asked,
+/// A level's kernel maps: the 3×3×3 submanifold map (holding the level's sites) and, when asked,
 /// the 1×1 one.
 struct GpuLevelMaps {
     subm: CudaKernelMap,
@@ -165,7 +166,7 @@ struct GpuLevelMaps {
 impl GpuLevelMaps {
     fn one_by_one(&mut self, dev: &CudaDevice) -> Result<&CudaKernelMap, Error> {
         if self.one.is_none() {
-            self.one = Some(submanifold_cuda_sites(dev, self.subm.out.try_clone(dev)?, [1; 3], [1; 3])?);
+            self.one = Some(submanifold_cuda_sites(dev, self.subm.out.clone(), [1; 3], [1; 3])?);
         }
         self.one.as_ref().ok_or_else(|| Error::Cuda("1x1 kernel map missing".into()))
     }
@@ -307,7 +308,7 @@ struct GpuLevel {
 /// A level's sites, or their submanifold 3×3×3 map when a caller built it already (the input
 /// conv's map is level 1's: the same sites, kernel and dilation).
 enum LevelSites {
-    Sites(CudaSites),
+    Sites(Arc<CudaSites>),
     Map(CudaKernelMap),
 }
 
@@ -369,10 +370,10 @@ impl<S: Store> GpuUBlock<S> {
         let coarse = conv(dev, &x, &map, &d.conv, Some(&d.bn.pre_relu()), None, None, flags, d.conv_ids[1], Some(d.conv_ids[0]))?;
         let m = map.out_count;
         let (xyz2, batch2) = downsample_positions_cuda(dev, &map, &xyz)?;
-        let next = GpuLevel { sites: LevelSites::Sites(map.out.try_clone(dev)?), origin: origin2, spatial_shape: shape2, xyz: xyz2, batch: batch2, n: m };
+        let next = GpuLevel { sites: LevelSites::Sites(map.out.clone()), origin: origin2, spatial_shape: shape2, xyz: xyz2, batch: batch2, n: m };
         clock.mark(dev, format!("l{k}.down"))?;
         let deep = d.next.forward(dev, blas, coarse, next, clock, flags)?;
-        let inv = inverse_cuda(dev, &map, maps.subm.out.try_clone(dev)?)?;
+        let inv = inverse_cuda(dev, &map, maps.subm.out.clone())?;
         let up = conv(dev, &deep, &inv, &d.deconv, Some(&d.up_bn.pre_relu()), None, None, flags, d.deconv_ids[1], Some(d.deconv_ids[0]))?;
         drop(deep);
         let mut y = concat_rows(dev, &x, self.channels, &up, self.channels, n)?;

@@ -12,6 +12,7 @@ use crate::ops::sparse_conv::kernel_map::{conv_output_shape, ConvGeometry, MapKi
 use crate::ops::sparse_conv::tensor::SparseTensor;
 use crate::Error;
 use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use std::sync::Arc;
 
 /// Mirror of `struct MapGeom` in sparse_map.cu.
 #[repr(C)]
@@ -63,8 +64,9 @@ pub struct CudaKernelMap {
     pub kv: usize,
     pub in_count: usize,
     pub out_count: usize,
-    /// Output sites (`Submanifold`: the input's; `Inverse`: the strided map's inputs).
-    pub out: CudaSites,
+    /// Output sites (`Submanifold`: the input's; `Inverse`: the strided map's inputs), shared:
+    /// a level's sites serve several maps.
+    pub out: Arc<CudaSites>,
     /// `out_count * kv` input rows, -1 where no input.
     pub nbr: CudaSlice<i32>,
     /// Outputs sorted by neighbour bitmask, the order the implicit-GEMM conv walks them in; None
@@ -244,20 +246,6 @@ impl CudaSites {
         CudaSites::build_batched(dev, d, coords.len(), batch_size)
     }
 
-    /// A copy on the device (maps own their output sites; a level's sites serve several maps).
-    pub fn try_clone(&self, dev: &CudaDevice) -> Result<CudaSites, Error> {
-        let s = &dev.stream;
-        let copy = |what| cuda_err(format!("copying site {what}"));
-        Ok(CudaSites {
-            coords: s.clone_dtod(&self.coords).map_err(copy("coordinates"))?,
-            len: self.len,
-            keys: s.clone_dtod(&self.keys).map_err(copy("hash keys"))?,
-            vals: s.clone_dtod(&self.vals).map_err(copy("hash values"))?,
-            mask: self.mask,
-            batch_size: self.batch_size,
-        })
-    }
-
     /// A bound on the sites' batch indices: every one is below it (65535 when the sites were
     /// built without one, by [`CudaSites::build`]).
     pub fn batch_size(&self) -> usize {
@@ -350,7 +338,8 @@ pub fn submanifold_cuda(dev: &CudaDevice, t: &SparseTensor, sites: CudaSites, ke
 }
 
 /// Submanifold map of sites already on the device (e.g. a strided map's outputs).
-pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: CudaSites, kernel: [i32; 3], dilation: [i32; 3]) -> Result<CudaKernelMap, Error> {
+pub fn submanifold_cuda_sites(dev: &CudaDevice, sites: impl Into<Arc<CudaSites>>, kernel: [i32; 3], dilation: [i32; 3]) -> Result<CudaKernelMap, Error> {
+    let sites = sites.into();
     if kernel.iter().any(|&k| k < 1 || k % 2 == 0) || dilation.iter().any(|&d| d < 1) {
         return Err(Error::InvalidInput(format!("submanifold kernel {kernel:?} must be odd and dilation {dilation:?} >= 1")));
     }
@@ -509,7 +498,7 @@ pub fn strided_cuda_sites(
         None => (0, s.alloc_zeros::<i32>(4).map_err(cuda_err("alloc"))?),
     };
     // The outputs keep their inputs' batch indices.
-    let out = CudaSites::build_batched(dev, out_coords, m, sites.batch_size)?;
+    let out = Arc::new(CudaSites::build_batched(dev, out_coords, m, sites.batch_size)?);
     // SAFETY: as above (nothing reads it when m = 0).
     let mut nbr = unsafe { dev.alloc_uninit::<i32>(m * kv, "neighbour table") }?;
     if m > 0 {
@@ -529,7 +518,8 @@ pub fn strided_cuda_sites(
 
 /// The inverse of a strided map (`SparseInverseConv3d` with the same `indice_key`): outputs are
 /// the strided map's input sites (`in_sites`, in their order).
-pub fn inverse_cuda(dev: &CudaDevice, down: &CudaKernelMap, in_sites: CudaSites) -> Result<CudaKernelMap, Error> {
+pub fn inverse_cuda(dev: &CudaDevice, down: &CudaKernelMap, in_sites: impl Into<Arc<CudaSites>>) -> Result<CudaKernelMap, Error> {
+    let in_sites = in_sites.into();
     if down.kind != MapKind::Strided {
         return Err(Error::InvalidInput("inverse conv needs a strided map".into()));
     }
