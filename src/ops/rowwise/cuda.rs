@@ -53,16 +53,6 @@ pub fn alloc<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(de
 }
 
 /// `n · c` as a kernel's u32 element count.
-/// Device memory for `len` elements that the next kernel or GEMM writes entirely, not zeroed
-/// (at activation sizes a memset costs as much as the kernel that follows).
-///
-/// # Safety
-/// The caller must write every element before anything reads it.
-pub unsafe fn alloc_uninit<T: cudarc::driver::DeviceRepr>(dev: &CudaDevice, len: usize, what: &str) -> Result<CudaSlice<T>, Error> {
-    // SAFETY: forwarded to the caller.
-    unsafe { dev.alloc_uninit::<T>(len, what) }
-}
-
 pub fn elements(n: usize, c: usize, what: &str) -> Result<u32, Error> {
     u32::try_from(n * c).map_err(|_| Error::InvalidInput(format!("{what}: {n} x {c} values exceed 2^32")))
 }
@@ -91,7 +81,7 @@ impl<S: Store> GpuLinear<S> {
             return alloc::<f32>(dev, 1, "linear output");
         }
         // SAFETY: the GEMM below (beta = 0, so C is not read) writes all n * fout values.
-        let mut acc = unsafe { alloc_uninit::<f32>(dev, n * self.fout, "linear output")? };
+        let mut acc = unsafe { dev.alloc_uninit::<f32>(n * self.fout, "linear output")? };
         let dims = |v: usize| i32::try_from(v).map_err(|_| Error::InvalidInput(format!("linear: dimension {v} exceeds 2^31")));
         let (m, nn, k) = (dims(self.fout)?, dims(n)?, dims(self.fin)?);
         let (alpha, beta) = (1.0f32, 0.0f32);
@@ -170,7 +160,7 @@ pub fn epilogue_guarded<S: Store>(
         return alloc::<S>(dev, 1, "linear epilogue output");
     }
     // SAFETY: linear_epilogue writes every one of the n * c outputs (one thread each).
-    let mut out = unsafe { alloc_uninit::<S>(dev, n * c, "linear epilogue output")? };
+    let mut out = unsafe { dev.alloc_uninit::<S>(n * c, "linear epilogue output")? };
     let f = dev.function_in(S::STORAGE, "layers", "linear_epilogue")?;
     let (ld, col0, n32, c32, act) = (acc_ld as u32, col0 as u32, n as u32, c as u32, gelu as u32);
     let null: u64 = 0;
@@ -217,7 +207,7 @@ impl GpuLayerNorm {
             return alloc::<S>(dev, 1, "layer norm output");
         }
         // SAFETY: the kernel writes all c values of each of the n rows (one warp a row).
-        let mut out = unsafe { alloc_uninit::<S>(dev, n * c, "layer norm output")? };
+        let mut out = unsafe { dev.alloc_uninit::<S>(n * c, "layer norm output")? };
         if x.len() < n * c {
             return Err(Error::InvalidInput(format!("layer norm: {} input halves for {n} rows of {c}", x.len())));
         }

@@ -68,7 +68,7 @@ use crate::ops::attention::{HeadSlice, Partition};
 use crate::ops::dense::cuda::CudaFeatureMap;
 use crate::device::cuda::{cuda_err, CudaDevice};
 use crate::device::range::{RangeFlags, RangeSlot};
-use crate::ops::rowwise::cuda::{alloc_uninit, elements, epilogue_guarded, up_f16, up_f32, GpuLayerNorm, GpuLinear};
+use crate::ops::rowwise::cuda::{elements, epilogue_guarded, up_f16, up_f32, GpuLayerNorm, GpuLinear};
 use crate::ops::rowwise::lt::LtGemm;
 use crate::ops::rowwise::cpu::Linear;
 use crate::device::range_guard::{LayerId, LayerNames};
@@ -97,7 +97,7 @@ fn grid(total: u32) -> LaunchConfig {
 fn scratch<T: DeviceRepr>(dev: &CudaDevice, len: usize, what: &str) -> Result<CudaSlice<T>, Error> {
     // SAFETY: every caller passes the buffer to a kernel or GEMM that writes all `len` elements
     // before anything reads them.
-    unsafe { alloc_uninit::<T>(dev, len, what) }
+    unsafe { dev.alloc_uninit::<T>(len, what) }
 }
 
 /// One stage's partitions on the device (see [`StageWindows`]).
