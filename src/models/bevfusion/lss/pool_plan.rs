@@ -220,14 +220,17 @@ impl PoolPlan {
 mod tests {
     use super::*;
 
+    /// Cell starts of cells of lengths `lens` (and the end).
+    fn starts(lens: &[u32]) -> Vec<u32> {
+        std::iter::once(0).chain(lens.iter().scan(0u32, |end, &l| {
+            *end += l;
+            Some(*end)
+        })).collect()
+    }
+
     /// Cells of lengths 0, 5, 300, 1, 129, 0, 128.
     fn offsets() -> Vec<u32> {
-        let lens = [0u32, 5, 300, 1, 129, 0, 128];
-        let mut s = vec![0u32];
-        for l in lens {
-            s.push(s.last().unwrap() + l);
-        }
-        s
+        starts(&[0, 5, 300, 1, 129, 0, 128])
     }
 
     #[test]
@@ -300,10 +303,7 @@ mod tests {
         lens[4] = 8;
         lens[6] = 1;
         lens[12] = 2;
-        let mut s = vec![0u32];
-        for l in lens {
-            s.push(s.last().unwrap() + l);
-        }
+        let s = starts(&lens);
         let order = band_curve_order(&s, 16, 8, 4);
         // band 2 (9..16 points after the cut): Morton (row, col) 5=(1,1)->3, 10=(2,2)->12,
         // 0=(0,0)->0, 3=(0,3)->5, 15=(3,3)->15; band 1: 1=(0,1)->1, 4=(1,0)->2, 6=(1,2)->6,
@@ -338,13 +338,15 @@ mod tests {
     fn each_blocks_run_of_the_banded_order_is_longest_first() {
         // a 16 x 16 grid of lengths 0..40 (chunk 32: a few cut), so runs of 24 span bands
         let lens: Vec<u32> = (0..256u32).map(|c| (c * 37 + c / 16 * 11) % 41).collect();
-        let mut s = vec![0u32];
-        for l in &lens {
-            s.push(s.last().unwrap() + l);
-        }
+        let s = starts(&lens);
         let curve = band_curve_order(&s, 32, 8, 16);
         let order = banded_order(&s, 32, 8, 16);
         let len = |c: u32| lens[c as usize].min(32);
+        // each cell's position along the curve
+        let mut at = vec![0usize; 256];
+        for (k, &c) in curve.iter().enumerate() {
+            at[c as usize] = k;
+        }
         assert_eq!(order.len(), 256);
         for (k, (run, same)) in order.chunks(BLOCK_ITEMS).zip(curve.chunks(BLOCK_ITEMS)).enumerate() {
             // the same cells as the curve's run, longest first, ties in the curve's order
@@ -356,8 +358,7 @@ mod tests {
             for w in run.windows(2) {
                 assert!(len(w[0]) >= len(w[1]), "run {k}: {} before {}", len(w[0]), len(w[1]));
                 if len(w[0]) == len(w[1]) {
-                    let at = |c: u32| curve.iter().position(|&x| x == c).unwrap();
-                    assert!(at(w[0]) < at(w[1]), "run {k}: a tie out of the curve's order");
+                    assert!(at[w[0] as usize] < at[w[1] as usize], "run {k}: a tie out of the curve's order");
                 }
             }
         }
