@@ -99,6 +99,33 @@ extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, u32 ac
     out[idx] = store_from_float(y);
 }
 
+// The q, k and v of a packed qkv Linear in one pass, as three linear_epilogue calls would give
+// them: acc [n, 3c] FP32 (the GEMM output without bias), q = (acc[:, 0:c] + bias_q) * q_scale,
+// k = acc[:, c:2c] + bias_k, v = acc[:, 2c:3c] + bias_v, each stored [n, c]. Four consecutive
+// values a thread (one 16-byte load, two 2-value stores): the host checks c % 4 == 0 and
+// n * 3c / 4 < 2^32.
+extern "C" __global__ void qkv_epilogue(const float* __restrict__ acc, u32 n, u32 c, const float* __restrict__ bias_q,
+                                        const float* __restrict__ bias_k, const float* __restrict__ bias_v,
+                                        float q_scale, store_t* __restrict__ q, store_t* __restrict__ k,
+                                        store_t* __restrict__ v, u32* __restrict__ range_flags, u32 range_layer) {
+    const u32 quads = 3u * c / 4u;
+    const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= (u64)n * quads) return;
+    const u32 idx = (u32)gid;
+    const u32 r = idx / quads, col = (idx % quads) * 4u;  // col < 3c, a multiple of 4
+    const u32 part = col / c, j = col - part * c;
+    const float* bias = part == 0u ? bias_q : part == 1u ? bias_k : bias_v;
+    const float scale = part == 0u ? q_scale : 1.0f;
+    store_t* out = part == 0u ? q : part == 1u ? k : v;
+    const float4 a = *reinterpret_cast<const float4*>(acc + (u64)r * 3u * c + col);
+    const float y0 = (a.x + bias[j]) * scale, y1 = (a.y + bias[j + 1]) * scale;
+    const float y2 = (a.z + bias[j + 2]) * scale, y3 = (a.w + bias[j + 3]) * scale;
+    range_flag(range_flags, range_layer, store_range_bits(y0) | store_range_bits(y1) | store_range_bits(y2) | store_range_bits(y3));
+    store2_t* o2 = reinterpret_cast<store2_t*>(out + (u64)r * c + j);
+    o2[0] = store2_from_floats(y0, y1);
+    o2[1] = store2_from_floats(y2, y3);
+}
+
 // Folded inference BatchNorm followed by ReLU: out = max(x * scale + shift, 0) per channel.
 extern "C" __global__ void bn_relu_rows(const store_t* __restrict__ x, u32 n, u32 c, const float* __restrict__ scale,
                                         const float* __restrict__ shift, store_t* __restrict__ out,

@@ -178,3 +178,41 @@ fn frame_reads_no_unwritten_device_memory() {
         eprintln!("{name}: {} logits identical with and without the 0xff / 0x7f fills", want.0.len());
     }
 }
+
+/// The transformer blocks' qkv epilogue (one launch, three outputs) gives the bits of three
+/// single-output epilogues and of the CPU's FP16 rounding of (acc + bias) · scale, at a width of
+/// 8-value rows and at one of only 4-value groups; a width not a multiple of 4 is an error.
+#[test]
+fn qkv_epilogue_equals_three_epilogues() {
+    use crate::common::Rng;
+    use half::f16;
+    use sptr::ops::rowwise::cuda::{epilogue, qkv_epilogue_guarded};
+    let Some(dev) = gpu("qkv_epilogue_equals_three_epilogues") else { return };
+    let mut rng = Rng(77);
+    for (n, c) in [(1000usize, 64usize), (333, 36)] {
+        let acc: Vec<f32> = (0..n * 3 * c).map(|_| rng.uniform(-6.0, 6.0)).collect();
+        let bias: Vec<Vec<f32>> = (0..3).map(|_| (0..c).map(|_| rng.uniform(-1.0, 1.0)).collect()).collect();
+        let scale = 0.25f32;
+        let up = |v: &[f32]| dev.stream.clone_htod(v).expect("upload");
+        let d_acc = up(&acc);
+        let d_bias: Vec<_> = bias.iter().map(|b| up(b)).collect();
+        let outs = qkv_epilogue_guarded::<f16>(&dev, &d_acc, n, [&d_bias[0], &d_bias[1], &d_bias[2]], scale, None).expect("qkv epilogue");
+        for (part, got) in outs.iter().enumerate() {
+            let s = if part == 0 { scale } else { 1.0 };
+            let single = epilogue(&dev, &d_acc, 3 * c, part * c, n, &d_bias[part], s, false, None).expect("epilogue");
+            let got: Vec<u16> = dev.stream.clone_dtoh(got).expect("read")[..n * c].iter().map(|h| h.to_bits()).collect();
+            let single: Vec<u16> = dev.stream.clone_dtoh(&single).expect("read")[..n * c].iter().map(|h| h.to_bits()).collect();
+            assert!(got == single, "n {n}, c {c}, part {part}: differs from the single-output epilogue");
+            for r in 0..n {
+                for j in 0..c {
+                    let want = f16::from_f32((acc[r * 3 * c + part * c + j] + bias[part][j]) * s).to_bits();
+                    assert_eq!(got[r * c + j], want, "n {n}, c {c}, part {part}, row {r}, column {j}");
+                }
+            }
+        }
+    }
+    let odd: Vec<_> = (0..3).map(|_| dev.stream.clone_htod(&[0.0f32; 6]).expect("upload")).collect();
+    let acc = dev.stream.clone_htod(&[0.0f32; 36]).expect("upload");
+    let err = qkv_epilogue_guarded::<f16>(&dev, &acc, 2, [&odd[0], &odd[1], &odd[2]], 1.0, None).err().expect("c = 6 is refused");
+    assert!(err.to_string().contains("multiple of 4"), "{err}");
+}

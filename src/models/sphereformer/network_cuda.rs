@@ -40,7 +40,7 @@ use crate::ops::sparse_conv::cuda::{conv_cuda_guarded, ConvAlgo, ConvRange, Cuda
 use crate::ops::sparse_conv::kernel_map_cuda::{inverse_cuda, strided_cuda_sites, submanifold_cuda_sites, CudaKernelMap, CudaSites};
 use crate::ops::sparse_conv::tensor::{validate_geometry, validate_sites};
 use crate::Error;
-use crate::ops::rowwise::cuda::{elements, epilogue_guarded, up_f16, up_f32, GpuLayerNorm, GpuLinear};
+use crate::ops::rowwise::cuda::{elements, epilogue_guarded, qkv_epilogue_guarded, up_f16, up_f32, GpuLayerNorm, GpuLinear};
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaSlice, PushKernelArg};
 use half::f16;
@@ -251,9 +251,8 @@ impl<S: Store> GpuTransformer<S> {
         let acc = self.qkv.gemm(dev, blas, &h, n)?;
         let scale = (self.head_dim as f32).powf(-0.5);
         let qkv = flags.slot(id.qkv)?;
-        let q = epilogue_guarded::<S>(dev, &acc, 3 * c, 0, n, &self.qkv.bias[0], scale, false, None, Some(qkv))?;
-        let k = epilogue_guarded::<S>(dev, &acc, 3 * c, c, n, &self.qkv.bias[1], 1.0, false, None, Some(qkv))?;
-        let v = epilogue_guarded::<S>(dev, &acc, 3 * c, 2 * c, n, &self.qkv.bias[2], 1.0, false, None, Some(qkv))?;
+        let b = &self.qkv.bias;
+        let [q, k, v] = qkv_epilogue_guarded::<S>(dev, &acc, n, [&b[0], &b[1], &b[2]], scale, Some(qkv))?;
         drop(acc);
         // SAFETY: the cubic and the spherical heads together write every voxel's c values.
         let mut att = unsafe { dev.alloc_uninit::<S>(n * c, "attention output") }?;

@@ -179,6 +179,50 @@ pub fn epilogue_guarded<S: Store>(
     Ok(out)
 }
 
+/// A packed qkv Linear's q, k and v (each `[n, c]` in `S`) from its FP32 GEMM output `acc`
+/// (`[n, 3c]`, no bias) in one launch: q = (acc[:, 0:c] + bias\[0\]) · `q_scale`, k and v plus their
+/// biases, the same values as three [`epilogue_guarded`] calls; the range guard of all three
+/// reports into `range`. `c` must be a multiple of 4.
+pub fn qkv_epilogue_guarded<S: Store>(
+    dev: &CudaDevice,
+    acc: &CudaSlice<f32>,
+    n: usize,
+    bias: [&CudaSlice<f32>; 3],
+    q_scale: f32,
+    range: Option<RangeSlot<'_>>,
+) -> Result<[CudaSlice<S>; 3], Error> {
+    let c = bias[0].len();
+    if c % 4 != 0 || bias.iter().any(|b| b.len() != c) {
+        return Err(Error::InvalidInput(format!(
+            "qkv epilogue: biases of {}, {} and {} channels; they must be equal and a multiple of 4",
+            bias[0].len(),
+            bias[1].len(),
+            bias[2].len()
+        )));
+    }
+    if acc.len() < n * 3 * c {
+        return Err(Error::InvalidInput(format!("qkv epilogue: {} accumulators for {n} rows of 3 x {c}", acc.len())));
+    }
+    let quads = elements(n, 3 * c / 4, "qkv epilogue")?;
+    // SAFETY: qkv_epilogue writes every one of the n * c values of each output (a thread per
+    // four consecutive values of a row).
+    let mut out = unsafe { [alloc_uninit::<S>(dev, n * c, "q")?, alloc_uninit::<S>(dev, n * c, "k")?, alloc_uninit::<S>(dev, n * c, "v")?] };
+    if quads == 0 {
+        return Ok(out);
+    }
+    let f = dev.function_in(S::STORAGE, "layers", "qkv_epilogue")?;
+    let (n32, c32) = (n as u32, c as u32);
+    let [q, k, v] = &mut out;
+    let mut b = dev.stream.launch_builder(&f);
+    b.arg(acc).arg(&n32).arg(&c32).arg(bias[0]).arg(bias[1]).arg(bias[2]).arg(&q_scale).arg(q).arg(k).arg(v);
+    RangeSlot::push(range.as_ref(), &mut b);
+    // SAFETY: matches layers.cu's signature; acc holds n * 3c floats (checked), each bias c, each
+    // output n * c; c % 4 == 0 keeps the 16-byte loads aligned; the range slot's layer lies in
+    // its flags.
+    unsafe { b.launch(grid_1d(quads, THREADS)) }.map_err(cuda_err("qkv_epilogue"))?;
+    Ok(out)
+}
+
 /// `nn.LayerNorm(C)`: FP32 gamma and beta.
 pub struct GpuLayerNorm {
     pub gamma: CudaSlice<f32>,
