@@ -106,9 +106,15 @@ pub fn radix_sort_pairs(
     let mut keys_alt = unsafe { dev.alloc_uninit::<u64>(n, "sort scratch keys") }?;
     // SAFETY: as above.
     let mut vals_alt = unsafe { dev.alloc_uninit::<u32>(n, "sort scratch values") }?;
-    // every pass's digit counts, then one tile counter a pass (scan_sort.cu: RADIX_COUNTS)
-    let mut counts = s.alloc_zeros::<u32>(RADIX_COUNTS).map_err(cuda_err("sort: allocating digit counts"))?;
-    let mut status = s.alloc_zeros::<u64>(ntiles as usize * RADIX_BINS as usize).map_err(cuda_err("sort: allocating look-back status"))?;
+    // The passes' look-back status (ntiles * 256 words), then every pass's digit counts and one
+    // tile counter a pass (scan_sort.cu: RADIX_COUNTS): one zeroed buffer, since a memset costs
+    // the host about as much as a launch.
+    let status_words = ntiles as usize * RADIX_BINS as usize;
+    let mut zeroed = s.alloc_zeros::<u64>(status_words + RADIX_COUNTS.div_ceil(2)).map_err(cuda_err("sort: allocating digit counts and look-back status"))?;
+    let (mut status, mut counts_words) = zeroed.split_at_mut(status_words);
+    // SAFETY: RADIX_COUNTS u32 fit in the RADIX_COUNTS / 2 (rounded up) u64 after the status.
+    let mut counts = unsafe { counts_words.transmute_mut::<u32>(RADIX_COUNTS) }
+        .ok_or_else(|| Error::Cuda("sort: the digit counts do not fit their buffer".into()))?;
     let f_counts = dev.function("scan_sort", "radix_digit_counts")?;
     let f_pass = dev.function("scan_sort", "radix_onesweep")?;
     let count_blocks = ntiles.min(COUNT_BLOCKS_MAX);
