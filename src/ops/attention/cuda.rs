@@ -224,9 +224,8 @@ fn read_bounds(dev: &CudaDevice, bounds: &CudaSlice<u32>) -> Result<Vec<u32>, Er
 struct PendingPartition {
     order: CudaSlice<u32>,
     win_of: CudaSlice<u32>,
+    /// `n + 1` window offsets, then the window count and the largest window.
     offsets: CudaSlice<u32>,
-    /// `[windows, n_max]`.
-    counts: CudaSlice<u32>,
     n: usize,
     min: [f32; 3],
 }
@@ -234,7 +233,8 @@ struct PendingPartition {
 impl PendingPartition {
     /// Reads the window count and the largest window back (waits for the partition).
     fn finish(self, dev: &CudaDevice) -> Result<CudaPartition, Error> {
-        let c = dev.stream.clone_dtoh(&self.counts).map_err(cuda_err("reading the window count"))?;
+        let n = self.n;
+        let c = dev.stream.clone_dtoh(&self.offsets.slice(n + 1..n + 3)).map_err(cuda_err("reading the window count"))?;
         Ok(CudaPartition::new(self.order, self.win_of, self.offsets, self.n, c[0] as usize, c[1] as usize, self.min))
     }
 }
@@ -302,18 +302,21 @@ fn launch_windows(
     let (sums, ntiles) = exclusive_scan_u32_async(dev, &flags, &mut excl, n)?;
     // SAFETY: as above.
     let mut win_of = unsafe { dev.alloc_uninit::<u32>(n, "window ids") }?;
-    let mut offsets = s.alloc_zeros::<u32>(n + 1).map_err(cuda_err("allocating window offsets"))?;
-    let mut counts = s.alloc_zeros::<u32>(2).map_err(cuda_err("allocating window counts"))?;
+    // the offsets and, after them, the count and the largest window: one zeroed buffer
+    let mut offsets = s.alloc_zeros::<u32>(n + 3).map_err(cuda_err("allocating window offsets"))?;
     let f_offs = dev.function("attention", "attn_window_offsets")?;
     let f_nmax = dev.function("attention", "attn_window_nmax")?;
     let nt32 = ntiles as u32;
-    // SAFETY: flags/excl/win_of hold n entries, offsets n + 1 (≥ windows + 1), sums ntiles + 1,
-    // counts 2.
-    unsafe {
-        s.launch_builder(&f_offs).arg(&flags).arg(&excl).arg(&n32).arg(&mut win_of).arg(&mut offsets).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_offsets"))?;
-        s.launch_builder(&f_nmax).arg(&offsets).arg(&sums).arg(&nt32).arg(&n32).arg(&mut counts).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_nmax"))?;
+    {
+        let (mut offs, mut counts) = offsets.split_at_mut(n + 1);
+        // SAFETY: flags/excl/win_of hold n entries, offs n + 1 (≥ windows + 1), sums ntiles + 1,
+        // counts 2.
+        unsafe {
+            s.launch_builder(&f_offs).arg(&flags).arg(&excl).arg(&n32).arg(&mut win_of).arg(&mut offs).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_offsets"))?;
+            s.launch_builder(&f_nmax).arg(&mut offs).arg(&sums).arg(&nt32).arg(&n32).arg(&mut counts).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_nmax"))?;
+        }
     }
-    Ok(PendingPartition { order, win_of, offsets, counts, n, min })
+    Ok(PendingPartition { order, win_of, offsets, n, min })
 }
 
 /// SphereFormer's `cart2sphere` of `[n, 3]` positions.
