@@ -99,6 +99,35 @@ extern "C" __global__ void linear_epilogue(const float* __restrict__ acc, u32 ac
     out[idx] = store_from_float(y);
 }
 
+// linear_epilogue four consecutive values of a row a thread (c, acc_ld and col0 multiples of 4:
+// 16-byte accumulator loads, 2-value stores), each value computed as there.
+extern "C" __global__ void linear_epilogue4(const float* __restrict__ acc, u32 acc_ld, u32 col0, u32 n, u32 c,
+                                            const float* __restrict__ bias, float scale, u32 act,
+                                            const store_t* __restrict__ residual, store_t* __restrict__ out,
+                                            u32* __restrict__ range_flags, u32 range_layer) {
+    const u64 gid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid * 4u >= (u64)n * c) return;
+    const u32 idx = (u32)gid * 4u;  // < 2^32: the host checks the element count
+    const u32 r = idx / c, j = idx % c;
+    const float4 a = *reinterpret_cast<const float4*>(acc + (u64)r * acc_ld + col0 + j);
+    float y[4] = {(a.x + bias[j]) * scale, (a.y + bias[j + 1]) * scale, (a.z + bias[j + 2]) * scale, (a.w + bias[j + 3]) * scale};
+    u32 bits = store_range_bits(y[0]) | store_range_bits(y[1]) | store_range_bits(y[2]) | store_range_bits(y[3]);
+    if (act == 1)
+        for (int e = 0; e < 4; ++e) y[e] = gelu_erf(y[e]);
+    if (residual) {
+        const store2_t* r2 = reinterpret_cast<const store2_t*>(residual + idx);
+        const float2 p = store2_to_float2(r2[0]), q = store2_to_float2(r2[1]);
+        y[0] += p.x;
+        y[1] += p.y;
+        y[2] += q.x;
+        y[3] += q.y;
+    }
+    range_flag(range_flags, range_layer, bits | store_range_bits(y[0]) | store_range_bits(y[1]) | store_range_bits(y[2]) | store_range_bits(y[3]));
+    store2_t* o2 = reinterpret_cast<store2_t*>(out + idx);
+    o2[0] = store2_from_floats(y[0], y[1]);
+    o2[1] = store2_from_floats(y[2], y[3]);
+}
+
 // The q, k and v of a packed qkv Linear in one pass, as three linear_epilogue calls would give
 // them: acc [n, 3c] FP32 (the GEMM output without bias), q = (acc[:, 0:c] + bias_q) * q_scale,
 // k = acc[:, c:2c] + bias_k, v = acc[:, 2c:3c] + bias_v, each stored [n, c]. Four consecutive

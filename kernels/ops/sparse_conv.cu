@@ -949,6 +949,36 @@ extern "C" __global__ void conv_split_reduce(const float* __restrict__ partial, 
     out[i] = store_from_float(v);
 }
 
+// conv_split_reduce four consecutive values a thread (cout % 4 == 0: 16-byte partial loads, 2-value
+// stores), the same sums in the same split order. The host checks m * cout < 2^32.
+extern "C" __global__ void conv_split_reduce4(const float* __restrict__ partial, u32 splits, u32 m, u32 cout,
+                                              const float* __restrict__ bias, const store_t* __restrict__ residual,
+                                              store_t* __restrict__ out, const float* __restrict__ post_scale,
+                                              const float* __restrict__ post_shift, u32 post_relu,
+                                              u32* __restrict__ range_flags, u32 range_layer) {
+    const u32 total = m * cout;
+    const u32 i = (blockIdx.x * blockDim.x + threadIdx.x) * 4u;
+    if (i >= total) return;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (u32 z = 0; z < splits; ++z) {
+        const float4 p = *reinterpret_cast<const float4*>(partial + (u64)z * total + i);
+        v.x += p.x;
+        v.y += p.y;
+        v.z += p.z;
+        v.w += p.w;
+    }
+    const u32 co = i % cout;
+    u32 range_bits = 0;
+    const float y0 = conv_epilogue(v.x, i, co, bias, residual, post_scale, post_shift, post_relu, range_bits);
+    const float y1 = conv_epilogue(v.y, i + 1, co + 1, bias, residual, post_scale, post_shift, post_relu, range_bits);
+    const float y2 = conv_epilogue(v.z, i + 2, co + 2, bias, residual, post_scale, post_shift, post_relu, range_bits);
+    const float y3 = conv_epilogue(v.w, i + 3, co + 3, bias, residual, post_scale, post_shift, post_relu, range_bits);
+    range_flag(range_flags, range_layer, range_bits);
+    store2_t* o2 = reinterpret_cast<store2_t*>(out + i);
+    o2[0] = store2_from_floats(y0, y1);
+    o2[1] = store2_from_floats(y2, y3);
+}
+
 // relu?(x * scale[c] + shift[c]) over a whole [n, c] input, once, for the pipelined convs (their
 // cp.async gather cannot transform rows on the way): the same float steps as the gather's.
 extern "C" __global__ void conv_pre_activate(const store_t* __restrict__ x, u32 n, u32 c, const float* __restrict__ scale,
@@ -961,4 +991,24 @@ extern "C" __global__ void conv_pre_activate(const store_t* __restrict__ x, u32 
     range_flag(range_flags, range_layer, store_range_bits(f));  // before the ReLU, as tile_store
     if (relu) f = fmaxf(f, 0.f);
     out[idx] = store_from_float(f);
+}
+
+// conv_pre_activate four consecutive values a thread (c % 4 == 0: 2-value loads and stores); the
+// host checks n * c < 2^32.
+extern "C" __global__ void conv_pre_activate4(const store_t* __restrict__ x, u32 n, u32 c, const float* __restrict__ scale,
+                                              const float* __restrict__ shift, u32 relu, store_t* __restrict__ out,
+                                              u32* __restrict__ range_flags, u32 range_layer) {
+    const u32 i = (blockIdx.x * blockDim.x + threadIdx.x) * 4u;
+    if (i >= n * c) return;
+    const u32 j = i % c;
+    const store2_t* x2 = reinterpret_cast<const store2_t*>(x + i);
+    const float2 a = store2_to_float2(x2[0]), b = store2_to_float2(x2[1]);
+    float f[4] = {a.x * scale[j] + shift[j], a.y * scale[j + 1] + shift[j + 1], b.x * scale[j + 2] + shift[j + 2],
+                  b.y * scale[j + 3] + shift[j + 3]};
+    range_flag(range_flags, range_layer, store_range_bits(f[0]) | store_range_bits(f[1]) | store_range_bits(f[2]) | store_range_bits(f[3]));
+    if (relu)
+        for (int e = 0; e < 4; ++e) f[e] = fmaxf(f[e], 0.f);
+    store2_t* o2 = reinterpret_cast<store2_t*>(out + i);
+    o2[0] = store2_from_floats(f[0], f[1]);
+    o2[1] = store2_from_floats(f[2], f[3]);
 }

@@ -216,3 +216,39 @@ fn qkv_epilogue_equals_three_epilogues() {
     let err = qkv_epilogue_guarded::<f16>(&dev, &acc, 2, [&odd[0], &odd[1], &odd[2]], 1.0, None).err().expect("c = 6 is refused");
     assert!(err.to_string().contains("multiple of 4"), "{err}");
 }
+
+/// The Linear epilogue's kernel of four values a thread (rows whose width and start are
+/// multiples of 4) against its one-value kernel (an accumulator whose rows start 2 floats in):
+/// the same values within one FP16 ulp (FMA contraction may differ between the two), with bias,
+/// scale, GELU and a residual.
+#[test]
+fn linear_epilogue_four_a_thread_equals_one_a_thread() {
+    use crate::common::Rng;
+    use half::f16;
+    use sptr::ops::rowwise::cuda::epilogue;
+    let Some(dev) = gpu("linear_epilogue_four_a_thread_equals_one_a_thread") else { return };
+    let mut rng = Rng(78);
+    let (n, c) = (777usize, 64usize);
+    let acc: Vec<f32> = (0..n * c).map(|_| rng.uniform(-5.0, 5.0)).collect();
+    // the same rows, each 2 floats further in: the one-value kernel runs there
+    let mut shifted = vec![0.0f32; n * (c + 2)];
+    for r in 0..n {
+        shifted[r * (c + 2) + 2..(r + 1) * (c + 2)].copy_from_slice(&acc[r * c..(r + 1) * c]);
+    }
+    let bias: Vec<f32> = (0..c).map(|_| rng.uniform(-1.0, 1.0)).collect();
+    let residual: Vec<f16> = (0..n * c).map(|_| f16::from_f32(rng.uniform(-2.0, 2.0))).collect();
+    let d_acc = dev.stream.clone_htod(&acc).expect("upload");
+    let d_shifted = dev.stream.clone_htod(&shifted).expect("upload");
+    let d_bias = dev.stream.clone_htod(&bias).expect("upload");
+    let d_res = dev.stream.clone_htod(&residual).expect("upload");
+    for (gelu, res) in [(false, None), (true, None), (false, Some(&d_res)), (true, Some(&d_res))] {
+        let four = epilogue(&dev, &d_acc, c, 0, n, &d_bias, 0.5, gelu, res).expect("four a thread");
+        let one = epilogue(&dev, &d_shifted, c + 2, 2, n, &d_bias, 0.5, gelu, res).expect("one a thread");
+        let four = dev.stream.clone_dtoh(&four).expect("read");
+        let one = dev.stream.clone_dtoh(&one).expect("read");
+        for i in 0..n * c {
+            let (a, b) = (four[i].to_bits() as i32, one[i].to_bits() as i32);
+            assert!((a - b).abs() <= 1, "gelu {gelu}, residual {}: value {i}: {} vs {}", res.is_some(), four[i], one[i]);
+        }
+    }
+}

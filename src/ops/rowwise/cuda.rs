@@ -161,7 +161,11 @@ pub fn epilogue_guarded<S: Store>(
     }
     // SAFETY: linear_epilogue writes every one of the n * c outputs (one thread each).
     let mut out = unsafe { dev.alloc_uninit::<S>(n * c, "linear epilogue output")? };
-    let f = dev.function_in(S::STORAGE, "layers", "linear_epilogue")?;
+    // four values a thread where the rows allow it (the pass is bound by its per-thread work,
+    // not by memory, at these sizes)
+    let by4 = c % 4 == 0 && acc_ld % 4 == 0 && col0 % 4 == 0;
+    let f = dev.function_in(S::STORAGE, "layers", if by4 { "linear_epilogue4" } else { "linear_epilogue" })?;
+    let threads = if by4 { total / 4 } else { total };
     let (ld, col0, n32, c32, act) = (acc_ld as u32, col0 as u32, n as u32, c as u32, gelu as u32);
     let null: u64 = 0;
     let s = &dev.stream;
@@ -175,7 +179,7 @@ pub fn epilogue_guarded<S: Store>(
     RangeSlot::push(range.as_ref(), &mut b);
     // SAFETY: matches layers.cu's signature; acc holds n * acc_ld floats, residual/out n * c;
     // the range slot's layer lies in its flags.
-    unsafe { b.launch(grid_1d(total, THREADS)) }.map_err(cuda_err("linear_epilogue"))?;
+    unsafe { b.launch(grid_1d(threads, THREADS)) }.map_err(cuda_err("linear_epilogue"))?;
     Ok(out)
 }
 

@@ -390,7 +390,11 @@ fn pre_activate<S: Store>(
     }
     // SAFETY: conv_pre_activate writes all n * c values.
     let mut out = unsafe { dev.alloc_uninit::<S>(n * c, "the pre-activated input") }?;
-    let f = dev.function_in(S::STORAGE, "sparse_conv", "conv_pre_activate")?;
+    // four values a thread where the rows allow it (an elementwise pass is bound by its
+    // per-thread work, not by memory, at these sizes)
+    let by4 = c % 4 == 0;
+    let f = dev.function_in(S::STORAGE, "sparse_conv", if by4 { "conv_pre_activate4" } else { "conv_pre_activate" })?;
+    let threads = if by4 { total / 4 } else { total };
     let (n32, c32, relu) = (n as u32, c as u32, p.relu as u32);
     // SAFETY: matches sparse_conv.cu; x holds >= n * c halves (checked by the caller), scale and
     // shift c floats, out n * c halves; the range slot's layer lies in its flags.
@@ -398,7 +402,7 @@ fn pre_activate<S: Store>(
         let mut b = s.launch_builder(&f);
         b.arg(x).arg(&n32).arg(&c32).arg(p.scale).arg(p.shift).arg(&relu).arg(&mut out);
         RangeSlot::push(range, &mut b);
-        b.launch(crate::device::primitives::grid_1d(total, 256))
+        b.launch(crate::device::primitives::grid_1d(threads, 256))
     }
     .map_err(cuda_err("conv_pre_activate"))?;
     Ok(out)
@@ -672,8 +676,11 @@ pub fn conv_cuda_guarded<S: Store>(
         b.launch(cfg).map_err(cuda_err(format!("sparse conv ({algo:?})")))?;
     }
     let Some(partial) = partial else { return Ok(out) };
-    let f = dev.function_in(S::STORAGE, "sparse_conv", "conv_split_reduce")?;
     let total = u32::try_from(map.out_count * w.cout).map_err(|_| Error::InvalidInput("conv output exceeds 2^32 values".into()))?;
+    // four values a thread where the rows allow it, as the pre-activation pass
+    let by4 = w.cout % 4 == 0;
+    let f = dev.function_in(S::STORAGE, "sparse_conv", if by4 { "conv_split_reduce4" } else { "conv_split_reduce" })?;
+    let threads = if by4 { total / 4 } else { total };
     // SAFETY: partial holds splits * m * cout floats, all written by the split blocks; out and
     // residual hold m * cout halves (checked above), bias cout floats.
     unsafe {
@@ -694,7 +701,7 @@ pub fn conv_cuda_guarded<S: Store>(
         };
         b.arg(&post_relu);
         RangeSlot::push(range.conv.as_ref(), &mut b);
-        b.launch(crate::device::primitives::grid_1d(total, 256)).map_err(cuda_err("conv_split_reduce"))?;
+        b.launch(crate::device::primitives::grid_1d(threads, 256)).map_err(cuda_err("conv_split_reduce"))?;
     }
     Ok(out)
 }
