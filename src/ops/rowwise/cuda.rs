@@ -210,7 +210,7 @@ pub fn qkv_epilogue_guarded<S: Store>(
     let quads = elements(n, 3 * c / 4, "qkv epilogue")?;
     // SAFETY: qkv_epilogue writes every one of the n * c values of each output (a thread per
     // four consecutive values of a row).
-    let mut out = unsafe { [alloc_uninit::<S>(dev, n * c, "q")?, alloc_uninit::<S>(dev, n * c, "k")?, alloc_uninit::<S>(dev, n * c, "v")?] };
+    let mut out = unsafe { [dev.alloc_uninit::<S>(n * c, "q")?, dev.alloc_uninit::<S>(n * c, "k")?, dev.alloc_uninit::<S>(n * c, "v")?] };
     if quads == 0 {
         return Ok(out);
     }
