@@ -6,7 +6,7 @@
 //! (key, voxel) over just the bits the keys need → run heads → scan = window of every sorted
 //! position, window offsets, largest window. Two small reads to the host per partition (the
 //! bounds; the window count with the largest window), and a level reads its two partitions'
-//! together; nothing per pair is ever stored.
+//! together (one buffer holds both partitions' values); nothing per pair is ever stored.
 //!
 //! Attention: windows below [`TILED_MIN_WINDOW`] voxels (and every window without contextual RPE)
 //! get four lanes per (query, head), each walking a quarter of the keys of its window with an
@@ -28,7 +28,7 @@ use crate::device::primitives::{bits_for, exclusive_scan_u32_async, grid_1d, rad
 use crate::device::range::RangeSlot;
 use crate::device::storage::{Storage, Store};
 use crate::Error;
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaViewMut, DeviceRepr, LaunchConfig, PushKernelArg};
 use half::f16;
 
 const THREADS: u32 = 256;
@@ -172,9 +172,15 @@ pub fn window_partition_cuda(
     window: [f32; 3],
     shift: bool,
 ) -> Result<CudaPartition, Error> {
-    let Some(bounds) = launch_bounds(dev, pos, batch, n, window)? else { return empty_partition(dev) };
-    let b = read_bounds(dev, &bounds)?;
-    launch_windows(dev, pos, batch, n, window, shift, &b)?.finish(dev)
+    check_partition_inputs(pos, batch, n, window)?;
+    if n == 0 {
+        return empty_partition(dev);
+    }
+    let mut meta = dev.stream.clone_htod(&PARTITION_META_INIT).map_err(cuda_err("uploading partition bounds"))?;
+    launch_bounds(dev, pos, batch, n, &mut meta.slice_mut(..))?;
+    let b = read_meta(dev, &meta)?;
+    let pending = launch_windows(dev, pos, batch, n, window, shift, &b, &mut meta.slice_mut(..))?;
+    Ok(pending.finish(&read_meta(dev, &meta)?))
 }
 
 /// A partition with no voxels.
@@ -183,65 +189,76 @@ fn empty_partition(dev: &CudaDevice) -> Result<CudaPartition, Error> {
     Ok(CudaPartition::new(one()?, one()?, one()?, 0, 0, 0, [0.0; 3]))
 }
 
-/// Step one of a partition, enqueued only: per-axis bounds of the positions and of the batch
-/// indices. None for zero voxels. (A level builds two partitions; doing each step for both
-/// before reading anything back halves its host round trips.)
-fn launch_bounds(dev: &CudaDevice, pos: &CudaSlice<f32>, batch: &CudaSlice<i32>, n: usize, window: [f32; 3]) -> Result<Option<CudaSlice<u32>>, Error> {
+/// A partition's small values on the device: the bounds of [`launch_bounds`] (order_f32 min x,
+/// y, z, max x, y, z, then the batch indices' min and max), then the window count and the
+/// largest window of [`launch_windows`]. Uploaded with these initial values (the minima at their
+/// largest, the rest zero) so that the kernels need no memset; a level's two partitions share one
+/// upload and one read of each step's values.
+const PARTITION_META_LEN: usize = 10;
+const PARTITION_META_INIT: [u32; PARTITION_META_LEN] = [u32::MAX, u32::MAX, u32::MAX, 0, 0, 0, u32::MAX, 0, 0, 0];
+/// Where the window count and the largest window start in a partition's values.
+const PARTITION_COUNTS: usize = 8;
+
+/// The window must be finite and positive, and the positions and batch indices cover `n` voxels.
+fn check_partition_inputs(pos: &CudaSlice<f32>, batch: &CudaSlice<i32>, n: usize, window: [f32; 3]) -> Result<(), Error> {
     if window.iter().any(|w| !(w.is_finite() && *w > 0.0)) {
         return Err(Error::InvalidInput(format!("window partition: window {window:?} must be finite and > 0")));
     }
-    let n32 = n_u32(n, "window partition")?;
-    if n == 0 {
-        return Ok(None);
-    }
-    if pos.len() < n * 3 || batch.len() < n {
+    n_u32(n, "window partition")?;
+    if n > 0 && (pos.len() < n * 3 || batch.len() < n) {
         return Err(Error::InvalidInput(format!(
             "window partition: {} position values and {} batch indices for {n} voxels",
             pos.len(),
             batch.len()
         )));
     }
-    let s = &dev.stream;
-    // bounds: order_f32 min/max per axis, batch min/max
-    let init: [u32; 8] = [u32::MAX, u32::MAX, u32::MAX, 0, 0, 0, u32::MAX, 0];
-    let mut bounds = s.clone_htod(&init).map_err(cuda_err("uploading bounds"))?;
+    Ok(())
+}
+
+/// Step one of a partition of `n > 0` voxels (inputs checked by [`check_partition_inputs`]),
+/// enqueued only: per-axis bounds of the positions and of the batch indices into `meta`'s first
+/// eight values (a partition's values, see [`PARTITION_META_LEN`]). A level builds two
+/// partitions; doing each step for both before reading anything back halves its host round
+/// trips.
+fn launch_bounds(dev: &CudaDevice, pos: &CudaSlice<f32>, batch: &CudaSlice<i32>, n: usize, meta: &mut CudaViewMut<'_, u32>) -> Result<(), Error> {
+    let n32 = n_u32(n, "window partition")?;
     let f_bounds = dev.function("attention", "attn_bounds")?;
-    // SAFETY: pos holds n*3 floats, batch n ints, bounds 8 u32; signature matches.
+    // SAFETY: pos holds n*3 floats, batch n ints, meta at least 8 u32; signature matches.
     unsafe {
         let mut cfg = grid_1d(n32, THREADS);
         cfg.grid_dim.0 = cfg.grid_dim.0.min(BOUNDS_MAX_BLOCKS);  // grid-stride kernel
-        s.launch_builder(&f_bounds).arg(pos).arg(batch).arg(&n32).arg(&mut bounds).launch(cfg).map_err(cuda_err("attn_bounds"))?;
+        dev.stream.launch_builder(&f_bounds).arg(pos).arg(batch).arg(&n32).arg(meta).launch(cfg).map_err(cuda_err("attn_bounds"))?;
     }
-    Ok(Some(bounds))
+    Ok(())
 }
 
-/// The bounds of [`launch_bounds`] on the host (waits for them).
-fn read_bounds(dev: &CudaDevice, bounds: &CudaSlice<u32>) -> Result<Vec<u32>, Error> {
-    dev.stream.clone_dtoh(bounds).map_err(cuda_err("reading bounds"))
+/// Partition values (one partition's or a level's two) on the host: waits for the GPU.
+fn read_meta(dev: &CudaDevice, meta: &CudaSlice<u32>) -> Result<Vec<u32>, Error> {
+    dev.stream.clone_dtoh(meta).map_err(cuda_err("reading partition bounds and counts"))
 }
 
 /// A partition whose window count and largest window are still on the device.
 struct PendingPartition {
     order: CudaSlice<u32>,
     win_of: CudaSlice<u32>,
-    /// `n + 1` window offsets, then the window count and the largest window.
+    /// `n + 1` window offsets.
     offsets: CudaSlice<u32>,
     n: usize,
     min: [f32; 3],
 }
 
 impl PendingPartition {
-    /// Reads the window count and the largest window back (waits for the partition).
-    fn finish(self, dev: &CudaDevice) -> Result<CudaPartition, Error> {
-        let n = self.n;
-        let c = dev.stream.clone_dtoh(&self.offsets.slice(n + 1..n + 3)).map_err(cuda_err("reading the window count"))?;
-        Ok(CudaPartition::new(self.order, self.win_of, self.offsets, self.n, c[0] as usize, c[1] as usize, self.min))
+    /// The partition, given its values read back after [`launch_windows`].
+    fn finish(self, meta: &[u32]) -> CudaPartition {
+        let (windows, n_max) = (meta[PARTITION_COUNTS] as usize, meta[PARTITION_COUNTS + 1] as usize);
+        CudaPartition::new(self.order, self.win_of, self.offsets, self.n, windows, n_max, self.min)
     }
 }
 
 /// Step two, enqueued only: window keys from the bounds `b` (read back), the stable sort, run
 /// heads, the scan, window offsets (allocated for the most windows there can be, `n`) and the
-/// count and largest window into a two-value buffer.
+/// count and largest window into `meta`'s values 8 and 9 (uploaded as zeros).
+#[allow(clippy::too_many_arguments)]
 fn launch_windows(
     dev: &CudaDevice,
     pos: &CudaSlice<f32>,
@@ -250,6 +267,7 @@ fn launch_windows(
     window: [f32; 3],
     shift: bool,
     b: &[u32],
+    meta: &mut CudaViewMut<'_, u32>,
 ) -> Result<PendingPartition, Error> {
     let s = &dev.stream;
     let n32 = n_u32(n, "window partition")?;
@@ -302,19 +320,16 @@ fn launch_windows(
     let (sums, ntiles) = exclusive_scan_u32_async(dev, &flags, &mut excl, n)?;
     // SAFETY: as above.
     let mut win_of = unsafe { dev.alloc_uninit::<u32>(n, "window ids") }?;
-    // the offsets and, after them, the count and the largest window: one zeroed buffer
-    let mut offsets = s.alloc_zeros::<u32>(n + 3).map_err(cuda_err("allocating window offsets"))?;
+    let mut offsets = s.alloc_zeros::<u32>(n + 1).map_err(cuda_err("allocating window offsets"))?;
     let f_offs = dev.function("attention", "attn_window_offsets")?;
     let f_nmax = dev.function("attention", "attn_window_nmax")?;
     let nt32 = ntiles as u32;
-    {
-        let (mut offs, mut counts) = offsets.split_at_mut(n + 1);
-        // SAFETY: flags/excl/win_of hold n entries, offs n + 1 (≥ windows + 1), sums ntiles + 1,
-        // counts 2.
-        unsafe {
-            s.launch_builder(&f_offs).arg(&flags).arg(&excl).arg(&n32).arg(&mut win_of).arg(&mut offs).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_offsets"))?;
-            s.launch_builder(&f_nmax).arg(&mut offs).arg(&sums).arg(&nt32).arg(&n32).arg(&mut counts).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_nmax"))?;
-        }
+    let mut counts = meta.slice_mut(PARTITION_COUNTS..PARTITION_META_LEN);
+    // SAFETY: flags/excl/win_of hold n entries, offsets n + 1 (≥ windows + 1), sums ntiles + 1,
+    // counts 2.
+    unsafe {
+        s.launch_builder(&f_offs).arg(&flags).arg(&excl).arg(&n32).arg(&mut win_of).arg(&mut offsets).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_offsets"))?;
+        s.launch_builder(&f_nmax).arg(&offsets).arg(&sums).arg(&nt32).arg(&n32).arg(&mut counts).launch(grid_1d(n32, THREADS)).map_err(cuda_err("attn_window_nmax"))?;
     }
     Ok(PendingPartition { order, win_of, offsets, n, min })
 }
@@ -954,17 +969,30 @@ impl CudaSphereWindows {
     /// `xyz`: `[n, 3]` f32 positions (metres), `batch`: `[n]`.
     pub fn build(dev: &CudaDevice, xyz: &CudaSlice<f32>, batch: &CudaSlice<i32>, n: usize, level: &SphereLevel) -> Result<Self, Error> {
         let sphere_pos = cart2sphere_cuda(dev, xyz, n)?;
-        // Both partitions step by step, so the level waits for the GPU twice, not six times.
-        let cubic_bounds = launch_bounds(dev, xyz, batch, n, level.cubic_window)?;
-        let sphere_bounds = launch_bounds(dev, &sphere_pos, batch, n, level.sphere_window)?;
-        let (cubic, sphere) = match (cubic_bounds, sphere_bounds) {
-            (Some(cb), Some(sb)) => {
-                let (cb, sb) = (read_bounds(dev, &cb)?, read_bounds(dev, &sb)?);
-                let cubic = launch_windows(dev, xyz, batch, n, level.cubic_window, level.shift, &cb)?;
-                let sphere = launch_windows(dev, &sphere_pos, batch, n, level.sphere_window, level.shift, &sb)?;
-                (cubic.finish(dev)?, sphere.finish(dev)?)
+        check_partition_inputs(xyz, batch, n, level.cubic_window)?;
+        check_partition_inputs(&sphere_pos, batch, n, level.sphere_window)?;
+        let (cubic, sphere) = if n == 0 {
+            (empty_partition(dev)?, empty_partition(dev)?)
+        } else {
+            // Both partitions step by step, their values in one buffer: the level uploads once
+            // and waits for the GPU twice (bounds, then counts), reading both partitions' each time.
+            const L: usize = PARTITION_META_LEN;
+            let init: Vec<u32> = [PARTITION_META_INIT; 2].concat();
+            let mut meta = dev.stream.clone_htod(&init).map_err(cuda_err("uploading partition bounds"))?;
+            {
+                let (mut cubic_meta, mut sphere_meta) = meta.split_at_mut(L);
+                launch_bounds(dev, xyz, batch, n, &mut cubic_meta)?;
+                launch_bounds(dev, &sphere_pos, batch, n, &mut sphere_meta)?;
             }
-            _ => (empty_partition(dev)?, empty_partition(dev)?),
+            let b = read_meta(dev, &meta)?;
+            let (cubic, sphere) = {
+                let (mut cubic_meta, mut sphere_meta) = meta.split_at_mut(L);
+                let cubic = launch_windows(dev, xyz, batch, n, level.cubic_window, level.shift, &b[..L], &mut cubic_meta)?;
+                let sphere = launch_windows(dev, &sphere_pos, batch, n, level.sphere_window, level.shift, &b[L..], &mut sphere_meta)?;
+                (cubic, sphere)
+            };
+            let c = read_meta(dev, &meta)?;
+            (cubic.finish(&c[..L]), sphere.finish(&c[L..]))
         };
         let geometry = |min, window, quant, l, split| RpeGeometry { min, window, quant, shift: level.shift, grid_length: l, radial_split: split };
         let cubic_rpe = geometry(cubic.min, level.cubic_window, level.cubic_quant, level.cubic_grid_length, None);
