@@ -3,8 +3,9 @@
 //! Algorithm, one pass each: per-sample minimum (origin `scan_min`) -> integer coordinates and
 //! their bounds -> mixed-radix keys over the occupied box -> stable radix sort of (key, point)
 //! over just the bits the keys need -> run heads -> exclusive scan = voxel ids -> point->voxel
-//! map and run starts -> one thread per voxel sums its points in input order. The host reads
-//! back three small things (counts and bounds, the voxel count, the capped point count).
+//! map and run starts -> one thread per voxel sums its points in input order. The points go up
+//! in one copy; the host reads back three small things (counts and bounds in one buffer, the
+//! voxel count, the capped point count).
 
 use crate::ops::voxelize::cpu::{KeyPrecision, OutOfRange, VoxelOrigin};
 use crate::device::cuda::{cuda_err, CudaDevice};
@@ -125,25 +126,21 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
         return alloc_out(0, 0, stats);
     }
 
-    // Upload the points, samples concatenated.
-    let cat = |f: fn(&Points) -> &Vec<f32>| -> Vec<f32> {
-        let mut v = Vec::with_capacity(n);
-        for p in batch {
-            v.extend_from_slice(f(p));
-        }
-        v
-    };
-    // The kernels test x, y, z for finiteness; a point whose intensity is NaN/Inf must get no
-    // voxel either (as on the CPU): it goes up with x = NaN, so every kernel skips it and it is
+    // Upload the points in one copy, samples concatenated: x, y, z, then intensity, n values
+    // each. The kernels test x, y, z for finiteness; a point whose intensity is NaN/Inf must get
+    // no voxel either (as on the CPU): it goes up with x = NaN, so every kernel skips it and it is
     // counted non-finite.
-    let mut host_x = Vec::with_capacity(n);
+    let mut host = Vec::with_capacity(4 * n);
     for p in batch {
-        host_x.extend(p.x.iter().zip(&p.intensity).map(|(&x, &i)| if i.is_finite() { x } else { f32::NAN }));
+        host.extend(p.x.iter().zip(&p.intensity).map(|(&x, &i)| if i.is_finite() { x } else { f32::NAN }));
     }
-    let x = s.clone_htod(&host_x).map_err(e("uploading x"))?;
-    let y = s.clone_htod(&cat(|p| &p.y)).map_err(e("uploading y"))?;
-    let z = s.clone_htod(&cat(|p| &p.z)).map_err(e("uploading z"))?;
-    let inten = s.clone_htod(&cat(|p| &p.intensity)).map_err(e("uploading intensity"))?;
+    for column in [|p: &Points| &p.y, |p: &Points| &p.z, |p: &Points| &p.intensity] as [fn(&Points) -> &Vec<f32>; 3] {
+        for p in batch {
+            host.extend_from_slice(column(p));
+        }
+    }
+    let points = s.clone_htod(&host).map_err(e("uploading the points"))?;
+    let (x, y, z, inten) = (points.slice(..n), points.slice(n..2 * n), points.slice(2 * n..3 * n), points.slice(3 * n..4 * n));
     let d_offsets = s.clone_htod(&offsets).map_err(e("uploading sample offsets"))?;
     let pc = params_c(params, nb, n);
     let n32 = n as u32;
@@ -154,29 +151,36 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
     // SAFETY: vox_point_coords writes every point's x (INVALID_COORD where the point has no
     // voxel) and y, z where it has one, the only ones read.
     let mut coords = unsafe { dev.alloc_uninit::<i32>(n * 3, "point coords") }?;
-    let mut bounds = s
-        .clone_htod(&[i32::MAX, i32::MAX, i32::MAX, i32::MIN, i32::MIN, i32::MIN])
-        .map_err(e("allocating bounds"))?;
-    let mut counters = s.alloc_zeros::<u32>(4).map_err(e("allocating counters"))?;
+    // The coordinate bounds (min x, y, z, max x, y, z), then the counters (valid, non-finite,
+    // out of range, out of grid): one upload of their initial values and one read.
+    let mut bounds_counters = s
+        .clone_htod(&[i32::MAX, i32::MAX, i32::MAX, i32::MIN, i32::MIN, i32::MIN, 0, 0, 0, 0])
+        .map_err(e("allocating bounds and counters"))?;
     let f_min = dev.function("voxelize", "vox_scan_min")?;
     let f_coords = dev.function("voxelize", "vox_point_coords")?;
-    // SAFETY: argument lists match voxelize.cu; every buffer has the length the kernel indexes.
-    unsafe {
-        if params.origin == VoxelOrigin::ScanMin {
-            s.launch_builder(&f_min).arg(&x).arg(&y).arg(&z).arg(&d_offsets).arg(&pc).arg(&mut mins).launch(grid).map_err(e("vox_scan_min"))?;
+    {
+        let (mut bounds, mut counter_words) = bounds_counters.split_at_mut(6);
+        // SAFETY: four i32 words hold four u32 counters.
+        let mut counters = unsafe { counter_words.transmute_mut::<u32>(4) }.ok_or_else(|| Error::Cuda("voxelize: the counters do not fit their buffer".into()))?;
+        // SAFETY: argument lists match voxelize.cu; every buffer has the length the kernel indexes.
+        unsafe {
+            if params.origin == VoxelOrigin::ScanMin {
+                s.launch_builder(&f_min).arg(&x).arg(&y).arg(&z).arg(&d_offsets).arg(&pc).arg(&mut mins).launch(grid).map_err(e("vox_scan_min"))?;
+            }
+            s.launch_builder(&f_coords)
+                .arg(&x).arg(&y).arg(&z).arg(&d_offsets).arg(&pc).arg(&mins)
+                .arg(&mut coords).arg(&mut bounds).arg(&mut counters)
+                .launch(grid)
+                .map_err(e("vox_point_coords"))?;
         }
-        s.launch_builder(&f_coords)
-            .arg(&x).arg(&y).arg(&z).arg(&d_offsets).arg(&pc).arg(&mins)
-            .arg(&mut coords).arg(&mut bounds).arg(&mut counters)
-            .launch(grid)
-            .map_err(e("vox_point_coords"))?;
     }
-    let h_counters = s.clone_dtoh(&counters).map_err(e("reading counters"))?;
-    let h_bounds = s.clone_dtoh(&bounds).map_err(e("reading bounds"))?;
-    let n_valid = h_counters[0] as usize;
-    stats.non_finite = h_counters[1] as usize;
-    stats.out_of_range = h_counters[2] as usize;
-    stats.out_of_grid = h_counters[3] as usize;
+    let h = s.clone_dtoh(&bounds_counters).map_err(e("reading bounds and counters"))?;
+    let bounds = bounds_counters.slice(..6);
+    let (h_bounds, h_counters) = h.split_at(6);
+    let n_valid = h_counters[0] as u32 as usize;
+    stats.non_finite = h_counters[1] as u32 as usize;
+    stats.out_of_range = h_counters[2] as u32 as usize;
+    stats.out_of_grid = h_counters[3] as u32 as usize;
     if n_valid == 0 {
         return alloc_out(0, n, stats);
     }
