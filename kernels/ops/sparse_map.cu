@@ -181,6 +181,40 @@ extern "C" __global__ void strided_candidates_compact(const i32* __restrict__ co
     cand[t] = key;
 }
 
+// The candidates where an input reaches at most one output (kernel = stride and dilation 1 on
+// every axis: the outputs' cells tile the grid): cand[i] = input i's output through the one
+// offset that reaches it exactly, or the empty key. The same non-empty keys as the n * K
+// candidates above (the other offsets give none) in n entries, so the sort takes n pairs, not
+// n * K. `_tiling` as strided_candidates, `_compact_tiling` as strided_candidates_compact.
+extern "C" __global__ void strided_candidates_tiling(const i32* __restrict__ coords, u32 n, MapGeom G, u64* __restrict__ cand) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    i32 q[3];
+    u64 key = EMPTY_KEY;
+    for (u32 k = 0; k < G.kv; ++k)
+        if (strided_target(coords, i, k, G, q)) {
+            key = pack_coord(coords[i * 4], q[0] + G.out_origin[0], q[1] + G.out_origin[1], q[2] + G.out_origin[2]);
+            break;
+        }
+    cand[i] = key;
+}
+
+extern "C" __global__ void strided_candidates_compact_tiling(const i32* __restrict__ coords, u32 n, MapGeom G, u32 batches, u64 empty,
+                                                             u64* __restrict__ cand) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const i32 b = coords[i * 4];
+    i32 q[3];
+    u64 key = empty;
+    if (b >= 0 && (u32)b < batches)
+        for (u32 k = 0; k < G.kv; ++k)
+            if (strided_target(coords, i, k, G, q)) {
+                key = (((u64)b * (u64)G.out_shape[0] + (u64)q[0]) * (u64)G.out_shape[1] + (u64)q[1]) * (u64)G.out_shape[2] + (u64)q[2];
+                break;
+            }
+    cand[i] = key;
+}
+
 // heads[i] = 1 where sorted candidate i starts a new output site (`empty`: no output).
 extern "C" __global__ void unique_heads(const u64* __restrict__ keys, u32 n, u64 empty, u32* __restrict__ heads) {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -296,7 +296,9 @@ fn cuda_strided_maps_compact_keys_and_fallback() {
             .collect();
         let feats = vec![0.0; n];
         let t = SparseTensor::with_geometry(coords, feats, 1, [1; 3], origin, shape).unwrap();
-        for (k, s, p) in [([2; 3], [2; 3], [0; 3]), ([3; 3], [2; 3], [1; 3]), ([3, 3, 3], [1, 2, 3], [1, 0, 2])] {
+        // kernel = stride (the first, fourth and fifth) takes one candidate an input
+        let geometries = [([2; 3], [2; 3], [0; 3]), ([3; 3], [2; 3], [1; 3]), ([3, 3, 3], [1, 2, 3], [1, 0, 2]), ([2; 3], [2; 3], [1; 3]), ([2, 1, 3], [2, 1, 3], [0, 0, 1])];
+        for (k, s, p) in geometries {
             let g = ConvGeometry { kernel: k, stride: s, padding: p, dilation: [1; 3] };
             for rebuilt in [false, true] {
                 check_strided(&format!("5 samples n={n} k{k:?} s{s:?} p{p:?} rebuilt={rebuilt}"), &t, g, rebuilt);

@@ -428,9 +428,14 @@ pub fn strided_cuda_sites(
         out_shape,
         kv: kv as u32,
     };
-    let total = n * kv;
-    let total32 = u32::try_from(total).map_err(|_| Error::InvalidInput(format!("strided conv: {n} sites x {kv} offsets is too many")))?;
-    // Not zeroed: the candidates kernel writes all n * kv keys; the sort's values are carried
+    // Where the outputs' cells tile the grid (kernel = stride, dilation 1), an input reaches at
+    // most one output: one candidate an input instead of one an (input, offset), the same keys
+    // apart from the empty ones (the down maps of a U-Net sort an eighth of the pairs).
+    let tiling = (0..3).all(|a| g.kernel[a] == g.stride[a] && g.dilation[a] == 1);
+    let per_input = if tiling { 1 } else { kv };
+    let total = n * per_input;
+    let total32 = u32::try_from(total).map_err(|_| Error::InvalidInput(format!("strided conv: {n} sites x {per_input} candidates is too many")))?;
+    // Not zeroed: the candidates kernel writes all `total` keys; the sort's values are carried
     // along and never read; unique_heads writes every head, the scan every prefix,
     // unique_coords the m outputs' rows and strided_nbr all m * kv entries.
     // SAFETY: as said.
@@ -443,10 +448,10 @@ pub fn strided_cuda_sites(
     let m = if total > 0 {
         let empty = match compact {
             Some(empty) => {
-                let f_cand = dev.function("sparse_map", "strided_candidates_compact")?;
+                let f_cand = dev.function("sparse_map", if tiling { "strided_candidates_compact_tiling" } else { "strided_candidates_compact" })?;
                 let batches = u32::try_from(sites.batch_size)
                     .map_err(|_| Error::InvalidInput(format!("strided conv: batch count {} exceeds 2^32", sites.batch_size)))?;
-                // SAFETY: argument list matches sparse_map.cu; cand holds n * kv entries.
+                // SAFETY: argument list matches sparse_map.cu; cand holds `total` entries.
                 unsafe {
                     s.launch_builder(&f_cand).arg(&sites.coords).arg(&n32).arg(&geom).arg(&batches).arg(&empty).arg(&mut cand)
                         .launch(grid_u64(total as u64)?).map_err(cuda_err("strided_candidates_compact"))?;
@@ -454,8 +459,8 @@ pub fn strided_cuda_sites(
                 empty
             }
             None => {
-                let f_cand = dev.function("sparse_map", "strided_candidates")?;
-                // SAFETY: argument list matches sparse_map.cu; cand holds n * kv entries.
+                let f_cand = dev.function("sparse_map", if tiling { "strided_candidates_tiling" } else { "strided_candidates" })?;
+                // SAFETY: argument list matches sparse_map.cu; cand holds `total` entries.
                 unsafe {
                     s.launch_builder(&f_cand).arg(&sites.coords).arg(&n32).arg(&geom).arg(&mut cand)
                         .launch(grid_u64(total as u64)?).map_err(cuda_err("strided_candidates"))?;
