@@ -4,8 +4,8 @@
 //! their bounds -> mixed-radix keys over the occupied box -> stable radix sort of (key, point)
 //! over just the bits the keys need -> run heads -> exclusive scan = voxel ids -> point->voxel
 //! map and run starts -> one thread per voxel sums its points in input order. The points go up
-//! in one copy; the host reads back three small things (counts and bounds in one buffer, the
-//! voxel count, the capped point count).
+//! in one copy; the host reads back two small things (counts and bounds in one buffer, the voxel
+//! count), and a third (the capped point count) only when the voxel cap drops voxels.
 
 use crate::ops::voxelize::cpu::{KeyPrecision, OutOfRange, VoxelOrigin};
 use crate::device::cuda::{cuda_err, CudaDevice};
@@ -246,7 +246,9 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
             .launch(grid)
             .map_err(e("vox_assign"))?;
     }
-    let kept_end = s.clone_dtoh(&voxel_start.slice(m..m + 1)).map_err(e("reading cap position"))?[0] as usize;
+    // Where the voxel cap keeps every voxel (the usual case) it keeps every valid point
+    // (vox_assign's end is n_valid), and nothing needs reading back.
+    let kept_end = if m == m_total { n_valid } else { s.clone_dtoh(&voxel_start.slice(m..m + 1)).map_err(e("reading cap position"))?[0] as usize };
     stats.voxels_total = m_total;
     stats.voxels_kept = m;
     stats.points_capped = n_valid - kept_end;
