@@ -73,6 +73,46 @@ scan_single_tile(const u32* in, u32* out, u32* __restrict__ sums, u32 n) {
     }
 }
 
+// The whole scan in one block when the input spans a few tiles (the run heads of a level's
+// windows, a down map's candidates): the tiles one after another, each offset by the sum of
+// those before it, the next tile's values loaded before the current one is scanned. One launch
+// instead of the three passes, whose two extra launches cost the host more than this block's
+// serial walk costs the GPU at these sizes. sums as scan_single_tile's. `out` may alias `in`
+// (a tile is stored after the next one is loaded).
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
+scan_serial_tiles(const u32* in, u32* out, u32* __restrict__ sums, u32 n, u32 ntiles) {
+    __shared__ u32 warp_sums[33];
+    u32 next[SCAN_ITEMS];
+    u32 base = threadIdx.x * SCAN_ITEMS;
+#pragma unroll
+    for (u32 i = 0; i < SCAN_ITEMS; ++i) next[i] = (base + i < n) ? in[base + i] : 0u;
+    u32 carry = 0;
+    for (u32 tile = 0; tile < ntiles; ++tile, base += SCAN_TILE) {
+        u32 v[SCAN_ITEMS];
+        u32 s = 0;
+#pragma unroll
+        for (u32 i = 0; i < SCAN_ITEMS; ++i) {
+            v[i] = next[i];
+            s += v[i];
+        }
+        const u32 ahead = base + SCAN_TILE;
+#pragma unroll
+        for (u32 i = 0; i < SCAN_ITEMS; ++i) next[i] = (tile + 1 < ntiles && ahead + i < n) ? in[ahead + i] : 0u;
+        u32 total;
+        u32 run = block_exclusive_scan(s, warp_sums, total) + carry;
+#pragma unroll
+        for (u32 i = 0; i < SCAN_ITEMS; ++i) {
+            if (base + i < n) out[base + i] = run;
+            run += v[i];
+        }
+        carry += total;
+    }
+    if (threadIdx.x == 0) {
+        sums[0] = 0u;
+        sums[1] = carry;
+    }
+}
+
 // ---- radix sort: 8-bit digits, 256 threads per block, RADIX_ROUNDS items per thread per tile.
 #define RADIX_THREADS 256
 #define RADIX_ROUNDS 8

@@ -9,6 +9,9 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 const SCAN_THREADS: u32 = 1024;
 const SCAN_TILE: u32 = SCAN_THREADS * 4;
+/// Up to this many tiles (32,768 values) one block scans them one after another
+/// (`scan_serial_tiles`, one launch); more take the three passes.
+const SERIAL_SCAN_TILES: u32 = 8;
 const RADIX_THREADS: u32 = 256;
 const RADIX_TILE: u32 = RADIX_THREADS * 8;
 const RADIX_BINS: u32 = 256;
@@ -47,7 +50,8 @@ pub fn exclusive_scan_u32(
 }
 
 /// [`exclusive_scan_u32`] without reading the total back (no host synchronisation). Returns the
-/// tile-sum buffer (its entry `ntiles` holds the total) and `ntiles`.
+/// tile-sum buffer and the index of its entry holding the total (the tile count of the three
+/// passes; 1 where one block scanned the input).
 pub fn exclusive_scan_u32_async(
     dev: &CudaDevice,
     input: &CudaSlice<u32>,
@@ -68,6 +72,14 @@ pub fn exclusive_scan_u32_async(
         let f_one = dev.function("scan_sort", "scan_single_tile")?;
         // SAFETY: matches the kernel; input/output hold >= n elements (n <= one tile), sums 2.
         unsafe { s.launch_builder(&f_one).arg(input).arg(output).arg(&mut sums).arg(&n32).launch(one) }.map_err(cuda_err("scan_single_tile"))?;
+        return Ok((sums, 1));
+    }
+    if ntiles <= SERIAL_SCAN_TILES {
+        let f_serial = dev.function("scan_sort", "scan_serial_tiles")?;
+        // SAFETY: matches the kernel; input/output hold >= n elements, sums >= 2 (ntiles + 1).
+        unsafe { s.launch_builder(&f_serial).arg(input).arg(output).arg(&mut sums).arg(&n32).arg(&ntiles).launch(one) }
+            .map_err(cuda_err("scan_serial_tiles"))?;
+        // its sums are a single tile's: the total at entry 1
         return Ok((sums, 1));
     }
     // SAFETY: argument lists match the kernels' signatures; input/output hold >= n elements,

@@ -223,7 +223,8 @@ fn cuda_voxelize_drops_points_with_a_non_finite_intensity() {
 fn cuda_scan_matches_cpu() {
     let Some(dev) = gpu("cuda_scan_matches_cpu") else { return };
     let mut rng = Rng(42);
-    for n in [1usize, 31, 1024, 4095, 4096, 4097, 100_003, 5_000_000] {
+    // one tile, tiles scanned by one block (up to 8 tiles of 4096), the three passes
+    for n in [1usize, 31, 1024, 4095, 4096, 4097, 8192, 12_345, 32_768, 32_769, 100_003, 5_000_000] {
         let v: Vec<u32> = (0..n).map(|_| (rng.next_u64() % 7) as u32).collect();
         let input = dev.stream.clone_htod(&v).unwrap();
         let mut out = dev.stream.alloc_zeros::<u32>(n).unwrap();
