@@ -18,58 +18,105 @@ __device__ __forceinline__ float unorder_f32(u32 o) {
     return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
 }
 
-// SphereFormer's cart2sphere, op by op: a tensor divided by a Python scalar is a multiplication
-// by the float32 reciprocal in PyTorch's CUDA kernels.
-extern "C" __global__ void attn_cart2sphere(const float* __restrict__ xyz, u32 n, float* __restrict__ out) {
-    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+// SphereFormer's cart2sphere of position i, op by op: a tensor divided by a Python scalar is a
+// multiplication by the float32 reciprocal in PyTorch's CUDA kernels.
+__device__ __forceinline__ void cart2sphere_at(const float* __restrict__ xyz, u32 i, float out[3]) {
     const float x = xyz[i * 3], y = xyz[i * 3 + 1], z = xyz[i * 3 + 2];
     const float inv_pi = 1.0f / PI_F;
     const float theta = ((atan2f(y, x) + PI_F) * 180.0f) * inv_pi;
     const float xy2 = x * x + y * y;
     const float beta = (atan2f(sqrtf(xy2), z) * 180.0f) * inv_pi;
-    out[i * 3] = theta;
-    out[i * 3 + 1] = beta;
-    out[i * 3 + 2] = sqrtf(xy2 + z * z);
+    out[0] = theta;
+    out[1] = beta;
+    out[2] = sqrtf(xy2 + z * z);
+}
+
+extern "C" __global__ void attn_cart2sphere(const float* __restrict__ xyz, u32 n, float* __restrict__ out) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float s[3];
+    cart2sphere_at(xyz, i, s);
+    out[i * 3] = s[0];
+    out[i * 3 + 1] = s[1];
+    out[i * 3 + 2] = s[2];
 }
 
 // Per-axis min and max of positions (ordered u32; host initialises mins to ~0 and maxs to 0) and
-// the batch range. Grid-stride (the host caps the grid), reduced per warp by shuffles, per block
-// in shared memory and then with one global atomic per value and block: contended global atomics
-// from every thread made this a 16 us kernel at 320k voxels.
-extern "C" __global__ void attn_bounds(const float* __restrict__ pos, const i32* __restrict__ batch, u32 n,
-                                       u32* bounds /* min x,y,z, max x,y,z, min b, max b */) {
-    __shared__ u32 block_bounds[8];
-    if (threadIdx.x < 8) block_bounds[threadIdx.x] = threadIdx.x < 3 || threadIdx.x == 6 ? 0xffffffffu : 0u;
-    __syncthreads();
-    u32 lo[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, hi[4] = {0u, 0u, 0u, 0u};
-    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+// the batch range: a thread's running bounds, then reduced per warp by shuffles, per block in
+// shared memory and with one global atomic per value and block (contended global atomics from
+// every thread made this a 16 us kernel at 320k voxels).
+struct Bounds {
+    u32 lo[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
+    u32 hi[4] = {0u, 0u, 0u, 0u};
+
+    __device__ __forceinline__ void add(const float p[3], i32 b) {
         for (int a = 0; a < 3; ++a) {
-            const u32 o = order_f32(pos[i * 3 + a]);
+            const u32 o = order_f32(p[a]);
             lo[a] = min(lo[a], o);
             hi[a] = max(hi[a], o);
         }
-        lo[3] = min(lo[3], (u32)batch[i]);
-        hi[3] = max(hi[3], (u32)batch[i]);
+        lo[3] = min(lo[3], (u32)b);
+        hi[3] = max(hi[3], (u32)b);
     }
-    for (int a = 0; a < 4; ++a) {
-        lo[a] = __reduce_min_sync(FULL_MASK, lo[a]);
-        hi[a] = __reduce_max_sync(FULL_MASK, hi[a]);
-    }
-    if ((threadIdx.x & 31u) == 0) {
-        for (int a = 0; a < 3; ++a) {
-            atomicMin(&block_bounds[a], lo[a]);
-            atomicMax(&block_bounds[3 + a], hi[a]);
+
+    // Every thread of the block calls it; block_bounds: 8 words of shared memory.
+    __device__ __forceinline__ void publish(u32* block_bounds, u32* bounds /* min x,y,z, max x,y,z, min b, max b */) {
+        if (threadIdx.x < 8) block_bounds[threadIdx.x] = threadIdx.x < 3 || threadIdx.x == 6 ? 0xffffffffu : 0u;
+        __syncthreads();
+        for (int a = 0; a < 4; ++a) {
+            lo[a] = __reduce_min_sync(FULL_MASK, lo[a]);
+            hi[a] = __reduce_max_sync(FULL_MASK, hi[a]);
         }
-        atomicMin(&block_bounds[6], lo[3]);
-        atomicMax(&block_bounds[7], hi[3]);
+        if ((threadIdx.x & 31u) == 0) {
+            for (int a = 0; a < 3; ++a) {
+                atomicMin(&block_bounds[a], lo[a]);
+                atomicMax(&block_bounds[3 + a], hi[a]);
+            }
+            atomicMin(&block_bounds[6], lo[3]);
+            atomicMax(&block_bounds[7], hi[3]);
+        }
+        __syncthreads();
+        if (threadIdx.x < 8) {
+            const u32 v = block_bounds[threadIdx.x];
+            if (threadIdx.x < 3 || threadIdx.x == 6) atomicMin(&bounds[threadIdx.x], v);
+            else atomicMax(&bounds[threadIdx.x], v);
+        }
     }
-    __syncthreads();
-    if (threadIdx.x < 8) {
-        const u32 v = block_bounds[threadIdx.x];
-        if (threadIdx.x < 3 || threadIdx.x == 6) atomicMin(&bounds[threadIdx.x], v);
-        else atomicMax(&bounds[threadIdx.x], v);
+};
+
+// The bounds of one partition's positions. Grid-stride (the host caps the grid).
+extern "C" __global__ void attn_bounds(const float* __restrict__ pos, const i32* __restrict__ batch, u32 n, u32* bounds) {
+    __shared__ u32 block_bounds[8];
+    Bounds b;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const float p[3] = {pos[i * 3], pos[i * 3 + 1], pos[i * 3 + 2]};
+        b.add(p, batch[i]);
     }
+    b.publish(block_bounds, bounds);
+}
+
+// A SphereFormer level's first step in one pass: cart2sphere of every position into `sphere`,
+// and the bounds of both partitions, the cubic one's over the positions and the spherical one's
+// over their spherical coordinates (what attn_cart2sphere and two attn_bounds compute).
+// Grid-stride (the host caps the grid).
+extern "C" __global__ void attn_sphere_and_bounds(const float* __restrict__ xyz, const i32* __restrict__ batch, u32 n,
+                                                  float* __restrict__ sphere, u32* cubic_bounds, u32* sphere_bounds) {
+    __shared__ u32 block_bounds[8];
+    Bounds cubic, spherical;
+    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const float p[3] = {xyz[i * 3], xyz[i * 3 + 1], xyz[i * 3 + 2]};
+        float s[3];
+        cart2sphere_at(xyz, i, s);
+        sphere[i * 3] = s[0];
+        sphere[i * 3 + 1] = s[1];
+        sphere[i * 3 + 2] = s[2];
+        const i32 b = batch[i];
+        cubic.add(p, b);
+        spherical.add(s, b);
+    }
+    cubic.publish(block_bounds, cubic_bounds);
+    __syncthreads();  // block_bounds is reused
+    spherical.publish(block_bounds, sphere_bounds);
 }
 
 struct WindowGrid {

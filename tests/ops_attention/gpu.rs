@@ -257,7 +257,12 @@ fn sphere_attention_matches_cpu_on_nuscenes() {
         let lvl = SphereLevel::from_model(&cfg.yaml, level).unwrap();
         let wd = CudaSphereWindows::build(&dev, &xyz_d, &batch_d, n, &lvl).unwrap();
         // the CPU reference on the GPU's spherical coordinates, so both partition identical inputs
-        let sph: Vec<[f32; 3]> = s.clone_dtoh(&wd.sphere_pos).unwrap().chunks(3).map(|c| [c[0], c[1], c[2]]).collect();
+        let sph_flat = s.clone_dtoh(&wd.sphere_pos).unwrap();
+        // the level's one-pass kernel (spherical coordinates with both partitions' bounds) writes
+        // the stand-alone cart2sphere's bits
+        let alone = s.clone_dtoh(&cart2sphere_cuda(&dev, &xyz_d, n).unwrap()).unwrap();
+        assert!(sph_flat.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()) && sph_flat.len() == alone.len(), "level {level}: spherical coordinates");
+        let sph: Vec<[f32; 3]> = sph_flat.chunks(3).map(|c| [c[0], c[1], c[2]]).collect();
         let w = SphereWindows::from_sphere_positions(&xyz, sph, &batch, &lvl).unwrap();
         assert_eq!(wd.cubic.to_host(&dev).unwrap(), w.cubic);
         assert_eq!(wd.sphere.to_host(&dev).unwrap(), w.sphere);

@@ -232,6 +232,36 @@ fn launch_bounds(dev: &CudaDevice, pos: &CudaSlice<f32>, batch: &CudaSlice<i32>,
     Ok(())
 }
 
+/// A SphereFormer level's first step for `n > 0` voxels, enqueued only: the spherical
+/// coordinates of `xyz` (returned, as [`cart2sphere_cuda`]) and the bounds of both partitions
+/// into their values (as [`launch_bounds`] over `xyz` and over the spherical coordinates), in one
+/// launch instead of three.
+fn sphere_and_bounds(
+    dev: &CudaDevice,
+    xyz: &CudaSlice<f32>,
+    batch: &CudaSlice<i32>,
+    n: usize,
+    cubic_meta: &mut CudaViewMut<'_, u32>,
+    sphere_meta: &mut CudaViewMut<'_, u32>,
+) -> Result<CudaSlice<f32>, Error> {
+    let n32 = n_u32(n, "window partition")?;
+    // SAFETY: attn_sphere_and_bounds writes all n rows.
+    let mut sphere = unsafe { dev.alloc_uninit::<f32>(n * 3, "sphere positions") }?;
+    let f = dev.function("attention", "attn_sphere_and_bounds")?;
+    // SAFETY: xyz and sphere hold n*3 floats, batch n ints (checked by check_partition_inputs),
+    // both metas at least 8 u32; signature matches.
+    unsafe {
+        let mut cfg = grid_1d(n32, THREADS);
+        cfg.grid_dim.0 = cfg.grid_dim.0.min(BOUNDS_MAX_BLOCKS);  // grid-stride kernel
+        dev.stream
+            .launch_builder(&f)
+            .arg(xyz).arg(batch).arg(&n32).arg(&mut sphere).arg(cubic_meta).arg(sphere_meta)
+            .launch(cfg)
+            .map_err(cuda_err("attn_sphere_and_bounds"))?;
+    }
+    Ok(sphere)
+}
+
 /// Partition values (one partition's or a level's two) on the host: waits for the GPU.
 fn read_meta(dev: &CudaDevice, meta: &CudaSlice<u32>) -> Result<Vec<u32>, Error> {
     dev.stream.clone_dtoh(meta).map_err(cuda_err("reading partition bounds and counts"))
@@ -968,22 +998,23 @@ pub struct CudaSphereWindows {
 impl CudaSphereWindows {
     /// `xyz`: `[n, 3]` f32 positions (metres), `batch`: `[n]`.
     pub fn build(dev: &CudaDevice, xyz: &CudaSlice<f32>, batch: &CudaSlice<i32>, n: usize, level: &SphereLevel) -> Result<Self, Error> {
-        let sphere_pos = cart2sphere_cuda(dev, xyz, n)?;
         check_partition_inputs(xyz, batch, n, level.cubic_window)?;
-        check_partition_inputs(&sphere_pos, batch, n, level.sphere_window)?;
-        let (cubic, sphere) = if n == 0 {
-            (empty_partition(dev)?, empty_partition(dev)?)
+        if !level.sphere_window.iter().all(|w| w.is_finite() && *w > 0.0) {
+            return Err(Error::InvalidInput(format!("window partition: window {:?} must be finite and > 0", level.sphere_window)));
+        }
+        let (sphere_pos, cubic, sphere) = if n == 0 {
+            (cart2sphere_cuda(dev, xyz, n)?, empty_partition(dev)?, empty_partition(dev)?)
         } else {
             // Both partitions step by step, their values in one buffer: the level uploads once
-            // and waits for the GPU twice (bounds, then counts), reading both partitions' each time.
+            // and waits for the GPU twice (bounds, then counts), reading both partitions' each
+            // time. The spherical coordinates and both partitions' bounds come from one launch.
             const L: usize = PARTITION_META_LEN;
             let init: Vec<u32> = [PARTITION_META_INIT; 2].concat();
             let mut meta = dev.stream.clone_htod(&init).map_err(cuda_err("uploading partition bounds"))?;
-            {
+            let sphere_pos = {
                 let (mut cubic_meta, mut sphere_meta) = meta.split_at_mut(L);
-                launch_bounds(dev, xyz, batch, n, &mut cubic_meta)?;
-                launch_bounds(dev, &sphere_pos, batch, n, &mut sphere_meta)?;
-            }
+                sphere_and_bounds(dev, xyz, batch, n, &mut cubic_meta, &mut sphere_meta)?
+            };
             let b = read_meta(dev, &meta)?;
             let (cubic, sphere) = {
                 let (mut cubic_meta, mut sphere_meta) = meta.split_at_mut(L);
@@ -992,7 +1023,7 @@ impl CudaSphereWindows {
                 (cubic, sphere)
             };
             let c = read_meta(dev, &meta)?;
-            (cubic.finish(&c[..L]), sphere.finish(&c[L..]))
+            (sphere_pos, cubic.finish(&c[..L]), sphere.finish(&c[L..]))
         };
         let geometry = |min, window, quant, l, split| RpeGeometry { min, window, quant, shift: level.shift, grid_length: l, radial_split: split };
         let cubic_rpe = geometry(cubic.min, level.cubic_window, level.cubic_quant, level.cubic_grid_length, None);
