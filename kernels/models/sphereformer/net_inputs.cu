@@ -29,10 +29,13 @@ extern "C" __global__ void net_recompute_coords(const float* __restrict__ xyz_no
     }
 }
 
-// Mixed-radix key of coords[v] over lo (min xyz; same order as [b, x, y, z]); vals = identity.
+// Mixed-radix key of coords[v] over lo (min xyz; same order as [b, x, y, z]); vals = identity;
+// moved (the duplicate pass's counter) = 0.
 extern "C" __global__ void net_pack_keys(const i32* __restrict__ coords, u32 m, i32 lo_x, i32 lo_y, i32 lo_z,
-                                         u64 dx, u64 dy, u64 dz, u64* __restrict__ keys, u32* __restrict__ vals) {
+                                         u64 dx, u64 dy, u64 dz, u64* __restrict__ keys, u32* __restrict__ vals,
+                                         u32* __restrict__ moved) {
     const u32 v = blockIdx.x * blockDim.x + threadIdx.x;
+    if (v == 0) *moved = 0u;  // the pass's counter (net_revert_duplicates runs after the sort)
     if (v >= m) return;
     vals[v] = v;
     const u64 b = (u64)coords[v * 4];

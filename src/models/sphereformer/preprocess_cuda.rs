@@ -166,7 +166,7 @@ fn resolve_duplicates_cuda(
     let bits = bits_for(top);
     let m32 = m as u32;
     let grid = grid_1d(m32, THREADS);
-    // SAFETY: net_pack_keys writes all m keys and values; the counter is cleared in each pass.
+    // SAFETY: net_pack_keys writes all m keys and values and clears the counter in each pass.
     let mut keys = unsafe { dev.alloc_uninit::<u64>(m, "duplicate-pass keys") }?;
     // SAFETY: as above.
     let mut vals = unsafe { dev.alloc_uninit::<u32>(m, "duplicate-pass values") }?;
@@ -180,12 +180,11 @@ fn resolve_duplicates_cuda(
         unsafe {
             s.launch_builder(&f_pack)
                 .arg(&*coords).arg(&m32).arg(&bounds[0]).arg(&bounds[1]).arg(&bounds[2])
-                .arg(&dx).arg(&dy).arg(&dz).arg(&mut keys).arg(&mut vals)
+                .arg(&dx).arg(&dy).arg(&dz).arg(&mut keys).arg(&mut vals).arg(&mut moved)
                 .launch(grid)
                 .map_err(e("net_pack_keys"))?;
         }
         radix_sort_pairs(dev, &mut keys, &mut vals, m, bits)?;
-        s.memset_zeros(&mut moved).map_err(e("clearing duplicate counter"))?;
         // SAFETY: as above.
         unsafe {
             s.launch_builder(&f_revert)
