@@ -34,18 +34,13 @@ scan_tile_offsets(u32* __restrict__ sums, u32 ntiles) {
     if (threadIdx.x == 0) sums[ntiles] = carry;
 }
 
-// Exclusive scan of tile `tile` of `in` into `out`, each value plus `offset`; returns the tile's
-// sum. Every thread of the block must call it. `out` may alias `in`.
-__device__ __forceinline__ u32 scan_one_tile(const u32* in, u32* out, u32 n, u32 tile, u32 offset) {
-    __shared__ u32 warp_sums[33];
-    const u32 base = tile * SCAN_TILE + threadIdx.x * SCAN_ITEMS;
-    u32 v[SCAN_ITEMS];
+// Exclusive scan of a tile's values into `out`, each plus `offset` (thread t holds v, the
+// values at positions base .. base + SCAN_ITEMS - 1); returns the tile's sum. Every thread of the
+// block must call it.
+__device__ __forceinline__ u32 scan_write_tile(const u32 (&v)[SCAN_ITEMS], u32* out, u32 n, u32 base, u32 offset, u32* warp_sums) {
     u32 s = 0;
 #pragma unroll
-    for (u32 i = 0; i < SCAN_ITEMS; ++i) {
-        v[i] = (base + i < n) ? in[base + i] : 0u;
-        s += v[i];
-    }
+    for (u32 i = 0; i < SCAN_ITEMS; ++i) s += v[i];
     u32 total;
     u32 run = block_exclusive_scan(s, warp_sums, total) + offset;
 #pragma unroll
@@ -54,6 +49,17 @@ __device__ __forceinline__ u32 scan_one_tile(const u32* in, u32* out, u32 n, u32
         run += v[i];
     }
     return total;
+}
+
+// Exclusive scan of tile `tile` of `in` into `out`, each value plus `offset`; returns the tile's
+// sum. Every thread of the block must call it. `out` may alias `in`.
+__device__ __forceinline__ u32 scan_one_tile(const u32* in, u32* out, u32 n, u32 tile, u32 offset) {
+    __shared__ u32 warp_sums[33];
+    const u32 base = tile * SCAN_TILE + threadIdx.x * SCAN_ITEMS;
+    u32 v[SCAN_ITEMS];
+#pragma unroll
+    for (u32 i = 0; i < SCAN_ITEMS; ++i) v[i] = (base + i < n) ? in[base + i] : 0u;
+    return scan_write_tile(v, out, n, base, offset, warp_sums);
 }
 
 // Pass 3: exclusive scan within each tile plus the tile's offset. `out` may alias `in`.
@@ -89,23 +95,12 @@ scan_serial_tiles(const u32* in, u32* out, u32* __restrict__ sums, u32 n, u32 nt
     u32 carry = 0;
     for (u32 tile = 0; tile < ntiles; ++tile, base += SCAN_TILE) {
         u32 v[SCAN_ITEMS];
-        u32 s = 0;
 #pragma unroll
-        for (u32 i = 0; i < SCAN_ITEMS; ++i) {
-            v[i] = next[i];
-            s += v[i];
-        }
+        for (u32 i = 0; i < SCAN_ITEMS; ++i) v[i] = next[i];
         const u32 ahead = base + SCAN_TILE;
 #pragma unroll
         for (u32 i = 0; i < SCAN_ITEMS; ++i) next[i] = (tile + 1 < ntiles && ahead + i < n) ? in[ahead + i] : 0u;
-        u32 total;
-        u32 run = block_exclusive_scan(s, warp_sums, total) + carry;
-#pragma unroll
-        for (u32 i = 0; i < SCAN_ITEMS; ++i) {
-            if (base + i < n) out[base + i] = run;
-            run += v[i];
-        }
-        carry += total;
+        carry += scan_write_tile(v, out, n, base, carry, warp_sums);
     }
     if (threadIdx.x == 0) {
         sums[0] = 0u;
