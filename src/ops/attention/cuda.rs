@@ -215,11 +215,10 @@ fn check_partition_inputs(pos: &CudaSlice<f32>, batch: &CudaSlice<i32>, n: usize
     Ok(())
 }
 
-/// Step one of a partition of `n > 0` voxels (inputs checked by [`check_partition_inputs`]),
-/// enqueued only: per-axis bounds of the positions and of the batch indices into `meta`'s first
-/// eight values (a partition's values, see [`PARTITION_META_LEN`]). A level builds two
-/// partitions; doing each step for both before reading anything back halves its host round
-/// trips.
+/// Step one of a lone partition of `n > 0` voxels (inputs checked by
+/// [`check_partition_inputs`]), enqueued only: per-axis bounds of the positions and of the batch
+/// indices into `meta`'s first eight values (a partition's values, see [`PARTITION_META_LEN`]).
+/// A SphereFormer level takes both partitions' bounds from [`sphere_and_bounds`] instead.
 fn launch_bounds(dev: &CudaDevice, pos: &CudaSlice<f32>, batch: &CudaSlice<i32>, n: usize, meta: &mut CudaViewMut<'_, u32>) -> Result<(), Error> {
     let n32 = n_u32(n, "window partition")?;
     let f_bounds = dev.function("attention", "attn_bounds")?;
@@ -998,10 +997,9 @@ pub struct CudaSphereWindows {
 impl CudaSphereWindows {
     /// `xyz`: `[n, 3]` f32 positions (metres), `batch`: `[n]`.
     pub fn build(dev: &CudaDevice, xyz: &CudaSlice<f32>, batch: &CudaSlice<i32>, n: usize, level: &SphereLevel) -> Result<Self, Error> {
+        // the spherical coordinates have the positions' length, so both checks read `xyz`
         check_partition_inputs(xyz, batch, n, level.cubic_window)?;
-        if !level.sphere_window.iter().all(|w| w.is_finite() && *w > 0.0) {
-            return Err(Error::InvalidInput(format!("window partition: window {:?} must be finite and > 0", level.sphere_window)));
-        }
+        check_partition_inputs(xyz, batch, n, level.sphere_window)?;
         let (sphere_pos, cubic, sphere) = if n == 0 {
             (cart2sphere_cuda(dev, xyz, n)?, empty_partition(dev)?, empty_partition(dev)?)
         } else {
