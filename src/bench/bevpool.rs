@@ -19,11 +19,13 @@
 //! Each case also times the pool with the long cells cut into chunks of other sizes and not cut
 //! at all, launched longest first (`by_chunk`, `band` null), and launched in length bands of
 //! other sizes along a Morton curve (`band` set: points a band); the plan's defaults are
-//! `chunk_points` and `band`. All in the same call.
+//! `chunk_points` and `band`. At 80 channels the default plan also runs on the tensor-core
+//! kernel with spans of several point budgets (`tensor_cores`, each as a ratio to the default).
+//! All in the same call.
 
 use crate::models::bevfusion::lss::config::{BevGrid, LssConfig};
 use crate::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
-use crate::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan};
+use crate::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan, DEFAULT_SPAN_POINTS};
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
 use crate::models::bevfusion::lss::transform::{random_tensors, softmax_into, CameraMask, LssTransform, PREFIX};
 use crate::sensors::calib::camera::Calibration;
@@ -76,7 +78,7 @@ fn random_lifted(seed: u64, pixels: usize, d: usize, c: usize) -> (Vec<f16>, Vec
 
 /// The table, partials and output bytes of a plan (both floors count them once).
 fn plan_bytes(g: &LssGeometry, plan: &PoolPlan, channels: usize) -> usize {
-    g.kept() * 4 + (plan.items.len() + plan.merges.len()) * 16 + plan.slots as usize * channels * 4 * 2 + g.grid.cells() * channels * 2
+    g.kept() * 4 + (plan.items.len() + plan.merges.len() + plan.spans.len()) * 16 + plan.slots as usize * channels * 4 * 2 + g.grid.cells() * channels * 2
 }
 
 /// The DRAM floor's bytes: the inputs once, and the plan's.
@@ -124,6 +126,10 @@ struct PoolRow<'a> {
     cut_cells: usize,
     longest_item: u32,
     by_chunk: Vec<ChunkTime>,
+    /// The default plan on the tensor-core kernel (spans of up to 16 items on `mma.sync`, C 80
+    /// only; empty at other widths), its spans packed to these point budgets, each time with its
+    /// ratio to `pool_ms` (above 1: slower than the default).
+    tensor_cores: Vec<SpanTime>,
     bar_ms: f64,
     goal_ms: f64,
 }
@@ -136,6 +142,17 @@ struct ChunkTime {
     band: Option<u32>,
     pool_ms: Fixed<4>,
 }
+
+/// The tensor-core pool timed with the spans packed to at most `span_points` points.
+#[derive(Serialize)]
+struct SpanTime {
+    span_points: u32,
+    pool_ms: Fixed<4>,
+    over_default: Fixed<2>,
+}
+
+/// Span point budgets of the tensor-core pool timed.
+const SPAN_POINTS_TIMED: [u32; 3] = [64, DEFAULT_SPAN_POINTS, 256];
 
 /// The JSON line of the whole view transform.
 #[derive(Serialize)]
@@ -174,6 +191,17 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
         let plan = CudaPoolPlan::build_ordered(dev, &geom, chunk, PoolOrder::banded(&geom.grid, band))?;
         let ms = dev.time_median_ms(5, iters, || pool_cuda_planned(dev, &geom, &plan, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))?;
         by_chunk.push(ChunkTime { chunk_points: Some(chunk), band: Some(band), pool_ms: Fixed(ms) });
+    }
+    let time_plan = |host: PoolPlan| -> Result<f64, Error> {
+        let plan = CudaPoolPlan::from_host(dev, &geom, host)?;
+        dev.time_median_ms(5, iters, || pool_cuda_planned(dev, &geom, &plan, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))
+    };
+    let mut tensor_cores = Vec::new();
+    if c == 80 {
+        for p in SPAN_POINTS_TIMED {
+            let ms = time_plan(geom.plan.host.clone().with_span_points(Some(p)))?;
+            tensor_cores.push(SpanTime { span_points: p, pool_ms: Fixed(ms), over_default: Fixed(ms / pool_ms) });
+        }
     }
     let plan = &geom.plan.host;
     let bytes = pool_bytes(&cpu, plan, c);
@@ -215,6 +243,7 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
         cut_cells: plan.merges.len(),
         longest_item: plan.longest_item(),
         by_chunk,
+        tensor_cores,
         bar_ms: 0.040,
         goal_ms: 0.020,
     }))
@@ -295,6 +324,7 @@ mod tests {
                 ChunkTime { chunk_points: None, band: None, pool_ms: Fixed(0.15) },
                 ChunkTime { chunk_points: Some(64), band: Some(16), pool_ms: Fixed(0.06) },
             ],
+            tensor_cores: vec![SpanTime { span_points: 64, pool_ms: Fixed(0.117), over_default: Fixed(2.41) }],
             bar_ms: 0.040,
             goal_ms: 0.020,
         };
@@ -302,7 +332,7 @@ mod tests {
             "bench", "case", "device", "cameras", "depth_bins", "feature", "channels", "grid", "points", "kept", "intervals",
             "max_interval", "geometry_ms", "geometry_cpu_ms", "pool_ms", "pool_bytes", "dram_gbps", "dram_floor_ms",
             "ratio_to_floor", "l2_bytes", "l2_gbps", "l2_floor_ms", "ratio_to_l2_floor", "chunk_points", "band", "cut_cells",
-            "longest_item", "by_chunk", "bar_ms", "goal_ms",
+            "longest_item", "by_chunk", "tensor_cores", "bar_ms", "goal_ms",
         ];
         let v = parse_row(&line(&row), &keys);
         assert_eq!((v["pool_ms"].as_f64(), v["ratio_to_floor"].as_f64(), v["goal_ms"].as_f64()), (Some(0.1235), Some(61.73), Some(0.02)));
@@ -311,6 +341,7 @@ mod tests {
         assert!(v["by_chunk"][0]["band"].is_null(), "longest first: null");
         assert_eq!(v["by_chunk"][1]["band"], 16);
         assert_eq!(v["feature"][1], 88);
+        assert_eq!((v["tensor_cores"][0]["span_points"].as_u64(), v["tensor_cores"][0]["over_default"].as_f64()), (Some(64), Some(2.41)));
         let t = TransformRow { bench: "bevpool", case: "seg_vtransform", device: "H100", lift_ms: Fixed(0.5), vtransform_ms: Fixed(1.0), note: "n" };
         parse_row(&line(&t), &["bench", "case", "device", "lift_ms", "vtransform_ms", "note"]);
     }

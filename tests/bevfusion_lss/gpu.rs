@@ -1,7 +1,8 @@
 //! The LSS view transform on CUDA against the CPU reference: geometry tables identical entry for
-//! entry (seg and detection grids, nuScenes calibration), the pool within rel 1e-3 on FP16 inputs,
-//! the same bits on repeated runs, a masked camera equal to a camera with zero depth, the same
-//! with the long cells cut into chunks of any size (the pool's plan) and not cut at all, the whole
+//! entry (seg and detection grids, nuScenes calibration), the pool (tensor-core and slice kernels)
+//! within rel 1e-3 on FP16 inputs and each value within its rounding bound, the same bits on
+//! repeated runs, a masked camera adding nothing, the same with the long cells cut into chunks of
+//! any size (the pool's plan), not cut at all, and other span budgets, the whole
 //! transform (depthnet, softmax, pool, downsample) on random weights, and the geometry cache.
 //! Skips without a GPU unless SPTR_REQUIRE_GPU=1.
 #![cfg(feature = "cuda-core")]
@@ -11,7 +12,7 @@ use cudarc::cublas::CudaBlas;
 use half::f16;
 use crate::lss_common::*;
 use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
-use sptr::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan, DEFAULT_BAND_POINTS, DEFAULT_CHUNK_POINTS, WHOLE_CELL};
+use sptr::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan, DEFAULT_BAND_POINTS, DEFAULT_CHUNK_POINTS, DEFAULT_SPAN_POINTS, WHOLE_CELL};
 use sptr::models::bevfusion::lss::transform::random_tensors;
 use sptr::models::bevfusion::lss::{pool, CameraMask, LssConfig, LssGeometry, LssParams, LssTransform, PREFIX};
 use sptr::ops::dense::cuda::CudaFeatureMap;
@@ -70,10 +71,22 @@ fn cuda_geometry_identical_to_cpu() {
     check_geometry(&dev, "seg geometry, moved cameras", &seg_config(), &moved);
 }
 
+/// Every pooled value against the CPU's FP32 sum `want` of the same FP16 inputs: within the FP16
+/// rounding of the output (2^-11 of the value) plus the two FP32 summations' error, which scales
+/// with the sum of the terms' magnitudes (`abs_sum`, the cell's Σ |depth · context| a channel).
+/// Unlike a norm over the whole map, one wrong cell fails it.
+fn assert_each_value_close(what: &str, got: &[f32], want: &[f32], abs_sum: &[f32]) {
+    for (i, ((g, w), a)) in got.iter().zip(want).zip(abs_sum).enumerate() {
+        let tol = 5e-4 * w.abs() + 1e-4 * a + 1e-7;
+        assert!((g - w).abs() <= tol, "{what}: value {i} (cell {}, channel {}): {g} against the CPU's {w} (|terms| {a})", i / 80, i % 80);
+    }
+}
+
 #[test]
 fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
     let Some(dev) = gpu("cuda_pool_matches_cpu_is_deterministic_and_masks") else { return };
-    // seg and det run the C = 80 kernel, small (C 16) the kernel for any C
+    // the default plans run the slice kernel; at C = 80 (seg and det) the same plans and others
+    // also run the tensor-core kernel (`with_span_points`)
     for (name, cfg) in [("seg", seg_config()), ("det", det_config()), ("small", small_config())] {
         let params = LssParams::from_config(&cfg);
         let calib = nuscenes_calib();
@@ -81,10 +94,14 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
         let frustum = upload_frustum(&dev, &params).unwrap();
         let geom = build_geometry_cuda(&dev, &params, &frustum, &calib).unwrap();
         let (d, c) = (cpu_geom.depth_bins, cfg.channels());
+        assert!(!geom.plan.has_spans(), "{name}: the default plan runs the slice kernel");
         let pixels = cpu_geom.cameras * cpu_geom.pixels_per_camera();
         let (depth, context) = random_lifted(11, pixels, d, c);
         let (gd, gc) = (upload_f16(&dev, &depth), upload_f16(&dev, &context));
         let want = pool(&cpu_geom, &depth, &context, c, CameraMask::ALL).unwrap();
+        let abs_depth: Vec<f32> = depth.iter().map(|v| v.abs()).collect();
+        let abs_context: Vec<f32> = context.iter().map(|v| v.abs()).collect();
+        let abs_sum = pool(&cpu_geom, &abs_depth, &abs_context, c, CameraMask::ALL).unwrap().data;
         let got = pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL).unwrap().download(&dev).unwrap();
         assert_eq!((got.h, got.w, got.c), (want.h, want.w, want.c));
         let e = rel_err(&got.data, &want.data);
@@ -92,6 +109,12 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
         // the inputs are the same FP16 values; what differs is the FP32 summation order and the
         // FP16 rounding of the output (<= 2^-11 relative)
         assert!(e <= 1e-3, "{name}: rel err {e}");
+        let close = |what: &str, m: &FeatureMap| {
+            if c == 80 {
+                assert_each_value_close(&format!("{name}, {what}"), &m.data, &want.data, &abs_sum);
+            }
+        };
+        close("default plan", &got);
         // empty cells are zero
         for cell in 0..cpu_geom.grid.cells() {
             if cpu_geom.cell_start[cell] == cpu_geom.cell_start[cell + 1] {
@@ -104,70 +127,97 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
             let again = pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL).unwrap().download(&dev).unwrap();
             assert_eq!(bits(&again), bits(&got), "{name}: pool output changed between runs");
         }
-        // a masked camera equals a camera with zero depth, bit for bit
+        // a masked camera adds nothing: bit for bit a camera with zero depth and zero context
+        // (and on the slice kernel, zero depth alone)
         let per_cam = cpu_geom.pixels_per_camera() * d;
+        let per_cam_ctx = cpu_geom.pixels_per_camera() * c;
+        let zero_camera = |cam: usize| {
+            let mut zd = depth.clone();
+            zd[cam * per_cam..(cam + 1) * per_cam].iter_mut().for_each(|v| *v = 0.0);
+            let mut zc = context.clone();
+            zc[cam * per_cam_ctx..(cam + 1) * per_cam_ctx].iter_mut().for_each(|v| *v = 0.0);
+            (upload_f16(&dev, &zd), upload_f16(&dev, &zc))
+        };
         for cam in [0usize, 4] {
-            let mut zeroed = depth.clone();
-            zeroed[cam * per_cam..(cam + 1) * per_cam].iter_mut().for_each(|v| *v = 0.0);
-            let gz = upload_f16(&dev, &zeroed);
+            let (zd, zc) = zero_camera(cam);
             let masked = pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL.without(cam)).unwrap().download(&dev).unwrap();
-            let zero = pool_cuda(&dev, &geom, &gz, &gc, c, CameraMask::ALL).unwrap().download(&dev).unwrap();
-            assert_eq!(bits(&masked), bits(&zero), "{name}: camera {cam} masked != zero depth");
+            let zero = pool_cuda(&dev, &geom, &zd, &zc, c, CameraMask::ALL).unwrap().download(&dev).unwrap();
+            assert_eq!(bits(&masked), bits(&zero), "{name}: camera {cam} masked != zero depth and context");
             assert_ne!(bits(&masked), bits(&got), "{name}: camera {cam} contributes");
             let cpu_masked = pool(&cpu_geom, &depth, &context, c, CameraMask::ALL.without(cam)).unwrap();
             assert!(rel_err(&masked.data, &cpu_masked.data) <= 1e-3);
         }
-        // the plan cuts the long cells (so the two-pass path runs here), and any cut gives the
-        // CPU's sums, the same bits on every run, masks as zero depth; a cell the plan keeps
-        // whole has the bits of the uncut pool
+        // the plan cuts the long cells (so the two-pass path runs here)
         let longest_cell = cpu_geom.cell_start.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
         if name != "small" {
             assert!(longest_cell > DEFAULT_CHUNK_POINTS, "{name}: no cell over {DEFAULT_CHUNK_POINTS} points, so no cut to test");
         }
         assert_eq!(geom.plan.host.merges.is_empty(), longest_cell <= DEFAULT_CHUNK_POINTS, "{name}: the plan cuts exactly the long cells");
-        let uncut = CudaPoolPlan::build(&dev, &geom, u32::MAX).unwrap();
-        let uncut_out = pool_cuda_planned(&dev, &geom, &uncut, &gd, &gc, c, CameraMask::ALL, None).unwrap().download(&dev).unwrap();
+        let (zd0, zc0) = zero_camera(0);
+        let slices = |p: PoolPlan| CudaPoolPlan::from_host(&dev, &geom, p.with_span_points(None)).unwrap();
+        let run = |plan: &CudaPoolPlan, mask: CameraMask, dep: &cudarc::driver::CudaSlice<f16>, ctx: &cudarc::driver::CudaSlice<f16>| {
+            pool_cuda_planned(&dev, &geom, plan, dep, ctx, c, mask, None).unwrap().download(&dev).unwrap()
+        };
+        // a plan on either kernel: the CPU's sums, the same bits on every run, camera 0 masked as
+        // zero depth and context
+        let check_variant = |what: &str, plan: &CudaPoolPlan| -> FeatureMap {
+            let out = run(plan, CameraMask::ALL, &gd, &gc);
+            let e = rel_err(&out.data, &want.data);
+            assert!(e <= 1e-3, "{name}, {what}: rel err {e}");
+            close(what, &out);
+            assert_eq!(bits(&run(plan, CameraMask::ALL, &gd, &gc)), bits(&out), "{name}, {what}: changed between runs");
+            assert_eq!(bits(&run(plan, CameraMask::ALL.without(0), &gd, &gc)), bits(&run(plan, CameraMask::ALL, &zd0, &zc0)), "{name}, {what}: mask");
+            eprintln!("{name} pool, {what}: {} items, {} spans, {} cut cells, rel err {e:.2e}", plan.host.items.len(), plan.host.spans.len(), plan.host.merges.len());
+            out
+        };
+        // the slice kernel: masked equals zero depth alone; any cut gives the CPU's sums; a cell
+        // the plan keeps whole has the bits of the uncut pool, and the launch order (banded or
+        // longest first) never changes a bit
+        let default_slices = slices(geom.plan.host.clone());
+        let default_slices_out = check_variant("default plan, slice kernel", &default_slices);
+        let mut zd = depth.clone();
+        zd[..per_cam].iter_mut().for_each(|v| *v = 0.0);
+        let zd_only = upload_f16(&dev, &zd);
+        assert_eq!(bits(&run(&default_slices, CameraMask::ALL.without(0), &gd, &gc)), bits(&run(&default_slices, CameraMask::ALL, &zd_only, &gc)), "{name}: slice kernel mask");
+        let uncut_out = run(&slices(PoolPlan::build(&geom.host_cell_start, u32::MAX).unwrap()), CameraMask::ALL, &gd, &gc);
         for item in geom.plan.host.items.iter().filter(|i| i.slot == WHOLE_CELL) {
             let r = item.cell as usize * c..(item.cell as usize + 1) * c;
             let cell_bits = |m: &FeatureMap| m.data[r.clone()].iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
-            assert_eq!(cell_bits(&got), cell_bits(&uncut_out), "{name}: whole cell {}", item.cell);
+            assert_eq!(cell_bits(&default_slices_out), cell_bits(&uncut_out), "{name}: whole cell {}", item.cell);
         }
-        // camera 0 at zero depth, for the variants' mask check
-        let mut zeroed = depth.clone();
-        zeroed[..per_cam].iter_mut().for_each(|v| *v = 0.0);
-        let gz0 = upload_f16(&dev, &zeroed);
-        // a pool variant: the CPU's sums, the same bits on every run, camera 0 masked as zero depth
-        let check_variant = |what: &str, run: &dyn Fn(CameraMask, &cudarc::driver::CudaSlice<f16>) -> FeatureMap| -> FeatureMap {
-            let out = run(CameraMask::ALL, &gd);
-            let e = rel_err(&out.data, &want.data);
-            assert!(e <= 1e-3, "{name}, {what}: rel err {e}");
-            assert_eq!(bits(&run(CameraMask::ALL, &gd)), bits(&out), "{name}, {what}: changed between runs");
-            assert_eq!(bits(&run(CameraMask::ALL.without(0), &gd)), bits(&run(CameraMask::ALL, &gz0)), "{name}, {what}: mask");
-            out
-        };
         for chunk in [u32::MAX, 33, 8, 1] {
-            let plan = CudaPoolPlan::build(&dev, &geom, chunk).unwrap();
-            let out = check_variant(&format!("chunk {chunk}"), &|mask, dep| {
-                pool_cuda_planned(&dev, &geom, &plan, dep, &gc, c, mask, None).unwrap().download(&dev).unwrap()
-            });
-            let e = rel_err(&out.data, &want.data);
-            eprintln!("{name} pool, chunk {chunk}: {} items, {} cut cells, rel err {e:.2e}", plan.host.items.len(), plan.host.merges.len());
+            check_variant(&format!("chunk {chunk}, slice kernel"), &slices(PoolPlan::build(&geom.host_cell_start, chunk).unwrap()));
         }
-        // a banded launch order (the default) changes which items run together, never a sum:
-        // the longest-first plan's bits at the default cut and at others
         assert_eq!(geom.plan.host.order, PoolOrder::banded(&geom.grid, DEFAULT_BAND_POINTS), "{name}: the default plan is banded");
-        let longest_default = CudaPoolPlan::build(&dev, &geom, DEFAULT_CHUNK_POINTS).unwrap();
-        let longest_out = pool_cuda_planned(&dev, &geom, &longest_default, &gd, &gc, c, CameraMask::ALL, None).unwrap().download(&dev).unwrap();
-        assert_eq!(bits(&got), bits(&longest_out), "{name}: the default (banded) plan's bits differ from longest first");
+        let longest_out = run(&slices(PoolPlan::build(&geom.host_cell_start, DEFAULT_CHUNK_POINTS).unwrap()), CameraMask::ALL, &gd, &gc);
+        assert_eq!(bits(&default_slices_out), bits(&longest_out), "{name}: the banded plan's bits differ from longest first");
         for (chunk, band) in [(DEFAULT_CHUNK_POINTS, 8), (DEFAULT_CHUNK_POINTS, 1), (33, 32)] {
-            let banded = CudaPoolPlan::build_ordered(&dev, &geom, chunk, PoolOrder::banded(&geom.grid, band)).unwrap();
-            let longest = CudaPoolPlan::build(&dev, &geom, chunk).unwrap();
-            assert_ne!(banded.host.items, longest.host.items, "{name}: band {band} keeps the longest-first order");
-            let out = check_variant(&format!("chunk {chunk}, band {band}"), &|mask, dep| {
-                pool_cuda_planned(&dev, &geom, &banded, dep, &gc, c, mask, None).unwrap().download(&dev).unwrap()
-            });
-            let same = pool_cuda_planned(&dev, &geom, &longest, &gd, &gc, c, CameraMask::ALL, None).unwrap().download(&dev).unwrap();
-            assert_eq!(bits(&out), bits(&same), "{name}: chunk {chunk}, band {band}: bits differ from longest first");
+            let banded = PoolPlan::build_ordered(&geom.host_cell_start, chunk, PoolOrder::banded(&geom.grid, band)).unwrap();
+            let longest = PoolPlan::build(&geom.host_cell_start, chunk).unwrap();
+            assert_ne!(banded.items, longest.items, "{name}: band {band} keeps the longest-first order");
+            let out = check_variant(&format!("chunk {chunk}, band {band}, slice kernel"), &slices(banded));
+            assert_eq!(bits(&out), bits(&run(&slices(longest), CameraMask::ALL, &gd, &gc)), "{name}: chunk {chunk}, band {band}: bits differ from longest first");
+        }
+        // the tensor-core kernel on the default plan and other cuts, orders and span budgets (a
+        // span of one item of a whole 1,000-point cell, of sixteen 1-point items, of one point)
+        if c == 80 {
+            let spans = |p: PoolPlan| {
+                let plan = CudaPoolPlan::from_host(&dev, &geom, p.with_span_points(Some(DEFAULT_SPAN_POINTS))).unwrap();
+                assert!(plan.has_spans(), "{name}: a plan with spans");
+                plan
+            };
+            check_variant("default plan, tensor cores", &spans(geom.plan.host.clone()));
+            for chunk in [u32::MAX, 33, 8, 1] {
+                check_variant(&format!("chunk {chunk}, tensor cores"), &spans(PoolPlan::build(&geom.host_cell_start, chunk).unwrap()));
+            }
+            for (chunk, band) in [(DEFAULT_CHUNK_POINTS, 1), (33, 32)] {
+                let p = PoolPlan::build_ordered(&geom.host_cell_start, chunk, PoolOrder::banded(&geom.grid, band)).unwrap();
+                check_variant(&format!("chunk {chunk}, band {band}, tensor cores"), &spans(p));
+            }
+            for span_points in [1, 16, 512] {
+                let p = geom.plan.host.clone().with_span_points(Some(span_points));
+                check_variant(&format!("spans of {span_points} points"), &CudaPoolPlan::from_host(&dev, &geom, p).unwrap());
+            }
         }
         // timing for the log (the benchmark is `sptr bench bevpool`)
         let ms = dev.time_median_ms(3, 20, || pool_cuda(&dev, &geom, &gd, &gc, c, CameraMask::ALL).map(|_| ())).unwrap();

@@ -292,3 +292,182 @@ extern "C" __global__ void lss_pool_merge(const float* __restrict__ partial, con
     }
     range_flag(range_flags, range_layer, bits);
 }
+
+// ---- The pool on tensor cores (mma.sync, ldmatrix and cp.async: every GPU from sm_80 on), for
+// plans with spans: measured beside the slice pool, not the default. On an H100 it takes 2.4
+// times as long (docs/kernels.md): each copy instruction gathers 16 bytes of 32 different rows.
+//
+// The pool is a sparse matrix product, out[cell, :] = sum over the cell's points of depth x the
+// point's context row, and the slice pool above spends most of its instructions on it a point at
+// a time (a conversion and an FMA a channel). Here a warp takes a span of the plan (up to 16
+// items whose points lie one after another in the span list, pool_plan.rs) and sums them with
+// m16n8k16 MMAs: K = 16 points, N = 8 channels, M = 16 rows, one item a row. A[row, k] is point
+// k's depth where point k belongs to that row's item, else 0; B[k, :] is point k's context row,
+// copied into shared memory by cp.async and read as fragments by ldmatrix.trans. A point costs
+// the warp about three instructions instead of about thirteen. Sums are FP32 in the tensor
+// cores' order: the same bits on every run of a plan, but not those of the slice pool, and a
+// cell's bits depend on where the plan puts its points among the span's 16-point steps.
+// A non-finite context value of a kept point reaches the other items of its 16-point step
+// (0 x inf is NaN); the lift's range guard flags such values. A masked camera's points and the
+// steps' padding copy zeros instead of their rows (cp.async zero fill), so they add exactly nothing.
+#define SPAN_ROWS 16u                // items a span holds at most (the MMA's rows)
+#define SPAN_ROW_SHIFT 28u           // a span-list entry: point index | row << 28
+#define SPAN_POINT_MASK 0x0fffffffu  // so point indices must be below 2^28
+#define SPAN_BATCH 32u               // points a warp stages at once, one a lane
+#define SPAN_WARPS 4u                // warps a block
+
+// Builds the span list: for span s and its m-th item, the item's point-order entries tagged with
+// row m, one warp a span, the items' points one after another from the span's list begin.
+extern "C" __global__ void lss_pool_span_list(const u32* __restrict__ order, const uint4* __restrict__ items,
+                                              const uint4* __restrict__ spans, u32 n_spans, u32* __restrict__ list) {
+    const u32 w = (u32)(((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    const u32 lane = threadIdx.x & 31u;
+    if (w >= n_spans) return;  // warp-uniform
+    const uint4 span = spans[w];
+    u32 pos = span.x;
+    for (u32 m = 0; m < span.w; ++m) {
+        const uint4 it = items[span.z + m];
+        const u32 len = it.z - it.y;
+        for (u32 k = lane; k < len; k += 32u) list[pos + k] = order[it.y + k] | (m << SPAN_ROW_SHIFT);
+        pos += len;
+    }
+}
+
+// 16 bytes from global to shared memory through L1 (neighbouring cells share context rows);
+// `bytes` 0 writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void span_copy16(u32 smem, const void* src, u32 bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(src), "r"(bytes) : "memory");
+}
+
+// Four 8 x 8 FP16 matrices transposed: r[i] of lane t holds rows 2(t % 4) and 2(t % 4) + 1, column
+// t / 4, of matrix i, whose rows lanes 8i..8i+7 address.
+__device__ __forceinline__ void span_ldmatrix_t4(u32 r[4], u32 smem) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem)
+                 : "memory");
+}
+
+// acc += A (16 x 16, FP16) B (16 x 8, FP16), FP32 accumulators.
+__device__ __forceinline__ void span_mma(float acc[4], const u32 a[4], u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The FP16 depth bits of a staged point where its row is `row`, else 0 (`tagged`: depth bits |
+// row << 16, as each lane packs its point).
+__device__ __forceinline__ u32 span_depth_in_row(u32 tagged, u32 row) {
+    return (tagged >> 16) == row ? (tagged & 0xffffu) : 0u;
+}
+
+// The A fragment of points base..base+15 of the batch (lane p holds point p's tag): lane (g, t)
+// = (lane / 4, lane % 4) holds rows g and g + 8 at columns 2t, 2t + 1, 2t + 8, 2t + 9, the lower
+// half of each register the lower column.
+__device__ __forceinline__ void span_a_fragment(u32 tagged, u32 base, u32 g, u32 t, u32 a[4]) {
+    const u32 p0 = __shfl_sync(FULL_MASK, tagged, base + 2u * t);
+    const u32 p1 = __shfl_sync(FULL_MASK, tagged, base + 2u * t + 1u);
+    const u32 p2 = __shfl_sync(FULL_MASK, tagged, base + 2u * t + 8u);
+    const u32 p3 = __shfl_sync(FULL_MASK, tagged, base + 2u * t + 9u);
+    a[0] = span_depth_in_row(p0, g) | (span_depth_in_row(p1, g) << 16);
+    a[1] = span_depth_in_row(p0, g + 8u) | (span_depth_in_row(p1, g + 8u) << 16);
+    a[2] = span_depth_in_row(p2, g) | (span_depth_in_row(p3, g) << 16);
+    a[3] = span_depth_in_row(p2, g + 8u) | (span_depth_in_row(p3, g + 8u) << 16);
+}
+
+// Pass 1 on tensor cores: warp w pools span w = (list begin, points, first item, items). A batch
+// of 32 points: lane p decodes entry p (point index q, row), starts copying its context row into
+// its staging row (CHUNKS 16-byte copies) and loads its depth, and the warp loads the next
+// batch's entries while the copies land; then each 16-point half (skipped when past the span's
+// end) is one A fragment and CHUNKS MMAs. Staging rows are (CHUNKS | 1) x 16 bytes, an odd count
+// of 16-byte units, so the 8 rows an ldmatrix phase reads fall in distinct banks. The epilogue as
+// the slice pool's: an item that is its whole cell writes FP16 sums (zeros for an empty one), a
+// cut item its FP32 partials for lss_pool_merge. Needs an even CHUNKS (C a multiple of 16) and
+// point indices below 2^28 (the plan checks both).
+template <u32 CHUNKS>
+__device__ __forceinline__ void pool_spans(const __half* __restrict__ depth, const __half* __restrict__ context,
+                                           const u32* __restrict__ list, const uint4* __restrict__ spans, u32 n_spans,
+                                           const uint4* __restrict__ items, u32 d_magic, u32 d_shift, u32 per_cam, u32 mask,
+                                           __half* __restrict__ out, float* __restrict__ partial, u32* __restrict__ range_flags,
+                                           u32 range_layer) {
+    constexpr u32 STRIDE = (CHUNKS | 1u) * 16u;
+    __shared__ __align__(16) unsigned char stage[SPAN_WARPS][SPAN_BATCH * STRIDE];
+    const u32 wb = threadIdx.x >> 5;
+    const u32 w = blockIdx.x * SPAN_WARPS + wb;
+    const u32 lane = threadIdx.x & 31u;
+    if (w >= n_spans) return;  // warp-uniform
+    const uint4 span = spans[w];
+    const u32 base = (u32)__cvta_generic_to_shared(stage[wb]);
+    const u32 my_row = base + lane * STRIDE;
+    // ldmatrix: lanes 8i..8i+7 address matrix i's rows: points (i & 1) * 8 + lane % 8 of the
+    // half, chunk i / 2 of the pair
+    const u32 ld = base + (((lane >> 3) & 1u) * 8u + (lane & 7u)) * STRIDE + (lane >> 4) * 16u;
+    const u32 g = lane >> 2, t = lane & 3u;
+    const uint4* ctx = reinterpret_cast<const uint4*>(context);
+    float acc[CHUNKS][4];
+#pragma unroll
+    for (u32 j = 0; j < CHUNKS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    u32 entry = lane < span.y ? list[span.x + lane] : 0u;
+    for (u32 b = 0; b < span.y; b += SPAN_BATCH) {
+        const bool valid = b + lane < span.y;
+        const u32 q = entry & SPAN_POINT_MASK;
+        const bool on = valid && pool_camera_on(q, per_cam, mask);
+        const uint4* src = on ? ctx + (u64)pool_div(q, d_magic, d_shift) * CHUNKS : ctx;
+#pragma unroll
+        for (u32 c = 0; c < CHUNKS; ++c) span_copy16(my_row + c * 16u, src + c, on ? 16u : 0u);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        const u32 dv = on ? (u32)__half_as_ushort(depth[q]) : 0u;
+        // a padding lane's row 16 matches no row of the MMA
+        const u32 tagged = dv | ((valid ? entry >> SPAN_ROW_SHIFT : SPAN_ROWS) << 16);
+        entry = b + SPAN_BATCH + lane < span.y ? list[span.x + b + SPAN_BATCH + lane] : 0u;
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        __syncwarp();
+#pragma unroll
+        for (u32 h = 0; h < 2u; ++h) {
+            if (b + h * 16u >= span.y) break;  // warp-uniform: the half holds no point
+            u32 a[4];
+            span_a_fragment(tagged, h * 16u, g, t, a);
+            // every B fragment of the half first, then the MMAs: the loads overlap
+            u32 bf[CHUNKS / 2u][4];
+#pragma unroll
+            for (u32 j = 0; j < CHUNKS / 2u; ++j) span_ldmatrix_t4(bf[j], ld + h * 16u * STRIDE + j * 32u);
+#pragma unroll
+            for (u32 j = 0; j < CHUNKS / 2u; ++j) {
+                span_mma(acc[2u * j], a, bf[j][0], bf[j][1]);
+                span_mma(acc[2u * j + 1u], a, bf[j][2], bf[j][3]);
+            }
+        }
+        __syncwarp();  // every lane's fragments read before the next batch's copies land
+    }
+    // lane (g, t) holds rows g and g + 8, channels 8j + 2t and 8j + 2t + 1 of chunk j
+    u32 bits = 0;
+#pragma unroll
+    for (u32 r = 0; r < 2u; ++r) {
+        const u32 m = g + 8u * r;
+        if (m >= span.w) continue;
+        const uint4 it = items[span.z + m];
+        if (it.w != WHOLE_CELL) {
+            float* dst = partial + (u64)it.w * (CHUNKS * 8u) + 2u * t;
+#pragma unroll
+            for (u32 j = 0; j < CHUNKS; ++j) *reinterpret_cast<float2*>(dst + 8u * j) = make_float2(acc[j][2u * r], acc[j][2u * r + 1u]);
+            continue;
+        }
+        __half* dst = out + (u64)it.x * (CHUNKS * 8u) + 2u * t;
+#pragma unroll
+        for (u32 j = 0; j < CHUNKS; ++j) {
+            const float lo = acc[j][2u * r], hi = acc[j][2u * r + 1u];
+            bits |= fp16_range_bits(lo) | fp16_range_bits(hi);
+            *reinterpret_cast<__half2*>(dst + 8u * j) = __floats2half2_rn(lo, hi);
+        }
+    }
+    range_flag(range_flags, range_layer, bits);
+}
+
+// C = 80, the BEVFusion camera branch's context channels (`C` is not read: 80 is compiled in).
+extern "C" __global__ void __launch_bounds__(SPAN_WARPS * 32u)
+    lss_pool_spans_c80(const __half* __restrict__ depth, const __half* __restrict__ context, const u32* __restrict__ list,
+                       const uint4* __restrict__ spans, u32 n_spans, const uint4* __restrict__ items, u32 d_magic, u32 d_shift,
+                       u32 per_cam, u32 mask, __half* __restrict__ out, float* __restrict__ partial, u32* __restrict__ range_flags,
+                       u32 range_layer) {
+    pool_spans<10u>(depth, context, list, spans, n_spans, items, d_magic, d_shift, per_cam, mask, out, partial, range_flags, range_layer);
+}

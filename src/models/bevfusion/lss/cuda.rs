@@ -1,10 +1,11 @@
 //! The view transform on CUDA (kernels in `kernels/models/bevfusion/bev_pool.cu`): geometry per calibration built
 //! on the GPU (a kernel computing every point's cell in f64 exactly as the CPU reference, the
 //! project's radix sort, cell offsets by binary search), the depth softmax of the depthnet's
-//! cuBLAS GEMM, and the fused pool (one warp slice per work item of the calibration's
-//! [`PoolPlan`]: a BEV cell, or a chunk of a long one whose partial sums a second pass adds;
-//! FP16 inputs, FP32 sums, no atomics: deterministic), then the downsample convs
-//! (`ops::dense::cuda`).
+//! cuBLAS GEMM, and the fused pool over the work items of the calibration's [`PoolPlan`] (a BEV
+//! cell, or a chunk of a long one whose partial sums a second pass adds): one warp slice an item,
+//! or, for a plan with spans at 80 channels (measured beside it, not the default), a warp a span
+//! of up to 16 items on tensor cores. FP16 inputs, FP32 sums, no atomics: deterministic. Then
+//! the downsample convs (`ops::dense::cuda`).
 //!
 //! Pool memory traffic per frame (the DRAM floor `sptr bench bevpool` reports): depth
 //! N·H·W·D halves, context N·H·W·C halves, the table (kept u32 and 4 u32 a work item), the
@@ -74,30 +75,83 @@ pub struct CudaPoolPlan {
     pub host: PoolPlan,
     items: CudaSlice<u32>,
     merges: Option<CudaSlice<u32>>,
+    /// The spans and the span list (the point order regrouped by span, each entry tagged with
+    /// its item's row) where the tensor-core pool can run this plan.
+    spans: Option<SpanList>,
 }
+
+/// The tensor-core pool's spans on the GPU (four u32 each) and their list.
+struct SpanList {
+    spans: CudaSlice<u32>,
+    list: CudaSlice<u32>,
+}
+
+/// Point indices the span list can tag with a row (`SPAN_POINT_MASK` in bev_pool.cu).
+const SPAN_POINT_LIMIT: usize = 1 << 28;
 
 impl CudaPoolPlan {
     /// The plan of `geom` with items of at most `chunk_points` points, launched longest first.
     /// The geometry carries the default plan (banded, [`DEFAULT_BAND_POINTS`]); these are for
-    /// measuring and for checking that every order gives the same bits.
+    /// measuring and for checking what the plan changes.
     pub fn build(dev: &CudaDevice, geom: &CudaLssGeometry, chunk_points: u32) -> Result<Self, Error> {
-        Self::upload(dev, PoolPlan::build(&geom.host_cell_start, chunk_points)?)
+        Self::upload(dev, geom.points, &geom.order, PoolPlan::build(&geom.host_cell_start, chunk_points)?)
     }
 
-    /// [`CudaPoolPlan::build`] with the cells launched in `order` (same output bits).
+    /// [`CudaPoolPlan::build`] with the cells launched in `order`.
     pub fn build_ordered(dev: &CudaDevice, geom: &CudaLssGeometry, chunk_points: u32, order: PoolOrder) -> Result<Self, Error> {
-        Self::upload(dev, PoolPlan::build_ordered(&geom.host_cell_start, chunk_points, order)?)
+        Self::upload(dev, geom.points, &geom.order, PoolPlan::build_ordered(&geom.host_cell_start, chunk_points, order)?)
     }
 
-    fn upload(dev: &CudaDevice, host: PoolPlan) -> Result<Self, Error> {
-        let items = dev.stream.clone_htod(&host.item_words()).map_err(cuda_err("uploading the pool plan's items"))?;
+    /// `host` (made from `geom`'s cell offsets) on the GPU: with spans
+    /// (`PoolPlan::with_span_points`) the pool runs on tensor cores where the channels allow,
+    /// without them on the slice kernel.
+    pub fn from_host(dev: &CudaDevice, geom: &CudaLssGeometry, host: PoolPlan) -> Result<Self, Error> {
+        if host.items.len() < geom.cells() {
+            return Err(Error::InvalidInput(format!("CUDA pool plan: {} items for a geometry of {} cells", host.items.len(), geom.cells())));
+        }
+        Self::upload(dev, geom.points, &geom.order, host)
+    }
+
+    /// Whether the pool runs this plan on tensor cores (at 80 channels).
+    pub fn has_spans(&self) -> bool {
+        self.spans.is_some()
+    }
+
+    /// Uploads `host`; with spans, and point indices (below `points`) that the span list can
+    /// tag, also builds the span list from the sorted point `order`.
+    fn upload(dev: &CudaDevice, points: usize, order: &CudaSlice<u32>, host: PoolPlan) -> Result<Self, Error> {
+        let s = &dev.stream;
+        let items = s.clone_htod(&host.item_words()).map_err(cuda_err("uploading the pool plan's items"))?;
         let merges = if host.merges.is_empty() {
             None
         } else {
-            Some(dev.stream.clone_htod(&host.merge_words()).map_err(cuda_err("uploading the pool plan's merges"))?)
+            Some(s.clone_htod(&host.merge_words()).map_err(cuda_err("uploading the pool plan's merges"))?)
         };
-        Ok(Self { host, items, merges })
+        let spans = if host.spans.is_empty() || points > SPAN_POINT_LIMIT {
+            None
+        } else {
+            let listed = host.spans.last().map_or(0, |l| (l.list_begin + l.points) as usize);
+            if listed > order.len() {
+                return Err(Error::InvalidInput(format!("CUDA pool plan: its spans list {listed} points, the geometry orders {}", order.len())));
+            }
+            let spans = s.clone_htod(&host.span_words()).map_err(cuda_err("uploading the pool plan's spans"))?;
+            // SAFETY: lss_pool_span_list writes every entry: the spans tile [0, listed).
+            let mut list = unsafe { dev.alloc_uninit::<u32>(listed.max(1), "the pool's span list") }?;
+            let f = dev.function("bev_pool", "lss_pool_span_list")?;
+            let n_spans = host.spans.len() as u32;
+            // SAFETY: matches bev_pool.cu; the spans name items of `items` and list ranges inside
+            // `list`, the items point ranges inside `order` (all made from the same cell offsets).
+            unsafe { s.launch_builder(&f).arg(order).arg(&items).arg(&spans).arg(&n_spans).arg(&mut list).launch(warp_grid(n_spans)) }
+                .map_err(cuda_err("lss_pool_span_list"))?;
+            Some(SpanList { spans, list })
+        };
+        Ok(Self { host, items, merges, spans })
     }
+}
+
+/// One warp a unit, [`WARPS_PER_BLOCK`] warps a block.
+fn warp_grid(n: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (n.div_ceil(WARPS_PER_BLOCK).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
 }
 
 impl CudaLssGeometry {
@@ -186,7 +240,7 @@ pub fn build_geometry_cuda(dev: &CudaDevice, params: &LssParams, frustum: &CudaS
         .map_err(cuda_err("lss_cell_starts"))?;
     let host_cell_start = s.clone_dtoh(&cell_start).map_err(cuda_err("reading cell offsets for the pool plan"))?;
     let launch = PoolOrder::banded(&params.grid, DEFAULT_BAND_POINTS);
-    let plan = CudaPoolPlan::upload(dev, PoolPlan::build_ordered(&host_cell_start, DEFAULT_CHUNK_POINTS, launch)?)?;
+    let plan = CudaPoolPlan::upload(dev, points, &order, PoolPlan::build_ordered(&host_cell_start, DEFAULT_CHUNK_POINTS, launch)?)?;
     Ok(CudaLssGeometry {
         cameras: cams.len(),
         depth_bins: f.depth_bins,
@@ -274,15 +328,81 @@ pub fn pool_cuda_planned(
     // SAFETY: every slot is written by its item before lss_pool_merge reads it.
     let mut partial = unsafe { dev.alloc_uninit::<f32>((plan.host.slots as usize * channels).max(1), "the pool's partial sums") }?;
     let div = geom.divisor;
-    // C = 80 (the BEVFusion camera branch) has a kernel with the row's chunks known at compile time
-    let f = dev.function("bev_pool", if channels == 80 { "lss_pool_items_c80" } else { "lss_pool_items" })?;
     let (items32, ch32) = (n_items as u32, channels as u32);
     let per_cam = (geom.height * geom.width * geom.depth_bins) as u32;
-    let warps = |n: u32| LaunchConfig { grid_dim: (n.div_ceil(WARPS_PER_BLOCK).max(1), 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+    match &plan.spans {
+        // C = 80 (the BEVFusion camera branch) on tensor cores
+        Some(sp) if channels == 80 => {
+            let f = dev.function("bev_pool", "lss_pool_spans_c80")?;
+            let n_spans = plan.host.spans.len() as u32;
+            let cfg = LaunchConfig { grid_dim: (n_spans.div_ceil(SPAN_WARPS).max(1), 1, 1), block_dim: (SPAN_WARPS * 32, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: matches bev_pool.cu; the span list holds the plan's points tagged by row
+            // (point indices < 2^28, checked when it was built), the spans name items of the
+            // plan, whose cells < cells and slots < plan.slots; depth/context hold the sizes
+            // checked above, out cells * C halves, partial slots * C floats; the range slot's
+            // layer lies in its flags.
+            unsafe {
+                let mut b = dev.stream.launch_builder(&f);
+                b.arg(depth)
+                    .arg(context)
+                    .arg(&sp.list)
+                    .arg(&sp.spans)
+                    .arg(&n_spans)
+                    .arg(&plan.items)
+                    .arg(&div.magic)
+                    .arg(&div.shift)
+                    .arg(&per_cam)
+                    .arg(&mask.0)
+                    .arg(&mut out.data)
+                    .arg(&mut partial);
+                RangeSlot::push(range.as_ref(), &mut b);
+                b.launch(cfg)
+            }
+            .map_err(cuda_err("lss_pool_spans_c80"))?;
+        }
+        _ => pool_slices(dev, geom, plan, depth, context, ch32, items32, per_cam, mask, &mut out, &mut partial, range.as_ref())?,
+    }
+    if let Some(merges) = &plan.merges {
+        let f = dev.function("bev_pool", "lss_pool_merge")?;
+        let n_merges = plan.host.merges.len() as u32;
+        // SAFETY: matches bev_pool.cu; merges name cells < cells and slot runs inside partial.
+        unsafe {
+            let mut b = dev.stream.launch_builder(&f);
+            b.arg(&partial).arg(merges).arg(&n_merges).arg(&ch32).arg(&mut out.data);
+            RangeSlot::push(range.as_ref(), &mut b);
+            b.launch(warp_grid(n_merges))
+        }
+        .map_err(cuda_err("lss_pool_merge"))?;
+    }
+    Ok(out)
+}
+
+/// Warps a block of the tensor-core pool (`SPAN_WARPS` in bev_pool.cu).
+const SPAN_WARPS: u32 = 4;
+
+/// Pass 1 on the slice kernel (any channel count; sizes checked by the caller).
+#[allow(clippy::too_many_arguments)]
+fn pool_slices(
+    dev: &CudaDevice,
+    geom: &CudaLssGeometry,
+    plan: &CudaPoolPlan,
+    depth: &CudaSlice<f16>,
+    context: &CudaSlice<f16>,
+    ch32: u32,
+    items32: u32,
+    per_cam: u32,
+    mask: CameraMask,
+    out: &mut CudaFeatureMap,
+    partial: &mut CudaSlice<f32>,
+    range: Option<&RangeSlot<'_>>,
+) -> Result<(), Error> {
+    let div = geom.divisor;
+    // C = 80 (the BEVFusion camera branch) has a kernel with the row's chunks known at compile time
+    let f = dev.function("bev_pool", if ch32 == 80 { "lss_pool_items_c80" } else { "lss_pool_items" })?;
     // SAFETY: matches bev_pool.cu; order/cell_start come from build_geometry_cuda for this
     // geometry and the plan's items from its cell offsets (points < kept, cells < cells, slots
-    // < plan.slots), depth/context hold the sizes checked above, out cells * C halves, partial
-    // slots * C floats; the range slot's layer lies in its flags.
+    // < plan.slots), depth/context hold the sizes checked by the caller, out cells * C halves,
+    // partial slots * C floats; the range slot's layer lies in its flags.
     unsafe {
         let mut b = dev.stream.launch_builder(&f);
         b.arg(depth)
@@ -296,26 +416,14 @@ pub fn pool_cuda_planned(
             .arg(&per_cam)
             .arg(&mask.0)
             .arg(&mut out.data)
-            .arg(&mut partial);
-        RangeSlot::push(range.as_ref(), &mut b);
+            .arg(partial);
+        RangeSlot::push(range, &mut b);
         // each warp pools as many items as the 8-channel chunks of a row fit in its 32 lanes
         let items_per_warp = 32 / (ch32 / 8);
-        b.launch(warps(items32.div_ceil(items_per_warp)))
+        b.launch(warp_grid(items32.div_ceil(items_per_warp)))
     }
     .map_err(cuda_err("lss_pool_items"))?;
-    if let Some(merges) = &plan.merges {
-        let f = dev.function("bev_pool", "lss_pool_merge")?;
-        let n_merges = plan.host.merges.len() as u32;
-        // SAFETY: matches bev_pool.cu; merges name cells < cells and slot runs inside partial.
-        unsafe {
-            let mut b = dev.stream.launch_builder(&f);
-            b.arg(&partial).arg(merges).arg(&n_merges).arg(&ch32).arg(&mut out.data);
-            RangeSlot::push(range.as_ref(), &mut b);
-            b.launch(warps(n_merges))
-        }
-        .map_err(cuda_err("lss_pool_merge"))?;
-    }
-    Ok(out)
+    Ok(())
 }
 
 /// Division by a constant `d` (1 ≤ d < 2^31) as the pool does it: `q / d = (q · magic) >> shift`
