@@ -34,7 +34,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const NUSCENES_VOXELS: u32 = 17856;
 /// Points of the nuScenes sample (all finite).
 const NUSCENES_POINTS: usize = 34688;
-const PEER_STEP_TIMEOUT_S: &str = "40";
+/// Seconds the peer waits for each step. Generous: the 2,000,000-point cloud (32 MB) has once
+/// not reached the node over DDS within 40 s on a busy 2-core machine, while the peer republished
+/// it every 3 s; a passing step never waits this long, and the whole run keeps its own limit.
+const PEER_STEP_TIMEOUT_S: &str = "120";
 
 fn manifest() -> PathBuf {
     common::root()
