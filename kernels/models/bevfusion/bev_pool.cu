@@ -294,8 +294,10 @@ extern "C" __global__ void lss_pool_merge(const float* __restrict__ partial, con
 }
 
 // ---- The pool on tensor cores (mma.sync, ldmatrix and cp.async: every GPU from sm_80 on), for
-// plans with spans: measured beside the slice pool, not the default. On an H100 it takes 2.4
-// times as long (docs/kernels.md): each copy instruction gathers 16 bytes of 32 different rows.
+// plans with spans: measured beside the slice pool, not the default (docs/kernels.md). Its first
+// layout, a lane copying its own point's row, took 2.4 times as long on an H100: each copy
+// instruction gathered 16 bytes of 32 different rows. The copies are now chunk-major (whole rows
+// an instruction) and double-buffered.
 //
 // The pool is a sparse matrix product, out[cell, :] = sum over the cell's points of depth x the
 // point's context row, and the slice pool above spends most of its instructions on it a point at
@@ -304,7 +306,8 @@ extern "C" __global__ void lss_pool_merge(const float* __restrict__ partial, con
 // m16n8k16 MMAs: K = 16 points, N = 8 channels, M = 16 rows, one item a row. A[row, k] is point
 // k's depth where point k belongs to that row's item, else 0; B[k, :] is point k's context row,
 // copied into shared memory by cp.async and read as fragments by ldmatrix.trans. A point costs
-// the warp about three instructions instead of about thirteen. Sums are FP32 in the tensor
+// the warp about nine instructions instead of about thirteen (sm_90 SASS: 286 a 32-point batch
+// with the row copies, 299 with the pair copies). Sums are FP32 in the tensor
 // cores' order: the same bits on every run of a plan, but not those of the slice pool, and a
 // cell's bits depend on where the plan puts its points among the span's 16-point steps.
 // A non-finite context value of a kept point reaches the other items of its 16-point step
@@ -375,53 +378,121 @@ __device__ __forceinline__ void span_a_fragment(u32 tagged, u32 base, u32 g, u32
     a[3] = span_depth_in_row(p2, g + 8u) | (span_depth_in_row(p3, g + 8u) << 16);
 }
 
-// Pass 1 on tensor cores: warp w pools span w = (list begin, points, first item, items). A batch
-// of 32 points: lane p decodes entry p (point index q, row), starts copying its context row into
-// its staging row (CHUNKS 16-byte copies) and loads its depth, and the warp loads the next
-// batch's entries while the copies land; then each 16-point half (skipped when past the span's
-// end) is one A fragment and CHUNKS MMAs. Staging rows are (CHUNKS | 1) x 16 bytes, an odd count
-// of 16-byte units, so the 8 rows an ldmatrix phase reads fall in distinct banks. The epilogue as
-// the slice pool's: an item that is its whole cell writes FP16 sums (zeros for an empty one), a
-// cut item its FP32 partials for lss_pool_merge. Needs an even CHUNKS (C a multiple of 16) and
-// point indices below 2^28 (the plan checks both).
-template <u32 CHUNKS>
+// A point's staging source: its context row in 16-byte chunks (pixel x CHUNKS), or SPAN_NO_ROW
+// for a masked camera's point and a batch's padding, whose staging row is zero-filled.
+#define SPAN_NO_ROW 0xffffffffu
+
+// Copies a batch's 32 context rows into `stage` (32 rows of STRIDE bytes) chunk-major: copy i of
+// lane l is the (point, chunk) pair 32i + l, so one copy instruction reads about three whole rows
+// (as a load of the slice pool does) rather than 16 bytes of 32 rows, and the batch takes CHUNKS
+// instructions. Lane p holds point p's source row (`my_src`); the copying lane takes it by shuffle.
+template <u32 CHUNKS, u32 STRIDE>
+__device__ __forceinline__ void span_stage_batch(u32 stage, const uint4* __restrict__ ctx, u32 my_src, u32 lane) {
+    u32 p = lane / CHUNKS, c = lane % CHUNKS;  // pair `lane`; CHUNKS is a constant
+#pragma unroll
+    for (u32 i = 0; i < CHUNKS; ++i) {
+        const u32 row = __shfl_sync(FULL_MASK, my_src, p);
+        const bool on = row != SPAN_NO_ROW;
+        span_copy16(stage + p * STRIDE + c * 16u, ctx + (on ? row + c : 0u), on ? 16u : 0u);
+        // the next pair is 32 further on: 32 / CHUNKS points and 32 % CHUNKS chunks
+        p += 32u / CHUNKS;
+        c += 32u % CHUNKS;
+        if (c >= CHUNKS) {
+            c -= CHUNKS;
+            ++p;
+        }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// The same copies row by row (SpanCopy::Rows in lss/cuda.rs; the layout above is Pairs): lane l
+// copies chunk l % CHUNKS of row l / CHUNKS of each group of 32 / CHUNKS rows (three at C 80, two
+// lanes idle), so a lane's chunk and its place in the group are fixed and each copy's shared
+// address is a constant step from the last.
+template <u32 CHUNKS, u32 STRIDE>
+__device__ __forceinline__ void span_stage_rows(u32 stage, const uint4* __restrict__ ctx, u32 my_src, u32 lane) {
+    constexpr u32 GROUP = 32u / CHUNKS;  // rows a copy instruction takes
+    const u32 lp = lane / CHUNKS, c = lane - lp * CHUNKS;
+    const u32 dst = stage + lp * STRIDE + c * 16u;
+#pragma unroll
+    for (u32 i = 0; i < (32u + GROUP - 1u) / GROUP; ++i) {
+        const u32 p = i * GROUP + lp;
+        const u32 row = __shfl_sync(FULL_MASK, my_src, p & 31u);
+        if (lp < GROUP && p < 32u) {
+            const bool on = row != SPAN_NO_ROW;
+            span_copy16(dst + i * GROUP * STRIDE, ctx + (on ? row + c : 0u), on ? 16u : 0u);
+        }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Pass 1 on tensor cores: warp w pools span w = (list begin, points, first item, items), 32
+// points a batch, two batches in flight: while the warp multiplies batch b out of one staging
+// buffer, batch b + 1's rows land in the other. Lane p decodes entry p of a batch (point index
+// q, row) into its source row and its depth bits tagged with its row, the depth load's latency
+// also hidden behind the batch before. Then each 16-point half of a batch (skipped when past the
+// span's end) is one A fragment and CHUNKS MMAs. Staging rows are (CHUNKS | 1) x 16 bytes, an odd
+// count of 16-byte units, so the 8 rows an ldmatrix phase reads fall in distinct banks. The
+// epilogue as the slice pool's: an item that is its whole cell writes FP16 sums (zeros for an
+// empty one), a cut item its FP32 partials for lss_pool_merge. Needs an even CHUNKS (C a
+// multiple of 16) and point indices below 2^28 (the plan checks both).
+template <u32 CHUNKS, bool ROWS>
 __device__ __forceinline__ void pool_spans(const __half* __restrict__ depth, const __half* __restrict__ context,
                                            const u32* __restrict__ list, const uint4* __restrict__ spans, u32 n_spans,
                                            const uint4* __restrict__ items, u32 d_magic, u32 d_shift, u32 per_cam, u32 mask,
                                            __half* __restrict__ out, float* __restrict__ partial, u32* __restrict__ range_flags,
                                            u32 range_layer) {
     constexpr u32 STRIDE = (CHUNKS | 1u) * 16u;
-    __shared__ __align__(16) unsigned char stage[SPAN_WARPS][SPAN_BATCH * STRIDE];
+    constexpr u32 STAGE_BYTES = SPAN_BATCH * STRIDE;
+    __shared__ __align__(16) unsigned char stage[SPAN_WARPS][2][STAGE_BYTES];
     const u32 wb = threadIdx.x >> 5;
     const u32 w = blockIdx.x * SPAN_WARPS + wb;
     const u32 lane = threadIdx.x & 31u;
     if (w >= n_spans) return;  // warp-uniform
     const uint4 span = spans[w];
-    const u32 base = (u32)__cvta_generic_to_shared(stage[wb]);
-    const u32 my_row = base + lane * STRIDE;
+    const u32 base = (u32)__cvta_generic_to_shared(stage[wb][0]);
     // ldmatrix: lanes 8i..8i+7 address matrix i's rows: points (i & 1) * 8 + lane % 8 of the
     // half, chunk i / 2 of the pair
-    const u32 ld = base + (((lane >> 3) & 1u) * 8u + (lane & 7u)) * STRIDE + (lane >> 4) * 16u;
+    const u32 ld = (((lane >> 3) & 1u) * 8u + (lane & 7u)) * STRIDE + (lane >> 4) * 16u;
     const u32 g = lane >> 2, t = lane & 3u;
     const uint4* ctx = reinterpret_cast<const uint4*>(context);
     float acc[CHUNKS][4];
 #pragma unroll
     for (u32 j = 0; j < CHUNKS; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    u32 entry = lane < span.y ? list[span.x + lane] : 0u;
-    for (u32 b = 0; b < span.y; b += SPAN_BATCH) {
+    // Entry p of the batch at b (`entry`, loaded a batch earlier): its source row (staged now)
+    // and its tagged depth (used when the batch is multiplied); a padding lane's row 16 matches
+    // no row of the MMA.
+    auto entry_at = [&](u32 b) { return b + lane < span.y ? list[span.x + b + lane] : 0u; };
+    auto decode = [&](u32 b, u32 entry, u32& src, u32& tagged) {
         const bool valid = b + lane < span.y;
         const u32 q = entry & SPAN_POINT_MASK;
         const bool on = valid && pool_camera_on(q, per_cam, mask);
-        const uint4* src = on ? ctx + (u64)pool_div(q, d_magic, d_shift) * CHUNKS : ctx;
-#pragma unroll
-        for (u32 c = 0; c < CHUNKS; ++c) span_copy16(my_row + c * 16u, src + c, on ? 16u : 0u);
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        src = on ? pool_div(q, d_magic, d_shift) * CHUNKS : SPAN_NO_ROW;
         const u32 dv = on ? (u32)__half_as_ushort(depth[q]) : 0u;
-        // a padding lane's row 16 matches no row of the MMA
-        const u32 tagged = dv | ((valid ? entry >> SPAN_ROW_SHIFT : SPAN_ROWS) << 16);
-        entry = b + SPAN_BATCH + lane < span.y ? list[span.x + b + SPAN_BATCH + lane] : 0u;
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-        __syncwarp();
+        tagged = dv | ((valid ? entry >> SPAN_ROW_SHIFT : SPAN_ROWS) << 16);
+    };
+    u32 src, tagged;
+    decode(0u, entry_at(0u), src, tagged);
+    if (ROWS) span_stage_rows<CHUNKS, STRIDE>(base, ctx, src, lane);
+    else span_stage_batch<CHUNKS, STRIDE>(base, ctx, src, lane);
+    u32 ahead = entry_at(SPAN_BATCH);
+    u32 buf = 0;
+    for (u32 b = 0; b < span.y; b += SPAN_BATCH) {
+        // the next batch's copies go out before this one is multiplied (an empty group past the
+        // end), and the entries of the batch after it are loaded
+        u32 next_tagged = 0;
+        if (b + SPAN_BATCH < span.y) {  // warp-uniform
+            u32 next_src;
+            decode(b + SPAN_BATCH, ahead, next_src, next_tagged);
+            if (ROWS) span_stage_rows<CHUNKS, STRIDE>(base + (buf ^ 1u) * STAGE_BYTES, ctx, next_src, lane);
+            else span_stage_batch<CHUNKS, STRIDE>(base + (buf ^ 1u) * STAGE_BYTES, ctx, next_src, lane);
+            ahead = entry_at(b + 2u * SPAN_BATCH);
+        } else {
+            asm volatile("cp.async.commit_group;\n" ::: "memory");
+        }
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // this batch's group has landed
+        __syncwarp();                                               // every lane's copies of it
+        const u32 rows = base + buf * STAGE_BYTES + ld;
 #pragma unroll
         for (u32 h = 0; h < 2u; ++h) {
             if (b + h * 16u >= span.y) break;  // warp-uniform: the half holds no point
@@ -430,15 +501,18 @@ __device__ __forceinline__ void pool_spans(const __half* __restrict__ depth, con
             // every B fragment of the half first, then the MMAs: the loads overlap
             u32 bf[CHUNKS / 2u][4];
 #pragma unroll
-            for (u32 j = 0; j < CHUNKS / 2u; ++j) span_ldmatrix_t4(bf[j], ld + h * 16u * STRIDE + j * 32u);
+            for (u32 j = 0; j < CHUNKS / 2u; ++j) span_ldmatrix_t4(bf[j], rows + h * 16u * STRIDE + j * 32u);
 #pragma unroll
             for (u32 j = 0; j < CHUNKS / 2u; ++j) {
                 span_mma(acc[2u * j], a, bf[j][0], bf[j][1]);
                 span_mma(acc[2u * j + 1u], a, bf[j][2], bf[j][3]);
             }
         }
-        __syncwarp();  // every lane's fragments read before the next batch's copies land
+        __syncwarp();  // every lane's fragments read before the buffer takes the batch after next
+        tagged = next_tagged;
+        buf ^= 1u;
     }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // an empty span's zero fills too
     // lane (g, t) holds rows g and g + 8, channels 8j + 2t and 8j + 2t + 1 of chunk j
     u32 bits = 0;
 #pragma unroll
@@ -469,5 +543,12 @@ extern "C" __global__ void __launch_bounds__(SPAN_WARPS * 32u)
                        const uint4* __restrict__ spans, u32 n_spans, const uint4* __restrict__ items, u32 d_magic, u32 d_shift,
                        u32 per_cam, u32 mask, __half* __restrict__ out, float* __restrict__ partial, u32* __restrict__ range_flags,
                        u32 range_layer) {
-    pool_spans<10u>(depth, context, list, spans, n_spans, items, d_magic, d_shift, per_cam, mask, out, partial, range_flags, range_layer);
+    pool_spans<10u, true>(depth, context, list, spans, n_spans, items, d_magic, d_shift, per_cam, mask, out, partial, range_flags, range_layer);
+}
+extern "C" __global__ void __launch_bounds__(SPAN_WARPS * 32u)
+    lss_pool_spans_pairs_c80(const __half* __restrict__ depth, const __half* __restrict__ context, const u32* __restrict__ list,
+                       const uint4* __restrict__ spans, u32 n_spans, const uint4* __restrict__ items, u32 d_magic, u32 d_shift,
+                       u32 per_cam, u32 mask, __half* __restrict__ out, float* __restrict__ partial, u32* __restrict__ range_flags,
+                       u32 range_layer) {
+    pool_spans<10u, false>(depth, context, list, spans, n_spans, items, d_magic, d_shift, per_cam, mask, out, partial, range_flags, range_layer);
 }
