@@ -7,16 +7,12 @@ use crate::device::kernels;
 use crate::device::libraries::{self, Lib};
 use crate::device::nvrtc::{self, Arch, Origin};
 use crate::device::storage::Storage;
+pub use crate::device::driver_error::cuda_err;
+use crate::device::staging::UploadStaging;
 use crate::Error;
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtrMut, DriverError};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtrMut};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-/// Turns a driver error into ours, naming what was being done.
-pub fn cuda_err(what: impl Into<String>) -> impl Fn(DriverError) -> Error {
-    let what = what.into();
-    move |e| Error::Cuda(format!("{what}: {e:?}"))
-}
 
 /// Whether a CUDA driver library can be loaded on this machine.
 pub fn driver_available() -> bool {
@@ -38,12 +34,29 @@ pub struct CudaDevice {
     shared_allowed: Shared<(&'static str, &'static str, Storage), usize>,
     /// The byte [`CudaDevice::alloc_uninit`] fills its buffers with, if any (a check: see there).
     poison_uninit: Option<u8>,
+    /// Whether [`CudaDevice::upload_f32_with`] goes through `staging`.
+    pinned_staging: bool,
+    /// This device's upload buffers (its own: a fork's uploads run on another stream).
+    staging: Mutex<UploadStaging>,
 }
 
 /// The environment variable that turns on [`CudaDevice::alloc_uninit`]'s poison fill for every
 /// device a process opens: the fill byte in hex (`ff`: NaN floats and −1 integers; `7f`: large
 /// finite FP32 values, FP16 NaNs and large positive integers).
 pub const POISON_UNINIT_ENV: &str = "SPTR_POISON_UNINIT";
+
+/// The environment variable that sends the frame's point uploads through a page-locked staging
+/// buffer ([`CudaDevice::set_pinned_staging`]): `1` on, `0` or unset off.
+pub const PINNED_STAGING_ENV: &str = "SPTR_PINNED_STAGING";
+
+/// Whether [`PINNED_STAGING_ENV`] asks for the staging buffer.
+fn pinned_staging_from_env() -> Result<bool, Error> {
+    match std::env::var(PINNED_STAGING_ENV).as_deref().map(str::trim) {
+        Err(_) | Ok("0") | Ok("") => Ok(false),
+        Ok("1") => Ok(true),
+        Ok(v) => Err(Error::InvalidInput(format!("{PINNED_STAGING_ENV}={v:?}: give 1 (stage uploads in page-locked memory) or 0, or unset it"))),
+    }
+}
 
 /// The poison fill byte [`POISON_UNINIT_ENV`] asks for (None when unset).
 fn poison_from_env() -> Result<Option<u8>, Error> {
@@ -162,6 +175,8 @@ impl CudaDevice {
             functions: Arc::default(),
             shared_allowed: Arc::default(),
             poison_uninit: poison_from_env()?,
+            pinned_staging: pinned_staging_from_env()?,
+            staging: Default::default(),
         })
     }
 
@@ -183,6 +198,8 @@ impl CudaDevice {
             functions: self.functions.clone(),
             shared_allowed: self.shared_allowed.clone(),
             poison_uninit: self.poison_uninit,
+            pinned_staging: self.pinned_staging,
+            staging: Default::default(),
         })
     }
 
@@ -300,6 +317,26 @@ impl CudaDevice {
     /// fill off (None); its forks made afterwards inherit it.
     pub fn set_poison_uninit(&mut self, byte: Option<u8>) {
         self.poison_uninit = byte;
+    }
+
+    /// `len` f32 values that `fill` writes (every one of them), uploaded to new device memory
+    /// from one of this device's reused host buffers ([`crate::device::staging`]): the
+    /// page-locked one where [`CudaDevice::set_pinned_staging`] or [`PINNED_STAGING_ENV`] turned
+    /// it on, else the ordinary one. The values on the device are the same either way.
+    pub fn upload_f32_with(&self, len: usize, what: &str, fill: impl FnOnce(&mut [f32])) -> Result<CudaSlice<f32>, Error> {
+        let mut staging = self.staging.lock().map_err(|_| Error::Cuda("upload buffer lock poisoned".into()))?;
+        if self.pinned_staging {
+            staging.upload_pinned(&self.ctx, &self.stream, len, what, fill)
+        } else {
+            staging.upload_pageable(&self.stream, len, what, fill)
+        }
+    }
+
+    /// Sends [`CudaDevice::upload_f32_with`]'s uploads through the page-locked staging buffer,
+    /// or not; its forks made afterwards inherit it. Measured beside the ordinary upload by
+    /// `sptr bench voxelize`; off unless asked for.
+    pub fn set_pinned_staging(&mut self, on: bool) {
+        self.pinned_staging = on;
     }
 }
 

@@ -267,3 +267,47 @@ fn no_driver_is_an_error_not_a_panic() {
         assert!(e.contains("driver (needed for every GPU path): not found") && e.contains("install an NVIDIA driver"), "{e}");
     }
 }
+
+/// Uploads through the page-locked staging buffer hold what was written, one after another
+/// without a wait in between (each fill waits for the copy before it to have read the buffer),
+/// through growth of the buffer, and give the voxels of the ordinary upload.
+#[test]
+fn cuda_staged_uploads_equal_ordinary_ones() {
+    let Some(plain) = gpu("cuda_staged_uploads_equal_ordinary_ones") else { return };
+    let Some(mut staged) = gpu("cuda_staged_uploads_equal_ordinary_ones") else { return };
+    staged.set_pinned_staging(true);
+    // back to back, each large enough that its copy is still running when the next fill starts
+    // if nothing waits; the third outgrows the first two's buffer
+    let sizes = [3_000_000usize, 3_000_000, 9_000_000, 5];
+    let uploads: Vec<_> = sizes
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| staged.upload_f32_with(n, "test values", |h| h.iter_mut().enumerate().for_each(|(i, v)| *v = (i * 7 + k) as f32)).expect("staged upload"))
+        .collect();
+    for (k, (u, &n)) in uploads.iter().zip(&sizes).enumerate() {
+        let got = staged.stream.clone_dtoh(u).expect("download");
+        assert_eq!(got.len(), n.max(1));
+        if let Some(i) = (0..n).find(|&i| got[i] != (i * 7 + k) as f32) {
+            panic!("staged upload {k}: value {i} is {} (another upload's?)", got[i]);
+        }
+    }
+    let mut p = model_params("sphereformer_semantickitti.yaml");
+    p.voxel_size = [0.05; 3];
+    let sweep = nuscenes_sweep();
+    let copies: Vec<Points> = (0..6).map(|k| rotated_z(&sweep, 60.0 * k as f32)).collect();
+    let mut rng = Rng(0x5EED_0002);
+    let tiny = random_cloud(&mut rng, 3, 60.0, 0);
+    let clouds: Vec<Vec<&Points>> = vec![vec![&tiny], vec![&sweep], copies.iter().collect(), vec![&sweep, &tiny], vec![]];
+    // every cloud voxelized on the staged device before any is read back
+    let staged_out: Vec<_> = clouds.iter().map(|b| voxelize_cuda(&staged, b, &p).expect("staged voxelization")).collect();
+    for (b, s) in clouds.iter().zip(&staged_out) {
+        let case = format!("staged upload, {} samples, {} points", b.len(), b.iter().map(|c| c.len()).sum::<usize>());
+        let s = s.to_host(&staged).expect("download");
+        let o = voxelize_cuda(&plain, b, &p).expect("ordinary voxelization").to_host(&plain).expect("download");
+        assert_eq!(s.stats, o.stats, "{case}: stats");
+        assert_eq!((&s.coords, &s.counts, &s.point_to_voxel), (&o.coords, &o.counts, &o.point_to_voxel), "{case}");
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&s.feats), bits(&o.feats), "{case}: features");
+        assert_same(&case, &s, &voxelize_cpu(b, &p).expect("cpu voxelization"));
+    }
+}

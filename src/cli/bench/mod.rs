@@ -17,7 +17,8 @@ pub enum BenchCmd {
     /// The perception node's per-frame work without ROS (decode, SphereFormer, BEV grids,
     /// labeled cloud; `sptr::frame::processor`): latency p50/p99 over --frames frames (JSON).
     Pipeline(lidar::PipelineArgs),
-    /// Voxelization time, CPU and (if available) CUDA, on a cloud and on a batch of it.
+    /// Voxelization time, CPU and (if available) CUDA, on a cloud and on a batch of it; on CUDA
+    /// also with the points uploaded through a page-locked staging buffer.
     Voxelize(ops::VoxelizeArgs),
     /// Sparse conv (CUDA): SubM k3 C=32..256 with the map cached and built in the call, strided
     /// k2 s2 32->64..128->256, on a cloud voxelized at --voxel-size (JSON lines).

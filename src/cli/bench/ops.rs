@@ -32,7 +32,8 @@ pub struct VoxelizeArgs {
     batch2: bool,
 }
 
-/// Voxelization time on the CPU and, where `auto` resolves to CUDA, on the GPU (one JSON line).
+/// Voxelization time on the CPU and, where `auto` resolves to CUDA, on the GPU, its points
+/// uploaded from ordinary memory and through the page-locked staging buffer (one JSON line).
 pub fn voxelize(a: VoxelizeArgs) -> Result<()> {
     let m = load_model(&a.model)?;
     let mut params = m.voxel_params();
@@ -57,6 +58,10 @@ pub fn voxelize(a: VoxelizeArgs) -> Result<()> {
         cpu_ms: Fixed<3>,
         cuda_ms: Option<Fixed<4>>,
         speedup: Option<Fixed<1>>,
+        /// The CUDA voxelization with the points uploaded through the page-locked staging
+        /// buffer (`SPTR_PINNED_STAGING`), and `cuda_ms` over it (above 1: staging is faster).
+        cuda_pinned_ms: Option<Fixed<4>>,
+        pinned_speedup: Option<Fixed<2>>,
     }
     #[derive(serde::Serialize)]
     struct Bench<'a> {
@@ -74,7 +79,8 @@ pub fn voxelize(a: VoxelizeArgs) -> Result<()> {
             voxelize_cpu(batch, &params)?;
             t_cpu.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        let cuda_ms = voxelize_cuda_ms(batch, &params, iters)?;
+        let cuda_ms = voxelize_cuda_ms(batch, &params, iters, false)?;
+        let cuda_pinned_ms = voxelize_cuda_ms(batch, &params, iters, true)?;
         let cpu_ms = Percentiles::median(&t_cpu);
         rows.push(Row {
             case: name,
@@ -83,6 +89,8 @@ pub fn voxelize(a: VoxelizeArgs) -> Result<()> {
             cpu_ms: Fixed(cpu_ms),
             cuda_ms: cuda_ms.map(Fixed),
             speedup: cuda_ms.map(|v| Fixed(cpu_ms / v)),
+            cuda_pinned_ms: cuda_pinned_ms.map(Fixed),
+            pinned_speedup: cuda_ms.zip(cuda_pinned_ms).map(|(a, b)| Fixed(a / b)),
         });
     }
     println!("{}", line(&Bench { bench: "voxelize", voxel_size: params.voxel_size, iters, results: rows }));
@@ -90,14 +98,16 @@ pub fn voxelize(a: VoxelizeArgs) -> Result<()> {
 }
 
 
-/// Median wall time of a warm CUDA voxelization (upload + all kernels + readbacks), ms; `None`
-/// where `auto` resolves to the CPU.
+/// Median wall time of a warm CUDA voxelization (upload + all kernels + readbacks), ms, the
+/// points uploaded through the page-locked staging buffer or not (`pinned`); `None` where `auto`
+/// resolves to the CPU.
 #[cfg(feature = "cuda-core")]
-fn voxelize_cuda_ms(batch: &[&Points], params: &VoxelParams, iters: usize) -> Result<Option<f64>> {
+fn voxelize_cuda_ms(batch: &[&Points], params: &VoxelParams, iters: usize, pinned: bool) -> Result<Option<f64>> {
     if !crate::device::resolve(crate::device::DeviceChoice::Auto)?.is_cuda() {
         return Ok(None);
     }
-    let dev = crate::device::cuda::CudaDevice::new(0)?;
+    let mut dev = crate::device::cuda::CudaDevice::new(0)?;
+    dev.set_pinned_staging(pinned);
     for _ in 0..3 {
         crate::ops::voxelize::cuda::voxelize_cuda(&dev, batch, params)?;
     }
@@ -113,7 +123,7 @@ fn voxelize_cuda_ms(batch: &[&Points], params: &VoxelParams, iters: usize) -> Re
     Ok(Some(crate::bench::percentiles::Percentiles::median(&t)))
 }
 #[cfg(not(feature = "cuda-core"))]
-fn voxelize_cuda_ms(_: &[&Points], _: &VoxelParams, _: usize) -> Result<Option<f64>> {
+fn voxelize_cuda_ms(_: &[&Points], _: &VoxelParams, _: usize, _: bool) -> Result<Option<f64>> {
     Ok(None)
 }
 

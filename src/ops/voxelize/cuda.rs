@@ -101,6 +101,28 @@ fn params_c(p: &VoxelParams, batch: usize, n: usize) -> VoxParamsC {
     }
 }
 
+/// The points of `batch` as the kernels read them, into `host` (4 × the points): x, y, z, then
+/// intensity, each column with the samples one after another. The kernels test x, y, z for
+/// finiteness; a point whose intensity is NaN/Inf must get no voxel either (as on the CPU): it
+/// goes up with x = NaN, so every kernel skips it and it is counted non-finite.
+fn pack_points(batch: &[&Points], host: &mut [f32]) {
+    let n = host.len() / 4;
+    let (xs, rest) = host.split_at_mut(n);
+    let (ys, rest) = rest.split_at_mut(n);
+    let (zs, is) = rest.split_at_mut(n);
+    let mut at = 0;
+    for p in batch {
+        let m = p.x.len();
+        for ((dst, &x), &i) in xs[at..at + m].iter_mut().zip(&p.x).zip(&p.intensity) {
+            *dst = if i.is_finite() { x } else { f32::NAN };
+        }
+        ys[at..at + m].copy_from_slice(&p.y);
+        zs[at..at + m].copy_from_slice(&p.z);
+        is[at..at + m].copy_from_slice(&p.intensity);
+        at += m;
+    }
+}
+
 /// CUDA voxelization of a batch of samples; same result as `voxelize_cpu` (features in FP16).
 pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) -> Result<CudaVoxels, Error> {
     let n = check_batch(batch, params)?;
@@ -126,20 +148,8 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
         return alloc_out(0, 0, stats);
     }
 
-    // Upload the points in one copy, samples concatenated: x, y, z, then intensity, n values
-    // each. The kernels test x, y, z for finiteness; a point whose intensity is NaN/Inf must get
-    // no voxel either (as on the CPU): it goes up with x = NaN, so every kernel skips it and it is
-    // counted non-finite.
-    let mut host = Vec::with_capacity(4 * n);
-    for p in batch {
-        host.extend(p.x.iter().zip(&p.intensity).map(|(&x, &i)| if i.is_finite() { x } else { f32::NAN }));
-    }
-    for column in [|p: &Points| &p.y, |p: &Points| &p.z, |p: &Points| &p.intensity] as [fn(&Points) -> &Vec<f32>; 3] {
-        for p in batch {
-            host.extend_from_slice(column(p));
-        }
-    }
-    let points = s.clone_htod(&host).map_err(e("uploading the points"))?;
+    // Upload the points in one copy, samples concatenated (`pack_points`).
+    let points = dev.upload_f32_with(4 * n, "the points", |host| pack_points(batch, host))?;
     let (x, y, z, inten) = (points.slice(..n), points.slice(n..2 * n), points.slice(2 * n..3 * n), points.slice(3 * n..4 * n));
     let d_offsets = s.clone_htod(&offsets).map_err(e("uploading sample offsets"))?;
     let pc = params_c(params, nb, n);
@@ -280,4 +290,22 @@ pub fn voxelize_cuda(dev: &CudaDevice, batch: &[&Points], params: &VoxelParams) 
     out.len = m;
     out.stats = stats;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn points_pack_as_columns_with_the_samples_in_order() {
+        let cloud = |x: Vec<f32>, y: Vec<f32>, z: Vec<f32>, intensity: Vec<f32>| Points { x, y, z, intensity, has_intensity: true, ..Default::default() };
+        let a = cloud(vec![1.0, 2.0], vec![3.0, 4.0], vec![5.0, 6.0], vec![7.0, f32::INFINITY]);
+        let b = cloud(vec![10.0], vec![11.0], vec![12.0], vec![f32::NAN]);
+        let c = Points::default();
+        let mut host = vec![-1.0f32; 12];
+        pack_points(&[&a, &c, &b], &mut host);
+        let want = [1.0, f32::NAN, f32::NAN, 3.0, 4.0, 11.0, 5.0, 6.0, 12.0, 7.0, f32::INFINITY, f32::NAN];
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&host), bits(&want), "x (NaN where the intensity is not finite), y, z, intensity");
+    }
 }
