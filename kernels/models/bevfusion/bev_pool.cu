@@ -537,18 +537,13 @@ __device__ __forceinline__ void pool_spans(const __half* __restrict__ depth, con
     range_flag(range_flags, range_layer, bits);
 }
 
-// C = 80, the BEVFusion camera branch's context channels (`C` is not read: 80 is compiled in).
-extern "C" __global__ void __launch_bounds__(SPAN_WARPS * 32u)
-    lss_pool_spans_c80(const __half* __restrict__ depth, const __half* __restrict__ context, const u32* __restrict__ list,
-                       const uint4* __restrict__ spans, u32 n_spans, const uint4* __restrict__ items, u32 d_magic, u32 d_shift,
-                       u32 per_cam, u32 mask, __half* __restrict__ out, float* __restrict__ partial, u32* __restrict__ range_flags,
-                       u32 range_layer) {
-    pool_spans<10u, true>(depth, context, list, spans, n_spans, items, d_magic, d_shift, per_cam, mask, out, partial, range_flags, range_layer);
-}
-extern "C" __global__ void __launch_bounds__(SPAN_WARPS * 32u)
-    lss_pool_spans_pairs_c80(const __half* __restrict__ depth, const __half* __restrict__ context, const u32* __restrict__ list,
-                       const uint4* __restrict__ spans, u32 n_spans, const uint4* __restrict__ items, u32 d_magic, u32 d_shift,
-                       u32 per_cam, u32 mask, __half* __restrict__ out, float* __restrict__ partial, u32* __restrict__ range_flags,
-                       u32 range_layer) {
-    pool_spans<10u, false>(depth, context, list, spans, n_spans, items, d_magic, d_shift, per_cam, mask, out, partial, range_flags, range_layer);
-}
+#define POOL_SPANS_ARGS                                                                                          \
+    const __half *__restrict__ depth, const __half *__restrict__ context, const u32 *__restrict__ list,          \
+        const uint4 *__restrict__ spans, u32 n_spans, const uint4 *__restrict__ items, u32 d_magic, u32 d_shift, \
+        u32 per_cam, u32 mask, __half *__restrict__ out, float *__restrict__ partial, u32 *__restrict__ range_flags, \
+        u32 range_layer
+#define POOL_SPANS_CALL depth, context, list, spans, n_spans, items, d_magic, d_shift, per_cam, mask, out, partial, range_flags, range_layer
+// C = 80, the BEVFusion camera branch's context channels (80 is compiled in), with the row copies
+// (SpanCopy::Rows) and with the pair copies (SpanCopy::Pairs).
+extern "C" __global__ void __launch_bounds__(SPAN_WARPS * 32u) lss_pool_spans_c80(POOL_SPANS_ARGS) { pool_spans<10u, true>(POOL_SPANS_CALL); }
+extern "C" __global__ void __launch_bounds__(SPAN_WARPS * 32u) lss_pool_spans_pairs_c80(POOL_SPANS_ARGS) { pool_spans<10u, false>(POOL_SPANS_CALL); }
