@@ -9,6 +9,9 @@
 #                     the two sides are gpu-stage/bin/sptr with SPTR_KERNEL_PATHS=native (the
 #                     Hopper kernels) and =portable (exactly what an sm_8x GPU runs: Ampere, Ada,
 #                     Orin), for the cost of the non-Hopper paths on the same GPU in one run
+#   SPTR_AB=staging scripts/gpu_ab.sh OUT_DIR [ROUNDS]
+#                     the two sides are gpu-stage/bin/sptr with SPTR_PINNED_STAGING=0 (the points
+#                     uploaded from ordinary memory) and =1 (through the page-locked buffer)
 # Writes OUT_DIR/ab.jsonl (one line per run: {"ab", "round", "case", "line": <the bench's JSON>})
 # and OUT_DIR/ab_summary.json (per case and build: the median of the rounds' medians, their
 # spread, and after/before as a ratio), and the host probe beside them (OUT_DIR/host.json).
@@ -23,10 +26,11 @@ mode=${SPTR_AB:-builds}
 case $mode in
     builds) sides=(sptr-before sptr) ;;
     paths) sides=(native portable) ;;
-    *) echo "gpu_ab: SPTR_AB is \`$mode\`: write builds (the default) or paths" >&2; exit 2 ;;
+    staging) sides=(pageable pinned) ;;
+    *) echo "gpu_ab: SPTR_AB is \`$mode\`: write builds (the default), paths or staging" >&2; exit 2 ;;
 esac
 for b in sptr-before sptr; do
-    [ "$mode" = paths ] && [ "$b" = sptr-before ] && continue
+    [ "$mode" != builds ] && [ "$b" = sptr-before ] && continue
     [ -x "$stage/bin/$b" ] || { echo "gpu_ab: $stage/bin/$b is missing" >&2; exit 2; }
 done
 nus=tests/data/nuscenes/$(ls tests/data/nuscenes | grep pcd.bin | head -1)
@@ -38,6 +42,7 @@ run_case() { # side round case args...
     shift 3
     local line run=("$stage/bin/$b")
     [ "$mode" = paths ] && run=(env "SPTR_KERNEL_PATHS=$b" "$stage/bin/sptr")
+    [ "$mode" = staging ] && run=(env "SPTR_PINNED_STAGING=$([ "$b" = pinned ] && echo 1 || echo 0)" "$stage/bin/sptr")
     if line=$("${run[@]}" "$@" 2>> "$out/ab.log" | tail -n 1); then
         printf '{"ab": "%s", "round": %d, "case": "%s", "line": %s}\n' "$b" "$r" "$c" "$line" >> "$out/ab.jsonl"
     else
