@@ -2,10 +2,11 @@
 //! implementation (FP16 storage, FP32 accumulation) whose kernels come from `kernels/`.
 //!
 //! `kernels` (the embedded sources) is always compiled so tools can list them; `nvrtc` (compile
-//! and on-disk cache), `cuda` (context, stream, loaded modules; `driver_error` its errors) and `range` (the FP16 range
-//! guard's device buffers; `range_guard` is its host side: which layers left the FP16 range) need
-//! feature `cuda`. `storage`: FP16, BF16 or FP32 activations and the `precision` setting.
-//! `clock`: stage times on the host and on the GPU. `memory`: host and device memory in use.
+//! and on-disk cache), `cuda` (context, stream, loaded modules; `driver_error` its errors) and
+//! `range` (the FP16 range guard's device buffers; `range_guard` is its host side: which layers
+//! left the FP16 range) need feature `cuda`. `storage`: FP16, BF16 or FP32 activations and the
+//! `precision` setting. `clock`: stage times on the host and on the GPU. `memory`: host and
+//! device memory in use.
 //! `staging` (feature `cuda`): a page-locked host buffer uploads can go through. `libraries`:
 //! the CUDA libraries opened at run time, found as they will be opened and checked against the
 //! CUDA major the build binds (`cuda`: 13, `cuda12`: 12.6).
