@@ -45,15 +45,16 @@ pub struct CudaDevice {
 /// finite FP32 values, FP16 NaNs and large positive integers).
 pub const POISON_UNINIT_ENV: &str = "SPTR_POISON_UNINIT";
 
-/// The environment variable that sends the frame's point uploads through a page-locked staging
-/// buffer ([`CudaDevice::set_pinned_staging`]): `1` on, `0` or unset off.
+/// The environment variable that chooses how the frame's points are uploaded
+/// ([`CudaDevice::set_pinned_staging`]): `1` or unset through the page-locked staging buffer,
+/// `0` from ordinary memory (for comparing the two).
 pub const PINNED_STAGING_ENV: &str = "SPTR_PINNED_STAGING";
 
-/// Whether [`PINNED_STAGING_ENV`] asks for the staging buffer.
+/// Whether [`PINNED_STAGING_ENV`] leaves the staging buffer on (the default).
 fn pinned_staging_from_env() -> Result<bool, Error> {
     match std::env::var(PINNED_STAGING_ENV).as_deref().map(str::trim) {
-        Err(_) | Ok("0") | Ok("") => Ok(false),
-        Ok("1") => Ok(true),
+        Err(_) | Ok("1") | Ok("") => Ok(true),
+        Ok("0") => Ok(false),
         Ok(v) => Err(Error::InvalidInput(format!("{PINNED_STAGING_ENV}={v:?}: give 1 (stage uploads in page-locked memory) or 0, or unset it"))),
     }
 }
@@ -321,8 +322,8 @@ impl CudaDevice {
 
     /// `len` f32 values that `fill` writes (every one of them), uploaded to new device memory
     /// from one of this device's reused host buffers ([`crate::device::staging`]): the
-    /// page-locked one where [`CudaDevice::set_pinned_staging`] or [`PINNED_STAGING_ENV`] turned
-    /// it on, else the ordinary one. The values on the device are the same either way.
+    /// page-locked one unless [`CudaDevice::set_pinned_staging`] or [`PINNED_STAGING_ENV`] turned
+    /// it off, else the ordinary one. The values on the device are the same either way.
     pub fn upload_f32_with(&self, len: usize, what: &str, fill: impl FnOnce(&mut [f32])) -> Result<CudaSlice<f32>, Error> {
         let mut staging = self.staging.lock().map_err(|_| Error::Cuda("upload buffer lock poisoned".into()))?;
         if self.pinned_staging {
@@ -332,9 +333,9 @@ impl CudaDevice {
         }
     }
 
-    /// Sends [`CudaDevice::upload_f32_with`]'s uploads through the page-locked staging buffer,
-    /// or not; its forks made afterwards inherit it. Measured beside the ordinary upload by
-    /// `sptr bench voxelize`; off unless asked for.
+    /// Sends [`CudaDevice::upload_f32_with`]'s uploads through the page-locked staging buffer
+    /// (the default: the dense cloud's voxelization 1.35 times as fast on an H100, `sptr bench
+    /// voxelize`), or from ordinary memory; its forks made afterwards inherit it.
     pub fn set_pinned_staging(&mut self, on: bool) {
         self.pinned_staging = on;
     }
