@@ -296,8 +296,9 @@ extern "C" __global__ void lss_pool_merge(const float* __restrict__ partial, con
 // ---- The pool on tensor cores (mma.sync, ldmatrix and cp.async: every GPU from sm_80 on), for
 // plans with spans: measured beside the slice pool, not the default (docs/kernels.md). Its first
 // layout, a lane copying its own point's row, took 2.4 times as long on an H100: each copy
-// instruction gathered 16 bytes of 32 different rows. The copies are now chunk-major (whole rows
-// an instruction) and double-buffered.
+// instruction gathered 16 bytes of 32 different rows. With the copies chunk-major (whole rows an
+// instruction) and double-buffered it takes 1.43-1.51 times as long: each row still passes
+// through L1 and shared memory three times, where a load of the slice pool moves it once.
 //
 // The pool is a sparse matrix product, out[cell, :] = sum over the cell's points of depth x the
 // point's context row, and the slice pool above spends most of its instructions on it a point at
