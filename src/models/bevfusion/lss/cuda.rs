@@ -439,7 +439,8 @@ fn pool_slices(
 ) -> Result<(), Error> {
     let div = geom.divisor;
     // C = 80 (the BEVFusion camera branch) has a kernel with the row's chunks known at compile time
-    let f = dev.function("bev_pool", if ch32 == 80 { "lss_pool_items_c80" } else { "lss_pool_items" })?;
+    let kernel = if ch32 == 80 { "lss_pool_items_c80" } else { "lss_pool_items" };
+    let f = dev.function("bev_pool", kernel)?;
     // SAFETY: matches bev_pool.cu; order/cell_start come from build_geometry_cuda for this
     // geometry and the plan's items from its cell offsets (points < kept, cells < cells, slots
     // < plan.slots), depth/context hold the sizes checked by the caller, out cells * C halves,
@@ -463,7 +464,7 @@ fn pool_slices(
         let items_per_warp = 32 / (ch32 / 8);
         b.launch(warp_grid(items32.div_ceil(items_per_warp)))
     }
-    .map_err(cuda_err("lss_pool_items"))?;
+    .map_err(cuda_err(kernel))?;
     Ok(())
 }
 
