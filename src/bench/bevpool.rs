@@ -20,11 +20,11 @@
 //! at all, launched longest first (`by_chunk`, `band` null), and launched in length bands of
 //! other sizes along a Morton curve (`band` set: points a band); the plan's defaults are
 //! `chunk_points` and `band`. At 80 channels the default plan also runs on the tensor-core
-//! kernel with spans of several point budgets and both layouts of its copies (`tensor_cores`,
-//! each as a ratio to the default). All in the same call.
+//! kernel with spans of several point budgets (`tensor_cores`, each as a ratio to the default).
+//! All in the same call.
 
 use crate::models::bevfusion::lss::config::{BevGrid, LssConfig};
-use crate::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan, SpanCopy};
+use crate::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
 use crate::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan, DEFAULT_SPAN_POINTS};
 use crate::models::bevfusion::lss::geometry::{LssGeometry, LssParams};
 use crate::models::bevfusion::lss::transform::{random_tensors, softmax_into, CameraMask, LssTransform, PREFIX};
@@ -127,8 +127,8 @@ struct PoolRow<'a> {
     longest_item: u32,
     by_chunk: Vec<ChunkTime>,
     /// The default plan on the tensor-core kernel (spans of up to 16 items on `mma.sync`, C 80
-    /// only; empty at other widths), its spans packed to these point budgets, with each copy
-    /// layout, each time with its ratio to `pool_ms` (above 1: slower than the default).
+    /// only; empty at other widths), its spans packed to these point budgets, each time with its
+    /// ratio to `pool_ms` (above 1: slower than the default).
     tensor_cores: Vec<SpanTime>,
     bar_ms: f64,
     goal_ms: f64,
@@ -147,8 +147,6 @@ struct ChunkTime {
 #[derive(Serialize)]
 struct SpanTime {
     span_points: u32,
-    /// The layout of the batch copies ([`SpanCopy::name`]).
-    copy: &'static str,
     pool_ms: Fixed<4>,
     over_default: Fixed<2>,
 }
@@ -194,17 +192,15 @@ fn case(dev: &CudaDevice, name: &str, cfg: &LssConfig, calib: &Calibration, opt:
         let ms = dev.time_median_ms(5, iters, || pool_cuda_planned(dev, &geom, &plan, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))?;
         by_chunk.push(ChunkTime { chunk_points: Some(chunk), band: Some(band), pool_ms: Fixed(ms) });
     }
-    let time_plan = |host: PoolPlan, copy: SpanCopy| -> Result<f64, Error> {
-        let plan = CudaPoolPlan::from_host(dev, &geom, host)?.with_span_copy(copy);
+    let time_plan = |host: PoolPlan| -> Result<f64, Error> {
+        let plan = CudaPoolPlan::from_host(dev, &geom, host)?;
         dev.time_median_ms(5, iters, || pool_cuda_planned(dev, &geom, &plan, &gd, &gc, c, CameraMask::ALL, None).map(|_| ()))
     };
     let mut tensor_cores = Vec::new();
     if c == 80 {
-        for copy in SpanCopy::ALL {
-            for p in SPAN_POINTS_TIMED {
-                let ms = time_plan(geom.plan.host.clone().with_span_points(Some(p)), copy)?;
-                tensor_cores.push(SpanTime { span_points: p, copy: copy.name(), pool_ms: Fixed(ms), over_default: Fixed(ms / pool_ms) });
-            }
+        for p in SPAN_POINTS_TIMED {
+            let ms = time_plan(geom.plan.host.clone().with_span_points(Some(p)))?;
+            tensor_cores.push(SpanTime { span_points: p, pool_ms: Fixed(ms), over_default: Fixed(ms / pool_ms) });
         }
     }
     let plan = &geom.plan.host;
@@ -328,7 +324,7 @@ mod tests {
                 ChunkTime { chunk_points: None, band: None, pool_ms: Fixed(0.15) },
                 ChunkTime { chunk_points: Some(64), band: Some(16), pool_ms: Fixed(0.06) },
             ],
-            tensor_cores: vec![SpanTime { span_points: 64, copy: "rows", pool_ms: Fixed(0.117), over_default: Fixed(2.41) }],
+            tensor_cores: vec![SpanTime { span_points: 64, pool_ms: Fixed(0.117), over_default: Fixed(2.41) }],
             bar_ms: 0.040,
             goal_ms: 0.020,
         };
@@ -346,7 +342,6 @@ mod tests {
         assert_eq!(v["by_chunk"][1]["band"], 16);
         assert_eq!(v["feature"][1], 88);
         assert_eq!((v["tensor_cores"][0]["span_points"].as_u64(), v["tensor_cores"][0]["over_default"].as_f64()), (Some(64), Some(2.41)));
-        assert_eq!(v["tensor_cores"][0]["copy"], "rows");
         let t = TransformRow { bench: "bevpool", case: "seg_vtransform", device: "H100", lift_ms: Fixed(0.5), vtransform_ms: Fixed(1.0), note: "n" };
         parse_row(&line(&t), &["bench", "case", "device", "lift_ms", "vtransform_ms", "note"]);
     }

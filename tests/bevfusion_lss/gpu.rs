@@ -11,7 +11,7 @@ use crate::common::{fp16, gpu, rel_err, Rng};
 use cudarc::cublas::CudaBlas;
 use half::f16;
 use crate::lss_common::*;
-use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan, SpanCopy};
+use sptr::models::bevfusion::lss::cuda::{build_geometry_cuda, pool_cuda, pool_cuda_planned, upload_frustum, CudaLssTransform, CudaPoolPlan};
 use sptr::models::bevfusion::lss::pool_plan::{PoolOrder, PoolPlan, DEFAULT_BAND_POINTS, DEFAULT_CHUNK_POINTS, DEFAULT_SPAN_POINTS, WHOLE_CELL};
 use sptr::models::bevfusion::lss::transform::random_tensors;
 use sptr::models::bevfusion::lss::{pool, CameraMask, LssConfig, LssGeometry, LssParams, LssTransform, PREFIX};
@@ -206,14 +206,9 @@ fn cuda_pool_matches_cpu_is_deterministic_and_masks() {
                 assert!(plan.has_spans(), "{name}: a plan with spans");
                 plan
             };
-            let default_tc = check_variant("default plan, tensor cores", &spans(geom.plan.host.clone()));
-            // the copies' layout moves the same rows into the same places: the same sums, bit for bit
-            let pairs = check_variant("default plan, tensor cores, pair copies", &spans(geom.plan.host.clone()).with_span_copy(SpanCopy::Pairs));
-            assert_eq!(bits(&pairs), bits(&default_tc), "{name}: the pair copies' sums differ from the row copies'");
+            check_variant("default plan, tensor cores", &spans(geom.plan.host.clone()));
             for chunk in [u32::MAX, 33, 8, 1] {
-                let rows = check_variant(&format!("chunk {chunk}, tensor cores"), &spans(PoolPlan::build(&geom.host_cell_start, chunk).unwrap()));
-                let pairs = run(&spans(PoolPlan::build(&geom.host_cell_start, chunk).unwrap()).with_span_copy(SpanCopy::Pairs), CameraMask::ALL, &gd, &gc);
-                assert_eq!(bits(&pairs), bits(&rows), "{name}, chunk {chunk}: the pair copies' sums differ from the row copies'");
+                check_variant(&format!("chunk {chunk}, tensor cores"), &spans(PoolPlan::build(&geom.host_cell_start, chunk).unwrap()));
             }
             for (chunk, band) in [(DEFAULT_CHUNK_POINTS, 1), (33, 32)] {
                 let p = PoolPlan::build_ordered(&geom.host_cell_start, chunk, PoolOrder::banded(&geom.grid, band)).unwrap();

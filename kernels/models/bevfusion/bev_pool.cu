@@ -297,8 +297,10 @@ extern "C" __global__ void lss_pool_merge(const float* __restrict__ partial, con
 // plans with spans: measured beside the slice pool, not the default (docs/kernels.md). Its first
 // layout, a lane copying its own point's row, took 2.4 times as long on an H100: each copy
 // instruction gathered 16 bytes of 32 different rows. With the copies chunk-major (whole rows an
-// instruction) and double-buffered it takes 1.43-1.51 times as long: each row still passes
-// through L1 and shared memory three times, where a load of the slice pool moves it once.
+// instruction, row by row) and double-buffered it takes 1.43-1.51 times as long: each row still
+// passes through L1 and shared memory three times, where a load of the slice pool moves it once.
+// Copies laid out as (point, chunk) pairs instead, every lane busy, cost more instructions a
+// batch (299 against 286) and were slower still.
 //
 // The pool is a sparse matrix product, out[cell, :] = sum over the cell's points of depth x the
 // point's context row, and the slice pool above spends most of its instructions on it a point at
@@ -307,10 +309,10 @@ extern "C" __global__ void lss_pool_merge(const float* __restrict__ partial, con
 // m16n8k16 MMAs: K = 16 points, N = 8 channels, M = 16 rows, one item a row. A[row, k] is point
 // k's depth where point k belongs to that row's item, else 0; B[k, :] is point k's context row,
 // copied into shared memory by cp.async and read as fragments by ldmatrix.trans. A point costs
-// the warp about nine instructions instead of about thirteen (sm_90 SASS: 286 a 32-point batch
-// with the row copies, 299 with the pair copies). Sums are FP32 in the tensor
-// cores' order: the same bits on every run of a plan, but not those of the slice pool, and a
-// cell's bits depend on where the plan puts its points among the span's 16-point steps.
+// the warp about nine instructions instead of about thirteen (sm_90 SASS: 286 a 32-point batch).
+// Sums are FP32 in the tensor cores' order: the same bits on every run of a plan, but not those
+// of the slice pool, and a cell's bits depend on where the plan puts its points among the span's
+// 16-point steps.
 // A non-finite context value of a kept point reaches the other items of its 16-point step
 // (0 x inf is NaN); the lift's range guard flags such values. A masked camera's points and the
 // steps' padding copy zeros instead of their rows (cp.async zero fill), so they add exactly nothing.
@@ -383,33 +385,12 @@ __device__ __forceinline__ void span_a_fragment(u32 tagged, u32 base, u32 g, u32
 // for a masked camera's point and a batch's padding, whose staging row is zero-filled.
 #define SPAN_NO_ROW 0xffffffffu
 
-// Copies a batch's 32 context rows into `stage` (32 rows of STRIDE bytes) chunk-major: copy i of
-// lane l is the (point, chunk) pair 32i + l, so one copy instruction reads about three whole rows
-// (as a load of the slice pool does) rather than 16 bytes of 32 rows, and the batch takes CHUNKS
-// instructions. Lane p holds point p's source row (`my_src`); the copying lane takes it by shuffle.
-template <u32 CHUNKS, u32 STRIDE>
-__device__ __forceinline__ void span_stage_batch(u32 stage, const uint4* __restrict__ ctx, u32 my_src, u32 lane) {
-    u32 p = lane / CHUNKS, c = lane % CHUNKS;  // pair `lane`; CHUNKS is a constant
-#pragma unroll
-    for (u32 i = 0; i < CHUNKS; ++i) {
-        const u32 row = __shfl_sync(FULL_MASK, my_src, p);
-        const bool on = row != SPAN_NO_ROW;
-        span_copy16(stage + p * STRIDE + c * 16u, ctx + (on ? row + c : 0u), on ? 16u : 0u);
-        // the next pair is 32 further on: 32 / CHUNKS points and 32 % CHUNKS chunks
-        p += 32u / CHUNKS;
-        c += 32u % CHUNKS;
-        if (c >= CHUNKS) {
-            c -= CHUNKS;
-            ++p;
-        }
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-// The same copies row by row (SpanCopy::Rows in lss/cuda.rs; the layout above is Pairs): lane l
-// copies chunk l % CHUNKS of row l / CHUNKS of each group of 32 / CHUNKS rows (three at C 80, two
-// lanes idle), so a lane's chunk and its place in the group are fixed and each copy's shared
-// address is a constant step from the last.
+// Copies a batch's 32 context rows into `stage` (32 rows of STRIDE bytes) chunk-major, row by
+// row: lane l copies chunk l % CHUNKS of row l / CHUNKS of each group of 32 / CHUNKS rows (three
+// at C 80, two lanes idle), so one copy instruction reads whole rows (as a load of the slice pool
+// does) rather than 16 bytes of 32 rows, a lane's chunk and its place in the group are fixed, and
+// each copy's shared address is a constant step from the last. Lane p holds point p's source row
+// (`my_src`); the copying lane takes it by shuffle.
 template <u32 CHUNKS, u32 STRIDE>
 __device__ __forceinline__ void span_stage_rows(u32 stage, const uint4* __restrict__ ctx, u32 my_src, u32 lane) {
     constexpr u32 GROUP = 32u / CHUNKS;  // rows a copy instruction takes
@@ -437,7 +418,7 @@ __device__ __forceinline__ void span_stage_rows(u32 stage, const uint4* __restri
 // epilogue as the slice pool's: an item that is its whole cell writes FP16 sums (zeros for an
 // empty one), a cut item its FP32 partials for lss_pool_merge. Needs an even CHUNKS (C a
 // multiple of 16) and point indices below 2^28 (the plan checks both).
-template <u32 CHUNKS, bool ROWS>
+template <u32 CHUNKS>
 __device__ __forceinline__ void pool_spans(const __half* __restrict__ depth, const __half* __restrict__ context,
                                            const u32* __restrict__ list, const uint4* __restrict__ spans, u32 n_spans,
                                            const uint4* __restrict__ items, u32 d_magic, u32 d_shift, u32 per_cam, u32 mask,
@@ -474,8 +455,7 @@ __device__ __forceinline__ void pool_spans(const __half* __restrict__ depth, con
     };
     u32 src, tagged;
     decode(0u, entry_at(0u), src, tagged);
-    if (ROWS) span_stage_rows<CHUNKS, STRIDE>(base, ctx, src, lane);
-    else span_stage_batch<CHUNKS, STRIDE>(base, ctx, src, lane);
+    span_stage_rows<CHUNKS, STRIDE>(base, ctx, src, lane);
     u32 ahead = entry_at(SPAN_BATCH);
     u32 buf = 0;
     for (u32 b = 0; b < span.y; b += SPAN_BATCH) {
@@ -485,8 +465,7 @@ __device__ __forceinline__ void pool_spans(const __half* __restrict__ depth, con
         if (b + SPAN_BATCH < span.y) {  // warp-uniform
             u32 next_src;
             decode(b + SPAN_BATCH, ahead, next_src, next_tagged);
-            if (ROWS) span_stage_rows<CHUNKS, STRIDE>(base + (buf ^ 1u) * STAGE_BYTES, ctx, next_src, lane);
-            else span_stage_batch<CHUNKS, STRIDE>(base + (buf ^ 1u) * STAGE_BYTES, ctx, next_src, lane);
+            span_stage_rows<CHUNKS, STRIDE>(base + (buf ^ 1u) * STAGE_BYTES, ctx, next_src, lane);
             ahead = entry_at(b + 2u * SPAN_BATCH);
         } else {
             asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -544,7 +523,5 @@ __device__ __forceinline__ void pool_spans(const __half* __restrict__ depth, con
         u32 per_cam, u32 mask, __half *__restrict__ out, float *__restrict__ partial, u32 *__restrict__ range_flags, \
         u32 range_layer
 #define POOL_SPANS_CALL depth, context, list, spans, n_spans, items, d_magic, d_shift, per_cam, mask, out, partial, range_flags, range_layer
-// C = 80, the BEVFusion camera branch's context channels (80 is compiled in), with the row copies
-// (SpanCopy::Rows) and with the pair copies (SpanCopy::Pairs).
-extern "C" __global__ void __launch_bounds__(SPAN_WARPS * 32u) lss_pool_spans_c80(POOL_SPANS_ARGS) { pool_spans<10u, true>(POOL_SPANS_CALL); }
-extern "C" __global__ void __launch_bounds__(SPAN_WARPS * 32u) lss_pool_spans_pairs_c80(POOL_SPANS_ARGS) { pool_spans<10u, false>(POOL_SPANS_CALL); }
+// C = 80, the BEVFusion camera branch's context channels (80 is compiled in).
+extern "C" __global__ void __launch_bounds__(SPAN_WARPS * 32u) lss_pool_spans_c80(POOL_SPANS_ARGS) { pool_spans<10u>(POOL_SPANS_CALL); }

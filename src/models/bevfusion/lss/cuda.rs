@@ -78,40 +78,6 @@ pub struct CudaPoolPlan {
     /// The spans and the span list (the point order regrouped by span, each entry tagged with
     /// its item's row) where the tensor-core pool can run this plan.
     spans: Option<SpanList>,
-    /// How the tensor-core pool copies a batch's context rows into shared memory.
-    span_copy: SpanCopy,
-}
-
-/// The tensor-core pool's layout of a batch's copies (32 points' context rows, 16 bytes a copy):
-/// both read whole rows an instruction; they differ in the instructions a copy costs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpanCopy {
-    /// Lane l copies chunk l % (C / 8) of row l / (C / 8) of each group of rows (three rows an
-    /// instruction at C 80, two lanes idle): a lane's chunk is fixed, so each copy's addresses
-    /// are a constant step from the last.
-    Rows,
-    /// Copy i of lane l is the (point, chunk) pair 32i + l: every lane busy, each lane's pair
-    /// stepped by 32 at every copy.
-    Pairs,
-}
-
-impl SpanCopy {
-    pub const ALL: [SpanCopy; 2] = [SpanCopy::Rows, SpanCopy::Pairs];
-
-    /// The name `sptr bench bevpool` reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            SpanCopy::Rows => "rows",
-            SpanCopy::Pairs => "pairs",
-        }
-    }
-
-    fn kernel_c80(self) -> &'static str {
-        match self {
-            SpanCopy::Rows => "lss_pool_spans_c80",
-            SpanCopy::Pairs => "lss_pool_spans_pairs_c80",
-        }
-    }
 }
 
 /// The tensor-core pool's spans on the GPU (four u32 each) and their list.
@@ -151,12 +117,6 @@ impl CudaPoolPlan {
         self.spans.is_some()
     }
 
-    /// This plan with the tensor-core pool's copies laid out as `copy` (the default: rows).
-    pub fn with_span_copy(mut self, copy: SpanCopy) -> Self {
-        self.span_copy = copy;
-        self
-    }
-
     /// Uploads `host`; with spans, and point indices (below `points`) that the span list can
     /// tag, also builds the span list from the sorted point `order`.
     fn upload(dev: &CudaDevice, points: usize, order: &CudaSlice<u32>, host: PoolPlan) -> Result<Self, Error> {
@@ -185,7 +145,7 @@ impl CudaPoolPlan {
                 .map_err(cuda_err("lss_pool_span_list"))?;
             Some(SpanList { spans, list })
         };
-        Ok(Self { host, items, merges, spans, span_copy: SpanCopy::Rows })
+        Ok(Self { host, items, merges, spans })
     }
 }
 
@@ -373,7 +333,7 @@ pub fn pool_cuda_planned(
     match &plan.spans {
         // C = 80 (the BEVFusion camera branch) on tensor cores
         Some(sp) if channels == 80 => {
-            let kernel = plan.span_copy.kernel_c80();
+            let kernel = "lss_pool_spans_c80";
             let f = dev.function("bev_pool", kernel)?;
             let n_spans = plan.host.spans.len() as u32;
             let cfg = LaunchConfig { grid_dim: (n_spans.div_ceil(SPAN_WARPS).max(1), 1, 1), block_dim: (SPAN_WARPS * 32, 1, 1), shared_mem_bytes: 0 };
