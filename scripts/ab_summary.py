@@ -2,7 +2,7 @@
 """Summary of scripts/gpu_ab.sh's rows: per case and build, the median of the rounds' figures
 (each round's figure is the bench's own median: `ms` of `bench model` and `bench bevseg`, the
 latency p50 of `bench pipeline`), their spread (min-max over rounds), and after/before (builds: sptr over sptr-before; kernel paths:
-portable over native; point uploads: pinned over pageable)."""
+portable over native; point uploads: pinned over pageable; split sums: onchip over partials)."""
 import json
 import statistics
 import sys
@@ -43,6 +43,8 @@ def main(path):
             entry["portable_over_native"] = round(entry["portable"]["median_ms"] / entry["native"]["median_ms"], 4)
         if "pinned" in entry and "pageable" in entry:
             entry["pinned_over_pageable"] = round(entry["pinned"]["median_ms"] / entry["pageable"]["median_ms"], 4)
+        if "onchip" in entry and "partials" in entry:
+            entry["onchip_over_partials"] = round(entry["onchip"]["median_ms"] / entry["partials"]["median_ms"], 4)
         out[case] = entry
     json.dump(out, sys.stdout, indent=1)
     print()

@@ -12,6 +12,11 @@
 #   SPTR_AB=staging scripts/gpu_ab.sh OUT_DIR [ROUNDS]
 #                     the two sides are gpu-stage/bin/sptr with SPTR_PINNED_STAGING=0 (the points
 #                     uploaded from ordinary memory) and =1 (through the page-locked buffer)
+#   SPTR_AB=cluster scripts/gpu_ab.sh OUT_DIR [ROUNDS]
+#                     the two sides are gpu-stage/bin/sptr with SPTR_CLUSTER_REDUCE=0 (a split
+#                     conv's partials summed by a second pass) and =1 (on chip, each tile's splits
+#                     one thread-block cluster); only the rows with sparse convs: SphereFormer and
+#                     the fusion map model
 # Writes OUT_DIR/ab.jsonl (one line per run: {"ab", "round", "case", "line": <the bench's JSON>})
 # and OUT_DIR/ab_summary.json (per case and build: the median of the rounds' medians, their
 # spread, and after/before as a ratio), and the host probe beside them (OUT_DIR/host.json).
@@ -27,7 +32,8 @@ case $mode in
     builds) sides=(sptr-before sptr) ;;
     paths) sides=(native portable) ;;
     staging) sides=(pageable pinned) ;;
-    *) echo "gpu_ab: SPTR_AB is \`$mode\`: write builds (the default), paths or staging" >&2; exit 2 ;;
+    cluster) sides=(partials onchip) ;;
+    *) echo "gpu_ab: SPTR_AB is \`$mode\`: write builds (the default), paths, staging or cluster" >&2; exit 2 ;;
 esac
 for b in sptr-before sptr; do
     [ "$mode" != builds ] && [ "$b" = sptr-before ] && continue
@@ -43,6 +49,7 @@ run_case() { # side round case args...
     local line run=("$stage/bin/$b")
     [ "$mode" = paths ] && run=(env "SPTR_KERNEL_PATHS=$b" "$stage/bin/sptr")
     [ "$mode" = staging ] && run=(env "SPTR_PINNED_STAGING=$([ "$b" = pinned ] && echo 1 || echo 0)" "$stage/bin/sptr")
+    [ "$mode" = cluster ] && run=(env "SPTR_CLUSTER_REDUCE=$([ "$b" = onchip ] && echo 1 || echo 0)" "$stage/bin/sptr")
     if line=$("${run[@]}" "$@" 2>> "$out/ab.log" | tail -n 1); then
         printf '{"ab": "%s", "round": %d, "case": "%s", "line": %s}\n' "$b" "$r" "$c" "$line" >> "$out/ab.jsonl"
     else
@@ -60,8 +67,10 @@ for r in $(seq 1 "$rounds"); do
         run_case "$b" "$r" sphereformer_dense bench model "$cloud" --format xyz \
             --model config/models/sphereformer_semantickitti.yaml --case dense --iters 20 || failed=1
         for m in camera fusion; do
+            [ "$mode" = cluster ] && [ $m = camera ] && continue
             run_case "$b" "$r" "bevseg_$m" bench bevseg --model "config/models/bevfusion_seg_$m.yaml" --iters 30 || failed=1
         done
+        [ "$mode" = cluster ] && continue
         run_case "$b" "$r" pipeline_cameras bench pipeline "$nus" --cameras --params config/perception_nuscenes_cameras.yaml \
             --camera-weights random:0 --device cuda --frames 100 || failed=1
     done

@@ -208,18 +208,31 @@ __device__ __forceinline__ void tile_mma(const store_t (*As)[IG_BK + IG_APAD], c
 // before the ReLU; one range_flag per thread at the end: nothing more than two compares a value
 // while in range); or
 // with offset splits the raw FP32 sum into the split's partial (conv_split_reduce finishes and
-// guards it). acc[i][j] = rows (wm + 16i + g, +8), channels
+// guards it), or, with `partial` NULL, the splits of the tile summed on chip by the cluster the
+// host launched them as (tile_store_cluster; `stage`: MI * NJ * blockDim.x * 16 bytes of this
+// block's shared memory, free once the ring is done). acc[i][j] = rows (wm + 16i + g, +8), channels
 // (n0 + wn + 8j + 2t, +1), stored two at a time (Cout is a multiple of 8, so both exist); outs
 // maps tile rows to output rows (m past the end).
+template <int MI, int NJ>
+__device__ __forceinline__ void tile_store_cluster(const float acc[MI][NJ][4], float* stage, const u32* outs, u32 wm, u32 wn, u32 g,
+                                                   u32 t, u32 n0, u32 m, u32 cout, const float* __restrict__ bias,
+                                                   const store_t* __restrict__ residual, store_t* __restrict__ out, u32 splits,
+                                                   const float* __restrict__ post_scale, const float* __restrict__ post_shift,
+                                                   u32 post_relu, u32* __restrict__ range_flags, u32 range_layer);
 template <int MI, int NJ>
 __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32* outs, u32 wm, u32 wn, u32 g, u32 t, u32 n0,
                                            u32 m, u32 cout, const float* __restrict__ bias, const store_t* __restrict__ residual,
                                            store_t* __restrict__ out, u32 splits, float* __restrict__ partial,
                                            const float* __restrict__ post_scale, const float* __restrict__ post_shift,
-                                           u32 post_relu, u32* __restrict__ range_flags, u32 range_layer) {
+                                           u32 post_relu, u32* __restrict__ range_flags, u32 range_layer, float* stage) {
     // `outs` was written by other threads; a block whose loop over offsets had no step (no
-    // barrier since) must not read it early.
+    // barrier since) must not read it early. Also: every thread is done with the ring.
     __syncthreads();
+    if (splits > 1 && partial == nullptr) {
+        tile_store_cluster<MI, NJ>(acc, stage, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, post_scale,
+                                   post_shift, post_relu, range_flags, range_layer);
+        return;
+    }
     u32 range_bits = 0;
 #pragma unroll
     for (int i = 0; i < MI; ++i)
@@ -259,6 +272,84 @@ __device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32
             }
         }
     range_flag(range_flags, range_layer, range_bits);
+}
+
+// A thread-block cluster's barrier: every block of the cluster has arrived, and the shared-memory
+// writes each made before arriving are visible to the others (release / acquire).
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+// 16 bytes at shared address `addr` of the cluster's block `rank` (the same offset in its shared
+// memory as `addr` in this block's).
+__device__ __forceinline__ float4 ld_shared_cluster_f4(u32 addr, u32 rank) {
+    float4 v;
+#if __CUDA_ARCH__ >= 900
+    u32 remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(remote)
+                 : "memory");
+#else
+    v = make_float4(0.f, 0.f, 0.f, 0.f);
+    __trap();
+#endif
+    return v;
+}
+
+// The offset splits of one output tile summed on chip (compute capability 9.0 and later): the host
+// launches the `splits` blocks of a tile (blockIdx.z = 0 .. splits - 1) as one thread-block
+// cluster, so block z is the cluster's block of rank z. Each block puts its FP32 accumulators into
+// its own shared memory (`stage`: fragment f = i * NJ + j of thread tid at float4 f * blockDim.x +
+// tid, conflict-free), the cluster waits for all of them, then block z finishes fragments z, z +
+// splits, ...: each thread adds the same fragment of every block in split order from 0 (the sums
+// of conv_split_reduce, so the same bits), runs conv_epilogue as that pass does and stores. No
+// partials in global memory and no second launch. A last barrier keeps every block's shared
+// memory alive until the others have read it.
+template <int MI, int NJ>
+__device__ __forceinline__ void tile_store_cluster(const float acc[MI][NJ][4], float* stage, const u32* outs, u32 wm, u32 wn, u32 g,
+                                                   u32 t, u32 n0, u32 m, u32 cout, const float* __restrict__ bias,
+                                                   const store_t* __restrict__ residual, store_t* __restrict__ out, u32 splits,
+                                                   const float* __restrict__ post_scale, const float* __restrict__ post_shift,
+                                                   u32 post_relu, u32* __restrict__ range_flags, u32 range_layer) {
+    const u32 tid = threadIdx.x, nt = blockDim.x;
+    float4* st = reinterpret_cast<float4*>(stage);
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) st[(i * NJ + j) * nt + tid] = make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
+    cluster_sync();
+    const u32 base = (u32)__cvta_generic_to_shared(stage);
+    u32 range_bits = 0;
+    for (u32 f = blockIdx.z; f < (u32)(MI * NJ); f += splits) {
+        const u32 i = f / NJ, j = f - i * NJ;
+        const u32 addr = base + (f * nt + tid) * 16u;
+        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (u32 z = 0; z < splits; ++z) {
+            const float4 p = ld_shared_cluster_f4(addr, z);
+            s.x += p.x;
+            s.y += p.y;
+            s.z += p.z;
+            s.w += p.w;
+        }
+        const u32 n = n0 + wn + j * 8 + 2 * t;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 o = outs[wm + i * 16 + g + 8 * h];
+            if (o >= m || n >= cout) continue;
+            const u64 idx = (u64)o * cout + n;
+            const float y0 = conv_epilogue(h ? s.z : s.x, idx, n, bias, residual, post_scale, post_shift, post_relu, range_bits);
+            const float y1 = conv_epilogue(h ? s.w : s.y, idx + 1, n + 1, bias, residual, post_scale, post_shift, post_relu, range_bits);
+            *reinterpret_cast<store2_t*>(&out[idx]) = store2_from_floats(y0, y1);
+        }
+    }
+    range_flag(range_flags, range_layer, range_bits);
+    cluster_sync();
 }
 
 // The implicit-GEMM kernels' parameters (the device functions take them as the kernels do).
@@ -345,7 +436,7 @@ __device__ __forceinline__ void implicit_gemm(IMPLICIT_GEMM_ARGS) {
             __syncthreads();
         }
     }
-    tile_store<MI, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer);
+    tile_store<MI, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer, nullptr);
 }
 
 // ---- The same implicit GEMM with a cp.async pipeline: each (offset, Cin chunk) stage's A and B
@@ -475,8 +566,12 @@ template <int MI>
 __device__ __forceinline__ void implicit_gemm_pipe(IMPLICIT_GEMM_ARGS) {
     constexpr int BM = 32 * MI;
     constexpr int S = PIPE_STAGES;
-    __shared__ __align__(16) store_t As[S][BM][IG_BK + IG_APAD];
-    __shared__ __align__(16) store_t Bs[S][IG_BK][IG_BN + IG_BPAD];
+    // the ring's A and B tiles in one buffer, which the cluster epilogue reuses (tile_store)
+    constexpr int A_BYTES = S * BM * (IG_BK + IG_APAD) * (int)sizeof(store_t), B_BYTES = S * IG_BK * (IG_BN + IG_BPAD) * (int)sizeof(store_t);
+    static_assert(A_BYTES + B_BYTES >= MI * 4 * 128 * 16, "the ring holds the cluster epilogue's fragments");
+    __shared__ __align__(16) unsigned char pipe_smem[A_BYTES + B_BYTES];
+    auto As = reinterpret_cast<store_t (*)[BM][IG_BK + IG_APAD]>(pipe_smem);
+    auto Bs = reinterpret_cast<store_t (*)[IG_BK][IG_BN + IG_BPAD]>(pipe_smem + A_BYTES);
     __shared__ i32 rows[PIPE_MAX_KV][BM];
     __shared__ u32 outs[BM];
     __shared__ u32 act[PIPE_MAX_KV];
@@ -519,7 +614,7 @@ __device__ __forceinline__ void implicit_gemm_pipe(IMPLICIT_GEMM_ARGS) {
         }
     };
     cp_async_ring<S>(total, issue, [&](u32, u32 buf) { tile_mma<MI>(As[buf], Bs[buf], wm, wn, g, t, acc); });
-    tile_store<MI, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer);
+    tile_store<MI, 4>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer, reinterpret_cast<float*>(pipe_smem));
 }
 
 // 64-row tiles (128 threads).
@@ -601,6 +696,7 @@ struct TiledShape {
     static constexpr int B_ROWS_STEP = TILED_THREADS / BCH, B_PER_THREAD = (BK + B_ROWS_STEP - 1) / B_ROWS_STEP;
     // dynamic shared memory: the ring, then the tables (mirrored by TILED_VARIANTS in conv_cuda.rs)
     using Tables = TileTables<BM, 2 * S * (A_STAGE + B_STAGE)>;
+    static_assert(2 * S * (A_STAGE + B_STAGE) >= 2 * NJ * TILED_THREADS * 16, "the ring holds the cluster epilogue's fragments");
     static_assert(WARPS_M * WARPS_N == 8 && WN % 16 == 0 && BK % 16 == 0, "8 warps of whole ldmatrix_x4 fragments");
     static_assert(TILED_THREADS % ACH == 0 && BM % A_ROWS_STEP == 0 && TILED_THREADS % BCH == 0, "fixed copy columns a thread");
 };
@@ -725,7 +821,7 @@ __device__ __forceinline__ void implicit_gemm_tiled(IMPLICIT_GEMM_ARGS) {
         else if (live == 2u) compute(Const<2>{}, buf);
     };
     cp_async_ring<T::S>(n_offsets * nc, [&](u32, u32 buf) { issue(buf); }, [&](u32, u32 buf) { step(buf); });
-    tile_store<2, NJ>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer);
+    tile_store<2, NJ>(acc, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer, reinterpret_cast<float*>(tiled_smem));
 }
 
 // The instantiations (kernel volume <= PIPE_MAX_KV); conv_cuda.rs' TILED_VARIANTS lists them
@@ -828,6 +924,7 @@ struct WgmmaShape {
     static constexpr int A_STAGE = BM * 128, B_STAGE = BN * 128, STAGE = A_STAGE + B_STAGE;
     using Tables = TileTables<BM, S * STAGE>;
     static constexpr int B_PER_THREAD = BN / 32;              // 16-byte copies a B stage, a thread
+    static_assert(S * STAGE >= NJ * WGMMA_THREADS * 16, "the ring holds the cluster epilogue's fragments");
     static_assert(BN == 64 || BN == 128, "wgmma_m64k16 is built for 64 and 128 channels");
 };
 
@@ -917,7 +1014,7 @@ __device__ __forceinline__ void implicit_gemm_wgmma(IMPLICIT_GEMM_ARGS, const st
     cp_async_ring<T::S>(n_offsets * nc, [&](u32, u32 buf) { issue(buf); }, [&](u32, u32 buf) { step(buf); }, landed);
     wgmma_wait<0>();
     wgmma_fence_acc<NJ>(acc[0]);
-    tile_store<1, NJ>(acc, outs, wg * 64 + (warp & 3u) * 16, 0, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer);
+    tile_store<1, NJ>(acc, outs, wg * 64 + (warp & 3u) * 16, 0, g, t, n0, m, cout, bias, residual, out, splits, partial, post_scale, post_shift, post_relu, range_flags, range_layer, reinterpret_cast<float*>(smem));
 }
 
 #define WGMMA_KERNEL(NAME, BN, S, MIN_BLOCKS)                                                                            \

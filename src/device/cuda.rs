@@ -36,6 +36,8 @@ pub struct CudaDevice {
     poison_uninit: Option<u8>,
     /// Whether [`CudaDevice::upload_f32_with`] goes through `staging`.
     pinned_staging: bool,
+    /// Whether convs split over kernel offsets sum the splits on chip ([`CudaDevice::cluster_reduce`]).
+    cluster_reduce: bool,
     /// This device's upload buffers (its own: a fork's uploads run on another stream).
     staging: Mutex<UploadStaging>,
 }
@@ -49,6 +51,21 @@ pub const POISON_UNINIT_ENV: &str = "SPTR_POISON_UNINIT";
 /// ([`CudaDevice::set_pinned_staging`]): `1` or unset through the page-locked staging buffer,
 /// `0` from ordinary memory (for comparing the two).
 pub const PINNED_STAGING_ENV: &str = "SPTR_PINNED_STAGING";
+
+/// The environment variable that chooses how a conv split over kernel offsets adds its splits
+/// ([`CudaDevice::set_cluster_reduce`]): `1` on chip, the splits of a tile launched as one
+/// thread-block cluster (compute capability 9.0 and later), `0` or unset through FP32 partials in
+/// device memory and a second pass.
+pub const CLUSTER_REDUCE_ENV: &str = "SPTR_CLUSTER_REDUCE";
+
+/// Whether [`CLUSTER_REDUCE_ENV`] asks for the on-chip split sums (off by default).
+fn cluster_reduce_from_env() -> Result<bool, Error> {
+    match std::env::var(CLUSTER_REDUCE_ENV).as_deref().map(str::trim) {
+        Err(_) | Ok("0") | Ok("") => Ok(false),
+        Ok("1") => Ok(true),
+        Ok(v) => Err(Error::InvalidInput(format!("{CLUSTER_REDUCE_ENV}={v:?}: give 1 (sum a conv's offset splits on chip) or 0, or unset it"))),
+    }
+}
 
 /// Whether [`PINNED_STAGING_ENV`] leaves the staging buffer on (the default).
 fn pinned_staging_from_env() -> Result<bool, Error> {
@@ -177,6 +194,7 @@ impl CudaDevice {
             shared_allowed: Arc::default(),
             poison_uninit: poison_from_env()?,
             pinned_staging: pinned_staging_from_env()?,
+            cluster_reduce: cluster_reduce_from_env()?,
             staging: Default::default(),
         })
     }
@@ -200,6 +218,7 @@ impl CudaDevice {
             shared_allowed: self.shared_allowed.clone(),
             poison_uninit: self.poison_uninit,
             pinned_staging: self.pinned_staging,
+            cluster_reduce: self.cluster_reduce,
             staging: Default::default(),
         })
     }
@@ -338,6 +357,21 @@ impl CudaDevice {
     /// voxelize`), or from ordinary memory; its forks made afterwards inherit it.
     pub fn set_pinned_staging(&mut self, on: bool) {
         self.pinned_staging = on;
+    }
+
+    /// Whether a conv split over kernel offsets sums its splits on chip: asked for
+    /// ([`CudaDevice::set_cluster_reduce`], [`CLUSTER_REDUCE_ENV`]) and a GPU with thread-block
+    /// clusters (compute capability 9.0 and later).
+    pub fn cluster_reduce(&self) -> bool {
+        self.cluster_reduce && self.arch.major >= 9
+    }
+
+    /// Sums the offset splits of a conv's tiles on chip (the splits of a tile launched as one
+    /// thread-block cluster, each adding its share from the others' shared memory: the same bits
+    /// as the second pass over FP32 partials in device memory, which `false` chooses); its forks
+    /// made afterwards inherit it. Ignored below compute capability 9.0.
+    pub fn set_cluster_reduce(&mut self, on: bool) {
+        self.cluster_reduce = on;
     }
 }
 

@@ -7,13 +7,16 @@
 //! left the FP16 range) need feature `cuda`. `storage`: FP16, BF16 or FP32 activations and the
 //! `precision` setting. `clock`: stage times on the host and on the GPU. `memory`: host and
 //! device memory in use.
-//! `staging` (feature `cuda`): the reused host buffers uploads are written into. `libraries`:
+//! `staging` (feature `cuda`): the reused host buffers uploads are written into.
+//! `cluster_launch` (feature `cuda`): launches whose blocks form thread-block clusters. `libraries`:
 //! the CUDA libraries opened at run time, found as they will be opened and checked against the
 //! CUDA major the build binds (`cuda`: 13, `cuda12`: 12.6).
 //! `choice`: the device a user names (`auto`, `cpu`, `cuda`) and [`resolve`], the one place it
 //! becomes the [`Device`] the work runs on.
 
 pub mod choice;
+#[cfg(feature = "cuda-core")]
+pub mod cluster_launch;
 #[cfg(feature = "cuda-core")]
 pub mod cuda;
 #[cfg(feature = "cuda-core")]

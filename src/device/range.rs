@@ -76,6 +76,14 @@ impl<'a> RangeSlot<'a> {
         }
     }
 
+    /// [`RangeSlot::push`] for a launch through [`crate::device::cluster_launch::KernelArgs`].
+    pub fn push_raw(slot: Option<&RangeSlot<'_>>, dev: &crate::device::cuda::CudaDevice, b: &mut crate::device::cluster_launch::KernelArgs) {
+        match slot {
+            Some(s) => b.buf(dev, s.flags).u32(s.layer),
+            None => b.null().u32(NO_LAYER),
+        };
+    }
+
     /// Whether both slots report into the same flags buffer.
     pub fn shares_flags(&self, other: &RangeSlot<'_>) -> bool {
         std::ptr::eq(self.flags, other.flags)

@@ -376,6 +376,75 @@ fn cuda_conv_random_sites_all_kinds() {
     check_conv(&dev, "random strided k3s2p1", &t, &cpu, &gpu, 40, false, &mut rng);
 }
 
+/// A conv split over kernel offsets gives the same bits whether each tile's splits are summed on
+/// chip (launched as one thread-block cluster, compute capability 9.0 and later) or through FP32
+/// partials in device memory and a second pass: every pipelined kernel, 2 to 8 splits, with
+/// bias, a pre-activation pass, a residual and the next layer's BN + ReLU, and the same range
+/// flags. The partials path is what the CPU comparisons above check.
+#[test]
+fn cuda_conv_split_sums_on_chip_equal_the_second_pass() {
+    use sptr::device::range::RangeFlags;
+    use sptr::device::range_guard::LayerNames;
+    use sptr::ops::sparse_conv::cuda::{conv_cuda_guarded, ConvRange};
+    let Some(mut dev) = gpu("cuda_conv_split_sums_on_chip_equal_the_second_pass") else { return };
+    dev.set_cluster_reduce(true);
+    if !dev.cluster_reduce() {
+        assert!(dev.arch.major < 9, "compute capability {}.{} has clusters", dev.arch.major, dev.arch.minor);
+        eprintln!("SKIPPED cuda_conv_split_sums_on_chip_equal_the_second_pass: compute capability {}.{} has no thread-block clusters", dev.arch.major, dev.arch.minor);
+        return;
+    }
+    let mut rng = Rng(17);
+    let (coords, shape) = real_sites();
+    let mut names = LayerNames::new();
+    let (pre_id, conv_id) = (names.add("pre"), names.add("conv"));
+    let mut compared = 0;
+    for c in [32usize, 64, 128, 256] {
+        let t = tensor_with(coords.clone(), shape, c, &mut rng);
+        let map = submanifold_cuda(&dev, &t, CudaSites::upload(&dev, &t).unwrap(), [3, 3, 3], [1, 1, 1]).unwrap();
+        let (kv, m) = (27usize, map.out_count);
+        let s = &dev.stream;
+        let bound = (1.0 / (kv * c) as f32).sqrt() * 2.0;
+        let w: Vec<f32> = (0..kv * c * c).map(|_| rng.uniform(-bound, bound)).collect();
+        let bias: Vec<f32> = (0..c).map(|_| rng.uniform(-0.5, 0.5)).collect();
+        let weights = CudaConvWeights::upload(&dev, &w, WeightLayout::Krsc, kv, c, c, Some(&bias)).unwrap();
+        let x = s.clone_htod(&t.feats().iter().map(|&v| f16::from_f32(v)).collect::<Vec<_>>()).unwrap();
+        let res = s.clone_htod(&(0..m * c).map(|_| f16::from_f32(rng.uniform(-1.0, 1.0))).collect::<Vec<_>>()).unwrap();
+        let up = |n: usize, lo: f32, hi: f32, rng: &mut Rng| s.clone_htod(&(0..n).map(|_| rng.uniform(lo, hi)).collect::<Vec<_>>()).unwrap();
+        let (pre_scale, pre_shift) = (up(c, 0.5, 1.5, &mut rng), up(c, -0.3, 0.3, &mut rng));
+        let (post_scale, post_shift) = (up(c, 0.5, 1.5, &mut rng), up(c, -0.3, 0.3, &mut rng));
+        let pre = CudaPreActivation { scale: &pre_scale, shift: &pre_shift, relu: true };
+        let post = CudaPreActivation { scale: &post_scale, shift: &post_shift, relu: true };
+        let mut algos = vec![ConvAlgo::ImplicitGemmPipe, ConvAlgo::ImplicitGemmPipe32];
+        algos.extend(TILED_VARIANTS.iter().map(|v| v.algo()));
+        algos.extend(WGMMA_VARIANTS.iter().filter(|v| weights.wgmma_ready() && c % v.cols as usize == 0).map(|v| v.algo()));
+        for algo in algos {
+            for splits in [2usize, 3, 5, 7, 8] {
+                for fused in [false, true] {
+                    let mut run = |on_chip: bool| {
+                        dev.set_cluster_reduce(on_chip);
+                        let flags = RangeFlags::new(&dev, &names).unwrap();
+                        let range = ConvRange { conv: Some(flags.slot(conv_id).unwrap()), pre: Some(flags.slot(pre_id).unwrap()) };
+                        let y = conv_cuda_guarded(&dev, &x, &map, &weights, fused.then_some(&pre), fused.then_some(&res), algo, Some(splits), fused.then_some(&post), range).unwrap();
+                        let bits: Vec<u16> = dev.stream.clone_dtoh(&y.slice(..m * c)).unwrap().iter().map(|h| h.to_bits()).collect();
+                        (bits, flags.read_now(&dev).unwrap())
+                    };
+                    let (chip, chip_flags) = run(true);
+                    let (second, second_flags) = run(false);
+                    let case = format!("subm k3 C{c} {algo:?} {splits} splits, fused {fused}");
+                    assert!(chip.iter().any(|&b| b != 0), "{case}: an all-zero output");
+                    if let Some(i) = (0..chip.len()).find(|&i| chip[i] != second[i]) {
+                        panic!("{case}: value {i} (row {}, channel {}) is {:#06x} on chip, {:#06x} through partials", i / c, i % c, chip[i], second[i]);
+                    }
+                    assert_eq!(chip_flags, second_flags, "{case}: range flags");
+                    compared += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{compared} split convs: the same bits on chip and through partials");
+    assert!(compared >= 4 * 2 * 5 * 2, "{compared} cases");
+}
+
 #[test]
 fn cuda_conv_rejects_mismatches() {
     let Some(dev) = gpu("cuda_conv_rejects_mismatches") else { return };

@@ -12,6 +12,7 @@ use crate::device::storage::Store;
 use crate::ops::sparse_conv::cpu::{repack, WeightLayout};
 use crate::ops::sparse_conv::kernel_map_cuda::CudaKernelMap;
 use crate::Error;
+use crate::device::cluster_launch::KernelArgs;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use half::f16;
 
@@ -413,6 +414,9 @@ fn pre_activate<S: Store>(
 /// target: with half of it for the 256-thread tiles, the nuScenes frame's convs took 14 % longer
 /// (measured), though a single C128 conv of 22.7k outputs ran faster unsplit.
 const CONV_TARGET_BLOCKS: usize = 4 * 132;
+/// The most offset splits a tile's on-chip sum takes: one cluster a tile, at most the portable
+/// cluster size (8 blocks). More splits go through partials in device memory.
+const MAX_CLUSTER_SPLITS: usize = 8;
 /// At most this many offset splits, each of at least this many offsets.
 const MAX_OFFSET_SPLITS: usize = 9;
 const MIN_OFFSETS_PER_SPLIT: usize = 3;
@@ -566,7 +570,12 @@ pub fn conv_cuda_guarded<S: Store>(
     // offsets; returns the launch and the split count.
     let implicit_launch = |tile_rows: u32, tile_cols: u32, threads: u32, smem: u32| -> (LaunchConfig, usize) {
         let tiles = ((map.out_count as u32).div_ceil(tile_rows), (w.cout as u32).div_ceil(tile_cols));
-        let splits = nonempty_splits(offset_splits.unwrap_or_else(|| auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv)), w.kv);
+        let auto = || {
+            let asked = auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv);
+            // summed on chip where the splits fit one cluster
+            if pipelined && dev.cluster_reduce() { asked.min(MAX_CLUSTER_SPLITS) } else { asked }
+        };
+        let splits = nonempty_splits(offset_splits.unwrap_or_else(auto), w.kv);
         let cfg = LaunchConfig { grid_dim: (tiles.0, tiles.1, splits as u32), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
         (cfg, splits)
     };
@@ -619,62 +628,55 @@ pub fn conv_cuda_guarded<S: Store>(
     };
     let null: u64 = 0; // a NULL device pointer for absent optional inputs
     let (m32, kv32, cin32, cout32) = (map.out_count as u32, w.kv as u32, w.cin as u32, w.cout as u32);
-    let (pre_on, relu) = (pre.is_some() as u32, pre.map(|p| p.relu as u32).unwrap_or(0));
     let post_relu = post.map(|p| p.relu as u32).unwrap_or(0);
     let splits32 = splits as u32;
-    let mut partial = if splits > 1 {
+    // The splits of a tile summed on chip, as one cluster (its blocks must fit a portable
+    // cluster), or in FP32 partials that a second pass adds.
+    let on_chip = splits > 1 && pipelined && splits <= MAX_CLUSTER_SPLITS && dev.cluster_reduce();
+    let mut partial = if splits > 1 && !on_chip {
         // SAFETY: each split's blocks store their whole partial, zeros where a block had no
         // offset to walk (implicit_gemm*: the epilogue runs whatever the offset count).
         Some(unsafe { dev.alloc_uninit::<f32>(splits * map.out_count * w.cout, "conv split partials") }?)
     } else {
         None
     };
+    let mut b = KernelArgs::new();
+    b.buf(dev, x).buf(dev, &map.nbr);
+    if algo != ConvAlgo::Direct {
+        match &map.sorted {
+            Some(sorted) => b.buf(dev, &sorted.order).buf(dev, &sorted.masks),
+            None => b.null().null(),
+        };
+    }
+    b.u32(m32).u32(kv32).buf(dev, &w.w).u32(cin32).u32(cout32).opt_buf(dev, w.bias.as_ref());
+    match pre {
+        Some(p) => b.buf(dev, p.scale).buf(dev, p.shift).u32(1).u32(p.relu as u32),
+        None => b.null().null().u32(0).u32(0),
+    };
+    b.opt_buf(dev, residual).buf_mut(dev, &mut out);
+    if algo != ConvAlgo::Direct {
+        // NULL partials with splits: the on-chip sums (tile_store in sparse_conv.cu)
+        b.u32(splits32);
+        match &mut partial {
+            Some(p) => b.buf_mut(dev, p),
+            None => b.null(),
+        };
+        match post {
+            Some(p) => b.buf(dev, p.scale).buf(dev, p.shift),
+            None => b.null().null(),
+        };
+        b.u32(post_relu);
+    }
+    RangeSlot::push_raw(range.conv.as_ref(), dev, &mut b);
+    if let (ConvAlgo::Wgmma { .. }, Some(wt)) = (algo, &w.wt) {
+        b.buf(dev, wt);
+    }
     // SAFETY: the argument lists match the kernels (the implicit GEMMs also take `order` and
     // `masks`, m entries each, or NULL; every kernel the range slot, whose layer lies in its
     // flags; the warpgroup-MMA kernels then the transposed weight, present: checked above);
-    // buffer sizes checked above.
-    unsafe {
-        let mut b = s.launch_builder(&f);
-        b.arg(x).arg(&map.nbr);
-        if algo != ConvAlgo::Direct {
-            match &map.sorted {
-                Some(sorted) => b.arg(&sorted.order).arg(&sorted.masks),
-                None => b.arg(&null).arg(&null),
-            };
-        }
-        b.arg(&m32).arg(&kv32).arg(&w.w).arg(&cin32).arg(&cout32);
-        match &w.bias {
-            Some(bias) => b.arg(bias),
-            None => b.arg(&null),
-        };
-        match pre {
-            Some(p) => b.arg(p.scale).arg(p.shift),
-            None => b.arg(&null).arg(&null),
-        };
-        b.arg(&pre_on).arg(&relu);
-        match residual {
-            Some(r) => b.arg(r),
-            None => b.arg(&null),
-        };
-        b.arg(&mut out);
-        if algo != ConvAlgo::Direct {
-            b.arg(&splits32);
-            match &mut partial {
-                Some(p) => b.arg(p),
-                None => b.arg(&null),
-            };
-            match post {
-                Some(p) => b.arg(p.scale).arg(p.shift),
-                None => b.arg(&null).arg(&null),
-            };
-            b.arg(&post_relu);
-        }
-        RangeSlot::push(range.conv.as_ref(), &mut b);
-        if let (ConvAlgo::Wgmma { .. }, Some(wt)) = (algo, &w.wt) {
-            b.arg(wt);
-        }
-        b.launch(cfg).map_err(cuda_err(format!("sparse conv ({algo:?})")))?;
-    }
+    // buffer sizes checked above. On chip, grid z is the split count, so each tile's splits
+    // are one cluster.
+    unsafe { b.launch(dev, &f, cfg, on_chip.then_some((1, 1, splits32))) }.map_err(|e| Error::Cuda(format!("sparse conv ({algo:?}): {e}")))?;
     let Some(partial) = partial else { return Ok(out) };
     let total = u32::try_from(map.out_count * w.cout).map_err(|_| Error::InvalidInput("conv output exceeds 2^32 values".into()))?;
     // four values a thread where the rows allow it, as the pre-activation pass
