@@ -361,16 +361,17 @@ impl CudaDevice {
 
     /// Whether a conv split over kernel offsets sums its splits on chip: asked for
     /// ([`CudaDevice::set_cluster_reduce`], [`CLUSTER_REDUCE_ENV`]) and a GPU with thread-block
-    /// clusters (compute capability 9.0 and later).
+    /// clusters (compute capability 9.0 and later, native kernel paths: [`Arch::has_clusters`]).
     pub fn cluster_reduce(&self) -> bool {
-        self.cluster_reduce && self.arch.major >= 9
+        self.cluster_reduce && self.arch.has_clusters()
     }
 
     /// Sums the offset splits of a conv's tiles on chip (the default: the splits of a tile
     /// launched as one thread-block cluster, each adding its share from the others' shared
     /// memory; the same bits as the second pass over FP32 partials in device memory, which
     /// `false` chooses, and on the nuScenes sweep's SphereFormer frame 4-5 % faster on an
-    /// H100); its forks made afterwards inherit it. Ignored below compute capability 9.0.
+    /// H100); its forks made afterwards inherit it. Ignored where the GPU has no clusters
+    /// ([`Arch::has_clusters`]).
     pub fn set_cluster_reduce(&mut self, on: bool) {
         self.cluster_reduce = on;
     }

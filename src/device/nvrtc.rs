@@ -36,6 +36,13 @@ impl Arch {
         (self.major, self.minor) == (9, 0) && kernel_paths() == Ok(KernelPaths::Native)
     }
 
+    /// Whether launches may group blocks into thread-block clusters here: compute capability 9.0
+    /// and later, unless this process takes the portable paths ([`kernel_paths`]), which run
+    /// exactly what an sm_8x GPU (no clusters) runs.
+    pub fn has_clusters(&self) -> bool {
+        self.major >= 9 && kernel_paths() == Ok(KernelPaths::Native)
+    }
+
     /// NVRTC's target: `sm_90a` on 9.0, whose architecture-specific features (`wgmma`) the sparse
     /// conv kernels use (kernels test `__CUDA_ARCH_FEAT_SM90_ALL`); `sm_XY` elsewhere. A CUBIN
     /// for either runs on exactly that compute capability, which is what the cache keys on.
@@ -68,7 +75,8 @@ impl std::str::FromStr for Arch {
 pub enum KernelPaths {
     /// The fastest the GPU has (the default): Hopper's `wgmma` kernels, compiled for `sm_90a`.
     Native,
-    /// Exactly the kernels an sm_8x GPU (Ampere, Orin, Ada) runs: no `wgmma`, no `sm_90a` target.
+    /// Exactly the kernels an sm_8x GPU (Ampere, Orin, Ada) runs: no `wgmma`, no `sm_90a` target,
+    /// no thread-block clusters.
     /// `SPTR_KERNEL_PATHS=portable` measures those paths on an H100.
     Portable,
 }
