@@ -58,21 +58,13 @@ pub const PINNED_STAGING_ENV: &str = "SPTR_PINNED_STAGING";
 /// device memory and a second pass (for comparing the two).
 pub const CLUSTER_REDUCE_ENV: &str = "SPTR_CLUSTER_REDUCE";
 
-/// Whether [`CLUSTER_REDUCE_ENV`] leaves the on-chip split sums on (the default).
-fn cluster_reduce_from_env() -> Result<bool, Error> {
-    match std::env::var(CLUSTER_REDUCE_ENV).as_deref().map(str::trim) {
+/// A switch that is on unless its environment variable says `0`: `1`, empty or unset mean on;
+/// anything else is an error naming the variable and what `1` turns on (`on_means`).
+fn switch_from_env(var: &str, on_means: &str) -> Result<bool, Error> {
+    match std::env::var(var).as_deref().map(str::trim) {
         Err(_) | Ok("1") | Ok("") => Ok(true),
         Ok("0") => Ok(false),
-        Ok(v) => Err(Error::InvalidInput(format!("{CLUSTER_REDUCE_ENV}={v:?}: give 1 (sum a conv's offset splits on chip) or 0, or unset it"))),
-    }
-}
-
-/// Whether [`PINNED_STAGING_ENV`] leaves the staging buffer on (the default).
-fn pinned_staging_from_env() -> Result<bool, Error> {
-    match std::env::var(PINNED_STAGING_ENV).as_deref().map(str::trim) {
-        Err(_) | Ok("1") | Ok("") => Ok(true),
-        Ok("0") => Ok(false),
-        Ok(v) => Err(Error::InvalidInput(format!("{PINNED_STAGING_ENV}={v:?}: give 1 (stage uploads in page-locked memory) or 0, or unset it"))),
+        Ok(v) => Err(Error::InvalidInput(format!("{var}={v:?}: give 1 ({on_means}) or 0, or unset it"))),
     }
 }
 
@@ -193,8 +185,8 @@ impl CudaDevice {
             functions: Arc::default(),
             shared_allowed: Arc::default(),
             poison_uninit: poison_from_env()?,
-            pinned_staging: pinned_staging_from_env()?,
-            cluster_reduce: cluster_reduce_from_env()?,
+            pinned_staging: switch_from_env(PINNED_STAGING_ENV, "stage uploads in page-locked memory")?,
+            cluster_reduce: switch_from_env(CLUSTER_REDUCE_ENV, "sum a conv's offset splits on chip")?,
             staging: Default::default(),
         })
     }
