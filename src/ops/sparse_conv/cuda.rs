@@ -566,6 +566,8 @@ pub fn conv_cuda_guarded<S: Store>(
         Some(a) => (a, None),
         None => (x, pre),
     };
+    // Whether a split of this conv may sum on chip (the pipelined kernels, on a GPU with clusters).
+    let clusters = pipelined && dev.cluster_reduce();
     // An implicit GEMM's grid: output tiles of tile_rows x tile_cols, each split over the kernel
     // offsets; returns the launch and the split count.
     let implicit_launch = |tile_rows: u32, tile_cols: u32, threads: u32, smem: u32| -> (LaunchConfig, usize) {
@@ -573,7 +575,7 @@ pub fn conv_cuda_guarded<S: Store>(
         let auto = || {
             let asked = auto_offset_splits(tiles.0 as usize * tiles.1 as usize, w.kv);
             // summed on chip where the splits fit one cluster
-            if pipelined && dev.cluster_reduce() { asked.min(MAX_CLUSTER_SPLITS) } else { asked }
+            if clusters { asked.min(MAX_CLUSTER_SPLITS) } else { asked }
         };
         let splits = nonempty_splits(offset_splits.unwrap_or_else(auto), w.kv);
         let cfg = LaunchConfig { grid_dim: (tiles.0, tiles.1, splits as u32), block_dim: (threads, 1, 1), shared_mem_bytes: smem };
@@ -632,7 +634,7 @@ pub fn conv_cuda_guarded<S: Store>(
     let splits32 = splits as u32;
     // The splits of a tile summed on chip, as one cluster (its blocks must fit a portable
     // cluster), or in FP32 partials that a second pass adds.
-    let on_chip = splits > 1 && pipelined && splits <= MAX_CLUSTER_SPLITS && dev.cluster_reduce();
+    let on_chip = clusters && (2..=MAX_CLUSTER_SPLITS).contains(&splits);
     let mut partial = if splits > 1 && !on_chip {
         // SAFETY: each split's blocks store their whole partial, zeros where a block had no
         // offset to walk (implicit_gemm*: the epilogue runs whatever the offset count).
@@ -676,7 +678,7 @@ pub fn conv_cuda_guarded<S: Store>(
     // flags; the warpgroup-MMA kernels then the transposed weight, present: checked above);
     // buffer sizes checked above. On chip, grid z is the split count, so each tile's splits
     // are one cluster.
-    unsafe { b.launch(dev, &f, cfg, on_chip.then_some((1, 1, splits32))) }.map_err(|e| Error::Cuda(format!("sparse conv ({algo:?}): {e}")))?;
+    unsafe { b.launch(dev, &f, cfg, on_chip.then_some((1, 1, splits32)), &format!("sparse conv ({algo:?})")) }?;
     let Some(partial) = partial else { return Ok(out) };
     let total = u32::try_from(map.out_count * w.cout).map_err(|_| Error::InvalidInput("conv output exceeds 2^32 values".into()))?;
     // four values a thread where the rows allow it, as the pre-activation pass
