@@ -203,77 +203,6 @@ __device__ __forceinline__ void tile_mma(const store_t (*As)[IG_BK + IG_APAD], c
     }
 }
 
-// Epilogue of a warp's (16 * MI) x (8 * NJ) tile: bias, residual, the next layer's BN + ReLU when
-// asked (post_scale non-NULL), FP16 store, with the FP16 range guard of the stored values (taken
-// before the ReLU; one range_flag per thread at the end: nothing more than two compares a value
-// while in range); or
-// with offset splits the raw FP32 sum into the split's partial (conv_split_reduce finishes and
-// guards it), or, with `partial` NULL, the splits of the tile summed on chip by the cluster the
-// host launched them as (tile_store_cluster; `stage`: MI * NJ * blockDim.x * 16 bytes of this
-// block's shared memory, free once the ring is done). acc[i][j] = rows (wm + 16i + g, +8), channels
-// (n0 + wn + 8j + 2t, +1), stored two at a time (Cout is a multiple of 8, so both exist); outs
-// maps tile rows to output rows (m past the end).
-template <int MI, int NJ>
-__device__ __forceinline__ void tile_store_cluster(const float acc[MI][NJ][4], float* stage, const u32* outs, u32 wm, u32 wn, u32 g,
-                                                   u32 t, u32 n0, u32 m, u32 cout, const float* __restrict__ bias,
-                                                   const store_t* __restrict__ residual, store_t* __restrict__ out, u32 splits,
-                                                   const float* __restrict__ post_scale, const float* __restrict__ post_shift,
-                                                   u32 post_relu, u32* __restrict__ range_flags, u32 range_layer);
-template <int MI, int NJ>
-__device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32* outs, u32 wm, u32 wn, u32 g, u32 t, u32 n0,
-                                           u32 m, u32 cout, const float* __restrict__ bias, const store_t* __restrict__ residual,
-                                           store_t* __restrict__ out, u32 splits, float* __restrict__ partial,
-                                           const float* __restrict__ post_scale, const float* __restrict__ post_shift,
-                                           u32 post_relu, u32* __restrict__ range_flags, u32 range_layer, float* stage) {
-    // `outs` was written by other threads; a block whose loop over offsets had no step (no
-    // barrier since) must not read it early. Also: every thread is done with the ring.
-    __syncthreads();
-    if (splits > 1 && partial == nullptr) {
-        tile_store_cluster<MI, NJ>(acc, stage, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, post_scale,
-                                   post_shift, post_relu, range_flags, range_layer);
-        return;
-    }
-    u32 range_bits = 0;
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const u32 o = outs[wm + i * 16 + g + 8 * h];
-            if (o >= m) continue;
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                const u32 n = n0 + wn + j * 8 + 2 * t;
-                if (n >= cout) continue;
-                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                if (splits > 1) {
-                    *reinterpret_cast<float2*>(&partial[((u64)blockIdx.z * m + o) * cout + n]) = make_float2(v0, v1);
-                    continue;
-                }
-                if (bias) {
-                    v0 += bias[n];
-                    v1 += bias[n + 1];
-                }
-                if (residual) {
-                    const float2 r = store2_to_float2(*reinterpret_cast<const store2_t*>(&residual[(u64)o * cout + n]));
-                    v0 += r.x;
-                    v1 += r.y;
-                }
-                if (post_scale) {
-                    v0 = v0 * post_scale[n] + post_shift[n];
-                    v1 = v1 * post_scale[n + 1] + post_shift[n + 1];
-                }
-                // guarded before the ReLU, which would zero a NaN or -inf
-                range_bits |= store_range_bits(v0) | store_range_bits(v1);
-                if (post_scale && post_relu) {
-                    v0 = fmaxf(v0, 0.f);
-                    v1 = fmaxf(v1, 0.f);
-                }
-                *reinterpret_cast<store2_t*>(&out[(u64)o * cout + n]) = store2_from_floats(v0, v1);
-            }
-        }
-    range_flag(range_flags, range_layer, range_bits);
-}
-
 // A thread-block cluster's barrier: every block of the cluster has arrived, and the shared-memory
 // writes each made before arriving are visible to the others (release / acquire).
 __device__ __forceinline__ void cluster_sync() {
@@ -350,6 +279,71 @@ __device__ __forceinline__ void tile_store_cluster(const float acc[MI][NJ][4], f
     }
     range_flag(range_flags, range_layer, range_bits);
     cluster_sync();
+}
+
+// Epilogue of a warp's (16 * MI) x (8 * NJ) tile: bias, residual, the next layer's BN + ReLU when
+// asked (post_scale non-NULL), FP16 store, with the FP16 range guard of the stored values (taken
+// before the ReLU; one range_flag per thread at the end: nothing more than two compares a value
+// while in range); or
+// with offset splits the raw FP32 sum into the split's partial (conv_split_reduce finishes and
+// guards it), or, with `partial` NULL, the splits of the tile summed on chip by the cluster the
+// host launched them as (tile_store_cluster; `stage`: MI * NJ * blockDim.x * 16 bytes of this
+// block's shared memory, free once the ring is done). acc[i][j] = rows (wm + 16i + g, +8), channels
+// (n0 + wn + 8j + 2t, +1), stored two at a time (Cout is a multiple of 8, so both exist); outs
+// maps tile rows to output rows (m past the end).
+template <int MI, int NJ>
+__device__ __forceinline__ void tile_store(const float acc[MI][NJ][4], const u32* outs, u32 wm, u32 wn, u32 g, u32 t, u32 n0,
+                                           u32 m, u32 cout, const float* __restrict__ bias, const store_t* __restrict__ residual,
+                                           store_t* __restrict__ out, u32 splits, float* __restrict__ partial,
+                                           const float* __restrict__ post_scale, const float* __restrict__ post_shift,
+                                           u32 post_relu, u32* __restrict__ range_flags, u32 range_layer, float* stage) {
+    // `outs` was written by other threads; a block whose loop over offsets had no step (no
+    // barrier since) must not read it early. Also: every thread is done with the ring.
+    __syncthreads();
+    if (splits > 1 && partial == nullptr) {
+        tile_store_cluster<MI, NJ>(acc, stage, outs, wm, wn, g, t, n0, m, cout, bias, residual, out, splits, post_scale,
+                                   post_shift, post_relu, range_flags, range_layer);
+        return;
+    }
+    u32 range_bits = 0;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32 o = outs[wm + i * 16 + g + 8 * h];
+            if (o >= m) continue;
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+                const u32 n = n0 + wn + j * 8 + 2 * t;
+                if (n >= cout) continue;
+                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                if (splits > 1) {
+                    *reinterpret_cast<float2*>(&partial[((u64)blockIdx.z * m + o) * cout + n]) = make_float2(v0, v1);
+                    continue;
+                }
+                if (bias) {
+                    v0 += bias[n];
+                    v1 += bias[n + 1];
+                }
+                if (residual) {
+                    const float2 r = store2_to_float2(*reinterpret_cast<const store2_t*>(&residual[(u64)o * cout + n]));
+                    v0 += r.x;
+                    v1 += r.y;
+                }
+                if (post_scale) {
+                    v0 = v0 * post_scale[n] + post_shift[n];
+                    v1 = v1 * post_scale[n + 1] + post_shift[n + 1];
+                }
+                // guarded before the ReLU, which would zero a NaN or -inf
+                range_bits |= store_range_bits(v0) | store_range_bits(v1);
+                if (post_scale && post_relu) {
+                    v0 = fmaxf(v0, 0.f);
+                    v1 = fmaxf(v1, 0.f);
+                }
+                *reinterpret_cast<store2_t*>(&out[(u64)o * cout + n]) = store2_from_floats(v0, v1);
+            }
+        }
+    range_flag(range_flags, range_layer, range_bits);
 }
 
 // The implicit-GEMM kernels' parameters (the device functions take them as the kernels do).
